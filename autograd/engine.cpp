@@ -1,0 +1,120 @@
+// autograd/engine.cpp — the iterative backward pass.
+// 1. Walk the graph from the roots (explicit stack, no recursion: deep nets must not overflow
+//    the C++ stack) and count, for every node, how many edges lead into it.
+// 2. Keep a ready queue ordered by sequence number, highest first; a node becomes ready when
+//    every node that feeds it a gradient has run. Gradients arriving at the same input slot
+//    are summed in that slot's buffer.
+// The order is fully deterministic: no hash-map iteration decides anything.
+#include "autograd/engine.h"
+
+#include <queue>
+#include <unordered_map>
+
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "autograd/op_calls.h"
+
+namespace mixtape::autograd {
+namespace {
+struct ByPriority {
+  bool operator()(const Node* a, const Node* b) const { return a->seq_nr() < b->seq_nr(); }
+};
+}  // namespace
+
+void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph) {
+  MT_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got ", roots.size(), " tensors but ",
+           grad_roots.size(), " gradients");
+  std::unordered_map<Node*, TensorList> buffers;
+  std::vector<std::shared_ptr<Node>> keep_alive;
+  std::vector<std::pair<Edge, Tensor>> root_inputs;
+
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    MT_CHECK(r.defined(), "backward: root ", i, " is undefined");
+    MT_CHECK(r.requires_grad(), "backward: element ", i, " of tensors does not require grad and does not have a "
+             "grad_fn (", r.describe(), "); did you forget requires_grad_() on the inputs, or run under NoGradGuard?");
+    Tensor g = i < grad_roots.size() ? grad_roots[i] : Tensor();
+    if (!g.defined()) {
+      MT_CHECK(r.numel() == 1, "backward: grad can be implicitly created only for scalar outputs, got ",
+               r.describe(), "; pass a gradient of the same shape");
+      g = op_calls::ones_like(r.detach());
+    } else {
+      MT_CHECK(g.sizes() == r.sizes(), "backward: gradient shape ", shape_str(g.sizes()), " does not match output shape ",
+               shape_str(r.sizes()));
+      MT_CHECK(g.device() == r.device(), "backward: gradient on ", g.device(), ", output on ", r.device());
+      if (g.dtype() != r.dtype()) g = op_calls::cast(g, r.dtype());
+    }
+    root_inputs.emplace_back(gradient_edge(r), g);
+  }
+
+  // Dependency counts by an explicit DFS.
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack;
+  std::unordered_map<Node*, bool> seen;
+  for (auto& [edge, g] : root_inputs) {
+    keep_alive.push_back(edge.node);
+    if (!seen[edge.node.get()]) {
+      seen[edge.node.get()] = true;
+      stack.push_back(edge.node.get());
+    }
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges()) {
+      if (!e.valid()) continue;
+      deps[e.node.get()] += 1;
+      if (!seen[e.node.get()]) {
+        seen[e.node.get()] = true;
+        stack.push_back(e.node.get());
+      }
+    }
+  }
+
+  auto deliver = [&](const Edge& e, const Tensor& g) {
+    TensorList& buf = buffers[e.node.get()];
+    if (buf.empty()) buf.resize(e.node->num_outputs());
+    MT_CHECK(e.input_nr < buf.size(), "backward: internal error: edge to input ", e.input_nr, " of ", e.node->name());
+    Tensor& slot = buf[e.input_nr];
+    slot = slot.defined() ? op_calls::add(slot, g) : g;
+  };
+
+  std::priority_queue<Node*, std::vector<Node*>, ByPriority> ready;
+  for (auto& [edge, g] : root_inputs) deliver(edge, g);
+  for (auto& [edge, g] : root_inputs)
+    if (deps[edge.node.get()] == 0) {
+      deps[edge.node.get()] = -1;  // queued
+      ready.push(edge.node.get());
+    }
+
+  AutoGradMode grad_mode(create_graph);
+  while (!ready.empty()) {
+    Node* node = ready.top();
+    ready.pop();
+    TensorList grads = std::move(buffers[node]);
+    buffers.erase(node);
+    grads.resize(node->num_outputs());
+    for (auto& [nr, hooks] : node->pre_hooks()) {
+      if (nr >= grads.size() || !grads[nr].defined()) continue;
+      for (auto& hook : hooks) {
+        Tensor r = hook(grads[nr]);
+        if (r.defined()) grads[nr] = r;
+      }
+    }
+    bool any = false;
+    for (auto& g : grads) any = any || g.defined();
+    TensorList out;
+    if (any) out = node->apply(std::move(grads));
+    if (!retain_graph) node->release_saved();
+
+    const auto& edges = node->next_edges();
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const Edge& e = edges[i];
+      if (!e.valid()) continue;
+      if (i < out.size() && out[i].defined()) deliver(e, out[i]);
+      if (--deps[e.node.get()] == 0) ready.push(e.node.get());
+    }
+  }
+}
+
+}  // namespace mixtape::autograd

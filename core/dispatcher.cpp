@@ -1,0 +1,175 @@
+// core/dispatcher.cpp — registry, layer selection, checks common to every op, tracing.
+#include "core/dispatcher.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+
+#include "core/trace.h"
+
+namespace mixtape {
+
+const char* amp_policy_name(AmpPolicy p) {
+  switch (p) {
+    case AmpPolicy::None: return "none";
+    case AmpPolicy::LowerPrecision: return "lower_precision";
+    case AmpPolicy::FP32: return "fp32";
+    case AmpPolicy::FP32UnlessDtype: return "fp32_unless_dtype";
+    case AmpPolicy::Promote: return "promote";
+  }
+  return "?";
+}
+
+const char* layer_name(DispatchLayer l) {
+  switch (l) {
+    case DispatchLayer::Autocast: return "Autocast";
+    case DispatchLayer::Autograd: return "Autograd";
+    case DispatchLayer::Backend: return "Backend";
+  }
+  return "?";
+}
+
+OpSchema& OpSchema::save(std::initializer_list<int> inputs, std::initializer_list<int> outputs) {
+  saved_inputs = 0;
+  saved_outputs = 0;
+  for (int i : inputs) saved_inputs |= 1ull << i;
+  for (int i : outputs) saved_outputs |= 1ull << i;
+  return *this;
+}
+
+namespace {
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<OpSchema>, std::less<>> ops;  // ordered: deterministic listing
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+LayerFn g_handlers[3] = {nullptr, nullptr, nullptr};
+
+struct LayerTLS {
+  uint32_t excluded = 0;
+  bool autocast[kNumDeviceTypes] = {false, false};
+};
+thread_local LayerTLS tls;
+
+void trace_call(const OpSchema& op, DispatchLayer layer, const OpCall& call, DeviceType dev) {
+  std::ostringstream os;
+  os << "[dispatch] " << op.name << "  " << layer_name(layer);
+  if (layer == DispatchLayer::Backend) os << '(' << device_type_name(dev) << ')';
+  os << "  ";
+  for (size_t i = 0; i < call.inputs.size(); ++i) os << (i ? ", " : "") << call.inputs[i].describe();
+  if (!call.attrs.items().empty()) os << "  {" << call.attrs << '}';
+  trace_line(TraceKind::Dispatch, os.str());
+}
+
+void check_devices(const OpSchema& op, const OpCall& call) {
+  if (op.mixed_devices) return;
+  const Tensor* first = nullptr;
+  size_t first_i = 0;
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    const Tensor& t = call.inputs[i];
+    if (!t.defined() || t.is_wrapped_number()) continue;
+    if (!first) {
+      first = &t;
+      first_i = i;
+      continue;
+    }
+    MT_CHECK(t.device() == first->device(), op.name, ": expected all tensors on the same device, got ",
+             first->device(), " (input ", first_i, ") and ", t.device(), " (input ", i, ")");
+  }
+}
+}  // namespace
+
+OpSchema& define_op(const char* name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.ops.find(name);
+  if (it == r.ops.end()) {
+    auto s = std::make_unique<OpSchema>();
+    s->name = name;
+    it = r.ops.emplace(name, std::move(s)).first;
+  }
+  return *it->second;
+}
+
+const OpSchema* find_op(const std::string& name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.ops.find(name);
+  return it == r.ops.end() ? nullptr : it->second.get();
+}
+
+std::vector<const OpSchema*> all_ops() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<const OpSchema*> out;
+  for (auto& [n, s] : r.ops) out.push_back(s.get());
+  return out;
+}
+
+bool register_kernel(const char* op, DeviceType device, KernelFn fn) {
+  define_op(op).kernel(device, fn);
+  return true;
+}
+
+void set_layer_handler(DispatchLayer layer, LayerFn fn) { g_handlers[static_cast<int>(layer)] = fn; }
+
+ExcludeLayerGuard::ExcludeLayerGuard(DispatchLayer layer) : prev_(tls.excluded) {
+  tls.excluded |= 1u << static_cast<int>(layer);
+}
+ExcludeLayerGuard::~ExcludeLayerGuard() { tls.excluded = prev_; }
+bool layer_excluded(DispatchLayer layer) { return (tls.excluded >> static_cast<int>(layer)) & 1u; }
+
+bool autocast_included(DeviceType type) { return tls.autocast[static_cast<int>(type)]; }
+void set_autocast_included(DeviceType type, bool on) { tls.autocast[static_cast<int>(type)] = on; }
+
+DeviceType call_device_type(const OpCall& call) {
+  for (const Tensor& t : call.inputs)
+    if (t.defined() && !t.is_wrapped_number()) return t.device().type();
+  return DeviceType::CPU;
+}
+
+TensorList dispatch(const OpSchema& op, TensorList inputs, Attrs attrs) {
+  OpCall call{std::move(inputs), std::move(attrs), &op};
+  check_devices(op, call);
+  DeviceType dev = call_device_type(call);
+  bool trace = trace_enabled(TraceKind::Dispatch);
+
+  if (!op.inplace && g_handlers[0] && autocast_included(dev) && !layer_excluded(DispatchLayer::Autocast)) {
+    if (trace) trace_call(op, DispatchLayer::Autocast, call, dev);
+    return g_handlers[0](op, call);  // excludes itself, casts, calls dispatch again
+  }
+  if (op.composite) {
+    // A composite is decomposed here, above autograd: its inner ops are recorded one by one.
+    return op.composite(call);
+  }
+  if (g_handlers[1] && !layer_excluded(DispatchLayer::Autograd)) {
+    if (trace) trace_call(op, DispatchLayer::Autograd, call, dev);
+    return g_handlers[1](op, call);  // excludes itself, calls dispatch again, records the node
+  }
+  if (trace) trace_call(op, DispatchLayer::Backend, call, dev);
+  return redispatch(op, call);
+}
+
+TensorList redispatch(const OpSchema& op, OpCall& call) {
+  DeviceType dev = call_device_type(call);
+  KernelFn fn = op.any_device ? op.any_device : op.kernels[static_cast<int>(dev)];
+  if (!fn) {
+    MT_CHECK(!(dev == DeviceType::CUDA && op.kernels[0]), op.name,
+             ": no CUDA kernel (mixtape was built without CUDA, or this op has no CUDA kernel yet)");
+    MT_ERROR(op.name, ": no kernel registered for device type ", device_type_name(dev));
+  }
+  TensorList out = fn(call);
+  if (op.inplace) call.inputs[0].bump_version();  // every alias now sees a newer version
+  return out;
+}
+
+Tensor dispatch1(const OpSchema& op, TensorList inputs, Attrs attrs) {
+  return dispatch(op, std::move(inputs), std::move(attrs))[0];
+}
+
+}  // namespace mixtape

@@ -1,0 +1,117 @@
+// core/dispatcher.h — the op registry and the three layers every op call passes through.
+//
+//   dispatch(op, inputs, attrs)
+//     [Autocast]  amp/ casts inputs per op.amp_policy, then calls dispatch again with itself excluded
+//     [Autograd]  autograd/ runs the op with itself excluded, then records a node on the tape
+//     [Backend]   the kernel registered for the inputs' device type
+//
+// core/ defines the order and the slots; amp/ and autograd/ install their layer functions, so
+// each can be read on its own. A layer is skipped when its handler is missing, when it is
+// excluded on this thread (ExcludeLayerGuard), or, for Autocast, when no AutocastGuard enabled
+// it for the inputs' device type. MIXTAPE_TRACE=dispatch prints one line per layer per call.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "core/attrs.h"
+#include "core/device.h"
+#include "core/tensor.h"
+
+namespace mixtape {
+
+// How autocast treats an op (PyTorch's CastPolicy, AMP-REFERENCE §1.2).
+enum class AmpPolicy : uint8_t {
+  None,             // run in the inputs' own dtypes (elementwise ops, views, pooling, batch norm)
+  LowerPrecision,   // cast floating inputs to the autocast dtype (matmul, conv, linear)
+  FP32,             // cast 16-bit inputs up to f32 (exp, log, losses)
+  FP32UnlessDtype,  // like FP32 unless the caller passed attr "dtype" (softmax, sum)
+  Promote,          // cast all floating inputs to the widest among them (cat, addcmul)
+};
+const char* amp_policy_name(AmpPolicy p);
+
+enum class DispatchLayer : uint8_t { Autocast = 0, Autograd = 1, Backend = 2 };
+const char* layer_name(DispatchLayer l);
+
+struct OpSchema;
+struct OpCall {
+  TensorList inputs;  // undefined entries are absent optional inputs (e.g. no bias)
+  Attrs attrs;
+  const OpSchema* op = nullptr;  // set by dispatch; kernels name it in errors
+  const char* name() const;
+};
+
+struct BackwardContext;  // defined in autograd/
+using KernelFn = TensorList (*)(const OpCall& call);
+using BackwardFn = TensorList (*)(BackwardContext& ctx);
+using LayerFn = TensorList (*)(const OpSchema& op, OpCall& call);
+
+struct OpSchema {
+  std::string name;
+  AmpPolicy amp_policy = AmpPolicy::None;
+  std::string cuda_autocast_ban;  // non-empty: refused under CUDA autocast, with this explanation
+  bool differentiable = true;     // false: outputs never require grad (argmax, comparisons)
+  bool inplace = false;           // writes into input 0: not autocast, refused where autograd needs it
+  bool mixed_devices = false;     // inputs may live on different devices (copies between devices)
+  uint64_t saved_inputs = ~0ull;  // bit i set: input i is saved for backward
+  uint64_t saved_outputs = 0;     // bit i set: output i is saved for backward
+  BackwardFn backward = nullptr;
+  KernelFn composite = nullptr;   // a body made of other ops; runs above autograd, needs no backward
+  KernelFn kernels[kNumDeviceTypes] = {};
+  KernelFn any_device = nullptr;  // device-independent kernel (views: metadata only)
+
+  // Builder-style setters used by op definitions.
+  OpSchema& policy(AmpPolicy p) { amp_policy = p; return *this; }
+  OpSchema& ban_under_cuda_autocast(std::string why) { cuda_autocast_ban = std::move(why); return *this; }
+  OpSchema& not_differentiable() { differentiable = false; return *this; }
+  OpSchema& in_place() { inplace = true; differentiable = false; return *this; }
+  OpSchema& allow_mixed_devices() { mixed_devices = true; return *this; }
+  OpSchema& save(std::initializer_list<int> inputs, std::initializer_list<int> outputs = {});
+  OpSchema& grad(BackwardFn fn) { backward = fn; return *this; }
+  OpSchema& composite_of_ops(KernelFn fn) { composite = fn; return *this; }
+  OpSchema& kernel(DeviceType d, KernelFn fn) { kernels[static_cast<int>(d)] = fn; return *this; }
+  OpSchema& kernel_any_device(KernelFn fn) { any_device = fn; return *this; }
+
+  bool has_kernel(DeviceType d) const { return composite || any_device || kernels[static_cast<int>(d)]; }
+};
+inline const char* OpCall::name() const { return op ? op->name.c_str() : "op"; }
+
+// Returns the registry entry for `name`, creating it on first use (op files and kernel files
+// may initialise in any order). Entries live for the whole program.
+OpSchema& define_op(const char* name);
+const OpSchema* find_op(const std::string& name);
+std::vector<const OpSchema*> all_ops();  // sorted by name
+// One-line kernel registration from a backend's file (e.g. ops/cuda/*.cu).
+bool register_kernel(const char* op, DeviceType device, KernelFn fn);
+
+TensorList dispatch(const OpSchema& op, TensorList inputs, Attrs attrs = {});
+Tensor dispatch1(const OpSchema& op, TensorList inputs, Attrs attrs = {});
+// Continues a call below `layer` (layers use this after excluding themselves).
+TensorList redispatch(const OpSchema& op, OpCall& call);
+
+// ---- layer plumbing (used by amp/ and autograd/) ----
+void set_layer_handler(DispatchLayer layer, LayerFn fn);
+
+// RAII: skip `layer` on this thread until the guard ends.
+class ExcludeLayerGuard {
+ public:
+  explicit ExcludeLayerGuard(DispatchLayer layer);
+  ~ExcludeLayerGuard();
+  ExcludeLayerGuard(const ExcludeLayerGuard&) = delete;
+  ExcludeLayerGuard& operator=(const ExcludeLayerGuard&) = delete;
+
+ private:
+  uint32_t prev_;
+};
+bool layer_excluded(DispatchLayer layer);
+
+// Whether the Autocast layer is switched on for a device type on this thread (amp's
+// AutocastGuard sets it; the dispatcher only reads it).
+bool autocast_included(DeviceType type);
+void set_autocast_included(DeviceType type, bool on);
+
+// The device type a call runs on: that of its first defined, non-wrapped-number input.
+DeviceType call_device_type(const OpCall& call);
+
+}  // namespace mixtape

@@ -1,0 +1,124 @@
+// ops/cast.cpp — to_dtype, to_device, clone.
+//   to_dtype(x: T[*], dtype) -> dtype[*]; backward: cast g back to T.
+//   clone(x) -> contiguous copy; backward: identity.
+//   to_device(x, device) -> copy on device; backward: copy g back. (CUDA kernels in ops/cuda/.)
+// Float -> 16-bit conversions round to nearest even (core/half.h, core/bfloat16.h); whole
+// contiguous f32 <-> f16/bf16 buffers use the bulk (F16C/AVX2) converters, bit-identical.
+#include "ops/cast.h"
+
+#include "core/convert.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/op_def.h"
+
+namespace mixtape {
+namespace {
+
+template <typename To, typename From>
+To convert_value(From v) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<acc_t<From>>(v) != acc_t<From>(0);
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    if constexpr (std::is_same_v<From, double>)
+      return To(static_cast<float>(v));  // double -> float -> 16-bit, as PyTorch does
+    else
+      return To(static_cast<float>(v));
+  } else {
+    return static_cast<To>(static_cast<acc_t<From>>(v));
+  }
+}
+
+// Copies src into dst (same shape; any dtypes, any strides) on the CPU.
+void copy_convert(const Tensor& dst, const Tensor& src) {
+  if (dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes()) {
+    size_t n = static_cast<size_t>(dst.numel());
+    if (src.dtype() == dst.dtype()) {
+      if (n) std::memcpy(dst.data_ptr(), src.data_ptr(), n * dst.element_size());
+      return;
+    }
+    if (src.dtype() == DType::Float32 && dst.dtype() == DType::Float16)
+      return convert_float_to_half(src.data_ptr<float>(), dst.data_ptr<Half>(), n);
+    if (src.dtype() == DType::Float16 && dst.dtype() == DType::Float32)
+      return convert_half_to_float(src.data_ptr<Half>(), dst.data_ptr<float>(), n);
+    if (src.dtype() == DType::Float32 && dst.dtype() == DType::BFloat16)
+      return convert_float_to_bfloat16(src.data_ptr<float>(), dst.data_ptr<BFloat16>(), n);
+    if (src.dtype() == DType::BFloat16 && dst.dtype() == DType::Float32)
+      return convert_bfloat16_to_float(src.data_ptr<BFloat16>(), dst.data_ptr<float>(), n);
+  }
+  visit_dtype(dst.dtype(), "copy", [&]<typename To>() {
+    visit_dtype(src.dtype(), "copy", [&]<typename From>() {
+      cpu::strided_loop<2>(dst.sizes(),
+                           {{static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},
+                            {cpu::broadcast_byte_strides(dst, dst.sizes()), cpu::broadcast_byte_strides(src, dst.sizes())}},
+                           [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+                             for (int64_t i = 0; i < n; ++i) {
+                               From v;
+                               std::memcpy(&v, p[1] + i * s[1], sizeof(From));
+                               To t = convert_value<To>(v);
+                               std::memcpy(p[0] + i * s[0], &t, sizeof(To));
+                             }
+                           });
+    });
+  });
+}
+
+TensorList to_dtype_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(call.attrs.get<DType>("dtype")));
+  copy_convert(out, x);
+  return {out};
+}
+
+TensorList to_dtype_backward(BackwardContext& ctx) { return {to_dtype(ctx.grad(), ctx.input_dtype(0))}; }
+
+const OpSchema& kToDtype = define_op("to_dtype").save({}).grad(to_dtype_backward).kernel(DeviceType::CPU, to_dtype_cpu);
+
+TensorList clone_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
+  copy_convert(out, x);
+  return {out};
+}
+TensorList clone_backward(BackwardContext& ctx) { return {ctx.grad()}; }
+const OpSchema& kClone = define_op("clone").save({}).grad(clone_backward).kernel(DeviceType::CPU, clone_cpu);
+
+// CPU <-> CPU is a copy; transfers involving CUDA are registered by the CUDA backend.
+// attr device: the target device index, -1 for the CPU.
+TensorList to_device_cpu(const OpCall& call) {
+  int64_t target = call.attrs.get<int64_t>("device");
+  MT_CHECK(target < 0, "to_device: cannot copy to cuda:", target,
+           " (mixtape was built without CUDA, or no GPU is available)");
+  return clone_cpu(call);
+}
+TensorList to_device_backward(BackwardContext& ctx) { return {to_device(ctx.grad(), ctx.input_meta[0].device)}; }
+const OpSchema& kToDevice = define_op("to_device")
+                                .allow_mixed_devices()
+                                .save({})
+                                .grad(to_device_backward)
+                                .kernel(DeviceType::CPU, to_device_cpu);
+
+}  // namespace
+
+namespace cpu {
+Tensor cast_to(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::empty(t.sizes(), TensorOptions(dtype));
+  copy_convert(out, t);
+  return out;
+}
+void copy_into(const Tensor& dst, const Tensor& src) { copy_convert(dst, src); }
+}  // namespace cpu
+
+Tensor to_dtype(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return dispatch1(kToDtype, {x}, {{"dtype", dtype}});
+}
+
+Tensor to_device(const Tensor& x, Device device) {
+  if (x.device() == device) return x;
+  return dispatch1(kToDevice, {x}, {{"device", int64_t(device.is_cpu() ? -1 : device.index())}});
+}
+
+Tensor clone(const Tensor& x) { return dispatch1(kClone, {x}); }
+Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
+
+}  // namespace mixtape

@@ -1,0 +1,112 @@
+// ops/cpu/elementwise.h — generic CPU kernels for unary and binary pointwise ops, built from
+// ops/functors.h. Broadcasting, type promotion, wrapped scalars and 16-bit rounding live here
+// once, so an op file only names its functor.
+#pragma once
+#include <type_traits>
+
+#include "core/dispatcher.h"
+#include "ops/cpu/loops.h"
+
+namespace mixtape::cpu {
+
+// Returns t converted to dtype (t itself if it already is); not recorded by autograd.
+Tensor cast_to(const Tensor& t, DType dtype);
+// Copies src (broadcastable to dst) into dst converting dtypes; dst is written in place.
+void copy_into(const Tensor& dst, const Tensor& src);
+
+// Functors with parameters read them from the call's attributes.
+template <typename F>
+F make_functor(const Attrs& attrs) {
+  if constexpr (requires { F::from(attrs); })
+    return F::from(attrs);
+  else
+    return F{};
+}
+
+enum class TypeRule {
+  Same,          // output dtype = (promoted) input dtype; any dtype
+  FloatingOnly,  // integral inputs are computed as f32 (exp(int) -> f32)
+  Bool,          // compute in the promoted dtype, store bool (comparisons)
+};
+
+template <typename F, TypeRule rule = TypeRule::FloatingOnly>
+TensorList unary_kernel(const OpCall& call) {
+  Tensor x = call.inputs[0];
+  DType dt = x.dtype();
+  if (rule == TypeRule::FloatingOnly && !is_floating(dt)) dt = kDefaultFloat;
+  x = cast_to(x, dt);
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(dt));
+  F f = make_functor<F>(call.attrs);
+  visit_dtype(dt, call.name(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      MT_ERROR(call.name(), ": bool tensors are not supported, got ", x.describe());
+    } else {
+      strided_loop<2>(x.sizes(), {{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
+                                  {broadcast_byte_strides(out, x.sizes()), broadcast_byte_strides(x, x.sizes())}},
+                      [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+                        for (int64_t i = 0; i < n; ++i) store<T>(p[0] + i * s[0], f(load<T>(p[1] + i * s[1])));
+                      });
+    }
+  });
+  return {out};
+}
+
+template <typename F, TypeRule rule = TypeRule::Same>
+TensorList binary_kernel(const OpCall& call) {
+  Tensor a = call.inputs[0], b = call.inputs[1];
+  DType dt = result_type(a, b);
+  if (rule == TypeRule::FloatingOnly && !is_floating(dt)) dt = kDefaultFloat;
+  IntList shape = broadcast_shapes(a.sizes(), b.sizes(), call.name());
+  DType out_dt = rule == TypeRule::Bool ? DType::Bool : dt;
+  Tensor out = Tensor::empty(shape, TensorOptions(out_dt));
+  F f = make_functor<F>(call.attrs);
+  visit_dtype(dt, call.name(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, bool>) {
+      MT_ERROR(call.name(), ": bool tensors are not supported, got ", a.describe(), " and ", b.describe());
+    } else {
+      using A = acc_t<T>;
+      auto emit = [&](char* o, A v) {
+        if constexpr (rule == TypeRule::Bool) {
+          bool bv = v != A(0);
+          std::memcpy(o, &bv, 1);
+        } else {
+          store<T>(o, v);
+        }
+      };
+      // A wrapped number keeps its full value in the compute type (PyTorch's "opmath" scalar):
+      // f16 * 0.1 multiplies by 0.1f, not by the f16 nearest to 0.1.
+      if (b.is_wrapped_number() || a.is_wrapped_number()) {
+        bool b_scalar = b.is_wrapped_number();
+        A s = static_cast<A>(get_element(b_scalar ? b : a, 0));
+        Tensor t = cast_to(b_scalar ? a : b, dt);
+        strided_loop<2>(shape, {{static_cast<char*>(out.data_ptr()), static_cast<char*>(t.data_ptr())},
+                                {broadcast_byte_strides(out, shape), broadcast_byte_strides(t, shape)}},
+                        [&](std::array<char*, 2> p, std::array<int64_t, 2> st, int64_t n) {
+                          if (b_scalar)
+                            for (int64_t i = 0; i < n; ++i) emit(p[0] + i * st[0], f(load<T>(p[1] + i * st[1]), s));
+                          else
+                            for (int64_t i = 0; i < n; ++i) emit(p[0] + i * st[0], f(s, load<T>(p[1] + i * st[1])));
+                        });
+        return;
+      }
+      Tensor ca = cast_to(a, dt), cb = cast_to(b, dt);
+      strided_loop<3>(shape,
+                      {{static_cast<char*>(out.data_ptr()), static_cast<char*>(ca.data_ptr()),
+                        static_cast<char*>(cb.data_ptr())},
+                       {broadcast_byte_strides(out, shape), broadcast_byte_strides(ca, shape),
+                        broadcast_byte_strides(cb, shape)}},
+                      [&](std::array<char*, 3> p, std::array<int64_t, 3> st, int64_t n) {
+                        if (st[0] == sizeof(T) && st[1] == sizeof(T) && st[2] == sizeof(T)) {
+                          for (int64_t i = 0; i < n; ++i)
+                            emit(p[0] + i * sizeof(T), f(load<T>(p[1] + i * sizeof(T)), load<T>(p[2] + i * sizeof(T))));
+                        } else {
+                          for (int64_t i = 0; i < n; ++i)
+                            emit(p[0] + i * st[0], f(load<T>(p[1] + i * st[1]), load<T>(p[2] + i * st[2])));
+                        }
+                      });
+    }
+  });
+  return {out};
+}
+
+}  // namespace mixtape::cpu

@@ -1,0 +1,128 @@
+// ops/cpu/loops.h — the CPU elementwise machinery every pointwise op shares.
+//
+// strided_loop walks N operands over a common shape: dimensions that are contiguous in every
+// operand are merged, the innermost one becomes a tight loop, and rows are split over OpenMP
+// threads when the work is large enough to pay for them. Element type conversion follows the
+// rule of the project: load 16-bit values as float, compute in acc_t<T>, round once on store.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <omp.h>
+
+#include "core/tensor.h"
+
+namespace mixtape::cpu {
+
+// Below this many elements an op runs on one thread: thread start-up costs more than it saves.
+inline constexpr int64_t kParallelGrain = 32768;
+
+template <size_t N>
+struct StridedOperands {
+  std::array<char*, N> base;
+  std::array<IntList, N> strides;  // bytes
+};
+
+// Merges dimensions that are contiguous in every operand; drops size-1 dims.
+template <size_t N>
+void coalesce(IntList& sizes, std::array<IntList, N>& strides) {
+  IntList s;
+  std::array<IntList, N> st;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    if (!s.empty()) {
+      bool mergeable = true;
+      for (size_t k = 0; k < N; ++k)
+        if (st[k].back() != strides[k][d] * sizes[d]) mergeable = false;
+      if (mergeable) {
+        s.back() *= sizes[d];
+        for (size_t k = 0; k < N; ++k) st[k].back() = strides[k][d];
+        continue;
+      }
+    }
+    s.push_back(sizes[d]);
+    for (size_t k = 0; k < N; ++k) st[k].push_back(strides[k][d]);
+  }
+  if (s.empty()) {
+    s.push_back(1);
+    for (size_t k = 0; k < N; ++k) st[k].push_back(0);
+  }
+  sizes = s;
+  strides = st;
+}
+
+// Calls row(ptrs, inner_strides_in_bytes, count) for every innermost row of `sizes`.
+template <size_t N, typename Row>
+void strided_loop(IntList sizes, StridedOperands<N> ops, Row&& row) {
+  coalesce<N>(sizes, ops.strides);
+  const size_t nd = sizes.size();
+  const int64_t inner = sizes[nd - 1];
+  int64_t rows = 1;
+  for (size_t d = 0; d + 1 < nd; ++d) rows *= sizes[d];
+  std::array<int64_t, N> inner_strides;
+  for (size_t k = 0; k < N; ++k) inner_strides[k] = ops.strides[k][nd - 1];
+
+  auto run_rows = [&](int64_t r0, int64_t r1) {
+    // Multi-index of row r0 over the outer dims, then an odometer.
+    IntList idx(nd > 1 ? nd - 1 : 1, 0);
+    std::array<char*, N> p = ops.base;
+    int64_t rem = r0;
+    for (size_t d = nd - 1; d-- > 0;) {
+      idx[d] = rem % sizes[d];
+      rem /= sizes[d];
+      for (size_t k = 0; k < N; ++k) p[k] += idx[d] * ops.strides[k][d];
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      row(p, inner_strides, inner);
+      for (size_t d = nd - 1; d-- > 0;) {
+        ++idx[d];
+        for (size_t k = 0; k < N; ++k) p[k] += ops.strides[k][d];
+        if (idx[d] < sizes[d]) break;
+        for (size_t k = 0; k < N; ++k) p[k] -= idx[d] * ops.strides[k][d];
+        idx[d] = 0;
+      }
+    }
+  };
+
+  int64_t total = rows * inner;
+  int nthreads = total >= kParallelGrain ? omp_get_max_threads() : 1;
+  if (nthreads <= 1 || rows == 1) {
+    if (rows == 1 && nthreads > 1 && inner >= kParallelGrain) {
+      // One long row: split it.
+#pragma omp parallel num_threads(nthreads)
+      {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        int64_t b = inner * t / nt, e = inner * (t + 1) / nt;
+        std::array<char*, N> p = ops.base;
+        for (size_t k = 0; k < N; ++k) p[k] += b * inner_strides[k];
+        if (e > b) row(p, inner_strides, e - b);
+      }
+      return;
+    }
+    run_rows(0, rows);
+    return;
+  }
+#pragma omp parallel num_threads(nthreads)
+  {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t b = rows * t / nt, e = rows * (t + 1) / nt;
+    if (e > b) run_rows(b, e);
+  }
+}
+
+template <typename T>
+inline acc_t<T> load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return static_cast<acc_t<T>>(v);
+}
+template <typename T>
+inline void store(char* p, acc_t<T> v) {
+  T t = static_cast<T>(v);
+  std::memcpy(p, &t, sizeof(T));
+}
+
+// Byte strides of `t` broadcast to `shape` (0 where t is broadcast).
+IntList broadcast_byte_strides(const Tensor& t, const IntList& shape);
+
+}  // namespace mixtape::cpu

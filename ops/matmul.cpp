@@ -1,0 +1,147 @@
+// ops/matmul.cpp — the batched matrix product primitive.
+//   matmul(a: (*A, n, k), b: (*B, k, m)) -> (broadcast(*A, *B), n, m)
+//   backward: ga = g @ b^T summed to a's shape; gb = a^T @ g summed to b's shape.
+// CPU kernel: OpenBLAS sgemm/dgemm per batch entry. 16-bit operands are widened to f32 with the
+// bulk converter, multiplied with f32 accumulation, and the f32 result rounded once — the same
+// numbers a tensor core with f32 accumulation produces (a dot of 4096 f16 ones is exactly 4096).
+#include "ops/matmul.h"
+
+#include <cblas.h>
+
+#include "core/convert.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/op_def.h"
+
+namespace mixtape {
+namespace {
+
+// A matrix operand as BLAS wants it: pointer, transposed flag, leading dimension.
+struct BlasOperand {
+  bool trans;
+  int64_t ld;
+};
+// Row-major (rows, cols) matrix with element strides (sr, sc): usable directly if one stride is 1.
+bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, BlasOperand& out) {
+  if (sc == 1 && (sr >= std::max<int64_t>(cols, 1) || rows == 1)) {
+    out = {false, std::max<int64_t>({sr, cols, 1})};
+    return true;
+  }
+  if (sr == 1 && (sc >= std::max<int64_t>(rows, 1) || cols == 1)) {
+    out = {true, std::max<int64_t>({sc, rows, 1})};
+    return true;
+  }
+  return false;
+}
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t n, int64_t m, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+          int64_t ldc) {
+  auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, TA, TB, int(n), int(m), int(k), 1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, int(n), int(m), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
+}
+
+TensorList matmul_cpu(const OpCall& call) {
+  Tensor a = call.inputs[0], b = call.inputs[1];
+  MT_CHECK(a.dim() >= 2 && b.dim() >= 2, call.name(), ": expected operands with at least 2 dims, got ", a.describe(),
+           " and ", b.describe());
+  MT_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), call.name(), ": expected floating operands, got ",
+           a.describe(), " and ", b.describe());
+  MT_CHECK(a.dtype() == b.dtype(), call.name(), ": expected both operands to have the same dtype, got ", a.describe(),
+           " @ ", b.describe(), " (cast one, or run under autocast)");
+  int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
+  MT_CHECK(b.size(-2) == k, call.name(), ": inner dimensions must match, got ", shape_str(a.sizes()), " @ ",
+           shape_str(b.sizes()));
+  IntList abatch(a.sizes().begin(), a.sizes().end() - 2), bbatch(b.sizes().begin(), b.sizes().end() - 2);
+  IntList batch = broadcast_shapes(abatch, bbatch, call.name());
+  IntList out_shape = batch;
+  out_shape.push_back(n);
+  out_shape.push_back(m);
+  const DType dt = a.dtype();
+  Tensor out = Tensor::empty(out_shape, TensorOptions(dt));
+  int64_t nb = numel_of(batch);
+  if (out.numel() == 0) return {out};
+
+  // Compute type: f64 stays f64, everything else runs in f32.
+  const DType ct = dt == DType::Float64 ? DType::Float64 : DType::Float32;
+  Tensor ac = cpu::cast_to(a, ct), bc = cpu::cast_to(b, ct);
+  Tensor oc = ct == dt ? out : Tensor::empty(out_shape, TensorOptions(ct));
+  // Matrices whose strides BLAS can't take are made contiguous first.
+  BlasOperand la{}, lb{};
+  if (!blas_layout(n, k, ac.stride(-2), ac.stride(-1), la)) {
+    ac = cpu::cast_to(clone(ac.detach()), ct);
+    blas_layout(n, k, ac.stride(-2), ac.stride(-1), la);
+  }
+  if (!blas_layout(k, m, bc.stride(-2), bc.stride(-1), lb)) {
+    bc = cpu::cast_to(clone(bc.detach()), ct);
+    blas_layout(k, m, bc.stride(-2), bc.stride(-1), lb);
+  }
+  IntList as = cpu::broadcast_byte_strides(ac.as_strided_alias(abatch, IntList(ac.strides().begin(), ac.strides().end() - 2),
+                                                               ac.storage_offset()),
+                                           batch);
+  IntList bs = cpu::broadcast_byte_strides(bc.as_strided_alias(bbatch, IntList(bc.strides().begin(), bc.strides().end() - 2),
+                                                               bc.storage_offset()),
+                                           batch);
+  visit_floating(ct, call.name(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      const char* ap = static_cast<const char*>(ac.data_ptr());
+      const char* bp = static_cast<const char*>(bc.data_ptr());
+      T* op = static_cast<T*>(oc.data_ptr());
+      for (int64_t i = 0; i < nb; ++i) {
+        int64_t rem = i, aoff = 0, boff = 0;
+        for (size_t d = batch.size(); d-- > 0;) {
+          int64_t idx = rem % batch[d];
+          rem /= batch[d];
+          aoff += idx * as[d];
+          boff += idx * bs[d];
+        }
+        gemm<T>(la.trans, lb.trans, n, m, k, reinterpret_cast<const T*>(ap + aoff), la.ld,
+                reinterpret_cast<const T*>(bp + boff), lb.ld, op + i * n * m, m);
+      }
+    }
+  });
+  if (!oc.is_same(out)) cpu::copy_into(out, oc);  // one rounding to f16/bf16
+  return {out};
+}
+
+Tensor mT(const Tensor& x) { return transpose(x, -1, -2); }
+
+TensorList matmul_backward(BackwardContext& c) {
+  const Tensor& g = c.grad();
+  return {c.needs_input_grad(0) ? sum_to(matmul(g, mT(c.input(1))), c.input_sizes(0)) : Tensor(),
+          c.needs_input_grad(1) ? sum_to(matmul(mT(c.input(0)), g), c.input_sizes(1)) : Tensor()};
+}
+
+const OpSchema& kMatmul =
+    define_op("matmul").policy(AmpPolicy::LowerPrecision).grad(matmul_backward).kernel(DeviceType::CPU, matmul_cpu);
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  MT_CHECK(a.defined() && b.defined(), "matmul: undefined operand");
+  MT_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dimension, got ", a.describe(),
+           " and ", b.describe());
+  if (a.dim() == 1 && b.dim() == 1) {
+    MT_CHECK(a.size(0) == b.size(0), "matmul: 1-D tensors must have the same size for a dot product, got ",
+             a.describe(), " and ", b.describe());
+    return reshape(dispatch1(kMatmul, {unsqueeze(a, 0), unsqueeze(b, 1)}), {});
+  }
+  if (a.dim() == 1) return squeeze(dispatch1(kMatmul, {unsqueeze(a, 0), b}), -2);
+  if (b.dim() == 1) return squeeze(dispatch1(kMatmul, {a, unsqueeze(b, 1)}), -1);
+  return dispatch1(kMatmul, {a, b});
+}
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  MT_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-D matrices, got ", a.describe(), " and ", b.describe());
+  return dispatch1(kMatmul, {a, b});
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  MT_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0), "bmm: expected (B, n, k) and (B, k, m) with the "
+           "same B, got ", a.describe(), " and ", b.describe());
+  return dispatch1(kMatmul, {a, b});
+}
+
+}  // namespace mixtape

@@ -1,0 +1,45 @@
+// ops/pointwise.h — elementwise arithmetic with broadcasting and PyTorch's type promotion.
+#pragma once
+#include "core/tensor.h"
+
+namespace mixtape {
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, const Scalar& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Scalar& b);
+Tensor rsub(const Tensor& a, const Scalar& b);  // b - a
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Scalar& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Scalar& b);
+Tensor rdiv(const Tensor& a, const Scalar& b);  // b / a
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor sign(const Tensor& x);  // not differentiable (zero gradient everywhere it exists)
+Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor eq(const Tensor& a, const Tensor& b);  // bool result, not differentiable
+// g * (out > 0): relu's backward, exposed so it is itself differentiable (double backward).
+Tensor relu_grad(const Tensor& g, const Tensor& out);
+
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& x);
+Tensor operator+(const Tensor& a, const Scalar& b);
+Tensor operator-(const Tensor& a, const Scalar& b);
+Tensor operator*(const Tensor& a, const Scalar& b);
+Tensor operator/(const Tensor& a, const Scalar& b);
+Tensor operator+(const Scalar& a, const Tensor& b);
+Tensor operator-(const Scalar& a, const Tensor& b);
+Tensor operator*(const Scalar& a, const Tensor& b);
+Tensor operator/(const Scalar& a, const Tensor& b);
+
+}  // namespace mixtape

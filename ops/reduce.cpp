@@ -1,0 +1,270 @@
+// ops/reduce.cpp — sum, mean, max, amax.
+//   sum(x: T[*], dims, keepdim, dtype?) -> dtype or T (Int64 for integers); AMP fp32-unless-dtype
+//   mean(x, dims, keepdim) = sum / count, floating only
+//   max(x, dim, keepdim) -> (values T, indices i64)
+//   amax(x, dims, keepdim) -> T
+// CPU strategy: move the reduced dims last and make the tensor contiguous, so every output
+// element reduces one contiguous run; runs are split over threads.
+#include "ops/reduce.h"
+
+#include <cmath>
+#include <limits>
+
+#include "ops/cpu/elementwise.h"
+#include "ops/op_def.h"
+
+namespace mixtape {
+namespace {
+
+// Accumulator of reductions: wider than storage so long sums stay accurate.
+template <typename T> struct reduce_acc { using type = double; };
+template <> struct reduce_acc<Half> { using type = float; };
+template <> struct reduce_acc<BFloat16> { using type = float; };
+template <> struct reduce_acc<int64_t> { using type = int64_t; };
+template <> struct reduce_acc<int32_t> { using type = int64_t; };
+template <> struct reduce_acc<uint8_t> { using type = int64_t; };
+template <> struct reduce_acc<bool> { using type = int64_t; };
+
+// Normalised, sorted, unique reduced dims; empty `dims` means all.
+IntList reduced_dims(const Tensor& x, const IntList& dims, const char* op) {
+  IntList out;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < x.dim(); ++d) out.push_back(d);
+    return out;
+  }
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(x.dim(), 1)), false);
+  for (int64_t d : dims) {
+    int64_t w = wrap_dim(d, x.dim(), op);
+    MT_CHECK(!seen[static_cast<size_t>(w)], op, ": dim ", w, " appears twice in ", shape_str(dims));
+    seen[static_cast<size_t>(w)] = true;
+  }
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (seen[static_cast<size_t>(d)]) out.push_back(d);
+  return out;
+}
+
+IntList reduced_shape(const Tensor& x, const IntList& rdims, bool keepdim) {
+  IntList out;
+  size_t r = 0;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    bool red = r < rdims.size() && rdims[r] == d;
+    if (red) ++r;
+    if (!red)
+      out.push_back(x.sizes()[d]);
+    else if (keepdim)
+      out.push_back(1);
+  }
+  return out;
+}
+
+// x permuted so kept dims come first and reduced dims last, contiguous. Returns (runs, run length).
+std::pair<Tensor, int64_t> as_runs(const Tensor& x, const IntList& rdims) {
+  IntList perm, kept;
+  int64_t len = 1;
+  size_t r = 0;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (r < rdims.size() && rdims[r] == d) {
+      ++r;
+      len *= x.sizes()[d];
+    } else {
+      perm.push_back(d);
+    }
+  }
+  for (int64_t d : rdims) perm.push_back(d);
+  IntList sizes, strides;
+  for (int64_t d : perm) {
+    sizes.push_back(x.sizes()[d]);
+    strides.push_back(x.strides()[d]);
+  }
+  Tensor p = x.as_strided_alias(sizes, strides, x.storage_offset());
+  if (!p.is_contiguous()) p = cpu::cast_to(clone(p.detach()), x.dtype());
+  return {p, len};
+}
+
+// Runs fn(run_index) for every output element, in parallel when the work is large.
+template <typename F>
+void for_each_run(int64_t runs, int64_t len, F&& fn) {
+#pragma omp parallel for if (runs * len >= cpu::kParallelGrain && runs > 1) schedule(static)
+  for (int64_t i = 0; i < runs; ++i) fn(i);
+}
+
+// attrs: dims (IntList, empty = all), keepdim (bool), dtype (optional), mean (bool)
+TensorList sum_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const bool is_mean = call.attrs.get_or<bool>("mean", false);
+  IntList rdims = reduced_dims(x, call.attrs.get<IntList>("dims"), call.name());
+  bool keepdim = call.attrs.get<bool>("keepdim");
+  DType out_dt = call.attrs.get_dtype("dtype").value_or(is_integral(x.dtype(), true) ? DType::Int64 : x.dtype());
+  MT_CHECK(!is_mean || is_floating(out_dt), call.name(), ": mean needs a floating dtype, got ", dtype_name(out_dt),
+           " (pass dtype=Float32 or convert the input)");
+  // Compute in the requested dtype when it is wider (sum(f16, dtype=f32) accumulates f16 values as f32).
+  Tensor src = cpu::cast_to(x, is_floating(out_dt) && is_floating(x.dtype()) ? out_dt : x.dtype());
+  auto [runs_t, len] = as_runs(src, rdims);
+  Tensor out = Tensor::empty(reduced_shape(x, rdims, keepdim), TensorOptions(out_dt));
+  int64_t runs = out.numel();
+  visit_dtype(src.dtype(), call.name(), [&]<typename T>() {
+    using Acc = typename reduce_acc<T>::type;
+    const T* in = static_cast<const T*>(runs_t.data_ptr());
+    Tensor acc_out = Tensor::empty(out.sizes(), TensorOptions(dtype_v<Acc>));
+    Acc* o = static_cast<Acc*>(acc_out.data_ptr());
+    for_each_run(runs, len, [&](int64_t i) {
+      const T* p = in + i * len;
+      Acc s = 0;
+      for (int64_t j = 0; j < len; ++j) s += static_cast<Acc>(static_cast<acc_t<T>>(p[j]));
+      if (is_mean) s = len ? s / static_cast<Acc>(len) : std::numeric_limits<Acc>::quiet_NaN();
+      o[i] = s;
+    });
+    cpu::copy_into(out, acc_out);  // the single rounding to the output dtype
+  });
+  return {out};
+}
+
+// Gradient of a reduction output broadcast back over the reduced dims.
+Tensor expand_reduced_grad(const Tensor& g, const BackwardContext& c) {
+  const IntList& in_sizes = c.input_sizes(0);
+  IntList rdims;
+  {
+    IntList dims = c.attrs.get<IntList>("dims");
+    if (dims.empty())
+      for (int64_t d = 0; d < static_cast<int64_t>(in_sizes.size()); ++d) rdims.push_back(d);
+    else
+      for (int64_t d : dims) rdims.push_back(wrap_dim(d, static_cast<int64_t>(in_sizes.size()), "sum"));
+  }
+  Tensor gk = g;
+  if (!c.attrs.get<bool>("keepdim")) {
+    std::sort(rdims.begin(), rdims.end());
+    for (int64_t d : rdims) gk = gk.unsqueeze(d);
+  }
+  return gk.expand(in_sizes);
+}
+
+TensorList sum_backward(BackwardContext& c) { return {expand_reduced_grad(c.grad(), c)}; }
+const OpSchema& kSum =
+    define_op("sum").policy(AmpPolicy::FP32UnlessDtype).save({}).grad(sum_backward).kernel(DeviceType::CPU, sum_cpu);
+
+TensorList mean_backward(BackwardContext& c) {
+  int64_t n = numel_of(c.input_sizes(0)) / std::max<int64_t>(1, numel_of(c.grad().sizes()));
+  return {expand_reduced_grad(c.grad() / static_cast<double>(n), c)};
+}
+const OpSchema& kMean = define_op("mean").save({}).grad(mean_backward).kernel(DeviceType::CPU, sum_cpu);
+
+// ---- max over one dim: (values, indices) ----
+TensorList max_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  MT_CHECK(x.numel() > 0, call.name(), ": cannot reduce an empty tensor ", x.describe());
+  int64_t dim = wrap_dim(call.attrs.get<int64_t>("dim"), x.dim(), call.name());
+  bool keepdim = call.attrs.get<bool>("keepdim");
+  IntList rdims = x.dim() == 0 ? IntList{} : IntList{dim};
+  auto [runs_t, len] = as_runs(x, rdims);
+  IntList oshape = reduced_shape(x, rdims, keepdim);
+  Tensor values = Tensor::empty(oshape, TensorOptions(x.dtype()));
+  Tensor indices = Tensor::empty(oshape, TensorOptions(DType::Int64));
+  int64_t* idx = indices.data_ptr<int64_t>();
+  visit_dtype(x.dtype(), call.name(), [&]<typename T>() {
+    const T* in = static_cast<const T*>(runs_t.data_ptr());
+    T* out = static_cast<T*>(values.data_ptr());
+    for_each_run(values.numel(), len, [&](int64_t i) {
+      const T* p = in + i * len;
+      int64_t best = 0;
+      auto bv = static_cast<acc_t<T>>(p[0]);
+      for (int64_t j = 1; j < len; ++j) {
+        auto v = static_cast<acc_t<T>>(p[j]);
+        if constexpr (std::is_floating_point_v<acc_t<T>>)
+          if (std::isnan(bv)) break;  // NaN wins and stays
+        bool is_nan = false;
+        if constexpr (std::is_floating_point_v<acc_t<T>>) is_nan = std::isnan(v);
+        if (v > bv || is_nan) {
+          bv = v;
+          best = j;
+        }
+      }
+      out[i] = p[best];
+      idx[i] = best;
+    });
+  });
+  return {values, indices};
+}
+
+TensorList max_backward(BackwardContext& c) {
+  int64_t dim = c.attrs.get<int64_t>("dim");
+  Tensor g = c.grad(0), idx = c.output(1);
+  int64_t nd = static_cast<int64_t>(c.input_sizes(0).size());
+  if (nd == 0) return {g};
+  dim = wrap_dim(dim, nd, "max");
+  if (!c.attrs.get<bool>("keepdim")) {
+    g = g.unsqueeze(dim);
+    idx = idx.unsqueeze(dim);
+  }
+  return {scatter_add_into_zeros(g, dim, idx, c.input_sizes(0))};
+}
+const OpSchema& kMax = define_op("max").save({}, {1}).grad(max_backward).kernel(DeviceType::CPU, max_cpu);
+
+// ---- amax over dims ----
+TensorList amax_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  MT_CHECK(x.numel() > 0, call.name(), ": cannot reduce an empty tensor ", x.describe());
+  IntList rdims = reduced_dims(x, call.attrs.get<IntList>("dims"), call.name());
+  auto [runs_t, len] = as_runs(x, rdims);
+  Tensor out = Tensor::empty(reduced_shape(x, rdims, call.attrs.get<bool>("keepdim")), TensorOptions(x.dtype()));
+  visit_dtype(x.dtype(), call.name(), [&]<typename T>() {
+    const T* in = static_cast<const T*>(runs_t.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    for_each_run(out.numel(), len, [&](int64_t i) {
+      const T* p = in + i * len;
+      T best = p[0];
+      for (int64_t j = 1; j < len; ++j) {
+        auto v = static_cast<acc_t<T>>(p[j]), b = static_cast<acc_t<T>>(best);
+        bool nan_v = false, nan_b = false;
+        if constexpr (std::is_floating_point_v<acc_t<T>>) {
+          nan_v = std::isnan(v);
+          nan_b = std::isnan(b);
+        }
+        if (!nan_b && (v > b || nan_v)) best = p[j];
+      }
+      o[i] = best;
+    });
+  });
+  return {out};
+}
+TensorList amax_backward(BackwardContext& c) {
+  Tensor x = c.input(0);
+  Tensor y = expand_reduced_grad(c.output(0), c);
+  Tensor mask = to_dtype(eq(x, y), c.grad().dtype());
+  Tensor count = expand_reduced_grad(sum(mask, c.attrs.get<IntList>("dims"), c.attrs.get<bool>("keepdim")), c);
+  return {expand_reduced_grad(c.grad(), c) * mask / count};
+}
+const OpSchema& kAmax = define_op("amax").save({0}, {0}).grad(amax_backward).kernel(DeviceType::CPU, amax_cpu);
+
+}  // namespace
+
+Tensor sum(const Tensor& x, std::optional<DType> dtype) { return sum(x, IntList{}, false, dtype); }
+Tensor sum(const Tensor& x, const IntList& dims, bool keepdim, std::optional<DType> dtype) {
+  Attrs a{{"dims", dims}, {"keepdim", keepdim}};
+  if (dtype) a.set("dtype", *dtype);
+  return dispatch1(kSum, {x}, std::move(a));
+}
+Tensor mean(const Tensor& x) { return mean(x, IntList{}, false); }
+Tensor mean(const Tensor& x, const IntList& dims, bool keepdim) {
+  return dispatch1(kMean, {x}, {{"dims", dims}, {"keepdim", keepdim}, {"mean", true}});
+}
+std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
+  TensorList r = dispatch(kMax, {x}, {{"dim", dim}, {"keepdim", keepdim}});
+  return {r[0], r[1]};
+}
+Tensor amax(const Tensor& x, const IntList& dims, bool keepdim) {
+  return dispatch1(kAmax, {x}, {{"dims", dims}, {"keepdim", keepdim}});
+}
+Tensor amax(const Tensor& x, int64_t dim, bool keepdim) { return amax(x, IntList{dim}, keepdim); }
+
+Tensor sum_to(const Tensor& g, const IntList& shape) {
+  if (g.sizes() == shape) return g;
+  int64_t lead = g.dim() - static_cast<int64_t>(shape.size());
+  MT_CHECK(lead >= 0, "sum_to: cannot reduce ", g.describe(), " to ", shape_str(shape));
+  IntList dims;
+  for (int64_t d = 0; d < g.dim(); ++d)
+    if (d < lead || (shape[static_cast<size_t>(d - lead)] == 1 && g.sizes()[d] != 1)) dims.push_back(d);
+  Tensor r = dims.empty() ? g : sum(g, dims, /*keepdim=*/true, g.dtype());
+  return r.reshape(shape);
+}
+
+}  // namespace mixtape
