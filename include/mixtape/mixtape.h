@@ -12,6 +12,8 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "autograd/op_node.h"
 #include "autograd/gradcheck.h"
 #include "autograd/print.h"
 
