@@ -1,0 +1,35 @@
+// data/image_folder.h — a dataset of image files laid out one folder per class:
+//   root/<class name>/<any name>.{png,jpg,jpeg,bmp}
+// Classes are the sub-folder names in sorted order (label = position); files are sorted too,
+// so the sample order never depends on the file system. Images decode with stb_image.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+
+namespace mixtape::data {
+
+class ImageFolder : public Dataset {
+ public:
+  // channels: 1 (grayscale) or 3 (RGB); images are converted on load.
+  explicit ImageFolder(const std::string& root, int channels = 1);
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  // data: (channels, H, W) UInt8; target: 0-d Int64.
+  Example get(int64_t index) const override;
+  const std::vector<std::string>& classes() const { return classes_; }
+  const std::string& path(int64_t index) const { return files_.at(static_cast<size_t>(index)); }
+
+ private:
+  int channels_;
+  std::vector<std::string> classes_;
+  std::vector<std::string> files_;
+  std::vector<int64_t> labels_;
+};
+
+// Decodes one image file to (channels, H, W) UInt8; errors name the file and stb's reason.
+Tensor load_image(const std::string& path, int channels);
+// Writes a (1|3, H, W) or (H, W) UInt8 tensor as PNG.
+void save_png(const Tensor& image, const std::string& path);
+
+}  // namespace mixtape::data
