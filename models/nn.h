@@ -1,0 +1,20 @@
+// models/nn.h — everything of the models layer in one include: nn::Module, the layers,
+// nn::init, nn::functional, and the model zoo (mixtape::models).
+#pragma once
+#include "core/safetensors.h"
+#include "models/functional.h"
+#include "models/init.h"
+#include "models/layers/activation.h"
+#include "models/layers/batchnorm.h"
+#include "models/layers/conv.h"
+#include "models/layers/dropout.h"
+#include "models/layers/flatten.h"
+#include "models/layers/layernorm.h"
+#include "models/layers/linear.h"
+#include "models/layers/pooling.h"
+#include "models/layers/sequential.h"
+#include "models/module.h"
+#include "models/zoo/lenet.h"
+#include "models/zoo/mlp.h"
+#include "models/zoo/resnet.h"
+#include "models/zoo/small_cnn.h"
