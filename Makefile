@@ -1,0 +1,71 @@
+# Makefile — a thin front door around CMake; every real build rule lives in CMakeLists.txt.
+#
+#   make demo       install deps, Release build in build/, run the main job (train on Fashion-MNIST)
+#   make test       install deps, build, run every ctest except those labelled gpu
+#   make test-slow  only the tests labelled slow
+#   make asan       ASan+UBSan build in build-asan/ and its tests
+#   make bench      build and run the benchmark programs (build/bench)
+#   make clean      remove both build directories
+#
+# Override on the command line, e.g. `make test BUILD_DIR=/tmp/b CTEST_ARGS="-R tensor"`.
+
+BUILD_DIR  ?= build
+ASAN_DIR   ?= build-asan
+JOBS       ?= $(shell nproc)
+CMAKE      ?= cmake
+CTEST      ?= ctest
+
+# The main job `make demo` runs: SmallCNN on Fashion-MNIST (Debian's dataset-fashion-mnist),
+# 2 epochs, test accuracy at the end; metrics in out/fashion_mnist/.
+MAIN_JOB   ?= $(BUILD_DIR)/examples/train_fashion_mnist --model smallcnn --epochs 2 --out out/fashion_mnist
+
+CMAKE_ARGS ?=
+CTEST_ARGS ?=
+# Sanitizer runs skip gpu and slow tests (slow ones run 2-5x slower under ASan and already
+# run in the Release build); `make asan ASAN_EXCLUDE=gpu` runs them too.
+ASAN_EXCLUDE ?= gpu|slow
+ASAN_ENV   ?= UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+# The steps form a chain (deps -> configure -> build -> run), never run side by side.
+.NOTPARALLEL:
+.PHONY: deps configure build demo test test-slow asan bench clean
+
+deps:
+	scripts/install-deps.sh
+
+configure: deps
+	$(CMAKE) -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+build: configure
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS)
+
+demo: build
+	$(MAIN_JOB)
+
+test: build
+	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -LE '^gpu$$' --no-tests=error $(CTEST_ARGS)
+
+test-slow: build
+	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -L '^slow$$' --no-tests=ignore $(CTEST_ARGS)
+
+asan: deps
+	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DMIXTAPE_SANITIZE=ON -DMIXTAPE_BUILD_BENCH=OFF
+	$(CMAKE) --build $(ASAN_DIR) -j $(JOBS)
+	$(ASAN_ENV) $(CTEST) --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS) \
+	  -LE '^($(ASAN_EXCLUDE))$$' --no-tests=error $(CTEST_ARGS)
+
+# Runs every Google Benchmark program (bench/CMakeLists.txt names them bench_<name>); the
+# exhaustive conversion check there is a ctest (label slow), not run here. BENCH_ARGS go to
+# each program, e.g. BENCH_ARGS=--benchmark_filter=matmul.
+BENCH_ARGS ?=
+bench: CMAKE_ARGS += -DMIXTAPE_BUILD_BENCH=ON
+bench: build
+	@set -e; found=0; \
+	for b in $$(find $(BUILD_DIR)/bench -maxdepth 1 -type f -name 'bench_*' -perm -u+x | sort); do \
+	  found=1; echo "== $$b"; $$b $(BENCH_ARGS); \
+	done; \
+	[ $$found = 1 ] || echo "make bench: no benchmark programs in $(BUILD_DIR)/bench yet"
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)
