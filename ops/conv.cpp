@@ -1,0 +1,532 @@
+// ops/conv.cpp — conv2d and the two ops its backward is made of.
+//
+//   conv2d(x: (N, C, H, W), w: (O, C/G, kH, kW), b: (O) or none; stride s, padding p,
+//          dilation d, groups G) -> y: (N, O, OH, OW),  OH = (H + 2 pH - dH (kH - 1) - 1) / sH + 1
+//     y[n, o, i, j] = b[o] + sum_{c', ki, kj} w[o, c', ki, kj] * x[n, c, i sH - pH + ki dH, j sW - pW + kj dW]
+//     with c = (o / (O/G)) C/G + c' (the input channels of o's group) and x = 0 outside the image
+//     (zero padding). A cross-correlation, as in PyTorch.
+//   conv2d_input_grad(g: (N, O, OH, OW), w; input_size)  -> (N, C, H, W)       = J_x^T g
+//   conv2d_weight_grad(x, g: (N, O, OH, OW); weight_size) -> (O, C/G, kH, kW)  = J_w^T g
+// AMP: lower precision for all three. Dtypes f32, f64, f16, bf16; 16-bit operands are widened
+// to f32, multiplied by the f32 GEMM and the result rounded once — a 16-bit conv equals the f32
+// conv of the widened operands, rounded, bit for bit (the same f32 code runs).
+//
+// CPU algorithm: im2col + GEMM, one image at a time.
+//   col: (K, L) row-major, K = C kH kW, L = OH OW. Row r = (c kH + ki) kW + kj, column l = i OW + j:
+//        col[r, l] = x[n, c, i sH - pH + ki dH, j sW - pW + kj dW]  (0 where that is padding).
+//   Row r's order is w's memory order, so group g's rows are the block [g K/G, (g+1) K/G) and
+//   w_g = w[g O/G : (g+1) O/G] viewed as (O/G, K/G) multiplies it directly:
+//     forward      y_n[g] (O/G, L) = w_g (O/G, K/G) @ col_g (K/G, L)   (y_n prefilled with b, beta = 1)
+//     input grad   col_g = w_g^T @ g_n[g], then col2im (the adjoint of im2col) adds col into zeros
+//     weight grad  w_g += g_n[g] (O/G, L) @ col_g^T (L, K/G), summed over the images
+//   1x1 kernels with stride 1 and no padding need no col: it is x_n itself, (C, H W).
+//   Rows/columns of the image a window never reaches (stride > 1) get zero gradient.
+// Threading: OpenMP over the batch, each thread its own col buffer (and, for the weight grad,
+// its own (O, K/G) accumulator, summed in thread order afterwards — deterministic for a given
+// thread count), with BLAS single-threaded inside (OpenBLAS's pthread build serialises
+// concurrent multi-threaded GEMMs on a lock, so per-image GEMMs must not ask for threads).
+// Measured (standalone harness with the same im2col/sgemm, 2-core dev box, min of 25 runs, box
+// loaded by parallel builds) for the SmallCNN's second conv, batch 128, 32->64, 3x3, 14x14:
+//   batch threads + single-threaded sgemm (this)                      25-36 ms
+//   one threaded sgemm over the whole batch (im2col into (K, N L),
+//   29 MB, then a copy to NCHW)                                       64-84 ms
+//   serial batch loop, threaded sgemm per image                       97-180 ms
+//   batch threads calling threaded sgemm (the lock serialises them)   57-104 ms
+// and for the first conv (1->32, 28x28, K = 9): 0.8-1.0 ms against 1.8-1.9 (serial) and 12-25
+// (whole batch). Small problems (N K L < kParallelGrain) and single images run serially and
+// leave BLAS's threading as configured.
+//
+// Backward: all three ops are bilinear, so each one's derivatives are the others:
+//   conv2d:              dx = conv2d_input_grad(g, w),  dw = conv2d_weight_grad(x, g),  db = sum_{N,H,W} g
+//   conv2d_input_grad:   d/dg = conv2d(G, w),           d/dw = conv2d_weight_grad(G, g)
+//   conv2d_weight_grad:  d/dx = conv2d_input_grad(g, G), d/dg = conv2d(x, G)
+// so conv2d is differentiable to any order (double backward for gradient penalties works).
+#include "ops/conv.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "ops/cpu/elementwise.h"
+#include "ops/op_def.h"
+
+// OpenBLAS's thread control, weak so that another CBLAS still links (the guard then does nothing).
+extern "C" {
+void openblas_set_num_threads(int num_threads) __attribute__((weak));
+int openblas_get_num_threads(void) __attribute__((weak));
+}
+
+namespace mixtape {
+namespace {
+
+// ---- geometry and checks ----
+struct ConvGeom {
+  int64_t N, C, H, W;  // input
+  int64_t O, kH, kW;   // weight (O, C/G, kH, kW)
+  int64_t sH, sW, pH, pW, dH, dW, G;
+  int64_t OH, OW;      // output
+  int64_t Og() const { return O / G; }
+  int64_t K() const { return C * kH * kW; }
+  int64_t Kg() const { return K() / G; }
+  int64_t L() const { return OH * OW; }
+  int64_t image() const { return C * H * W; }
+  bool direct() const { return kH == 1 && kW == 1 && sH == 1 && sW == 1 && pH == 0 && pW == 0; }
+  IntList out_sizes() const { return {N, O, OH, OW}; }
+};
+
+// How an argument appears in error messages: the tensor's describe() or a bare shape.
+struct Shown {
+  const Tensor* t;
+  IntList sizes;
+  static Shown of(const Tensor& x) { return {&x, x.sizes()}; }
+  static Shown shape(const IntList& s) { return {nullptr, s}; }
+  std::string str() const { return t ? t->describe() : shape_str(sizes); }
+};
+
+IntList pair_arg(const char* op, const char* what, const IntList& v) {
+  MT_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " must have 1 or 2 values, got ", shape_str(v));
+  return v.size() == 1 ? IntList{v[0], v[0]} : v;
+}
+
+ConvGeom conv_geometry(const char* op, const Shown& x, const Shown& w, const IntList& stride, const IntList& padding,
+                       const IntList& dilation, int64_t groups) {
+  const IntList& xs = x.sizes;
+  const IntList& ws = w.sizes;
+  MT_CHECK(xs.size() == 4, op, ": expected a 4-D input (N, C, H, W), got ", x.str());
+  MT_CHECK(ws.size() == 4, op, ": weight must be 4-D (O, C/groups, kH, kW), got ", w.str());
+  MT_CHECK(stride.size() == 2 && stride[0] > 0 && stride[1] > 0, op, ": stride must be positive, got ",
+           shape_str(stride));
+  MT_CHECK(dilation.size() == 2 && dilation[0] > 0 && dilation[1] > 0, op, ": dilation must be positive, got ",
+           shape_str(dilation));
+  MT_CHECK(padding.size() == 2 && padding[0] >= 0 && padding[1] >= 0, op, ": padding must be non-negative, got ",
+           shape_str(padding));
+  MT_CHECK(groups > 0, op, ": groups must be positive, got ", groups);
+  MT_CHECK(ws[0] % groups == 0, op, ": groups ", groups, " must divide the output channels, got weight ", w.str());
+  MT_CHECK(xs[1] % groups == 0, op, ": groups ", groups, " must divide the input channels, got ", x.str());
+  MT_CHECK(ws[1] * groups == xs[1], op, ": expected input with ", ws[1] * groups, " channels (weight ", w.str(),
+           ", groups ", groups, "), got ", x.str());
+  MT_CHECK(ws[2] > 0 && ws[3] > 0, op, ": weight must have a non-empty kernel, got ", w.str());
+  ConvGeom g{xs[0],     xs[1],     xs[2],       xs[3],       ws[0],       ws[2],  ws[3], stride[0], stride[1],
+             padding[0], padding[1], dilation[0], dilation[1], groups, 0,     0};
+  const int64_t eh = g.dH * (g.kH - 1) + 1, ew = g.dW * (g.kW - 1) + 1;
+  MT_CHECK(eh <= g.H + 2 * g.pH && ew <= g.W + 2 * g.pW, op, ": kernel ", g.kH, "x", g.kW, " (dilation ",
+           shape_str(dilation), ", spanning ", eh, "x", ew, ") is larger than the padded input ", g.H + 2 * g.pH, "x",
+           g.W + 2 * g.pW, " (input ", x.str(), ", padding ", shape_str(padding), ")");
+  g.OH = (g.H + 2 * g.pH - eh) / g.sH + 1;
+  g.OW = (g.W + 2 * g.pW - ew) / g.sW + 1;
+  MT_CHECK(g.L() <= INT_MAX && g.K() <= INT_MAX && g.O <= INT_MAX, op, ": BLAS takes int dimensions; got ", g.O,
+           " output channels, ", g.K(), " taps, ", g.L(), " output pixels per image");
+  return g;
+}
+
+// The tensors of one call must share one floating dtype (autocast casts them; eager code must).
+void check_same_floating(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b,
+                         const Tensor& bias = Tensor()) {
+  MT_CHECK(is_floating(a.dtype()), op, ": expected a floating ", an, ", got ", a.describe());
+  MT_CHECK(b.dtype() == a.dtype(), op, ": expected ", an, " and ", bn, " of the same dtype, got ", a.describe(),
+           " and ", b.describe(), " (cast one, or run under autocast)");
+  if (bias.defined())
+    MT_CHECK(bias.dtype() == a.dtype(), op, ": expected bias of the ", an, "'s dtype, got ", bias.describe(), " for ",
+             an, " ", a.describe(), " (cast one, or run under autocast)");
+}
+
+void check_grad_shape(const char* op, const ConvGeom& g, const Tensor& grad) {
+  MT_CHECK(grad.sizes() == g.out_sizes(), op, ": expected grad of shape ", shape_str(g.out_sizes()),
+           " (the conv2d output for this input, weight and geometry), got ", grad.describe());
+}
+
+struct ConvArgs {
+  IntList stride, padding, dilation;
+  int64_t groups;
+  static ConvArgs from(const Attrs& a) {
+    return {a.get<IntList>("stride"), a.get<IntList>("padding"), a.get<IntList>("dilation"), a.get<int64_t>("groups")};
+  }
+  Attrs attrs() const { return {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}}; }
+};
+
+// ---- CPU building blocks (T = float or double) ----
+Tensor dense(const Tensor& t, DType ct) {
+  if (t.dtype() == ct && t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.sizes(), TensorOptions(ct));
+  cpu::copy_into(out, t);
+  return out;
+}
+DType compute_type(DType dt) { return dt == DType::Float64 ? DType::Float64 : DType::Float32; }
+
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+          T beta, T* c, int64_t ldc) {
+  auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// While alive (and `active`), OpenBLAS runs single-threaded. Process-wide and reference
+// counted: the first scope saves the thread count, the last restores it, so overlapping scopes
+// on several threads compose; a GEMM another thread runs meanwhile only loses its threads.
+class BlasSingleThreaded {
+ public:
+  explicit BlasSingleThreaded(bool active) : active_(active && openblas_set_num_threads && openblas_get_num_threads) {
+    if (!active_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (depth_++ == 0) {
+      saved_ = openblas_get_num_threads();
+      if (saved_ != 1) openblas_set_num_threads(1);
+    }
+  }
+  ~BlasSingleThreaded() {
+    if (!active_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--depth_ == 0 && saved_ != 1) openblas_set_num_threads(saved_);
+  }
+  BlasSingleThreaded(const BlasSingleThreaded&) = delete;
+  BlasSingleThreaded& operator=(const BlasSingleThreaded&) = delete;
+
+ private:
+  bool active_;
+  static inline std::mutex mu_;
+  static inline int depth_ = 0;
+  static inline int saved_ = 1;
+};
+
+// Threads for a loop over the batch: all of OpenMP's when there are images to share and work
+// to pay for them, else 1 (then BLAS keeps its own threading).
+int batch_threads(const ConvGeom& g) {
+  if (g.N < 2 || omp_in_parallel() || g.N * g.K() * g.L() < cpu::kParallelGrain) return 1;
+  return static_cast<int>(std::min<int64_t>(omp_get_max_threads(), g.N));
+}
+
+// Output positions [lo, hi) along one dim whose input index  pos * stride + off  is in [0, size).
+void valid_range(int64_t off, int64_t stride, int64_t size, int64_t out, int64_t& lo, int64_t& hi) {
+  lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  hi = size - off <= 0 ? 0 : (size - off + stride - 1) / stride;
+  hi = std::min(hi, out);
+  lo = std::min(lo, hi);
+}
+
+// x: (C, H, W) -> col: (K, L), layout in the header comment.
+template <typename T>
+void im2col(const T* x, const ConvGeom& g, T* col) {
+  const int64_t L = g.L();
+  for (int64_t c = 0; c < g.C; ++c) {
+    const T* xc = x + c * g.H * g.W;
+    for (int64_t ki = 0; ki < g.kH; ++ki) {
+      const int64_t offh = ki * g.dH - g.pH;
+      int64_t i0, i1;
+      valid_range(offh, g.sH, g.H, g.OH, i0, i1);
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        const int64_t offw = kj * g.dW - g.pW;
+        int64_t j0, j1;
+        valid_range(offw, g.sW, g.W, g.OW, j0, j1);
+        T* row = col + ((c * g.kH + ki) * g.kW + kj) * L;
+        std::fill(row, row + i0 * g.OW, T(0));
+        for (int64_t i = i0; i < i1; ++i) {
+          T* r = row + i * g.OW;
+          const T* src = xc + (i * g.sH + offh) * g.W + j0 * g.sW + offw;
+          std::fill(r, r + j0, T(0));
+          if (g.sW == 1)
+            std::memcpy(r + j0, src, sizeof(T) * static_cast<size_t>(j1 - j0));
+          else
+            for (int64_t j = j0; j < j1; ++j) r[j] = src[(j - j0) * g.sW];
+          std::fill(r + j1, r + g.OW, T(0));
+        }
+        std::fill(row + i1 * g.OW, row + L, T(0));
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: x (C, H, W) += col (K, L) scattered back to the pixels it came from.
+template <typename T>
+void col2im(const T* col, const ConvGeom& g, T* x) {
+  const int64_t L = g.L();
+  for (int64_t c = 0; c < g.C; ++c) {
+    T* xc = x + c * g.H * g.W;
+    for (int64_t ki = 0; ki < g.kH; ++ki) {
+      const int64_t offh = ki * g.dH - g.pH;
+      int64_t i0, i1;
+      valid_range(offh, g.sH, g.H, g.OH, i0, i1);
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        const int64_t offw = kj * g.dW - g.pW;
+        int64_t j0, j1;
+        valid_range(offw, g.sW, g.W, g.OW, j0, j1);
+        const T* row = col + ((c * g.kH + ki) * g.kW + kj) * L;
+        for (int64_t i = i0; i < i1; ++i) {
+          const T* r = row + i * g.OW;
+          T* dst = xc + (i * g.sH + offh) * g.W + j0 * g.sW + offw;
+          if (g.sW == 1)
+            for (int64_t j = j0; j < j1; ++j) dst[j - j0] += r[j];
+          else
+            for (int64_t j = j0; j < j1; ++j) dst[(j - j0) * g.sW] += r[j];
+        }
+      }
+    }
+  }
+}
+
+// x (N, C, H, W), w (O, K/G), b (O) or null -> y (N, O, L)
+template <typename T>
+void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* b, T* y) {
+  const int nt = batch_threads(g);
+  BlasSingleThreaded blas1(nt > 1);
+  const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();
+  std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t n = 0; n < g.N; ++n) {
+    T* col = cols.data() + static_cast<int64_t>(omp_get_thread_num()) * K * L;
+    const T* src = x + n * g.image();
+    if (!g.direct()) {
+      im2col(src, g, col);
+      src = col;
+    }
+    T* yn = y + n * g.O * L;
+    if (b)
+      for (int64_t o = 0; o < g.O; ++o) std::fill(yn + o * L, yn + (o + 1) * L, b[o]);
+    else if (Kg == 0)
+      std::fill(yn, yn + g.O * L, T(0));
+    if (Kg == 0 || Og == 0) continue;
+    for (int64_t gr = 0; gr < g.G; ++gr)
+      gemm<T>(false, false, Og, L, Kg, w + gr * Og * Kg, Kg, src + gr * Kg * L, L, b ? T(1) : T(0), yn + gr * Og * L,
+              L);
+  }
+}
+
+// gy (N, O, L), w (O, K/G) -> gx (N, C, H, W)
+template <typename T>
+void conv_input_grad(const ConvGeom& g, const T* gy, const T* w, T* gx) {
+  const int nt = batch_threads(g);
+  BlasSingleThreaded blas1(nt > 1);
+  const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();
+  std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+  for (int64_t n = 0; n < g.N; ++n) {
+    T* gxn = gx + n * g.image();
+    const T* gyn = gy + n * g.O * L;
+    if (Og == 0 || Kg == 0) {
+      std::fill(gxn, gxn + g.image(), T(0));
+      continue;
+    }
+    // Direct: col is the image gradient itself, (C, H W); else col2im it into zeros.
+    T* col = g.direct() ? gxn : cols.data() + static_cast<int64_t>(omp_get_thread_num()) * K * L;
+    for (int64_t gr = 0; gr < g.G; ++gr)
+      gemm<T>(true, false, Kg, L, Og, w + gr * Og * Kg, Kg, gyn + gr * Og * L, L, T(0), col + gr * Kg * L, L);
+    if (!g.direct()) {
+      std::fill(gxn, gxn + g.image(), T(0));
+      col2im(col, g, gxn);
+    }
+  }
+}
+
+// x (N, C, H, W), gy (N, O, L) -> gw (O, K/G), summed over n
+template <typename T>
+void conv_weight_grad(const ConvGeom& g, const T* x, const T* gy, T* gw) {
+  const int nt = batch_threads(g);
+  BlasSingleThreaded blas1(nt > 1);
+  const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og(), wsize = g.O * Kg;
+  std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
+  // Thread t accumulates into acc[t]; with one thread that is gw itself.
+  std::vector<T> acc(nt > 1 ? static_cast<size_t>(nt * wsize) : 0, T(0));
+  std::fill(gw, gw + wsize, T(0));
+  if (Og == 0 || Kg == 0 || L == 0) return;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num();
+    T* mine = nt > 1 ? acc.data() + t * wsize : gw;
+    T* col = cols.data() + static_cast<int64_t>(t) * K * L;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.N; ++n) {
+      const T* src = x + n * g.image();
+      if (!g.direct()) {
+        im2col(src, g, col);
+        src = col;
+      }
+      const T* gyn = gy + n * g.O * L;
+      for (int64_t gr = 0; gr < g.G; ++gr)
+        gemm<T>(false, true, Og, Kg, L, gyn + gr * Og * L, L, src + gr * Kg * L, L, T(1), mine + gr * Og * Kg, Kg);
+    }
+  }
+  if (nt > 1)
+    for (int t = 0; t < nt; ++t)
+      for (int64_t i = 0; i < wsize; ++i) gw[i] += acc[static_cast<size_t>(t * wsize + i)];
+}
+
+// Runs fn<T>() with T = float (f32, f16, bf16 compute in f32) or double.
+template <typename F>
+void visit_compute(DType ct, F&& fn) {
+  if (ct == DType::Float64)
+    fn.template operator()<double>();
+  else
+    fn.template operator()<float>();
+}
+
+// The output in the compute type: `out` itself, or an f32 buffer rounded into it afterwards.
+Tensor compute_buffer(const Tensor& out, DType ct) {
+  return out.dtype() == ct ? out : Tensor::empty(out.sizes(), TensorOptions(ct));
+}
+
+// ---- conv2d ----
+TensorList conv2d_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  const Tensor b = call.inputs.size() > 2 ? call.inputs[2] : Tensor();
+  ConvArgs a = ConvArgs::from(call.attrs);
+  ConvGeom g = conv_geometry(call.name(), Shown::of(x), Shown::of(w), a.stride, a.padding, a.dilation, a.groups);
+  if (b.defined())
+    MT_CHECK(b.dim() == 1 && b.size(0) == g.O, call.name(), ": bias must be 1-D with ", g.O, " elements (weight ",
+             w.describe(), "), got ", b.describe());
+  check_same_floating(call.name(), "input", x, "weight", w, b);
+  Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(x.dtype()));
+  if (out.numel() == 0) return {out};
+  const DType ct = compute_type(x.dtype());
+  Tensor xc = dense(x, ct), wc = dense(w, ct), bc = b.defined() ? dense(b, ct) : Tensor();
+  Tensor oc = compute_buffer(out, ct);
+  visit_compute(ct, [&]<typename T>() {
+    conv_forward<T>(g, static_cast<const T*>(xc.data_ptr()), static_cast<const T*>(wc.data_ptr()),
+                    bc.defined() ? static_cast<const T*>(bc.data_ptr()) : nullptr, static_cast<T*>(oc.data_ptr()));
+  });
+  if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16
+  return {out};
+}
+
+TensorList conv2d_input_grad_cpu(const OpCall& call) {
+  const Tensor& gy = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  ConvArgs a = ConvArgs::from(call.attrs);
+  const IntList& in_size = call.attrs.get<IntList>("input_size");
+  ConvGeom g = conv_geometry(call.name(), Shown::shape(in_size), Shown::of(w), a.stride, a.padding, a.dilation,
+                             a.groups);
+  check_grad_shape(call.name(), g, gy);
+  check_same_floating(call.name(), "grad", gy, "weight", w);
+  Tensor out = Tensor::empty(in_size, TensorOptions(gy.dtype()));
+  if (out.numel() == 0) return {out};
+  const DType ct = compute_type(gy.dtype());
+  Tensor gc = dense(gy, ct), wc = dense(w, ct);
+  Tensor oc = compute_buffer(out, ct);
+  visit_compute(ct, [&]<typename T>() {
+    conv_input_grad<T>(g, static_cast<const T*>(gc.data_ptr()), static_cast<const T*>(wc.data_ptr()),
+                       static_cast<T*>(oc.data_ptr()));
+  });
+  if (!oc.is_same(out)) cpu::copy_into(out, oc);
+  return {out};
+}
+
+TensorList conv2d_weight_grad_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& gy = call.inputs[1];
+  ConvArgs a = ConvArgs::from(call.attrs);
+  const IntList& w_size = call.attrs.get<IntList>("weight_size");
+  ConvGeom g = conv_geometry(call.name(), Shown::of(x), Shown::shape(w_size), a.stride, a.padding, a.dilation,
+                             a.groups);
+  check_grad_shape(call.name(), g, gy);
+  check_same_floating(call.name(), "input", x, "grad", gy);
+  Tensor out = Tensor::empty(w_size, TensorOptions(x.dtype()));
+  if (out.numel() == 0) return {out};
+  const DType ct = compute_type(x.dtype());
+  Tensor xc = dense(x, ct), gc = dense(gy, ct);
+  Tensor oc = compute_buffer(out, ct);
+  visit_compute(ct, [&]<typename T>() {
+    conv_weight_grad<T>(g, static_cast<const T*>(xc.data_ptr()), static_cast<const T*>(gc.data_ptr()),
+                        static_cast<T*>(oc.data_ptr()));
+  });
+  if (!oc.is_same(out)) cpu::copy_into(out, oc);
+  return {out};
+}
+
+// ---- backward formulas (see the header comment) ----
+TensorList conv2d_backward(BackwardContext& c) {
+  ConvArgs a = ConvArgs::from(c.attrs);
+  const Tensor& g = c.grad();
+  Tensor gx, gw, gb;
+  if (c.needs_input_grad(0))
+    gx = conv2d_input_grad(g, c.input(1), c.input_sizes(0), a.stride, a.padding, a.dilation, a.groups);
+  if (c.needs_input_grad(1))
+    gw = conv2d_weight_grad(c.input(0), g, c.input_sizes(1), a.stride, a.padding, a.dilation, a.groups);
+  if (c.needs_input_grad(2)) gb = sum(g, {0, 2, 3});
+  return {gx, gw, gb};
+}
+
+TensorList conv2d_input_grad_backward(BackwardContext& c) {
+  ConvArgs a = ConvArgs::from(c.attrs);
+  const Tensor& G = c.grad();  // (N, C, H, W)
+  Tensor dg, dw;
+  if (c.needs_input_grad(0)) dg = conv2d(G, c.input(1), Tensor(), a.stride, a.padding, a.dilation, a.groups);
+  if (c.needs_input_grad(1))
+    dw = conv2d_weight_grad(G, c.input(0), c.input_sizes(1), a.stride, a.padding, a.dilation, a.groups);
+  return {dg, dw};
+}
+
+TensorList conv2d_weight_grad_backward(BackwardContext& c) {
+  ConvArgs a = ConvArgs::from(c.attrs);
+  const Tensor& G = c.grad();  // (O, C/G, kH, kW)
+  Tensor dx, dg;
+  if (c.needs_input_grad(0))
+    dx = conv2d_input_grad(c.input(1), G, c.input_sizes(0), a.stride, a.padding, a.dilation, a.groups);
+  if (c.needs_input_grad(1)) dg = conv2d(c.input(0), G, Tensor(), a.stride, a.padding, a.dilation, a.groups);
+  return {dx, dg};
+}
+
+const OpSchema& kConv2d = define_op("conv2d")
+                              .policy(AmpPolicy::LowerPrecision)
+                              .save({0, 1})
+                              .grad(conv2d_backward)
+                              .kernel(DeviceType::CPU, conv2d_cpu);
+const OpSchema& kConv2dInputGrad = define_op("conv2d_input_grad")
+                                       .policy(AmpPolicy::LowerPrecision)
+                                       .save({0, 1})
+                                       .grad(conv2d_input_grad_backward)
+                                       .kernel(DeviceType::CPU, conv2d_input_grad_cpu);
+const OpSchema& kConv2dWeightGrad = define_op("conv2d_weight_grad")
+                                        .policy(AmpPolicy::LowerPrecision)
+                                        .save({0, 1})
+                                        .grad(conv2d_weight_grad_backward)
+                                        .kernel(DeviceType::CPU, conv2d_weight_grad_cpu);
+
+ConvArgs public_args(const char* op, const IntList& stride, const IntList& padding, const IntList& dilation,
+                     int64_t groups) {
+  return {pair_arg(op, "stride", stride), pair_arg(op, "padding", padding), pair_arg(op, "dilation", dilation),
+          groups};
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, const IntList& stride,
+              const IntList& padding, const IntList& dilation, int64_t groups) {
+  MT_CHECK(input.defined() && weight.defined(), "conv2d: input and weight must be defined");
+  MT_CHECK(input.dim() == 3 || input.dim() == 4, "conv2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ",
+           input.describe());
+  ConvArgs a = public_args("conv2d", stride, padding, dilation, groups);
+  const bool unbatched = input.dim() == 3;
+  Tensor x = unbatched ? input.unsqueeze(0) : input;
+  // Shapes are checked here, on the caller's tensors, and again by the kernel (dtypes only there:
+  // autocast may still cast them).
+  conv_geometry("conv2d", Shown{&input, x.sizes()}, Shown::of(weight), a.stride, a.padding, a.dilation, a.groups);
+  Tensor y = dispatch1(kConv2d, {x, weight, bias}, a.attrs());
+  return unbatched ? y.squeeze(0) : y;
+}
+
+Tensor conv2d_input_grad(const Tensor& grad, const Tensor& weight, const IntList& input_size, const IntList& stride,
+                         const IntList& padding, const IntList& dilation, int64_t groups) {
+  MT_CHECK(grad.defined() && weight.defined(), "conv2d_input_grad: grad and weight must be defined");
+  ConvArgs a = public_args("conv2d_input_grad", stride, padding, dilation, groups);
+  Attrs attrs = a.attrs();
+  attrs.set("input_size", input_size);
+  return dispatch1(kConv2dInputGrad, {grad, weight}, std::move(attrs));
+}
+
+Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad, const IntList& weight_size, const IntList& stride,
+                          const IntList& padding, const IntList& dilation, int64_t groups) {
+  MT_CHECK(input.defined() && grad.defined(), "conv2d_weight_grad: input and grad must be defined");
+  ConvArgs a = public_args("conv2d_weight_grad", stride, padding, dilation, groups);
+  Attrs attrs = a.attrs();
+  attrs.set("weight_size", weight_size);
+  return dispatch1(kConv2dWeightGrad, {input, grad}, std::move(attrs));
+}
+
+}  // namespace mixtape

@@ -1,0 +1,424 @@
+// tests/ops/test_conv_pool_linear.cpp — conv2d, pooling and linear: Float64 gradcheck samples
+// (every op and every gradient op on some tape, see test_gradcheck.cpp's coverage test), 16-bit
+// round-once checks, hand-checked semantics (padding = -inf, divisors, NaN) and bad-input errors.
+// Values against PyTorch live in test_conv_pool_linear_vs_torch.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "op_samples.h"
+#include "ops/conv.h"
+#include "ops/linear.h"
+#include "ops/pooling.h"
+
+namespace mixtape::testing {
+namespace {
+
+// A seeded f64 leaf shaped like f(zeros(in_sizes)): the gradient input of a gradient op.
+Tensor leaf_like_output(const std::function<Tensor(const Tensor&)>& f, const IntList& in_sizes, uint64_t seed) {
+  return leaf(f(zeros(in_sizes, DType::Float64)).sizes(), -1, 1, seed);
+}
+
+// ---- linear ----
+MT_GRAD_SAMPLE("linear/1d", [] { return TensorList{leaf({4}), leaf({3, 4}, -1, 1, 2), leaf({3}, -1, 1, 3)}; },
+               [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; });
+MT_GRAD_SAMPLE("linear/2d", [] { return TensorList{leaf({5, 4}), leaf({3, 4}, -1, 1, 2), leaf({3}, -1, 1, 3)}; },
+               [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; });
+MT_GRAD_SAMPLE("linear/3d", [] { return TensorList{leaf({2, 3, 4}), leaf({5, 4}, -1, 1, 2), leaf({5}, -1, 1, 3)}; },
+               [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; });
+MT_GRAD_SAMPLE("linear/no-bias", [] { return TensorList{leaf({5, 4}), leaf({3, 4}, -1, 1, 2)}; },
+               [](const TensorList& x) { return TensorList{linear(x[0], x[1])}; });
+MT_GRAD_SAMPLE("linear/transposed-operands", [] { return TensorList{leaf({4, 5}), leaf({4, 3}, -1, 1, 2)}; },
+               [](const TensorList& x) { return TensorList{linear(x[0].t(), x[1].t())}; });
+MT_GRAD_SAMPLE("linear/3d-non-contiguous", [] { return TensorList{leaf({4, 3, 2}), leaf({3, 4}, -1, 1, 2)}; },
+               [](const TensorList& x) { return TensorList{linear(x[0].permute({2, 1, 0}), x[1])}; });
+
+// ---- conv2d ----
+MT_GRAD_SAMPLE("conv2d/bias", [] { return TensorList{leaf({2, 3, 5, 5}), leaf({4, 3, 3, 3}, -1, 1, 2), leaf({4}, -1, 1, 3)}; },
+               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2])}; });
+MT_GRAD_SAMPLE("conv2d/stride-padding", [] { return TensorList{leaf({1, 2, 7, 6}), leaf({3, 2, 3, 2}, -1, 1, 2)}; },
+               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {2, 1}, {1, 2})}; });
+MT_GRAD_SAMPLE("conv2d/dilation", [] { return TensorList{leaf({1, 2, 7, 7}), leaf({2, 2, 3, 3}, -1, 1, 2), leaf({2}, -1, 1, 3)}; },
+               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2], {1, 1}, {2, 1}, {2, 1})}; });
+MT_GRAD_SAMPLE("conv2d/groups", [] { return TensorList{leaf({2, 4, 5, 5}), leaf({6, 2, 3, 3}, -1, 1, 2), leaf({6}, -1, 1, 3)}; },
+               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2], {1}, {1}, {1}, 2)}; });
+MT_GRAD_SAMPLE("conv2d/depthwise-stride-unread-rows",
+               [] { return TensorList{leaf({1, 3, 8, 7}), leaf({3, 1, 3, 3}, -1, 1, 2)}; },
+               // stride 3: rows 6-7 and column 6 are never read, their gradient is 0.
+               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {3, 3}, {0, 0}, {1, 1}, 3)}; });
+MT_GRAD_SAMPLE("conv2d/non-contiguous", [] { return TensorList{leaf({2, 3, 6, 5}), leaf({3, 4, 3, 3}, -1, 1, 2)}; },
+               [](const TensorList& x) {
+                 return TensorList{conv2d(x[0].transpose(2, 3), x[1].transpose(0, 1), Tensor(), {1, 1}, {1, 0})};
+               });
+MT_GRAD_SAMPLE("conv2d/1x1", [] { return TensorList{leaf({2, 3, 4, 4}), leaf({5, 3, 1, 1}, -1, 1, 2), leaf({5}, -1, 1, 3)}; },
+               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2])}; });
+MT_GRAD_SAMPLE("conv2d/1x1-stride2-groups", [] { return TensorList{leaf({1, 4, 5, 5}), leaf({2, 2, 1, 1}, -1, 1, 2)}; },
+               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {2}, {0}, {1}, 2)}; });
+MT_GRAD_SAMPLE("conv2d/unbatched", [] { return TensorList{leaf({2, 5, 4}), leaf({3, 2, 3, 3}, -1, 1, 2)}; },
+               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {1}, {1})}; });
+// The gradient ops on their own: their backward formulas are conv2d's double backward.
+MT_GRAD_SAMPLE("conv2d_input_grad/stride",
+               [] { return TensorList{leaf({2, 4, 2, 2}), leaf({4, 3, 3, 3}, -1, 1, 2)}; },
+               [](const TensorList& x) { return TensorList{conv2d_input_grad(x[0], x[1], {2, 3, 7, 7}, {3, 3})}; });
+MT_GRAD_SAMPLE("conv2d_input_grad/groups-dilation-padding",
+               [] { return TensorList{leaf({1, 4, 6, 6}), leaf({4, 2, 2, 2}, -1, 1, 2)}; },
+               [](const TensorList& x) {
+                 return TensorList{conv2d_input_grad(x[0], x[1], {1, 4, 6, 6}, {1, 1}, {1, 1}, {2, 2}, 2)};
+               });
+MT_GRAD_SAMPLE("conv2d_weight_grad/stride",
+               [] { return TensorList{leaf({2, 3, 7, 7}), leaf({2, 4, 2, 2}, -1, 1, 2)}; },
+               [](const TensorList& x) { return TensorList{conv2d_weight_grad(x[0], x[1], {4, 3, 3, 3}, {3, 3})}; });
+MT_GRAD_SAMPLE("conv2d_weight_grad/groups-dilation-padding",
+               [] { return TensorList{leaf({1, 4, 6, 6}), leaf({1, 4, 6, 6}, -1, 1, 2)}; },
+               [](const TensorList& x) {
+                 return TensorList{conv2d_weight_grad(x[0], x[1], {4, 2, 2, 2}, {1, 1}, {1, 1}, {2, 2}, 2)};
+               });
+
+// ---- max_pool2d (random inputs: no ties within 1e-6, so the argmax is stable under eps) ----
+MT_GRAD_SAMPLE("max_pool2d/2x2", [] { return TensorList{leaf({2, 3, 6, 6})}; },
+               [](const TensorList& x) { return TensorList{max_pool2d(x[0], {2, 2})}; });
+MT_GRAD_SAMPLE("max_pool2d/overlap-padding", [] { return TensorList{leaf({1, 2, 5, 6})}; },
+               // stride 1 < kernel 3: one input can win several windows, its gradient accumulates
+               [](const TensorList& x) { return TensorList{max_pool2d(x[0], {3}, {1}, {1})}; });
+MT_GRAD_SAMPLE("max_pool2d/dilation-ceil", [] { return TensorList{leaf({1, 2, 9, 8})}; },
+               [](const TensorList& x) { return TensorList{max_pool2d(x[0], {3, 2}, {2, 3}, {1, 1}, {2, 1}, true)}; });
+MT_GRAD_SAMPLE("max_pool2d/ceil", [] { return TensorList{leaf({1, 2, 5, 7})}; },
+               [](const TensorList& x) { return TensorList{max_pool2d(x[0], {2}, {2}, {0}, {1}, true)}; });
+MT_GRAD_SAMPLE("max_pool2d/unbatched-non-contiguous", [] { return TensorList{leaf({5, 2, 5})}; },
+               [](const TensorList& x) { return TensorList{max_pool2d(x[0].transpose(0, 1), {3}, {2})}; });
+MT_GRAD_SAMPLE("max_pool2d_backward/overlap",
+               [] { return TensorList{leaf_like_output([](const Tensor& t) { return max_pool2d(t, {3}, {1}, {1}); }, {1, 2, 5, 5}, 4)}; },
+               [](const TensorList& x) {
+                 Tensor idx = max_pool2d_with_indices(leaf({1, 2, 5, 5}, -1, 1, 7).detach(), {3}, {1}, {1}).second;
+                 return TensorList{max_pool2d_backward(x[0], idx, {1, 2, 5, 5})};
+               });
+
+// ---- avg_pool2d ----
+MT_GRAD_SAMPLE("avg_pool2d/2x2", [] { return TensorList{leaf({2, 3, 6, 6})}; },
+               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {2, 2})}; });
+MT_GRAD_SAMPLE("avg_pool2d/padding-include", [] { return TensorList{leaf({1, 2, 6, 5})}; },
+               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {2}, {1}, false, true)}; });
+MT_GRAD_SAMPLE("avg_pool2d/padding-exclude", [] { return TensorList{leaf({1, 2, 6, 5})}; },
+               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {2}, {1}, false, false)}; });
+MT_GRAD_SAMPLE("avg_pool2d/ceil-include", [] { return TensorList{leaf({1, 2, 6, 5})}; },
+               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, true)}; });
+MT_GRAD_SAMPLE("avg_pool2d/ceil-exclude", [] { return TensorList{leaf({1, 2, 6, 5})}; },
+               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, false)}; });
+MT_GRAD_SAMPLE("avg_pool2d/unbatched-overlap", [] { return TensorList{leaf({2, 5, 5})}; },
+               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {1})}; });
+MT_GRAD_SAMPLE("avg_pool2d_backward/ceil-padding",
+               [] {
+                 return TensorList{leaf_like_output(
+                     [](const Tensor& t) { return avg_pool2d(t, {3}, {2}, {1}, true, false); }, {1, 2, 6, 5}, 4)};
+               },
+               [](const TensorList& x) {
+                 return TensorList{avg_pool2d_backward(x[0], {1, 2, 6, 5}, {3}, {2}, {1}, true, false)};
+               });
+
+// ---- adaptive_avg_pool2d ----
+MT_GRAD_SAMPLE("adaptive_avg_pool2d/5x7-to-3x4", [] { return TensorList{leaf({2, 2, 5, 7})}; },
+               [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {3, 4})}; });
+MT_GRAD_SAMPLE("adaptive_avg_pool2d/global", [] { return TensorList{leaf({2, 3, 4, 5})}; },
+               [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {1})}; });
+MT_GRAD_SAMPLE("adaptive_avg_pool2d/upsample-unbatched", [] { return TensorList{leaf({2, 3, 3})}; },
+               [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {5, 4})}; });
+MT_GRAD_SAMPLE("adaptive_avg_pool2d_backward/5x7-to-3x4", [] { return TensorList{leaf({1, 2, 3, 4}, -1, 1, 4)}; },
+               [](const TensorList& x) { return TensorList{adaptive_avg_pool2d_backward(x[0], {1, 2, 5, 7})}; });
+
+// ---- the SmallCNN path, end to end: conv -> relu -> pool -> conv -> pool -> linear ----
+MT_GRAD_SAMPLE("composite/small-cnn",
+               [] {
+                 return TensorList{leaf({2, 1, 8, 8}), leaf({3, 1, 3, 3}, -1, 1, 2), leaf({3}, -1, 1, 3),
+                                   leaf({4, 3, 3, 3}, -1, 1, 4), leaf({2, 16}, -1, 1, 5), leaf({2}, -1, 1, 6)};
+               },
+               [](const TensorList& x) {
+                 Tensor h = max_pool2d(tanh(conv2d(x[0], x[1], x[2], {1}, {1})), {2});
+                 h = avg_pool2d(conv2d(h, x[3], Tensor(), {1}, {1}), {2});
+                 return TensorList{linear(h.flatten(1), x[4], x[5])};
+               });
+
+// ---- 16-bit: the result is the f32 computation on the widened inputs, rounded once ----
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return ca.dtype() == cb.dtype() && ca.sizes() == cb.sizes() &&
+         std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+class ConvPoolLinear16 : public ::testing::TestWithParam<DType> {
+ protected:
+  // Random values, exactly representable in the 16-bit dtype.
+  Tensor r16(const IntList& sizes, uint64_t seed) {
+    Generator g(seed);
+    return randn(sizes, {}, &g).to(GetParam());
+  }
+  Tensor f32(const Tensor& t) { return t.defined() ? t.to(DType::Float32) : t; }
+  void expect_round_once(const std::string& what, const Tensor& got, const Tensor& want32) {
+    EXPECT_EQ(got.dtype(), GetParam()) << what;
+    EXPECT_TRUE(bit_equal(got, want32.to(GetParam()))) << what << " in " << dtype_name(GetParam());
+  }
+};
+
+TEST_P(ConvPoolLinear16, Conv2dAndGradientOps) {
+  struct Cfg {
+    const char* name;
+    IntList x, w;
+    bool bias;
+    IntList stride, padding, dilation;
+    int64_t groups;
+  };
+  const Cfg cfgs[] = {
+      {"basic", {2, 3, 6, 6}, {4, 3, 3, 3}, true, {1, 1}, {0, 0}, {1, 1}, 1},
+      {"stride-padding", {2, 2, 7, 8}, {3, 2, 3, 2}, true, {2, 1}, {1, 2}, {1, 1}, 1},
+      {"dilation-groups", {2, 4, 9, 9}, {6, 2, 3, 3}, false, {1, 1}, {2, 1}, {2, 3}, 2},
+      {"1x1", {2, 8, 5, 5}, {4, 8, 1, 1}, true, {1, 1}, {0, 0}, {1, 1}, 1},
+      // large enough for the batch-parallel path (N K L >= cpu::kParallelGrain)
+      {"parallel", {16, 8, 10, 10}, {16, 8, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 1},
+  };
+  uint64_t seed = 100;
+  for (const Cfg& c : cfgs) {
+    Tensor x = r16(c.x, seed++), w = r16(c.w, seed++), b = c.bias ? r16({c.w[0]}, seed++) : Tensor();
+    Tensor y = conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
+    expect_round_once(std::string("conv2d/") + c.name, y,
+                      conv2d(f32(x), f32(w), f32(b), c.stride, c.padding, c.dilation, c.groups));
+    Tensor g = r16(y.sizes(), seed++);
+    expect_round_once(std::string("conv2d_input_grad/") + c.name,
+                      conv2d_input_grad(g, w, c.x, c.stride, c.padding, c.dilation, c.groups),
+                      conv2d_input_grad(f32(g), f32(w), c.x, c.stride, c.padding, c.dilation, c.groups));
+    expect_round_once(std::string("conv2d_weight_grad/") + c.name,
+                      conv2d_weight_grad(x, g, c.w, c.stride, c.padding, c.dilation, c.groups),
+                      conv2d_weight_grad(f32(x), f32(g), c.w, c.stride, c.padding, c.dilation, c.groups));
+  }
+}
+
+TEST_P(ConvPoolLinear16, Linear) {
+  const IntList xs[] = {{7}, {5, 7}, {2, 3, 7}};
+  uint64_t seed = 200;
+  for (const IntList& s : xs) {
+    Tensor x = r16(s, seed++), w = r16({6, 7}, seed++), b = r16({6}, seed++);
+    expect_round_once("linear " + shape_str(s), linear(x, w, b), linear(f32(x), f32(w), f32(b)));
+    expect_round_once("linear no bias " + shape_str(s), linear(x, w), linear(f32(x), f32(w)));
+  }
+  Tensor x = r16({7, 5}, seed++), w = r16({7, 6}, seed++);  // transposed operands
+  expect_round_once("linear transposed", linear(x.t(), w.t()), linear(f32(x).t(), f32(w).t()));
+}
+
+TEST_P(ConvPoolLinear16, PoolingForwardAndBackward) {
+  Tensor x = r16({2, 3, 9, 8}, 300), x32 = f32(x);
+  auto check = [&](const std::string& name, const std::function<Tensor(const Tensor&)>& f) {
+    expect_round_once(name, f(x), f(x32));
+  };
+  check("max_pool2d", [](const Tensor& t) { return max_pool2d(t, {3, 2}, {2, 3}, {1, 1}, {2, 1}, true); });
+  check("avg_pool2d include", [](const Tensor& t) { return avg_pool2d(t, {3}, {2}, {1}, true, true); });
+  check("avg_pool2d exclude", [](const Tensor& t) { return avg_pool2d(t, {3}, {2}, {1}, true, false); });
+  check("adaptive_avg_pool2d", [](const Tensor& t) { return adaptive_avg_pool2d(t, {4, 3}); });
+
+  auto [y, idx] = max_pool2d_with_indices(x, {3}, {1}, {1});  // overlapping: gradients accumulate
+  Tensor g = r16(y.sizes(), 301);
+  const IntList in = x.sizes();
+  expect_round_once("max_pool2d_backward", max_pool2d_backward(g, idx, in), max_pool2d_backward(f32(g), idx, in));
+  Tensor ga = r16(avg_pool2d(x, {3}, {1}, {1}).sizes(), 302);
+  expect_round_once("avg_pool2d_backward", avg_pool2d_backward(ga, in, {3}, {1}, {1}),
+                    avg_pool2d_backward(f32(ga), in, {3}, {1}, {1}));
+  Tensor gd = r16({2, 3, 4, 3}, 303);
+  expect_round_once("adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward(gd, in),
+                    adaptive_avg_pool2d_backward(f32(gd), in));
+}
+
+INSTANTIATE_TEST_SUITE_P(Float16AndBFloat16, ConvPoolLinear16, ::testing::Values(DType::Float16, DType::BFloat16),
+                         [](const auto& info) { return std::string(dtype_short(info.param)); });
+
+TEST(ConvPoolLinear, SixteenBitAccumulatesInFloat) {
+  // 4608 = 512 channels x 3 x 3 products of ones: an f16 running sum would stick at 2048.
+  Tensor y = conv2d(ones({1, 512, 3, 3}, DType::Float16), ones({1, 512, 3, 3}, DType::Float16));
+  EXPECT_EQ(y.item<float>(), 4608.0f);
+  EXPECT_EQ(linear(ones({4096}, DType::Float16), ones({1, 4096}, DType::Float16)).item<float>(), 4096.0f);
+  EXPECT_EQ(adaptive_avg_pool2d(full({1, 1, 64, 64}, 1.0, DType::BFloat16), {1}).item<float>(), 1.0f);
+}
+
+// ---- semantics checked by hand ----
+TEST(ConvPoolLinear, MaxPoolPaddingIsMinusInfinity) {
+  Tensor x = full({1, 1, 3, 3}, -5.0);
+  Tensor y = max_pool2d(x, {3}, {1}, {1});
+  for (float v : y.to_vector<float>()) EXPECT_EQ(v, -5.0f);  // never the 0 of the padding
+}
+
+TEST(ConvPoolLinear, MaxPoolIndicesFirstMaxAndNaN) {
+  Tensor x = tensor({1.0, 3.0, 3.0, 2.0}, {1, 1, 2, 2});
+  auto [y, idx] = max_pool2d_with_indices(x, {2});
+  EXPECT_EQ(y.item<float>(), 3.0f);
+  EXPECT_EQ(idx.item<int64_t>(), 1);  // the first of the tied maxima, h * W + w
+  Tensor n = tensor({1.0, NAN, 5.0, 2.0}, {1, 1, 2, 2});
+  auto [yn, in] = max_pool2d_with_indices(n, {2});
+  EXPECT_TRUE(std::isnan(yn.item<float>()));
+  EXPECT_EQ(in.item<int64_t>(), 1);
+}
+
+TEST(ConvPoolLinear, AvgPoolDivisors) {
+  Tensor x = ones({1, 1, 3, 3});
+  // 3x3 window, padding 1, corner output: 4 real cells of 9.
+  EXPECT_FLOAT_EQ(avg_pool2d(x, {3}, {1}, {1}, false, true).to_vector<float>()[0], 4.0f / 9.0f);
+  EXPECT_FLOAT_EQ(avg_pool2d(x, {3}, {1}, {1}, false, false).to_vector<float>()[0], 1.0f);
+  // ceil_mode: the last 2x2 window of a 3x3 input covers 1 cell and no padding: divisor 1.
+  Tensor c = avg_pool2d(tensor({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3}), {2}, {2}, {0}, true, true);
+  EXPECT_EQ(c.sizes(), (IntList{1, 1, 2, 2}));
+  EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{3.0f, 4.5f, 7.5f, 9.0f}));
+}
+
+TEST(ConvPoolLinear, OutputShapes) {
+  Tensor x = zeros({2, 3, 28, 28});
+  EXPECT_EQ(conv2d(x, zeros({8, 3, 3, 3}), Tensor(), {1}, {1}).sizes(), (IntList{2, 8, 28, 28}));
+  EXPECT_EQ(conv2d(x, zeros({9, 1, 5, 5}), zeros({9}), {2}, {2}, {1}, 3).sizes(), (IntList{2, 9, 14, 14}));
+  EXPECT_EQ(max_pool2d(x, {2}).sizes(), (IntList{2, 3, 14, 14}));
+  EXPECT_EQ(max_pool2d(zeros({1, 5, 5}), {2}, {2}, {0}, {1}, true).sizes(), (IntList{1, 3, 3}));
+  // ceil_mode's rule: H = 5, padding 1, kernel 2, stride 2 rounds up to 4 windows, but the 4th
+  // would start at row 6 - 1 = 5 = H, in the right padding only: it is dropped.
+  EXPECT_EQ(max_pool2d(zeros({1, 1, 5, 5}), {2}, {2}, {1}, {1}, true).sizes(), (IntList{1, 1, 3, 3}));
+  EXPECT_EQ(max_pool2d(zeros({1, 1, 5, 5}), {2}, {2}, {1}, {1}, false).sizes(), (IntList{1, 1, 3, 3}));
+  EXPECT_EQ(max_pool2d(zeros({1, 1, 6, 6}), {2}, {2}, {1}, {1}, true).sizes(), (IntList{1, 1, 4, 4}));
+  EXPECT_EQ(adaptive_avg_pool2d(x, {5, 1}).sizes(), (IntList{2, 3, 5, 1}));
+  EXPECT_EQ(linear(zeros({4, 2, 7}), zeros({3, 7})).sizes(), (IntList{4, 2, 3}));
+}
+
+TEST(ConvPoolLinear, EmptyBatchesAndSums) {
+  // N = 0: empty outputs, zero weight gradients; in = 0 features: y = b.
+  Tensor w = ones({8, 3, 3, 3});
+  EXPECT_EQ(conv2d(zeros({0, 3, 8, 8}), w).sizes(), (IntList{0, 8, 6, 6}));
+  EXPECT_EQ(conv2d_input_grad(zeros({0, 8, 6, 6}), w, {0, 3, 8, 8}).sizes(), (IntList{0, 3, 8, 8}));
+  Tensor gw = conv2d_weight_grad(zeros({0, 3, 8, 8}), zeros({0, 8, 6, 6}), {8, 3, 3, 3});
+  EXPECT_EQ(sum(abs(gw)).item<float>(), 0.0f);
+  EXPECT_EQ(linear(zeros({0, 5}), ones({3, 5}), ones({3})).sizes(), (IntList{0, 3}));
+  EXPECT_EQ(linear(zeros({2, 0}), zeros({3, 0}), full({3}, 2.0)).to_vector<float>(), std::vector<float>(6, 2.0f));
+  EXPECT_EQ(linear(zeros({2, 0}), zeros({3, 0})).to_vector<float>(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(max_pool2d(zeros({0, 2, 4, 4}), {2}).sizes(), (IntList{0, 2, 2, 2}));
+  EXPECT_EQ(adaptive_avg_pool2d(zeros({1, 2, 4, 4}), {0, 3}).sizes(), (IntList{1, 2, 0, 3}));
+}
+
+TEST(ConvPoolLinear, BatchParallelPathMatchesOneImageAtATime) {
+  // N K L >= kParallelGrain takes the threaded path; single images run serially.
+  Generator g(5);
+  Tensor x = randn({16, 8, 10, 10}, DType::Float64, &g), w = randn({16, 8, 3, 3}, DType::Float64, &g);
+  Tensor b = randn({16}, DType::Float64, &g);
+  Tensor y = conv2d(x, w, b, {1}, {1});
+  Tensor gy = randn(y.sizes(), DType::Float64, &g);
+  Tensor gx = conv2d_input_grad(gy, w, x.sizes(), {1}, {1});
+  Tensor gw = conv2d_weight_grad(x, gy, w.sizes(), {1}, {1});
+  Tensor gw_sum = zeros(w.sizes(), DType::Float64);
+  for (int64_t n = 0; n < 16; ++n) {
+    Tensor xn = x.narrow(0, n, 1), gn = gy.narrow(0, n, 1);
+    Tensor yn = conv2d(xn, w, b, {1}, {1});
+    Tensor gxn = conv2d_input_grad(gn, w, xn.sizes(), {1}, {1});
+    for (int64_t i = 0; i < yn.numel(); ++i)
+      ASSERT_NEAR(get_element(yn, i), get_element(y.narrow(0, n, 1), i), 1e-12);
+    for (int64_t i = 0; i < gxn.numel(); ++i)
+      ASSERT_NEAR(get_element(gxn, i), get_element(gx.narrow(0, n, 1), i), 1e-12);
+    gw_sum = gw_sum + conv2d_weight_grad(xn, gn, w.sizes(), {1}, {1});
+  }
+  for (int64_t i = 0; i < gw.numel(); ++i) ASSERT_NEAR(get_element(gw, i), get_element(gw_sum, i), 1e-10);
+}
+
+TEST(ConvPoolLinear, LinearEqualsMatmulPlusBias) {
+  Generator g(6);
+  Tensor x = randn({3, 4, 9}, DType::Float64, &g), w = randn({5, 9}, DType::Float64, &g), b = randn({5}, DType::Float64, &g);
+  Tensor y = linear(x, w, b), ref = matmul(x, w.t()) + b;
+  for (int64_t i = 0; i < y.numel(); ++i) EXPECT_NEAR(get_element(y, i), get_element(ref, i), 1e-13);
+}
+
+// ---- bad input: every error names the op and says expected vs got ----
+void expect_error(const std::function<void()>& f, const std::string& substring) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing: " << substring;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(substring), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << substring;
+  }
+}
+
+TEST(ConvPoolLinearErrors, Conv2d) {
+  Tensor x = zeros({1, 3, 8, 8}), w = zeros({8, 3, 3, 3});
+  expect_error([&] { conv2d(zeros({3, 8}), w); },
+               "conv2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got f32[3, 8]");
+  expect_error([&] { conv2d(x, zeros({32, 3})); }, "conv2d: weight must be 4-D (O, C/groups, kH, kW), got f32[32, 3]");
+  expect_error([&] { conv2d(zeros({1, 4, 8, 8}), w); },
+               "conv2d: expected input with 3 channels (weight f32[8, 3, 3, 3], groups 1), got f32[1, 4, 8, 8]");
+  expect_error([&] { conv2d(zeros({4, 8, 8}), w); },
+               "conv2d: expected input with 3 channels (weight f32[8, 3, 3, 3], groups 1), got f32[4, 8, 8]");
+  expect_error([&] { conv2d(x, zeros({4, 1, 3, 3}), Tensor(), {1}, {0}, {1}, 2); },
+               "conv2d: groups 2 must divide the input channels, got f32[1, 3, 8, 8]");
+  expect_error([&] { conv2d(zeros({1, 4, 8, 8}), zeros({5, 2, 3, 3}), Tensor(), {1}, {0}, {1}, 2); },
+               "conv2d: groups 2 must divide the output channels, got weight f32[5, 2, 3, 3]");
+  expect_error([&] { conv2d(x, w, Tensor(), {1}, {0}, {1}, 0); }, "conv2d: groups must be positive, got 0");
+  expect_error([&] { conv2d(zeros({1, 3, 4, 4}), zeros({2, 3, 5, 5})); },
+               "conv2d: kernel 5x5 (dilation [1, 1], spanning 5x5) is larger than the padded input 4x4");
+  expect_error([&] { conv2d(zeros({1, 3, 4, 4}), zeros({2, 3, 3, 3}), Tensor(), {1}, {0}, {2}); },
+               "spanning 5x5) is larger than the padded input 4x4");
+  expect_error([&] { conv2d(x, w, Tensor(), {0, 1}); }, "conv2d: stride must be positive, got [0, 1]");
+  expect_error([&] { conv2d(x, w, Tensor(), {1}, {0}, {1, 0}); }, "conv2d: dilation must be positive, got [1, 0]");
+  expect_error([&] { conv2d(x, w, Tensor(), {1}, {-1}); }, "conv2d: padding must be non-negative, got [-1, -1]");
+  expect_error([&] { conv2d(x, w, Tensor(), {1, 1, 1}); }, "conv2d: stride must have 1 or 2 values, got [1, 1, 1]");
+  expect_error([&] { conv2d(x, zeros({8, 3, 3, 3}, DType::Float64)); },
+               "conv2d: expected input and weight of the same dtype, got f32[1, 3, 8, 8] and f64[8, 3, 3, 3]");
+  expect_error([&] { conv2d(x, w, zeros({8}, DType::Float16)); }, "conv2d: expected bias of the input's dtype, got f16[8]");
+  expect_error([&] { conv2d(x, w, zeros({4})); },
+               "conv2d: bias must be 1-D with 8 elements (weight f32[8, 3, 3, 3]), got f32[4]");
+  expect_error([&] { conv2d(zeros({1, 3, 8, 8}, DType::Int64), zeros({8, 3, 3, 3}, DType::Int64)); },
+               "conv2d: expected a floating input, got i64[1, 3, 8, 8]");
+  expect_error([&] { conv2d_input_grad(zeros({1, 8, 5, 5}), w, {1, 3, 8, 8}); },
+               "conv2d_input_grad: expected grad of shape [1, 8, 6, 6]");
+  expect_error([&] { conv2d_weight_grad(x, zeros({1, 8, 6, 5}), {8, 3, 3, 3}); },
+               "conv2d_weight_grad: expected grad of shape [1, 8, 6, 6]");
+  expect_error([&] { conv2d_input_grad(zeros({1, 8, 6, 6}), w, {1, 4, 8, 8}); },
+               "conv2d_input_grad: expected input with 3 channels (weight f32[8, 3, 3, 3], groups 1), got [1, 4, 8, 8]");
+}
+
+TEST(ConvPoolLinearErrors, Linear) {
+  Tensor w = zeros({3, 4});
+  expect_error([&] { linear(zeros({2, 5}), w); },
+               "linear: expected input with 4 features in its last dim (weight f32[3, 4]), got f32[2, 5]");
+  expect_error([&] { linear(zeros({2, 4}), zeros({4})); }, "linear: weight must be 2-D (out, in), got f32[4]");
+  expect_error([&] { linear(zeros({2, 4}), w, zeros({4})); },
+               "linear: bias must be 1-D with 3 elements (weight f32[3, 4]), got f32[4]");
+  expect_error([&] { linear(scalar_tensor(1.0), w); }, "linear: expected an input with at least 1 dim (*, in), got f32[]");
+  expect_error([&] { linear(zeros({2, 4}, DType::Float64), w); },
+               "linear: expected input, weight and bias of one dtype, got f64[2, 4], f32[3, 4] and no bias");
+  expect_error([&] { linear(zeros({2, 4}, DType::Int64), zeros({3, 4}, DType::Int64)); },
+               "linear: expected a floating input, got i64[2, 4]");
+}
+
+TEST(ConvPoolLinearErrors, Pooling) {
+  Tensor x = zeros({1, 2, 4, 4});
+  expect_error([&] { max_pool2d(zeros({4, 4}), {2}); },
+               "max_pool2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got f32[4, 4]");
+  expect_error([&] { avg_pool2d(zeros({1, 1, 1, 4, 4}), {2}); },
+               "avg_pool2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got f32[1, 1, 1, 4, 4]");
+  expect_error([&] { adaptive_avg_pool2d(zeros({4}), {2}); },
+               "adaptive_avg_pool2d: expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got f32[4]");
+  expect_error([&] { max_pool2d(x, {0, 2}); }, "max_pool2d: kernel_size must be positive, got [0, 2]");
+  expect_error([&] { max_pool2d(x, {2}, {0}); }, "max_pool2d: stride must be positive, got [0, 0]");
+  expect_error([&] { max_pool2d(x, {2}, {}, {0}, {0}); }, "max_pool2d: dilation must be positive, got [0, 0]");
+  expect_error([&] { max_pool2d(x, {3}, {1}, {2}); },
+               "max_pool2d: padding must be between 0 and half the kernel size, got padding [2, 2] for kernel_size [3, 3]");
+  expect_error([&] { avg_pool2d(x, {2}, {1}, {-1}); }, "avg_pool2d: padding must be between 0 and half the kernel size");
+  expect_error([&] { max_pool2d(x, {5}); }, "max_pool2d: output size is too small: input f32[1, 2, 4, 4] with kernel_size [5, 5]");
+  expect_error([&] { avg_pool2d(zeros({2, 3, 3}), {2, 4}); }, "avg_pool2d: output size is too small: input f32[2, 3, 3]");
+  expect_error([&] { max_pool2d(x, {2, 2, 2}); }, "max_pool2d: kernel_size must have 1 or 2 values, got [2, 2, 2]");
+  expect_error([&] { max_pool2d(zeros({1, 2, 4, 4}, DType::Int64), {2}); }, "max_pool2d: expected a floating input, got i64[1, 2, 4, 4]");
+  expect_error([&] { avg_pool2d(zeros({1, 2, 4, 4}, DType::Int64), {2}); }, "avg_pool2d: expected a floating input, got i64");
+  expect_error([&] { max_pool2d(zeros({1, 0, 4, 4}), {2}); }, "max_pool2d: expected non-empty C, H and W, got f32[1, 0, 4, 4]");
+  expect_error([&] { adaptive_avg_pool2d(x, {-1, 2}); }, "adaptive_avg_pool2d: output_size must be 2 non-negative values, got [-1, 2]");
+  expect_error([&] { max_pool2d_backward(zeros({1, 2, 2, 2}), full({1, 2, 2, 2}, 16.0, DType::Int64), {1, 2, 4, 4}); },
+               "max_pool2d_backward: index 16 is outside its 4x4 plane");
+  expect_error([&] { max_pool2d_backward(zeros({1, 2, 2, 2}), zeros({1, 2, 2, 2}), {1, 2, 4, 4}); },
+               "max_pool2d_backward: expected Int64 indices of the grad's shape [1, 2, 2, 2], got f32[1, 2, 2, 2]");
+  expect_error([&] { avg_pool2d_backward(zeros({1, 2, 3, 3}), {1, 2, 4, 4}, {2}); },
+               "avg_pool2d_backward: expected grad of shape [1, 2, 2, 2]");
+  expect_error([&] { adaptive_avg_pool2d_backward(zeros({1, 3, 2, 2}), {1, 2, 4, 4}); },
+               "adaptive_avg_pool2d_backward: expected grad of shape [1, 2, 2, 2]");
+}
+
+}  // namespace
+}  // namespace mixtape::testing
