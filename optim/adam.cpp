@@ -1,0 +1,98 @@
+// optim/adam.cpp — Adam/AdamW options, checks, and their fused in-place op
+//   adam_step_(w, grad, model, exp_avg, exp_avg_sq, [max_exp_avg_sq]; lr, beta1, beta2, eps,
+//              weight_decay, amsgrad, decoupled, step, grad_scale, stochastic, seed, offset)
+// operands as optim/step_kernel.h describes, per-element math fn::AdamUpdate. `step` is the
+// parameter's update count including this one; the bias corrections are computed from it on the
+// host, in double, as Python computes them.
+#include "optim/adam.h"
+
+#include <cmath>
+
+#include "optim/step_kernel.h"
+
+namespace mixtape::optim {
+namespace {
+
+TensorList adam_step_cpu(const OpCall& c) {
+  const bool amsgrad = c.attrs.get<bool>("amsgrad");
+  auto run = [&]<typename W>() {
+    const auto f = fn::AdamUpdate<W>::make(c.attrs.get<double>("lr"), c.attrs.get<double>("beta1"),
+                                           c.attrs.get<double>("beta2"), c.attrs.get<double>("eps"),
+                                           c.attrs.get<double>("weight_decay"), amsgrad,
+                                           c.attrs.get<bool>("decoupled"), c.attrs.get<int64_t>("step"));
+    if (amsgrad) {
+      detail::fused_step_loop<W, 3>(
+          c, [&](W& w, W g, std::array<W*, 3>& s, int64_t i) __attribute__((always_inline)) { f(w, g, s[0][i], s[1][i], s[2][i]); });
+    } else {
+      detail::fused_step_loop<W, 2>(c, [&](W& w, W g, std::array<W*, 2>& s, int64_t i) __attribute__((always_inline)) {
+        W unused = W(0);
+        f(w, g, s[0][i], s[1][i], unused);
+      });
+    }
+  };
+  MT_CHECK(c.attrs.get<int64_t>("step") >= 1, c.name(), ": step must be >= 1, got ", c.attrs.get<int64_t>("step"));
+  if (c.inputs[0].dtype() == DType::Float64)
+    run.template operator()<double>();
+  else
+    run.template operator()<float>();
+  return {c.inputs[0]};
+}
+const OpSchema& kAdamStep = define_op("adam_step_").in_place().kernel(DeviceType::CPU, adam_step_cpu);
+
+HyperParams adam_hyper_params(double lr, std::pair<double, double> betas, double eps, double wd, bool amsgrad) {
+  return {{"lr", lr}, {"beta1", betas.first}, {"beta2", betas.second}, {"eps", eps}, {"weight_decay", wd},
+          {"amsgrad", amsgrad ? 1.0 : 0.0}};
+}
+
+}  // namespace
+
+HyperParams AdamOptions::hyper_params() const { return adam_hyper_params(lr, betas, eps, weight_decay, amsgrad); }
+HyperParams AdamWOptions::hyper_params() const { return adam_hyper_params(lr, betas, eps, weight_decay, amsgrad); }
+
+Adam::Adam(const char* name, HyperParams defaults, bool decoupled_weight_decay)
+    : Optimizer(name, std::move(defaults)), decoupled_(decoupled_weight_decay) {}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions options)
+    : Adam(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions defaults) : Adam("Adam", defaults.hyper_params(), false) {
+  MT_CHECK(!groups.empty(), "Adam: got an empty list of param groups");
+  for (ParamGroup& g : groups) add_param_group(std::move(g));
+}
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
+    : AdamW(std::vector<ParamGroup>{ParamGroup(std::move(params))}, options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions defaults) : Adam("AdamW", defaults.hyper_params(), true) {
+  MT_CHECK(!groups.empty(), "AdamW: got an empty list of param groups");
+  for (ParamGroup& g : groups) add_param_group(std::move(g));
+}
+
+std::vector<std::string> Adam::state_names(const HyperParams& group) const {
+  if (group.get_bool("amsgrad")) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+void Adam::check_options(const HyperParams& o) const {
+  const double lr = o.get("lr"), eps = o.get("eps"), b1 = o.get("beta1"), b2 = o.get("beta2"),
+               wd = o.get("weight_decay");
+  MT_CHECK(lr >= 0.0, name(), ": invalid learning rate ", lr, " (must be >= 0)");
+  MT_CHECK(eps >= 0.0, name(), ": invalid epsilon value ", eps, " (must be >= 0)");
+  MT_CHECK(b1 >= 0.0 && b1 < 1.0, name(), ": invalid beta parameter at index 0: ", b1, " (must be in [0, 1))");
+  MT_CHECK(b2 >= 0.0 && b2 < 1.0, name(), ": invalid beta parameter at index 1: ", b2, " (must be in [0, 1))");
+  MT_CHECK(wd >= 0.0, name(), ": invalid weight_decay value ", wd, " (must be >= 0)");
+}
+
+void Adam::update(const ParamUpdate& u, const HyperParams& o) {
+  run_fused_step(kAdamStep, u,
+                 {{"lr", o.get("lr")},
+                  {"beta1", o.get("beta1")},
+                  {"beta2", o.get("beta2")},
+                  {"eps", o.get("eps")},
+                  {"weight_decay", o.get("weight_decay")},
+                  {"amsgrad", o.get_bool("amsgrad")},
+                  {"decoupled", decoupled_},
+                  {"step", u.step}});
+}
+
+}  // namespace mixtape::optim

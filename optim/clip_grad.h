@@ -1,0 +1,24 @@
+// optim/clip_grad.h — gradient-norm clipping, PyTorch's torch.nn.utils.clip_grad_norm_.
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mixtape::optim {
+
+// Rescales the gradients of `params` in place so that their total norm is at most max_norm, and
+// returns the total norm before clipping.
+//   total = (sum over every element g of every defined grad of |g|^p)^(1/p)   (p = norm_type > 0)
+//   total = max |g|                                                          (norm_type = +inf)
+// computed in f64 whatever the grads' dtypes (16-bit and f32 values are exact in f64; the sum is
+// the only rounding). Then, as PyTorch: coef = max_norm / (total + 1e-6), clamped to 1, and every
+// grad is multiplied by coef (16-bit grads in float, rounded once), skipped when coef is 1.
+// Parameters whose grad is undefined are ignored; no grads at all returns 0.
+// Non-finite grads (PyTorch's behaviour with error_if_nonfinite=False, kept):
+//   total = inf  -> coef = 0: finite grads become 0 (+-0), inf grads become NaN;
+//   total = NaN  -> coef = NaN: every grad becomes NaN.
+// Under AMP, clip the unscaled grads: scaler.unscale_(opt) first, then clip opt.master_params()
+// (16-bit parameters' unscaled FP32 grads live on their masters; optim/optimizer.h).
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
+
+}  // namespace mixtape::optim

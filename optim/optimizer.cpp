@@ -1,0 +1,522 @@
+// optim/optimizer.cpp — parameter groups, masters, the step driver, zero_grad and state_dict of
+// every optimizer (header comment of optimizer.h explains master weights and the GradScaler).
+//
+// Also defines the in-place op unscale_to_master_grad_(dst f32, src f16/bf16, found_inf f32[1];
+// inv_scale): dst = float(src) * inv_scale, found_inf = 1 if any src value is inf/NaN (checked on the
+// incoming value, as PyTorch's _amp_foreach_non_finite_check_and_unscale_ does).
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "autograd/grad_mode.h"
+#include "ops/cast.h"
+#include "ops/creation.h"
+#include "optim/optim_functors.h"
+
+namespace mixtape::optim {
+namespace {
+
+TensorList unscale_to_master_grad_cpu(const OpCall& c) {
+  const Tensor& dst = c.inputs[0];
+  const Tensor& src = c.inputs[1];
+  const Tensor& found_inf = c.inputs[2];
+  MT_CHECK(dst.dtype() == DType::Float32 && dst.is_contiguous(), c.name(), ": destination must be a contiguous f32 "
+           "tensor, got ", dst.describe());
+  MT_CHECK(src.sizes() == dst.sizes() && src.is_contiguous() && is_reduced_float(src.dtype()), c.name(),
+           ": source must be a contiguous f16/bf16 ", shape_str(dst.sizes()), " tensor, got ", src.describe());
+  MT_CHECK(found_inf.dtype() == DType::Float32 && found_inf.numel() == 1, c.name(),
+           ": found_inf must be a 1-element f32 tensor, got ", found_inf.describe());
+  const float inv = static_cast<float>(c.attrs.get<double>("inv_scale"));
+  const int64_t n = dst.numel();
+  float* d = static_cast<float*>(dst.data_ptr());
+  bool found = false;
+  auto run = [&]<typename T>(const T* s) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(s[i]);
+      found = found || !std::isfinite(v);
+      d[i] = fn::unscale(v, inv);
+    }
+  };
+  if (src.dtype() == DType::Float16)
+    run(static_cast<const Half*>(src.data_ptr()));
+  else
+    run(static_cast<const BFloat16*>(src.data_ptr()));
+  if (found) *static_cast<float*>(found_inf.data_ptr()) = 1.0f;
+  return {dst};
+}
+const OpSchema& kUnscaleToMaster =
+    define_op("unscale_to_master_grad_").in_place().kernel(DeviceType::CPU, unscale_to_master_grad_cpu);
+
+// 0-d scalars for state_dict, written and read through their bits (an i64 seed can exceed 2^53).
+Tensor i64_scalar(int64_t v) {
+  Tensor t = Tensor::empty({}, TensorOptions(DType::Int64));
+  *t.data_ptr<int64_t>() = v;
+  return t;
+}
+Tensor f64_scalar(double v) {
+  Tensor t = Tensor::empty({}, TensorOptions(DType::Float64));
+  *t.data_ptr<double>() = v;
+  return t;
+}
+Tensor on_cpu(const Tensor& t) { return contiguous(to_device(t, Device::CPU())); }
+
+std::string key(const char* a, size_t i, const std::string& b) {
+  return std::string(a) + "." + std::to_string(i) + "." + b;
+}
+
+Tensor snapshot(const Tensor& t) { return clone(t).detach(); }
+
+}  // namespace
+
+// ---- HyperParams ----
+
+double HyperParams::get(const std::string& name) const {
+  auto it = items_.find(name);
+  MT_CHECK(it != items_.end(), "optimizer option '", name, "' does not exist; options are: ", names());
+  return it->second;
+}
+
+HyperParams& HyperParams::set(const std::string& name, double value) {
+  auto it = items_.find(name);
+  MT_CHECK(it != items_.end(), "optimizer option '", name, "' does not exist; options are: ", names());
+  it->second = value;
+  return *this;
+}
+
+std::string HyperParams::names() const {
+  std::string out;
+  for (auto& [n, v] : items_) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "(none)" : out;
+}
+
+// ---- construction ----
+
+Optimizer::Optimizer(std::string name, HyperParams defaults) : name_(std::move(name)), defaults_(std::move(defaults)) {}
+
+std::string Optimizer::describe_param(size_t index) const {
+  std::ostringstream os;
+  const Tensor& p = states_[index].param;
+  os << "parameter " << index;
+  if (!p.name().empty()) os << " '" << p.name() << "'";
+  os << " (" << p.describe() << ")";
+  return os.str();
+}
+
+void Optimizer::add_param_group(ParamGroup group) {
+  const size_t g = groups_.size();
+  MT_CHECK(!group.params.empty(), name_, ": param group ", g, " has no parameters (optimizers need at least one "
+           "tensor to optimize)");
+  HyperParams merged = defaults_;
+  for (auto& [n, v] : group.options.items()) {
+    MT_CHECK(merged.has(n), name_, ": unknown option '", n, "' in param group ", g, "; ", name_,
+             " options are: ", defaults_.names());
+    merged.items_[n] = v;
+  }
+  try {
+    check_options(merged);
+  } catch (const Error& e) {
+    MT_ERROR(e.what(), " (param group ", g, ")");
+  }
+  std::set<const TensorImpl*> seen;
+  for (size_t j = 0; j < group.params.size(); ++j) {
+    const Tensor& p = group.params[j];
+    std::ostringstream who;
+    who << "parameter " << j << " of param group " << g;
+    if (p.defined() && !p.name().empty()) who << " '" << p.name() << "'";
+    MT_CHECK(p.defined(), name_, ": ", who.str(), " is an undefined tensor");
+    who << " (" << p.describe() << ")";
+    MT_CHECK(p.is_floating_point(), name_, ": can only optimize floating-point tensors (f16, bf16, f32, f64); ",
+             who.str(), " is not");
+    MT_CHECK(p.requires_grad(), name_, ": ", who.str(), " does not require grad; pass only trainable parameters "
+             "(or call requires_grad_() on it)");
+    MT_CHECK(p.is_leaf(), name_, ": can't optimize a non-leaf tensor: ", who.str(), " was computed by an op; "
+             "optimize the leaf it came from");
+    MT_CHECK(!index_.count(p.impl()) && seen.insert(p.impl()).second, name_, ": ", who.str(),
+             " appears in more than one place; every parameter may be in only one param group, once");
+  }
+  // Validated: commit.
+  autograd::NoGradGuard no_grad;
+  for (const Tensor& p : group.params) {
+    ParamState s;
+    s.param = p;
+    if (is_reduced_float(p.dtype())) {
+      // The FP32 master starts as the parameter's exact value (every 16-bit value is a float).
+      s.master = Tensor::empty(p.sizes(), TensorOptions(DType::Float32).with_device(p.device()));
+      copy_(s.master, p);
+    }
+    index_[p.impl()] = states_.size();
+    states_.push_back(std::move(s));
+  }
+  group_sizes_.push_back(group.params.size());
+  groups_.emplace_back(std::move(group.params), std::move(merged));
+}
+
+std::vector<Tensor> Optimizer::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& s : states_) out.push_back(s.param);
+  return out;
+}
+
+size_t Optimizer::index_of(const Tensor& param, const char* what) const {
+  MT_CHECK(param.defined(), name_, ".", what, ": got an undefined tensor");
+  auto it = index_.find(param.impl());
+  MT_CHECK(it != index_.end(), name_, ".", what, ": ", param.describe(), " is not a parameter of this optimizer");
+  return it->second;
+}
+
+void Optimizer::check_structure() const {
+  MT_CHECK(groups_.size() == group_sizes_.size(), name_, ": param_groups() has ", groups_.size(),
+           " groups but ", group_sizes_.size(), " were added; add groups with add_param_group()");
+  size_t k = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto& opts = groups_[g].options.items();
+    bool same_names = opts.size() == defaults_.items().size();
+    for (auto& [n, v] : defaults_.items()) same_names = same_names && opts.count(n);
+    MT_CHECK(same_names, name_, ": param group ", g, " has options ", groups_[g].options.names(), "; ", name_,
+             " options are: ", defaults_.names(), " (change values with options.set, not the set of names)");
+    MT_CHECK(groups_[g].params.size() == group_sizes_[g], name_, ": param group ", g, " now has ",
+             groups_[g].params.size(), " parameters but was added with ", group_sizes_[g],
+             "; the tensors of a group are fixed (use add_param_group for new ones)");
+    for (const Tensor& p : groups_[g].params) {
+      MT_CHECK(p.is_same(states_[k].param), name_, ": parameter ", k, " of param group ", g,
+               " was replaced after it was added; the tensors of a group are fixed");
+      ++k;
+    }
+  }
+}
+
+// ---- master weights ----
+
+bool Optimizer::has_master(const Tensor& param) const { return states_[index_of(param, "has_master")].master.defined(); }
+
+Tensor Optimizer::master(const Tensor& param) const {
+  const ParamState& s = states_[index_of(param, "master")];
+  return s.master.defined() ? s.master : s.param;
+}
+
+std::vector<Tensor> Optimizer::master_params() const {
+  std::vector<Tensor> out;
+  for (auto& s : states_) out.push_back(s.master.defined() ? s.master : s.param);
+  return out;
+}
+
+void Optimizer::set_grad_scale_for_next_step(float inv_scale) {
+  MT_CHECK(std::isfinite(inv_scale), name_, ".set_grad_scale_for_next_step: the inverse scale must be finite, got ",
+           inv_scale);
+  pending_grad_scale_ = inv_scale;
+}
+
+void Optimizer::unscale_to_master_grads_(float inv_scale, const Tensor& found_inf) {
+  MT_CHECK(found_inf.defined() && found_inf.dtype() == DType::Float32 && found_inf.numel() == 1, name_,
+           ".unscale_to_master_grads_: found_inf must be a 1-element f32 tensor, got ",
+           found_inf.defined() ? found_inf.describe() : "undefined");
+  autograd::NoGradGuard no_grad;
+  for (size_t i = 0; i < states_.size(); ++i) {
+    ParamState& s = states_[i];
+    if (!s.master.defined()) continue;
+    Tensor g = s.param.grad();
+    if (!g.defined() || !is_reduced_float(g.dtype())) continue;
+    MT_CHECK(g.sizes() == s.param.sizes(), name_, ": the grad of ", describe_param(i), " has shape ",
+             shape_str(g.sizes()), ", expected ", shape_str(s.param.sizes()));
+    Tensor dst = Tensor::empty(g.sizes(), TensorOptions(DType::Float32).with_device(g.device()));
+    dispatch(kUnscaleToMaster, {dst, contiguous(g), found_inf}, {{"inv_scale", static_cast<double>(inv_scale)}});
+    found_inf.bump_version();
+    s.master.set_grad(dst);
+    s.master_grad_source = g;
+    s.master_grad_source_version = g.version();
+  }
+}
+
+void Optimizer::set_stochastic_rounding(bool on, uint64_t seed) {
+  stochastic_rounding_ = on;
+  rounding_gen_.set_state(seed, 0);
+}
+
+// The gradient step() uses for a parameter: a still-valid unscaled master grad, else .grad (a
+// 16-bit one gets the pending inverse scale applied at the copy).
+Tensor Optimizer::effective_grad(ParamState& s, double& grad_scale) const {
+  grad_scale = 1.0;
+  Tensor g = s.param.grad();
+  if (s.master.defined() && s.master.grad().defined()) {
+    if (g.defined() && g.is_same(s.master_grad_source) && g.version() == s.master_grad_source_version)
+      return s.master.grad();
+    s.master.set_grad(Tensor());  // made from a grad that has since changed: void
+    s.master_grad_source = Tensor();
+  }
+  if (g.defined() && is_reduced_float(g.dtype())) grad_scale = pending_grad_scale_;
+  return g;
+}
+
+// ---- step ----
+
+void Optimizer::run_fused_step(const OpSchema& op, const ParamUpdate& u, Attrs attrs) {
+  TensorList inputs{u.w, u.grad, u.model};
+  for (const Tensor& s : u.state) inputs.push_back(s);
+  attrs.set("grad_scale", u.grad_scale);
+  for (auto& [n, v] : u.rounding.items()) attrs.set(n, v);
+  dispatch(op, std::move(inputs), std::move(attrs));  // bumps u.w
+  if (u.model.defined()) u.model.bump_version();
+  for (const Tensor& s : u.state) s.bump_version();
+}
+
+void Optimizer::step() {
+  autograd::NoGradGuard no_grad;
+  check_structure();
+  // First validate every gradient, so a bad one leaves the whole optimizer untouched.
+  struct Work {
+    size_t index, group;
+    Tensor grad;
+    double grad_scale;
+  };
+  std::vector<Work> work;
+  size_t k = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    try {
+      check_options(groups_[g].options);
+    } catch (const Error& e) {
+      MT_ERROR(e.what(), " (param group ", g, ")");
+    }
+    for (size_t j = 0; j < groups_[g].params.size(); ++j, ++k) {
+      ParamState& s = states_[k];
+      double scale = 1.0;
+      Tensor grad = effective_grad(s, scale);
+      if (!grad.defined()) continue;  // no gradient: skipped, as PyTorch
+      const Tensor& p = s.param;
+      MT_CHECK(grad.sizes() == p.sizes(), name_, ": the grad of ", describe_param(k), " has shape ",
+               shape_str(grad.sizes()), ", expected the parameter's shape ", shape_str(p.sizes()));
+      MT_CHECK(grad.device() == p.device(), name_, ": the grad of ", describe_param(k), " is on ", grad.device(),
+               ", the parameter on ", p.device());
+      const bool dtype_ok = grad.dtype() == p.dtype() || (s.master.defined() && grad.dtype() == DType::Float32);
+      MT_CHECK(dtype_ok, name_, ": the grad of ", describe_param(k), " is ", dtype_name(grad.dtype()),
+               ", expected ", dtype_name(p.dtype()), is_reduced_float(p.dtype()) ? " (or Float32)" : "");
+      work.push_back({k, g, grad.is_contiguous() ? grad : contiguous(grad), scale});
+    }
+  }
+  for (Work& item : work) {
+    ParamState& s = states_[item.index];
+    const HyperParams& options = groups_[item.group].options;
+    ParamUpdate u;
+    // The master is always contiguous; a non-contiguous f32 parameter (or 16-bit model copy) is
+    // updated through a contiguous copy written back afterwards.
+    Tensor w = s.master.defined() ? s.master : s.param;
+    const bool w_copy = !w.is_contiguous();
+    u.w = w_copy ? contiguous(w) : w;
+    if (s.master.defined()) u.model = s.param.is_contiguous() ? s.param : contiguous(s.param);
+    u.grad = item.grad;
+    u.grad_scale = item.grad_scale;
+    u.step = s.step + 1;
+    for (const std::string& n : state_names(options)) {
+      auto it = s.buffers.find(n);
+      if (it == s.buffers.end()) {
+        it = s.buffers.emplace(n, zeros(w.sizes(), TensorOptions(w.dtype()).with_device(w.device()))).first;
+        u.fresh_state = true;
+      }
+      u.state.push_back(it->second);
+    }
+    const bool stochastic = stochastic_rounding_ && u.model.defined();
+    u.rounding.set("stochastic", stochastic);
+    if (stochastic) {
+      auto r = rounding_gen_.reserve(static_cast<uint64_t>(w.numel()));
+      u.rounding.set("seed", static_cast<int64_t>(r.seed)).set("offset", static_cast<int64_t>(r.offset));
+    }
+    update(u, options);
+    s.step = u.step;
+    if (w_copy) copy_(s.param, u.w);
+    if (u.model.defined() && !u.model.is_same(s.param)) copy_(s.param, u.model);
+    if (s.master.defined() && s.master.grad().defined()) {  // consumed
+      s.master.set_grad(Tensor());
+      s.master_grad_source = Tensor();
+    }
+  }
+  pending_grad_scale_ = 1.0f;
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  autograd::NoGradGuard no_grad;
+  for (ParamState& s : states_) {
+    Tensor g = s.param.grad();
+    if (g.defined()) {
+      if (set_to_none) {
+        s.param.set_grad(Tensor());
+      } else {
+        Tensor d = g.detach();  // a create_graph grad loses its history, as PyTorch's detach_()
+        zero_(d);
+        s.param.set_grad(d);
+      }
+    }
+    if (s.master.defined()) {
+      s.master.set_grad(Tensor());
+      s.master_grad_source = Tensor();
+    }
+  }
+  pending_grad_scale_ = 1.0f;
+}
+
+// ---- state ----
+
+Tensor Optimizer::state(const Tensor& param, const std::string& name) const {
+  const ParamState& s = states_[index_of(param, "state")];
+  auto it = s.buffers.find(name);
+  return it == s.buffers.end() ? Tensor() : it->second;
+}
+
+int64_t Optimizer::step_count(const Tensor& param) const { return states_[index_of(param, "step_count")].step; }
+
+StateDict Optimizer::state_dict() const {
+  autograd::NoGradGuard no_grad;
+  StateDict sd;
+  size_t k = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<int64_t> idx;
+    for (size_t j = 0; j < groups_[g].params.size(); ++j) idx.push_back(static_cast<int64_t>(k++));
+    sd[key("param_groups", g, "params")] =
+        tensor_from(idx, {static_cast<int64_t>(idx.size())}, TensorOptions(DType::Int64));
+    for (auto& [n, v] : groups_[g].options.items()) sd[key("param_groups", g, n)] = f64_scalar(v);
+  }
+  for (size_t i = 0; i < states_.size(); ++i) {
+    const ParamState& s = states_[i];
+    if (s.master.defined()) sd[key("state", i, "master")] = snapshot(s.master);
+    if (s.step > 0) sd[key("state", i, "step")] = i64_scalar(s.step);
+    for (auto& [n, t] : s.buffers) sd[key("state", i, n)] = snapshot(t);
+  }
+  sd["rounding.stochastic"] = i64_scalar(stochastic_rounding_ ? 1 : 0);
+  sd["rounding.seed"] = i64_scalar(static_cast<int64_t>(rounding_gen_.seed()));
+  sd["rounding.offset"] = i64_scalar(static_cast<int64_t>(rounding_gen_.offset()));
+  return sd;
+}
+
+void Optimizer::load_state_dict(const StateDict& sd) {
+  const std::string who = name_ + ".load_state_dict";
+  std::set<std::string> used;
+  auto find = [&](const std::string& k) -> const Tensor* {
+    auto it = sd.find(k);
+    if (it == sd.end()) return nullptr;
+    MT_CHECK(it->second.defined(), who, ": key '", k, "' holds an undefined tensor");
+    used.insert(k);
+    return &it->second;
+  };
+  auto need = [&](const std::string& k) -> const Tensor& {
+    const Tensor* t = find(k);
+    MT_CHECK(t != nullptr, who, ": missing key '", k, "'");
+    return *t;
+  };
+  auto expect = [&](const std::string& k, const Tensor& t, DType dtype, const IntList& sizes) {
+    MT_CHECK(t.dtype() == dtype && t.sizes() == sizes, who, ": '", k, "' must be ", dtype_short(dtype),
+             shape_str(sizes), ", got ", t.describe());
+  };
+
+  // ---- validate everything; nothing changes until all checks pass ----
+  std::vector<HyperParams> new_options(groups_.size());
+  size_t k = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string pk = key("param_groups", g, "params");
+    const Tensor* idx = find(pk);
+    MT_CHECK(idx != nullptr, who, ": missing key '", pk, "' (the state dict has fewer param groups than this "
+             "optimizer's ", groups_.size(), ")");
+    const int64_t n = static_cast<int64_t>(groups_[g].params.size());
+    MT_CHECK(idx->dtype() == DType::Int64 && idx->dim() == 1, who, ": '", pk, "' must be a 1-D i64 tensor, got ",
+             idx->describe());
+    MT_CHECK(idx->numel() == n, who, ": param group ", g, " has ", idx->numel(), " parameters in the state dict, ",
+             n, " in this optimizer");
+    Tensor idx_cpu = on_cpu(*idx);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t want = static_cast<int64_t>(k) + j;
+      MT_CHECK(idx_cpu.data_ptr<int64_t>()[j] == want, who, ": '", pk, "' lists parameter ",
+               idx_cpu.data_ptr<int64_t>()[j], " at position ", j, ", expected ", want);
+    }
+    k += static_cast<size_t>(n);
+    HyperParams opts = defaults_;
+    for (auto& [name, v] : defaults_.items()) {
+      const std::string hk = key("param_groups", g, name);
+      const Tensor& t = need(hk);
+      expect(hk, t, DType::Float64, {});
+      opts.items_[name] = *on_cpu(t).data_ptr<double>();
+    }
+    try {
+      check_options(opts);
+    } catch (const Error& e) {
+      MT_ERROR(who, ": param group ", g, ": ", e.what());
+    }
+    new_options[g] = std::move(opts);
+  }
+  struct Loaded {
+    Tensor master;
+    int64_t step = 0;
+    std::map<std::string, Tensor> buffers;
+  };
+  std::vector<Loaded> loaded(states_.size());
+  const std::vector<std::string> names = all_state_names();
+  k = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t j = 0; j < groups_[g].params.size(); ++j, ++k) {
+      const ParamState& s = states_[k];
+      const Tensor& p = s.param;
+      const DType wt = s.master.defined() ? DType::Float32 : p.dtype();
+      if (s.master.defined()) {
+        const std::string mk = key("state", k, "master");
+        const Tensor& m = need(mk);
+        expect(mk, m, DType::Float32, p.sizes());
+        loaded[k].master = m;
+      }
+      const std::string sk = key("state", k, "step");
+      if (const Tensor* st = find(sk)) {
+        expect(sk, *st, DType::Int64, {});
+        loaded[k].step = *on_cpu(*st).data_ptr<int64_t>();
+        MT_CHECK(loaded[k].step >= 1, who, ": '", sk, "' must be >= 1, got ", loaded[k].step);
+      }
+      for (const std::string& n : names) {
+        const std::string bk = key("state", k, n);
+        if (const Tensor* b = find(bk)) {
+          expect(bk, *b, wt, p.sizes());
+          MT_CHECK(loaded[k].step > 0, who, ": '", bk, "' is present but '", sk, "' is not");
+          loaded[k].buffers[n] = *b;
+        }
+      }
+      if (loaded[k].step > 0)
+        for (const std::string& n : required_state_names(new_options[g]))
+          MT_CHECK(loaded[k].buffers.count(n), who, ": missing key '", key("state", k, n), "' (parameter ", k,
+                   " has been updated ", loaded[k].step, " times)");
+    }
+  }
+  int64_t rounding[3];
+  const char* rkeys[3] = {"rounding.stochastic", "rounding.seed", "rounding.offset"};
+  for (int r = 0; r < 3; ++r) {
+    const Tensor& t = need(rkeys[r]);
+    expect(rkeys[r], t, DType::Int64, {});
+    rounding[r] = *on_cpu(t).data_ptr<int64_t>();
+  }
+  for (auto& [n, t] : sd) {
+    if (used.count(n)) continue;
+    if (n.rfind("param_groups.", 0) == 0)
+      MT_ERROR(who, ": unexpected key '", n, "' (the state dict has more param groups, or options this ", name_,
+               " does not have; it has ", groups_.size(), " groups with options ", defaults_.names(), ")");
+    if (n.rfind("state.", 0) == 0)
+      MT_ERROR(who, ": unexpected key '", n, "' (this optimizer has ", states_.size(), " parameters, ",
+               "per-parameter state 'step', 'master' (16-bit parameters) and buffers of ", name_, ")");
+    MT_ERROR(who, ": unexpected key '", n, "'");
+  }
+
+  // ---- apply ----
+  autograd::NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = std::move(new_options[g]);
+  for (size_t i = 0; i < states_.size(); ++i) {
+    ParamState& s = states_[i];
+    const Device dev = s.param.device();
+    if (s.master.defined()) copy_(s.master, to_device(loaded[i].master, dev));  // keeps the master's identity
+    s.step = loaded[i].step;
+    s.buffers.clear();
+    for (auto& [n, t] : loaded[i].buffers) s.buffers[n] = snapshot(to_device(t, dev));
+    if (s.master.defined()) {
+      s.master.set_grad(Tensor());
+      s.master_grad_source = Tensor();
+    }
+  }
+  stochastic_rounding_ = rounding[0] != 0;
+  rounding_gen_.set_state(static_cast<uint64_t>(rounding[1]), static_cast<uint64_t>(rounding[2]));
+  pending_grad_scale_ = 1.0f;
+}
+
+}  // namespace mixtape::optim

@@ -1,0 +1,116 @@
+// optim/step_kernel.h — the CPU loop every fused optimizer kernel shares (sgd_step_, adam_step_).
+//
+// A fused step op's inputs are, in this order (shapes all equal, every tensor contiguous):
+//   0  w       the tensor the update is applied to, written: an FP32 master, or an f32/f64 param
+//              that is its own master. Its dtype W (float or double) is the compute type.
+//   1  grad    the gradient, read: dtype W, or (W = float) a 16-bit gradient that is widened to
+//              float and multiplied by attr "grad_scale" on the way in (the GradScaler's unscale at
+//              the copy, optim_functors.h fn::unscale)
+//   2  model   the 16-bit parameter that receives round(w) after the update, written; undefined
+//              when w is the parameter itself
+//   3… state   optimizer buffers (momentum, Adam moments), dtype W, written
+// Attrs common to every fused step: grad_scale (double, an exact float), stochastic (bool),
+// seed, offset (int64, the Philox stream of stochastic rounding).
+// The dispatcher bumps input 0's version; Optimizer::run_fused_step bumps model and state.
+//
+// Invariant: one pass over memory (in chunks that stay in cache); each element's master value is
+// updated in place and the model copy is rounded from it, so model == round(master) after every step.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/convert.h"
+#include "core/dispatcher.h"
+#include "optim/optim_functors.h"
+
+namespace mixtape::optim::detail {
+
+// Checks the operand layout above; returns the number of elements.
+int64_t check_fused_step(const OpCall& call, size_t num_state);
+
+// True when the CPU has fused multiply-add in hardware. The element loop then runs inside a
+// function compiled for it, where fn::madd's std::fma is one instruction instead of a libm call.
+// Both give the same bits (fma is exactly rounded): this is speed only. (core/convert.cpp picks
+// its F16C loops the same way.)
+bool cpu_has_fma();
+// Test knob: true makes the loops take the portable path (std::fma through libm) even where the
+// CPU has FMA, so a test can show both paths give the same bits. Process-wide, thread-safe.
+void set_force_portable_loop(bool force);
+bool force_portable_loop();
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define MIXTAPE_OPTIM_FMA_DISPATCH 1
+template <typename F>
+__attribute__((target("fma"))) void run_with_fma(const F& f) {
+  f();
+}
+#endif
+
+// Calls update(w[i], g, state, i) for every element i, with g the gradient loaded as W (a 16-bit
+// one widened exactly and unscaled), then writes model[i] = round(w[i]). Update is
+// (W& w, W g, std::array<W*, NS>& state, int64_t i) and should be always_inline, so that it is
+// compiled into the FMA loop. 16-bit grads and model copies move through core/convert.h's bulk
+// converters in chunks (bit-identical to the scalar conversions, F16C where the CPU has it).
+template <typename W, size_t NS, typename Update>
+void fused_step_loop(const OpCall& call, Update&& update) {
+  const int64_t n = check_fused_step(call, NS);
+  const Tensor& w = call.inputs[0];
+  const Tensor& grad = call.inputs[1];
+  const Tensor& model = call.inputs[2];
+  W* wp = static_cast<W*>(w.data_ptr());
+  std::array<W*, NS> state{};
+  for (size_t k = 0; k < NS; ++k) state[k] = static_cast<W*>(call.inputs[3 + k].data_ptr());
+  const float grad_scale = static_cast<float>(call.attrs.get<double>("grad_scale"));
+  const bool stochastic = call.attrs.get_or<bool>("stochastic", false);
+  const auto seed = static_cast<uint64_t>(call.attrs.get_or<int64_t>("seed", 0));
+  const auto offset = static_cast<uint64_t>(call.attrs.get_or<int64_t>("offset", 0));
+  const DType gt = grad.dtype(), mt = model.defined() ? model.dtype() : w.dtype();
+  const bool wide_grad = gt == w.dtype();  // f32/f64 grads arrive unscaled (the scaler unscales them in place)
+  constexpr int64_t kChunk = 1024;
+
+  auto loop = [&]() __attribute__((always_inline)) {
+    W gbuf[kChunk];
+    for (int64_t base = 0; base < n; base += kChunk) {
+      const int64_t m = n - base < kChunk ? n - base : kChunk;
+      const W* g = gbuf;
+      if (wide_grad) {
+        g = static_cast<const W*>(grad.data_ptr()) + base;
+      } else if constexpr (std::is_same_v<W, float>) {  // a 16-bit grad: widen exactly, unscale at the copy
+        if (gt == DType::Float16)
+          convert_half_to_float(static_cast<const Half*>(grad.data_ptr()) + base, gbuf, static_cast<size_t>(m));
+        else
+          convert_bfloat16_to_float(static_cast<const BFloat16*>(grad.data_ptr()) + base, gbuf, static_cast<size_t>(m));
+        for (int64_t j = 0; j < m; ++j) gbuf[j] = fn::unscale(gbuf[j], grad_scale);
+      }
+      for (int64_t j = 0; j < m; ++j) update(wp[base + j], g[j], state, base + j);
+      if constexpr (std::is_same_v<W, float>) {
+        if (!model.defined()) continue;
+        if (mt == DType::Float16) {
+          Half* mp = static_cast<Half*>(model.data_ptr()) + base;
+          if (stochastic)
+            for (int64_t j = 0; j < m; ++j)
+              mp[j] = fn::round_stochastic<Half>(wp[base + j], fn::rounding_uniform(seed, offset, uint64_t(base + j)));
+          else
+            convert_float_to_half(wp + base, mp, static_cast<size_t>(m));  // RNE, as fn::round_nearest
+        } else {
+          BFloat16* mp = static_cast<BFloat16*>(model.data_ptr()) + base;
+          if (stochastic)
+            for (int64_t j = 0; j < m; ++j)
+              mp[j] = fn::round_stochastic<BFloat16>(wp[base + j],
+                                                     fn::rounding_uniform(seed, offset, uint64_t(base + j)));
+          else
+            convert_float_to_bfloat16(wp + base, mp, static_cast<size_t>(m));
+        }
+      }
+    }
+  };
+#if defined(MIXTAPE_OPTIM_FMA_DISPATCH)
+  if (cpu_has_fma() && !force_portable_loop()) {
+    run_with_fma(loop);
+    return;
+  }
+#endif
+  loop();
+}
+
+}  // namespace mixtape::optim::detail
