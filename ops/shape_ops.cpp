@@ -1,0 +1,315 @@
+// ops/shape_ops.cpp — cat (and stack on top of it), argmax, index_select and its adjoint.
+//   cat(t_0..t_k: any dtypes, dim) -> promoted dtype; d/dt_i = the slice of g that t_i filled
+//   argmax(x, dim?, keepdim) -> Int64; not differentiable
+//   index_select(x, dim, index (k) i64) -> x's shape with size k at dim; its gradient is
+//   index_select_backward (index_add into zeros), whose gradient is index_select again.
+// CPU layout: a contiguous tensor is read as (outer, n, inner) with `dim` in the middle, so one
+// selected slice is `inner` contiguous elements.
+#include "ops/shape_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "ops/cpu/elementwise.h"
+#include "ops/op_def.h"
+
+namespace mixtape {
+namespace {
+
+struct DimLayout {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+DimLayout layout_of(const IntList& sizes, int64_t dim) {
+  DimLayout l;
+  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
+    if (d < dim) l.outer *= sizes[d];
+    else if (d == dim) l.len = sizes[d];
+    else l.inner *= sizes[d];
+  }
+  return l;
+}
+
+// t as a contiguous tensor of dtype dt (t itself when it already is one); not recorded.
+Tensor dense(const Tensor& t, DType dt) {
+  if (t.dtype() == dt && t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.sizes(), TensorOptions(dt));
+  cpu::copy_into(out, t);
+  return out;
+}
+
+// ---- cat ----
+// PyTorch's legacy rule: a 1-D empty tensor joins any cat (its shape is not checked).
+bool legacy_empty(const IntList& s) { return s.size() == 1 && s[0] == 0; }
+
+struct CatPlan {
+  int64_t dim = 0;
+  IntList sizes{0};  // the output's
+  DType dtype = DType::Float32;
+};
+
+CatPlan plan_cat(const TensorList& ts, int64_t dim, const char* op) {
+  MT_CHECK(!ts.empty(), op, ": expected a non-empty list of tensors");
+  CatPlan p;
+  int64_t ref = -1;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Tensor& t = ts[i];
+    MT_CHECK(t.defined(), op, ": tensor ", i, " is undefined");
+    MT_CHECK(t.dim() > 0, op, ": zero-dimensional tensor (at position ", i, ") cannot be concatenated");
+    p.dtype = i == 0 ? t.dtype() : promote_types(p.dtype, t.dtype());
+    if (ref < 0 && !legacy_empty(t.sizes())) ref = static_cast<int64_t>(i);
+  }
+  if (ref < 0) {  // every tensor is [0]
+    p.dim = wrap_dim(dim, 1, op);
+    return p;
+  }
+  const Tensor& r = ts[static_cast<size_t>(ref)];
+  p.dim = wrap_dim(dim, r.dim(), op);
+  p.sizes = r.sizes();
+  p.sizes[p.dim] = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Tensor& t = ts[i];
+    if (legacy_empty(t.sizes())) continue;
+    MT_CHECK(t.dim() == r.dim(), op, ": tensors must have the same number of dimensions: tensor ", ref, " is ",
+             r.describe(), " (", r.dim(), "-D) but tensor ", i, " is ", t.describe(), " (", t.dim(), "-D)");
+    for (int64_t d = 0; d < r.dim(); ++d)
+      MT_CHECK(d == p.dim || t.sizes()[d] == r.sizes()[d], op, ": sizes of tensors must match except in dimension ",
+               p.dim, ": expected size ", r.sizes()[d], " but got size ", t.sizes()[d], " in dimension ", d,
+               " for tensor ", i, " (", t.describe(), "; tensor ", ref, " is ", r.describe(), ")");
+    p.sizes[p.dim] += t.sizes()[p.dim];
+  }
+  return p;
+}
+
+TensorList cat_cpu(const OpCall& c) {
+  const CatPlan p = plan_cat(c.inputs, c.attrs.get<int64_t>("dim"), c.name());
+  Tensor out = Tensor::empty(p.sizes, TensorOptions(p.dtype));
+  int64_t off = 0;
+  for (const Tensor& t : c.inputs) {
+    if (legacy_empty(t.sizes())) continue;
+    const int64_t n = t.sizes()[p.dim];
+    if (t.numel() > 0) {
+      Tensor region = out.as_strided_alias(t.sizes(), out.strides(), off * out.strides()[p.dim]);
+      cpu::copy_into(region, t);  // converts to the promoted dtype, any strides
+    }
+    off += n;
+  }
+  return {out};
+}
+
+TensorList cat_backward(BackwardContext& c) {
+  const int64_t dim = c.attrs.get<int64_t>("dim");
+  TensorList grads;
+  int64_t off = 0;
+  for (size_t i = 0; i < c.num_inputs(); ++i) {
+    const IntList& s = c.input_sizes(i);
+    if (legacy_empty(s)) {
+      grads.push_back(c.needs_input_grad(i) ? zeros({0}, TensorOptions(c.input_dtype(i))) : Tensor());
+      continue;
+    }
+    const int64_t n = s[static_cast<size_t>(dim)];
+    grads.push_back(c.needs_input_grad(i) ? slice(c.grad(), dim, off, off + n) : Tensor());
+    off += n;
+  }
+  return grads;
+}
+const OpSchema& kCat =
+    define_op("cat").policy(AmpPolicy::Promote).save({}).grad(cat_backward).kernel(DeviceType::CPU, cat_cpu);
+
+// ---- argmax ----
+TensorList argmax_cpu(const OpCall& c) {
+  const Tensor& x = c.inputs[0];
+  const bool keepdim = c.attrs.get<bool>("keepdim");
+  MT_CHECK(x.dtype() != DType::Bool, c.name(), ": bool tensors are not supported, got ", x.describe());
+  DimLayout l;
+  IntList out_sizes;
+  if (!c.attrs.has("dim")) {
+    MT_CHECK(x.numel() > 0, c.name(), ": cannot take the argmax of an empty tensor ", x.describe(),
+             " over all elements (pass a dim)");
+    l.len = x.numel();
+    if (keepdim) out_sizes = IntList(static_cast<size_t>(x.dim()), 1);
+  } else {
+    const int64_t d = wrap_dim(c.attrs.get<int64_t>("dim"), x.dim(), c.name());
+    if (x.dim() > 0) {
+      l = layout_of(x.sizes(), d);
+      out_sizes = x.sizes();
+      if (keepdim)
+        out_sizes[d] = 1;
+      else
+        out_sizes.erase(out_sizes.begin() + d);
+    }
+    MT_CHECK(l.len > 0 || l.outer * l.inner == 0, c.name(), ": cannot reduce dimension ", d, " of size 0 in ",
+             x.describe(), " (the argmax of nothing is undefined)");
+  }
+  Tensor xd = dense(x, x.dtype());
+  Tensor out = Tensor::empty(out_sizes, TensorOptions(DType::Int64));
+  int64_t* o = out.data_ptr<int64_t>();
+  const int64_t rows = l.outer * l.inner;
+  visit_dtype(x.dtype(), c.name(), [&]<typename T>() {
+    using A = acc_t<T>;
+    const T* p = static_cast<const T*>(xd.data_ptr());
+#pragma omp parallel for if (rows * l.len >= cpu::kParallelGrain && rows > 1) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* base = p + (r / l.inner) * l.len * l.inner + r % l.inner;
+      int64_t best = 0;
+      A bv = static_cast<A>(base[0]);
+      for (int64_t j = 1; j < l.len; ++j) {
+        if constexpr (std::is_floating_point_v<A>)
+          if (std::isnan(bv)) break;  // the first NaN wins
+        const A v = static_cast<A>(base[j * l.inner]);
+        bool take = v > bv;
+        if constexpr (std::is_floating_point_v<A>) take = take || std::isnan(v);
+        if (take) {
+          bv = v;
+          best = j;
+        }
+      }
+      o[r] = best;
+    }
+  });
+  return {out};
+}
+const OpSchema& kArgmax = define_op("argmax").not_differentiable().kernel(DeviceType::CPU, argmax_cpu);
+
+// ---- index_select / index_select_backward ----
+// Checks index (1-D or 0-d Int64, values in [0, n)) and returns it contiguous.
+Tensor checked_index(const Tensor& index, int64_t dim, int64_t n, const char* op) {
+  MT_CHECK(index.defined(), op, ": index is undefined");
+  MT_CHECK(index.dtype() == DType::Int64, op, ": index must be Int64, got ", index.describe());
+  MT_CHECK(index.dim() <= 1, op, ": index must be 1-D, got ", index.describe());
+  Tensor idx = dense(index, DType::Int64);
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  for (int64_t j = 0; j < idx.numel(); ++j)
+    MT_CHECK(ip[j] >= 0 && ip[j] < n, op, ": index ", ip[j], " at position ", j,
+             " is out of bounds for dimension ", dim, " with size ", n);
+  return idx;
+}
+
+TensorList index_select_cpu(const OpCall& c) {
+  const Tensor& x = c.inputs[0];
+  MT_CHECK(x.dim() > 0, c.name(), ": expected a tensor with at least 1 dim, got ", x.describe());
+  const int64_t d = wrap_dim(c.attrs.get<int64_t>("dim"), x.dim(), c.name());
+  const int64_t n = x.sizes()[d];
+  Tensor idx = checked_index(c.inputs[1], d, n, c.name());
+  const int64_t k = idx.numel();
+  IntList out_sizes = x.sizes();
+  out_sizes[d] = k;
+  Tensor xd = dense(x, x.dtype());
+  Tensor out = Tensor::empty(out_sizes, TensorOptions(x.dtype()));
+  const DimLayout l = layout_of(x.sizes(), d);
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  const size_t row = static_cast<size_t>(l.inner) * x.element_size();
+  const char* src = static_cast<const char*>(xd.data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+  if (row == 0) return {out};
+#pragma omp parallel for if (out.numel() >= cpu::kParallelGrain && l.outer * k > 1) schedule(static)
+  for (int64_t r = 0; r < l.outer * k; ++r) {
+    const int64_t o = r / k, j = r % k;
+    std::memcpy(dst + static_cast<size_t>(r) * row, src + static_cast<size_t>(o * n + ip[j]) * row, row);
+  }
+  return {out};
+}
+
+TensorList index_select_backward_cpu(const OpCall& c) {
+  const Tensor& g = c.inputs[0];
+  const IntList& sizes = c.attrs.get<IntList>("sizes");
+  MT_CHECK(!sizes.empty(), c.name(), ": expected sizes with at least 1 dim, got []");
+  const int64_t d = wrap_dim(c.attrs.get<int64_t>("dim"), static_cast<int64_t>(sizes.size()), c.name());
+  const int64_t n = sizes[static_cast<size_t>(d)];
+  Tensor idx = checked_index(c.inputs[1], d, n, c.name());
+  const int64_t k = idx.numel();
+  IntList want = sizes;
+  want[static_cast<size_t>(d)] = k;
+  MT_CHECK(g.sizes() == want, c.name(), ": expected a gradient of shape ", shape_str(want), " (", shape_str(sizes),
+           " with ", k, " indices along dim ", d, "), got ", g.describe());
+  MT_CHECK(is_floating(g.dtype()), c.name(), ": expected a floating gradient, got ", g.describe());
+  // Accumulate in the compute type (f32 for 16-bit), round once.
+  const DType acc_dt = is_reduced_float(g.dtype()) ? DType::Float32 : g.dtype();
+  Tensor acc = Tensor::empty(sizes, TensorOptions(acc_dt));
+  if (acc.nbytes()) std::memset(acc.data_ptr(), 0, acc.nbytes());
+  Tensor gd = dense(g, acc_dt);
+  const DimLayout l = layout_of(sizes, d);
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  visit_floating(acc_dt, c.name(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      T* a = static_cast<T*>(acc.data_ptr());
+      const T* gp = static_cast<const T*>(gd.data_ptr());
+      // Parallel over outer only: repeated indices within one outer slice write the same row.
+#pragma omp parallel for if (g.numel() >= cpu::kParallelGrain && l.outer > 1) schedule(static)
+      for (int64_t o = 0; o < l.outer; ++o)
+        for (int64_t j = 0; j < k; ++j) {
+          T* dst = a + (o * n + ip[j]) * l.inner;
+          const T* src = gp + (o * k + j) * l.inner;
+          for (int64_t i = 0; i < l.inner; ++i) dst[i] += src[i];
+        }
+    }
+  });
+  return {cpu::cast_to(acc, g.dtype())};
+}
+
+TensorList index_select_backward_grad(BackwardContext& c) {
+  return {index_select(c.grad(), c.attrs.get<int64_t>("dim"), c.input(1)), Tensor()};
+}
+const OpSchema& kIndexSelectBackward = define_op("index_select_backward")
+                                           .save({1})
+                                           .grad(index_select_backward_grad)
+                                           .kernel(DeviceType::CPU, index_select_backward_cpu);
+
+TensorList index_select_grad(BackwardContext& c) {
+  return {index_select_backward(c.grad(), c.input_sizes(0), c.attrs.get<int64_t>("dim"), c.input(1)), Tensor()};
+}
+const OpSchema& kIndexSelect =
+    define_op("index_select").save({1}).grad(index_select_grad).kernel(DeviceType::CPU, index_select_cpu);
+
+}  // namespace
+
+// The tape records which inputs an op saves as one bit per input (OpSchema::saved_inputs, a
+// uint64_t), and autograd/op_node.cpp shifts it by the input's position: undefined from the 65th
+// input on (UBSan stops there). Longer lists are joined in groups of at most 64, then the groups.
+constexpr size_t kMaxCatInputs = 64;
+
+Tensor cat(const TensorList& tensors, int64_t dim) {
+  const CatPlan p = plan_cat(tensors, dim, "cat");  // checks up front; the attr holds the wrapped dim
+  if (tensors.size() <= kMaxCatInputs) return dispatch1(kCat, tensors, {{"dim", p.dim}});
+  TensorList groups;
+  for (size_t i = 0; i < tensors.size(); i += kMaxCatInputs) {
+    TensorList g(tensors.begin() + static_cast<std::ptrdiff_t>(i),
+                 tensors.begin() + static_cast<std::ptrdiff_t>(std::min(i + kMaxCatInputs, tensors.size())));
+    const bool all_empty = std::all_of(g.begin(), g.end(), [](const Tensor& t) { return legacy_empty(t.sizes()); });
+    groups.push_back(cat(g, all_empty ? 0 : p.dim));
+  }
+  return cat(groups, p.dim);
+}
+
+Tensor stack(const TensorList& tensors, int64_t dim) {
+  MT_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    MT_CHECK(tensors[i].defined(), "stack: tensor ", i, " is undefined");
+    MT_CHECK(tensors[i].sizes() == tensors[0].sizes(), "stack: expects each tensor to be equal size, but got ",
+             tensors[0].describe(), " at entry 0 and ", tensors[i].describe(), " at entry ", i);
+  }
+  const int64_t d = wrap_dim(dim, tensors[0].dim() + 1, "stack");
+  TensorList parts;
+  parts.reserve(tensors.size());
+  for (const Tensor& t : tensors) parts.push_back(unsqueeze(t, d));
+  return cat(parts, d);
+}
+
+Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  MT_CHECK(x.defined(), "argmax: input is undefined");
+  Attrs a{{"keepdim", keepdim}};
+  if (dim) a.set("dim", wrap_dim(*dim, x.dim(), "argmax"));
+  return dispatch1(kArgmax, {x}, std::move(a));
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  MT_CHECK(x.defined(), "index_select: input is undefined");
+  return dispatch1(kIndexSelect, {x, index}, {{"dim", wrap_dim(dim, std::max<int64_t>(x.dim(), 1), "index_select")}});
+}
+
+Tensor index_select_backward(const Tensor& g, const IntList& sizes, int64_t dim, const Tensor& index) {
+  return dispatch1(kIndexSelectBackward, {g, index},
+                   {{"sizes", sizes}, {"dim", wrap_dim(dim, static_cast<int64_t>(sizes.size()), "index_select_backward")}});
+}
+
+}  // namespace mixtape
