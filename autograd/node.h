@@ -27,7 +27,8 @@ struct TensorMeta {
   IntList sizes;
   DType dtype = DType::Float32;
   Device device;
-  static TensorMeta of(const Tensor& t) { return {t.sizes(), t.dtype(), t.device()}; }
+  bool defined = false;  // false: an absent optional input (no bias)
+  static TensorMeta of(const Tensor& t) { return {t.sizes(), t.dtype(), t.device(), true}; }
 };
 
 class Node : public std::enable_shared_from_this<Node> {

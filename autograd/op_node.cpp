@@ -8,6 +8,7 @@
 namespace mixtape {
 
 const Tensor BackwardContext::input(size_t i) const {
+  if (i < input_meta.size() && !input_meta[i].defined) return {};  // absent optional input
   MT_CHECK(i < saved_inputs.size() && (saved_inputs[i].defined() || saved_inputs[i].released()), op.name,
            " backward: input ", i, " was not saved for backward (add it to the op's save() list)");
   return saved_inputs[i].unpack(nullptr, "input " + std::to_string(i) + " of " + op.name);
@@ -47,14 +48,16 @@ OpNode::OpNode(const OpSchema& op, const OpCall& call, const TensorList& outputs
   for (size_t i = 0; i < n; ++i) {
     const Tensor& t = call.inputs[i];
     input_meta_.push_back(t.defined() ? TensorMeta::of(t) : TensorMeta{});
-    if (t.defined() && ((op.saved_inputs >> i) & 1u)) saved_inputs_[i] = SavedTensor(t, false);
+    // Inputs past the 64 bits of the mask (cat of many tensors) follow the default: save all.
+    bool save = i < 64 ? ((op.saved_inputs >> i) & 1u) != 0 : op.saved_inputs == ~0ull;
+    if (t.defined() && save) saved_inputs_[i] = SavedTensor(t, false);
     next_edges_.push_back(gradient_edge(t));
     needs_grad_[i] = next_edges_.back().valid();
   }
   saved_outputs_.resize(outputs.size());
   for (size_t i = 0; i < outputs.size(); ++i) {
     output_meta_.push_back(TensorMeta::of(outputs[i]));
-    if ((op.saved_outputs >> i) & 1u) saved_outputs_[i] = SavedTensor(outputs[i], true, static_cast<uint32_t>(i));
+    if (i < 64 && ((op.saved_outputs >> i) & 1u)) saved_outputs_[i] = SavedTensor(outputs[i], true, static_cast<uint32_t>(i));
   }
 }
 
@@ -93,7 +96,11 @@ std::string OpNode::describe() const {
   os << name() << "  " << op_.name << '(';
   for (size_t i = 0; i < input_meta_.size(); ++i) {
     const auto& m = input_meta_[i];
-    os << (i ? ", " : "") << dtype_short(m.dtype) << shape_str(m.sizes);
+    os << (i ? ", " : "");
+    if (m.defined)
+      os << dtype_short(m.dtype) << shape_str(m.sizes);
+    else
+      os << "none";
   }
   if (!attrs_.items().empty()) os << "; " << attrs_;
   os << ") -> ";

@@ -33,8 +33,14 @@ const char* layer_name(DispatchLayer l) {
 OpSchema& OpSchema::save(std::initializer_list<int> inputs, std::initializer_list<int> outputs) {
   saved_inputs = 0;
   saved_outputs = 0;
-  for (int i : inputs) saved_inputs |= 1ull << i;
-  for (int i : outputs) saved_outputs |= 1ull << i;
+  for (int i : inputs) {
+    MT_CHECK(i >= 0 && i < 64, name, ": save() takes input indices in [0, 64), got ", i);
+    saved_inputs |= 1ull << i;
+  }
+  for (int i : outputs) {
+    MT_CHECK(i >= 0 && i < 64, name, ": save() takes output indices in [0, 64), got ", i);
+    saved_outputs |= 1ull << i;
+  }
   return *this;
 }
 

@@ -4,18 +4,12 @@
 
 #include <mixtape/mixtape.h>
 
+#include "common/error_of.h"
+
 namespace mixtape {
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
 
 TEST(Engine, GradientsAccumulateAcrossBackwardCalls) {

@@ -5,20 +5,14 @@
 
 #include <mixtape/mixtape.h>
 
+#include "common/error_of.h"
+
 namespace mixtape {
 namespace {
 
 std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(Tensor, FactoriesAndMetadata) {
   Tensor z = zeros({2, 3});

@@ -9,6 +9,8 @@
 
 #include <mixtape/mixtape.h>
 
+#include "common/error_of.h"
+
 #include "data/dataloader.h"
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
@@ -19,15 +21,7 @@ namespace fs = std::filesystem;
 namespace mixtape::data {
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using mixtape::testing::error_of;
 
 fs::path temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("mixtape_test_" + name + "_" + std::to_string(::getpid()));

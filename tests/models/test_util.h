@@ -1,6 +1,7 @@
 // tests/models/test_util.h — helpers the models tests share: fixture paths, a scratch
 // directory per test process (removed at exit), and the message of a mixtape::Error.
 #pragma once
+#include "common/error_of.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -30,15 +31,6 @@ inline std::string temp_path(const std::string& name) {
   return (dir.path / name).string();
 }
 
-// The message of the mixtape::Error that f() throws, or "(no error)".
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using mixtape::testing::error_of;
 
 }  // namespace mixtape::test

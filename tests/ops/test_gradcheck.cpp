@@ -154,7 +154,7 @@ TEST(OpCoverage, EveryOpHasKernelBackwardAndGradcheck) {
   }
   const auto& checked = autograd::gradchecked_ops();
   std::ostringstream table;
-  table << std::left << std::setw(16) << "op" << std::setw(6) << "cpu" << std::setw(6) << "cuda" << std::setw(10)
+  table << std::left << std::setw(32) << "op" << std::setw(6) << "cpu" << std::setw(6) << "cuda" << std::setw(10)
         << "backward" << std::setw(12) << "gradcheck" << "amp policy\n";
   std::vector<std::string> missing;
   for (const OpSchema* op : all_ops()) {
@@ -163,7 +163,7 @@ TEST(OpCoverage, EveryOpHasKernelBackwardAndGradcheck) {
     bool needs_backward = op->differentiable && !op->composite;
     bool has_backward = op->backward != nullptr;
     bool gc = checked.count(op->name) > 0;
-    table << std::setw(16) << op->name << std::setw(6) << (cpu ? "yes" : "NO") << std::setw(6) << (cuda ? "yes" : "-")
+    table << std::setw(32) << op->name << std::setw(6) << (cpu ? "yes" : "NO") << std::setw(6) << (cuda ? "yes" : "-")
           << std::setw(10) << (!needs_backward ? "n/a" : has_backward ? "yes" : "NO") << std::setw(12)
           << (!needs_backward ? "n/a" : gc ? "yes" : "NO") << amp_policy_name(op->amp_policy) << '\n';
     if (!cpu) missing.push_back(op->name + ": no CPU kernel");

@@ -1,0 +1,77 @@
+// ops/dropout.cpp — dropout: definition (AMP policy None), backward and CPU kernel.
+//   dropout(x) -> out (x's shape and dtype), mask (x's shape, bool)   [mask internal]
+// Element i of x (row-major) is kept when uniform(word i of the Philox stream at
+// (seed, offset)) < 1 - p; the uniform has 24 bits, so the keep probability is 1 - p to within
+// 2^-24. Kept values are x * (1 / (1 - p)) in acc_t<T>, rounded once. The mask is saved as bool
+// (1 byte per element) and the backward is g * mask * scale, written with ops (differentiable
+// again; the mask is a constant).
+#include "ops/dropout.h"
+
+#include <algorithm>
+
+#include "ops/cpu/elementwise.h"
+#include "ops/op_def.h"
+
+namespace mixtape {
+namespace {
+
+// inputs: x; attrs: p, seed, offset
+TensorList dropout_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const double p = call.attrs.get<double>("p");
+  const auto seed = static_cast<uint64_t>(call.attrs.get<int64_t>("seed"));
+  const auto offset = static_cast<uint64_t>(call.attrs.get<int64_t>("offset"));
+  MT_CHECK(is_floating(x.dtype()), call.name(), ": expected a floating input (f16, bf16, f32, f64), got ",
+           x.describe());
+  MT_CHECK(p >= 0.0 && p <= 1.0, call.name(), ": probability has to be between 0 and 1, got p=", p);
+  const Tensor xc = x.is_contiguous() ? x : clone(x.detach());
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
+  Tensor mask = Tensor::empty(x.sizes(), TensorOptions(DType::Bool));
+  const int64_t n = x.numel();
+  const double keep = 1.0 - p;
+  bool* pm = mask.data_ptr<bool>();
+  visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+    using A = acc_t<T>;
+    const T* px = static_cast<const T*>(xc.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+    const A scale = p < 1.0 ? static_cast<A>(1.0 / keep) : A(0);
+    const T zero = static_cast<T>(A(0));
+    // One Philox block gives the words of 4 consecutive elements (philox_word's layout).
+    const int64_t blocks = (n + 3) / 4;
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      const uint64_t block = offset + static_cast<uint64_t>(bi);
+      const Philox4x32 r = philox4x32_10(uint32_t(block), uint32_t(block >> 32), 0, 0, uint32_t(seed),
+                                         uint32_t(seed >> 32));
+      for (int64_t i = bi * 4, e = std::min(n, bi * 4 + 4); i < e; ++i) {
+        const bool k = p < 1.0 && static_cast<double>(uniform_from_bits(r.v[i - bi * 4])) < keep;
+        pm[i] = k;
+        po[i] = k ? static_cast<T>(static_cast<A>(px[i]) * scale) : zero;
+      }
+    }
+  });
+  return {out, mask};
+}
+
+TensorList dropout_backward(BackwardContext& c) {
+  const double p = c.attrs.get<double>("p");
+  if (p >= 1.0) return {zeros_like(c.grad())};  // exact zeros, even for a non-finite g
+  return {c.grad() * c.output(1) * (1.0 / (1.0 - p))};
+}
+const OpSchema& kDropout =
+    define_op("dropout").save({}, {1}).grad(dropout_backward).kernel(DeviceType::CPU, dropout_cpu);
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
+  MT_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability has to be between 0 and 1, got p=", p);
+  MT_CHECK(x.defined(), "dropout: input is undefined");
+  if (!training || p == 0.0) return x;
+  MT_CHECK(is_floating(x.dtype()), "dropout: expected a floating input (f16, bf16, f32, f64), got ", x.describe());
+  Generator::Range r{0, 0};
+  if (p < 1.0) r = (gen ? *gen : default_generator()).reserve(static_cast<uint64_t>(x.numel()));
+  return dispatch(kDropout, {x},
+                  {{"p", p}, {"seed", static_cast<int64_t>(r.seed)}, {"offset", static_cast<int64_t>(r.offset)}})[0];
+}
+
+}  // namespace mixtape

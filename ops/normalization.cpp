@@ -1,0 +1,495 @@
+// ops/normalization.cpp — batch_norm (+ its backward op) and layer_norm: definition, AMP
+// policy, backward and CPU kernel, each block in one place.
+//
+// batch_norm(x (N, C, *), running_mean (C)?, running_var (C)?, weight (C)?, bias (C)?)
+//   -> out (x's shape and dtype), save_mean (C), save_invstd (C)   [the last two internal]
+//   AMP None: x may be f16/bf16 with f32 parameters and statistics (AMP-REFERENCE behaviour 4).
+//   Training updates the running statistics in the kernel, in place: below autograd, so the
+//   write is never recorded, and the kernel bumps their version counters (a CUDA kernel must
+//   do the same). Backward: the batch_norm_backward op (a kernel), whose own backward is
+//   written with ops (double backward, PyTorch's batchnorm_double_backward, re-derived in
+//   bn_double_backward below) and recomputes the batch statistics from x with ops, so a third
+//   derivative is right as well.
+// layer_norm(x (*, normalized_shape), weight?, bias?) -> out, mean, rstd  [last two internal,
+//   shape (*, 1, ..., 1)]. AMP FP32. Backward written with ops from the saved statistics; the
+//   statistics outputs are differentiable (d mean / dx = 1/M, d rstd / dx = -rstd^2 xhat / M),
+//   which is what makes the ops-written backward differentiable again.
+//
+// Numerics: per-channel / per-row statistics accumulate in f64 (two passes: mean, then the sum
+// of squared deviations, so no cancellation); the elementwise transforms run in acc_t<T> from
+// per-channel coefficients computed in f64, and round once on store. Statistics outputs are f64
+// for f64 x, else f32.
+#include "ops/normalization.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/cpu/elementwise.h"
+#include "ops/op_def.h"
+
+namespace mixtape {
+namespace {
+
+DType stat_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType::Float32; }
+
+// t as a contiguous tensor of dtype dt; not recorded by autograd (kernels only).
+Tensor contiguous_as(const Tensor& t, DType dt) {
+  Tensor c = cpu::cast_to(t.detach(), dt);
+  return c.is_contiguous() ? c : clone(c);
+}
+
+// Values of a (C) parameter as doubles; `fallback` everywhere when t is undefined.
+std::vector<double> channel_values(const Tensor& t, int64_t C, double fallback) {
+  if (!t.defined()) return std::vector<double>(static_cast<size_t>(C), fallback);
+  Tensor d = contiguous_as(t, DType::Float64);
+  const double* p = d.data_ptr<double>();
+  return std::vector<double>(p, p + C);
+}
+
+Tensor from_doubles(const std::vector<double>& v, const IntList& sizes, DType dt) {
+  Tensor d = Tensor::empty(sizes, TensorOptions(DType::Float64));
+  std::copy(v.begin(), v.end(), d.data_ptr<double>());
+  return cpu::cast_to(d, dt);
+}
+
+bool saved(const BackwardContext& c, size_t i) {
+  return i < c.saved_inputs.size() && (c.saved_inputs[i].defined() || c.saved_inputs[i].released());
+}
+
+// ---- batch_norm ----
+struct ChannelView {  // x viewed as contiguous (N, C, S)
+  int64_t N, C, S;
+  int64_t M() const { return N * S; }
+};
+ChannelView channel_view(const Tensor& x) {
+  int64_t S = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) S *= x.size(d);
+  return {x.size(0), x.size(1), S};
+}
+
+void check_bn_input(const char* op, const Tensor& x) {
+  MT_CHECK(x.defined() && x.dim() >= 2, op, ": expected input of shape (N, C) or (N, C, *), got ",
+           x.defined() ? x.describe() : std::string("an undefined tensor"));
+  MT_CHECK(is_floating(x.dtype()), op, ": expected a floating input (f16, bf16, f32, f64), got ", x.describe());
+}
+void check_channel_param(const char* op, const char* what, const Tensor& t, int64_t C) {
+  if (!t.defined()) return;
+  MT_CHECK(t.dim() == 1 && t.size(0) == C, op, ": ", what, " must have shape [", C, "] (C = input.size(1)), got ",
+           t.describe());
+  MT_CHECK(is_floating(t.dtype()), op, ": ", what, " must be floating, got ", t.describe());
+}
+
+// out[n, c, s] = x * scale[c] + shift[c], in acc_t<T>, rounded once.
+template <typename T>
+void affine_per_channel(const Tensor& xc, Tensor& out, const ChannelView& v, const std::vector<double>& scale,
+                        const std::vector<double>& shift) {
+  using A = acc_t<T>;
+  const T* px = static_cast<const T*>(xc.data_ptr());
+  T* po = static_cast<T*>(out.data_ptr());
+  const int64_t rows = v.N * v.C;
+#pragma omp parallel for if (rows * v.S >= cpu::kParallelGrain && rows > 1) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto c = static_cast<size_t>(r % v.C);
+    const A a = static_cast<A>(scale[c]), b = static_cast<A>(shift[c]);
+    const T* xr = px + r * v.S;
+    T* orow = po + r * v.S;
+    for (int64_t s = 0; s < v.S; ++s) orow[s] = static_cast<T>(static_cast<A>(xr[s]) * a + b);
+  }
+}
+
+// inputs: x, running_mean, running_var, weight, bias; attrs: training, momentum, eps
+TensorList batch_norm_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& rm = call.inputs[1];
+  const Tensor& rv = call.inputs[2];
+  const Tensor& w = call.inputs[3];
+  const Tensor& b = call.inputs[4];
+  const bool training = call.attrs.get<bool>("training");
+  const double momentum = call.attrs.get<double>("momentum");
+  const double eps = call.attrs.get<double>("eps");
+  check_bn_input(call.name(), x);
+  const ChannelView v = channel_view(x);
+  check_channel_param(call.name(), "running_mean", rm, v.C);
+  check_channel_param(call.name(), "running_var", rv, v.C);
+  check_channel_param(call.name(), "weight", w, v.C);
+  check_channel_param(call.name(), "bias", b, v.C);
+  MT_CHECK(rm.defined() == rv.defined(), call.name(), ": running_mean and running_var must both be given or both be "
+           "undefined, got ", rm.defined() ? "only running_mean" : "only running_var");
+  MT_CHECK(training || rm.defined(), call.name(), ": running_mean and running_var must be defined in evaluation mode "
+           "(training=false), got undefined tensors");
+  MT_CHECK(!training || v.M() > 1, call.name(), ": expected more than 1 value per channel when training, got input ",
+           x.describe());
+  MT_CHECK(eps >= 0, call.name(), ": eps must be non-negative, got ", eps);
+
+  const auto C = static_cast<size_t>(v.C);
+  const Tensor xc = contiguous_as(x, x.dtype());
+  std::vector<double> mean(C), var(C), var_unbiased(C);
+  if (training) {
+    visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+      const T* px = static_cast<const T*>(xc.data_ptr());
+#pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && v.C > 1) schedule(static)
+      for (int64_t c = 0; c < v.C; ++c) {
+        double s = 0;
+        for (int64_t n = 0; n < v.N; ++n) {
+          const T* row = px + (n * v.C + c) * v.S;
+          for (int64_t j = 0; j < v.S; ++j) s += static_cast<double>(static_cast<acc_t<T>>(row[j]));
+        }
+        const double mu = s / static_cast<double>(v.M());
+        double q = 0;
+        for (int64_t n = 0; n < v.N; ++n) {
+          const T* row = px + (n * v.C + c) * v.S;
+          for (int64_t j = 0; j < v.S; ++j) {
+            const double d = static_cast<double>(static_cast<acc_t<T>>(row[j])) - mu;
+            q += d * d;
+          }
+        }
+        mean[static_cast<size_t>(c)] = mu;
+        var[static_cast<size_t>(c)] = q / static_cast<double>(v.M());
+        var_unbiased[static_cast<size_t>(c)] = q / static_cast<double>(v.M() - 1);
+      }
+    });
+  } else {
+    mean = channel_values(rm, v.C, 0.0);
+    var = channel_values(rv, v.C, 1.0);
+  }
+  std::vector<double> invstd(C), scale(C), shift(C);
+  const std::vector<double> wv = channel_values(w, v.C, 1.0), bv = channel_values(b, v.C, 0.0);
+  for (size_t c = 0; c < C; ++c) {
+    invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+    scale[c] = invstd[c] * wv[c];
+    shift[c] = bv[c] - mean[c] * scale[c];
+  }
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
+  visit_floating(x.dtype(), call.name(),
+                 [&]<typename T>() { affine_per_channel<T>(xc, out, v, scale, shift); });
+
+  if (training && rm.defined()) {
+    // running = (1 - m) running + m batch; an in-place write below autograd: bump the versions
+    // so a saved copy of a running statistic can tell it was overwritten.
+    std::vector<double> rmv = channel_values(rm, v.C, 0.0), rvv = channel_values(rv, v.C, 0.0);
+    for (size_t c = 0; c < C; ++c) {
+      rmv[c] = (1.0 - momentum) * rmv[c] + momentum * mean[c];
+      rvv[c] = (1.0 - momentum) * rvv[c] + momentum * var_unbiased[c];
+    }
+    cpu::copy_into(rm, from_doubles(rmv, {v.C}, DType::Float64));
+    cpu::copy_into(rv, from_doubles(rvv, {v.C}, DType::Float64));
+    rm.bump_version();
+    rv.bump_version();
+  }
+  const DType sd = stat_dtype(x.dtype());
+  return {out, from_doubles(mean, {v.C}, sd), from_doubles(invstd, {v.C}, sd)};
+}
+
+// inputs: grad_out, x, weight, save_mean, save_invstd; attrs: training, eps
+TensorList batch_norm_backward_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[1];
+  const Tensor& w = call.inputs[2];
+  const bool training = call.attrs.get<bool>("training");
+  check_bn_input(call.name(), x);
+  const ChannelView v = channel_view(x);
+  MT_CHECK(call.inputs[0].sizes() == x.sizes(), call.name(), ": grad_out must have the input's shape ",
+           shape_str(x.sizes()), ", got ", call.inputs[0].describe());
+  check_channel_param(call.name(), "weight", w, v.C);
+  check_channel_param(call.name(), "save_mean", call.inputs[3], v.C);
+  check_channel_param(call.name(), "save_invstd", call.inputs[4], v.C);
+  MT_CHECK(call.inputs[3].defined() && call.inputs[4].defined(), call.name(),
+           ": save_mean and save_invstd are required");
+  MT_CHECK(!training || v.M() > 1, call.name(), ": expected more than 1 value per channel when training, got input ",
+           x.describe());
+
+  const auto C = static_cast<size_t>(v.C);
+  const Tensor xc = contiguous_as(x, x.dtype());
+  const Tensor gc = contiguous_as(call.inputs[0], x.dtype());
+  const std::vector<double> mean = channel_values(call.inputs[3], v.C, 0.0);
+  const std::vector<double> invstd = channel_values(call.inputs[4], v.C, 1.0);
+  const std::vector<double> wv = channel_values(w, v.C, 1.0);
+  std::vector<double> sum_g(C), sum_gxhat(C);
+  std::vector<double> ka(C), kb(C), kd(C);  // grad_x = ka * g + kb * x + kd, per channel
+  Tensor gx = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
+  visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+    using A = acc_t<T>;
+    const T* px = static_cast<const T*>(xc.data_ptr());
+    const T* pg = static_cast<const T*>(gc.data_ptr());
+#pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && v.C > 1) schedule(static)
+    for (int64_t c = 0; c < v.C; ++c) {
+      const auto ci = static_cast<size_t>(c);
+      double sg = 0, sgx = 0;
+      for (int64_t n = 0; n < v.N; ++n) {
+        const int64_t o = (n * v.C + c) * v.S;
+        for (int64_t j = 0; j < v.S; ++j) {
+          const double g = static_cast<double>(static_cast<A>(pg[o + j]));
+          sg += g;
+          sgx += g * (static_cast<double>(static_cast<A>(px[o + j])) - mean[ci]);
+        }
+      }
+      sum_g[ci] = sg;
+      sum_gxhat[ci] = sgx * invstd[ci];
+    }
+    const auto M = static_cast<double>(v.M());
+    for (size_t c = 0; c < C; ++c) {
+      const double k = wv[c] * invstd[c];
+      ka[c] = k;
+      if (training) {
+        // k (g - mean(g) - xhat mean(g xhat)), xhat = (x - mean) invstd, expanded in x
+        kb[c] = -k * invstd[c] * sum_gxhat[c] / M;
+        kd[c] = -k * sum_g[c] / M - kb[c] * mean[c];
+      } else {
+        kb[c] = 0;
+        kd[c] = 0;
+      }
+    }
+    T* po = static_cast<T*>(gx.data_ptr());
+    const int64_t rows = v.N * v.C;
+#pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && rows > 1) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto c = static_cast<size_t>(r % v.C);
+      const A a = static_cast<A>(ka[c]), bx = static_cast<A>(kb[c]), d = static_cast<A>(kd[c]);
+      const int64_t o = r * v.S;
+      for (int64_t j = 0; j < v.S; ++j)
+        po[o + j] = static_cast<T>(a * static_cast<A>(pg[o + j]) + bx * static_cast<A>(px[o + j]) + d);
+    }
+  });
+  const DType sd = stat_dtype(x.dtype());
+  return {gx, from_doubles(sum_gxhat, {v.C}, sd), from_doubles(sum_g, {v.C}, sd)};
+}
+
+// Double backward. With sigma = invstd, xhat = (x - mu) sigma, means over the M values of a
+// channel (E), gO = grad_out, and the incoming gradients ggI (x's shape), ggW, ggB (C):
+//   grad_x = ka gO + ..., so L = sum(ggI grad_x) + ggW . sum(gO xhat) + ggB . sum(gO).
+// training (mu, sigma functions of x):
+//   dL/dgO = gamma sigma (ggI - E ggI - xhat E[ggI xhat]) + ggW xhat + ggB
+//   dL/dgamma = sum(ggI sigma (gO - E gO - xhat m)),               m = E[gO xhat]
+//   dL/dx = -gamma sigma^2 [xhat (p - 3 m q) + q (gO - E gO) + m (ggI - E ggI)]
+//           + ggW sigma (gO - E gO - xhat m),       p = E[ggI gO] - E gO E ggI, q = E[ggI xhat]
+// eval (mu, sigma constants): dL/dgO = gamma sigma ggI + ggW xhat + ggB,
+//   dL/dgamma = sum(ggI gO sigma), dL/dx = ggW sigma gO.
+// (The training terms are PyTorch's batchnorm_double_backward, re-derived term by term.)
+TensorList batch_norm_backward_backward(BackwardContext& c) {
+  const bool training = c.attrs.get<bool>("training");
+  const double eps = c.attrs.get<double>("eps");
+  const bool has_w = saved(c, 2);
+  const Tensor x_in = c.input(1);
+  const DType sd = stat_dtype(x_in.dtype());
+  const Tensor x = to_dtype(x_in, sd);
+  const Tensor gO = to_dtype(c.input(0), sd);
+  const Tensor ggI = to_dtype(c.grad(0), sd);
+  const int64_t C = x.size(1);
+  IntList red{0}, bshape{1, C};
+  for (int64_t d = 2; d < x.dim(); ++d) {
+    red.push_back(d);
+    bshape.push_back(1);
+  }
+  auto chan = [&](const Tensor& t) { return to_dtype(t, sd).reshape(bshape); };
+  auto E = [&](const Tensor& t) { return mean(t, red, true); };
+  auto per_channel = [&](const Tensor& t) { return sum(t, red, false); };
+  const Tensor ggW = chan(c.grad(1)), ggB = chan(c.grad(2));
+  const Tensor gamma = has_w ? chan(c.input(2)) : Tensor();
+  auto times_gamma = [&](const Tensor& t) { return has_w ? t * gamma : t; };
+
+  Tensor mu, sigma;
+  if (training) {
+    mu = E(x);
+    const Tensor xm = x - mu;
+    sigma = pow(E(xm * xm) + eps, -0.5);
+  } else {
+    mu = chan(c.input(3).detach());
+    sigma = chan(c.input(4).detach());
+  }
+  const Tensor xhat = (x - mu) * sigma;
+
+  Tensor d_gO, d_x, d_w;
+  if (training) {
+    const Tensor gO_mean = E(gO), ggI_mean = E(ggI);
+    const Tensor m = E(gO * xhat);
+    const Tensor gO_proj = gO - gO_mean - xhat * m;  // gO - E gO - xhat E[gO xhat]
+    if (c.needs_input_grad(0))
+      d_gO = times_gamma((ggI - ggI_mean - xhat * E(ggI * xhat)) * sigma) + xhat * ggW + ggB;
+    if (c.needs_input_grad(1)) {
+      const Tensor p = E(ggI * gO) - gO_mean * ggI_mean;
+      const Tensor q = E(ggI * xhat);
+      const Tensor inner = xhat * (p - m * q * 3.0) + q * (gO - gO_mean) + m * (ggI - ggI_mean);
+      d_x = times_gamma(-(inner * sigma * sigma)) + ggW * sigma * gO_proj;
+    }
+    if (has_w && c.needs_input_grad(2)) d_w = per_channel(ggI * sigma * gO_proj);
+  } else {
+    if (c.needs_input_grad(0)) d_gO = times_gamma(ggI * sigma) + xhat * ggW + ggB;
+    if (c.needs_input_grad(1)) d_x = ggW * sigma * gO;
+    if (has_w && c.needs_input_grad(2)) d_w = per_channel(ggI * gO * sigma);
+  }
+  return {d_gO, d_x, d_w, Tensor(), Tensor()};
+}
+
+const OpSchema& kBatchNormBackward = define_op("batch_norm_backward")
+                                         .save({0, 1, 2, 3, 4})
+                                         .grad(batch_norm_backward_backward)
+                                         .kernel(DeviceType::CPU, batch_norm_backward_cpu);
+
+TensorList batch_norm_backward_op_call(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& mean,
+                                       const Tensor& invstd, bool training, double eps) {
+  return dispatch(kBatchNormBackward, {g, x, w, mean, invstd}, {{"training", training}, {"eps", eps}});
+}
+
+TensorList batch_norm_backward_fn(BackwardContext& c) {
+  const bool has_w = saved(c, 3);
+  TensorList r = batch_norm_backward_op_call(c.grad(0), c.input(0), has_w ? c.input(3) : Tensor(), c.output(1),
+                                             c.output(2), c.attrs.get<bool>("training"), c.attrs.get<double>("eps"));
+  // Gradients reaching the statistics outputs are ignored: they never leave batch_norm()
+  // (batch_norm_backward's own backward returns none for them).
+  return {c.needs_input_grad(0) ? r[0] : Tensor(), Tensor(), Tensor(),
+          has_w && c.needs_input_grad(3) ? r[1] : Tensor(), c.needs_input_grad(4) ? r[2] : Tensor()};
+}
+const OpSchema& kBatchNorm = define_op("batch_norm")
+                                 .save({0, 3}, {1, 2})
+                                 .grad(batch_norm_backward_fn)
+                                 .kernel(DeviceType::CPU, batch_norm_cpu);
+
+// ---- layer_norm ----
+// inputs: x, weight, bias; attrs: normalized_shape, eps
+TensorList layer_norm_cpu(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  const Tensor& b = call.inputs[2];
+  const IntList ns = call.attrs.get<IntList>("normalized_shape");
+  const double eps = call.attrs.get<double>("eps");
+  const auto k = static_cast<int64_t>(ns.size());
+  MT_CHECK(k >= 1, call.name(), ": normalized_shape must have at least one dim, got ", shape_str(ns));
+  MT_CHECK(is_floating(x.dtype()), call.name(), ": expected a floating input (f16, bf16, f32, f64), got ",
+           x.describe());
+  bool match = x.dim() >= k;
+  for (int64_t d = 0; match && d < k; ++d) match = x.size(x.dim() - k + d) == ns[static_cast<size_t>(d)];
+  MT_CHECK(match, call.name(), ": input must end with normalized_shape ", shape_str(ns), ", i.e. have shape (*, ",
+           shape_str(ns).substr(1, shape_str(ns).size() - 2), "), got ", x.describe());
+  for (const auto& [t, what] : {std::pair{&w, "weight"}, std::pair{&b, "bias"}}) {
+    if (!t->defined()) continue;
+    MT_CHECK(t->sizes() == ns, call.name(), ": ", what, " must have normalized_shape ", shape_str(ns), ", got ",
+             t->describe());
+    MT_CHECK(is_floating(t->dtype()), call.name(), ": ", what, " must be floating, got ", t->describe());
+  }
+  MT_CHECK(eps >= 0, call.name(), ": eps must be non-negative, got ", eps);
+
+  const int64_t M = numel_of(ns);  // M == 0: every statistic is 0/0 = NaN, as PyTorch's
+  int64_t rows = 1;
+  IntList stat_shape;
+  for (int64_t d = 0; d < x.dim() - k; ++d) {
+    stat_shape.push_back(x.size(d));
+    rows *= x.size(d);
+  }
+  for (int64_t d = 0; d < k; ++d) stat_shape.push_back(1);
+  const DType sd = stat_dtype(x.dtype());
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
+  Tensor mean_t = Tensor::empty(stat_shape, TensorOptions(sd)), rstd_t = Tensor::empty(stat_shape, TensorOptions(sd));
+  const Tensor xc = contiguous_as(x, x.dtype());
+  std::vector<double> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+  visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+    using A = acc_t<T>;
+    const Tensor wc = w.defined() ? contiguous_as(w, dtype_v<A>) : Tensor();
+    const Tensor bc = b.defined() ? contiguous_as(b, dtype_v<A>) : Tensor();
+    const A* pw = wc.defined() ? static_cast<const A*>(wc.data_ptr()) : nullptr;
+    const A* pb = bc.defined() ? static_cast<const A*>(bc.data_ptr()) : nullptr;
+    const T* px = static_cast<const T*>(xc.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+#pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && rows > 1) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = px + r * M;
+      T* orow = po + r * M;
+      double s = 0;
+      for (int64_t j = 0; j < M; ++j) s += static_cast<double>(static_cast<A>(xr[j]));
+      const double mu = s / static_cast<double>(M);
+      double q = 0;
+      for (int64_t j = 0; j < M; ++j) {
+        const double d = static_cast<double>(static_cast<A>(xr[j])) - mu;
+        q += d * d;
+      }
+      const double rs = 1.0 / std::sqrt(q / static_cast<double>(M) + eps);
+      mean[static_cast<size_t>(r)] = mu;
+      rstd[static_cast<size_t>(r)] = rs;
+      // PyTorch's form: (x * rstd - rstd * mean) * w + b, in acc_t<T>.
+      const A scale = static_cast<A>(rs), shift = static_cast<A>(-rs * mu);
+      for (int64_t j = 0; j < M; ++j) {
+        A y = static_cast<A>(xr[j]) * scale + shift;
+        if (pw) y = y * pw[j];
+        if (pb) y = y + pb[j];
+        orow[j] = static_cast<T>(y);
+      }
+    }
+  });
+  cpu::copy_into(mean_t, from_doubles(mean, stat_shape, DType::Float64));
+  cpu::copy_into(rstd_t, from_doubles(rstd, stat_shape, DType::Float64));
+  return {out, mean_t, rstd_t};
+}
+
+// True when t is known to be all zeros (a CPU tensor holding only zeros); the engine fills
+// the gradient of an unused output with zeros, and skipping its terms saves passes over x.
+bool known_zero(const Tensor& t) {
+  if (!t.device().is_cpu()) return false;
+  const Tensor d = contiguous_as(t, DType::Float64);
+  const double* p = d.data_ptr<double>();
+  for (int64_t i = 0; i < d.numel(); ++i)
+    if (p[i] != 0.0) return false;
+  return true;
+}
+
+// xhat = (x - mean) rstd, gy = g w:
+//   dx = rstd (gy - E gy - xhat E[gy xhat]) + (g_mean - g_rstd rstd^2 xhat) / M
+//   dw = sum over the leading dims of g xhat, db = sum of g.
+// Computed in f32 for 16-bit x (the engine casts each gradient back to its input's dtype).
+TensorList layer_norm_backward(BackwardContext& c) {
+  const IntList ns = c.attrs.get<IntList>("normalized_shape");
+  const Tensor x_in = c.input(0);
+  const DType sd = stat_dtype(x_in.dtype());
+  const Tensor x = to_dtype(x_in, sd), g = to_dtype(c.grad(0), sd);
+  const Tensor mu = c.output(1), rstd = c.output(2);
+  const auto k = static_cast<int64_t>(ns.size());
+  const int64_t lead = x.dim() - k;
+  IntList norm_dims, lead_dims;
+  for (int64_t d = 0; d < x.dim(); ++d) (d < lead ? lead_dims : norm_dims).push_back(d);
+  const Tensor xhat = (x - mu) * rstd;
+  auto sum_lead = [&](const Tensor& t) { return lead > 0 ? sum(t, lead_dims, false) : t; };
+
+  Tensor dx, dw, db;
+  if (c.needs_input_grad(0)) {
+    const Tensor gy = saved(c, 1) ? g * to_dtype(c.input(1), sd) : g;
+    dx = (gy - mean(gy, norm_dims, true) - xhat * mean(gy * xhat, norm_dims, true)) * rstd;
+    const Tensor& g_mean = c.grad(1);
+    const Tensor& g_rstd = c.grad(2);
+    if (!known_zero(g_mean) || !known_zero(g_rstd)) {
+      const auto M = static_cast<double>(numel_of(ns));
+      dx = dx + (to_dtype(g_mean, sd) - to_dtype(g_rstd, sd) * rstd * rstd * xhat) / M;
+    }
+  }
+  if (saved(c, 1) && c.needs_input_grad(1)) dw = sum_lead(g * xhat);
+  if (c.needs_input_grad(2)) db = sum_lead(g);
+  return {dx, dw, db};
+}
+const OpSchema& kLayerNorm = define_op("layer_norm")
+                                 .policy(AmpPolicy::FP32)
+                                 .save({0, 1}, {1, 2})
+                                 .grad(layer_norm_backward)
+                                 .kernel(DeviceType::CPU, layer_norm_cpu);
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
+                  bool training, double momentum, double eps) {
+  MT_CHECK(x.defined(), "batch_norm: input is an undefined tensor");
+  return dispatch(kBatchNorm, {x, running_mean, running_var, weight, bias},
+                  {{"training", training}, {"momentum", momentum}, {"eps", eps}})[0];
+}
+
+std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                                                       const Tensor& save_mean, const Tensor& save_invstd,
+                                                       bool training, double eps) {
+  MT_CHECK(grad_out.defined() && x.defined(), "batch_norm_backward: grad_out and input must be defined");
+  TensorList r = batch_norm_backward_op_call(grad_out, x, weight, save_mean, save_invstd, training, eps);
+  return {r[0], r[1], r[2]};
+}
+
+Tensor layer_norm(const Tensor& x, IntList normalized_shape, const Tensor& weight, const Tensor& bias, double eps) {
+  MT_CHECK(x.defined(), "layer_norm: input is an undefined tensor");
+  return dispatch(kLayerNorm, {x, weight, bias}, {{"normalized_shape", normalized_shape}, {"eps", eps}})[0];
+}
+
+}  // namespace mixtape
