@@ -22,6 +22,7 @@ struct ByPriority {
 }  // namespace
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph) {
+  retain_graph = retain_graph || create_graph;  // as PyTorch: a graph being differentiated again is kept
   MT_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got ", roots.size(), " tensors but ",
            grad_roots.size(), " gradients");
   std::unordered_map<Node*, TensorList> buffers;

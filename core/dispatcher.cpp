@@ -141,6 +141,8 @@ DeviceType call_device_type(const OpCall& call) {
 
 TensorList dispatch(const OpSchema& op, TensorList inputs, Attrs attrs) {
   OpCall call{std::move(inputs), std::move(attrs), &op};
+  // Input 0 is never optional (optional ones, like a bias, come later); fail here, not in a kernel.
+  MT_CHECK(call.inputs.empty() || call.inputs[0].defined(), op.name, ": input 0 is an undefined tensor");
   check_devices(op, call);
   DeviceType dev = call_device_type(call);
   bool trace = trace_enabled(TraceKind::Dispatch);

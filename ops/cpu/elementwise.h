@@ -54,6 +54,7 @@ TensorList unary_kernel(const OpCall& call) {
 template <typename F, TypeRule rule = TypeRule::Same>
 TensorList binary_kernel(const OpCall& call) {
   Tensor a = call.inputs[0], b = call.inputs[1];
+  MT_CHECK(b.defined(), call.name(), ": input 1 is an undefined tensor");
   DType dt = result_type(a, b);
   if (rule == TypeRule::FloatingOnly && !is_floating(dt)) dt = kDefaultFloat;
   IntList shape = broadcast_shapes(a.sizes(), b.sizes(), call.name());

@@ -141,6 +141,11 @@ TEST(Engine, InPlaceOnLeafRequiringGradIsRefused) {
   EXPECT_EQ(vals(x), (std::vector<double>{2, 2}));
 }
 
+TEST(Engine, UndefinedInputsAreErrorsNotCrashes) {
+  EXPECT_NE(error_of([] { relu(Tensor()); }).find("relu: input 0 is an undefined tensor"), std::string::npos);
+  EXPECT_NE(error_of([] { add(ones({1}), Tensor()); }).find("add: input 1 is an undefined tensor"), std::string::npos);
+}
+
 TEST(Engine, BackwardOnNonScalarNeedsGradient) {
   Tensor x = ones({2}).requires_grad_();
   Tensor y = x * 2.0;
