@@ -43,6 +43,8 @@
 #include "optim/optimizer.h"
 #include "optim/sgd.h"
 
+#include "amp/grad_scaler.h"
+
 #include "models/nn.h"
 
 #include "data/dataloader.h"

@@ -1,0 +1,81 @@
+// amp/amp_functors.h — the arithmetic of dynamic loss scaling, written once for the CPU kernels
+// (amp/scaler_kernels.cpp) and a future CUDA kernel (MIXTAPE_HD, as ops/functors.h).
+//
+// Two pieces, PyTorch's two AMP kernels (aten/src/ATen/native/cuda/AmpKernels.cu):
+//   UnscaleAndCheck  per gradient element: flag a non-finite value, multiply by 1/S
+//                    (_amp_foreach_non_finite_check_and_unscale_)
+//   update_scale     once per iteration: back off on overflow, grow after growth_interval
+//                    clean iterations (_amp_update_scale_)
+// Invariant: the same IEEE operations in the same order as PyTorch's kernels, so a scale
+// trajectory and every unscaled gradient are bit-identical to torch's.
+// C++17-clean: CUDA translation units include this header.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "core/macros.h"
+
+namespace mixtape::amp::fn {
+
+template <typename A>
+MIXTAPE_INLINE bool is_finite(A x) {
+#if defined(__CUDA_ARCH__)
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
+}
+
+// One gradient element g (widened exactly to its compute type A: float for f32/f16/bf16
+// storage, double for f64) -> g * inv_scale, and whether this element makes the step unsafe.
+//
+//   found |= !finite(g)                 PyTorch: the check is on the incoming, still-scaled value;
+//   out    = g * inv_scale              multiplied even when g is inf/NaN (harmless: the step is
+//                                       skipped), and skipped when inv_scale == 1 (same bits)
+//   found |= !finite(out)               mixtape's addition (b), pytorch#99640: with S < 1,
+//                                       inv_scale > 1 and a finite g can overflow here. With S >= 1
+//                                       |out| <= |g|, so this never fires and the rule is PyTorch's.
+// inv_scale is float(1 / double(S)); for f64 grads it is widened to double first, as torch's
+// opmath does (double(inv_f32), not 1 / S in double).
+template <typename A>
+struct UnscaleAndCheck {
+  A inv_scale;
+
+  MIXTAPE_INLINE A operator()(A g, bool& found) const {
+    if (!is_finite(g)) found = true;
+    if (inv_scale == A(1)) return g;
+    const A out = g * inv_scale;
+    if (!is_finite(out)) found = true;
+    return out;
+  }
+};
+
+// PyTorch's _amp_update_scale_ (the CPU and CUDA kernels agree), in place on the 1-element
+// scale (f32) and growth tracker (i32):
+//   found_inf != 0 (inf and NaN count):  scale = float(scale * backoff_factor); tracker = 0
+//   otherwise, successful = tracker + 1:
+//     successful == growth_interval:     grown = float(scale * growth_factor);
+//                                        scale = grown only if grown is finite (pytorch#98828:
+//                                        never grow to inf); tracker = 0
+//     else:                              tracker = successful
+// The factors are doubles, the products are formed in double and narrowed to float once.
+// There is no lower bound: repeated backoff reaches subnormals and then 0 (GradScaler's
+// min_scale is the guard, and it lives in the scaler, not here).
+MIXTAPE_INLINE void update_scale(float& scale, int32_t& growth_tracker, float found_inf, double growth_factor,
+                                 double backoff_factor, int32_t growth_interval) {
+  if (found_inf != 0.0f) {  // NaN != 0 is true: a NaN flag also backs off
+    scale = static_cast<float>(static_cast<double>(scale) * backoff_factor);
+    growth_tracker = 0;
+    return;
+  }
+  const int32_t successful = growth_tracker + 1;
+  if (successful == growth_interval) {
+    const float grown = static_cast<float>(static_cast<double>(scale) * growth_factor);
+    if (is_finite(grown)) scale = grown;
+    growth_tracker = 0;
+  } else {
+    growth_tracker = successful;
+  }
+}
+
+}  // namespace mixtape::amp::fn

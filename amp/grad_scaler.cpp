@@ -1,0 +1,388 @@
+// amp/grad_scaler.cpp — amp::GradScaler (the algorithm is explained in grad_scaler.h; the
+// arithmetic is in amp_functors.h, run by the ops of scaler_kernels.h).
+#include "amp/grad_scaler.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "amp/scaler_kernels.h"
+#include "autograd/grad_mode.h"
+#include "core/trace.h"
+#include "ops/cast.h"
+#include "ops/creation.h"
+#include "ops/pointwise.h"
+
+namespace mixtape::amp {
+namespace {
+
+constexpr const char* kFix =
+    "This may indicate your script did not use scaler.scale(loss or outputs) earlier in the iteration.";
+
+float host_float(const Tensor& t) { return to_device(t, Device::CPU()).item<float>(); }
+
+void check_growth_factor(double f, const char* who) {
+  MT_CHECK(f > 1.0 && std::isfinite(f), who, ": The growth factor must be > 1.0 (and finite), got ", f);
+}
+void check_backoff_factor(double f, const char* who) {
+  MT_CHECK(f < 1.0 && f > 0.0, who, ": The backoff factor must be < 1.0 (and > 0), got ", f);
+}
+void check_growth_interval(int64_t n, const char* who) {
+  MT_CHECK(n >= 1 && n <= INT32_MAX, who, ": the growth interval must be >= 1 (and fit the i32 tracker), got ", n);
+}
+
+std::string describe_scale(double s) {
+  std::ostringstream os;
+  os << s;
+  const double l = std::log2(s);
+  if (s > 0 && l == std::floor(l)) os << " (2^" << static_cast<int64_t>(l) << ")";
+  return os.str();
+}
+
+}  // namespace
+
+const char* opt_state_name(OptState s) {
+  switch (s) {
+    case OptState::READY: return "READY";
+    case OptState::UNSCALED: return "UNSCALED";
+    case OptState::STEPPED: return "STEPPED";
+  }
+  return "?";
+}
+
+GradScaler::GradScaler(GradScalerOptions o)
+    : enabled_(o.enabled),
+      init_scale_(o.init_scale),
+      growth_factor_(o.growth_factor),
+      backoff_factor_(o.backoff_factor),
+      growth_interval_(o.growth_interval),
+      min_scale_(o.min_scale) {
+  const char* who = "GradScaler";
+  check_growth_factor(o.growth_factor, who);
+  check_backoff_factor(o.backoff_factor, who);
+  check_growth_interval(o.growth_interval, who);
+  const float s = static_cast<float>(o.init_scale);
+  MT_CHECK(std::isfinite(s) && s > 0.0f, who, ": init_scale must be a positive finite float32 value, got ",
+           o.init_scale);
+  if (min_scale_)
+    MT_CHECK(std::isfinite(*min_scale_) && *min_scale_ > 0.0, who, ": min_scale must be positive and finite, got ",
+             *min_scale_);
+}
+
+// ---- state ----
+
+void GradScaler::check_scale_initialized(const char* funcname) const {
+  MT_CHECK(scale_.defined(), "GradScaler.", funcname, ": Attempted ", funcname,
+           " but _scale is None (the scale is created by the first scaler.scale() call).  ", kFix);
+}
+
+void GradScaler::lazy_init(Device device) {
+  scale_ = full({}, static_cast<double>(static_cast<float>(init_scale_)), TensorOptions(DType::Float32).with_device(device));
+  growth_tracker_ = full({}, init_growth_tracker_, TensorOptions(DType::Int32).with_device(device));
+}
+
+GradScaler::PerOptimizer& GradScaler::state_of(const optim::Optimizer& optimizer) {
+  for (PerOptimizer& s : per_optimizer_)
+    if (s.optimizer == &optimizer) return s;
+  per_optimizer_.push_back(PerOptimizer{&optimizer});
+  return per_optimizer_.back();
+}
+
+OptState GradScaler::stage(const optim::Optimizer& optimizer) const {
+  for (const PerOptimizer& s : per_optimizer_)
+    if (s.optimizer == &optimizer) return s.stage;
+  return OptState::READY;
+}
+
+double GradScaler::get_scale() const {
+  if (!enabled_) return 1.0;
+  return scale_.defined() ? static_cast<double>(host_float(scale_)) : init_scale_;
+}
+
+int64_t GradScaler::get_growth_tracker() const {
+  if (!enabled_) return 0;
+  return growth_tracker_.defined() ? to_device(growth_tracker_, Device::CPU()).item<int32_t>() : init_growth_tracker_;
+}
+
+void GradScaler::set_growth_factor(double f) {
+  check_growth_factor(f, "GradScaler.set_growth_factor");
+  growth_factor_ = f;
+}
+void GradScaler::set_backoff_factor(double f) {
+  check_backoff_factor(f, "GradScaler.set_backoff_factor");
+  backoff_factor_ = f;
+}
+void GradScaler::set_growth_interval(int64_t n) {
+  check_growth_interval(n, "GradScaler.set_growth_interval");
+  growth_interval_ = n;
+}
+
+// ---- scale ----
+
+Tensor GradScaler::scale(const Tensor& outputs) {
+  if (!enabled_) return outputs;
+  MT_CHECK(outputs.defined(), "GradScaler.scale: outputs must be a Tensor or a list of Tensors, got an undefined tensor");
+  if (!scale_.defined()) lazy_init(outputs.device());
+  return mul(outputs, to_device(scale_, outputs.device()));  // an op: autograd records it
+}
+
+std::vector<Tensor> GradScaler::scale(const std::vector<Tensor>& outputs) {
+  if (!enabled_) return outputs;
+  std::vector<Tensor> out;
+  out.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    MT_CHECK(outputs[i].defined(), "GradScaler.scale: outputs must be a Tensor or a list of Tensors; outputs[", i,
+             "] is an undefined tensor");
+    out.push_back(scale(outputs[i]));
+  }
+  return out;
+}
+
+// ---- unscale ----
+
+// Sorts the optimizer's gradients by device and by what happens to them, validates all of them,
+// then runs one fused check-and-unscale dispatch per device.
+void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool to_master_grads) {
+  autograd::NoGradGuard no_grad;
+  // inv = float(1 / double(S)), computed where the scale lives (no host round trip on a GPU).
+  const Tensor inv = to_dtype(rdiv(to_dtype(scale_, DType::Float64), 1.0), DType::Float32);
+  struct Bucket {
+    Device device;
+    std::vector<Tensor> unscale;     // f32/f64 grads: unscaled in place
+    std::vector<Tensor> check_only;  // 16-bit grads of params with masters
+    std::vector<Tensor> to_master;   // their params, when unscaling into master grads
+  };
+  std::vector<Bucket> buckets;
+  auto bucket = [&](Device d) -> Bucket& {
+    for (Bucket& b : buckets)
+      if (b.device == d) return b;
+    buckets.push_back(Bucket{d, {}, {}, {}});
+    return buckets.back();
+  };
+  size_t index = 0;
+  for (const optim::ParamGroup& group : opt.param_groups()) {
+    for (const Tensor& p : group.params) {
+      const Tensor g = p.grad();
+      const size_t i = index++;
+      if (!g.defined()) continue;
+      if (is_reduced_float(g.dtype())) {
+        if (!opt.has_master(p)) {
+          const char* what = g.dtype() == DType::Float16 ? "FP16" : "BF16";
+          MT_ERROR("GradScaler.unscale_: Attempting to unscale ", what, " gradients. Parameter ", i,
+                   p.name().empty() ? "" : " '" + p.name() + "'", " (", p.describe(), ") of ", opt.name(), " has a ",
+                   dtype_name(g.dtype()), " .grad but no FP32 master; unscaling in place would round the true "
+                   "gradient into 16 bits, where it underflows. Expected a ", dtype_name(p.dtype()),
+                   " gradient (or give the optimizer the 16-bit parameter, which then keeps an FP32 master).");
+        }
+        Bucket& b = bucket(g.device());
+        if (to_master_grads)
+          b.to_master.push_back(p);
+        else
+          b.check_only.push_back(g);
+      } else {
+        bucket(g.device()).unscale.push_back(g);
+      }
+    }
+  }
+  const float inv_host = host_float(inv);
+  st.found_inf_per_device.clear();
+  for (Bucket& b : buckets) {
+    Tensor found_inf = zeros({}, TensorOptions(DType::Float32).with_device(b.device));
+    const Tensor inv_here = to_device(inv, b.device);
+    std::vector<Tensor> grads = b.unscale;
+    const size_t unscale_count = grads.size();
+    grads.insert(grads.end(), b.check_only.begin(), b.check_only.end());
+    if (!grads.empty()) non_finite_check_and_unscale_(grads, found_inf, inv_here, unscale_count);
+    if (!b.to_master.empty()) {
+      // 16-bit grads -> FP32 master grads (float(g) * inv), checked on the way (optim/optimizer.h).
+      opt.unscale_to_master_grads_(inv_host, found_inf);
+      if (inv_host > 1.0f) {
+        // Addition (b) for this path: the optimizer checks the incoming 16-bit values; with S < 1
+        // the products can overflow, so check what landed in the masters as well.
+        std::vector<Tensor> master_grads;
+        for (const Tensor& p : b.to_master) master_grads.push_back(opt.master(p).grad());
+        non_finite_check_and_unscale_(master_grads, found_inf, ones({}, TensorOptions(DType::Float32).with_device(b.device)), 0);
+      }
+    }
+    st.found_inf_per_device.push_back(found_inf);
+  }
+  st.inv_scale = inv_host;
+}
+
+void GradScaler::unscale_(optim::Optimizer& optimizer) {
+  if (!enabled_) return;
+  check_scale_initialized("unscale_");
+  PerOptimizer& st = state_of(optimizer);
+  MT_CHECK(st.stage != OptState::UNSCALED, "GradScaler.unscale_(", optimizer.name(), "): unscale_() has already been "
+           "called on this optimizer since the last update(). Call it once per iteration, after the last backward "
+           "and before step() (with gradient accumulation: only on the micro-batch that steps).");
+  MT_CHECK(st.stage != OptState::STEPPED, "GradScaler.unscale_(", optimizer.name(), "): unscale_() is being called "
+           "after step(). Unscale before step(), and call update() to end the iteration.");
+  unscale_grads(optimizer, st, /*to_master_grads=*/true);
+  st.stage = OptState::UNSCALED;
+}
+
+// ---- step ----
+
+bool GradScaler::step(optim::Optimizer& optimizer) {
+  if (!enabled_) {
+    optimizer.step();
+    return true;
+  }
+  check_scale_initialized("step");
+  PerOptimizer& st = state_of(optimizer);
+  MT_CHECK(st.stage != OptState::STEPPED, "GradScaler.step(", optimizer.name(), "): step() has already been called "
+           "since the last update(). Call update() once at the end of every iteration.");
+  if (st.stage == OptState::READY) unscale_grads(optimizer, st, /*to_master_grads=*/false);
+  MT_CHECK(!st.found_inf_per_device.empty(), "GradScaler.step(", optimizer.name(), "): No inf checks were recorded "
+           "for this optimizer. (None of its parameters has a gradient: did backward() reach them?)");
+  float found = 0.0f;
+  for (const Tensor& f : st.found_inf_per_device) found += host_float(f);  // the one host sync
+  const bool stepped = found == 0.0f;
+  if (stepped) {
+    // 16-bit grads not yet unscaled into masters are multiplied by inv at the copy into FP32.
+    optimizer.set_grad_scale_for_next_step(st.inv_scale);
+    optimizer.step();
+  }
+  st.stage = OptState::STEPPED;
+  if (trace_enabled(TraceKind::Amp)) {
+    std::ostringstream os;
+    os << "[amp] GradScaler.step(" << optimizer.name() << "): scale " << get_scale()
+       << (stepped ? ", all gradients finite -> step" : ", inf/NaN in the gradients -> step skipped");
+    trace_line(TraceKind::Amp, os.str());
+  }
+  return stepped;
+}
+
+// ---- update ----
+
+void GradScaler::finish_update(float scale_before, bool skipped) {
+  per_optimizer_.clear();
+  history_.push_back(ScaleRecord{static_cast<int64_t>(history_.size()), static_cast<double>(scale_before), skipped});
+  if (skipped) {
+    ++skipped_steps_;
+    ++consecutive_skips_;
+  } else {
+    consecutive_skips_ = 0;
+  }
+  const double now = get_scale();
+  if (trace_enabled(TraceKind::Amp)) {
+    std::ostringstream os;
+    os << "[amp] GradScaler.update: scale " << scale_before << " -> " << now << " (growth tracker "
+       << get_growth_tracker() << "/" << growth_interval_ << (skipped ? ", iteration skipped)" : ")");
+    trace_line(TraceKind::Amp, os.str());
+  }
+  if (skipped && min_scale_ && now < *min_scale_) {
+    MT_ERROR("GradScaler.update: the loss scale fell to ", describe_scale(now), ", below min_scale ",
+             describe_scale(*min_scale_), ", after ", consecutive_skips_, " consecutive skipped steps. At this scale "
+             "the inf/NaN gradients cannot come from overflow of scaled gradients: they come from the forward pass or "
+             "the loss itself (an inf/NaN in the data, an activation or loss beyond FP16's 65504, log(0), 0/0), and "
+             "lowering the scale further cannot fix that (NVIDIA/apex#715). Check the loss and activations for "
+             "non-finite values before backward(); keep overflow-prone ops in FP32.");
+  }
+}
+
+void GradScaler::update() {
+  if (!enabled_) return;
+  check_scale_initialized("update");
+  std::vector<Tensor> found;
+  for (const PerOptimizer& st : per_optimizer_)
+    for (const Tensor& f : st.found_inf_per_device) found.push_back(f);
+  MT_CHECK(!found.empty(), "GradScaler.update: No inf checks were recorded prior to update. (Call step(optimizer) "
+           "for each optimizer of the iteration before update().)");
+  autograd::NoGradGuard no_grad;
+  Tensor combined = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
+  for (const Tensor& f : found) combined.add_(to_device(f, scale_.device()));
+  const float before = host_float(scale_);
+  const bool skipped = host_float(combined) != 0.0f;
+  update_scale_(scale_, growth_tracker_, combined, growth_factor_, backoff_factor_, growth_interval_);
+  finish_update(before, skipped);
+}
+
+void GradScaler::update(double new_scale) {
+  if (!enabled_) return;
+  check_scale_initialized("update");
+  const float s = static_cast<float>(new_scale);
+  MT_CHECK(std::isfinite(s) && s >= 0.0f, "GradScaler.update: new_scale must be a finite, non-negative float32 "
+           "value, got ", new_scale);
+  MT_CHECK(!min_scale_ || s >= *min_scale_, "GradScaler.update: new_scale ", new_scale, " is below min_scale ",
+           *min_scale_);
+  bool skipped = false;
+  for (const PerOptimizer& st : per_optimizer_)
+    for (const Tensor& f : st.found_inf_per_device) skipped = skipped || host_float(f) != 0.0f;
+  const float before = host_float(scale_);
+  autograd::NoGradGuard no_grad;
+  scale_.fill_(static_cast<double>(s));
+  finish_update(before, skipped);
+}
+
+void GradScaler::update(const Tensor& new_scale) {
+  if (!enabled_) return;
+  MT_CHECK(new_scale.defined() && new_scale.dtype() == DType::Float32 && new_scale.numel() == 1 &&
+               !new_scale.requires_grad(),
+           "GradScaler.update: new_scale should be a float or a 1-element Float32 tensor with requires_grad=false, "
+           "got ", new_scale.defined() ? new_scale.describe() : "an undefined tensor",
+           new_scale.defined() && new_scale.requires_grad() ? " requiring grad" : "");
+  update(static_cast<double>(host_float(new_scale)));  // copied: later changes to new_scale do not matter
+}
+
+// ---- state_dict ----
+
+StateDict GradScaler::state_dict() const {
+  if (!enabled_) return {};
+  StateDict sd;
+  sd["scale"] = full({}, get_scale(), TensorOptions(DType::Float32));
+  sd["growth_factor"] = full({}, growth_factor_, TensorOptions(DType::Float64));
+  sd["backoff_factor"] = full({}, backoff_factor_, TensorOptions(DType::Float64));
+  sd["growth_interval"] = full({}, growth_interval_, TensorOptions(DType::Int64));
+  sd["_growth_tracker"] = full({}, get_growth_tracker(), TensorOptions(DType::Int32));
+  return sd;
+}
+
+void GradScaler::load_state_dict(const StateDict& sd) {
+  if (!enabled_) return;
+  const char* who = "GradScaler.load_state_dict";
+  MT_CHECK(!sd.empty(), who, ": The source state dict is empty, possibly because it was saved from a disabled "
+           "instance of GradScaler.");
+  auto get = [&](const char* key, DType dtype) -> Tensor {
+    auto it = sd.find(key);
+    MT_CHECK(it != sd.end(), who, ": missing key '", key, "' (a GradScaler state dict has scale, growth_factor, "
+             "backoff_factor, growth_interval, _growth_tracker)");
+    const Tensor& t = it->second;
+    MT_CHECK(t.defined(), who, ": key '", key, "' holds an undefined tensor");
+    MT_CHECK(t.dtype() == dtype && t.numel() == 1, who, ": key '", key, "' must be a 1-element ", dtype_name(dtype),
+             " tensor, got ", t.describe());
+    return to_device(t, Device::CPU());
+  };
+  for (auto& [k, t] : sd)
+    MT_CHECK(k == "scale" || k == "growth_factor" || k == "backoff_factor" || k == "growth_interval" ||
+                 k == "_growth_tracker",
+             who, ": unexpected key '", k, "' (a GradScaler state dict has scale, growth_factor, backoff_factor, "
+             "growth_interval, _growth_tracker)");
+  // Validate everything first: nothing changes on error.
+  const float scale = get("scale", DType::Float32).item<float>();
+  const double growth = get("growth_factor", DType::Float64).item<double>();
+  const double backoff = get("backoff_factor", DType::Float64).item<double>();
+  const int64_t interval = get("growth_interval", DType::Int64).item<int64_t>();
+  const int32_t tracker = get("_growth_tracker", DType::Int32).item<int32_t>();
+  MT_CHECK(std::isfinite(scale) && scale >= 0.0f, who, ": key 'scale' must be finite and >= 0, got ", scale);
+  try {
+    check_growth_factor(growth, "key 'growth_factor'");
+    check_backoff_factor(backoff, "key 'backoff_factor'");
+    check_growth_interval(interval, "key 'growth_interval'");
+  } catch (const Error& e) {
+    MT_ERROR(who, ": ", e.what());
+  }
+  MT_CHECK(tracker >= 0 && tracker < interval, who, ": key '_growth_tracker' must be in [0, growth_interval = ",
+           interval, "), got ", tracker);
+
+  autograd::NoGradGuard no_grad;
+  init_scale_ = scale;
+  growth_factor_ = growth;
+  backoff_factor_ = backoff;
+  growth_interval_ = interval;
+  init_growth_tracker_ = tracker;
+  if (scale_.defined()) scale_.fill_(static_cast<double>(scale));
+  if (growth_tracker_.defined()) growth_tracker_.fill_(static_cast<int64_t>(tracker));
+}
+
+}  // namespace mixtape::amp
