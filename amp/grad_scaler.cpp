@@ -76,7 +76,8 @@ void GradScaler::check_scale_initialized(const char* funcname) const {
 }
 
 void GradScaler::lazy_init(Device device) {
-  scale_ = full({}, static_cast<double>(static_cast<float>(init_scale_)), TensorOptions(DType::Float32).with_device(device));
+  const double s = static_cast<float>(init_scale_);
+  scale_ = full({}, s, TensorOptions(DType::Float32).with_device(device));
   growth_tracker_ = full({}, init_growth_tracker_, TensorOptions(DType::Int32).with_device(device));
 }
 
@@ -120,7 +121,8 @@ void GradScaler::set_growth_interval(int64_t n) {
 
 Tensor GradScaler::scale(const Tensor& outputs) {
   if (!enabled_) return outputs;
-  MT_CHECK(outputs.defined(), "GradScaler.scale: outputs must be a Tensor or a list of Tensors, got an undefined tensor");
+  MT_CHECK(outputs.defined(), "GradScaler.scale: outputs must be a Tensor or a list of Tensors, got an undefined "
+           "tensor");
   if (!scale_.defined()) lazy_init(outputs.device());
   return mul(outputs, to_device(scale_, outputs.device()));  // an op: autograd records it
 }
@@ -184,6 +186,12 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool to_
     }
   }
   const float inv_host = host_float(inv);
+  // The optimizer's hook covers all of its 16-bit parameters in one call with one found_inf, so
+  // they must share a device (multi-device 16-bit models are not supported yet).
+  size_t master_buckets = 0;
+  for (const Bucket& b : buckets) master_buckets += b.to_master.empty() ? 0 : 1;
+  MT_CHECK(master_buckets <= 1, "GradScaler.unscale_(", opt.name(), "): 16-bit parameters with FP32 masters on more ",
+           "than one device are not supported yet");
   st.found_inf_per_device.clear();
   for (Bucket& b : buckets) {
     Tensor found_inf = zeros({}, TensorOptions(DType::Float32).with_device(b.device));
@@ -200,7 +208,8 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool to_
         // the products can overflow, so check what landed in the masters as well.
         std::vector<Tensor> master_grads;
         for (const Tensor& p : b.to_master) master_grads.push_back(opt.master(p).grad());
-        non_finite_check_and_unscale_(master_grads, found_inf, ones({}, TensorOptions(DType::Float32).with_device(b.device)), 0);
+        const Tensor one = ones({}, TensorOptions(DType::Float32).with_device(b.device));
+        non_finite_check_and_unscale_(master_grads, found_inf, one, /*unscale_count=*/0);
       }
     }
     st.found_inf_per_device.push_back(found_inf);

@@ -15,12 +15,13 @@
 //
 // ---- One iteration, per optimizer: READY -> UNSCALED -> STEPPED, reset to READY by update() ----
 //   unscale_(opt)   READY -> UNSCALED. inv = float(1 / double(S)) (the reciprocal in double, as
-//                   PyTorch, so it is the correctly rounded float of 1/S). Every gradient of the
-//                   optimizer goes through one fused multi-tensor op, _amp_foreach_non_finite_check_
-//                   and_unscale_ (amp/scaler_kernels.h): found_inf = 1 if any element is inf/NaN,
-//                   f32/f64 grads multiplied by inv in place. 16-bit grads (model.to(Float16)):
+//                   PyTorch, so it is the correctly rounded float of 1/S). The f32/f64 gradients of
+//                   the optimizer go through ONE dispatch of the fused multi-tensor op
+//                   _amp_foreach_non_finite_check_and_unscale_ (amp/scaler_kernels.h): found_inf = 1
+//                   if any element is inf/NaN, every element multiplied by inv in place.
+//                   16-bit grads (model.to(Float16)):
 //                     - the parameter has an FP32 master in the optimizer (always, in mixtape):
-//                       master.grad = float(g16) * inv, checked in the same pass
+//                       master.grad = float(g16) * inv, checked as it is read
 //                       (Optimizer::unscale_to_master_grads_); clip opt.master_params() afterwards;
 //                     - no master (an f32 parameter carrying a 16-bit .grad): PyTorch's error
 //                       "Attempting to unscale FP16 gradients." -- unscaling in place would round
@@ -31,7 +32,8 @@
 //                   parameters, masters and optimizer state stay bit-identical. Returns whether it
 //                   stepped (addition (a)): sched.step(scaler.step(opt)) keeps an LR schedule from
 //                   advancing on skipped steps (pytorch#44511).
-//                   On the READY path, 16-bit grads of parameters with masters are only *checked*;
+//                   On the READY path, 16-bit grads of parameters with masters are only *checked*
+//                   (in the same fused dispatch as the f32 grads, without being written);
 //                   the optimizer multiplies them by inv as it widens them into FP32 inside its fused
 //                   update (set_grad_scale_for_next_step), so no FP32 gradient copy is made.
 //   update()        Sums found_inf over every optimizer of the iteration and runs _amp_update_scale_

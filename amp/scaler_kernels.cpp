@@ -95,7 +95,8 @@ TensorList update_scale_cpu(const OpCall& c) {
   const Tensor& found_inf = c.inputs[2];
   MT_CHECK(is_one_element_f32(scale), c.name(), ": scale must be a 1-element f32 tensor, got ", scale.describe());
   MT_CHECK(tracker.defined() && tracker.dtype() == DType::Int32 && tracker.numel() == 1, c.name(),
-           ": growth_tracker must be a 1-element i32 tensor, got ", tracker.defined() ? tracker.describe() : "undefined");
+           ": growth_tracker must be a 1-element i32 tensor, got ",
+           tracker.defined() ? tracker.describe() : "undefined");
   MT_CHECK(is_one_element_f32(found_inf), c.name(), ": found_inf must be a 1-element f32 tensor, got ",
            found_inf.defined() ? found_inf.describe() : "undefined");
   const int64_t interval = c.attrs.get<int64_t>("growth_interval");
@@ -149,7 +150,9 @@ Tensor update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Te
            "[1, 2^31 - 1], got ", growth_interval);
   autograd::NoGradGuard no_grad;
   dispatch(kUpdateScale, {scale, growth_tracker, found_inf},
-           {{"growth_factor", growth_factor}, {"backoff_factor", backoff_factor}, {"growth_interval", growth_interval}});
+           {{"growth_factor", growth_factor},
+            {"backoff_factor", backoff_factor},
+            {"growth_interval", growth_interval}});
   growth_tracker.bump_version();  // the dispatcher bumps input 0 (scale) only
   return scale;
 }

@@ -30,7 +30,8 @@ inline ::testing::AssertionResult same_bytes(const Tensor& got, const Tensor& wa
     return ::testing::AssertionFailure() << "got " << got.describe() << ", want " << want.describe();
   if (bytes_of(got) != bytes_of(want)) {
     auto r = ::testing::AssertionFailure() << "bytes differ:";
-    for (int64_t i = 0; i < got.numel() && i < 6; ++i) r << " [" << get_element(got, i) << " vs " << get_element(want, i) << "]";
+    for (int64_t i = 0; i < got.numel() && i < 6; ++i)
+      r << " [" << get_element(got, i) << " vs " << get_element(want, i) << "]";
     return r;
   }
   return ::testing::AssertionSuccess();

@@ -99,7 +99,8 @@ TEST(GradScaler, B16_ScaleMultipliesAndDisabledIsOff) {
         opt.step();
       }
     }
-    return std::vector<Tensor>{snapshot(lin.weight), snapshot(lin.bias), snapshot(opt.state(lin.weight, "momentum_buffer"))};
+    return std::vector<Tensor>{snapshot(lin.weight), snapshot(lin.bias),
+                               snapshot(opt.state(lin.weight, "momentum_buffer"))};
   };
   auto a = run(true), b = run(false);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bytes(a[i], b[i])) << "tensor " << i;
@@ -344,8 +345,8 @@ TEST(GradScaler, B21_FusedKernelDirectlyAndInOneDispatch) {
     scaler.unscale_(opt);
   }
   size_t calls = 0;
-  for (size_t pos = 0; (pos = trace.find("_amp_foreach_non_finite_check_and_unscale_  Backend", pos)) != std::string::npos; ++pos)
-    ++calls;
+  const std::string line = "_amp_foreach_non_finite_check_and_unscale_  Backend";
+  for (size_t pos = 0; (pos = trace.find(line, pos)) != std::string::npos; ++pos) ++calls;
   EXPECT_EQ(calls, 1u) << trace;
 }
 
@@ -527,7 +528,8 @@ TEST(GradScaler, B31_StateDictRoundTrip) {
   StateDict sd = a.state_dict();
   std::vector<std::string> keys;
   for (auto& [k, t] : sd) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"_growth_tracker", "backoff_factor", "growth_factor", "growth_interval", "scale"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"_growth_tracker", "backoff_factor", "growth_factor", "growth_interval",
+                                            "scale"}));
   EXPECT_EQ(sd["scale"].item<float>(), 256.0f);
   EXPECT_EQ(sd["_growth_tracker"].item<int32_t>(), 2);
   EXPECT_EQ(sd["growth_factor"].item<double>(), 4.0);

@@ -126,5 +126,31 @@ TEST(GradScaler, Bf16IsAcceptedThroughMasters) {
   EXPECT_FALSE(scaler.step(opt));
 }
 
+// MIXTAPE_TRACE=amp narrates the scaler's decisions (for examples/amp_tour and debugging).
+TEST(GradScaler, TraceNarratesStepsAndUpdates) {
+  GradScaler scaler({.growth_interval = 3});
+  Tensor p = make_param({1.0}, {1});
+  SGD opt({p}, {.lr = 0.0});
+  std::string trace;
+  {
+    ScopedTrace t(static_cast<uint32_t>(TraceKind::Amp), &trace);
+    scaled_backward(scaler, p, f32({kInf}));
+    scaler.step(opt);
+    scaler.update();
+    opt.zero_grad();
+    scaled_backward(scaler, p, f32({1.0}));
+    scaler.step(opt);
+    scaler.update();
+  }
+  EXPECT_NE(trace.find("[amp] GradScaler.step(SGD): scale 65536, inf/NaN in the gradients -> step skipped"),
+            std::string::npos) << trace;
+  EXPECT_NE(trace.find("[amp] GradScaler.update: scale 65536 -> 32768 (growth tracker 0/3, iteration skipped)"),
+            std::string::npos) << trace;
+  EXPECT_NE(trace.find("[amp] GradScaler.step(SGD): scale 32768, all gradients finite -> step"), std::string::npos)
+      << trace;
+  EXPECT_NE(trace.find("[amp] GradScaler.update: scale 32768 -> 32768 (growth tracker 1/3)"), std::string::npos)
+      << trace;
+}
+
 }  // namespace
 }  // namespace mixtape::testing
