@@ -105,8 +105,10 @@ class GradScaler {
   // Errors (whether enabled or not): growth_factor <= 1, backoff_factor outside (0, 1),
   // growth_interval < 1, init_scale not a positive finite float, min_scale not positive/finite.
   explicit GradScaler(GradScalerOptions options = {});
-  GradScaler(const GradScaler&) = delete;
+  GradScaler(const GradScaler&) = delete;  // two scalers must not share one scale tensor
   GradScaler& operator=(const GradScaler&) = delete;
+  GradScaler(GradScaler&&) = default;
+  GradScaler& operator=(GradScaler&&) = default;
 
   // outputs * S through the mul op (recorded by autograd, so backward carries S into every
   // gradient). The first call creates the scale on outputs' device. Disabled: returns outputs.
@@ -139,6 +141,7 @@ class GradScaler {
   const Tensor& scale_tensor() const { return scale_; }
   const Tensor& growth_tracker_tensor() const { return growth_tracker_; }
 
+  // Grows by one record per update() (24 bytes), for the whole run.
   const std::vector<ScaleRecord>& scale_history() const { return history_; }
   int64_t skipped_steps() const { return skipped_steps_; }  // iterations with inf/NaN so far
 
