@@ -162,8 +162,8 @@ StateDict parse_safetensors(const void* data, size_t size, const std::string& wh
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(bytes[i]) << (8 * i);
   MT_CHECK(n <= size - 8, op, what, ": header length ", n, " (bytes 0-7) runs past the end of the file (",
            size - 8, " bytes follow the length)");
-  MT_CHECK(n <= kMaxHeaderBytes, op, what, ": header length ", n, " exceeds the limit of ", kMaxHeaderBytes,
-           " bytes");
+  MT_CHECK(n <= kMaxHeaderBytes, op, what, ": header length ", n, " (bytes 0-7) exceeds the limit of ",
+           kMaxHeaderBytes, " bytes");
   MT_CHECK(n >= 2 && bytes[8] == '{', op, what, ": header at byte 8 does not start with '{' (not a safetensors file?)");
   const uint64_t data_start = 8 + n;             // file offset of the data section
   const uint64_t data_size = size - data_start;  // bytes in the data section
@@ -204,17 +204,23 @@ StateDict parse_safetensors(const void* data, size_t size, const std::string& wh
   };
   std::vector<Info> infos;
   if (metadata) metadata->clear();
-  for (const auto& [name, v] : header.items()) {
+  // The DOM keeps no positions, so entry errors name the header's byte range.
+  const std::string in_header = detail::str_cat(" (header entry in bytes 8-", data_start - 1, ")");
+  for (const auto& item : header.items()) {
+    const std::string& name = item.key();  // not a structured binding: lambdas below capture it
+    const auto& v = item.value();
     if (name == "__metadata__") {
       if (v.is_null()) continue;
-      MT_CHECK(v.is_object(), op, what, ": '__metadata__' must be an object of strings, got ", v.type_name());
+      MT_CHECK(v.is_object(), op, what, ": '__metadata__' must be an object of strings, got ", v.type_name(),
+               in_header);
       for (const auto& [k, s] : v.items()) {
-        MT_CHECK(s.is_string(), op, what, ": '__metadata__' value '", k, "' must be a string, got ", s.type_name());
+        MT_CHECK(s.is_string(), op, what, ": '__metadata__' value '", k, "' must be a string, got ", s.type_name(),
+                 in_header);
         if (metadata) (*metadata)[k] = s.get<std::string>();
       }
       continue;
     }
-    auto where = [&] { return detail::str_cat(op, what, ": tensor '", name, "': "); };
+    auto where = [&] { return detail::str_cat(op, what, ": tensor '", name, "'", in_header, ": "); };
     MT_CHECK(v.is_object(), where(), "header entry must be an object, got ", v.type_name());
     for (const char* key : {"dtype", "shape", "data_offsets"})
       MT_CHECK(v.contains(key), where(), "header entry has no \"", key, "\"");

@@ -1,4 +1,5 @@
-// data/image_folder.cpp — directory scan and stb_image decoding (Debian's libstb-dev).
+// data/image_folder.cpp — directory scan (decoding is data/image_decode.cpp) and PNG writing
+// with stb_image_write (Debian's libstb-dev).
 #include "data/image_folder.h"
 
 #include <algorithm>
@@ -9,10 +10,7 @@
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #pragma GCC diagnostic ignored "-Wsign-compare"
 #pragma GCC diagnostic ignored "-Wunused-but-set-variable"
-#define STB_IMAGE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_IMPLEMENTATION
-#define STBI_NO_HDR
-#include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
 #pragma GCC diagnostic pop
 
@@ -53,19 +51,6 @@ Example ImageFolder::get(int64_t index) const {
   Tensor label = Tensor::empty({}, TensorOptions(DType::Int64));
   *label.data_ptr<int64_t>() = labels_[static_cast<size_t>(index)];
   return {load_image(files_[static_cast<size_t>(index)], channels_), label};
-}
-
-Tensor load_image(const std::string& path, int channels) {
-  int w = 0, h = 0, n = 0;
-  unsigned char* px = stbi_load(path.c_str(), &w, &h, &n, channels);
-  MT_CHECK(px != nullptr, "load_image: cannot decode '", path, "': ", stbi_failure_reason());
-  Tensor t = Tensor::empty({channels, h, w}, TensorOptions(DType::UInt8));
-  uint8_t* out = t.data_ptr<uint8_t>();
-  for (int y = 0; y < h; ++y)  // HWC (stb) -> CHW (mixtape)
-    for (int x = 0; x < w; ++x)
-      for (int c = 0; c < channels; ++c) out[(c * h + y) * w + x] = px[(y * w + x) * channels + c];
-  stbi_image_free(px);
-  return t;
 }
 
 void save_png(const Tensor& image, const std::string& path) {

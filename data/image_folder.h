@@ -1,12 +1,14 @@
 // data/image_folder.h — a dataset of image files laid out one folder per class:
 //   root/<class name>/<any name>.{png,jpg,jpeg,bmp}
 // Classes are the sub-folder names in sorted order (label = position); files are sorted too,
-// so the sample order never depends on the file system. Images decode with stb_image.
+// so the sample order never depends on the file system. Images decode with decode_image
+// (data/image_decode.h).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/image_decode.h"
 
 namespace mixtape::data {
 
@@ -27,8 +29,6 @@ class ImageFolder : public Dataset {
   std::vector<int64_t> labels_;
 };
 
-// Decodes one image file to (channels, H, W) UInt8; errors name the file and stb's reason.
-Tensor load_image(const std::string& path, int channels);
 // Writes a (1|3, H, W) or (H, W) UInt8 tensor as PNG.
 void save_png(const Tensor& image, const std::string& path);
 

@@ -1,0 +1,238 @@
+// data/image_decode.cpp — decode_image and load_image over stb_image (Debian's libstb-dev).
+// stb_image is not written for hostile input, so it sees only what passed our own checks:
+// a known signature, header dimensions within the limits, and (for the formats where stb pads
+// missing data with zeros instead of failing) the bytes the header promises.
+#include "data/image_decode.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
+#define STB_IMAGE_IMPLEMENTATION
+#define STBI_NO_HDR
+#define STBI_ONLY_PNG  // the three formats ImageFolder accepts; the other decoders are not built
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_BMP
+#define STBI_MAX_DIMENSIONS 16384  // = kMaxImageSide, for stb's own checks (static_assert below)
+#include <stb/stb_image.h>
+#pragma GCC diagnostic pop
+
+namespace mixtape::data {
+
+static_assert(STBI_MAX_DIMENSIONS == kMaxImageSide);
+
+namespace {
+
+enum class Format { Png, Jpeg, Bmp };
+
+uint32_t le16(const uint8_t* p) { return uint32_t(p[0]) | (uint32_t(p[1]) << 8); }
+uint32_t le32(const uint8_t* p) { return le16(p) | (le16(p + 2) << 16); }
+
+// Offsets of the first start-of-frame and start-of-scan markers of a JPEG (size when absent),
+// found by walking the marker segments from byte 2.
+struct JpegMarkers {
+  size_t sof, sos;
+};
+JpegMarkers jpeg_markers(const uint8_t* p, size_t n) {
+  JpegMarkers m{n, n};
+  size_t pos = 2;
+  while (pos + 4 <= n && p[pos] == 0xFF) {
+    uint8_t marker = p[pos + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++pos;
+      continue;
+    }
+    if (marker == 0xDA) {
+      m.sos = pos;
+      break;
+    }
+    if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC && m.sof == n)
+      m.sof = pos;
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) {  // markers without a length
+      pos += 2;
+      continue;
+    }
+    pos += 2 + ((size_t(p[pos + 2]) << 8) | p[pos + 3]);
+  }
+  return m;
+}
+
+// stb_image 2.27 (Debian 12) trusts a Huffman table's 16 code counts: their sum may reach 4080,
+// and it writes that many sizes and symbols into 257- and 256-byte arrays (fixed upstream in
+// 2.28; found by tests/fuzz/fuzz_image, regression jpeg-dht-over-256-codes). So every DHT
+// segment stb could reach is checked first. The walk finds markers the way stb does: any 0xFF
+// run followed by a byte other than 0x00 (stuffing) and 0xD0-0xD7 (restarts), both between
+// segments and inside entropy-coded data; segments with a length are then skipped whole.
+void check_jpeg_huffman_tables(const uint8_t* p, size_t n, const std::string& name) {
+  auto at = [&](size_t i) -> uint32_t { return i < n ? p[i] : 0; };  // stb reads 0 past the end
+  size_t pos = 2;
+  while (pos < n) {
+    if (p[pos] != 0xFF) {
+      ++pos;
+      continue;
+    }
+    size_t m = pos;
+    while (m < n && p[m] == 0xFF) ++m;
+    if (m >= n) break;
+    uint8_t marker = p[m];
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) {  // no length
+      pos = m + 1;
+      continue;
+    }
+    if (marker == 0xD9) break;  // end of image: stb reads no further
+    uint32_t len = (at(m + 1) << 8) | at(m + 2);
+    if (len < 2) break;  // stb refuses the segment and stops
+    if (marker == 0xC4) {
+      int64_t left = int64_t(len) - 2;
+      size_t table = m + 3;
+      while (left > 0) {
+        uint32_t q = at(table);
+        if ((q >> 4) > 1 || (q & 15) > 3) break;  // stb refuses the table class/id and stops
+        uint32_t codes = 0;
+        for (size_t i = 1; i <= 16; ++i) codes += at(table + i);
+        MT_CHECK(codes <= 256, "decode_image: '", name, "': JPEG Huffman table at byte ", table, " declares ", codes,
+                 " codes (at most 256)");
+        left -= 17 + int64_t(codes);
+        table += 17 + codes;
+      }
+    }
+    pos = m + 1 + len;
+  }
+}
+
+// stb_image 2.27 sizes its compressed-data buffer from each IDAT chunk's declared length before
+// it reads the chunk, so a 60-byte file declaring a 2 GB chunk costs a 2 GB allocation (found by
+// fuzz_image, regression png-chunk-length-past-end): every chunk up to IEND must fit the file.
+// An empty IDAT before any image data makes stb memcpy into its still-null buffer (undefined
+// behaviour; regression png-empty-first-idat); no encoder writes one, so it is refused.
+void check_png_chunks(const uint8_t* p, size_t n, const std::string& name) {
+  size_t pos = 8;  // after the signature
+  bool have_data = false;
+  while (pos + 8 <= n) {
+    uint64_t len = (uint64_t(p[pos]) << 24) | (uint64_t(p[pos + 1]) << 16) | (uint64_t(p[pos + 2]) << 8) | p[pos + 3];
+    std::string type(reinterpret_cast<const char*>(p + pos + 4), 4);
+    MT_CHECK(len <= n - pos - 8, "decode_image: '", name, "': PNG chunk at byte ", pos, " declares ", len,
+             " data bytes but the file has ", n - pos - 8, " after its header");
+    if (type == "IDAT") {
+      MT_CHECK(len > 0 || have_data, "decode_image: '", name, "': empty IDAT chunk at byte ", pos,
+               " before any image data (stb_image cannot read it)");
+      have_data = true;
+    }
+    if (type == "IEND") return;
+    pos += 12 + len;  // length, type, data, CRC
+  }
+}
+
+// stb_image reads through these callbacks so that an error can say how far it got.
+struct Cursor {
+  const uint8_t* data;
+  size_t size, pos;
+};
+int cursor_read(void* user, char* out, int n) {
+  auto* c = static_cast<Cursor*>(user);
+  size_t k = std::min<size_t>(static_cast<size_t>(std::max(n, 0)), c->size - c->pos);
+  std::memcpy(out, c->data + c->pos, k);
+  c->pos += k;
+  return static_cast<int>(k);
+}
+void cursor_skip(void* user, int n) {
+  auto* c = static_cast<Cursor*>(user);
+  if (n < 0)
+    c->pos -= std::min<size_t>(c->pos, static_cast<size_t>(-static_cast<int64_t>(n)));
+  else
+    c->pos += std::min<size_t>(static_cast<size_t>(n), c->size - c->pos);
+}
+int cursor_eof(void* user) {
+  auto* c = static_cast<Cursor*>(user);
+  return c->pos >= c->size;
+}
+
+}  // namespace
+
+Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::string& name) {
+  MT_CHECK(channels == 1 || channels == 3, "decode_image: '", name, "': channels must be 1 or 3, got ", channels);
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  Format fmt;
+  size_t dims_at;  // where the header keeps the width and height, for error messages
+  if (size >= 8 && std::memcmp(data, kPng, 8) == 0) {
+    fmt = Format::Png;
+    dims_at = 16;
+  } else if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
+    fmt = Format::Jpeg;
+    dims_at = std::min(jpeg_markers(data, size).sof, size);
+  } else if (size >= 2 && data[0] == 'B' && data[1] == 'M') {
+    fmt = Format::Bmp;
+    dims_at = 18;
+  } else {
+    MT_ERROR("decode_image: cannot decode '", name, "' (", size, " bytes): no PNG, JPEG or BMP signature at byte 0");
+  }
+
+  if (fmt == Format::Jpeg) check_jpeg_huffman_tables(data, size, name);
+  if (fmt == Format::Png) check_png_chunks(data, size, name);
+
+  stbi_io_callbacks io{cursor_read, cursor_skip, cursor_eof};
+  int w = 0, h = 0, n = 0;
+  Cursor info_cursor{data, size, 0};
+  MT_CHECK(stbi_info_from_callbacks(&io, &info_cursor, &w, &h, &n) != 0, "decode_image: '", name,
+           "': unreadable header: ", stbi_failure_reason(), " (stb_image stopped by byte ", info_cursor.pos, " of ",
+           size, ")");
+  MT_CHECK(w > 0 && h > 0 && w <= kMaxImageSide && h <= kMaxImageSide && int64_t(w) * h <= kMaxImagePixels,
+           "decode_image: '", name, "' is ", w, "x", h, " (header at byte ", dims_at, "), over the limit of ",
+           kMaxImageSide, " pixels per side and ", kMaxImagePixels, " pixels");
+
+  if (fmt == Format::Jpeg) {
+    // stb_image pads a cut-off scan with zeros; an end-of-image marker after the first scan
+    // tells a complete file from a truncated one.
+    size_t sos = jpeg_markers(data, size).sos;
+    bool has_eoi = false;
+    for (size_t i = size; i >= sos + 2 && i >= 2 && !has_eoi; --i) has_eoi = data[i - 2] == 0xFF && data[i - 1] == 0xD9;
+    MT_CHECK(has_eoi, "decode_image: '", name, "': truncated JPEG: no end-of-image marker (FF D9) after the scan ",
+             "at byte ", sos, " (file ends at byte ", size, ")");
+  }
+  if (fmt == Format::Bmp && size >= 34) {
+    // Uncompressed (0) and bit-field (3) BMPs store whole rows, each padded to 4 bytes; stb
+    // reads missing rows as zeros, so count them here.
+    uint32_t header = le32(data + 14);
+    uint32_t bpp = header == 12 ? le16(data + 24) : le16(data + 28);
+    uint32_t compression = header == 12 ? 0 : le32(data + 30);
+    if (compression == 0 || compression == 3) {
+      uint64_t row = (uint64_t(w) * bpp + 31) / 32 * 4;
+      uint64_t need = uint64_t(le32(data + 10)) + row * uint64_t(h);
+      MT_CHECK(size >= need, "decode_image: '", name, "': truncated BMP: ", w, "x", h, " at ", bpp,
+               " bits per pixel needs pixel data up to byte ", need, " (offset at byte 10), file ends at byte ", size);
+    }
+  }
+
+  Cursor cursor{data, size, 0};
+  int dw = 0, dh = 0;
+  unsigned char* px = stbi_load_from_callbacks(&io, &cursor, &dw, &dh, &n, channels);
+  MT_CHECK(px != nullptr, "decode_image: cannot decode '", name, "': ", stbi_failure_reason(),
+           " (stb_image stopped by byte ", cursor.pos, " of ", size, ")");
+  if (dw != w || dh != h) {
+    stbi_image_free(px);
+    MT_ERROR("decode_image: '", name, "': header at byte ", dims_at, " says ", w, "x", h, " but decoding gave ", dw,
+             "x", dh);
+  }
+  Tensor t = Tensor::empty({channels, h, w}, TensorOptions(DType::UInt8));
+  uint8_t* out = t.data_ptr<uint8_t>();
+  const size_t hw = size_t(h) * size_t(w);
+  for (size_t i = 0; i < hw; ++i)  // HWC (stb) -> CHW (mixtape)
+    for (int c = 0; c < channels; ++c) out[size_t(c) * hw + i] = px[i * size_t(channels) + size_t(c)];
+  stbi_image_free(px);
+  return t;
+}
+
+Tensor load_image(const std::string& path, int channels) {
+  std::ifstream f(path, std::ios::binary);
+  MT_CHECK(f.good(), "load_image: cannot open '", path, "'");
+  std::string raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  MT_CHECK(!f.bad(), "load_image: reading '", path, "' failed after ", raw.size(), " bytes");
+  return decode_image(reinterpret_cast<const uint8_t*>(raw.data()), raw.size(), channels, path);
+}
+
+}  // namespace mixtape::data

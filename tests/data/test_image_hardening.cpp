@@ -1,0 +1,139 @@
+// tests/data/test_image_hardening.cpp — decode_image (data/image_folder.h) on the committed seed
+// images (tests/fuzz/corpus/image) and on their damaged copies: unknown signatures, header
+// dimensions over the limits, truncated PNG/JPEG/BMP. Every error names the source and a byte.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "common/error_of.h"
+#include "data/image_folder.h"
+#include "tests/fuzz/fuzz_util.h"
+
+namespace fs = std::filesystem;
+
+namespace mixtape::data {
+namespace {
+
+using mixtape::testing::error_of;
+
+const fs::path kSeeds = fs::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus" / "image";
+
+std::string seed(const std::string& name) {
+  std::ifstream f(kSeeds / name, std::ios::binary);
+  EXPECT_TRUE(f.good()) << (kSeeds / name);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+Tensor decode(const std::string& bytes, int channels) {
+  return decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), channels, "img");
+}
+
+// The error decode_image throws ("(no error)" if none); it must name the source and a byte.
+std::string image_error(const std::string& bytes, int channels = 1) {
+  std::string e = error_of([&] { decode(bytes, channels); });
+  if (e != "(no error)") {
+    EXPECT_TRUE(fuzz::names_location(e, "img")) << e;
+  }
+  return e;
+}
+
+void put_be32(std::string& s, size_t at, uint32_t v) {
+  for (int b = 0; b < 4; ++b) s[at + b] = static_cast<char>(v >> (8 * (3 - b)));
+}
+
+#define EXPECT_CONTAINS(haystack, needle)                          \
+  do {                                                             \
+    std::string h_ = (haystack);                                   \
+    EXPECT_NE(h_.find(needle), std::string::npos) << "in: " << h_; \
+  } while (0)
+
+TEST(ImageHardening, SeedsDecodeToCHW) {
+  // Seeds are w x h with pixel (x, y) = (40x + 20y) % 256 (tests/fuzz/make_corpus.py).
+  Tensor g = decode(seed("gray.png"), 1);
+  ASSERT_EQ(g.sizes(), IntList({1, 3, 4}));
+  EXPECT_EQ(g.data_ptr<uint8_t>()[1 * 4 + 2], 100);  // (x=2, y=1)
+  EXPECT_EQ(decode(seed("gray.png"), 3).sizes(), IntList({3, 3, 4}));
+  Tensor rgb = decode(seed("rgb.png"), 3);
+  ASSERT_EQ(rgb.sizes(), IntList({3, 2, 3}));
+  EXPECT_EQ(rgb.data_ptr<uint8_t>()[2 * 6 + 1 * 3 + 1], 60);  // blue plane, (x=1, y=1)
+  EXPECT_EQ(decode(seed("gray.jpg"), 1).sizes(), IntList({1, 8, 8}));
+  EXPECT_EQ(decode(seed("rgb_progressive.jpg"), 3).sizes(), IntList({3, 7, 9}));
+  Tensor bmp = decode(seed("rgb.bmp"), 3);
+  ASSERT_EQ(bmp.sizes(), IntList({3, 2, 3}));
+  EXPECT_EQ(bmp.data_ptr<uint8_t>()[1 * 3 + 2], 100);  // red plane, (x=2, y=1)
+  EXPECT_EQ(decode(seed("gray.bmp"), 1).sizes(), IntList({1, 2, 5}));
+}
+
+TEST(ImageHardening, UnknownSignatureAndBadChannels) {
+  EXPECT_CONTAINS(image_error(""), "cannot decode 'img' (0 bytes): no PNG, JPEG or BMP signature at byte 0");
+  EXPECT_CONTAINS(image_error("GIF89a......"), "no PNG, JPEG or BMP signature at byte 0");
+  EXPECT_CONTAINS(image_error(seed("gray.png").substr(0, 7)), "signature at byte 0");
+  // A bad argument, not bad bytes: no offset to name.
+  EXPECT_CONTAINS(error_of([] { decode(seed("gray.png"), 2); }), "channels must be 1 or 3, got 2");
+}
+
+TEST(ImageHardening, DimensionsOverTheLimitAreRefusedFromTheHeader) {
+  std::string png = seed("gray.png");
+  put_be32(png, 16, 10000);  // IHDR width and height: 10^8 pixels > 2^26
+  put_be32(png, 20, 10000);
+  EXPECT_CONTAINS(image_error(png), "is 10000x10000 (header at byte 16), over the limit");
+  put_be32(png, 16, 20000);  // over stb's own per-side limit: its header reader refuses it
+  EXPECT_CONTAINS(image_error(png), "unreadable header");
+  put_be32(png, 16, 0);
+  EXPECT_CONTAINS(image_error(png), "unreadable header");
+}
+
+TEST(ImageHardening, JpegHuffmanTableWithTooManyCodesIsRefused) {
+  // stb_image 2.27 would write past its 257-entry size table (the first fuzz_image crasher).
+  std::string jpg = seed("gray.jpg");
+  size_t dht = jpg.find("\xFF\xC4");
+  ASSERT_NE(dht, std::string::npos);
+  for (size_t i = 0; i < 16; ++i) jpg[dht + 5 + i] = static_cast<char>(0xFF);  // 16 x 255 code counts
+  EXPECT_CONTAINS(image_error(jpg), "JPEG Huffman table at byte " + std::to_string(dht + 4) + " declares 4080 codes");
+}
+
+TEST(ImageHardening, PngChunkLongerThanTheFileIsRefusedBeforeAllocating) {
+  // stb_image would allocate the declared 2 GB for the IDAT before finding it missing.
+  std::string png = seed("gray.png");
+  size_t idat = png.find("IDAT") - 4;
+  put_be32(png, idat, 0x7FFFFFF0u);
+  EXPECT_CONTAINS(image_error(png), "PNG chunk at byte " + std::to_string(idat) + " declares 2147483632 data bytes");
+}
+
+TEST(ImageHardening, PngEmptyFirstIdatIsRefused) {
+  // stb_image 2.27 would memcpy into a null buffer (undefined behaviour, caught by UBSan).
+  std::string png = seed("gray.png");
+  size_t idat = png.find("IDAT") - 4;
+  std::string empty_idat("\0\0\0\0IDAT\x35\xAF\x06\x1E", 12);
+  png.insert(idat, empty_idat);
+  EXPECT_CONTAINS(image_error(png), "empty IDAT chunk at byte " + std::to_string(idat));
+}
+
+TEST(ImageHardening, TruncatedFilesAreErrorsNotZeroPaddedImages) {
+  std::string png = seed("rgb.png");
+  for (size_t n : {size_t(8), size_t(20), size_t(33), png.size() / 2, png.size() - 13})
+    EXPECT_NE(image_error(png.substr(0, n), 3), "(no error)") << "PNG cut to " << n;
+  std::string jpg = seed("gray.jpg");
+  EXPECT_CONTAINS(image_error(jpg.substr(0, jpg.size() - 20)), "truncated JPEG: no end-of-image marker (FF D9)");
+  std::string bmp = seed("rgb.bmp");
+  EXPECT_CONTAINS(image_error(bmp.substr(0, bmp.size() - 4), 3), "truncated BMP: 3x2 at 24 bits per pixel needs pixel data up to byte");
+  std::string tall = seed("gray.bmp");
+  tall[22] = 100;  // height 2 -> 100 rows the file does not hold
+  EXPECT_CONTAINS(image_error(tall), "truncated BMP");
+}
+
+TEST(ImageHardening, LoadImageNamesThePath) {
+  auto path = fs::temp_directory_path() / ("mixtape_image_hardening_" + std::to_string(::getpid()) + ".jpg");
+  std::string jpg = seed("gray.jpg");
+  std::ofstream(path, std::ios::binary) << jpg.substr(0, jpg.size() / 2);
+  std::string e = error_of([&] { load_image(path.string(), 1); });
+  EXPECT_TRUE(fuzz::names_location(e, path.string())) << e;
+  fs::remove(path);
+  EXPECT_CONTAINS(error_of([&] { load_image(path.string(), 1); }), "cannot open");
+}
+
+}  // namespace
+}  // namespace mixtape::data
