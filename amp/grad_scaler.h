@@ -54,8 +54,11 @@
 //
 // ---- Where the state lives ----
 // The scale is a 0-d f32 tensor and the growth tracker a 0-d i32 tensor, both created lazily by
-// the first scale() on that tensor's device (so on a GPU update() needs no host sync). step() reads
-// found_inf on the host: that is the one synchronisation per optimizer, as in PyTorch.
+// the first scale() on that tensor's device, and inv and found_inf are computed there too: the
+// arithmetic never leaves the device (PyTorch's design). step() reads found_inf on the host, the one
+// synchronisation PyTorch has per optimizer. mixtape also reads a few 4-byte values more (inv for
+// the optimizer's unscale at the copy; the scale and the combined found_inf in update() for the
+// history, the trace and min_scale): free on the CPU, a handful of tiny copies per step on a GPU.
 //
 // ---- enabled = false: a clean off switch ----
 // scale() returns its input, unscale_/update are no-ops, step() is opt.step() (returns true),
