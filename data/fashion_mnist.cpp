@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "data/idx.h"
+#include "data/image_folder.h"
 #include "ops/cast.h"
 
 namespace mixtape::data {
@@ -31,6 +32,29 @@ std::shared_ptr<TensorDataset> load_mnist_format(const std::string& dir, bool tr
   MT_CHECK(images.size(0) == labels.size(0), "load_mnist_format: ", images.size(0), " images in '", ipath, "' but ",
            labels.size(0), " labels in '", lpath, "'");
   return std::make_shared<TensorDataset>(images, to_dtype(labels, DType::Int64));
+}
+
+bool is_image_folder_split(const std::string& dir) {
+  namespace fs = std::filesystem;
+  return fs::is_directory(fs::path(dir) / "train") && fs::is_directory(fs::path(dir) / "test");
+}
+
+std::shared_ptr<TensorDataset> load_fashion_mnist(const std::string& dir, bool train, int64_t limit) {
+  MT_CHECK(std::filesystem::is_directory(dir), "load_fashion_mnist: the dataset folder '", dir,
+           "' does not exist (on Debian: apt-get install dataset-fashion-mnist)");
+  if (!is_image_folder_split(dir)) {
+    auto ds = load_mnist_format(dir, train);
+    if (limit <= 0 || limit >= ds->size()) return ds;
+    return std::make_shared<TensorDataset>(ds->data().narrow(0, 0, limit), ds->targets().narrow(0, 0, limit));
+  }
+  ImageFolder folder((std::filesystem::path(dir) / (train ? "train" : "test")).string(), 1);
+  const int64_t n = folder.size();
+  MT_CHECK(n > 0, "load_fashion_mnist: '", dir, "/", train ? "train" : "test", "' holds no images");
+  const int64_t keep = (limit <= 0 || limit >= n) ? n : limit;
+  std::vector<int64_t> indices(static_cast<size_t>(keep));
+  for (int64_t i = 0; i < keep; ++i) indices[static_cast<size_t>(i)] = i * n / keep;
+  Batch all = folder.get_batch(indices);  // decodes every kept image once
+  return std::make_shared<TensorDataset>(all.data, all.target);
 }
 
 const char* fashion_mnist_class_name(int64_t label) {

@@ -1,8 +1,10 @@
 // examples/train_fashion_mnist.cpp — the main job: train a CNN on Fashion-MNIST from C++ and
-// report test accuracy. Reads Debian's dataset-fashion-mnist IDX files; writes per-step
-// metrics (CSV) and a summary (JSON) to --out.
+// report test accuracy. Reads Debian's dataset-fashion-mnist IDX files (or the ImageFolder
+// export_images makes of them); writes per-step metrics (CSV) and a summary (JSON); with --save,
+// a checkpoint after every epoch that --resume continues bit-identically (same thread count).
 //
 //   train_fashion_mnist --model smallcnn --epochs 3 --batch-size 128 --lr 0.05 --momentum 0.9
+//   train_fashion_mnist --epochs 2 --save ck.safetensors && train_fashion_mnist --epochs 3 --resume ck.safetensors
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -11,6 +13,10 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
+#include <sstream>
+
+#include <unistd.h>
 
 #include <mixtape/mixtape.h>
 
@@ -38,6 +44,89 @@ struct Config {
   int64_t limit_test = 0;
   bool augment = false;
   int log_every = 50;
+  std::string save_path;    // checkpoint after every epoch ("" = none)
+  std::string resume_path;  // checkpoint to continue from ("" = start fresh)
+};
+
+// The options a resumed run must share with the run that saved the checkpoint, or it would
+// silently train something else. (--model is checked tensor by tensor by restore_checkpoint,
+// which names the first mismatch; --epochs may grow; --lr etc. come back with the optimizer.)
+nlohmann::json resume_relevant(const Config& c) {
+  return {{"optimizer", c.optimizer}, {"schedule", c.schedule}, {"batch_size", c.batch_size},
+          {"seed", c.seed},           {"augment", c.augment},   {"limit_train", c.limit_train},
+          {"data", c.data_dir}};
+}
+
+void check_resume_config(const Config& c, const nn::Checkpoint& ck) {
+  auto it = ck.progress.extra.find("config");
+  if (it == ck.progress.extra.end()) return;  // a checkpoint written by other code
+  nlohmann::json saved = nlohmann::json::parse(it->second), now = resume_relevant(c);
+  for (auto& [key, value] : now.items())
+    if (saved.contains(key) && saved[key] != value)
+      MT_ERROR("--resume '", ck.path, "' was saved with --", key == "limit_train" ? "limit" : key, " ",
+               saved[key].dump(), ", this run has ", value.dump(), "; resume with the same options");
+}
+
+// The dataset, IDX or ImageFolder (data::load_fashion_mnist), with the CLI's error for a missing one.
+std::shared_ptr<data::TensorDataset> load_split(const Config& c, bool train, int64_t limit) {
+  if (!std::filesystem::is_directory(c.data_dir))
+    MT_ERROR("the dataset folder '", c.data_dir, "' does not exist: install Debian's package with "
+             "`apt-get install dataset-fashion-mnist`, or pass --data DIR (a folder with the IDX files, or an "
+             "ImageFolder with train/ and test/ written by export_images)");
+  return data::load_fashion_mnist(c.data_dir, train, limit);
+}
+
+// Training progress on stderr: a bar redrawn in place when stderr is a terminal; otherwise plain
+// lines on stdout every --log-every steps (logs and CI output stay readable).
+class Progress {
+ public:
+  Progress(int log_every, int64_t total_steps)
+      : tty_(::isatty(STDERR_FILENO) == 1), log_every_(log_every), total_steps_(total_steps) {}
+
+  // After global step `step` (1-based) of `total_steps_`; `rate` is images/s so far in this
+  // process, `steps_per_s` likewise for the ETA.
+  void update(int epoch, int epochs, int64_t step_in_epoch, int64_t steps_per_epoch, int64_t step, double loss,
+              double lr, double rate, double steps_per_s) {
+    const double eta = steps_per_s > 0 ? static_cast<double>(total_steps_ - step) / steps_per_s : 0.0;
+    if (tty_) {
+      auto now = Clock::now();
+      if (step_in_epoch != steps_per_epoch && now - last_draw_ < std::chrono::milliseconds(100)) return;
+      last_draw_ = now;
+      const int width = 24;
+      int filled = static_cast<int>(width * step_in_epoch / std::max<int64_t>(steps_per_epoch, 1));
+      std::ostringstream os;
+      os << "\r\033[K" << "epoch " << epoch << "/" << epochs << " [" << std::string(filled, '=')
+         << std::string(width - filled, ' ') << "] " << step_in_epoch << "/" << steps_per_epoch << "  loss "
+         << std::fixed << std::setprecision(4) << loss << "  " << std::setprecision(0) << rate << " img/s  ETA "
+         << clock_str(eta);
+      std::cerr << os.str() << std::flush;
+      drawn_ = true;
+    } else if (log_every_ > 0 && step % log_every_ == 0) {
+      std::cout << "  epoch " << epoch << " step " << step << "/" << total_steps_ << "  loss " << std::fixed
+                << std::setprecision(4) << loss << "  lr " << std::setprecision(5) << lr << "  "
+                << std::setprecision(0) << rate << " img/s  ETA " << clock_str(eta) << std::defaultfloat << "\n";
+    }
+  }
+  // Ends the bar's line before other output.
+  void end_line() {
+    if (drawn_) std::cerr << "\n";
+    drawn_ = false;
+  }
+
+ private:
+  static std::string clock_str(double seconds) {
+    int64_t s = static_cast<int64_t>(seconds + 0.5);
+    std::ostringstream os;
+    if (s >= 3600) os << s / 3600 << ":" << std::setw(2) << std::setfill('0') << (s / 60) % 60;
+    else os << s / 60;
+    os << ":" << std::setw(2) << std::setfill('0') << s % 60;
+    return os.str();
+  }
+  bool tty_;
+  int log_every_;
+  int64_t total_steps_;
+  bool drawn_ = false;
+  Clock::time_point last_draw_{};
 };
 
 std::shared_ptr<nn::Module> make_model(const std::string& name) {
@@ -58,12 +147,6 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, const TensorLi
   if (c.optimizer == "adamw")
     return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   MT_ERROR("train_fashion_mnist: unknown --optimizer '", c.optimizer, "' (sgd, adam, adamw)");
-}
-
-// A subset view of a dataset (the first n samples), for quick runs.
-std::shared_ptr<data::TensorDataset> head(std::shared_ptr<data::TensorDataset> ds, int64_t n) {
-  if (n <= 0 || n >= ds->size()) return ds;
-  return std::make_shared<data::TensorDataset>(ds->data().narrow(0, 0, n), ds->targets().narrow(0, 0, n));
 }
 
 struct EvalResult {
@@ -90,16 +173,24 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& loader) {
 int run(const Config& c) {
   if (c.threads > 0) set_num_threads(c.threads);
   manual_seed(c.seed);
-  for (const std::string& f : {c.metrics_file, c.summary_file}) {
+  for (const std::string& f : {c.metrics_file, c.summary_file, c.save_path}) {
     auto parent = std::filesystem::path(f).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent);
+    if (!f.empty() && !parent.empty()) std::filesystem::create_directories(parent);
+  }
+  // Read (not yet apply) the checkpoint first: a wrong file fails before minutes of data loading.
+  std::optional<nn::Checkpoint> resume;
+  if (!c.resume_path.empty()) {
+    resume = nn::read_checkpoint(c.resume_path);
+    check_resume_config(c, *resume);
   }
 
-  auto train_set = head(data::load_mnist_format(c.data_dir, true), c.limit_train);
-  auto test_set = head(data::load_mnist_format(c.data_dir, false), c.limit_test);
+  auto train_set = load_split(c, true, c.limit_train);
+  auto test_set = load_split(c, false, c.limit_test);
   // Fashion-MNIST pixel statistics over the training set.
   data::Transform norm = data::normalize({0.2860f}, {0.3530f});
   data::Transform train_tf = c.augment ? data::compose({data::random_crop(28, 2), data::random_horizontal_flip(), norm}) : norm;
+  // The loader's shuffle order and augmentation draws are functions of (seed, epoch): restoring
+  // its epoch restores both streams.
   data::DataLoader train_loader(train_set, {.batch_size = c.batch_size, .shuffle = true, .seed = c.seed,
                                             .drop_last = true, .prefetch = 2, .transform = train_tf});
   data::DataLoader test_loader(test_set, {.batch_size = 500, .prefetch = 2, .transform = norm});
@@ -122,10 +213,31 @@ int run(const Config& c) {
     sched = std::make_unique<optim::WarmupCosine>(*opt, std::min<int64_t>(100, total_steps / 10), total_steps);
   else if (c.schedule != "none")
     MT_ERROR("train_fashion_mnist: unknown --schedule '", c.schedule, "' (cosine, none)");
+  nn::TrainingState state{*model, *opt, sched.get()};
 
-  std::cout << "mixtape: training " << c.model << " (" << n_params << " parameters) on Fashion-MNIST: "
+  int start_epoch = 0;
+  int64_t step = 0;
+  nlohmann::json epochs = nlohmann::json::array();  // per-epoch results, carried across resumes
+  if (resume) {
+    nn::restore_checkpoint(*resume, state);
+    start_epoch = static_cast<int>(resume->progress.epoch);
+    step = resume->progress.step;
+    train_loader.set_epoch(start_epoch);
+    if (auto it = resume->progress.extra.find("history"); it != resume->progress.extra.end())
+      epochs = nlohmann::json::parse(it->second);
+    if (auto it = resume->progress.extra.find("threads"); it != resume->progress.extra.end() &&
+                                                          it->second != std::to_string(get_num_threads()))
+      std::cerr << "train_fashion_mnist: warning: the checkpoint was written with " << it->second << " threads, this run has "
+                << get_num_threads() << "; results will not match an uninterrupted run bit for bit (use --threads "
+                << it->second << ")\n";
+  }
+
+  std::cout << "mixtape: training " << c.model << " (" << n_params << " parameters) on Fashion-MNIST ("
+            << (data::is_image_folder_split(c.data_dir) ? "ImageFolder" : "IDX") << " in " << c.data_dir << "): "
             << train_set->size() << " train / " << test_set->size() << " test images, batch " << c.batch_size << ", "
             << c.epochs << " epochs, " << c.optimizer << " lr " << c.lr << ", " << get_num_threads() << " threads\n";
+  if (resume)
+    std::cout << "resuming from " << c.resume_path << " after epoch " << start_epoch << " (step " << step << ")\n";
 
   std::ofstream csv(c.metrics_file);
   MT_CHECK(csv.good(), "train_fashion_mnist: cannot write --metrics '", c.metrics_file, "'");
@@ -133,14 +245,15 @@ int run(const Config& c) {
   reset_peak_memory();
   auto t_start = Clock::now();
   double train_seconds = 0;
-  int64_t step = 0, images = 0;
+  int64_t images = 0, steps_run = 0;
+  Progress progress(c.log_every, total_steps);
   EvalResult last;
-  nlohmann::json epochs = nlohmann::json::array();
-  for (int epoch = 0; epoch < c.epochs; ++epoch) {
+  if (!epochs.empty()) last = {epochs.back().value("test_loss", 0.0), epochs.back().value("test_accuracy", 0.0)};
+  for (int epoch = start_epoch; epoch < c.epochs; ++epoch) {
     model->train();
     auto t_epoch = Clock::now();
     double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
+    int64_t correct = 0, seen = 0, step_in_epoch = 0;
     for (const data::Batch& b : train_loader) {
       auto t_step = Clock::now();
       Tensor logits = (*model)(b.data);
@@ -151,6 +264,8 @@ int run(const Config& c) {
       if (sched) sched->step();
       double dt = std::chrono::duration<double>(Clock::now() - t_step).count();
       ++step;
+      ++steps_run;
+      ++step_in_epoch;
       images += b.target.size(0);
       double l = loss.item<double>();
       loss_sum += l * static_cast<double>(b.target.size(0));
@@ -159,10 +274,11 @@ int run(const Config& c) {
       seen += b.target.size(0);
       double lr = opt->param_groups()[0].options.get("lr");
       csv << step << ',' << epoch << ',' << l << ',' << lr << ',' << static_cast<double>(b.target.size(0)) / dt << '\n';
-      if (step % c.log_every == 0)
-        std::cout << "  epoch " << epoch + 1 << " step " << step << "/" << total_steps << "  loss " << std::fixed
-                  << std::setprecision(4) << l << "  lr " << std::setprecision(5) << lr << std::defaultfloat << "\n";
+      double elapsed = train_seconds + std::chrono::duration<double>(Clock::now() - t_epoch).count();
+      progress.update(epoch + 1, c.epochs, step_in_epoch, steps_per_epoch, step, l, lr,
+                      static_cast<double>(images) / elapsed, static_cast<double>(steps_run) / elapsed);
     }
+    progress.end_line();
     double epoch_s = std::chrono::duration<double>(Clock::now() - t_epoch).count();
     train_seconds += epoch_s;
     last = evaluate(*model, test_loader);
@@ -178,6 +294,14 @@ int run(const Config& c) {
                       {"test_loss", last.loss},
                       {"test_accuracy", last.accuracy},
                       {"seconds", epoch_s}});
+    if (!c.save_path.empty()) {
+      nn::TrainingProgress done{.model_name = c.model, .epoch = epoch + 1, .step = step, .data_seed = c.seed,
+                                .extra = {{"config", resume_relevant(c).dump()},
+                                          {"history", epochs.dump()},
+                                          {"threads", std::to_string(get_num_threads())}}};
+      nn::save_checkpoint(c.save_path, state, done);
+      std::cout << "saved checkpoint " << c.save_path << " (epoch " << epoch + 1 << ")\n";
+    }
   }
   double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
   nlohmann::json summary = {{"model", c.model},
@@ -190,9 +314,10 @@ int run(const Config& c) {
                             {"train_images", train_set->size()},
                             {"test_accuracy", last.accuracy},
                             {"test_loss", last.loss},
-                            {"train_images_per_s", static_cast<double>(images) / train_seconds},
+                            {"train_images_per_s", train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0},
                             {"wall_seconds", wall},
                             {"peak_bytes", memory_stats().peak_bytes},
+                            {"resumed_from_epoch", start_epoch},
                             {"per_epoch", epochs}};
   std::ofstream(c.summary_file) << summary.dump(2) << "\n";
   std::cout << "test accuracy " << std::fixed << std::setprecision(2) << 100 * last.accuracy << "% after " << c.epochs
@@ -216,14 +341,25 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", c.weight_decay)->capture_default_str();
   app.add_option("--seed", c.seed)->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0 = all)")->capture_default_str();
-  app.add_option("--data", c.data_dir, "folder with the Fashion-MNIST IDX files")->capture_default_str();
+  app.add_option("--data", c.data_dir,
+                 "the dataset: a folder with the Fashion-MNIST IDX files, or an ImageFolder with train/<class>/*.png "
+                 "and test/<class>/*.png (as export_images writes them)")
+      ->capture_default_str();
   app.add_option("--metrics", c.metrics_file, "per-step CSV: step, epoch, loss, lr, images/s")->capture_default_str();
   app.add_option("--summary-json", c.summary_file, "final summary (accuracy, loss, images/s, peak bytes)")
       ->capture_default_str();
-  app.add_option("--limit,--limit-train", c.limit_train, "use only the first N training images (0 = all)");
-  app.add_option("--limit-test", c.limit_test, "use only the first N test images (0 = all)");
+  app.add_option("--limit,--limit-train", c.limit_train,
+                 "use only N training images (0 = all): the first N, or every k-th of an ImageFolder");
+  app.add_option("--limit-test", c.limit_test, "use only N test images (0 = all), chosen as for --limit");
   app.add_flag("--augment", c.augment, "random crop (pad 2) and horizontal flip");
-  app.add_option("--log-every", c.log_every)->capture_default_str();
+  app.add_option("--log-every", c.log_every,
+                 "print a progress line every N steps when stderr is not a terminal (a terminal gets a progress bar)")
+      ->capture_default_str();
+  app.add_option("--save", c.save_path,
+                 "checkpoint (model, optimizer, LR schedule, RNG, epoch) written atomically after every epoch");
+  app.add_option("--resume", c.resume_path,
+                 "continue from a --save checkpoint; --epochs is the total (e.g. saved after 2, --epochs 3 runs one "
+                 "more), and with the same --threads the result equals an uninterrupted run bit for bit");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(c);

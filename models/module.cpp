@@ -81,8 +81,71 @@ Tensor Module::forward(const Tensor&) {
   MT_ERROR(type_name(), ": forward(const Tensor&) is not implemented; override it in the module class");
 }
 
+namespace {
+
+// The module calls in progress on this thread, so the outermost call can name the layer that
+// failed by its path in the model (a layer does not know its own name; its parents do).
+struct CallStack {
+  int depth = 0;
+  const Module* failed = nullptr;  // the innermost module whose forward threw
+  int failed_depth = 0;            // its depth (a deeper or equal throw is a new error)
+};
+thread_local CallStack t_calls;
+
+struct CallFrame {
+  CallFrame() { ++t_calls.depth; }
+  ~CallFrame() {
+    if (--t_calls.depth == 0) t_calls.failed = nullptr;
+  }
+};
+
+std::string input_error_message(const std::string& type, const std::string& path, const std::string& signature,
+                                 const std::string& detail) {
+  std::string s = type;
+  if (!path.empty()) s += " '" + path + "'";
+  if (!signature.empty()) s += " (" + signature + ")";
+  return s + ": " + detail;
+}
+
+std::string path_of(Module& root, const Module* m) {
+  for (auto& [name, candidate] : root.named_modules())
+    if (candidate == m) return name;
+  return {};
+}
+
+}  // namespace
+
+ModuleInputError::ModuleInputError(std::string type, std::string path, std::string signature, std::string detail)
+    : Error(input_error_message(type, path, signature, detail)),
+      type_(std::move(type)),
+      path_(std::move(path)),
+      signature_(std::move(signature)),
+      detail_(std::move(detail)) {}
+
+void Module::input_error(const std::string& signature, const std::string& detail) const {
+  throw ModuleInputError(type_name(), "", signature, detail);
+}
+
 Tensor Module::operator()(const Tensor& x) {
-  Tensor out = forward(x);
+  CallFrame frame;
+  Tensor out;
+  try {
+    out = forward(x);
+    t_calls.failed = nullptr;  // an error a forward caught and handled is not this call's
+  } catch (const Error& e) {
+    if (!t_calls.failed || t_calls.depth >= t_calls.failed_depth) {
+      t_calls.failed = this;
+      t_calls.failed_depth = t_calls.depth;
+    }
+    if (t_calls.depth > 1 || t_calls.failed == this) throw;
+    // The outermost call, and a descendant failed: name it by its path in this model.
+    const Module* culprit = t_calls.failed;
+    std::string path = path_of(*this, culprit);
+    if (path.empty()) throw;  // not one of ours (called through some other route)
+    if (auto* input = dynamic_cast<const ModuleInputError*>(&e))
+      throw ModuleInputError(input->type(), path, input->signature(), input->detail());
+    throw Error(detail::str_cat(e.what(), " (in ", culprit->type_name(), " '", path, "' of ", type_name(), ")"));
+  }
   // Copy: a hook may remove itself (summary's cleanup) while we iterate.
   auto hooks = hooks_;
   for (auto& [id, hook] : hooks) hook(*this, x, out);

@@ -18,6 +18,12 @@
 // Calling convention: `model->forward(x)` or `(*model)(x)` (`model(x)` for a module held by
 // value). operator() runs forward and then the forward hooks (summary() uses them), so a
 // model calls its children through operator(), as Python's `self.conv1(x)` does.
+//
+// Errors name the layer by its path: a layer rejects an input it cannot take with
+// ModuleInputError ("Conv2d (in_channels=1, ...): expected input [N, 1, H, W], got [8, 3, 28, 28]"),
+// and when it runs inside a model, the outermost operator() on the stack puts the layer's
+// qualified name in ("Conv2d 'features.0' (in_channels=1, ...): ..."). Any other error thrown
+// by a descendant's forward gets " (in Linear 'fc1' of SmallCNN)" appended.
 #pragma once
 #include <functional>
 #include <memory>
@@ -36,6 +42,21 @@ namespace mixtape::nn {
 class Module;
 // Called after forward with the module, its input and its output.
 using ForwardHook = std::function<void(Module& module, const Tensor& input, const Tensor& output)>;
+
+// A module's input check failed. `signature` is how the layer shows itself in errors
+// ("in_channels=1, out_channels=32, kernel_size=(3, 3)"); `path` is its qualified name in the
+// model that called it (empty when it was called on its own or is the model itself).
+class ModuleInputError : public Error {
+ public:
+  ModuleInputError(std::string type, std::string path, std::string signature, std::string detail);
+  const std::string& type() const { return type_; }
+  const std::string& path() const { return path_; }
+  const std::string& signature() const { return signature_; }
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string type_, path_, signature_, detail_;
+};
 
 // What load_state_dict(strict = false) skipped (strict loading throws instead).
 struct LoadStateDictResult {
@@ -124,6 +145,9 @@ class Module {
   virtual std::string extra_repr() const { return {}; }
   // A module whose parameters must stay FP32 under to(Float16) when keep_batchnorm_fp32 is set.
   virtual bool is_precision_sensitive() const { return false; }
+
+  // Throws ModuleInputError for this module: "<Type> (<signature>): <detail>".
+  [[noreturn]] void input_error(const std::string& signature, const std::string& detail) const;
 
   // ---- hooks ----
   // Returns an id for remove_forward_hook.

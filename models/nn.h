@@ -2,6 +2,7 @@
 // nn::init, nn::functional, and the model zoo (mixtape::models).
 #pragma once
 #include "core/safetensors.h"
+#include "models/checkpoint.h"
 #include "models/functional.h"
 #include "models/init.h"
 #include "models/layers/activation.h"

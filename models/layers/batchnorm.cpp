@@ -43,8 +43,10 @@ void BatchNorm2d::reset_parameters() {
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  MT_CHECK(x.defined() && x.dim() == 4, "BatchNorm2d: expected a 4-D input (N, C, H, W), got ", x.describe());
-  MT_CHECK(x.size(1) == num_features, "BatchNorm2d: expected ", num_features, " channels, got input ", x.describe());
+  if (!x.defined() || x.dim() != 4 || x.size(1) != num_features)
+    input_error(detail::str_cat("num_features=", num_features),
+                detail::str_cat("expected a 4-D input [N, ", num_features, ", H, W], got ",
+                                x.defined() ? x.describe() : std::string("an undefined tensor")));
   double factor = options.momentum.value_or(0.0);
   if (is_training() && options.track_running_stats) {
     NoGradGuard no_grad;

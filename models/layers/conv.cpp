@@ -41,7 +41,16 @@ void Conv2d::reset_parameters(Generator* gen) {
   }
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, stride, padding, dilation, groups); }
+Tensor Conv2d::forward(const Tensor& x) {
+  // Checked here, not only in the op, so the error names this layer (and, in a model, its path).
+  const bool fits = x.defined() && (x.dim() == 4 || x.dim() == 3) && x.size(x.dim() - 3) == in_channels;
+  if (!fits)
+    input_error(detail::str_cat("in_channels=", in_channels, ", out_channels=", out_channels,
+                                ", kernel_size=", detail::tuple_str(kernel_size)),
+                detail::str_cat("expected input [N, ", in_channels, ", H, W], got ",
+                                x.defined() ? x.describe() : std::string("an undefined tensor")));
+  return conv2d(x, weight, bias, stride, padding, dilation, groups);
+}
 
 std::string Conv2d::extra_repr() const {
   std::string s = detail::str_cat(in_channels, ", ", out_channels, ", kernel_size=", detail::tuple_str(kernel_size),

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "models/init.h"
+#include "models/layers/detail.h"
 #include "ops/creation.h"
 #include "ops/linear.h"
 
@@ -24,7 +25,15 @@ void Linear::reset_parameters(Generator* gen) {
   }
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) {
+  // Checked here, not only in the op, so the error names this layer (and, in a model, its path):
+  // a Flatten -> Linear mismatch shows up as the Linear's in_features.
+  if (!x.defined() || x.dim() < 1 || x.size(-1) != in_features)
+    input_error(detail::str_cat("in_features=", in_features, ", out_features=", out_features),
+                detail::str_cat("expected input [..., ", in_features, "], got ",
+                                x.defined() ? x.describe() : std::string("an undefined tensor")));
+  return linear(x, weight, bias);
+}
 
 std::string Linear::extra_repr() const {
   return detail::str_cat("in_features=", in_features, ", out_features=", out_features,

@@ -1,5 +1,6 @@
 // tests/data/test_data.cpp — IDX reading (plain, gzip, corrupt), the real Fashion-MNIST files,
-// datasets and the prefetching DataLoader, transforms, and PNG ImageFolders.
+// datasets and the prefetching DataLoader, transforms, PNG ImageFolders, and --data's detection of
+// the IDX vs ImageFolder layout (load_fashion_mnist).
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -34,6 +35,10 @@ Tensor u8_images(int64_t n, int64_t h, int64_t w) {
   Tensor t = Tensor::empty({n, h, w}, TensorOptions(DType::UInt8));
   for (int64_t i = 0; i < t.numel(); ++i) t.data_ptr<uint8_t>()[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
   return t;
+}
+
+bool bit_equal_u8(const Tensor& a, const Tensor& b) {
+  return a.sizes() == b.sizes() && std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
 }
 
 TEST(Idx, RoundTripPlainAndGzip) {
@@ -213,6 +218,35 @@ TEST(ImageFolder, PngRoundTripAndSortedClasses) {
   ImageFolder with_broken(dir.string(), 1);
   EXPECT_NE(error_of([&] { with_broken.get(2); }).find("cannot decode"), std::string::npos);
   EXPECT_NE(error_of([] { ImageFolder("/nonexistent/dir"); }).find("is not a directory"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// --data's two layouts: an ImageFolder split (train/ and test/, as export_images writes them) is
+// detected and decoded into memory; --limit picks every k-th image so every class stays in.
+TEST(FashionMnist, ImageFolderSplitLoadsAndLimitKeepsEveryClass) {
+  fs::path dir = temp_dir("imgsplit");
+  Tensor imgs = u8_images(6, 28, 28);
+  for (const char* split : {"train", "test"})
+    for (int c = 0; c < 2; ++c) {
+      fs::path cls = dir / split / (std::to_string(c) + "_class");
+      fs::create_directories(cls);
+      for (int i = 0; i < 3; ++i) save_png(imgs.select(0, 3 * c + i), (cls / (std::to_string(i) + ".png")).string());
+    }
+  EXPECT_TRUE(is_image_folder_split(dir.string()));
+  EXPECT_FALSE(is_image_folder_split((dir / "train").string()));
+  auto all = load_fashion_mnist(dir.string(), true);
+  EXPECT_EQ(all->data().sizes(), (IntList{6, 1, 28, 28}));
+  EXPECT_EQ(all->targets().to_vector<int64_t>(), (std::vector<int64_t>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(std::memcmp(all->data().select(0, 4).contiguous().data_ptr(), imgs.select(0, 4).contiguous().data_ptr(),
+                        28 * 28),
+            0);
+  auto two = load_fashion_mnist(dir.string(), false, 2);
+  EXPECT_EQ(two->targets().to_vector<int64_t>(), (std::vector<int64_t>{0, 1}));
+  // IDX files in the folder: the first N, as before.
+  auto idx = load_fashion_mnist(kFashionMnistDir, false, 5);
+  EXPECT_TRUE(bit_equal_u8(idx->data(), load_mnist_format(kFashionMnistDir, false)->data().narrow(0, 0, 5)));
+  EXPECT_NE(error_of([] { load_fashion_mnist("/nonexistent", true); }).find("apt-get install dataset-fashion-mnist"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 
