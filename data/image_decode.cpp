@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <vector>
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
@@ -62,14 +63,23 @@ JpegMarkers jpeg_markers(const uint8_t* p, size_t n) {
   return m;
 }
 
-// stb_image 2.27 (Debian 12) trusts a Huffman table's 16 code counts: their sum may reach 4080,
-// and it writes that many sizes and symbols into 257- and 256-byte arrays (fixed upstream in
-// 2.28; found by tests/fuzz/fuzz_image, regression jpeg-dht-over-256-codes). So every DHT
-// segment stb could reach is checked first. The walk finds markers the way stb does: any 0xFF
-// run followed by a byte other than 0x00 (stuffing) and 0xD0-0xD7 (restarts), both between
-// segments and inside entropy-coded data; segments with a length are then skipped whole.
-void check_jpeg_huffman_tables(const uint8_t* p, size_t n, const std::string& name) {
+// stb_image 2.27 (Debian 12) trusts a JPEG's tables, so the segments it will act on are
+// checked first (both fixed or guarded upstream after 2.27; found by tests/fuzz/fuzz_image):
+//  - a Huffman table's 16 code counts may sum to 4080, and stb writes that many sizes and
+//    symbols into 257- and 256-byte arrays (regression jpeg-dht-over-256-codes);
+//  - a scan may use a Huffman table that no DHT defined, and stb decodes with the
+//    uninitialised memory of its malloc'd decoder, indexing arrays with garbage
+//    (regression jpeg-scan-uses-undefined-huffman-table); the same holds for quantisation tables.
+// The walk finds markers the way stb does: any 0xFF run followed by a byte other than 0x00
+// (stuffing) and 0xD0-0xD7 (restarts), between segments and inside entropy-coded data alike;
+// segments with a length are skipped whole. Where stb itself refuses a segment, so do we.
+void check_jpeg_tables(const uint8_t* p, size_t n, const std::string& name) {
   auto at = [&](size_t i) -> uint32_t { return i < n ? p[i] : 0; };  // stb reads 0 past the end
+  auto fail = [&](size_t where, auto&&... what) {
+    MT_ERROR("decode_image: '", name, "': JPEG ", what..., " at byte ", where);
+  };
+  bool huffman[2][4] = {}, quant[4] = {}, progressive = false;
+  std::vector<uint32_t> frame_quant;  // the quantisation table of each frame component
   size_t pos = 2;
   while (pos < n) {
     if (p[pos] != 0xFF) {
@@ -85,23 +95,48 @@ void check_jpeg_huffman_tables(const uint8_t* p, size_t n, const std::string& na
       continue;
     }
     if (marker == 0xD9) break;  // end of image: stb reads no further
+    const size_t seg = m - 1;   // the segment's 0xFF, for messages
     uint32_t len = (at(m + 1) << 8) | at(m + 2);
-    if (len < 2) break;  // stb refuses the segment and stops
-    if (marker == 0xC4) {
-      int64_t left = int64_t(len) - 2;
-      size_t table = m + 3;
-      while (left > 0) {
-        uint32_t q = at(table);
-        if ((q >> 4) > 1 || (q & 15) > 3) break;  // stb refuses the table class/id and stops
-        uint32_t codes = 0;
-        for (size_t i = 1; i <= 16; ++i) codes += at(table + i);
-        MT_CHECK(codes <= 256, "decode_image: '", name, "': JPEG Huffman table at byte ", table, " declares ", codes,
-                 " codes (at most 256)");
-        left -= 17 + int64_t(codes);
-        table += 17 + codes;
+    if (len < 2) fail(seg, "segment length ", len);
+    const size_t body = m + 3, end = m + 1 + len;
+    if (marker == 0xC4) {  // DHT: tables of (class << 4 | id, 16 counts, symbols)
+      for (size_t t = body; t < end;) {
+        uint32_t q = at(t), codes = 0;
+        if ((q >> 4) > 1 || (q & 15) > 3) fail(t, "Huffman table class/id 0x", std::hex, q, std::dec);
+        for (size_t i = 1; i <= 16; ++i) codes += at(t + i);
+        if (codes > 256) fail(t, "Huffman table declares ", codes, " codes (at most 256)");
+        huffman[q >> 4][q & 15] = true;
+        t += 17 + codes;
       }
+    } else if (marker == 0xDB) {  // DQT: tables of (precision << 4 | id, 64 or 128 bytes)
+      for (size_t t = body; t < end;) {
+        uint32_t q = at(t);
+        if ((q >> 4) > 1 || (q & 15) > 3) fail(t, "quantisation table precision/id 0x", std::hex, q, std::dec);
+        quant[q & 15] = true;
+        t += 1 + ((q >> 4) ? 128 : 64);
+      }
+    } else if (marker == 0xC0 || marker == 0xC1 || marker == 0xC2) {  // SOF: the frame
+      progressive = marker == 0xC2;
+      frame_quant.clear();
+      for (uint32_t c = 0, nc = at(m + 8); c < nc && body + 6 + 3 * c + 2 < end; ++c)
+        frame_quant.push_back(at(body + 6 + 3 * c + 2));
+    } else if (marker == 0xDA) {  // SOS: which tables this scan decodes with
+      uint32_t ns = at(body);
+      if (len != 6 + 2 * ns) fail(seg, "scan header length ", len, " for ", ns, " components");
+      uint32_t ss = at(body + 1 + 2 * ns), ah = at(body + 3 + 2 * ns) >> 4;
+      // Baseline scans use both tables; progressive DC scans only the DC table (refinements
+      // none), AC scans only the AC table.
+      bool dc = !progressive || (ss == 0 && ah == 0), ac = !progressive || ss != 0;
+      for (uint32_t c = 0; c < ns; ++c) {
+        uint32_t t = at(body + 2 + 2 * c), td = t >> 4, ta = t & 15;
+        if (td > 3 || ta > 3) fail(body + 2 + 2 * c, "scan table selector 0x", std::hex, t, std::dec);
+        if (dc && !huffman[0][td]) fail(seg, "scan uses DC Huffman table ", td, " before any DHT defines it");
+        if (ac && !huffman[1][ta]) fail(seg, "scan uses AC Huffman table ", ta, " before any DHT defines it");
+      }
+      for (uint32_t tq : frame_quant)
+        if (tq > 3 || !quant[tq]) fail(seg, "scan needs quantisation table ", tq, ", which no DQT defines");
     }
-    pos = m + 1 + len;
+    pos = end;
   }
 }
 
@@ -110,9 +145,11 @@ void check_jpeg_huffman_tables(const uint8_t* p, size_t n, const std::string& na
 // fuzz_image, regression png-chunk-length-past-end): every chunk up to IEND must fit the file.
 // An empty IDAT before any image data makes stb memcpy into its still-null buffer (undefined
 // behaviour; regression png-empty-first-idat); no encoder writes one, so it is refused.
-void check_png_chunks(const uint8_t* p, size_t n, const std::string& name) {
+// Returns the total length of the IDAT chunks.
+uint64_t check_png_chunks(const uint8_t* p, size_t n, const std::string& name) {
   size_t pos = 8;  // after the signature
   bool have_data = false;
+  uint64_t idat = 0;
   while (pos + 8 <= n) {
     uint64_t len = (uint64_t(p[pos]) << 24) | (uint64_t(p[pos + 1]) << 16) | (uint64_t(p[pos + 2]) << 8) | p[pos + 3];
     std::string type(reinterpret_cast<const char*>(p + pos + 4), 4);
@@ -122,10 +159,12 @@ void check_png_chunks(const uint8_t* p, size_t n, const std::string& name) {
       MT_CHECK(len > 0 || have_data, "decode_image: '", name, "': empty IDAT chunk at byte ", pos,
                " before any image data (stb_image cannot read it)");
       have_data = true;
+      idat += len;
     }
-    if (type == "IEND") return;
+    if (type == "IEND") break;
     pos += 12 + len;  // length, type, data, CRC
   }
+  return idat;
 }
 
 // stb_image reads through these callbacks so that an error can say how far it got.
@@ -172,8 +211,8 @@ Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::s
     MT_ERROR("decode_image: cannot decode '", name, "' (", size, " bytes): no PNG, JPEG or BMP signature at byte 0");
   }
 
-  if (fmt == Format::Jpeg) check_jpeg_huffman_tables(data, size, name);
-  if (fmt == Format::Png) check_png_chunks(data, size, name);
+  if (fmt == Format::Jpeg) check_jpeg_tables(data, size, name);
+  uint64_t png_idat = fmt == Format::Png ? check_png_chunks(data, size, name) : 0;
 
   stbi_io_callbacks io{cursor_read, cursor_skip, cursor_eof};
   int w = 0, h = 0, n = 0;
@@ -193,6 +232,22 @@ Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::s
     for (size_t i = size; i >= sos + 2 && i >= 2 && !has_eoi; --i) has_eoi = data[i - 2] == 0xFF && data[i - 1] == 0xD9;
     MT_CHECK(has_eoi, "decode_image: '", name, "': truncated JPEG: no end-of-image marker (FF D9) after the scan ",
              "at byte ", sos, " (file ends at byte ", size, ")");
+    // Every 8x8 block of the full-resolution component costs at least one bit (its DC code)
+    // in the first scan. Fewer bytes than that cannot be a complete image, and stb would spend
+    // seconds decoding zero padding for it (a 385-byte file declaring 12552x1032 did).
+    uint64_t blocks = (uint64_t(w) + 7) / 8 * ((uint64_t(h) + 7) / 8);
+    MT_CHECK((size - std::min(sos, size)) * 8 >= blocks, "decode_image: '", name, "': truncated JPEG: ", w, "x", h,
+             " (frame at byte ", dims_at, ") has ", blocks, " blocks, more than the ", size - std::min(sos, size),
+             " bytes from the scan at byte ", sos, " can code");
+  }
+  if (fmt == Format::Png) {
+    // Deflate inflates at most 1032:1, so the IDAT data bounds the pixel bytes it can hold.
+    uint32_t depth = size > 25 ? data[24] : 0, type = size > 25 ? data[25] : 0;
+    uint64_t samples = type == 2 ? 3 : type == 4 ? 2 : type == 6 ? 4 : 1;
+    uint64_t raw = (uint64_t(w) * samples * depth + 7) / 8 * uint64_t(h);
+    MT_CHECK(png_idat * 1032 + 1024 >= raw, "decode_image: '", name, "': truncated PNG: ", w, "x", h,
+             " (header at byte 16) needs ", raw, " bytes of pixel data, more than its ", png_idat,
+             " bytes of IDAT data can inflate to");
   }
   if (fmt == Format::Bmp && size >= 34) {
     // Uncompressed (0) and bit-field (3) BMPs store whole rows, each padded to 4 bytes; stb

@@ -92,7 +92,22 @@ TEST(ImageHardening, JpegHuffmanTableWithTooManyCodesIsRefused) {
   size_t dht = jpg.find("\xFF\xC4");
   ASSERT_NE(dht, std::string::npos);
   for (size_t i = 0; i < 16; ++i) jpg[dht + 5 + i] = static_cast<char>(0xFF);  // 16 x 255 code counts
-  EXPECT_CONTAINS(image_error(jpg), "JPEG Huffman table at byte " + std::to_string(dht + 4) + " declares 4080 codes");
+  EXPECT_CONTAINS(image_error(jpg), "JPEG Huffman table declares 4080 codes (at most 256) at byte " + std::to_string(dht + 4));
+}
+
+TEST(ImageHardening, JpegScanWithUndefinedTablesIsRefused) {
+  // stb_image 2.27 would decode with the uninitialised memory of a table no DHT/DQT defined.
+  std::string jpg = seed("gray.jpg");
+  size_t sos = jpg.find("\xFF\xDA");
+  ASSERT_NE(sos, std::string::npos);
+  std::string bad = jpg;
+  bad[sos + 6] = 0x11;  // the component's DC/AC selectors: table 1, which the file never defines
+  EXPECT_CONTAINS(image_error(bad), "scan uses DC Huffman table 1 before any DHT defines it at byte " + std::to_string(sos));
+  bad = jpg;
+  size_t sof = bad.find("\xFF\xC0");
+  ASSERT_NE(sof, std::string::npos);
+  bad[sof + 12] = 3;  // the frame component's quantisation table: 3, never defined
+  EXPECT_CONTAINS(image_error(bad), "scan needs quantisation table 3, which no DQT defines");
 }
 
 TEST(ImageHardening, PngChunkLongerThanTheFileIsRefusedBeforeAllocating) {
@@ -110,6 +125,20 @@ TEST(ImageHardening, PngEmptyFirstIdatIsRefused) {
   std::string empty_idat("\0\0\0\0IDAT\x35\xAF\x06\x1E", 12);
   png.insert(idat, empty_idat);
   EXPECT_CONTAINS(image_error(png), "empty IDAT chunk at byte " + std::to_string(idat));
+}
+
+TEST(ImageHardening, DimensionsTheDataCannotFillAreRefused) {
+  // Within the pixel limit, but far more pixels than the file's compressed data can code:
+  // stb_image would allocate the image and spend seconds decoding zero padding.
+  std::string png = seed("gray.png");
+  put_be32(png, 16, 8000);
+  put_be32(png, 20, 8000);
+  EXPECT_CONTAINS(image_error(png), "truncated PNG: 8000x8000 (header at byte 16) needs 64000000 bytes of pixel data");
+  std::string jpg = seed("gray.jpg");
+  size_t sof = jpg.find("\xFF\xC0");
+  ASSERT_NE(sof, std::string::npos);
+  jpg[sof + 5] = 0x1F;  // height 8 -> 0x1F08 = 7944
+  EXPECT_CONTAINS(image_error(jpg), "truncated JPEG: 8x7944 (frame at byte " + std::to_string(sof) + ") has 993 blocks");
 }
 
 TEST(ImageHardening, TruncatedFilesAreErrorsNotZeroPaddedImages) {
