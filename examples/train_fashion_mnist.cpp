@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", c.model, "smallcnn | lenet5 | mlp | resnet8 | resnet20")->capture_default_str();
   app.add_option("--optimizer", c.optimizer, "sgd | adam | adamw")->capture_default_str();
   app.add_option("--schedule", c.schedule, "cosine (linear warmup + cosine decay) | none")->capture_default_str();
-  app.add_option("--epochs", c.epochs)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--epochs", c.epochs, "total epochs (with --resume: including those already done)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--batch-size", c.batch_size)->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--lr", c.lr)->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
@@ -345,7 +345,7 @@ int main(int argc, char** argv) {
                  "the dataset: a folder with the Fashion-MNIST IDX files, or an ImageFolder with train/<class>/*.png "
                  "and test/<class>/*.png (as export_images writes them)")
       ->capture_default_str();
-  app.add_option("--metrics", c.metrics_file, "per-step CSV: step, epoch, loss, lr, images/s")->capture_default_str();
+  app.add_option("--metrics", c.metrics_file, "per-step CSV: step, epoch, loss, lr, images/s (a resumed run writes the steps it runs)")->capture_default_str();
   app.add_option("--summary-json", c.summary_file, "final summary (accuracy, loss, images/s, peak bytes)")
       ->capture_default_str();
   app.add_option("--limit,--limit-train", c.limit_train,
