@@ -13,6 +13,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
 #include "autograd/op_calls.h"
+#include "core/autocast_state.h"
 
 namespace mixtape::autograd {
 namespace {
@@ -23,6 +24,10 @@ struct ByPriority {
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph) {
   retain_graph = retain_graph || create_graph;  // as PyTorch: a graph being differentiated again is kept
+  // Backward ops run in the dtypes their forward chose, even when backward() is called inside an
+  // autocast region (torch.amp recommends against it; here it is simply harmless). Checkpointed
+  // segments restore their forward's autocast settings themselves.
+  AutocastStateGuard autocast_off{AutocastState{}};
   MT_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got ", roots.size(), " tensors but ",
            grad_roots.size(), " gradients");
   std::unordered_map<Node*, TensorList> buffers;

@@ -39,7 +39,7 @@ std::string backward_name(const std::string& op) {
 }
 
 OpNode::OpNode(const OpSchema& op, const OpCall& call, const TensorList& outputs)
-    : Node(next_seq_nr()), op_(op), attrs_(call.attrs) {
+    : Node(next_seq_nr()), op_(op), attrs_(call.attrs), forward_autocast_(autocast_state()) {
   size_t n = call.inputs.size();
   input_meta_.reserve(n);
   saved_inputs_.resize(n);
@@ -70,7 +70,13 @@ TensorList OpNode::apply(TensorList grads) {
     Tensor z = Tensor::empty(output_meta_[i].sizes, TensorOptions(output_meta_[i].dtype).with_device(output_meta_[i].device));
     ctx.grads[i] = op_calls::call("fill_", {z}, {{"value", 0.0}})[0];
   }
-  TensorList in_grads = op_.backward(ctx);
+  TensorList in_grads;
+  if (op_.backward_keeps_autocast) {
+    AutocastStateGuard as_in_forward(forward_autocast_);
+    in_grads = op_.backward(ctx);
+  } else {
+    in_grads = op_.backward(ctx);
+  }
   MT_CHECK(in_grads.size() == input_meta_.size(), op_.name, " backward: returned ", in_grads.size(),
            " gradients for ", input_meta_.size(), " inputs");
   for (size_t i = 0; i < in_grads.size(); ++i) {

@@ -31,6 +31,7 @@ class OpNode final : public Node {
   std::vector<SavedTensor> saved_inputs_, saved_outputs_;
   std::vector<bool> needs_grad_;
   bool released_ = false;
+  AutocastState forward_autocast_;  // used only when op_.backward_keeps_autocast
 };
 
 // "max_pool2d" -> "MaxPool2dBackward"

@@ -58,7 +58,6 @@ LayerFn g_handlers[3] = {nullptr, nullptr, nullptr};
 
 struct LayerTLS {
   uint32_t excluded = 0;
-  bool autocast[kNumDeviceTypes] = {false, false};
 };
 thread_local LayerTLS tls;
 
@@ -130,8 +129,12 @@ ExcludeLayerGuard::ExcludeLayerGuard(DispatchLayer layer) : prev_(tls.excluded) 
 ExcludeLayerGuard::~ExcludeLayerGuard() { tls.excluded = prev_; }
 bool layer_excluded(DispatchLayer layer) { return (tls.excluded >> static_cast<int>(layer)) & 1u; }
 
-bool autocast_included(DeviceType type) { return tls.autocast[static_cast<int>(type)]; }
-void set_autocast_included(DeviceType type, bool on) { tls.autocast[static_cast<int>(type)] = on; }
+bool autocast_included(DeviceType type) { return autocast_state()[type].enabled; }
+void set_autocast_included(DeviceType type, bool on) {
+  AutocastState s = autocast_state();
+  s[type].enabled = on;
+  set_autocast_state(s);
+}
 
 DeviceType call_device_type(const OpCall& call) {
   for (const Tensor& t : call.inputs)

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/attrs.h"
+#include "core/autocast_state.h"
 #include "core/device.h"
 #include "core/tensor.h"
 
@@ -54,12 +55,14 @@ struct OpSchema {
   bool differentiable = true;     // false: outputs never require grad (argmax, comparisons)
   bool inplace = false;           // writes into input 0: not autocast, refused where autograd needs it
   bool mixed_devices = false;     // inputs may live on different devices (copies between devices)
+  bool backward_keeps_autocast = false;  // backward runs under the autocast settings of the forward call
   uint64_t saved_inputs = ~0ull;  // bit i set: input i is saved for backward
   uint64_t saved_outputs = 0;     // bit i set: output i is saved for backward
   BackwardFn backward = nullptr;
   KernelFn composite = nullptr;   // a body made of other ops; runs above autograd, needs no backward
   KernelFn kernels[kNumDeviceTypes] = {};
   KernelFn any_device = nullptr;  // device-independent kernel (views: metadata only)
+  std::vector<std::string> arg_names;  // optional names of the inputs, for traces and errors
 
   // Builder-style setters used by op definitions.
   OpSchema& policy(AmpPolicy p) { amp_policy = p; return *this; }
@@ -67,11 +70,20 @@ struct OpSchema {
   OpSchema& not_differentiable() { differentiable = false; return *this; }
   OpSchema& in_place() { inplace = true; differentiable = false; return *this; }
   OpSchema& allow_mixed_devices() { mixed_devices = true; return *this; }
+  // torch.amp.custom_bwd for ops you add: backward normally runs with autocast off (in the dtypes
+  // forward chose); with this, it runs under the autocast settings active when forward was called.
+  OpSchema& backward_under_forward_autocast() { backward_keeps_autocast = true; return *this; }
   OpSchema& save(std::initializer_list<int> inputs, std::initializer_list<int> outputs = {});
   OpSchema& grad(BackwardFn fn) { backward = fn; return *this; }
   OpSchema& composite_of_ops(KernelFn fn) { composite = fn; return *this; }
   OpSchema& kernel(DeviceType d, KernelFn fn) { kernels[static_cast<int>(d)] = fn; return *this; }
   OpSchema& kernel_any_device(KernelFn fn) { any_device = fn; return *this; }
+  OpSchema& args(std::initializer_list<const char*> names) { arg_names.assign(names.begin(), names.end()); return *this; }
+
+  // "weight" when named by args(), else "input 1".
+  std::string arg_name(size_t i) const {
+    return i < arg_names.size() ? arg_names[i] : "input " + std::to_string(i);
+  }
 
   bool has_kernel(DeviceType d) const { return composite || any_device || kernels[static_cast<int>(d)]; }
 };
@@ -106,8 +118,8 @@ class ExcludeLayerGuard {
 };
 bool layer_excluded(DispatchLayer layer);
 
-// Whether the Autocast layer is switched on for a device type on this thread (amp's
-// AutocastGuard sets it; the dispatcher only reads it).
+// Whether the Autocast layer is switched on for a device type on this thread: shorthand for
+// autocast_state()[type].enabled (amp's AutocastGuard sets it; the dispatcher only reads it).
 bool autocast_included(DeviceType type);
 void set_autocast_included(DeviceType type, bool on);
 

@@ -32,7 +32,9 @@ Tensor Tensor::make(Storage storage, const IntList& sizes, const IntList& stride
 }
 
 Tensor Tensor::as_strided_alias(const IntList& sizes, const IntList& strides, int64_t offset) const {
-  return make(impl_->storage, sizes, strides, offset, impl_->dtype);
+  Tensor v = make(impl_->storage, sizes, strides, offset, impl_->dtype);
+  v.impl_->is_view = true;
+  return v;
 }
 
 int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim(), "size")]; }

@@ -101,6 +101,9 @@ class Tensor {
   Tensor grad() const;               // undefined if no gradient yet
   void set_grad(const Tensor& g) const;  // replaces .grad (undefined clears it)
   bool is_leaf() const;
+  // Made by as_strided_alias (a view of another tensor's storage). Autocast never caches casts
+  // of views (their base may change under them).
+  bool is_view() const;
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   uint32_t output_nr() const;
   void set_history(std::shared_ptr<autograd::Node> fn, uint32_t output_nr);
@@ -183,6 +186,7 @@ class TensorImpl {
   int64_t offset;   // in elements
   DType dtype;
   bool wrapped_number = false;
+  bool is_view = false;
   std::unique_ptr<AutogradMeta> autograd;
 
   AutogradMeta& autograd_meta() {
@@ -192,6 +196,7 @@ class TensorImpl {
 };
 
 // ---- inline accessors ----
+inline bool Tensor::is_view() const { return impl_->is_view; }
 inline int64_t Tensor::dim() const { return static_cast<int64_t>(impl_->sizes.size()); }
 inline const IntList& Tensor::sizes() const { return impl_->sizes; }
 inline const IntList& Tensor::strides() const { return impl_->strides; }

@@ -472,7 +472,7 @@ TensorList conv2d_weight_grad_backward(BackwardContext& c) {
   return {dx, dg};
 }
 
-const OpSchema& kConv2d = define_op("conv2d")
+const OpSchema& kConv2d = define_op("conv2d").args({"input", "weight", "bias"})
                               .policy(AmpPolicy::LowerPrecision)
                               .save({0, 1})
                               .grad(conv2d_backward)

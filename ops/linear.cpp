@@ -142,7 +142,7 @@ TensorList linear_backward(BackwardContext& c) {
   return {gx, gw, gb};
 }
 
-const OpSchema& kLinear = define_op("linear")
+const OpSchema& kLinear = define_op("linear").args({"input", "weight", "bias"})
                               .policy(AmpPolicy::LowerPrecision)
                               .save({0, 1})
                               .grad(linear_backward)

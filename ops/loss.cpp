@@ -259,7 +259,7 @@ TensorList nll_loss_grad(BackwardContext& c) {
           Tensor(), Tensor()};
 }
 const OpSchema& kNllLoss =
-    define_op("nll_loss").policy(AmpPolicy::FP32).save({1, 2}).grad(nll_loss_grad).kernel(DeviceType::CPU, nll_loss_cpu);
+    define_op("nll_loss").args({"input", "target", "weight"}).policy(AmpPolicy::FP32).save({1, 2}).grad(nll_loss_grad).kernel(DeviceType::CPU, nll_loss_cpu);
 
 // ---- cross_entropy(logits, target, weight?): a composite, PyTorch 1.13's
 // cross_entropy_loss_label_smoothing when label_smoothing > 0 ----
@@ -313,7 +313,7 @@ TensorList cross_entropy_composite(const OpCall& c) {
   return {nll * (1.0 - eps) + smooth_red * (eps / static_cast<double>(geo.c))};
 }
 const OpSchema& kCrossEntropy =
-    define_op("cross_entropy").policy(AmpPolicy::FP32).composite_of_ops(cross_entropy_composite);
+    define_op("cross_entropy").args({"input", "target", "weight"}).policy(AmpPolicy::FP32).composite_of_ops(cross_entropy_composite);
 
 // ---- mse_loss(x, t) = (x - t)^2; d/dx = 2 (x - t) g (/ numel for Mean), d/dt = -d/dx ----
 TensorList mse_loss_cpu(const OpCall& c) {
@@ -352,7 +352,7 @@ TensorList mse_loss_grad(BackwardContext& c) {
   return {c.needs_input_grad(0) ? gx : Tensor(), c.needs_input_grad(1) ? -gx : Tensor()};
 }
 const OpSchema& kMseLoss =
-    define_op("mse_loss").policy(AmpPolicy::FP32).grad(mse_loss_grad).kernel(DeviceType::CPU, mse_loss_cpu);
+    define_op("mse_loss").args({"input", "target"}).policy(AmpPolicy::FP32).grad(mse_loss_grad).kernel(DeviceType::CPU, mse_loss_cpu);
 
 // ---- binary_cross_entropy(p, t, weight?) ----
 constexpr double kBceEpsilon = 1e-12;  // PyTorch's EPSILON in binary_cross_entropy_backward
@@ -472,7 +472,7 @@ TensorList bce_grad(BackwardContext& c) {
   return {dp, dt, Tensor()};
 }
 const OpSchema& kBce =
-    define_op("binary_cross_entropy")
+    define_op("binary_cross_entropy").args({"input", "target", "weight"})
         .policy(AmpPolicy::FP32)  // CPU autocast runs it in f32, as PyTorch does
         .ban_under_cuda_autocast(
             "binary_cross_entropy (and BCELoss) are unsafe to autocast: under autocast the probabilities "
@@ -560,7 +560,7 @@ TensorList bce_logits_grad(BackwardContext& c) {
   }
   return {dx, dt, Tensor(), Tensor()};
 }
-const OpSchema& kBceLogits = define_op("binary_cross_entropy_with_logits")
+const OpSchema& kBceLogits = define_op("binary_cross_entropy_with_logits").args({"input", "target", "weight", "pos_weight"})
                                  .policy(AmpPolicy::FP32)
                                  .grad(bce_logits_grad)
                                  .kernel(DeviceType::CPU, bce_logits_cpu);

@@ -115,7 +115,7 @@ TensorList matmul_backward(BackwardContext& c) {
 }
 
 const OpSchema& kMatmul =
-    define_op("matmul").policy(AmpPolicy::LowerPrecision).grad(matmul_backward).kernel(DeviceType::CPU, matmul_cpu);
+    define_op("matmul").args({"self", "other"}).policy(AmpPolicy::LowerPrecision).grad(matmul_backward).kernel(DeviceType::CPU, matmul_cpu);
 
 }  // namespace
 

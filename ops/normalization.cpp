@@ -341,7 +341,7 @@ TensorList batch_norm_backward_fn(BackwardContext& c) {
   return {c.needs_input_grad(0) ? r[0] : Tensor(), Tensor(), Tensor(),
           has_w && c.needs_input_grad(3) ? r[1] : Tensor(), c.needs_input_grad(4) ? r[2] : Tensor()};
 }
-const OpSchema& kBatchNorm = define_op("batch_norm")
+const OpSchema& kBatchNorm = define_op("batch_norm").args({"input", "running_mean", "running_var", "weight", "bias"})
                                  .save({0, 3}, {1, 2})
                                  .grad(batch_norm_backward_fn)
                                  .kernel(DeviceType::CPU, batch_norm_cpu);
@@ -464,7 +464,7 @@ TensorList layer_norm_backward(BackwardContext& c) {
   if (c.needs_input_grad(2)) db = sum_lead(g);
   return {dx, dw, db};
 }
-const OpSchema& kLayerNorm = define_op("layer_norm")
+const OpSchema& kLayerNorm = define_op("layer_norm").args({"input", "weight", "bias"})
                                  .policy(AmpPolicy::FP32)
                                  .save({0, 1}, {1, 2})
                                  .grad(layer_norm_backward)

@@ -56,7 +56,7 @@ const OpSchema& kNeg =
 
 // ---- exp: out = e^x; AMP fp32 (exp of an f16 overflows above 11.09) ----
 TensorList exp_backward(BackwardContext& c) { return {c.grad() * c.output(0)}; }
-const OpSchema& kExp = define_op("exp")
+const OpSchema& kExp = define_op("exp").args({"input"})
                            .policy(AmpPolicy::FP32)
                            .save({}, {0})
                            .grad(exp_backward)
@@ -65,7 +65,7 @@ const OpSchema& kExp = define_op("exp")
 // ---- log: out = ln x; AMP fp32 ----
 TensorList log_backward(BackwardContext& c) { return {c.grad() / c.input(0)}; }
 const OpSchema& kLog =
-    define_op("log").policy(AmpPolicy::FP32).grad(log_backward).kernel(DeviceType::CPU, cpu::unary_kernel<fn::Log>);
+    define_op("log").args({"input"}).policy(AmpPolicy::FP32).grad(log_backward).kernel(DeviceType::CPU, cpu::unary_kernel<fn::Log>);
 
 // ---- sqrt: out = sqrt(x) ----
 TensorList sqrt_backward(BackwardContext& c) { return {c.grad() / (c.output(0) * 2.0)}; }
@@ -116,13 +116,26 @@ TensorList pow_backward(BackwardContext& c) {
   if (e == 0.0) return {c.grad() * 0.0};
   return {c.grad() * pow(c.input(0), e - 1.0) * e};
 }
-const OpSchema& kPow = define_op("pow")
+const OpSchema& kPow = define_op("pow").args({"input"})
                            .policy(AmpPolicy::FP32)
                            .grad(pow_backward)
                            .kernel(DeviceType::CPU, cpu::unary_kernel<PowFunctor>);
 
+// ---- addcmul(self, t1, t2, value) = self + value * t1 * t2: a composite (its pieces carry the
+// gradients); AMP promote, as PyTorch's list: mixed f32/f16 inputs compute in f32 ----
+TensorList addcmul_composite(const OpCall& c) {
+  const double value = c.attrs.get<double>("value");
+  Tensor prod = mul(c.inputs[1], c.inputs[2]);
+  return {add(c.inputs[0], value == 1.0 ? prod : mul(prod, value))};
+}
+const OpSchema& kAddcmul =
+    define_op("addcmul").policy(AmpPolicy::Promote).args({"self", "tensor1", "tensor2"}).composite_of_ops(addcmul_composite);
+
 }  // namespace
 
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value) {
+  return dispatch1(kAddcmul, {self, t1, t2}, {{"value", value}});
+}
 Tensor relu_grad(const Tensor& g, const Tensor& out) { return dispatch1(kReluGrad, {g, out}); }
 
 Tensor add(const Tensor& a, const Tensor& b) { return dispatch1(kAdd, {a, b}); }

@@ -24,7 +24,8 @@ Tensor relu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
-Tensor eq(const Tensor& a, const Tensor& b);  // bool result, not differentiable
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);  // self + value*t1*t2  // bool result, not differentiable
 // g * (out > 0): relu's backward, exposed so it is itself differentiable (double backward).
 Tensor relu_grad(const Tensor& g, const Tensor& out);
 

@@ -140,7 +140,7 @@ Tensor expand_reduced_grad(const Tensor& g, const BackwardContext& c) {
 
 TensorList sum_backward(BackwardContext& c) { return {expand_reduced_grad(c.grad(), c)}; }
 const OpSchema& kSum =
-    define_op("sum").policy(AmpPolicy::FP32UnlessDtype).save({}).grad(sum_backward).kernel(DeviceType::CPU, sum_cpu);
+    define_op("sum").args({"input"}).policy(AmpPolicy::FP32UnlessDtype).save({}).grad(sum_backward).kernel(DeviceType::CPU, sum_cpu);
 
 TensorList mean_backward(BackwardContext& c) {
   int64_t n = numel_of(c.input_sizes(0)) / std::max<int64_t>(1, numel_of(c.grad().sizes()));

@@ -198,7 +198,7 @@ const OpSchema& kLogSoftmaxBackward = define_op("log_softmax_backward")
 // ---- softmax / log_softmax: AMP fp32 unless the caller passed dtype (AMP-REFERENCE §1.3).
 // The gradient comes back in the output's dtype; the tape casts it to x's dtype. ----
 TensorList softmax_grad_fn(BackwardContext& c) { return {softmax_backward(c.grad(), c.output(0), dim_of(c))}; }
-const OpSchema& kSoftmax = define_op("softmax")
+const OpSchema& kSoftmax = define_op("softmax").args({"input"})
                                .policy(AmpPolicy::FP32UnlessDtype)
                                .save({}, {0})
                                .grad(softmax_grad_fn)
@@ -207,7 +207,7 @@ const OpSchema& kSoftmax = define_op("softmax")
 TensorList log_softmax_grad_fn(BackwardContext& c) {
   return {log_softmax_backward(c.grad(), c.output(0), dim_of(c))};
 }
-const OpSchema& kLogSoftmax = define_op("log_softmax")
+const OpSchema& kLogSoftmax = define_op("log_softmax").args({"input"})
                                   .policy(AmpPolicy::FP32UnlessDtype)
                                   .save({}, {0})
                                   .grad(log_softmax_grad_fn)

@@ -12,6 +12,7 @@
 #include "core/tensor.h"
 #include "core/trace.h"
 
+#include "autograd/checkpoint.h"
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/gradcheck.h"
@@ -44,6 +45,10 @@
 #include "optim/sgd.h"
 
 #include "amp/grad_scaler.h"
+
+#include "amp/autocast.h"
+#include "amp/grad_stats.h"
+#include "amp/policy_table.h"
 
 #include "models/nn.h"
 

@@ -41,6 +41,8 @@ MT_GRAD_SAMPLE("relu", [] { return TensorList{tensor({-1.5, -0.25, 0.5, 2.0}, DT
 MT_GRAD_SAMPLE("relu/double-backward",
                [] { return TensorList{leaf({4}), tensor({-1.0, 0.5, 2.0, -3.0}, DType::Float64)}; },
                [](const TensorList& x) { return TensorList{relu_grad(x[0], x[1])}; });
+MT_GRAD_SAMPLE("addcmul/broadcast", [] { return TensorList{leaf({2, 3}), leaf({3}, -1, 1, 2), leaf({2, 1}, -1, 1, 3)}; },
+               [](const TensorList& x) { return TensorList{addcmul(x[0], x[1], x[2], 0.5)}; });
 MT_GRAD_SAMPLE("sigmoid", [] { return TensorList{leaf({3, 3}, -3, 3)}; },
                [](const TensorList& x) { return TensorList{sigmoid(x[0])}; });
 MT_GRAD_SAMPLE("tanh", [] { return TensorList{leaf({3, 3}, -2, 2)}; },
