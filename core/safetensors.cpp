@@ -189,6 +189,10 @@ StateDict parse_safetensors(const void* data, size_t size, const std::string& wh
   } catch (const nlohmann::json::parse_error& ex) {
     MT_ERROR(op, what, ": header is not valid JSON (near file byte ", 8 + (ex.byte > 0 ? ex.byte - 1 : 0), "): ",
              ex.what());
+  } catch (const nlohmann::json::exception& ex) {
+    // Not a syntax error but still the header's fault, e.g. a number like 5e9223 that
+    // overflows a double (out_of_range 406; found by tests/fuzz/fuzz_safetensors).
+    MT_ERROR(op, what, ": header JSON cannot be read (bytes 8-", data_start - 1, "): ", ex.what());
   }
   MT_CHECK(!too_deep, op, what, ": header JSON is nested deeper than the format allows (", kMaxJsonDepth,
            " levels) at bytes 8-", data_start - 1);

@@ -48,6 +48,14 @@ TEST(SafetensorsHardening, EveryEntryErrorNamesTheHeaderBytes) {
   }
 }
 
+TEST(SafetensorsHardening, NumberOverflowInTheHeaderIsAnError) {
+  // nlohmann throws out_of_range (not parse_error) for a number past a double's range: it used
+  // to escape as a foreign exception type (the first fuzz_safetensors crasher).
+  std::string e = parse_error(file(R"({"w": {"dtype": "F32", "shape": [5e9223], "data_offsets": [0, 4]}})", "abcd"));
+  EXPECT_NE(e.find("header JSON cannot be read (bytes 8-"), std::string::npos) << e;
+  EXPECT_NE(e.find("number overflow"), std::string::npos) << e;
+}
+
 TEST(SafetensorsHardening, LengthPrefixErrorsNameBytesZeroToSeven) {
   std::string huge(8, '\0');
   huge[4] = 1;  // 2^32: past the end of the file
