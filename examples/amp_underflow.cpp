@@ -1,8 +1,11 @@
 // examples/amp_underflow.cpp — why loss scaling exists, measured.
 //
-// A deep, narrow MLP with a small initialisation has tiny gradients in its first layers: the
-// backward pass multiplies by one small weight matrix per layer. In FP16 (smallest subnormal
-// 2^-24 ~ 6e-8) many of them round to zero. The program
+// Gradients are often far smaller than the values they update: a loss averaged over many
+// positions, a small auxiliary-loss weight, a deep net with a small initialisation. Here the
+// loss of an MLP on Fashion-MNIST is weighted by 2^-14 (as a mean over 16384 positions would),
+// and the learning rate multiplied by 2^14: in FP32 this changes nothing (powers of two are
+// exact), but in FP16 (smallest subnormal 2^-24 ~ 6e-8) most gradients now round to zero.
+// The program
 //   1. computes one batch's gradients three ways on the same weights -- FP32, FP16 (autocast)
 //      without scaling, FP16 with the loss scaled by S -- and prints, per layer, the fraction of
 //      nonzero FP32 gradient values that FP16 flushed to zero; plus amp::GradStats' prediction
@@ -31,8 +34,8 @@ struct Config {
   std::string out_dir = "out/amp_underflow";
   int epochs = 2;
   int64_t train = 12000, test = 2000, batch = 128;
-  int depth = 8, width = 64;
-  double init_gain = 0.35, lr = 0.1, scale = 65536;
+  int depth = 4, width = 128;
+  double init_gain = 1.0, lr = 0.05, loss_weight = 1.0 / 16384, scale = 65536;
   uint64_t seed = 0;
 };
 
@@ -68,11 +71,11 @@ Data load(const Config& c, bool train) {
   return {(x / 255.0 - 0.2860) / 0.3530, ds->targets().narrow(0, 0, n)};
 }
 
-// Forward + loss, under autocast for the FP16 modes.
-Tensor forward_loss(nn::Module& net, const Tensor& x, const Tensor& y, Mode m) {
+// Forward + weighted loss, under autocast for the FP16 modes.
+Tensor forward_loss(const Config& c, nn::Module& net, const Tensor& x, const Tensor& y, Mode m) {
   std::optional<amp::AutocastGuard> ac;
   if (m != Mode::FP32) ac.emplace(DeviceType::CPU, DType::Float16);
-  return cross_entropy(net.forward(x), y);
+  return cross_entropy(net.forward(x), y) * c.loss_weight;
 }
 
 // Part 1: the gradients of one batch, on the initial weights, three ways.
@@ -91,9 +94,9 @@ void measure_one_batch(const Config& c, const Data& train) {
         h = layer->forward(h);
         if (dynamic_cast<nn::Linear*>(layer.get())) stats.watch("act" + std::to_string(li++), h);
       }
-      loss = cross_entropy(h, yb);
+      loss = cross_entropy(h, yb) * c.loss_weight;
     } else {
-      loss = forward_loss(*net, xb, yb, m);
+      loss = forward_loss(c, *net, xb, yb, m);
     }
     (m == Mode::FP16Scaled ? loss * c.scale : loss).backward();
     auto& dst = m == Mode::FP32 ? g32 : m == Mode::FP16 ? g16 : g16s;
@@ -150,19 +153,23 @@ struct RunResult {
 
 RunResult train_run(const Config& c, const Data& train, const Data& test, Mode m) {
   auto net = make_net(c);
-  optim::SGD opt(net->parameters(), {.lr = c.lr, .momentum = 0.9});
-  amp::GradScaler scaler({.init_scale = c.scale, .enabled = m == Mode::FP16Scaled});
+  // The weighted loss's gradients are loss_weight times the usual ones; the learning rate makes
+  // up for it exactly, so the FP32 run is the ordinary recipe.
+  optim::SGD opt(net->parameters(), {.lr = c.lr / c.loss_weight, .momentum = 0.9});
+  // growth_interval 50 instead of 2000, so that a short run shows the scale growing until an
+  // overflow halves it -- the dynamic part of dynamic loss scaling.
+  amp::GradScaler scaler({.init_scale = c.scale, .growth_interval = 50, .enabled = m == Mode::FP16Scaled});
   RunResult r;
   const int64_t n = train.x.size(0);
   for (int e = 0; e < c.epochs; ++e) {
     for (int64_t s = 0; s + c.batch <= n; s += c.batch) {
       Tensor xb = train.x.narrow(0, s, c.batch), yb = train.y.narrow(0, s, c.batch);
       opt.zero_grad();
-      Tensor loss = forward_loss(*net, xb, yb, m);
+      Tensor loss = forward_loss(c, *net, xb, yb, m);
       scaler.scale(loss).backward();
       scaler.step(opt);
       scaler.update();
-      r.final_loss = loss.item<double>();
+      r.final_loss = loss.item<double>() / c.loss_weight;
     }
   }
   NoGradGuard ng;
@@ -186,18 +193,19 @@ int main(int argc, char** argv) {
   app.add_option("--depth", c.depth, "Linear layers");
   app.add_option("--width", c.width, "hidden width");
   app.add_option("--init-gain", c.init_gain, "multiplies PyTorch's default weight init");
-  app.add_option("--lr", c.lr);
+  app.add_option("--lr", c.lr, "learning rate for the unweighted loss");
+  app.add_option("--loss-weight", c.loss_weight, "multiplies the loss (a power of two keeps FP32 exact)");
   app.add_option("--scale", c.scale, "the loss scale (GradScaler's init_scale)");
   app.add_option("--seed", c.seed);
   CLI11_PARSE(app, argc, argv);
   try {
     std::filesystem::create_directories(c.out_dir);
     Data train = load(c, true), test = load(c, false);
-    std::cout << "A " << c.depth << "-layer MLP of width " << c.width << ", weights x" << c.init_gain
-              << " of PyTorch's init, on " << train.x.size(0) << " Fashion-MNIST images\n";
+    std::cout << "A " << c.depth << "-layer MLP of width " << c.width << " on " << train.x.size(0)
+              << " Fashion-MNIST images; loss weighted by " << c.loss_weight << "\n";
     measure_one_batch(c, train);
 
-    std::cout << "\n2. Training " << c.epochs << " epochs, SGD lr " << c.lr << " momentum 0.9, batch " << c.batch
+    std::cout << "\n2. Training " << c.epochs << " epochs, SGD lr " << c.lr << " (x 1/loss weight) momentum 0.9, batch " << c.batch
               << "\n";
     std::cout << std::left << std::setw(24) << "run" << std::right << std::setw(14) << "test accuracy"
               << std::setw(14) << "final loss" << std::setw(16) << "skipped steps" << "\n";
