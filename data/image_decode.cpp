@@ -67,6 +67,9 @@ JpegMarkers jpeg_markers(const uint8_t* p, size_t n) {
 // checked first (both fixed or guarded upstream after 2.27; found by tests/fuzz/fuzz_image):
 //  - a Huffman table's 16 code counts may sum to 4080, and stb writes that many sizes and
 //    symbols into 257- and 256-byte arrays (regression jpeg-dht-over-256-codes);
+//  - a DC table's symbols are the bit counts of the values that follow; stb reads as many bits
+//    as a symbol says, and one over 16 indexes past its 17-entry mask table and shifts by 32 or
+//    more (regression jpeg-dc-symbol-over-15);
 //  - a scan may use a Huffman table that no DHT defined, and stb decodes with the
 //    uninitialised memory of its malloc'd decoder, indexing arrays with garbage
 //    (regression jpeg-scan-uses-undefined-huffman-table); the same holds for quantisation tables.
@@ -105,6 +108,8 @@ void check_jpeg_tables(const uint8_t* p, size_t n, const std::string& name) {
         if ((q >> 4) > 1 || (q & 15) > 3) fail(t, "Huffman table class/id 0x", std::hex, q, std::dec);
         for (size_t i = 1; i <= 16; ++i) codes += at(t + i);
         if (codes > 256) fail(t, "Huffman table declares ", codes, " codes (at most 256)");
+        for (size_t i = 0; (q >> 4) == 0 && i < codes; ++i)  // a DC symbol is a bit count: 0..15
+          if (at(t + 17 + i) > 15) fail(t + 17 + i, "DC Huffman symbol ", at(t + 17 + i), " (at most 15)");
         huffman[q >> 4][q & 15] = true;
         t += 17 + codes;
       }

@@ -95,6 +95,16 @@ TEST(ImageHardening, JpegHuffmanTableWithTooManyCodesIsRefused) {
   EXPECT_CONTAINS(image_error(jpg), "JPEG Huffman table declares 4080 codes (at most 256) at byte " + std::to_string(dht + 4));
 }
 
+TEST(ImageHardening, JpegDcSymbolOver15IsRefused) {
+  // stb_image 2.27 would read 255 bits for it: past its mask table, shifts by 32 or more.
+  std::string jpg = seed("gray.jpg");
+  size_t dht = jpg.find("\xFF\xC4");
+  ASSERT_NE(dht, std::string::npos);
+  ASSERT_EQ(jpg[dht + 4], 0x00) << "the seed's first DHT is DC table 0";
+  jpg[dht + 4 + 17] = static_cast<char>(0xFF);  // its first symbol
+  EXPECT_CONTAINS(image_error(jpg), "DC Huffman symbol 255 (at most 15) at byte " + std::to_string(dht + 21));
+}
+
 TEST(ImageHardening, JpegScanWithUndefinedTablesIsRefused) {
   // stb_image 2.27 would decode with the uninitialised memory of a table no DHT/DQT defined.
   std::string jpg = seed("gray.jpg");
