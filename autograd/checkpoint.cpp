@@ -15,6 +15,12 @@
 namespace mixtape::autograd {
 namespace {
 
+thread_local int tls_recomputing = 0;
+struct RecomputeScope {
+  RecomputeScope() { ++tls_recomputing; }
+  ~RecomputeScope() { --tls_recomputing; }
+};
+
 class CheckpointNode final : public Node {
  public:
   CheckpointNode(SegmentFn fn, const TensorList& inputs, const TensorList& outputs, AutocastState autocast,
@@ -49,6 +55,7 @@ class CheckpointNode final : public Node {
       const uint64_t seed_now = gen.seed(), offset_now = gen.offset();
       gen.set_state(rng_.seed, rng_.offset);
       EnableGradGuard grad_on;
+      RecomputeScope recomputing;
       try {
         outs = fn_(in);
       } catch (...) {
@@ -99,6 +106,8 @@ class CheckpointNode final : public Node {
 };
 
 }  // namespace
+
+bool in_checkpoint_recompute() { return tls_recomputing > 0; }
 
 TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs) {
   MT_CHECK(fn, "checkpoint: expected a function");

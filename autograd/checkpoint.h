@@ -11,6 +11,8 @@
 // through the rerun: parameters used inside fn receive their .grad there, and the segment's
 // inputs get theirs through this node. So gradients equal the unchecheckpointed ones bit for
 // bit. Scaled gradients (GradScaler) pass through unchanged; nothing here knows about scaling.
+// Layers with side effects must not repeat them in the rerun: BatchNorm2d checks
+// in_checkpoint_recompute() and leaves its running statistics alone then.
 // Limits: fn must be deterministic given its inputs, the autocast settings and the default
 // generator (other generators are not rewound); create_graph (double backward) through a
 // checkpoint is not supported.
@@ -25,5 +27,9 @@ using SegmentFn = std::function<TensorList(const TensorList&)>;
 
 TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs);
 Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
+
+// True on this thread while a checkpointed segment is being recomputed in backward. Layers with
+// side effects consult it: BatchNorm2d does not update its running statistics a second time.
+bool in_checkpoint_recompute();
 
 }  // namespace mixtape::autograd

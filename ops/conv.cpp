@@ -8,8 +8,9 @@
 //   conv2d_input_grad(g: (N, O, OH, OW), w; input_size)  -> (N, C, H, W)       = J_x^T g
 //   conv2d_weight_grad(x, g: (N, O, OH, OW); weight_size) -> (O, C/G, kH, kW)  = J_w^T g
 // AMP: lower precision for all three. Dtypes f32, f64, f16, bf16; 16-bit operands are widened
-// to f32, multiplied by the f32 GEMM and the result rounded once — a 16-bit conv equals the f32
-// conv of the widened operands, rounded, bit for bit (the same f32 code runs).
+// to f32 one image at a time (never the whole batch: no full-size f32 copy), multiplied by the
+// f32 GEMM and the result rounded once — a 16-bit conv equals the f32 conv of the widened
+// operands, rounded, bit for bit (the same f32 code runs).
 //
 // CPU algorithm: im2col + GEMM, one image at a time.
 //   col: (K, L) row-major, K = C kH kW, L = OH OW. Row r = (c kH + ki) kW + kj, column l = i OW + j:
@@ -50,8 +51,10 @@
 #include <climits>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
+#include "core/convert.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
 
@@ -272,65 +275,120 @@ void col2im(const T* col, const ConvGeom& g, T* x) {
 }
 
 // x (N, C, H, W), w (O, K/G), b (O) or null -> y (N, O, L)
-template <typename T>
-void conv_forward(const ConvGeom& g, const T* x, const T* w, const T* b, T* y) {
+// Storage S (the tensors' dtype) and compute T (float for f32/f16/bf16, double for f64). With
+// S != T each thread widens one image at a time into its own buffer and rounds each output image
+// once on store (F16C where available): 16-bit tensors are never widened whole, so a 16-bit conv
+// needs no full-size f32 copy, and computes exactly what the f32 conv of the widened tensors does.
+template <typename S, typename T>
+void load(const S* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<S, Half>)
+    convert_half_to_float(src, dst, static_cast<size_t>(n));
+  else if constexpr (std::is_same_v<S, BFloat16>)
+    convert_bfloat16_to_float(src, dst, static_cast<size_t>(n));
+  else
+    std::copy(src, src + n, dst);
+}
+template <typename S, typename T>
+void store(const T* src, S* dst, int64_t n) {
+  if constexpr (std::is_same_v<S, Half>)
+    convert_float_to_half(src, dst, static_cast<size_t>(n));
+  else if constexpr (std::is_same_v<S, BFloat16>)
+    convert_float_to_bfloat16(src, dst, static_cast<size_t>(n));
+  else
+    std::copy(src, src + n, dst);
+}
+// Per-thread T buffers of `per_thread` elements, only when S needs widening.
+template <typename S, typename T>
+struct WidenBuffers {
+  static constexpr bool needed = !std::is_same_v<S, T>;
+  std::vector<T> data;
+  int64_t per_thread;
+  WidenBuffers(int nt, int64_t n) : data(needed ? static_cast<size_t>(nt * n) : 0), per_thread(n) {}
+  T* of(int t) { return data.data() + static_cast<int64_t>(t) * per_thread; }
+};
+
+template <typename S, typename T>
+void conv_forward(const ConvGeom& g, const S* x, const T* w, const T* b, S* y) {
   const int nt = batch_threads(g);
   BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();
   std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
+  WidenBuffers<S, T> xbuf(nt, g.image()), ybuf(nt, g.O * L);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int64_t n = 0; n < g.N; ++n) {
-    T* col = cols.data() + static_cast<int64_t>(omp_get_thread_num()) * K * L;
-    const T* src = x + n * g.image();
+    const int t = omp_get_thread_num();
+    T* col = cols.data() + static_cast<int64_t>(t) * K * L;
+    const T* src;
+    T* yn;
+    if constexpr (WidenBuffers<S, T>::needed) {
+      load(x + n * g.image(), xbuf.of(t), g.image());
+      src = xbuf.of(t);
+      yn = ybuf.of(t);
+    } else {
+      src = x + n * g.image();
+      yn = y + n * g.O * L;
+    }
     if (!g.direct()) {
       im2col(src, g, col);
       src = col;
     }
-    T* yn = y + n * g.O * L;
     if (b)
       for (int64_t o = 0; o < g.O; ++o) std::fill(yn + o * L, yn + (o + 1) * L, b[o]);
     else if (Kg == 0)
       std::fill(yn, yn + g.O * L, T(0));
-    if (Kg == 0 || Og == 0) continue;
-    for (int64_t gr = 0; gr < g.G; ++gr)
-      gemm<T>(false, false, Og, L, Kg, w + gr * Og * Kg, Kg, src + gr * Kg * L, L, b ? T(1) : T(0), yn + gr * Og * L,
-              L);
+    if (Kg != 0 && Og != 0)
+      for (int64_t gr = 0; gr < g.G; ++gr)
+        gemm<T>(false, false, Og, L, Kg, w + gr * Og * Kg, Kg, src + gr * Kg * L, L, b ? T(1) : T(0),
+                yn + gr * Og * L, L);
+    if constexpr (WidenBuffers<S, T>::needed) store(yn, y + n * g.O * L, g.O * L);  // the one rounding
   }
 }
 
 // gy (N, O, L), w (O, K/G) -> gx (N, C, H, W)
-template <typename T>
-void conv_input_grad(const ConvGeom& g, const T* gy, const T* w, T* gx) {
+template <typename S, typename T>
+void conv_input_grad(const ConvGeom& g, const S* gy, const T* w, S* gx) {
   const int nt = batch_threads(g);
   BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();
   std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
+  WidenBuffers<S, T> gybuf(nt, g.O * L), gxbuf(nt, g.image());
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int64_t n = 0; n < g.N; ++n) {
-    T* gxn = gx + n * g.image();
-    const T* gyn = gy + n * g.O * L;
+    const int t = omp_get_thread_num();
+    const T* gyn;
+    T* gxn;
+    if constexpr (WidenBuffers<S, T>::needed) {
+      load(gy + n * g.O * L, gybuf.of(t), g.O * L);
+      gyn = gybuf.of(t);
+      gxn = gxbuf.of(t);
+    } else {
+      gyn = gy + n * g.O * L;
+      gxn = gx + n * g.image();
+    }
     if (Og == 0 || Kg == 0) {
       std::fill(gxn, gxn + g.image(), T(0));
-      continue;
+    } else {
+      // Direct: col is the image gradient itself, (C, H W); else col2im it into zeros.
+      T* col = g.direct() ? gxn : cols.data() + static_cast<int64_t>(t) * K * L;
+      for (int64_t gr = 0; gr < g.G; ++gr)
+        gemm<T>(true, false, Kg, L, Og, w + gr * Og * Kg, Kg, gyn + gr * Og * L, L, T(0), col + gr * Kg * L, L);
+      if (!g.direct()) {
+        std::fill(gxn, gxn + g.image(), T(0));
+        col2im(col, g, gxn);
+      }
     }
-    // Direct: col is the image gradient itself, (C, H W); else col2im it into zeros.
-    T* col = g.direct() ? gxn : cols.data() + static_cast<int64_t>(omp_get_thread_num()) * K * L;
-    for (int64_t gr = 0; gr < g.G; ++gr)
-      gemm<T>(true, false, Kg, L, Og, w + gr * Og * Kg, Kg, gyn + gr * Og * L, L, T(0), col + gr * Kg * L, L);
-    if (!g.direct()) {
-      std::fill(gxn, gxn + g.image(), T(0));
-      col2im(col, g, gxn);
-    }
+    if constexpr (WidenBuffers<S, T>::needed) store(gxn, gx + n * g.image(), g.image());
   }
 }
 
 // x (N, C, H, W), gy (N, O, L) -> gw (O, K/G), summed over n
-template <typename T>
-void conv_weight_grad(const ConvGeom& g, const T* x, const T* gy, T* gw) {
+template <typename S, typename T>
+void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   const int nt = batch_threads(g);
   BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og(), wsize = g.O * Kg;
   std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
+  WidenBuffers<S, T> xbuf(nt, g.image()), gybuf(nt, g.O * L);
   // Thread t accumulates into acc[t]; with one thread that is gw itself.
   std::vector<T> acc(nt > 1 ? static_cast<size_t>(nt * wsize) : 0, T(0));
   std::fill(gw, gw + wsize, T(0));
@@ -342,12 +400,21 @@ void conv_weight_grad(const ConvGeom& g, const T* x, const T* gy, T* gw) {
     T* col = cols.data() + static_cast<int64_t>(t) * K * L;
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.N; ++n) {
-      const T* src = x + n * g.image();
+      const T* src;
+      const T* gyn;
+      if constexpr (WidenBuffers<S, T>::needed) {
+        load(x + n * g.image(), xbuf.of(t), g.image());
+        load(gy + n * g.O * L, gybuf.of(t), g.O * L);
+        src = xbuf.of(t);
+        gyn = gybuf.of(t);
+      } else {
+        src = x + n * g.image();
+        gyn = gy + n * g.O * L;
+      }
       if (!g.direct()) {
         im2col(src, g, col);
         src = col;
       }
-      const T* gyn = gy + n * g.O * L;
       for (int64_t gr = 0; gr < g.G; ++gr)
         gemm<T>(false, true, Og, Kg, L, gyn + gr * Og * L, L, src + gr * Kg * L, L, T(1), mine + gr * Og * Kg, Kg);
     }
@@ -357,16 +424,19 @@ void conv_weight_grad(const ConvGeom& g, const T* x, const T* gy, T* gw) {
       for (int64_t i = 0; i < wsize; ++i) gw[i] += acc[static_cast<size_t>(t * wsize + i)];
 }
 
-// Runs fn<T>() with T = float (f32, f16, bf16 compute in f32) or double.
+// Runs fn<S, T>() for storage S and compute T: (float, float), (double, double), (Half, float),
+// (BFloat16, float).
 template <typename F>
-void visit_compute(DType ct, F&& fn) {
-  if (ct == DType::Float64)
-    fn.template operator()<double>();
-  else
-    fn.template operator()<float>();
+void visit_storage(DType dt, F&& fn) {
+  switch (dt) {
+    case DType::Float64: fn.template operator()<double, double>(); break;
+    case DType::Float16: fn.template operator()<Half, float>(); break;
+    case DType::BFloat16: fn.template operator()<BFloat16, float>(); break;
+    default: fn.template operator()<float, float>(); break;
+  }
 }
 
-// The output in the compute type: `out` itself, or an f32 buffer rounded into it afterwards.
+// The weight gradient in the compute type: `out` itself, or a (small) f32 buffer rounded into it.
 Tensor compute_buffer(const Tensor& out, DType ct) {
   return out.dtype() == ct ? out : Tensor::empty(out.sizes(), TensorOptions(ct));
 }
@@ -385,13 +455,11 @@ TensorList conv2d_cpu(const OpCall& call) {
   Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(x.dtype()));
   if (out.numel() == 0) return {out};
   const DType ct = compute_type(x.dtype());
-  Tensor xc = dense(x, ct), wc = dense(w, ct), bc = b.defined() ? dense(b, ct) : Tensor();
-  Tensor oc = compute_buffer(out, ct);
-  visit_compute(ct, [&]<typename T>() {
-    conv_forward<T>(g, static_cast<const T*>(xc.data_ptr()), static_cast<const T*>(wc.data_ptr()),
-                    bc.defined() ? static_cast<const T*>(bc.data_ptr()) : nullptr, static_cast<T*>(oc.data_ptr()));
+  Tensor xc = dense(x, x.dtype()), wc = dense(w, ct), bc = b.defined() ? dense(b, ct) : Tensor();
+  visit_storage(x.dtype(), [&]<typename S, typename T>() {
+    conv_forward<S, T>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const T*>(wc.data_ptr()),
+                       bc.defined() ? static_cast<const T*>(bc.data_ptr()) : nullptr, static_cast<S*>(out.data_ptr()));
   });
-  if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16
   return {out};
 }
 
@@ -407,13 +475,11 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
   Tensor out = Tensor::empty(in_size, TensorOptions(gy.dtype()));
   if (out.numel() == 0) return {out};
   const DType ct = compute_type(gy.dtype());
-  Tensor gc = dense(gy, ct), wc = dense(w, ct);
-  Tensor oc = compute_buffer(out, ct);
-  visit_compute(ct, [&]<typename T>() {
-    conv_input_grad<T>(g, static_cast<const T*>(gc.data_ptr()), static_cast<const T*>(wc.data_ptr()),
-                       static_cast<T*>(oc.data_ptr()));
+  Tensor gc = dense(gy, gy.dtype()), wc = dense(w, ct);
+  visit_storage(gy.dtype(), [&]<typename S, typename T>() {
+    conv_input_grad<S, T>(g, static_cast<const S*>(gc.data_ptr()), static_cast<const T*>(wc.data_ptr()),
+                          static_cast<S*>(out.data_ptr()));
   });
-  if (!oc.is_same(out)) cpu::copy_into(out, oc);
   return {out};
 }
 
@@ -429,13 +495,13 @@ TensorList conv2d_weight_grad_cpu(const OpCall& call) {
   Tensor out = Tensor::empty(w_size, TensorOptions(x.dtype()));
   if (out.numel() == 0) return {out};
   const DType ct = compute_type(x.dtype());
-  Tensor xc = dense(x, ct), gc = dense(gy, ct);
+  Tensor xc = dense(x, x.dtype()), gc = dense(gy, gy.dtype());
   Tensor oc = compute_buffer(out, ct);
-  visit_compute(ct, [&]<typename T>() {
-    conv_weight_grad<T>(g, static_cast<const T*>(xc.data_ptr()), static_cast<const T*>(gc.data_ptr()),
-                        static_cast<T*>(oc.data_ptr()));
+  visit_storage(x.dtype(), [&]<typename S, typename T>() {
+    conv_weight_grad<S, T>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const S*>(gc.data_ptr()),
+                           static_cast<T*>(oc.data_ptr()));
   });
-  if (!oc.is_same(out)) cpu::copy_into(out, oc);
+  if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16
   return {out};
 }
 

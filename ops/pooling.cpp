@@ -38,6 +38,7 @@
 #include <limits>
 #include <vector>
 
+#include "autograd/grad_mode.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
 
@@ -211,32 +212,37 @@ void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std:
           best = take ? h * g.W + w : best;
         }
       }
-      out[oh * g.OW + ow] = static_cast<T>(bv);
-      idx[oh * g.OW + ow] = best;
+      if (out) out[oh * g.OW + ow] = static_cast<T>(bv);
+      if (idx) idx[oh * g.OW + ow] = best;
     }
   }
 }
 
-TensorList max_pool2d_cpu(const OpCall& call) {
+// with_indices: (out, Int64 flat indices into each H*W plane); otherwise out only.
+TensorList max_pool2d_forward(const OpCall& call, bool with_indices) {
   const Tensor& x = call.inputs[0];
   const WindowArgs a = WindowArgs::from(call.attrs);
   const PoolGeom g = window_geometry(call.name(), Shown::of(x), a);
   check_floating(call.name(), "input", x);
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(x.dtype()));
-  Tensor idx = Tensor::empty(g.out_sizes(), TensorOptions(DType::Int64));
+  Tensor idx = with_indices ? Tensor::empty(g.out_sizes(), TensorOptions(DType::Int64)) : Tensor();
   visit_floating(x.dtype(), call.name(), [&]<typename T>() {
     const T* in = static_cast<const T*>(xc.data_ptr());
     T* o = static_cast<T*>(out.data_ptr());
-    int64_t* ix = idx.data_ptr<int64_t>();
+    int64_t* ix = with_indices ? idx.data_ptr<int64_t>() : nullptr;
     const std::vector<Taps> rows = max_taps(g.OH, g.H, g.kH, g.sH, g.pH, g.dH);
     const std::vector<Taps> cols = max_taps(g.OW, g.W, g.kW, g.sW, g.pW, g.dW);
     for_each_plane(g.planes(), g.out_plane() * g.kH * g.kW, [&](int64_t p, int) {
-      max_pool_plane(g, rows, cols, in + p * g.in_plane(), o + p * g.out_plane(), ix + p * g.out_plane());
+      max_pool_plane(g, rows, cols, in + p * g.in_plane(), o + p * g.out_plane(),
+                     ix ? ix + p * g.out_plane() : nullptr);
     });
   });
-  return {out, idx};
+  if (with_indices) return {out, idx};
+  return {out};
 }
+TensorList max_pool2d_cpu(const OpCall& call) { return max_pool2d_forward(call, false); }
+TensorList max_pool2d_with_indices_cpu(const OpCall& call) { return max_pool2d_forward(call, true); }
 
 // attrs: input_size (N, C, H, W)
 TensorList max_pool2d_backward_cpu(const OpCall& call) {
@@ -292,12 +298,77 @@ const OpSchema& kMaxPoolBackward = define_op("max_pool2d_backward")
                                        .grad(max_pool2d_backward_backward)
                                        .kernel(DeviceType::CPU, max_pool2d_backward_cpu);
 
-TensorList max_pool2d_backward_fn(BackwardContext& c) {
+TensorList max_pool2d_with_indices_backward(BackwardContext& c) {
   return {dispatch1(kMaxPoolBackward, {c.grad(0), c.output(1)}, {{"input_size", c.input_sizes(0)}})};
+}
+const OpSchema& kMaxPoolWithIndices = define_op("max_pool2d_with_indices")
+                                          .save({}, {1})
+                                          .grad(max_pool2d_with_indices_backward)
+                                          .kernel(DeviceType::CPU, max_pool2d_with_indices_cpu);
+
+// max_pool2d keeps no indices: its backward op finds each window's argmax again in the saved
+// input, one plane at a time, and scatters the gradient there. In a CNN that input is a ReLU's
+// output, which the ReLU saves anyway, so nothing is kept for the pooling at all, where Int64
+// indices would cost twice an f32 output (four times an f16 one), and no index tensor is ever
+// materialised. attrs: the window arguments.
+TensorList max_pool2d_input_backward_cpu(const OpCall& call) {
+  const Tensor& grad = call.inputs[0];
+  const Tensor& x = call.inputs[1];
+  const WindowArgs a = WindowArgs::from(call.attrs);
+  const PoolGeom g = window_geometry(call.name(), Shown::of(x), a);
+  check_floating(call.name(), "grad", grad);
+  MT_CHECK(grad.dtype() == x.dtype() && grad.sizes() == g.out_sizes(), call.name(), ": expected grad ",
+           dtype_name(x.dtype()), shape_str(g.out_sizes()), " for input ", x.describe(), ", got ", grad.describe());
+  Tensor gc = dense(grad), xc = dense(x);
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
+  const int64_t plane = g.in_plane(), oplane = g.out_plane();
+  visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+    using A = acc_t<T>;
+    const T* gp = static_cast<const T*>(gc.data_ptr());
+    const T* in = static_cast<const T*>(xc.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    const std::vector<Taps> rows = max_taps(g.OH, g.H, g.kH, g.sH, g.pH, g.dH);
+    const std::vector<Taps> cols = max_taps(g.OW, g.W, g.kW, g.sW, g.pW, g.dW);
+    GradPlanes<T> planes(plane);
+    std::vector<std::vector<int64_t>> idx(static_cast<size_t>(omp_get_max_threads()));
+    for_each_plane(g.planes(), oplane * g.kH * g.kW + plane, [&](int64_t p, int t) {
+      std::vector<int64_t>& ix = idx[static_cast<size_t>(t)];
+      ix.resize(static_cast<size_t>(oplane));
+      max_pool_plane<T>(g, rows, cols, in + p * plane, nullptr, ix.data());
+      A* acc = planes.begin(o + p * plane, t);
+      const T* gpl = gp + p * oplane;
+      for (int64_t i = 0; i < oplane; ++i)
+        if (ix[static_cast<size_t>(i)] >= 0) acc[ix[static_cast<size_t>(i)]] += static_cast<A>(gpl[i]);
+      planes.finish(acc, o + p * plane);
+    });
+  });
+  return {out};
+}
+
+// Its adjoint in grad: gather G at the argmax positions (recomputed; the input gets no gradient:
+// the argmax is piecewise constant).
+TensorList max_pool2d_input_backward_backward(BackwardContext& c) {
+  const IntList& gs = c.input_sizes(0);
+  const IntList& in = c.input_sizes(1);
+  Tensor idx;
+  {
+    NoGradGuard no_grad;
+    idx = dispatch(kMaxPoolWithIndices, {c.input(1).detach()}, c.attrs)[1];
+  }
+  Tensor G = c.grad().reshape({in[0], in[1], in[2] * in[3]});
+  return {gather(G, 2, idx.reshape({gs[0], gs[1], gs[2] * gs[3]})).reshape(gs), Tensor()};
+}
+
+const OpSchema& kMaxPoolInputBackward = define_op("max_pool2d_input_backward")
+                                            .grad(max_pool2d_input_backward_backward)
+                                            .kernel(DeviceType::CPU, max_pool2d_input_backward_cpu);
+
+TensorList max_pool2d_backward_fn(BackwardContext& c) {
+  return {dispatch1(kMaxPoolInputBackward, {c.grad(0), c.input(0)}, c.attrs)};
 }
 
 const OpSchema& kMaxPool = define_op("max_pool2d")
-                               .save({}, {1})
+                               .save({0})
                                .grad(max_pool2d_backward_fn)
                                .kernel(DeviceType::CPU, max_pool2d_cpu);
 
@@ -508,7 +579,7 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const IntList
   WindowArgs a = WindowArgs::normalise("max_pool2d", kernel_size, stride, padding, dilation, ceil_mode);
   Tensor xb = batched(x);
   window_geometry("max_pool2d", Shown{&x, xb.sizes()}, a);  // shape errors name the caller's tensor
-  TensorList r = dispatch(kMaxPool, {xb},
+  TensorList r = dispatch(kMaxPoolWithIndices, {xb},
                           {{"kernel_size", a.kernel},
                            {"stride", a.stride},
                            {"padding", a.padding},
@@ -520,7 +591,17 @@ std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const IntList
 
 Tensor max_pool2d(const Tensor& x, const IntList& kernel_size, const IntList& stride, const IntList& padding,
                   const IntList& dilation, bool ceil_mode) {
-  return max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode).first;
+  check_rank("max_pool2d", x);
+  WindowArgs a = WindowArgs::normalise("max_pool2d", kernel_size, stride, padding, dilation, ceil_mode);
+  Tensor xb = batched(x);
+  window_geometry("max_pool2d", Shown{&x, xb.sizes()}, a);  // shape errors name the caller's tensor
+  Tensor y = dispatch1(kMaxPool, {xb},
+                       {{"kernel_size", a.kernel},
+                        {"stride", a.stride},
+                        {"padding", a.padding},
+                        {"dilation", a.dilation},
+                        {"ceil_mode", a.ceil_mode}});
+  return x.dim() == 3 ? y.squeeze(0) : y;
 }
 
 Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const IntList& input_size) {

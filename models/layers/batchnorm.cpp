@@ -1,6 +1,8 @@
 // models/layers/batchnorm.cpp — nn::BatchNorm2d (torch.nn.modules.batchnorm._BatchNorm.forward).
 #include "models/layers/batchnorm.h"
 
+#include "autograd/checkpoint.h"
+
 #include "autograd/grad_mode.h"
 #include "models/init.h"
 #include "models/layers/detail.h"
@@ -48,13 +50,16 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                 detail::str_cat("expected a 4-D input [N, ", num_features, ", H, W], got ",
                                 x.defined() ? x.describe() : std::string("an undefined tensor")));
   double factor = options.momentum.value_or(0.0);
-  if (is_training() && options.track_running_stats) {
+  // A checkpointed segment rerun in backward already updated the statistics in its forward.
+  const bool recompute = autograd::in_checkpoint_recompute();
+  if (is_training() && options.track_running_stats && !recompute) {
     NoGradGuard no_grad;
     fill_(num_batches_tracked, num_batches_tracked.item<int64_t>() + 1);
     if (!options.momentum) factor = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
   }
   // Batch statistics in training, or in eval when there are no running statistics.
   bool use_batch_stats = is_training() || !options.track_running_stats;
+  if (use_batch_stats && recompute) return batch_norm(x, {}, {}, weight, bias, true, factor, options.eps);
   return batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, factor, options.eps);
 }
 

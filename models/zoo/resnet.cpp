@@ -1,6 +1,8 @@
 // models/zoo/resnet.cpp — BasicBlock and the CIFAR ResNet.
 #include "models/zoo/resnet.h"
 
+#include "autograd/checkpoint.h"
+
 #include "models/init.h"
 #include "ops/pointwise.h"
 
@@ -63,7 +65,13 @@ ResNet::ResNet(int64_t depth_, int64_t num_classes, int64_t in_channels) : depth
 
 Tensor ResNet::forward(const Tensor& x) {
   Tensor h = (*relu)((*bn1)((*conv1)(x)));
-  h = (*layer3)((*layer2)((*layer1)(h)));
+  if (checkpoint_activations && is_training()) {
+    for (const auto& layer : {layer1, layer2, layer3})
+      for (const auto& block : layer->children())
+        h = autograd::checkpoint([block](const Tensor& t) { return (*block)(t); }, h);
+  } else {
+    h = (*layer3)((*layer2)((*layer1)(h)));
+  }
   return (*fc)((*flatten)((*avgpool)(h)));
 }
 

@@ -46,6 +46,9 @@ class ResNet : public nn::Module {
   std::string extra_repr() const override;
 
   int64_t depth;
+  // Gradient checkpointing: in training, each BasicBlock keeps only its input and is recomputed
+  // in backward (autograd::checkpoint) -- less activation memory for about one more forward.
+  bool checkpoint_activations = false;
   std::shared_ptr<nn::Conv2d> conv1;
   std::shared_ptr<nn::BatchNorm2d> bn1;
   std::shared_ptr<nn::ReLU> relu;

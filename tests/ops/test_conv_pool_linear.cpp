@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 
+#include "autograd/op_calls.h"
 #include "op_samples.h"
 #include "ops/conv.h"
 #include "ops/linear.h"
@@ -90,6 +91,16 @@ MT_GRAD_SAMPLE("max_pool2d/ceil", [] { return TensorList{leaf({1, 2, 5, 7})}; },
                [](const TensorList& x) { return TensorList{max_pool2d(x[0], {2}, {2}, {0}, {1}, true)}; });
 MT_GRAD_SAMPLE("max_pool2d/unbatched-non-contiguous", [] { return TensorList{leaf({5, 2, 5})}; },
                [](const TensorList& x) { return TensorList{max_pool2d(x[0].transpose(0, 1), {3}, {2})}; });
+MT_GRAD_SAMPLE("max_pool2d_with_indices/overlap", [] { return TensorList{leaf({1, 2, 5, 6})}; },
+               [](const TensorList& x) { return TensorList{max_pool2d_with_indices(x[0], {3}, {1}, {1}).first}; });
+// max_pool2d's own backward op (argmax found again in the input), differentiable in its grad.
+MT_GRAD_SAMPLE("max_pool2d_input_backward/overlap",
+               [] { return TensorList{leaf_like_output([](const Tensor& t) { return max_pool2d(t, {3}, {1}, {1}); }, {1, 2, 5, 5}, 4)}; },
+               [](const TensorList& x) {
+                 Attrs a{{"kernel_size", IntList{3, 3}}, {"stride", IntList{1, 1}}, {"padding", IntList{1, 1}},
+                         {"dilation", IntList{1, 1}}, {"ceil_mode", false}};
+                 return autograd::op_calls::call("max_pool2d_input_backward", {x[0], leaf({1, 2, 5, 5}, -1, 1, 7).detach()}, a);
+               });
 MT_GRAD_SAMPLE("max_pool2d_backward/overlap",
                [] { return TensorList{leaf_like_output([](const Tensor& t) { return max_pool2d(t, {3}, {1}, {1}); }, {1, 2, 5, 5}, 4)}; },
                [](const TensorList& x) {
