@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
     }
     svg::write(c.out_dir + "/loss_scale.svg", timeline);
     std::cout << "\nwrote " << c.out_dir << "/{grad_histograms,loss_scale}.{svg,csv}\n";
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     std::cerr << "amp_underflow: " << e.what() << "\n";
     return 1;
   }

@@ -20,6 +20,8 @@
 
 #include <mixtape/mixtape.h>
 
+#include "amp/grad_scaler.h"
+
 using namespace mixtape;
 using Clock = std::chrono::steady_clock;
 
@@ -46,15 +48,28 @@ struct Config {
   int log_every = 50;
   std::string save_path;    // checkpoint after every epoch ("" = none)
   std::string resume_path;  // checkpoint to continue from ("" = start fresh)
+  std::string amp = "off";  // off | fp16 | bf16
+  bool master_weights = false;
+  int accumulate = 1;
+  bool checkpoint_activations = false;
 };
+
+// --amp: the autocast dtype (none for off).
+std::optional<DType> amp_dtype(const Config& c) {
+  if (c.amp == "off") return std::nullopt;
+  if (c.amp == "fp16") return DType::Float16;
+  if (c.amp == "bf16") return DType::BFloat16;
+  MT_ERROR("train_fashion_mnist: unknown --amp '", c.amp, "' (off, fp16, bf16)");
+}
 
 // The options a resumed run must share with the run that saved the checkpoint, or it would
 // silently train something else. (--model is checked tensor by tensor by restore_checkpoint,
 // which names the first mismatch; --epochs may grow; --lr etc. come back with the optimizer.)
 nlohmann::json resume_relevant(const Config& c) {
-  return {{"optimizer", c.optimizer}, {"schedule", c.schedule}, {"batch_size", c.batch_size},
-          {"seed", c.seed},           {"augment", c.augment},   {"limit_train", c.limit_train},
-          {"data", c.data_dir}};
+  return {{"optimizer", c.optimizer}, {"schedule", c.schedule},        {"batch_size", c.batch_size},
+          {"seed", c.seed},           {"augment", c.augment},          {"limit_train", c.limit_train},
+          {"data", c.data_dir},       {"amp", c.amp},                  {"master_weights", c.master_weights},
+          {"accumulate", c.accumulate}};
 }
 
 void check_resume_config(const Config& c, const nn::Checkpoint& ck) {
@@ -63,7 +78,8 @@ void check_resume_config(const Config& c, const nn::Checkpoint& ck) {
   nlohmann::json saved = nlohmann::json::parse(it->second), now = resume_relevant(c);
   for (auto& [key, value] : now.items())
     if (saved.contains(key) && saved[key] != value)
-      MT_ERROR("--resume '", ck.path, "' was saved with --", key == "limit_train" ? "limit" : key, " ",
+      MT_ERROR("--resume '", ck.path, "' was saved with --",
+               key == "limit_train" ? "limit" : key == "master_weights" ? "master-weights" : key, " ",
                saved[key].dump(), ", this run has ", value.dump(), "; resume with the same options");
 }
 
@@ -153,14 +169,20 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
 };
 
-EvalResult evaluate(nn::Module& model, data::DataLoader& loader) {
+// Under the training's autocast dtype, if any (a 16-bit model needs it: its weights are 16-bit).
+EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<DType> autocast) {
   model.eval();
   NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
   for (const data::Batch& b : loader) {
-    Tensor logits = model(b.data);
-    loss_sum += cross_entropy(logits, b.target, {}, -100, Reduction::Sum).item<double>();
+    Tensor logits;
+    {
+      std::optional<amp::AutocastGuard> ac;
+      if (autocast) ac.emplace(DeviceType::CPU, *autocast);
+      logits = model(b.data);
+      loss_sum += cross_entropy(logits, b.target, {}, -100, Reduction::Sum).item<double>();
+    }
     Tensor pred = argmax(logits, 1);
     auto p = pred.to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
     for (size_t i = 0; i < p.size(); ++i) correct += p[i] == y[i];
@@ -203,10 +225,29 @@ int run(const Config& c) {
     seq->push_back(model);
     model = seq;
   }
+  const std::optional<DType> autocast = amp_dtype(c);
+  MT_CHECK(!c.master_weights || autocast, "train_fashion_mnist: --master-weights keeps FP32 masters of a 16-bit "
+           "model; it needs --amp fp16 or --amp bf16");
+  MT_CHECK(c.accumulate >= 1, "train_fashion_mnist: --accumulate must be >= 1, got ", c.accumulate);
+  if (c.checkpoint_activations) {
+    auto* resnet = dynamic_cast<models::ResNet*>(model.get());
+    MT_CHECK(resnet, "train_fashion_mnist: --checkpoint-activations is supported for resnet8 and resnet20, not ",
+             c.model);
+    resnet->checkpoint_activations = true;
+  }
+  // --master-weights: the model itself becomes 16-bit (BatchNorm stays FP32); the optimizer then
+  // keeps an FP32 master and FP32 state for every 16-bit parameter.
+  if (c.master_weights) model->to(*autocast);
   int64_t n_params = 0;
   for (const Tensor& p : model->parameters()) n_params += p.numel();
   auto opt = make_optimizer(c, model->parameters());
-  int64_t steps_per_epoch = train_loader.num_batches();
+  // Loss scaling for FP16 only: BF16 has FP32's exponent range, so its gradients do not underflow.
+  amp::GradScaler scaler({.enabled = c.amp == "fp16"});
+  // --accumulate N: one optimizer step per N micro-batches (an incomplete group at the end of an
+  // epoch is dropped, so every step sees N of them).
+  int64_t steps_per_epoch = train_loader.num_batches() / c.accumulate;
+  MT_CHECK(steps_per_epoch > 0, "train_fashion_mnist: an epoch has ", train_loader.num_batches(),
+           " batches, fewer than --accumulate ", c.accumulate);
   int64_t total_steps = steps_per_epoch * c.epochs;
   std::unique_ptr<optim::LRScheduler> sched;
   if (c.schedule == "cosine")
@@ -214,6 +255,10 @@ int run(const Config& c) {
   else if (c.schedule != "none")
     MT_ERROR("train_fashion_mnist: unknown --schedule '", c.schedule, "' (cosine, none)");
   nn::TrainingState state{*model, *opt, sched.get()};
+  if (scaler.is_enabled()) {
+    state.amp_state = [&] { return scaler.state_dict(); };
+    state.load_amp_state = [&](const StateDict& sd) { scaler.load_state_dict(sd); };
+  }
 
   int start_epoch = 0;
   int64_t step = 0;
@@ -235,17 +280,23 @@ int run(const Config& c) {
   std::cout << "mixtape: training " << c.model << " (" << n_params << " parameters) on Fashion-MNIST ("
             << (data::is_image_folder_split(c.data_dir) ? "ImageFolder" : "IDX") << " in " << c.data_dir << "): "
             << train_set->size() << " train / " << test_set->size() << " test images, batch " << c.batch_size << ", "
-            << c.epochs << " epochs, " << c.optimizer << " lr " << c.lr << ", " << get_num_threads() << " threads\n";
+            << c.epochs << " epochs, " << c.optimizer << " lr " << c.lr << ", " << get_num_threads() << " threads";
+  if (autocast)
+    std::cout << ", AMP " << c.amp << (c.master_weights ? " with a 16-bit model and FP32 master weights" : "")
+              << (scaler.is_enabled() ? ", dynamic loss scaling" : ", no loss scaling (bf16)");
+  if (c.accumulate > 1) std::cout << ", " << c.accumulate << " micro-batches per step";
+  if (c.checkpoint_activations) std::cout << ", activation checkpointing";
+  std::cout << "\n";
   if (resume)
     std::cout << "resuming from " << c.resume_path << " after epoch " << start_epoch << " (step " << step << ")\n";
 
   std::ofstream csv(c.metrics_file);
   MT_CHECK(csv.good(), "train_fashion_mnist: cannot write --metrics '", c.metrics_file, "'");
-  csv << "step,epoch,loss,lr,images_per_s\n";
+  csv << "step,epoch,loss,lr,images_per_s,loss_scale,skipped\n";
   reset_peak_memory();
   auto t_start = Clock::now();
   double train_seconds = 0;
-  int64_t images = 0, steps_run = 0;
+  int64_t images = 0, steps_run = 0, skipped_steps = 0;
   Progress progress(c.log_every, total_steps);
   EvalResult last;
   if (!epochs.empty()) last = {epochs.back().value("test_loss", 0.0), epochs.back().value("test_accuracy", 0.0)};
@@ -254,34 +305,58 @@ int run(const Config& c) {
     auto t_epoch = Clock::now();
     double loss_sum = 0;
     int64_t correct = 0, seen = 0, step_in_epoch = 0;
+    int micro = 0;
+    double step_loss = 0;
+    int64_t step_images = 0;
+    auto t_step = Clock::now();
     for (const data::Batch& b : train_loader) {
-      auto t_step = Clock::now();
-      Tensor logits = (*model)(b.data);
-      Tensor loss = cross_entropy(logits, b.target);
-      opt->zero_grad();
-      loss.backward();
-      opt->step();
-      if (sched) sched->step();
-      double dt = std::chrono::duration<double>(Clock::now() - t_step).count();
-      ++step;
-      ++steps_run;
-      ++step_in_epoch;
-      images += b.target.size(0);
+      if (step_in_epoch == steps_per_epoch) break;  // the incomplete last group of --accumulate
+      if (micro == 0) {
+        t_step = Clock::now();
+        opt->zero_grad();
+        step_loss = 0;
+        step_images = 0;
+      }
+      Tensor logits, loss;
+      {
+        // Forward and loss under autocast; backward outside it (as torch.amp documents).
+        std::optional<amp::AutocastGuard> ac;
+        if (autocast) ac.emplace(DeviceType::CPU, *autocast);
+        logits = (*model)(b.data);
+        loss = cross_entropy(logits, b.target);
+      }
+      // Micro-batch losses are averaged: each contributes loss / N, scaled by the same S.
+      scaler.scale(c.accumulate > 1 ? loss / static_cast<double>(c.accumulate) : loss).backward();
       double l = loss.item<double>();
+      step_loss += l / c.accumulate;
+      step_images += b.target.size(0);
       loss_sum += l * static_cast<double>(b.target.size(0));
       auto p = argmax(logits, 1).to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
       for (size_t i = 0; i < p.size(); ++i) correct += p[i] == y[i];
       seen += b.target.size(0);
+      images += b.target.size(0);
+      if (++micro < c.accumulate) continue;
+      micro = 0;
+      const double scale_used = scaler.get_scale();
+      const bool stepped = scaler.step(*opt);  // skipped when a gradient is inf/NaN
+      scaler.update();
+      if (sched) sched->step(stepped);          // a skipped step does not advance the schedule
+      if (!stepped) ++skipped_steps;
+      double dt = std::chrono::duration<double>(Clock::now() - t_step).count();
+      ++step;
+      ++steps_run;
+      ++step_in_epoch;
       double lr = opt->param_groups()[0].options.get("lr");
-      csv << step << ',' << epoch << ',' << l << ',' << lr << ',' << static_cast<double>(b.target.size(0)) / dt << '\n';
+      csv << step << ',' << epoch << ',' << step_loss << ',' << lr << ',' << static_cast<double>(step_images) / dt
+          << ',' << (scaler.is_enabled() ? scale_used : 1.0) << ',' << (stepped ? 0 : 1) << '\n';
       double elapsed = train_seconds + std::chrono::duration<double>(Clock::now() - t_epoch).count();
-      progress.update(epoch + 1, c.epochs, step_in_epoch, steps_per_epoch, step, l, lr,
+      progress.update(epoch + 1, c.epochs, step_in_epoch, steps_per_epoch, step, step_loss, lr,
                       static_cast<double>(images) / elapsed, static_cast<double>(steps_run) / elapsed);
     }
     progress.end_line();
     double epoch_s = std::chrono::duration<double>(Clock::now() - t_epoch).count();
     train_seconds += epoch_s;
-    last = evaluate(*model, test_loader);
+    last = evaluate(*model, test_loader, autocast);
     double train_acc = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(seen, 1));
     std::cout << "epoch " << epoch + 1 << ": train loss " << std::fixed << std::setprecision(4)
               << loss_sum / static_cast<double>(std::max<int64_t>(seen, 1)) << ", train acc " << std::setprecision(2)
@@ -317,6 +392,12 @@ int run(const Config& c) {
                             {"train_images_per_s", train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0},
                             {"wall_seconds", wall},
                             {"peak_bytes", memory_stats().peak_bytes},
+                            {"amp", c.amp},
+                            {"master_weights", c.master_weights},
+                            {"accumulate", c.accumulate},
+                            {"checkpoint_activations", c.checkpoint_activations},
+                            {"skipped_steps", skipped_steps},
+                            {"final_loss_scale", scaler.is_enabled() ? scaler.get_scale() : 1.0},
                             {"resumed_from_epoch", start_epoch},
                             {"per_epoch", epochs}};
   std::ofstream(c.summary_file) << summary.dump(2) << "\n";
@@ -345,7 +426,7 @@ int main(int argc, char** argv) {
                  "the dataset: a folder with the Fashion-MNIST IDX files, or an ImageFolder with train/<class>/*.png "
                  "and test/<class>/*.png (as export_images writes them)")
       ->capture_default_str();
-  app.add_option("--metrics", c.metrics_file, "per-step CSV: step, epoch, loss, lr, images/s (a resumed run writes the steps it runs)")->capture_default_str();
+  app.add_option("--metrics", c.metrics_file, "per-step CSV: step, epoch, loss, lr, images/s, loss_scale, skipped (a resumed run writes the steps it runs)")->capture_default_str();
   app.add_option("--summary-json", c.summary_file, "final summary (accuracy, loss, images/s, peak bytes)")
       ->capture_default_str();
   app.add_option("--limit,--limit-train", c.limit_train,
@@ -360,6 +441,18 @@ int main(int argc, char** argv) {
   app.add_option("--resume", c.resume_path,
                  "continue from a --save checkpoint; --epochs is the total (e.g. saved after 2, --epochs 3 runs one "
                  "more), and with the same --threads the result equals an uninterrupted run bit for bit");
+  app.add_option("--amp", c.amp,
+                 "mixed precision: off | fp16 (autocast to FP16 + dynamic loss scaling) | bf16 (autocast to BF16, "
+                 "no scaling needed)")
+      ->capture_default_str();
+  app.add_flag("--master-weights", c.master_weights,
+               "make the model itself 16-bit (BatchNorm stays FP32) and keep FP32 master weights in the optimizer");
+  app.add_option("--accumulate", c.accumulate,
+                 "micro-batches of --batch-size per optimizer step (gradient accumulation)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--checkpoint-activations", c.checkpoint_activations,
+               "recompute each residual block in backward instead of keeping its activations (resnet8/resnet20)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(c);

@@ -19,7 +19,7 @@ namespace mixtape::nn {
 
 namespace {
 
-const char* const kSections[] = {"model.", "optim.", "sched.", "rng.", "meta."};
+const char* const kSections[] = {"model.", "optim.", "sched.", "amp.", "rng.", "meta."};
 const char* const kScalars[] = {"rng.global.seed", "rng.global.offset", "meta.epoch", "meta.step", "meta.data_seed"};
 const char* const kReservedMetadata[] = {"format", "version", "model"};
 
@@ -109,6 +109,7 @@ void save_checkpoint(const std::string& path, const TrainingState& state, const 
   put_section(all, "model.", state.model.state_dict());
   put_section(all, "optim.", state.optimizer.state_dict());
   if (state.scheduler) put_section(all, "sched.", state.scheduler->state_dict());
+  if (state.amp_state) put_section(all, "amp.", state.amp_state());
   const Generator& gen = default_generator();
   all["rng.global.seed"] = i64_scalar(static_cast<int64_t>(gen.seed()));
   all["rng.global.offset"] = i64_scalar(static_cast<int64_t>(gen.offset()));
@@ -162,7 +163,7 @@ Checkpoint read_checkpoint(const std::string& path) {
     bool known = false;
     for (const char* s : kSections) known = known || name.rfind(s, 0) == 0;
     MT_CHECK(known, "read_checkpoint: '", path, "': unexpected tensor '", name,
-             "' (keys start with model., optim., sched., rng. or meta.)");
+             "' (keys start with model., optim., sched., amp., rng. or meta.)");
   }
   for (const char* k : kScalars) {
     auto it = ck.tensors.find(k);
@@ -202,7 +203,14 @@ void restore_checkpoint(const Checkpoint& ck, const TrainingState& state) {
     MT_CHECK(sched_sd.empty(), "checkpoint '", ck.path, "' holds an LR schedule ('sched.", sched_sd.begin()->first,
              "'), but this run has none; resume with the same schedule");
   }
-  // The optimizer checks its own section completely before it changes anything.
+  const StateDict amp_sd = take_section(ck.tensors, "amp.");
+  MT_CHECK(state.load_amp_state || amp_sd.empty(), "checkpoint '", ck.path, "' holds loss-scaler state ('amp.",
+           amp_sd.empty() ? std::string() : amp_sd.begin()->first, "'), but this run has no scaler; resume with the "
+           "same precision options (--amp)");
+  MT_CHECK(!state.load_amp_state || !amp_sd.empty(), "checkpoint '", ck.path,
+           "' holds no loss-scaler state (no 'amp.' tensors), but this run scales its loss; resume with the same "
+           "precision options (--amp)");
+  // The optimizer and the scaler check their own sections completely before they change anything.
 
   // ---- apply; on any failure put the previous state back ----
   autograd::NoGradGuard no_grad;
@@ -219,6 +227,13 @@ void restore_checkpoint(const Checkpoint& ck, const TrainingState& state) {
     }
     state.model.load_state_dict(model_sd);
     if (state.scheduler) state.scheduler->load_state_dict(sched_sd);
+    if (state.load_amp_state) {
+      try {
+        state.load_amp_state(amp_sd);
+      } catch (const Error& e) {
+        MT_ERROR("checkpoint '", ck.path, "': its loss-scaler state (tensors 'amp.<key>') does not load: ", e.what());
+      }
+    }
   } catch (...) {
     state.model.load_state_dict(model_before);
     state.optimizer.load_state_dict(optim_before);

@@ -6,6 +6,7 @@
 //   model.<name>                         the model's state_dict (parameters and buffers)
 //   optim.<key>                          the optimizer's state_dict (optim/optimizer.h)
 //   sched.<key>                          the LR scheduler's state_dict (absent without one)
+//   amp.<key>                            the loss scaler's state_dict (amp::GradScaler; absent without one)
 //   rng.global.seed, rng.global.offset   i64 0-d: the default generator (init, dropout)
 //   meta.epoch, meta.step, meta.data_seed  i64 0-d: epochs done, optimizer steps done, and the
 //                                        DataLoader seed (its shuffle and augmentation streams
@@ -50,6 +51,10 @@ struct TrainingState {
   Module& model;
   optim::Optimizer& optimizer;
   optim::LRScheduler* scheduler = nullptr;  // null: no schedule
+  // A loss scaler's state (amp::GradScaler::state_dict / load_state_dict; models/ does not depend
+  // on amp/, hence the functions). Both null: no scaler.
+  std::function<StateDict()> amp_state;
+  std::function<void(const StateDict&)> load_amp_state;
 };
 
 // A checkpoint file read and format-checked, not yet applied.
