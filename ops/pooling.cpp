@@ -573,35 +573,35 @@ IntList batched_size(const char* op, const IntList& s) {
 
 }  // namespace
 
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const IntList& kernel_size, const IntList& stride,
-                                                  const IntList& padding, const IntList& dilation, bool ceil_mode) {
+namespace {
+// Checks x and the window, then calls `op` on x with a batch dimension (added when x is 3-D).
+TensorList call_max_pool(const OpSchema& op, const Tensor& x, const IntList& kernel_size, const IntList& stride,
+                         const IntList& padding, const IntList& dilation, bool ceil_mode) {
   check_rank("max_pool2d", x);
   WindowArgs a = WindowArgs::normalise("max_pool2d", kernel_size, stride, padding, dilation, ceil_mode);
   Tensor xb = batched(x);
   window_geometry("max_pool2d", Shown{&x, xb.sizes()}, a);  // shape errors name the caller's tensor
-  TensorList r = dispatch(kMaxPoolWithIndices, {xb},
+  TensorList r = dispatch(op, {xb},
                           {{"kernel_size", a.kernel},
                            {"stride", a.stride},
                            {"padding", a.padding},
                            {"dilation", a.dilation},
                            {"ceil_mode", a.ceil_mode}});
-  if (x.dim() == 3) return {r[0].squeeze(0), r[1].squeeze(0)};
+  if (x.dim() == 3)
+    for (Tensor& t : r) t = t.squeeze(0);
+  return r;
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const IntList& kernel_size, const IntList& stride,
+                                                  const IntList& padding, const IntList& dilation, bool ceil_mode) {
+  TensorList r = call_max_pool(kMaxPoolWithIndices, x, kernel_size, stride, padding, dilation, ceil_mode);
   return {r[0], r[1]};
 }
 
 Tensor max_pool2d(const Tensor& x, const IntList& kernel_size, const IntList& stride, const IntList& padding,
                   const IntList& dilation, bool ceil_mode) {
-  check_rank("max_pool2d", x);
-  WindowArgs a = WindowArgs::normalise("max_pool2d", kernel_size, stride, padding, dilation, ceil_mode);
-  Tensor xb = batched(x);
-  window_geometry("max_pool2d", Shown{&x, xb.sizes()}, a);  // shape errors name the caller's tensor
-  Tensor y = dispatch1(kMaxPool, {xb},
-                       {{"kernel_size", a.kernel},
-                        {"stride", a.stride},
-                        {"padding", a.padding},
-                        {"dilation", a.dilation},
-                        {"ceil_mode", a.ceil_mode}});
-  return x.dim() == 3 ? y.squeeze(0) : y;
+  return call_max_pool(kMaxPool, x, kernel_size, stride, padding, dilation, ceil_mode)[0];
 }
 
 Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const IntList& input_size) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/error_of.h"
+#include "common/bit_equal.h"
 #include "mixtape/mixtape.h"
 
 namespace mixtape::testing {
@@ -22,16 +23,6 @@ constexpr DeviceType CPU = DeviceType::CPU;
 Tensor rnd(const IntList& sizes, uint64_t seed, DType dt = DType::Float32) {
   Generator g(seed);
   return randn(sizes, TensorOptions(dt), &g);
-}
-
-// Same dtype, shape and bytes.
-::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes())
-    return ::testing::AssertionFailure() << a.describe() << " vs " << b.describe();
-  Tensor ac = a.contiguous(), bc = b.contiguous();
-  if (std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) != 0)
-    return ::testing::AssertionFailure() << "bytes differ: " << a << " vs " << b;
-  return ::testing::AssertionSuccess();
 }
 
 double max_rel_diff(const Tensor& a, const Tensor& b) {
@@ -55,16 +46,16 @@ TEST(Autocast, B01_LowerPrecisionPolicyCastsToTheRegionDtype) {
     AutocastGuard off(CPU, std::nullopt, /*enabled=*/false);
     ref = mm(a.to(DType::Float16), b16);
   }
-  EXPECT_TRUE(same_bits(y, ref));
-  EXPECT_TRUE(same_bits(mm(a, b16), ref));  // mixed f32/f16: both go to f16
+  EXPECT_TRUE(bit_equal(y, ref));
+  EXPECT_TRUE(bit_equal(mm(a, b16), ref));  // mixed f32/f16: both go to f16
   Tensor lin = linear(a, w, bias);
   EXPECT_EQ(lin.dtype(), DType::Float16);
   Tensor conv = conv2d(img, kw, kb, {1, 1}, {1, 1});
   EXPECT_EQ(conv.dtype(), DType::Float16);
   {
     AutocastGuard off(CPU, std::nullopt, false);
-    EXPECT_TRUE(same_bits(lin, linear(a.to(DType::Float16), w.to(DType::Float16), bias.to(DType::Float16))));
-    EXPECT_TRUE(same_bits(conv, conv2d(img.to(DType::Float16), kw.to(DType::Float16), kb.to(DType::Float16),
+    EXPECT_TRUE(bit_equal(lin, linear(a.to(DType::Float16), w.to(DType::Float16), bias.to(DType::Float16))));
+    EXPECT_TRUE(bit_equal(conv, conv2d(img.to(DType::Float16), kw.to(DType::Float16), kb.to(DType::Float16),
                                        {1, 1}, {1, 1})));
   }
   // BFloat16 regions work the same way (the CPU's default autocast dtype).
@@ -120,7 +111,7 @@ TEST(Autocast, B02_Fp32PolicyRunsSensitiveOpsInFloat32) {
     }
     EXPECT_EQ(got.dtype(), DType::Float32) << c.name;
     Tensor ref = c.f(c.in16.to(DType::Float32));  // the f32 op on x.float(), outside autocast
-    EXPECT_TRUE(same_bits(got, ref)) << c.name;
+    EXPECT_TRUE(bit_equal(got, ref)) << c.name;
   }
   AutocastGuard autocast(CPU, DType::Float16);
   EXPECT_EQ(softmax(x16, 1, DType::Float16).dtype(), DType::Float16);  // an explicit dtype wins
@@ -136,7 +127,7 @@ TEST(Autocast, B03_PromotePolicyCastsToTheWidestEligibleDtype) {
   EXPECT_EQ(mixed.dtype(), DType::Float32);
   {
     AutocastGuard off(CPU, std::nullopt, false);
-    EXPECT_TRUE(same_bits(mixed, addcmul(a32, b16.to(DType::Float32), c16.to(DType::Float32))));
+    EXPECT_TRUE(bit_equal(mixed, addcmul(a32, b16.to(DType::Float32), c16.to(DType::Float32))));
   }
   EXPECT_EQ(addcmul(b16, c16, b16).dtype(), DType::Float16);
   // f64 is not eligible and takes no part in the decision: the f16 inputs stay f16 (the trace
@@ -342,8 +333,8 @@ TEST(Autocast, B10_CacheClearedOnlyWhenTheOutermostRegionExits) {
     NoGradGuard ng;
     expect = linear(x.to(DType::Float16), w.to(DType::Float16));
   }
-  EXPECT_TRUE(same_bits(y1.detach(), expect));
-  EXPECT_FALSE(same_bits(y0.detach(), y1.detach()));
+  EXPECT_TRUE(bit_equal(y1.detach(), expect));
+  EXPECT_FALSE(bit_equal(y0.detach(), y1.detach()));
 }
 
 // d sum(linear(x, w)) / dw computed in f32 without autocast.

@@ -7,18 +7,13 @@
 
 #include "autograd/checkpoint.h"
 #include "common/error_of.h"
+#include "common/bit_equal.h"
 #include "mixtape/mixtape.h"
 
 namespace mixtape::testing {
 namespace {
 
 using autograd::checkpoint;
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
-}
 
 struct Block {
   Tensor w1, b1, w2;
@@ -64,12 +59,12 @@ Grads run(bool use_checkpoint, double p_drop, bool autocast16) {
 }
 
 void expect_same(const Grads& plain, const Grads& ckpt) {
-  EXPECT_TRUE(same_bits(plain.loss, ckpt.loss));
-  EXPECT_TRUE(same_bits(plain.x, ckpt.x));
+  EXPECT_TRUE(bit_equal(plain.loss, ckpt.loss));
+  EXPECT_TRUE(bit_equal(plain.x, ckpt.x));
   ASSERT_EQ(plain.p.size(), ckpt.p.size());
   for (size_t i = 0; i < plain.p.size(); ++i) {
     ASSERT_TRUE(ckpt.p[i].defined()) << "param " << i;
-    EXPECT_TRUE(same_bits(plain.p[i], ckpt.p[i])) << "param " << i;
+    EXPECT_TRUE(bit_equal(plain.p[i], ckpt.p[i])) << "param " << i;
   }
 }
 
@@ -79,13 +74,13 @@ TEST(Checkpoint, DropoutDrawsTheSameMaskWhenRecomputed) {
   Grads plain = run(false, 0.3, false), ckpt = run(true, 0.3, false);
   expect_same(plain, ckpt);
   // and the masks mattered: without dropout the gradients differ
-  EXPECT_FALSE(same_bits(plain.x, run(false, 0.0, false).x));
+  EXPECT_FALSE(bit_equal(plain.x, run(false, 0.0, false).x));
 }
 
 TEST(Checkpoint, RecomputesUnderTheForwardsAutocastSettings) {
   Grads plain = run(false, 0.0, true), ckpt = run(true, 0.0, true);  // backward runs outside the region
   expect_same(plain, ckpt);
-  EXPECT_FALSE(same_bits(plain.x, run(false, 0.0, false).x));  // f16 really was used
+  EXPECT_FALSE(bit_equal(plain.x, run(false, 0.0, false).x));  // f16 really was used
 }
 
 TEST(Checkpoint, ParametersGetGradientsEvenWhenNoInputRequiresGrad) {

@@ -11,6 +11,7 @@
 #include <mixtape/mixtape.h>
 
 #include "models/nn.h"
+#include "common/bit_equal.h"
 #include "models/test_util.h"
 
 namespace mixtape {
@@ -19,11 +20,7 @@ namespace {
 using test::error_of;
 using test::temp_path;
 
-bool bit_equal(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
-}
+using testing::bit_equal;
 
 std::vector<std::string> names_of(const std::vector<std::pair<std::string, Tensor>>& v) {
   std::vector<std::string> out;

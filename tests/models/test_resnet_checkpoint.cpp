@@ -5,15 +5,10 @@
 #include <cstring>
 
 #include "mixtape/mixtape.h"
+#include "common/bit_equal.h"
 
 namespace mixtape::testing {
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
-  Tensor ac = a.contiguous(), bc = b.contiguous();
-  return std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) == 0;
-}
 
 struct Outcome {
   Tensor loss;
@@ -41,11 +36,11 @@ Outcome step(bool checkpoint) {
 
 TEST(ResNetCheckpoint, SameLossGradientsAndRunningStatsAsWithout) {
   Outcome plain = step(false), ckpt = step(true);
-  EXPECT_TRUE(same_bits(plain.loss, ckpt.loss));
+  EXPECT_TRUE(bit_equal(plain.loss, ckpt.loss));
   ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
-  for (auto& [name, g] : plain.grads) EXPECT_TRUE(same_bits(g, ckpt.grads.at(name))) << name;
+  for (auto& [name, g] : plain.grads) EXPECT_TRUE(bit_equal(g, ckpt.grads.at(name))) << name;
   // running_mean/var and num_batches_tracked: updated once per forward, not again in the rerun
-  for (auto& [name, t] : plain.state) EXPECT_TRUE(same_bits(t, ckpt.state.at(name))) << name;
+  for (auto& [name, t] : plain.state) EXPECT_TRUE(bit_equal(t, ckpt.state.at(name))) << name;
   EXPECT_EQ(ckpt.state.at("layer1.0.bn1.num_batches_tracked").item<int64_t>(), 1);
 }
 
