@@ -228,6 +228,7 @@ TensorList apply(const std::string& op, const json& p, const TensorList& xs) {
     return {y * xs[1]};
   }
   if (op == "gather") return {gather(xs[0], p["dim"], xs[1])};
+  if (op == "addcmul") return {addcmul(xs[0], xs[1], xs[2], p["value"].get<double>())};
   if (op == "to") return {xs[0].to(dtype_from(p["dtype"]))};
   throw std::runtime_error("fixture: unknown op " + op);
 }
@@ -365,12 +366,13 @@ MT_TORCH_FAMILY(TorchViews, "views");        // each view op, then * m
 MT_TORCH_FAMILY(TorchGather, "gather");      // repeated indices: the gradient accumulates
 MT_TORCH_FAMILY(TorchCast, "cast");          // to(dtype) between f64 f32 f16 bf16, and its gradient
 MT_TORCH_FAMILY(TorchHalfForward, "half");   // f16 / bf16 forward values
+MT_TORCH_FAMILY(TorchAddcmul, "addcmul");    // self + value * t1 * t2, broadcasting
 
 // The fixture loads, and every family above has cases (an empty family would pass vacuously).
 TEST(TorchFixture, LoadsAndCoversEveryFamily) {
   ASSERT_TRUE(fixture().error.empty()) << fixture().error;
   for (const char* family :
-       {"binary", "unary", "pow", "sum", "mean", "amax", "max", "matmul", "views", "gather", "cast", "half"})
+       {"binary", "unary", "pow", "sum", "mean", "amax", "max", "matmul", "views", "gather", "cast", "half", "addcmul"})
     EXPECT_FALSE(cases_of(family).empty()) << "no cases for family " << family;
   std::map<std::string, int> seen;
   for (const json& c : fixture().doc["cases"]) ++seen[c["name"].get<std::string>()];
