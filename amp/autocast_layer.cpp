@@ -29,9 +29,8 @@ bool eligible(const Tensor& t, DeviceType dev) {
 // Collects the trace line's parts only when tracing is on (the common case pays nothing).
 class Decision {
  public:
-  Decision(const OpSchema& op, DeviceType dev) : on_(trace_enabled(TraceKind::Amp)) {
+  explicit Decision(const OpSchema& op) : on_(trace_enabled(TraceKind::Amp)) {
     if (on_) os_ << "autocast " << op.name << ' ' << amp_policy_name(op.amp_policy);
-    (void)dev;
   }
   bool on() const { return on_; }
   std::ostringstream& target(DType dt) {
@@ -122,7 +121,7 @@ TensorList autocast_layer(const OpSchema& op, OpCall& call) {
   check_autocast_ban(op, dev);
   if (op.amp_policy == AmpPolicy::None) return dispatch(op, std::move(call.inputs), std::move(call.attrs));
 
-  Decision d(op, dev);
+  Decision d(op);
   std::optional<DType> target;
   switch (op.amp_policy) {
     case AmpPolicy::LowerPrecision: target = st.dtype; break;

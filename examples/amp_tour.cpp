@@ -47,15 +47,16 @@ int main() {
 
   section("1. forward + loss inside autocast (CPU, Float16)");
   std::puts("Each line is one autocast decision (MIXTAPE_TRACE=amp prints them in any program):");
-  Tensor loss;
+  Tensor logits, loss;
   {
     amp::AutocastGuard autocast(DeviceType::CPU, DType::Float16);
     ScopedTrace trace(static_cast<uint32_t>(TraceKind::Amp));
-    Tensor logits = model.forward(x);  // linear: lower precision; relu: runs in f16 as given
-    loss = cross_entropy(logits, y);   // fp32 policy: the logits are cast up
+    logits = model.forward(x);        // linear: lower precision; relu: runs in f16 as given
+    loss = cross_entropy(logits, y);  // fp32 policy: the logits are cast up
   }
   std::printf("logits came out %s, the loss %s; weight-cast cache emptied at the region's end (size %zu)\n",
-              "f16", std::string(dtype_short(loss.dtype())).c_str(), amp::autocast_cache_size());
+              std::string(dtype_short(logits.dtype())).c_str(), std::string(dtype_short(loss.dtype())).c_str(),
+              amp::autocast_cache_size());
 
   section("2. the tape (what backward will replay), with dtypes");
   std::cout << autograd::tape_string(loss);
