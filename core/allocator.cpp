@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "core/cuda_api.h"
 #include "core/error.h"
 
 namespace mixtape {
@@ -60,7 +61,7 @@ Allocator*& slot(DeviceType t) {
 Allocator* get_allocator(Device device) {
   Allocator* a = slot(device.type());
   MT_CHECK(a != nullptr, "allocator: no allocator for device ", device,
-           device.is_cuda() ? " (mixtape was built without CUDA, or no GPU is available)" : "");
+           device.is_cuda() ? " (" + cuda::unavailable_reason() + ")" : std::string());
   return a;
 }
 void set_allocator(DeviceType type, Allocator* allocator) { slot(type) = allocator; }

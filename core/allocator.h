@@ -21,6 +21,9 @@ class Allocator {
  public:
   virtual ~Allocator() = default;
   virtual void* allocate(size_t nbytes) = 0;
+  // Storage calls this: an allocator serving several devices of its type (CUDA) picks the
+  // device's memory; one-device allocators need not override it.
+  virtual void* allocate_on(Device device, size_t nbytes) { return allocate(nbytes); }
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
   virtual AllocatorStats stats() const = 0;
   virtual void reset_peak() = 0;

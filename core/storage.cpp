@@ -5,7 +5,7 @@ namespace mixtape {
 
 StorageImpl::StorageImpl(size_t nbytes, Device device)
     : nbytes_(nbytes), device_(device), allocator_(get_allocator(device)) {
-  data_ = allocator_->allocate(nbytes);
+  data_ = allocator_->allocate_on(device, nbytes);
 }
 
 StorageImpl::StorageImpl(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter)

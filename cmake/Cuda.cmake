@@ -1,0 +1,83 @@
+# cmake/Cuda.cmake — decides whether mixtape is built with its CUDA backend, and sets the toolkit up.
+# Owns: the MIXTAPE_CUDA option (AUTO|ON|OFF), the CUDA language settings, the imported cuDNN
+# target, and MIXTAPE_CUDA_LIBS (what a layer with CUDA sources links).
+# Invariants (../shared/CUDA-TOOLCHAIN.md has the measurements behind them):
+#   - AUTO turns CUDA on exactly when an nvcc is found, so a machine without the toolkit builds
+#     the CPU-only configuration with no extra flags; ON without nvcc is a configure error.
+#   - Explicit architecture list (never "native": it fails on a machine without a GPU).
+#   - One cudart, the shared one; never the driver library (only a stub exists on CI machines
+#     and a binary linked to it does not start) — cudart loads the driver itself, at first use.
+# Sets MIXTAPE_WITH_CUDA (ON/OFF) and MIXTAPE_CUDA_REASON for the configure message.
+set(MIXTAPE_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when nvcc is found), ON or OFF")
+set_property(CACHE MIXTAPE_CUDA PROPERTY STRINGS AUTO ON OFF)
+string(TOUPPER "${MIXTAPE_CUDA}" _mixtape_cuda_mode)
+if(NOT _mixtape_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "MIXTAPE_CUDA must be AUTO, ON or OFF, got '${MIXTAPE_CUDA}'")
+endif()
+
+set(MIXTAPE_WITH_CUDA OFF)
+set(MIXTAPE_CUDA_LIBS)
+if(_mixtape_cuda_mode STREQUAL "OFF")
+  set(MIXTAPE_CUDA_REASON "MIXTAPE_CUDA=OFF")
+elseif(MIXTAPE_SANITIZE)
+  # Sanitizer flags are host-compiler flags nvcc refuses; the sanitizer build is CPU-only.
+  if(_mixtape_cuda_mode STREQUAL "ON")
+    message(FATAL_ERROR "MIXTAPE_SANITIZE=ON needs the CPU-only build: use MIXTAPE_CUDA=OFF or AUTO")
+  endif()
+  set(MIXTAPE_CUDA_REASON "MIXTAPE_SANITIZE=ON (sanitizer builds are CPU-only)")
+else()
+  # CMake 3.25 does not look in /usr/local/cuda by itself (nvcc is not on PATH there).
+  if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc CACHE FILEPATH "CUDA compiler")
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(MIXTAPE_WITH_CUDA ON)
+    set(MIXTAPE_CUDA_REASON "nvcc at ${CMAKE_CUDA_COMPILER} (MIXTAPE_CUDA=${_mixtape_cuda_mode})")
+  elseif(_mixtape_cuda_mode STREQUAL "ON")
+    message(FATAL_ERROR "MIXTAPE_CUDA=ON but no CUDA compiler was found: set CMAKE_CUDA_COMPILER "
+                        "(e.g. /usr/local/cuda/bin/nvcc) or configure with -DMIXTAPE_CUDA=OFF")
+  else()
+    set(MIXTAPE_CUDA_REASON "no nvcc found (MIXTAPE_CUDA=AUTO)")
+  endif()
+endif()
+
+if(MIXTAPE_WITH_CUDA)
+  # Each architecture adds a full device compile of every .cu; scripts/gpu-check.sh passes the
+  # local GPU's one. 90-virtual keeps PTX so newer GPUs can JIT it.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80-real 90-real 90-virtual CACHE STRING "CUDA architectures")
+  endif()
+  # CMake 3.25 knows no C++20 flag for nvcc: .cu files are C++17 (headers they include must be too).
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(CMAKE_CUDA_EXTENSIONS OFF)
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  if(MIXTAPE_CCACHE AND NOT CMAKE_CUDA_COMPILER_LAUNCHER)
+    set(CMAKE_CUDA_COMPILER_LAUNCHER ${MIXTAPE_CCACHE})
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+
+  # cuDNN sits beside the toolkit here but a bare find_library misses it: hint the toolkit dirs.
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_ROOT PATH_SUFFIXES include)
+  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} ENV CUDNN_ROOT PATH_SUFFIXES lib lib64)
+  if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
+    message(FATAL_ERROR "CUDA is on (${MIXTAPE_CUDA_REASON}) but cuDNN was not found "
+                        "(cudnn.h: ${CUDNN_INCLUDE_DIR}, libcudnn: ${CUDNN_LIBRARY}); set CUDNN_ROOT "
+                        "or configure with -DMIXTAPE_CUDA=OFF")
+  endif()
+  if(NOT TARGET mixtape_cudnn)
+    add_library(mixtape_cudnn SHARED IMPORTED)
+    set_target_properties(mixtape_cudnn PROPERTIES
+      IMPORTED_LOCATION ${CUDNN_LIBRARY}
+      INTERFACE_INCLUDE_DIRECTORIES ${CUDNN_INCLUDE_DIR})
+  endif()
+  set(MIXTAPE_CUDA_LIBS CUDA::cudart CUDA::cublas CUDA::cublasLt mixtape_cudnn)
+  message(STATUS "mixtape: CUDA on — ${MIXTAPE_CUDA_REASON}; CUDA ${CUDAToolkit_VERSION}, "
+                 "archs ${CMAKE_CUDA_ARCHITECTURES}, cuDNN ${CUDNN_LIBRARY}")
+else()
+  message(STATUS "mixtape: CUDA off — ${MIXTAPE_CUDA_REASON}; CPU-only build "
+                 "(mixtape::cuda answers \"built without CUDA\")")
+endif()

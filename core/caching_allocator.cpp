@@ -1,0 +1,204 @@
+// core/caching_allocator.cpp — the caching allocator's bookkeeping (rules in the header).
+// Invariants: every Block is either in in_use_ (allocated) or in exactly one free list; the
+// blocks of a segment tile it without gaps, linked by prev/next, and two free neighbours never
+// stay unmerged; reserved_ is the sum of live segment sizes.
+#include "core/caching_allocator.h"
+
+#include <tuple>
+
+#include "core/error.h"
+
+namespace mixtape {
+
+bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
+  return std::make_tuple(a->stream, a->size, reinterpret_cast<uintptr_t>(a->ptr)) <
+         std::make_tuple(b->stream, b->size, reinterpret_cast<uintptr_t>(b->ptr));
+}
+
+CachingAllocator::CachingAllocator(RawBackend backend, std::string name)
+    : backend_(std::move(backend)), name_(std::move(name)) {}
+
+CachingAllocator::~CachingAllocator() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_free_segments();
+  // Blocks still in use belong to tensors that outlive the allocator (process exit): their
+  // segments are left to the process teardown, their bookkeeping is dropped.
+  for (auto& [ptr, block] : in_use_) delete block;
+  for (Block* b : small_free_) delete b;
+  for (Block* b : large_free_) delete b;
+}
+
+size_t CachingAllocator::round_size(size_t nbytes) {
+  if (nbytes < kRoundBytes) return kRoundBytes;
+  return (nbytes + kRoundBytes - 1) / kRoundBytes * kRoundBytes;
+}
+
+CachingAllocator::Block* CachingAllocator::find_free(size_t size, bool small, StreamId stream) {
+  FreeList& list = pool(small);
+  Block key;
+  key.stream = stream;
+  key.size = size;
+  key.ptr = nullptr;
+  auto it = list.lower_bound(&key);
+  if (it == list.end() || (*it)->stream != stream) return nullptr;
+  Block* b = *it;
+  list.erase(it);
+  return b;
+}
+
+CachingAllocator::Block* CachingAllocator::new_segment(size_t size, bool small, StreamId stream) {
+  void* p = backend_.alloc(size);
+  if (!p) return nullptr;
+  ++backend_allocs_;
+  ++segments_;
+  reserved_ += static_cast<int64_t>(size);
+  Block* b = new Block;
+  b->ptr = static_cast<char*>(p);
+  b->size = size;
+  b->stream = stream;
+  b->small = small;
+  return b;
+}
+
+void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
+  if (nbytes == 0) return nullptr;
+  const size_t size = round_size(nbytes);
+  const bool small = size <= kSmallSize;
+  const size_t segment = small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+
+  std::lock_guard<std::mutex> lock(mu_);
+  Block* b = find_free(size, small, stream);
+  if (!b) b = new_segment(segment, small, stream);
+  if (!b) {
+    // Out of memory: give the cache back and try once more before failing.
+    release_free_segments();
+    b = new_segment(segment, small, stream);
+    if (!b) throw_oom(nbytes, size, segment);
+  }
+
+  // Split off the tail when it is worth keeping in this block's pool.
+  size_t rest = b->size - size;
+  if (small ? rest >= kRoundBytes : rest > kSmallSize) {
+    Block* tail = new Block;
+    tail->ptr = b->ptr + size;
+    tail->size = rest;
+    tail->stream = b->stream;
+    tail->small = b->small;
+    tail->prev = b;
+    tail->next = b->next;
+    if (b->next) b->next->prev = tail;
+    b->next = tail;
+    b->size = size;
+    pool(tail->small).insert(tail);
+  }
+
+  b->allocated = true;
+  b->requested = nbytes;
+  in_use_.emplace(b->ptr, b);
+  current_ += static_cast<int64_t>(nbytes);
+  ++count_;
+  if (current_ > peak_) peak_ = current_;
+  return b->ptr;
+}
+
+void CachingAllocator::deallocate(void* ptr) {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = in_use_.find(ptr);
+  MT_CHECK(it != in_use_.end(), name_, " caching allocator: deallocate of a pointer it did not allocate (", ptr,
+           ")");
+  Block* b = it->second;
+  in_use_.erase(it);
+  current_ -= static_cast<int64_t>(b->requested);
+  b->allocated = false;
+  b->requested = 0;
+
+  FreeList& list = pool(b->small);
+  // Merge with free neighbours (they are in the same pool and stream: a segment never mixes).
+  if (b->prev && !b->prev->allocated) {
+    Block* p = b->prev;
+    list.erase(p);
+    p->size += b->size;
+    p->next = b->next;
+    if (b->next) b->next->prev = p;
+    delete b;
+    b = p;
+  }
+  if (b->next && !b->next->allocated) {
+    Block* n = b->next;
+    list.erase(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    delete n;
+  }
+  list.insert(b);
+}
+
+bool CachingAllocator::owns(void* ptr) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_.count(ptr) != 0;
+}
+
+void CachingAllocator::release_free_segments() {
+  for (FreeList* list : {&small_free_, &large_free_}) {
+    for (auto it = list->begin(); it != list->end();) {
+      Block* b = *it;
+      if (b->prev || b->next) {  // part of a segment still (partly) in use
+        ++it;
+        continue;
+      }
+      it = list->erase(it);
+      backend_.free(b->ptr);
+      reserved_ -= static_cast<int64_t>(b->size);
+      --segments_;
+      delete b;
+    }
+  }
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_free_segments();
+}
+
+void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment) const {
+  MT_ERROR(name_, ": out of memory allocating ", nbytes, " bytes (rounded to ", rounded, ", segment of ", segment,
+           " bytes); allocator statistics: current ", current_, " bytes in ", in_use_.size(), " blocks, peak ",
+           peak_, ", reserved ", reserved_, " in ", segments_, " segments, allocation count ", count_,
+           " (the cache was freed and the allocation retried once)");
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  AllocatorStats s;
+  s.current_bytes = current_;
+  s.peak_bytes = peak_;
+  s.allocation_count = count_;
+  s.reserved_bytes = reserved_;
+  return s;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = current_;
+}
+
+int64_t CachingAllocator::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t used = 0;
+  for (auto& [ptr, b] : in_use_) used += static_cast<int64_t>(b->size);
+  return reserved_ - used;
+}
+
+int64_t CachingAllocator::segment_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return segments_;
+}
+
+int64_t CachingAllocator::backend_alloc_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backend_allocs_;
+}
+
+}  // namespace mixtape

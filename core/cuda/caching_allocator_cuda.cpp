@@ -1,0 +1,128 @@
+// core/cuda/caching_allocator_cuda.cpp — the CUDA allocator (see caching_allocator_cuda.h).
+// Invariants: nothing here calls CUDA during static initialisation; per-device caching
+// allocators are made on first use and never destroyed (tensors may be freed during process
+// exit, after static destructors would have run); cudaMalloc's out-of-memory becomes the
+// backend's nullptr, so the caching allocator frees its cache and retries before reporting.
+#include "core/cuda/caching_allocator_cuda.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/caching_allocator.h"
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
+#include "core/cuda_api.h"
+
+namespace mixtape::cuda::detail {
+namespace {
+
+RawBackend cuda_backend(int device) {
+  RawBackend b;
+  b.alloc = [device](size_t n) -> void* {
+    DeviceGuard guard(device);
+    void* p = nullptr;
+    cudaError_t status = cudaMalloc(&p, n);
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: clear it, the caller retries or reports
+      return nullptr;
+    }
+    MT_CUDA_CHECK(status, "cuda allocator");
+    return p;
+  };
+  b.free = [device](void* p) {
+    DeviceGuard guard(device);
+    MT_CUDA_CHECK(cudaFree(p), "cuda allocator");
+  };
+  return b;
+}
+
+// The per-device allocators, made on first use; leaked on purpose (see the file comment).
+struct Devices {
+  std::once_flag once;
+  std::atomic<bool> ready{false};  // per_device is filled and never changes again
+  std::vector<CachingAllocator*> per_device;
+};
+Devices& devices() {
+  static Devices* d = new Devices;
+  return *d;
+}
+CachingAllocator& for_device(int device) {
+  check_device(device, "cuda allocator");
+  Devices& d = devices();
+  std::call_once(d.once, [&d] {
+    int n = device_count();
+    for (int i = 0; i < n; ++i)
+      d.per_device.push_back(new CachingAllocator(cuda_backend(i), "cuda:" + std::to_string(i)));
+    d.ready.store(true, std::memory_order_release);
+  });
+  return *d.per_device[static_cast<size_t>(device)];
+}
+bool made() { return devices().ready.load(std::memory_order_acquire); }
+
+class CudaAllocator final : public Allocator {
+ public:
+  void* allocate(size_t nbytes) override { return allocate_on(Device::CUDA(current_device()), nbytes); }
+  void* allocate_on(Device device, size_t nbytes) override {
+    MT_CHECK(device.is_cuda(), "cuda allocator: asked for memory on ", device);
+    return device_alloc(device.index(), nbytes);
+  }
+  void deallocate(void* ptr, size_t) override { device_free(ptr); }
+  AllocatorStats stats() const override {
+    AllocatorStats total;
+    if (!made()) return total;
+    for (CachingAllocator* a : devices().per_device) {
+      AllocatorStats s = a->stats();
+      total.current_bytes += s.current_bytes;
+      total.peak_bytes += s.peak_bytes;  // sum of per-device peaks (each device's own is in cuda::memory_stats)
+      total.allocation_count += s.allocation_count;
+      total.reserved_bytes += s.reserved_bytes;
+    }
+    return total;
+  }
+  void reset_peak() override {
+    if (!made()) return;
+    for (CachingAllocator* a : devices().per_device) a->reset_peak();
+  }
+  Device device() const override { return Device::CUDA(0); }
+};
+
+// Installs the allocator: stores a pointer, touches no CUDA API.
+const bool kInstalled = [] {
+  static CudaAllocator* allocator = new CudaAllocator;
+  set_allocator(DeviceType::CUDA, allocator);
+  return true;
+}();
+
+}  // namespace
+
+void* device_alloc(int device, size_t nbytes) {
+  CachingAllocator& a = for_device(device);
+  if (nbytes == 0) return nullptr;
+  return a.allocate(nbytes, reinterpret_cast<CachingAllocator::StreamId>(current_stream(device)));
+}
+
+void device_free(void* ptr) {
+  if (!ptr || !made()) return;
+  for (CachingAllocator* a : devices().per_device) {
+    if (a->owns(ptr)) {
+      a->deallocate(ptr);
+      return;
+    }
+  }
+}
+
+void empty_device_caches() {
+  if (!made()) return;
+  for (CachingAllocator* a : devices().per_device) a->empty_cache();
+}
+
+AllocatorStats device_memory_stats(int device) {
+  if (!made()) return {};
+  return for_device(device).stats();
+}
+
+}  // namespace mixtape::cuda::detail

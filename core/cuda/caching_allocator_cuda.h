@@ -1,0 +1,18 @@
+// core/cuda/caching_allocator_cuda.h — the CUDA device allocator: one CachingAllocator
+// (core/caching_allocator.h) per device over cudaMalloc/cudaFree, installed as
+// get_allocator(DeviceType::CUDA) by a static initialiser that only stores a pointer; CUDA is
+// first touched by the first CUDA allocation (CUDA builds only; C++17-clean).
+#pragma once
+#include <cstddef>
+
+#include "core/allocator.h"
+
+namespace mixtape::cuda::detail {
+
+// Device memory on `device` for the current stream (what Storage and Scratch use).
+void* device_alloc(int device, size_t nbytes);
+void device_free(void* ptr);
+void empty_device_caches();
+AllocatorStats device_memory_stats(int device);
+
+}  // namespace mixtape::cuda::detail
