@@ -20,7 +20,7 @@ namespace mixtape::amp::fn {
 template <typename A>
 MIXTAPE_INLINE bool is_finite(A x) {
 #if defined(__CUDA_ARCH__)
-  return isfinite(x);
+  return ::isfinite(x);  // qualified: mixtape::isfinite(Half/BFloat16) would hide CUDA's overloads
 #else
   return std::isfinite(x);
 #endif

@@ -1,0 +1,73 @@
+// ops/cuda/kernel_api.h — the boundary between the op glue (ops/cuda/*.cpp, C++20, knows Tensor and
+// the dispatcher) and the CUDA kernels (ops/cuda/*.cu, C++17, know only pointers, byte strides and
+// dtypes). Everything that crosses it is plain data, so the .cu files never include core/tensor.h.
+//
+// Invariant: a launcher only enqueues work on the stream it is given and returns the launch's
+// cudaError_t; the .cpp side checks it with MT_CUDA_CHECK (core/cuda/check.h) naming the op.
+// Geometry is already broadcast and coalesced by the caller (ops/cuda/tensor_iter.h): at most
+// kMaxDims dims, strides in BYTES, operand 0 is the output.
+// C++17-clean, no Tensor: both compilers include this header.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace mixtape::cuda {
+
+inline constexpr int kMaxDims = 8;      // after coalescing; more dims are made contiguous first
+inline constexpr int kMaxOperands = 4;  // output + 3 inputs (where)
+
+// N operands over one shape; operand 0 is written.
+struct Operands {
+  int nops = 0;
+  int ndim = 0;
+  int64_t numel = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxOperands][kMaxDims] = {};  // bytes; 0 where an operand is broadcast
+  char* data[kMaxOperands] = {};
+  // True when every operand is dense in the same row-major order (one dim, stride = element size):
+  // the launchers then take the vectorized contiguous path.
+  bool contiguous = false;
+};
+
+// Parameters of the functors that have some (ops/functors.h, ops/activation_functors.h).
+struct FunctorParams {
+  double p0 = 0, p1 = 0;               // pow: exponent; leaky_relu: slope; clamp: lo, hi
+  bool f0 = false, f1 = false;         // gelu: tanh; clamp: has_lo, has_hi
+};
+
+enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Abs, Relu, Sigmoid, Tanh, Sign, Pow, Gelu, LeakyRelu, Clamp };
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Eq, ReluGrad, GeluGrad, LeakyReluGrad, ClampGrad };
+
+// out = f(in), both dtype `dt` (ops: operands 0 = out, 1 = in).
+cudaError_t launch_unary(UnaryOp op, DType dt, const Operands& ops, const FunctorParams& p, cudaStream_t s);
+// out = f(a, b): a, b of dtype `dt`; out of dtype `dt`, or bool when out_bool (comparisons).
+// scalar_side < 0: ops = (out, a, b). scalar_side 0/1: that operand is the wrapped number
+// `scalar`, kept in the compute type (PyTorch's opmath scalar, as ops/cpu/elementwise.h), and
+// ops = (out, the tensor operand).
+cudaError_t launch_binary(BinaryOp op, DType dt, bool out_bool, const Operands& ops, int scalar_side, double scalar,
+                          const FunctorParams& p, cudaStream_t s);
+// out (dtype dst) = convert(in (dtype src)), with ops/cast.cpp's conversion rules.
+cudaError_t launch_copy(DType dst, DType src, const Operands& ops, cudaStream_t s);
+// Every element of operand 0 (dtype dt) = value, converted as ops/creation.cpp does.
+cudaError_t launch_fill(DType dt, const Operands& ops, double value, cudaStream_t s);
+// out = cond ? a : b, a byte copy of elem_size bytes (ops = out, cond (bool), a, b).
+cudaError_t launch_where(size_t elem_size, const Operands& ops, cudaStream_t s);
+// Philox fill of a contiguous tensor (ops/creation.cpp's random_fill_): element i from the words
+// of stream (seed, offset), uniform [0,1) or standard normal.
+cudaError_t launch_random_fill(DType dt, void* data, int64_t n, uint64_t seed, uint64_t offset, bool normal,
+                               cudaStream_t s);
+
+// ---- reductions over contiguous runs (ops/cuda/reduce.cu) ----
+// `in` holds `runs` runs of `len` contiguous elements; each run reduces to one output element.
+enum class ReduceOp : uint8_t { Sum, Mean, Max };
+// Sum/Mean: out (dtype acc_dt: f64 for f32/f64 input, f32 for 16-bit, i64 for integers, as the
+// CPU's reduce_acc) = sum (/ len). Max: out (dtype in_dt) = the run's max with NaN winning, and
+// its first index in `indices` (may be null).
+cudaError_t launch_reduce_runs(ReduceOp op, DType in_dt, const void* in, int64_t runs, int64_t len, void* out,
+                               int64_t* indices, cudaStream_t s);
+
+}  // namespace mixtape::cuda
