@@ -1,0 +1,174 @@
+// ops/cuda/reduce_ops.cpp — CUDA kernels of sum, mean, max (values + indices), amax and argmax,
+// with the CPU ops' semantics (ops/reduce.cpp, ops/shape_ops.cpp): the same dims/keepdim/dtype
+// attributes, the same accumulator types (16-bit accumulate in f32, f32 in f64, integers in i64),
+// one rounding to the output dtype, NaN propagation in max/amax/argmax (the first NaN wins).
+// Strategy, as the CPU's: permute the reduced dims last and make the tensor dense on the device,
+// so each output element reduces one contiguous run (kernels in ops/cuda/reduce.cu).
+#include <algorithm>
+#include <vector>
+
+#include "ops/cuda/tensor_iter.h"
+
+namespace mixtape::cuda {
+namespace {
+
+IntList reduced_dims(const Tensor& x, const IntList& dims, const char* op) {
+  IntList out;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < x.dim(); ++d) out.push_back(d);
+    return out;
+  }
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(x.dim(), 1)), false);
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, x.dim(), op);
+    MT_CHECK(!seen[static_cast<size_t>(w)], op, ": dim ", w, " appears twice in ", shape_str(dims));
+    seen[static_cast<size_t>(w)] = true;
+  }
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (seen[static_cast<size_t>(d)]) out.push_back(d);
+  return out;
+}
+
+IntList reduced_shape(const Tensor& x, const IntList& rdims, bool keepdim) {
+  IntList out;
+  size_t r = 0;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const bool red = r < rdims.size() && rdims[r] == d;
+    if (red) ++r;
+    if (!red)
+      out.push_back(x.sizes()[d]);
+    else if (keepdim)
+      out.push_back(1);
+  }
+  return out;
+}
+
+// x with kept dims first and reduced dims last, dense on the device; returns (tensor, run length).
+std::pair<Tensor, int64_t> as_runs(const Tensor& x, const IntList& rdims, const char* op) {
+  IntList perm;
+  int64_t len = 1;
+  size_t r = 0;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (r < rdims.size() && rdims[r] == d) {
+      ++r;
+      len *= x.sizes()[d];
+    } else {
+      perm.push_back(d);
+    }
+  }
+  for (int64_t d : rdims) perm.push_back(d);
+  IntList sizes, strides;
+  for (int64_t d : perm) {
+    sizes.push_back(x.sizes()[d]);
+    strides.push_back(x.strides()[d]);
+  }
+  Tensor p = x.as_strided_alias(sizes, strides, x.storage_offset());
+  return {dense(p, op), len};
+}
+
+DType reduce_acc_dtype(DType t) {
+  if (is_reduced_float(t)) return DType::Float32;
+  if (is_floating(t)) return DType::Float64;
+  return DType::Int64;
+}
+
+// attrs: dims (empty = all), keepdim, dtype (optional), mean (bool)
+TensorList sum_cuda(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const bool is_mean = call.attrs.get_or<bool>("mean", false);
+  const IntList rdims = reduced_dims(x, call.attrs.get<IntList>("dims"), call.name());
+  const bool keepdim = call.attrs.get<bool>("keepdim");
+  const DType out_dt =
+      call.attrs.get_dtype("dtype").value_or(is_integral(x.dtype(), true) ? DType::Int64 : x.dtype());
+  MT_CHECK(!is_mean || is_floating(out_dt), call.name(), ": mean needs a floating dtype, got ", dtype_name(out_dt),
+           " (pass dtype=Float32 or convert the input)");
+  DeviceGuard guard(x.device().index());
+  const Tensor src = cast_to(x, is_floating(out_dt) && is_floating(x.dtype()) ? out_dt : x.dtype(), call.name());
+  auto [runs_t, len] = as_runs(src, rdims, call.name());
+  Tensor out = empty_on(reduced_shape(x, rdims, keepdim), out_dt, x.device());
+  if (out.numel() == 0) return {out};
+  Tensor acc = empty_on(out.sizes(), reduce_acc_dtype(src.dtype()), x.device());
+  MT_CUDA_CHECK(launch_reduce_runs(is_mean ? ReduceOp::Mean : ReduceOp::Sum, src.dtype(), runs_t.data_ptr(), out.numel(),
+                                   len, acc.data_ptr(), nullptr, current_stream()),
+                call.name());
+  copy_into(out, acc, call.name());  // the single rounding to the output dtype
+  return {out};
+}
+
+void check_not_bool(const OpCall& call, const Tensor& x) {
+  MT_CHECK(x.dtype() != DType::Bool, call.name(), ": bool tensors are not supported on CUDA, got ", x.describe());
+}
+
+TensorList max_cuda(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  MT_CHECK(x.numel() > 0, call.name(), ": cannot reduce an empty tensor ", x.describe());
+  check_not_bool(call, x);
+  const int64_t dim = wrap_dim(call.attrs.get<int64_t>("dim"), x.dim(), call.name());
+  const bool keepdim = call.attrs.get<bool>("keepdim");
+  const IntList rdims = x.dim() == 0 ? IntList{} : IntList{dim};
+  DeviceGuard guard(x.device().index());
+  auto [runs_t, len] = as_runs(x, rdims, call.name());
+  const IntList oshape = reduced_shape(x, rdims, keepdim);
+  Tensor values = empty_on(oshape, x.dtype(), x.device());
+  Tensor indices = empty_on(oshape, DType::Int64, x.device());
+  MT_CUDA_CHECK(launch_reduce_runs(ReduceOp::Max, x.dtype(), runs_t.data_ptr(), values.numel(), len, values.data_ptr(),
+                                   static_cast<int64_t*>(indices.data_ptr()), current_stream()),
+                call.name());
+  return {values, indices};
+}
+
+TensorList amax_cuda(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  MT_CHECK(x.numel() > 0, call.name(), ": cannot reduce an empty tensor ", x.describe());
+  check_not_bool(call, x);
+  const IntList rdims = reduced_dims(x, call.attrs.get<IntList>("dims"), call.name());
+  DeviceGuard guard(x.device().index());
+  auto [runs_t, len] = as_runs(x, rdims, call.name());
+  Tensor out = empty_on(reduced_shape(x, rdims, call.attrs.get<bool>("keepdim")), x.dtype(), x.device());
+  MT_CUDA_CHECK(launch_reduce_runs(ReduceOp::Max, x.dtype(), runs_t.data_ptr(), out.numel(), len, out.data_ptr(),
+                                   nullptr, current_stream()),
+                call.name());
+  return {out};
+}
+
+// argmax(x, dim?, keepdim): without a dim, the index into the flattened tensor.
+TensorList argmax_cuda(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const bool keepdim = call.attrs.get<bool>("keepdim");
+  MT_CHECK(x.dtype() != DType::Bool, call.name(), ": bool tensors are not supported, got ", x.describe());
+  IntList rdims, out_sizes;
+  if (!call.attrs.has("dim")) {
+    MT_CHECK(x.numel() > 0, call.name(), ": cannot take the argmax of an empty tensor ", x.describe(),
+             " over all elements (pass a dim)");
+    for (int64_t d = 0; d < x.dim(); ++d) rdims.push_back(d);
+    if (keepdim) out_sizes = IntList(static_cast<size_t>(x.dim()), 1);
+  } else {
+    const int64_t d = wrap_dim(call.attrs.get<int64_t>("dim"), x.dim(), call.name());
+    if (x.dim() > 0) {
+      rdims = {d};
+      out_sizes = reduced_shape(x, rdims, keepdim);
+      MT_CHECK(x.sizes()[d] > 0 || numel_of(out_sizes) == 0, call.name(), ": cannot reduce dimension ", d,
+               " of size 0 in ", x.describe(), " (the argmax of nothing is undefined)");
+    }
+  }
+  DeviceGuard guard(x.device().index());
+  Tensor out = empty_on(out_sizes, DType::Int64, x.device());
+  if (out.numel() == 0) return {out};
+  auto [runs_t, len] = as_runs(x, rdims, call.name());
+  MT_CUDA_CHECK(launch_reduce_runs(ReduceOp::Max, x.dtype(), runs_t.data_ptr(), out.numel(), len, nullptr,
+                                   static_cast<int64_t*>(out.data_ptr()), current_stream()),
+                call.name());
+  return {out};
+}
+
+const bool kRegistered = [] {
+  register_kernel("sum", DeviceType::CUDA, sum_cuda);
+  register_kernel("mean", DeviceType::CUDA, sum_cuda);  // attr mean = true, as the CPU kernel
+  register_kernel("max", DeviceType::CUDA, max_cuda);
+  register_kernel("amax", DeviceType::CUDA, amax_cuda);
+  register_kernel("argmax", DeviceType::CUDA, argmax_cuda);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mixtape::cuda
