@@ -1,7 +1,7 @@
 // bench/amp_step.cpp — one training step of a model in each precision mode: median step time
 // (and spread) and peak allocated bytes (the allocator's statistics), side by side.
 //
-//   build/bench/amp_step [--model smallcnn|resnet20] [--batch 256] [--steps 5] [--threads 2]
+//   build/bench/amp_step [--model smallcnn|resnet20] [--batch 256] [--steps 5] [--threads 2] [--only MODE]
 //
 // Modes: fp32; amp-fp16 (autocast FP16, FP32 parameters, GradScaler); amp-bf16 (autocast
 // BF16, no scaling needed); fp16-master (model.to(Float16) keeping BatchNorm in FP32, FP32
@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,8 +35,15 @@ struct Mode {
 
 struct Result {
   double median_ms = 0, min_ms = 0, max_ms = 0;
+  double cpu_ms = 0;  // median CPU time of the process (all threads) per step: robust when the machine is shared
   int64_t peak = 0, peak_over_start = 0;
 };
+
+double process_cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
 
 std::shared_ptr<nn::Module> make_model(const std::string& name, bool checkpoint) {
   manual_seed(0);
@@ -56,13 +64,14 @@ Result run(const std::string& model_name, const Mode& mode, int64_t batch, int s
   Generator g(1);
   Tensor x = randn({batch, 1, 28, 28}, {}, &g);
   Tensor y = (rand({batch}, {}, &g) * 10.0).to(DType::Int64);
-  std::vector<double> ms;
+  std::vector<double> ms, cpu;
   Result r;
   for (int s = -1; s < steps; ++s) {  // step -1 warms up (creates optimizer state)
     opt.zero_grad();
     const int64_t start = memory_stats().current_bytes;
     reset_peak_memory();
     auto t0 = std::chrono::steady_clock::now();
+    const double c0 = process_cpu_ms();
     Tensor loss;
     {
       std::optional<amp::AutocastGuard> ac;
@@ -73,13 +82,17 @@ Result run(const std::string& model_name, const Mode& mode, int64_t batch, int s
     scaler.step(opt);
     scaler.update();
     auto t1 = std::chrono::steady_clock::now();
+    const double c1 = process_cpu_ms();
     if (s < 0) continue;
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    cpu.push_back(c1 - c0);
     r.peak = std::max(r.peak, memory_stats().peak_bytes);
     r.peak_over_start = std::max(r.peak_over_start, memory_stats().peak_bytes - start);
   }
   std::sort(ms.begin(), ms.end());
   r.median_ms = ms[ms.size() / 2];
+  std::sort(cpu.begin(), cpu.end());
+  r.cpu_ms = cpu[cpu.size() / 2];
   r.min_ms = ms.front();
   r.max_ms = ms.back();
   return r;
@@ -91,14 +104,16 @@ int main(int argc, char** argv) {
   std::string model = "smallcnn";
   int64_t batch = 256;
   int steps = 5, threads = 2;
+  std::string only;  // run just this mode (profiling)
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--model") model = v;
     else if (a == "--batch") batch = std::stoll(v);
     else if (a == "--steps") steps = std::stoi(v);
     else if (a == "--threads") threads = std::stoi(v);
+    else if (a == "--only") only = v;
     else {
-      std::fprintf(stderr, "usage: amp_step [--model smallcnn|resnet20] [--batch N] [--steps N] [--threads N]\n");
+      std::fprintf(stderr, "usage: amp_step [--model smallcnn|resnet20] [--batch N] [--steps N] [--threads N] [--only MODE]\n");
       return 2;
     }
   }
@@ -115,16 +130,18 @@ int main(int argc, char** argv) {
   }
   std::printf("%s, batch %lld, %d threads, median of %d steps\n", model.c_str(), static_cast<long long>(batch), threads,
               steps);
-  std::printf("%-22s %10s %16s %12s %8s %16s %8s\n", "mode", "step ms", "(min..max)", "peak MiB", "x fp32",
-              "over start MiB", "x fp32");
+  std::printf("%-22s %10s %16s %8s %10s %8s %12s %8s %16s %8s\n", "mode", "step ms", "(min..max)", "x fp32", "cpu ms",
+              "x fp32", "peak MiB", "x fp32", "over start MiB", "x fp32");
   Result base;
   try {
     for (const Mode& m : modes) {
+      if (!only.empty() && only != m.name && std::strcmp(m.name, "fp32") != 0) continue;
       Result r = run(model, m, batch, steps);
       if (std::strcmp(m.name, "fp32") == 0) base = r;
       char range[64];
       std::snprintf(range, sizeof range, "(%.1f..%.1f)", r.min_ms, r.max_ms);
-      std::printf("%-22s %10.1f %16s %12.1f %8.2f %16.1f %8.2f\n", m.name, r.median_ms, range, r.peak / 1048576.0,
+      std::printf("%-22s %10.1f %16s %8.2f %10.1f %8.2f %12.1f %8.2f %16.1f %8.2f\n", m.name, r.median_ms, range,
+                  r.median_ms / base.median_ms, r.cpu_ms, r.cpu_ms / base.cpu_ms, r.peak / 1048576.0,
                   static_cast<double>(r.peak) / static_cast<double>(base.peak), r.peak_over_start / 1048576.0,
                   static_cast<double>(r.peak_over_start) / static_cast<double>(base.peak_over_start));
     }

@@ -3,10 +3,13 @@
 //   mean(x, dims, keepdim) = sum / count, floating only
 //   max(x, dim, keepdim) -> (values T, indices i64)
 //   amax(x, dims, keepdim) -> T
-// CPU strategy: move the reduced dims last and make the tensor contiguous, so every output
-// element reduces one contiguous run; runs are split over threads.
+// CPU strategy: every output element reduces its elements in row-major order of the reduced
+// dims, so results do not depend on threads or layout; output elements are split over threads.
+// sum/mean walk the input in place (no copy: the conv bias gradient sums (N, H, W) of an NCHW
+// gradient, a permutation that is not contiguous); max/amax first make the runs contiguous.
 #include "ops/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -81,6 +84,66 @@ std::pair<Tensor, int64_t> as_runs(const Tensor& x, const IntList& rdims) {
   return {p, len};
 }
 
+// The reduced elements of x, seen from each output element: the kept dims give a run's start,
+// the reduced dims (coalesced where contiguous) are walked in row-major order, innermost as rows.
+struct StridedRuns {
+  IntList kept_sizes, kept_strides;    // elements
+  IntList outer_sizes, outer_strides;  // reduced dims except the innermost
+  int64_t inner = 1, inner_stride = 1;
+  int64_t len = 1;                     // elements per run
+
+  StridedRuns(const Tensor& x, const IntList& rdims) {
+    size_t r = 0;
+    IntList red_sizes, red_strides;
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      const bool red = r < rdims.size() && rdims[r] == d;
+      if (red) ++r;
+      if (x.sizes()[d] == 1) continue;  // contributes nothing to offsets
+      (red ? red_sizes : kept_sizes).push_back(x.sizes()[d]);
+      (red ? red_strides : kept_strides).push_back(x.strides()[d]);
+    }
+    for (size_t k = 0; k < red_sizes.size(); ++k) {
+      len *= red_sizes[k];
+      if (k > 0) {
+        // merge dim k into the previous one when they are contiguous with each other
+        if (inner_stride == red_strides[k] * red_sizes[k]) {
+          inner *= red_sizes[k];
+          inner_stride = red_strides[k];
+          continue;
+        }
+        outer_sizes.push_back(inner);
+        outer_strides.push_back(inner_stride);
+      }
+      inner = red_sizes[k];
+      inner_stride = red_strides[k];
+    }
+  }
+  // Offset (elements) of run i's first element; i indexes the kept dims row-major.
+  int64_t start(int64_t i) const {
+    int64_t off = 0;
+    for (size_t d = kept_sizes.size(); d-- > 0;) {
+      off += (i % kept_sizes[d]) * kept_strides[d];
+      i /= kept_sizes[d];
+    }
+    return off;
+  }
+  // row(offset, count) for each innermost row of run i, in row-major order.
+  template <typename Row>
+  void visit(int64_t i, Row&& row) const {
+    const int64_t base = start(i);
+    int64_t outer = 1;
+    for (int64_t s : outer_sizes) outer *= s;
+    for (int64_t o = 0; o < outer; ++o) {
+      int64_t off = base, rem = o;
+      for (size_t d = outer_sizes.size(); d-- > 0;) {
+        off += (rem % outer_sizes[d]) * outer_strides[d];
+        rem /= outer_sizes[d];
+      }
+      row(off, inner);
+    }
+  }
+};
+
 // Runs fn(run_index) for every output element, in parallel when the work is large.
 template <typename F>
 void for_each_run(int64_t runs, int64_t len, F&& fn) {
@@ -99,18 +162,30 @@ TensorList sum_cpu(const OpCall& call) {
            " (pass dtype=Float32 or convert the input)");
   // Compute in the requested dtype when it is wider (sum(f16, dtype=f32) accumulates f16 values as f32).
   Tensor src = cpu::cast_to(x, is_floating(out_dt) && is_floating(x.dtype()) ? out_dt : x.dtype());
-  auto [runs_t, len] = as_runs(src, rdims);
+  const StridedRuns runs(src, rdims);
+  const int64_t len = runs.len;
   Tensor out = Tensor::empty(reduced_shape(x, rdims, keepdim), TensorOptions(out_dt));
-  int64_t runs = out.numel();
   visit_dtype(src.dtype(), call.name(), [&]<typename T>() {
     using Acc = typename reduce_acc<T>::type;
-    const T* in = static_cast<const T*>(runs_t.data_ptr());
+    const T* in = static_cast<const T*>(src.data_ptr());
     Tensor acc_out = Tensor::empty(out.sizes(), TensorOptions(dtype_v<Acc>));
     Acc* o = static_cast<Acc*>(acc_out.data_ptr());
-    for_each_run(runs, len, [&](int64_t i) {
-      const T* p = in + i * len;
+    for_each_run(out.numel(), len, [&](int64_t i) {
       Acc s = 0;
-      for (int64_t j = 0; j < len; ++j) s += static_cast<Acc>(static_cast<acc_t<T>>(p[j]));
+      runs.visit(i, [&](int64_t off, int64_t n) {
+        const T* p = in + off;
+        const int64_t st = runs.inner_stride;
+        if constexpr (cpu::is_16bit_v<T>) {  // widen blocks with F16C; same order, same sum
+          float buf[cpu::kBlock];
+          for (int64_t j0 = 0; j0 < n; j0 += cpu::kBlock) {
+            const int64_t m = std::min(cpu::kBlock, n - j0);
+            cpu::load_block<T>(reinterpret_cast<const char*>(p + j0 * st), st * int64_t(sizeof(T)), m, buf);
+            for (int64_t j = 0; j < m; ++j) s += buf[j];
+          }
+        } else {
+          for (int64_t j = 0; j < n; ++j) s += static_cast<Acc>(static_cast<acc_t<T>>(p[j * st]));
+        }
+      });
       if (is_mean) s = len ? s / static_cast<Acc>(len) : std::numeric_limits<Acc>::quiet_NaN();
       o[i] = s;
     });

@@ -2,6 +2,7 @@
 // ops/functors.h. Broadcasting, type promotion, wrapped scalars and 16-bit rounding live here
 // once, so an op file only names its functor.
 #pragma once
+#include <algorithm>
 #include <type_traits>
 
 #include "core/dispatcher.h"
@@ -44,7 +45,21 @@ TensorList unary_kernel(const OpCall& call) {
       strided_loop<2>(x.sizes(), {{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
                                   {broadcast_byte_strides(out, x.sizes()), broadcast_byte_strides(x, x.sizes())}},
                       [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
-                        for (int64_t i = 0; i < n; ++i) store<T>(p[0] + i * s[0], f(load<T>(p[1] + i * s[1])));
+                        if constexpr (is_16bit_v<T>) {
+                          float in[kBlock], out[kBlock];
+                          for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+                            const int64_t m = std::min(kBlock, n - i0);
+                            load_block<T>(p[1] + i0 * s[1], s[1], m, in);
+                            for (int64_t i = 0; i < m; ++i) out[i] = f(in[i]);
+                            store_block<T>(p[0] + i0 * s[0], s[0], m, out);
+                          }
+                        } else if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+                          T* o = reinterpret_cast<T*>(p[0]);  // contiguous: a loop the compiler vectorizes
+                          const T* in = reinterpret_cast<const T*>(p[1]);
+                          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(f(static_cast<acc_t<T>>(in[i])));
+                        } else {
+                          for (int64_t i = 0; i < n; ++i) store<T>(p[0] + i * s[0], f(load<T>(p[1] + i * s[1])));
+                        }
                       });
     }
   });
@@ -83,10 +98,22 @@ TensorList binary_kernel(const OpCall& call) {
         strided_loop<2>(shape, {{static_cast<char*>(out.data_ptr()), static_cast<char*>(t.data_ptr())},
                                 {broadcast_byte_strides(out, shape), broadcast_byte_strides(t, shape)}},
                         [&](std::array<char*, 2> p, std::array<int64_t, 2> st, int64_t n) {
-                          if (b_scalar)
+                          if constexpr (is_16bit_v<T> && rule != TypeRule::Bool) {
+                            float in[kBlock], out[kBlock];
+                            for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+                              const int64_t m = std::min(kBlock, n - i0);
+                              load_block<T>(p[1] + i0 * st[1], st[1], m, in);
+                              if (b_scalar)
+                                for (int64_t i = 0; i < m; ++i) out[i] = f(in[i], s);
+                              else
+                                for (int64_t i = 0; i < m; ++i) out[i] = f(s, in[i]);
+                              store_block<T>(p[0] + i0 * st[0], st[0], m, out);
+                            }
+                          } else if (b_scalar) {
                             for (int64_t i = 0; i < n; ++i) emit(p[0] + i * st[0], f(load<T>(p[1] + i * st[1]), s));
-                          else
+                          } else {
                             for (int64_t i = 0; i < n; ++i) emit(p[0] + i * st[0], f(s, load<T>(p[1] + i * st[1])));
+                          }
                         });
         return;
       }
@@ -97,7 +124,16 @@ TensorList binary_kernel(const OpCall& call) {
                        {broadcast_byte_strides(out, shape), broadcast_byte_strides(ca, shape),
                         broadcast_byte_strides(cb, shape)}},
                       [&](std::array<char*, 3> p, std::array<int64_t, 3> st, int64_t n) {
-                        if (st[0] == sizeof(T) && st[1] == sizeof(T) && st[2] == sizeof(T)) {
+                        if constexpr (is_16bit_v<T> && rule != TypeRule::Bool) {
+                          float x[kBlock], y[kBlock];
+                          for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+                            const int64_t m = std::min(kBlock, n - i0);
+                            load_block<T>(p[1] + i0 * st[1], st[1], m, x);
+                            load_block<T>(p[2] + i0 * st[2], st[2], m, y);
+                            for (int64_t i = 0; i < m; ++i) x[i] = f(x[i], y[i]);
+                            store_block<T>(p[0] + i0 * st[0], st[0], m, x);
+                          }
+                        } else if (st[0] == sizeof(T) && st[1] == sizeof(T) && st[2] == sizeof(T)) {
                           for (int64_t i = 0; i < n; ++i)
                             emit(p[0] + i * sizeof(T), f(load<T>(p[1] + i * sizeof(T)), load<T>(p[2] + i * sizeof(T))));
                         } else {

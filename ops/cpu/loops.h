@@ -10,6 +10,7 @@
 #include <cstring>
 #include <omp.h>
 
+#include "core/convert.h"
 #include "core/tensor.h"
 
 namespace mixtape::cpu {
@@ -120,6 +121,36 @@ template <typename T>
 inline void store(char* p, acc_t<T> v) {
   T t = static_cast<T>(v);
   std::memcpy(p, &t, sizeof(T));
+}
+
+// 16-bit rows run in blocks: widened to float with the bulk (F16C) converters, computed in
+// float, narrowed once. The bits equal element-by-element conversion (core/convert.h's
+// invariant); the time is a fraction, since a scalar binary16 conversion is a dozen branches.
+inline constexpr int64_t kBlock = 256;
+template <typename T>
+inline constexpr bool is_16bit_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+// dst[i] = value of the T at p + i * stride, for i < n (n <= kBlock).
+template <typename T>
+inline void load_block(const char* p, int64_t stride, int64_t n, acc_t<T>* dst) {
+  if (stride == static_cast<int64_t>(sizeof(T))) {
+    if constexpr (std::is_same_v<T, Half>)
+      return convert_half_to_float(reinterpret_cast<const Half*>(p), dst, static_cast<size_t>(n));
+    if constexpr (std::is_same_v<T, BFloat16>)
+      return convert_bfloat16_to_float(reinterpret_cast<const BFloat16*>(p), dst, static_cast<size_t>(n));
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = load<T>(p + i * stride);
+}
+// The T at p + i * stride = src[i] rounded once, for i < n.
+template <typename T>
+inline void store_block(char* p, int64_t stride, int64_t n, const acc_t<T>* src) {
+  if (stride == static_cast<int64_t>(sizeof(T))) {
+    if constexpr (std::is_same_v<T, Half>)
+      return convert_float_to_half(src, reinterpret_cast<Half*>(p), static_cast<size_t>(n));
+    if constexpr (std::is_same_v<T, BFloat16>)
+      return convert_float_to_bfloat16(src, reinterpret_cast<BFloat16*>(p), static_cast<size_t>(n));
+  }
+  for (int64_t i = 0; i < n; ++i) store<T>(p + i * stride, src[i]);
 }
 
 // Byte strides of `t` broadcast to `shape` (0 where t is broadcast).

@@ -268,6 +268,38 @@ TEST(ConvPoolLinear, MaxPoolIndicesFirstMaxAndNaN) {
   EXPECT_EQ(in.item<int64_t>(), 1);
 }
 
+TEST(ConvPoolLinear, MaxPool2x2MatchesAWindowScanWithTiesNaNAndInf) {
+  // The 2x2 stride-2 fast path against a plain scan: ties keep the first tap in row-major
+  // order, a NaN takes over (a later NaN too, as PyTorch), -inf is an ordinary value; an odd
+  // H drops the last row. Many ties: values are small integers.
+  Generator g(21);
+  std::vector<float> v = (rand({2, 3, 9, 10}, {}, &g) * 4.0).to_vector<float>();
+  for (float& e : v) e = std::floor(e);
+  v[7] = NAN, v[40] = NAN, v[41] = NAN, v[100] = -INFINITY, v[101] = -INFINITY, v[110] = -INFINITY, v[111] = -INFINITY;
+  Tensor x = tensor(std::vector<double>(v.begin(), v.end()), {2, 3, 9, 10});
+  auto [y, idx] = max_pool2d_with_indices(x, {2});
+  ASSERT_EQ(y.sizes(), (IntList{2, 3, 4, 5}));
+  std::vector<float> got = y.to_vector<float>();
+  std::vector<int64_t> got_i = idx.to_vector<int64_t>();
+  for (int64_t p = 0; p < 6; ++p)
+    for (int64_t oh = 0; oh < 4; ++oh)
+      for (int64_t ow = 0; ow < 5; ++ow) {
+        float best = -INFINITY;
+        int64_t bi = 2 * oh * 10 + 2 * ow;
+        for (int64_t h = 2 * oh; h < 2 * oh + 2; ++h)
+          for (int64_t w = 2 * ow; w < 2 * ow + 2; ++w) {
+            float e = v[static_cast<size_t>(p * 90 + h * 10 + w)];
+            if (e > best || std::isnan(e)) best = e, bi = h * 10 + w;
+          }
+        size_t o = static_cast<size_t>(p * 20 + oh * 5 + ow);
+        EXPECT_EQ(got_i[o], bi) << "plane " << p << " window " << oh << "," << ow;
+        if (std::isnan(best))
+          EXPECT_TRUE(std::isnan(got[o]));
+        else
+          EXPECT_EQ(got[o], best);
+      }
+}
+
 TEST(ConvPoolLinear, AvgPoolDivisors) {
   Tensor x = ones({1, 1, 3, 3});
   // 3x3 window, padding 1, corner output: 4 real cells of 9.

@@ -74,6 +74,57 @@ TEST_P(Reduced, MatmulAccumulatesInFloat) {
   EXPECT_TRUE(bit_equal(got, want));
 }
 
+TEST_P(Reduced, StridedAndLongRowsRoundOnce) {
+  // Rows longer than a conversion block, and strided or broadcast operands, take other paths
+  // through the 16-bit kernels than short contiguous rows; the bits must not change.
+  DType dt = GetParam();
+  Generator g(14);
+  Tensor x = (randn({37, 70}, {}, &g) * 3.0).to(dt).transpose(0, 1);  // (70, 37), strided
+  Tensor y = (randn({1, 1000}, {}, &g) * 2.0).to(dt);                  // one long row
+  EXPECT_TRUE(bit_equal(relu(x), relu(x.to(DType::Float32)).to(dt)));
+  EXPECT_TRUE(bit_equal(exp(y), exp(y.to(DType::Float32)).to(dt)));
+  EXPECT_TRUE(bit_equal(y * 0.3, (y.to(DType::Float32) * 0.3).to(dt)));
+  EXPECT_TRUE(bit_equal(x + x.slice(0, 0, 1), (x.to(DType::Float32) + x.slice(0, 0, 1).to(DType::Float32)).to(dt)));
+  Tensor y0 = y.slice(1, 0, 1);  // (1, 1), broadcast over the long row
+  EXPECT_TRUE(bit_equal(y - y0, (y.to(DType::Float32) - y0.to(DType::Float32)).to(dt)));
+}
+
+TEST_P(Reduced, SumOfAnyLayoutEqualsSumOfItsContiguousCopy) {
+  // sum walks strided inputs in place; it must visit elements in the order of the contiguous
+  // copy, so the f32 accumulation (and its one rounding) gives the same bits.
+  DType dt = GetParam();
+  Generator g(15);
+  Tensor nchw = randn({6, 5, 9, 11}, {}, &g).to(dt);
+  for (const IntList& dims : {IntList{0, 2, 3}, IntList{1}, IntList{0}, IntList{3}, IntList{}, IntList{1, 3}}) {
+    for (bool keep : {false, true}) {
+      Tensor want = sum(nchw.contiguous(), dims, keep);
+      EXPECT_TRUE(bit_equal(sum(nchw, dims, keep), want)) << shape_str(dims);
+      Tensor perm = nchw.permute({2, 0, 3, 1}).contiguous().permute({1, 3, 0, 2});  // same values, other strides
+      EXPECT_TRUE(bit_equal(sum(perm, dims, keep), want)) << "permuted, dims " << shape_str(dims);
+    }
+  }
+  Tensor sliced = nchw.slice(2, 1, 9, 2);  // (6, 5, 4, 11), a gap between rows
+  EXPECT_TRUE(bit_equal(sum(sliced, {0, 2, 3}), sum(sliced.contiguous(), {0, 2, 3})));
+  EXPECT_TRUE(bit_equal(mean(sliced, {1, 3}), mean(sliced.contiguous(), {1, 3})));
+}
+
+TEST_P(Reduced, MaxPoolForwardAndBackwardRoundOnce) {
+  // 16-bit pooling widens planes to f32: the max is exact and the gradient sums round once.
+  DType dt = GetParam();
+  Generator g(16);
+  Tensor x = randn({3, 4, 13, 12}, {}, &g).to(dt);
+  for (const IntList& k : {IntList{2}, IntList{3}}) {
+    const IntList stride = k[0] == 3 ? IntList{1} : IntList{};  // 3x3 stride 1: windows overlap, grads add up
+    Tensor x16 = x.detach().requires_grad_(true), x32 = x.to(DType::Float32).detach().requires_grad_(true);
+    Tensor y16 = max_pool2d(x16, k, stride, {1}), y32 = max_pool2d(x32, k, stride, {1});
+    EXPECT_TRUE(bit_equal(y16, y32.to(dt)));
+    Tensor gy = randn(y16.sizes(), {}, &g).to(dt);
+    y16.backward(gy);
+    y32.backward(gy.to(DType::Float32));
+    EXPECT_TRUE(bit_equal(x16.grad(), x32.grad().to(dt))) << "kernel " << k[0];
+  }
+}
+
 TEST(Reduced16, DotOf4096HalfOnesIsExactly4096) {
   // In f16 arithmetic a running sum of ones sticks at 2048 (2048 + 1 rounds back to 2048);
   // f32 accumulation with one final rounding gives 4096 = 0x6C00 (AMP-REFERENCE #36).

@@ -149,7 +149,9 @@ size_t run_optimizer_case(const json& c) {
       } else {
         Tensor mine = opt->state(params[i], key);
         EXPECT_TRUE(mine.defined()) << key << " of parameter " << i;
-        if (mine.defined()) EXPECT_TRUE(same_bits(mine, decode(v))) << key << " of parameter " << i;
+        if (mine.defined()) {
+          EXPECT_TRUE(same_bits(mine, decode(v))) << key << " of parameter " << i;
+        }
       }
     }
   }
