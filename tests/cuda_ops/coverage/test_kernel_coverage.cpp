@@ -1,0 +1,160 @@
+// tests/cuda_ops/coverage/test_kernel_coverage.cpp — the CUDA kernel coverage table: every op of the
+// registry x {CPU, CUDA} x the dtypes the parity tests of this folder exercise on CUDA. Runs on
+// every machine (no GPU needed: it reads the registry), ctest label cuda_coverage, not gpu.
+//
+// Rules (in a build with CUDA; a -DMIXTAPE_CUDA=OFF build only prints the table):
+//   - an op with a device kernel on the CPU must have one on CUDA, unless it is listed in
+//     kPendingCudaKernels below;
+//   - a listed op that has gained a CUDA kernel fails too, so the list is always exactly what is
+//     left to do;
+//   - an op with a CUDA kernel must name the dtypes its parity test covers in kParityDtypes (a
+//     kernel without a CPU<->CUDA test fails), unless it is tested in another folder.
+// Composite ops and view ops (metadata only) need no kernel of their own.
+#include <gtest/gtest.h>
+
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+
+#include "core/cuda_api.h"
+#include "core/dispatcher.h"
+#include "mixtape/mixtape.h"
+
+namespace mixtape {
+namespace {
+
+// Ops whose CUDA kernel is not written yet. Keep exact: the test fails both ways.
+const std::set<std::string> kPendingCudaKernels = {
+    "_amp_foreach_non_finite_check_and_unscale_",
+    "_amp_update_scale_",
+    "adam_step_",
+    "adaptive_avg_pool2d",
+    "adaptive_avg_pool2d_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "batch_norm",
+    "batch_norm_backward",
+    "binary_cross_entropy",
+    "binary_cross_entropy_backward",
+    "binary_cross_entropy_with_logits",
+    "cat",
+    "conv2d",
+    "conv2d_input_grad",
+    "conv2d_weight_grad",
+    "dropout",
+    "gather",
+    "index_select",
+    "index_select_backward",
+    "layer_norm",
+    "log_softmax",
+    "log_softmax_backward",
+    "max_pool2d",
+    "max_pool2d_backward",
+    "max_pool2d_input_backward",
+    "max_pool2d_with_indices",
+    "mse_loss",
+    "nll_loss",
+    "nll_loss_backward",
+    "norm_pow_sum",
+    "scatter_add",
+    "sgd_step_",
+    "slice_backward",
+    "softmax",
+    "softmax_backward",
+    "unscale_to_master_grad_",
+};
+
+// The dtypes each CUDA kernel's parity test in tests/cuda_ops/ compares against the CPU.
+const std::map<std::string, std::string> kParityDtypes = {
+    {"abs", "f32 f16 bf16 f64 i32 i64 u8"},
+    {"add", "f32 f16 bf16 f64 i32 mixed"},
+    {"add_", "f32 f16 bf16 f64"},
+    {"amax", "f32 f16 bf16 f64 i32 i64"},
+    {"argmax", "f32 f16 bf16 f64 i32 i64"},
+    {"clamp", "f32 f16 bf16 f64 i32 i64 u8"},
+    {"clamp_grad", "f32 f16 bf16 f64"},
+    {"clone", "all 8"},
+    {"copy_", "f32 f16 bf16 f64"},
+    {"div", "f32 f16 bf16 f64 i32"},
+    {"eq", "f32 f16 bf16 f64"},
+    {"exp", "f32 f16 bf16 f64 i32 i64 u8"},
+    {"fill_", "f32 f16 bf16 f64"},
+    {"full_like", "f32 f16 bf16 f64"},
+    {"gelu", "f32 f16 bf16 f64"},
+    {"gelu_grad", "f32 f16 bf16 f64"},
+    {"leaky_relu", "f32 f16 bf16 f64"},
+    {"leaky_relu_grad", "f32 f16 bf16 f64"},
+    {"linear", "f32 f16 bf16 f64"},
+    {"log", "f32 f16 bf16 f64"},
+    {"matmul", "f32 f16 bf16 f64"},
+    {"max", "f32 f16 bf16 f64 i32 i64"},
+    {"mean", "f32 f16 bf16 f64"},
+    {"mul", "f32 f16 bf16 f64 mixed"},
+    {"mul_", "f32 f16 bf16 f64"},
+    {"neg", "f32 f16 bf16 f64 i32 i64"},
+    {"pow", "f32 f16 bf16 f64"},
+    {"random_fill_", "f32 f16 bf16 f64"},
+    {"relu", "f32 f16 bf16 f64"},
+    {"relu_grad", "f32 f16 bf16 f64"},
+    {"sigmoid", "f32 f16 bf16 f64"},
+    {"sign", "f32 f16 bf16 f64 i32 i64 u8"},
+    {"sqrt", "f32 f16 bf16 f64"},
+    {"sub", "f32 f16 bf16 f64"},
+    {"sum", "f32 f16 bf16 f64 i32"},
+    {"tanh", "f32 f16 bf16 f64"},
+    {"to_dtype", "all 8 x all 8"},
+    {"where", "f32 f16 bf16 f64"},
+};
+// CUDA kernels whose CPU<->CUDA tests live in another folder.
+const std::map<std::string, std::string> kTestedElsewhere = {
+    {"to_device", "tests/cuda_runtime"},
+};
+
+TEST(CudaKernelCoverage, EveryCpuKernelHasACudaKernelOrIsPending) {
+  const bool cuda_built = cuda::built_with_cuda();
+  std::ostringstream table;
+  table << std::left << std::setw(44) << "op" << std::setw(6) << "CPU" << std::setw(9) << "CUDA"
+        << "CUDA dtypes checked against the CPU\n";
+  std::vector<std::string> missing, stale, untested;
+  int with_cuda = 0, needing = 0;
+  for (const OpSchema* op : all_ops()) {
+    if (op->composite || op->any_device) continue;  // no kernel of their own on any device
+    const bool cpu = op->kernels[static_cast<int>(DeviceType::CPU)] != nullptr;
+    const bool gpu = op->kernels[static_cast<int>(DeviceType::CUDA)] != nullptr;
+    if (!cpu && !gpu) continue;
+    ++needing;
+    with_cuda += gpu;
+    const bool pending = kPendingCudaKernels.count(op->name) > 0;
+    std::string dtypes = "-";
+    if (auto it = kParityDtypes.find(op->name); it != kParityDtypes.end()) dtypes = it->second;
+    if (auto it = kTestedElsewhere.find(op->name); it != kTestedElsewhere.end()) dtypes = "see " + it->second;
+    table << std::setw(44) << op->name << std::setw(6) << (cpu ? "yes" : "-") << std::setw(9)
+          << (gpu ? "yes" : pending ? "pending" : "MISSING") << (gpu ? dtypes : "") << "\n";
+    if (!cuda_built) continue;
+    if (cpu && !gpu && !pending) missing.push_back(op->name);
+    if (gpu && pending) stale.push_back(op->name);
+    if (gpu && !kParityDtypes.count(op->name) && !kTestedElsewhere.count(op->name)) untested.push_back(op->name);
+  }
+  table << with_cuda << " of " << needing << " ops with device kernels have a CUDA kernel"
+        << (cuda_built ? "" : " (built without CUDA: table only)") << "\n";
+  std::cout << table.str();
+  for (const std::string& name : kPendingCudaKernels)
+    if (!find_op(name)) stale.push_back(name + " (no such op)");
+
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  };
+  EXPECT_TRUE(missing.empty()) << "ops with a CPU kernel but no CUDA kernel (write one, or add to kPendingCudaKernels): "
+                               << join(missing);
+  EXPECT_TRUE(stale.empty()) << "kPendingCudaKernels lists ops that have a CUDA kernel now (remove them): "
+                             << join(stale);
+  EXPECT_TRUE(untested.empty()) << "CUDA kernels without a parity test (add one and list its dtypes in kParityDtypes): "
+                                << join(untested);
+}
+
+}  // namespace
+}  // namespace mixtape
