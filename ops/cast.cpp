@@ -7,6 +7,7 @@
 #include "ops/cast.h"
 
 #include "core/convert.h"
+#include "core/cuda_api.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
 
@@ -81,12 +82,17 @@ TensorList clone_cpu(const OpCall& call) {
 TensorList clone_backward(BackwardContext& ctx) { return {ctx.grad()}; }
 const OpSchema& kClone = define_op("clone").save({}).grad(clone_backward).kernel(DeviceType::CPU, clone_cpu);
 
-// CPU <-> CPU is a copy; transfers involving CUDA are registered by the CUDA backend.
+// CPU -> CPU is a copy. CPU -> CUDA lands here too (the call's device is the input's), and is
+// handed to the CUDA backend's kernel (ops/cuda/copy.cpp), which does every GPU transfer.
 // attr device: the target device index, -1 for the CPU.
 TensorList to_device_cpu(const OpCall& call) {
   int64_t target = call.attrs.get<int64_t>("device");
-  MT_CHECK(target < 0, "to_device: cannot copy to cuda:", target,
-           " (mixtape was built without CUDA, or no GPU is available)");
+  if (target >= 0) {
+    MT_CHECK(cuda::is_available(), "to_device: cannot copy to cuda:", target, ": ", cuda::unavailable_reason());
+    KernelFn cuda_copy = call.op ? call.op->kernels[static_cast<int>(DeviceType::CUDA)] : nullptr;
+    MT_CHECK(cuda_copy != nullptr, "to_device: cannot copy to cuda:", target, ": no CUDA kernel registered");
+    return cuda_copy(call);
+  }
   return clone_cpu(call);
 }
 TensorList to_device_backward(BackwardContext& ctx) { return {to_device(ctx.grad(), ctx.input_meta[0].device)}; }

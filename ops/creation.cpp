@@ -182,6 +182,11 @@ Tensor& fill_(Tensor& t, const Scalar& value) {
 }
 Tensor& zero_(Tensor& t) { return fill_(t, 0.0); }
 Tensor& copy_(Tensor& dst, const Tensor& src) {
+  // Between devices: move src to dst's device first (to_device), then copy there.
+  if (src.defined() && dst.defined() && !src.is_wrapped_number() && src.device() != dst.device()) {
+    dispatch(kCopy, {dst, to_device(src, dst.device())});
+    return dst;
+  }
   dispatch(kCopy, {dst, src});
   return dst;
 }
