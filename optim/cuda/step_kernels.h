@@ -1,0 +1,50 @@
+// optim/cuda/step_kernels.h — the device side of the fused optimizer steps and of the two helper
+// ops optimizers use (optim/cuda/step_ops.cpp is the glue): plain pointers, C++17, no Tensor.
+// Operand layout as optim/step_kernel.h: w (f32/f64 master or param, written), grad (W, or a
+// 16-bit grad unscaled by grad_scale on the way in), model (16-bit copy written from w, or null),
+// state buffers of dtype W.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace mixtape::optim::cuda {
+
+struct FusedStepArgs {
+  void* w = nullptr;
+  DType w_dtype = DType::Float32;  // f32 or f64 (the compute type W)
+  const void* grad = nullptr;
+  DType grad_dtype = DType::Float32;
+  void* model = nullptr;  // null: w is the parameter itself
+  DType model_dtype = DType::Float16;
+  void* state[3] = {nullptr, nullptr, nullptr};
+  int64_t n = 0;
+  float grad_scale = 1.0f;
+  bool stochastic = false;
+  uint64_t seed = 0, offset = 0;
+};
+
+struct SGDParams {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, first;
+};
+struct AdamParams {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool amsgrad, decoupled;
+  int64_t step;
+};
+
+cudaError_t launch_sgd_step(const FusedStepArgs& a, const SGDParams& p, cudaStream_t s);
+cudaError_t launch_adam_step(const FusedStepArgs& a, const AdamParams& p, cudaStream_t s);
+// dst (f32) = unscale(src (f16/bf16), inv_scale); found_inf[0] = 1 when a source value is not finite.
+cudaError_t launch_unscale_to_master(float* dst, const void* src, DType src_dtype, int64_t n, float inv_scale,
+                                     float* found_inf, cudaStream_t s);
+// out[0] (f64) = sum |x|^p (p = inf: max |x|, NaN sticks) over x (floating dtype), in double.
+// `partials` holds at least norm_partials_needed() doubles of scratch.
+int norm_partials_needed();
+cudaError_t launch_norm_pow_sum(const void* x, DType dt, int64_t n, double p, double* partials, double* out,
+                                cudaStream_t s);
+
+}  // namespace mixtape::optim::cuda
