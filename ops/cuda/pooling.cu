@@ -1,0 +1,117 @@
+// ops/cuda/pooling.cu — max_pool2d forward (with or without indices) and its two gradient ops on
+// the device, with ops/pooling.cpp's window rules: taps clipped to the plane, padding never
+// chosen, row-major scan where a value wins if greater or NaN (first of equal maxima, NaN sticks),
+// -1 for a window wholly in padding. Gradients are gathers, not scatters: one thread per input
+// pixel visits the windows that can contain it in output order and adds the gradient of those
+// whose argmax it is, in acc_t, rounding once — the CPU's accumulation order, so the result is
+// bit-identical and deterministic (no atomics).
+#include "ops/cuda/loops.cuh"
+#include "ops/cuda/pooling_kernels.h"
+
+namespace mixtape::cuda {
+namespace {
+
+// First tap inside [0, size) and end (exclusive) of output position o's window along one dim.
+__device__ __forceinline__ void taps(int64_t o, int64_t size, int64_t k, int64_t s, int64_t p, int64_t d, int64_t& lo,
+                                     int64_t& hi) {
+  lo = o * s - p;
+  hi = lo + (k - 1) * d + 1;
+  if (hi > size) hi = size;
+  if (lo < 0) lo += (-lo + d - 1) / d * d;
+}
+
+template <typename T>
+__device__ __forceinline__ int64_t window_argmax(const PoolGeom& g, const T* plane, int64_t oh, int64_t ow,
+                                                 acc_t<T>& best_value) {
+  using A = acc_t<T>;
+  int64_t rlo, rhi, clo, chi;
+  taps(oh, g.H, g.kH, g.sH, g.pH, g.dH, rlo, rhi);
+  taps(ow, g.W, g.kW, g.sW, g.pW, g.dW, clo, chi);
+  int64_t best = rlo < rhi && clo < chi ? rlo * g.W + clo : -1;
+  A bv = -INFINITY;
+  for (int64_t h = rlo; h < rhi; h += g.dH)
+    for (int64_t w = clo; w < chi; w += g.dW) {
+      const A v = static_cast<A>(plane[h * g.W + w]);
+      const bool take = v > bv || v != v;
+      bv = take ? v : bv;
+      best = take ? h * g.W + w : best;
+    }
+  best_value = bv;
+  return best;
+}
+
+template <typename T>
+__global__ void max_pool_forward_kernel(PoolGeom g, const T* x, T* out, int64_t* idx) {
+  const int64_t total = g.planes * g.OH * g.OW;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t p = i / (g.OH * g.OW), r = i % (g.OH * g.OW);
+    acc_t<T> bv;
+    const int64_t best = window_argmax(g, x + p * g.H * g.W, r / g.OW, r % g.OW, bv);
+    if (out) out[i] = static_cast<T>(bv);
+    if (idx) idx[i] = best;
+  }
+}
+
+// Output positions whose window may contain input coordinate c along one dim: [first, last].
+__device__ __forceinline__ void covering(int64_t c, int64_t out, int64_t k, int64_t s, int64_t p, int64_t d,
+                                         int64_t& first, int64_t& last) {
+  // o*s - p <= c  and  o*s - p + (k-1)*d >= c
+  const int64_t num = c + p - (k - 1) * d;
+  first = num <= 0 ? 0 : (num + s - 1) / s;
+  last = (c + p) / s;
+  if (last > out - 1) last = out - 1;
+}
+
+template <typename T>
+__global__ void max_pool_backward_kernel(PoolGeom g, const T* grad_out, const int64_t* idx, const T* x, T* grad_in) {
+  using A = acc_t<T>;
+  const int64_t total = g.planes * g.H * g.W;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t p = i / (g.H * g.W), k = i % (g.H * g.W), h = k / g.W, w = k % g.W;
+    int64_t oh0, oh1, ow0, ow1;
+    covering(h, g.OH, g.kH, g.sH, g.pH, g.dH, oh0, oh1);
+    covering(w, g.OW, g.kW, g.sW, g.pW, g.dW, ow0, ow1);
+    const int64_t obase = p * g.OH * g.OW;
+    A acc = 0;
+    for (int64_t oh = oh0; oh <= oh1; ++oh)
+      for (int64_t ow = ow0; ow <= ow1; ++ow) {
+        int64_t best;
+        if (idx) {
+          best = idx[obase + oh * g.OW + ow];
+        } else {
+          A unused;
+          best = window_argmax(g, x + p * g.H * g.W, oh, ow, unused);
+        }
+        if (best == k) acc += static_cast<A>(grad_out[obase + oh * g.OW + ow]);
+      }
+    grad_in[i] = static_cast<T>(acc);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, void* out, int64_t* idx,
+                                    cudaStream_t s) {
+  const int64_t total = g.planes * g.OH * g.OW;
+  if (total == 0) return cudaSuccess;
+  return visit_floating_cuda(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    max_pool_forward_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(g, static_cast<const T*>(x),
+                                                                               static_cast<T*>(out), idx);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_max_pool_backward(DType dt, const PoolGeom& g, const void* grad_out, const int64_t* idx,
+                                     const void* x, void* grad_in, cudaStream_t s) {
+  const int64_t total = g.planes * g.H * g.W;
+  if (total == 0) return cudaSuccess;
+  return visit_floating_cuda(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    max_pool_backward_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(
+        g, static_cast<const T*>(grad_out), idx, static_cast<const T*>(x), static_cast<T*>(grad_in));
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace mixtape::cuda

@@ -1,0 +1,26 @@
+// ops/cuda/pooling_kernels.h — launchers of ops/cuda/pooling.cu (plain data, C++17).
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace mixtape::cuda {
+
+// ops/pooling.cpp's PoolGeom: planes = N * C, each H x W in, OH x OW out; window k, stride s,
+// padding p, dilation d per dim.
+struct PoolGeom {
+  int64_t planes, H, W, OH, OW;
+  int64_t kH, kW, sH, sW, pH, pW, dH, dW;
+};
+
+// out (planes, OH, OW) of dtype dt (may be null), idx (planes, OH, OW) flat h*W+w (may be null).
+cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, void* out, int64_t* idx,
+                                    cudaStream_t s);
+// grad_in (planes, H, W) = sum over windows, in output order, of grad_out where the window's
+// argmax is this pixel: from saved indices (idx != null) or recomputed from x (x != null).
+cudaError_t launch_max_pool_backward(DType dt, const PoolGeom& g, const void* grad_out, const int64_t* idx,
+                                     const void* x, void* grad_in, cudaStream_t s);
+
+}  // namespace mixtape::cuda

@@ -1,0 +1,136 @@
+// ops/cuda/pooling_ops.cpp — CUDA kernels of max_pool2d, max_pool2d_with_indices,
+// max_pool2d_backward and max_pool2d_input_backward: attributes, window geometry and checks as
+// ops/pooling.cpp (same messages), kernels in pooling.cu. Inputs are (N, C, H, W) (the public
+// functions reshape 3-D inputs before dispatch), made dense on the device.
+#include "ops/cuda/pooling_kernels.h"
+#include "ops/cuda/tensor_iter.h"
+
+namespace mixtape::cuda {
+namespace {
+
+int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+int64_t pooled_size(int64_t in, int64_t k, int64_t p, int64_t s, int64_t d, bool ceil_mode) {
+  int64_t out = floor_div(in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0), s) + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+// Geometry from the op's window attributes (kernel_size, stride, padding, dilation, ceil_mode; all
+// normalised to 2 values by the public function) and the input shape.
+PoolGeom geometry(const char* op, const IntList& xs, const Attrs& a, const std::string& shown) {
+  MT_CHECK(xs.size() == 4, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ", shown);
+  MT_CHECK(xs[1] > 0 && xs[2] > 0 && xs[3] > 0, op, ": expected non-empty C, H and W, got ", shown);
+  const IntList& k = a.get<IntList>("kernel_size");
+  const IntList& s = a.get<IntList>("stride");
+  const IntList& p = a.get<IntList>("padding");
+  const IntList d = a.has("dilation") ? a.get<IntList>("dilation") : IntList{1, 1};
+  const bool ceil_mode = a.get<bool>("ceil_mode");
+  MT_CHECK(k.size() == 2 && k[0] > 0 && k[1] > 0, op, ": kernel_size must be positive, got ", shape_str(k));
+  MT_CHECK(s.size() == 2 && s[0] > 0 && s[1] > 0, op, ": stride must be positive, got ", shape_str(s));
+  MT_CHECK(d.size() == 2 && d[0] > 0 && d[1] > 0, op, ": dilation must be positive, got ", shape_str(d));
+  MT_CHECK(p.size() == 2 && p[0] >= 0 && p[1] >= 0 && p[0] <= k[0] / 2 && p[1] <= k[1] / 2, op,
+           ": padding must be between 0 and half the kernel size, got padding ", shape_str(p), " for kernel_size ",
+           shape_str(k));
+  PoolGeom g{};
+  g.planes = xs[0] * xs[1];
+  g.H = xs[2];
+  g.W = xs[3];
+  g.kH = k[0], g.kW = k[1], g.sH = s[0], g.sW = s[1], g.pH = p[0], g.pW = p[1], g.dH = d[0], g.dW = d[1];
+  g.OH = pooled_size(g.H, g.kH, g.pH, g.sH, g.dH, ceil_mode);
+  g.OW = pooled_size(g.W, g.kW, g.pW, g.sW, g.dW, ceil_mode);
+  MT_CHECK(g.OH >= 1 && g.OW >= 1, op, ": output size is too small: input ", shown, " with kernel_size ", shape_str(k),
+           ", stride ", shape_str(s), ", padding ", shape_str(p), ", dilation ", shape_str(d), " gives ", g.OH, "x",
+           g.OW);
+  return g;
+}
+
+void check_floating(const char* op, const char* what, const Tensor& t) {
+  MT_CHECK(t.defined() && is_floating(t.dtype()), op, ": expected a floating ", what, ", got ",
+           t.defined() ? t.describe() : "undefined");
+}
+
+TensorList max_pool_forward(const OpCall& c, bool with_indices) {
+  const Tensor& x = c.inputs[0];
+  const PoolGeom g = geometry(c.name(), x.sizes(), c.attrs, x.describe());
+  check_floating(c.name(), "input", x);
+  DeviceGuard guard(x.device().index());
+  const Tensor xc = dense(x, c.name());
+  const IntList osz{x.size(0), x.size(1), g.OH, g.OW};
+  Tensor out = empty_on(osz, x.dtype(), x.device());
+  Tensor idx = with_indices ? empty_on(osz, DType::Int64, x.device()) : Tensor();
+  MT_CUDA_CHECK(launch_max_pool_forward(x.dtype(), g, xc.data_ptr(), out.data_ptr(),
+                                        with_indices ? static_cast<int64_t*>(idx.data_ptr()) : nullptr,
+                                        current_stream()),
+                c.name());
+  if (with_indices) return {out, idx};
+  return {out};
+}
+TensorList max_pool2d_cuda(const OpCall& c) { return max_pool_forward(c, false); }
+TensorList max_pool2d_with_indices_cuda(const OpCall& c) { return max_pool_forward(c, true); }
+
+// max_pool2d_backward(grad, indices; input_size): the indices say where each gradient goes; the
+// gather uses the window attributes, when the call carries them, to visit only the windows that
+// can cover a pixel.
+TensorList max_pool2d_backward_cuda(const OpCall& c) {
+  const Tensor& grad = c.inputs[0];
+  const Tensor& indices = c.inputs[1];
+  const IntList& in_size = c.attrs.get<IntList>("input_size");
+  MT_CHECK(in_size.size() == 4 && in_size[1] > 0 && in_size[2] > 0 && in_size[3] > 0, c.name(),
+           ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ", shape_str(in_size));
+  check_floating(c.name(), "grad", grad);
+  MT_CHECK(grad.dim() == 4 && grad.size(0) == in_size[0] && grad.size(1) == in_size[1], c.name(),
+           ": expected grad (N, C, OH, OW) with N, C of input_size ", shape_str(in_size), ", got ", grad.describe());
+  MT_CHECK(indices.dtype() == DType::Int64 && indices.sizes() == grad.sizes(), c.name(),
+           ": expected Int64 indices of the grad's shape ", shape_str(grad.sizes()), ", got ", indices.describe());
+  // Without the window attributes every output position may hold a pixel's argmax: a geometry
+  // whose "window" (kH = H + OH + 1, padding OH, stride 1) makes every pixel's covering range
+  // the whole [0, OH) x [0, OW) — exact, only slower than the real windows.
+  PoolGeom g{};
+  if (c.attrs.has("kernel_size")) {
+    g = geometry(c.name(), in_size, c.attrs, shape_str(in_size));
+  } else {
+    g.planes = in_size[0] * in_size[1];
+    g.H = in_size[2], g.W = in_size[3], g.OH = grad.size(2), g.OW = grad.size(3);
+    g.kH = g.H + g.OH + 1, g.kW = g.W + g.OW + 1, g.pH = g.OH, g.pW = g.OW;
+    g.sH = g.sW = g.dH = g.dW = 1;
+  }
+  DeviceGuard guard(grad.device().index());
+  const Tensor gc = dense(grad, c.name()), ic = dense(indices, c.name());
+  Tensor out = empty_on(in_size, grad.dtype(), grad.device());
+  MT_CUDA_CHECK(launch_max_pool_backward(grad.dtype(), g, gc.data_ptr(), static_cast<const int64_t*>(ic.data_ptr()),
+                                         nullptr, out.data_ptr(), current_stream()),
+                c.name());
+  return {out};
+}
+
+// max_pool2d_input_backward(grad, x; window attrs): the argmax of each window found again in x.
+TensorList max_pool2d_input_backward_cuda(const OpCall& c) {
+  const Tensor& grad = c.inputs[0];
+  const Tensor& x = c.inputs[1];
+  const PoolGeom g = geometry(c.name(), x.sizes(), c.attrs, x.describe());
+  check_floating(c.name(), "grad", grad);
+  const IntList osz{x.size(0), x.size(1), g.OH, g.OW};
+  MT_CHECK(grad.dtype() == x.dtype() && grad.sizes() == osz, c.name(), ": expected grad ", dtype_name(x.dtype()),
+           shape_str(osz), " for input ", x.describe(), ", got ", grad.describe());
+  DeviceGuard guard(x.device().index());
+  const Tensor gc = dense(grad, c.name()), xc = dense(x, c.name());
+  Tensor out = empty_on(x.sizes(), x.dtype(), x.device());
+  MT_CUDA_CHECK(launch_max_pool_backward(x.dtype(), g, gc.data_ptr(), nullptr, xc.data_ptr(), out.data_ptr(),
+                                         current_stream()),
+                c.name());
+  return {out};
+}
+
+const bool kRegistered = [] {
+  register_kernel("max_pool2d", DeviceType::CUDA, max_pool2d_cuda);
+  register_kernel("max_pool2d_with_indices", DeviceType::CUDA, max_pool2d_with_indices_cuda);
+  register_kernel("max_pool2d_backward", DeviceType::CUDA, max_pool2d_backward_cuda);
+  register_kernel("max_pool2d_input_backward", DeviceType::CUDA, max_pool2d_input_backward_cuda);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mixtape::cuda

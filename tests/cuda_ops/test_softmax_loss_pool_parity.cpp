@@ -1,0 +1,118 @@
+// tests/cuda_ops/test_softmax_loss_pool_parity.cpp — CUDA vs CPU for softmax, log_softmax, their
+// backward ops, nll_loss (+ backward, every reduction, weights, ignore_index, spatial targets),
+// cross_entropy (a composite of the two) and the max_pool2d family, per dtype, fresh inputs.
+// Tolerances (cuda_test_util.h): softmax rows are walked in the CPU's order on the device, so
+// only exp/log differ (k = 2 ulp budget per output, sums of len terms of those: the k bound
+// scaled by len for the backward sums); nll and pooling select and add in the CPU's order:
+// exact.
+#include "cuda_test_util.h"
+
+namespace mixtape {
+namespace {
+using namespace cuda_test;
+
+const DType kFloatTypes[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64};
+
+::testing::AssertionResult approx_k(const Tensor& cpu, const Tensor& cuda, double k, const std::string& what) {
+  const DType dt = cpu.dtype();
+  return close(cpu, cuda, 16 * k * acc_roundoff(dt), 2 * unit_roundoff(dt) + 16 * k * acc_roundoff(dt), what);
+}
+
+TEST(CudaSoftmaxParity, ForwardAndBackwardEveryDimAndDtype) {
+  MT_REQUIRE_CUDA();
+  std::mt19937_64 rng(fresh_seed());
+  for (DType dt : kFloatTypes) {
+    const Tensor x = random_input(rng, {4, 7, 10}, dt, 0.1, 6.0);
+    const Tensor g = random_input(rng, {4, 7, 10}, dt);
+    const std::string t = short_name(dt);
+    for (int64_t dim : {0, 1, 2, -1}) {
+      const std::string what = t + " dim " + std::to_string(dim);
+      const Tensor y = softmax(x, dim), ly = log_softmax(x, dim);
+      EXPECT_TRUE(approx_k(y, softmax(on_cuda(x), dim), 2, "softmax " + what));
+      EXPECT_TRUE(approx_k(ly, log_softmax(on_cuda(x), dim), 2 * 10, "log_softmax " + what));
+      EXPECT_TRUE(approx_k(softmax_backward(g, y, dim), softmax_backward(on_cuda(g), on_cuda(y), dim), 10,
+                           "softmax_backward " + what));
+      EXPECT_TRUE(approx_k(log_softmax_backward(g, ly, dim), log_softmax_backward(on_cuda(g), on_cuda(ly), dim), 2 * 10,
+                           "log_softmax_backward " + what));
+    }
+    // dtype=f32 on a 16-bit input converts first.
+    if (is_reduced_float(dt))
+      EXPECT_TRUE(approx_k(softmax(x, 1, DType::Float32), softmax(on_cuda(x), 1, DType::Float32), 2, "softmax dtype=f32"));
+  }
+}
+
+TEST(CudaLossParity, NllAndCrossEntropyAreExactOnTheSameLogProbabilities) {
+  MT_REQUIRE_CUDA();
+  std::mt19937_64 rng(fresh_seed());
+  std::uniform_int_distribution<int> cls(0, 5);
+  for (DType dt : kFloatTypes) {
+    const Tensor logp = log_softmax(random_input(rng, {9, 6, 3}, dt), 1);  // spatial (N, C, S)
+    Tensor target = Tensor::empty({9, 3}, TensorOptions(DType::Int64));
+    for (int64_t i = 0; i < target.numel(); ++i) set_element(target, i, i % 7 == 3 ? -100 : cls(rng));
+    const Tensor w = random_input(rng, {6}, DType::Float32, 0.2, 2.0, true);
+    const std::string t = short_name(dt);
+    for (Reduction r : {Reduction::None, Reduction::Mean, Reduction::Sum}) {
+      for (bool weighted : {false, true}) {
+        const std::string what = t + " reduction " + std::to_string(int(r)) + (weighted ? " weighted" : "");
+        const Tensor wc = weighted ? w : Tensor(), wg = weighted ? on_cuda(w) : Tensor();
+        const Tensor l = nll_loss(logp, target, wc, -100, r);
+        EXPECT_TRUE(exact(l, nll_loss(on_cuda(logp), on_cuda(target), wg, -100, r), "nll_loss " + what));
+        const Tensor g = r == Reduction::None ? random_input(rng, {9, 3}, dt) : random_input(rng, {}, dt);
+        EXPECT_TRUE(exact(nll_loss_backward(g, target, wc, -100, r, logp.sizes()),
+                          nll_loss_backward(on_cuda(g), on_cuda(target), wg, -100, r, logp.sizes()),
+                          "nll_loss_backward " + what));
+      }
+    }
+    // cross_entropy = nll_loss(log_softmax(x)): the log_softmax bound, summed over the batch.
+    const Tensor x = random_input(rng, {16, 6}, dt, 0.1, 4.0);
+    Tensor tg = Tensor::empty({16}, TensorOptions(DType::Int64));
+    for (int64_t i = 0; i < 16; ++i) set_element(tg, i, cls(rng));
+    EXPECT_TRUE(approx_k(cross_entropy(x, tg), cross_entropy(on_cuda(x), on_cuda(tg)), 2 * 10 * 16, "cross_entropy " + t));
+  }
+  // An out-of-range target is a located error on CUDA too.
+  Tensor bad = Tensor::empty({2}, TensorOptions(DType::Int64));
+  set_element(bad, 0, 1);
+  set_element(bad, 1, 7);
+  const Tensor lp = log_softmax(random_input(rng, {2, 4}, DType::Float32), 1);
+  EXPECT_THROW(nll_loss(on_cuda(lp), on_cuda(bad)), Error);
+}
+
+TEST(CudaPoolParity, MaxPoolForwardIndicesAndBothBackwardsAreExact) {
+  MT_REQUIRE_CUDA();
+  std::mt19937_64 rng(fresh_seed());
+  struct Win {
+    IntList k, s, p, d;
+    bool ceil;
+  };
+  const Win wins[] = {{{2, 2}, {2, 2}, {0, 0}, {1, 1}, false},  // SmallCNN's
+                      {{3, 3}, {2, 2}, {1, 1}, {1, 1}, true},   // overlapping, padded, ceil_mode
+                      {{3, 2}, {1, 2}, {1, 0}, {2, 1}, false}}; // dilated, rectangular
+  for (DType dt : kFloatTypes) {
+    // Few distinct values: ties decide the argmax (the first in scan order must win on both).
+    Tensor x = to_dtype(to_dtype(to_dtype(random_input(rng, {2, 3, 11, 9}, DType::Float32, 0, 4), DType::Int32),
+                                 DType::Float32),
+                        dt);
+    set_element(x, 40, std::nan(""));
+    const std::string t = short_name(dt);
+    for (const Win& w : wins) {
+      const std::string what = t + " k" + shape_str(w.k) + " s" + shape_str(w.s);
+      const Tensor y = max_pool2d(x, w.k, w.s, w.p, w.d, w.ceil);
+      EXPECT_TRUE(exact(y, max_pool2d(on_cuda(x), w.k, w.s, w.p, w.d, w.ceil), "max_pool2d " + what));
+      auto [yi, idx] = max_pool2d_with_indices(x, w.k, w.s, w.p, w.d, w.ceil);
+      auto [yig, idxg] = max_pool2d_with_indices(on_cuda(x), w.k, w.s, w.p, w.d, w.ceil);
+      EXPECT_TRUE(exact(yi, yig, "max_pool2d_with_indices values " + what));
+      EXPECT_TRUE(exact(idx, idxg, "max_pool2d_with_indices indices " + what));
+      const Tensor g = random_input(rng, y.sizes(), dt);
+      EXPECT_TRUE(exact(max_pool2d_backward(g, idx, x.sizes()), max_pool2d_backward(on_cuda(g), on_cuda(idx), x.sizes()),
+                        "max_pool2d_backward " + what));
+      // max_pool2d's own backward (the argmax found again in the input) through autograd.
+      Tensor xc = x.clone().requires_grad_(), xg = on_cuda(x).detach().requires_grad_();
+      max_pool2d(xc, w.k, w.s, w.p, w.d, w.ceil).backward(g);
+      max_pool2d(xg, w.k, w.s, w.p, w.d, w.ceil).backward(on_cuda(g));
+      EXPECT_TRUE(exact(xc.grad(), xg.grad(), "max_pool2d input backward " + what));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixtape
