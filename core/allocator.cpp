@@ -1,8 +1,12 @@
-// core/allocator.cpp — the CPU allocator (64-byte aligned for SIMD loads) and the registry.
+// core/allocator.cpp — the CPU allocator (64-byte aligned for SIMD loads; large blocks cached)
+// and the registry.
 #include "core/allocator.h"
 
 #include <cstdlib>
 #include <new>
+#include <string>
+
+#include "core/caching_allocator.h"
 
 #include "core/cuda_api.h"
 #include "core/error.h"
@@ -28,32 +32,74 @@ AllocatorStats AllocationCounter::stats() const {
 void AllocationCounter::reset_peak() { peak_.store(current_.load()); }
 
 namespace {
+// The CPU allocator. Small requests go to malloc, whose per-thread caches already make them
+// cheap. Large ones (activations, gradients, im2col buffers) come from a CachingAllocator: a
+// training step frees and re-requests the same sizes every step, and fresh pages from the OS
+// cost a page fault each on first touch (measured: ~12% of a SmallCNN step). Statistics count
+// requested bytes either way, so AMP's memory figures do not depend on the cache.
+// MIXTAPE_CPU_CACHE=0 turns the cache off; sanitizer builds default to off, so ASan still sees
+// every use after free.
 class CpuAllocator final : public Allocator {
  public:
+  static constexpr size_t kCachedFrom = size_t(64) << 10;  // bytes; below this, malloc
+
+  CpuAllocator()
+      : cache_enabled_(cache_default()),
+        cache_({[](size_t n) { return std::aligned_alloc(64, (n + 63) / 64 * 64); }, [](void* p) { std::free(p); }},
+               "cpu") {}
+
   void* allocate(size_t nbytes) override {
     if (nbytes == 0) return nullptr;
-    size_t rounded = (nbytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    MT_CHECK(p != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes");
+    void* p;
+    if (cache_enabled_ && nbytes >= kCachedFrom) {
+      p = cache_.allocate(nbytes);
+    } else {
+      p = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
+      MT_CHECK(p != nullptr, "cpu allocator: out of memory allocating ", nbytes, " bytes");
+    }
     counter_.on_alloc(nbytes);
     return p;
   }
   void deallocate(void* ptr, size_t nbytes) override {
     if (!ptr) return;
-    std::free(ptr);
+    if (cache_enabled_ && nbytes >= kCachedFrom)
+      cache_.deallocate(ptr);
+    else
+      std::free(ptr);
     counter_.on_free(nbytes);
   }
-  AllocatorStats stats() const override { return counter_.stats(); }
+  AllocatorStats stats() const override {
+    AllocatorStats s = counter_.stats();
+    s.reserved_bytes += cache_.cached_bytes();  // held by the cache, not handed out
+    return s;
+  }
   void reset_peak() override { counter_.reset_peak(); }
   Device device() const override { return Device::CPU(); }
+  void empty_cache() { cache_.empty_cache(); }
 
  private:
+  static bool cache_default() {
+    if (const char* env = std::getenv("MIXTAPE_CPU_CACHE")) return std::string(env) != "0";
+#if defined(__SANITIZE_ADDRESS__)
+    return false;
+#else
+    return true;
+#endif
+  }
+
+  const bool cache_enabled_;  // fixed at start: a block must go back where it came from
   AllocationCounter counter_;
+  CachingAllocator cache_;
 };
 
+// Never destroyed: tensors held by other static objects may be freed after main returns.
+CpuAllocator& cpu_allocator() {
+  static CpuAllocator* cpu = new CpuAllocator;
+  return *cpu;
+}
+
 Allocator*& slot(DeviceType t) {
-  static CpuAllocator cpu;
-  static Allocator* slots[kNumDeviceTypes] = {&cpu, nullptr};
+  static Allocator* slots[kNumDeviceTypes] = {&cpu_allocator(), nullptr};
   return slots[static_cast<int>(t)];
 }
 }  // namespace
@@ -67,5 +113,6 @@ Allocator* get_allocator(Device device) {
 void set_allocator(DeviceType type, Allocator* allocator) { slot(type) = allocator; }
 AllocatorStats memory_stats(Device device) { return get_allocator(device)->stats(); }
 void reset_peak_memory(Device device) { get_allocator(device)->reset_peak(); }
+void empty_cpu_cache() { cpu_allocator().empty_cache(); }
 
 }  // namespace mixtape

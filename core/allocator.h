@@ -37,6 +37,8 @@ void set_allocator(DeviceType type, Allocator* allocator);
 // Convenience for tests and benchmarks.
 AllocatorStats memory_stats(Device device = Device::CPU());
 void reset_peak_memory(Device device = Device::CPU());
+// Returns the CPU allocator's cached free blocks to the system (cuda::empty_cache() for CUDA).
+void empty_cpu_cache();
 
 // Counts bytes for an allocator implementation; thread-safe.
 class AllocationCounter {
