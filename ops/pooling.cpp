@@ -36,6 +36,9 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <vector>
 
 #include "autograd/grad_mode.h"
@@ -213,24 +216,62 @@ std::vector<Taps> max_taps(int64_t out, int64_t size, int64_t k, int64_t s, int6
 }
 
 // The 2x2, stride-2 window of every small CNN, with all four taps inside the plane: the same
-// scan order and the same comparison as the general loop below, unrolled.
+// scan order and the same comparison as the general loop below (take a tap when it is greater
+// than the best so far, or NaN), without branches, 4 windows at a time with SSE2 where there
+// is SSE2 (a data-dependent branch per tap mispredicts on real activations).
+template <typename A>
+void max_pool_row_2x2_scalar(const A* r0, const A* r1, int64_t ow0, int64_t OW, A* out, int64_t* idx,
+                             int64_t row0_index, int64_t W) {
+  for (int64_t ow = ow0; ow < OW; ++ow) {
+    const A t[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+    A bv = t[0];  // the general loop starts at -inf: t[0] is taken, or is -inf itself
+    int code = 0;
+    for (int k = 1; k < 4; ++k)
+      if (t[k] > bv || t[k] != t[k]) bv = t[k], code = k;
+    if (out) out[ow] = bv;
+    if (idx) idx[ow] = row0_index + (code >> 1) * W + 2 * ow + (code & 1);
+  }
+}
+
 template <typename A>
 void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx) {
+  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
   for (int64_t oh = 0; oh < g.OH; ++oh) {
-    const int64_t r0 = 2 * oh * g.W, r1 = r0 + g.W;
-    for (int64_t ow = 0; ow < g.OW; ++ow) {
-      const int64_t taps[4] = {r0 + 2 * ow, r0 + 2 * ow + 1, r1 + 2 * ow, r1 + 2 * ow + 1};
-      A bv = -std::numeric_limits<A>::infinity();
-      int64_t best = taps[0];
-      for (int64_t k : taps) {
-        const A v = in[k];
-        const bool take = v > bv || v != v;
-        bv = take ? v : bv;
-        best = take ? k : best;
+    const int64_t row0_index = 2 * oh * g.W;
+    const A* r0 = in + row0_index;
+    const A* r1 = r0 + g.W;
+    A* orow = out ? out + oh * g.OW : nullptr;
+    int64_t* irow = idx ? idx + oh * g.OW : nullptr;
+    int64_t ow = 0;
+#if defined(__SSE2__)
+    if constexpr (std::is_same_v<A, float>) {
+      for (; ow + 4 <= g.OW; ow += 4) {
+        // Even and odd columns of 8 consecutive inputs: taps 0/1 (row 0) and 2/3 (row 1).
+        const __m128 a0 = _mm_loadu_ps(r0 + 2 * ow), a1 = _mm_loadu_ps(r0 + 2 * ow + 4);
+        const __m128 b0 = _mm_loadu_ps(r1 + 2 * ow), b1 = _mm_loadu_ps(r1 + 2 * ow + 4);
+        const __m128 taps[4] = {_mm_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1)),
+                                _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1))};
+        __m128 bv = taps[0];
+        __m128i code = _mm_setzero_si128();
+        for (int k = 1; k < 4; ++k) {
+          const __m128 t = taps[k];
+          const __m128 take = _mm_or_ps(_mm_cmpgt_ps(t, bv), _mm_cmpunord_ps(t, t));
+          bv = _mm_or_ps(_mm_and_ps(take, t), _mm_andnot_ps(take, bv));
+          const __m128i tk = _mm_castps_si128(take);
+          code = _mm_or_si128(_mm_and_si128(tk, _mm_set1_epi32(k)), _mm_andnot_si128(tk, code));
+        }
+        if (orow) _mm_storeu_ps(orow + ow, bv);
+        if (irow) {
+          alignas(16) int32_t c[4];
+          _mm_store_si128(reinterpret_cast<__m128i*>(c), code);
+          for (int j = 0; j < 4; ++j) irow[ow + j] = row0_index + (c[j] >> 1) * g.W + 2 * (ow + j) + (c[j] & 1);
+        }
       }
-      if (out) out[oh * g.OW + ow] = bv;
-      if (idx) idx[oh * g.OW + ow] = best;
     }
+#endif
+    max_pool_row_2x2_scalar(r0, r1, ow, g.OW, orow, irow, row0_index, g.W);
   }
 }
 
