@@ -2,7 +2,7 @@
 // of its inputs), fill_ and where on the device, with ops/cast.cpp's and ops/creation.cpp's
 // rules: to bool is `v != 0`; to f16/bf16 goes through float (f64 -> f32 -> 16-bit, as PyTorch);
 // otherwise static_cast through the source's compute type. Same-dtype copies move bits (NaN
-// payloads included). Also the Philox random fill (core/rng.h's stream, element i from words
+// payloads included). Also dropout and the Philox random fill (core/rng.h's stream, element i from words
 // i or 2i, 2i+1), so a CUDA rand/randn equals the CPU one up to libm's last ulp in Box–Muller.
 #include "core/rng.h"
 #include "ops/cuda/loops.cuh"
@@ -61,7 +61,30 @@ __global__ void random_fill_kernel(T* p, int64_t n, uint64_t seed, uint64_t offs
   }
 }
 
+template <typename T>
+__global__ void dropout_kernel(const T* x, T* out, bool* mask, int64_t n, double p, uint64_t seed, uint64_t offset) {
+  using A = acc_t<T>;
+  const double keep = 1.0 - p;
+  const A scale = p < 1.0 ? static_cast<A>(1.0 / keep) : A(0);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
+    const bool k = p < 1.0 && static_cast<double>(uniform_from_bits(philox_word(seed, offset, uint64_t(i)))) < keep;
+    mask[i] = k;
+    out[i] = k ? static_cast<T>(static_cast<A>(x[i]) * scale) : static_cast<T>(A(0));
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_dropout(DType dt, const void* x, void* out, bool* mask, int64_t n, double p, uint64_t seed,
+                           uint64_t offset, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  return visit_floating_cuda(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dropout_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(out), mask, n,
+                                                                  p, seed, offset);
+    return cudaGetLastError();
+  });
+}
 
 cudaError_t launch_copy(DType dst, DType src, const Operands& ops, cudaStream_t s) {
   return visit_all_cuda(dst, [&](auto to_tag) {

@@ -60,6 +60,10 @@ cudaError_t launch_where(size_t elem_size, const Operands& ops, cudaStream_t s);
 // of stream (seed, offset), uniform [0,1) or standard normal.
 cudaError_t launch_random_fill(DType dt, void* data, int64_t n, uint64_t seed, uint64_t offset, bool normal,
                                cudaStream_t s);
+// dropout (ops/dropout.cpp): element i of a contiguous x is kept when the uniform of word i of
+// (seed, offset) is < 1 - p; out = x * (1 / (1 - p)) in acc_t (0 when dropped), mask as bool.
+cudaError_t launch_dropout(DType dt, const void* x, void* out, bool* mask, int64_t n, double p, uint64_t seed,
+                           uint64_t offset, cudaStream_t s);
 
 // ---- reductions over contiguous runs (ops/cuda/reduce.cu) ----
 // `in` holds `runs` runs of `len` contiguous elements; each run reduces to one output element.

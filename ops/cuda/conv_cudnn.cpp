@@ -1,0 +1,298 @@
+// ops/cuda/conv_cudnn.cpp — conv2d, conv2d_input_grad and conv2d_weight_grad on CUDA through cuDNN's
+// convolution API (cudnnConvolutionForward / BackwardData / BackwardFilter), the one file of the
+// conv family that knows cuDNN (swap it for the graph API here alone).
+// Semantics as ops/conv.cpp: a cross-correlation with zero padding, stride, dilation and groups,
+// NCHW tensors and (O, C/G, kH, kW) weights; f16/bf16 compute in FP32 on tensor cores
+// (CUDNN_TENSOR_OP_MATH), f32 is exact FP32 (CUDNN_FMA_MATH: no TF32) unless
+// cuda::set_allow_tf32(true), f64 in double. One difference from the CPU, stated: a 16-bit conv with
+// a bias rounds twice (the conv result, then + bias, as PyTorch's CUDA conv does), the CPU once.
+// Algorithms: cuDNN's heuristics (Get*_v7), the first that succeeds within a workspace cap, cached
+// per (op, dtype, shapes, arguments, device) so a training loop asks once per layer shape.
+// Workspaces come from the caching allocator (core/cuda/scratch.h).
+#include <cudnn.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "core/cuda/handles.h"
+#include "core/cuda/scratch.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/tensor_iter.h"
+
+namespace mixtape::cuda {
+namespace {
+
+constexpr size_t kWorkspaceCap = size_t(1) << 30;  // 1 GiB: larger suggestions are skipped
+
+cudnnDataType_t cudnn_type(DType dt, const char* op) {
+  switch (dt) {
+    case DType::Float16: return CUDNN_DATA_HALF;
+    case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
+    case DType::Float32: return CUDNN_DATA_FLOAT;
+    case DType::Float64: return CUDNN_DATA_DOUBLE;
+    default: MT_ERROR(op, ": cuDNN convolutions take f16, bf16, f32 or f64, got ", dtype_name(dt));
+  }
+}
+
+// RAII descriptors: destroyed on every path, exceptions included.
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(DType dt, const IntList& s, const char* op) {
+    MT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&d), op);
+    MT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, cudnn_type(dt, op), int(s[0]), int(s[1]), int(s[2]),
+                                              int(s[3])),
+                   op);
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc(DType dt, const IntList& s, const char* op) {
+    MT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&d), op);
+    MT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(d, cudnn_type(dt, op), CUDNN_TENSOR_NCHW, int(s[0]), int(s[1]), int(s[2]),
+                                              int(s[3])),
+                   op);
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+struct ConvArgs {
+  IntList stride, padding, dilation;
+  int64_t groups;
+  static ConvArgs from(const Attrs& a) {
+    return {a.get<IntList>("stride"), a.get<IntList>("padding"), a.get<IntList>("dilation"), a.get<int64_t>("groups")};
+  }
+};
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const ConvArgs& a, DType dt, const char* op) {
+    MT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d), op);
+    const cudnnDataType_t compute = dt == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    MT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, int(a.padding[0]), int(a.padding[1]), int(a.stride[0]),
+                                                   int(a.stride[1]), int(a.dilation[0]), int(a.dilation[1]),
+                                                   CUDNN_CROSS_CORRELATION, compute),
+                   op);
+    MT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, int(a.groups)), op);
+    cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+    if (is_reduced_float(dt)) math = CUDNN_TENSOR_OP_MATH;
+    if (dt == DType::Float32) math = allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math), op);
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// Shapes as ops/conv.cpp's conv_geometry checks them (same messages), returning the output shape.
+IntList conv_out_shape(const char* op, const IntList& xs, const IntList& ws, const ConvArgs& a, const std::string& xshown,
+                       const std::string& wshown) {
+  MT_CHECK(xs.size() == 4, op, ": expected a 4-D input (N, C, H, W), got ", xshown);
+  MT_CHECK(ws.size() == 4, op, ": weight must be 4-D (O, C/groups, kH, kW), got ", wshown);
+  MT_CHECK(a.stride.size() == 2 && a.stride[0] > 0 && a.stride[1] > 0, op, ": stride must be positive, got ",
+           shape_str(a.stride));
+  MT_CHECK(a.dilation.size() == 2 && a.dilation[0] > 0 && a.dilation[1] > 0, op, ": dilation must be positive, got ",
+           shape_str(a.dilation));
+  MT_CHECK(a.padding.size() == 2 && a.padding[0] >= 0 && a.padding[1] >= 0, op, ": padding must be non-negative, got ",
+           shape_str(a.padding));
+  MT_CHECK(a.groups > 0, op, ": groups must be positive, got ", a.groups);
+  MT_CHECK(ws[0] % a.groups == 0, op, ": groups ", a.groups, " must divide the output channels, got weight ", wshown);
+  MT_CHECK(xs[1] % a.groups == 0, op, ": groups ", a.groups, " must divide the input channels, got ", xshown);
+  MT_CHECK(ws[1] * a.groups == xs[1], op, ": expected input with ", ws[1] * a.groups, " channels (weight ", wshown,
+           ", groups ", a.groups, "), got ", xshown);
+  MT_CHECK(ws[2] > 0 && ws[3] > 0, op, ": weight must have a non-empty kernel, got ", wshown);
+  const int64_t eh = a.dilation[0] * (ws[2] - 1) + 1, ew = a.dilation[1] * (ws[3] - 1) + 1;
+  MT_CHECK(eh <= xs[2] + 2 * a.padding[0] && ew <= xs[3] + 2 * a.padding[1], op, ": kernel ", ws[2], "x", ws[3],
+           " (dilation ", shape_str(a.dilation), ", spanning ", eh, "x", ew, ") is larger than the padded input ",
+           xs[2] + 2 * a.padding[0], "x", xs[3] + 2 * a.padding[1], " (input ", xshown, ", padding ",
+           shape_str(a.padding), ")");
+  for (int64_t v : {xs[0], xs[1], xs[2], xs[3], ws[0]})
+    MT_CHECK(v <= INT_MAX, op, ": cuDNN takes int dimensions, got input ", xshown, " and weight ", wshown);
+  return {xs[0], ws[0], (xs[2] + 2 * a.padding[0] - eh) / a.stride[0] + 1, (xs[3] + 2 * a.padding[1] - ew) / a.stride[1] + 1};
+}
+
+void check_same_floating(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  MT_CHECK(is_floating(a.dtype()), op, ": expected a floating ", an, ", got ", a.describe());
+  MT_CHECK(b.dtype() == a.dtype(), op, ": expected ", an, " and ", bn, " of the same dtype, got ", a.describe(), " and ",
+           b.describe(), " (cast one, or run under autocast)");
+}
+
+// ---- the algorithm cache ----
+enum class Kind { Forward, BackwardData, BackwardFilter };
+struct Choice {
+  int algo;
+  size_t workspace;
+};
+std::string cache_key(Kind k, DType dt, const IntList& xs, const IntList& ws, const ConvArgs& a) {
+  std::ostringstream os;
+  os << int(k) << ' ' << int(dt) << ' ' << current_device() << ' ' << shape_str(xs) << shape_str(ws)
+     << shape_str(a.stride) << shape_str(a.padding) << shape_str(a.dilation) << a.groups << ' ' << allow_tf32();
+  return os.str();
+}
+std::mutex g_cache_mu;
+std::map<std::string, Choice>& cache() {
+  static std::map<std::string, Choice> c;
+  return c;
+}
+
+// Asks cuDNN's heuristics for the ranked algorithms of `kind`, keeps the first that succeeded with
+// a workspace under the cap; cached.
+Choice choose(Kind kind, cudnnHandle_t h, const TensorDesc& x, const FilterDesc& w, const ConvDesc& conv,
+              const TensorDesc& y, const std::string& key, const char* op) {
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mu);
+    auto it = cache().find(key);
+    if (it != cache().end()) return it->second;
+  }
+  Choice chosen{-1, 0};
+  int n = 0;
+  if (kind == Kind::Forward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x.d, w.d, conv.d, y.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
+                                                          perf),
+                   op);
+    for (int i = 0; i < n && chosen.algo < 0; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceCap) chosen = {int(perf[i].algo), perf[i].memory};
+  } else if (kind == Kind::BackwardData) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w.d, y.d, conv.d, x.d,
+                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf),
+                   op);
+    for (int i = 0; i < n && chosen.algo < 0; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceCap) chosen = {int(perf[i].algo), perf[i].memory};
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x.d, y.d, conv.d, w.d,
+                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf),
+                   op);
+    for (int i = 0; i < n && chosen.algo < 0; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceCap) chosen = {int(perf[i].algo), perf[i].memory};
+  }
+  MT_CHECK(chosen.algo >= 0, op, ": cuDNN offered no algorithm for input ", key, " within a ", kWorkspaceCap >> 20,
+           " MiB workspace");
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  cache()[key] = chosen;
+  return chosen;
+}
+
+// Scaling factors: float for every data type except double (cuDNN's rule).
+struct Scaling {
+  float f1 = 1.0f, f0 = 0.0f;
+  double d1 = 1.0, d0 = 0.0;
+  bool dbl;
+  explicit Scaling(DType dt) : dbl(dt == DType::Float64) {}
+  const void* one() const { return dbl ? static_cast<const void*>(&d1) : static_cast<const void*>(&f1); }
+  const void* zero() const { return dbl ? static_cast<const void*>(&d0) : static_cast<const void*>(&f0); }
+};
+
+TensorList conv2d_cuda(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  const Tensor b = call.inputs.size() > 2 ? call.inputs[2] : Tensor();
+  const ConvArgs a = ConvArgs::from(call.attrs);
+  const IntList ys = conv_out_shape(call.name(), x.sizes(), w.sizes(), a, x.describe(), w.describe());
+  if (b.defined())
+    MT_CHECK(b.dim() == 1 && b.size(0) == ys[1], call.name(), ": bias must be 1-D with ", ys[1], " elements (weight ",
+             w.describe(), "), got ", b.describe());
+  check_same_floating(call.name(), "input", x, "weight", w);
+  if (b.defined()) check_same_floating(call.name(), "input", x, "bias", b);
+  const DType dt = x.dtype();
+  DeviceGuard guard(x.device().index());
+  Tensor out = empty_on(ys, dt, x.device());
+  if (out.numel() == 0) return {out};
+  const Tensor xc = dense(x, call.name()), wc = dense(w, call.name());
+  TensorDesc xd(dt, x.sizes(), call.name()), yd(dt, ys, call.name());
+  FilterDesc wd(dt, w.sizes(), call.name());
+  ConvDesc cd(a, dt, call.name());
+  cudnnHandle_t h = cudnn_handle();
+  const Choice c = choose(Kind::Forward, h, xd, wd, cd, yd, cache_key(Kind::Forward, dt, x.sizes(), w.sizes(), a),
+                          call.name());
+  Scratch ws(c.workspace);
+  const Scaling s(dt);
+  MT_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(), xd.d, xc.data_ptr(), wd.d, wc.data_ptr(), cd.d,
+                                         static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws.data(), c.workspace,
+                                         s.zero(), yd.d, out.data_ptr()),
+                 call.name());
+  if (b.defined()) {  // y += b[o] broadcast over (N, ., OH, OW)
+    const Tensor bc = dense(b, call.name());
+    TensorDesc bd(dt, {1, ys[1], 1, 1}, call.name());
+    MT_CUDNN_CHECK(cudnnAddTensor(h, s.one(), bd.d, bc.data_ptr(), s.one(), yd.d, out.data_ptr()), call.name());
+  }
+  return {out};
+}
+
+TensorList conv2d_input_grad_cuda(const OpCall& call) {
+  const Tensor& gy = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  const ConvArgs a = ConvArgs::from(call.attrs);
+  const IntList& in_size = call.attrs.get<IntList>("input_size");
+  const IntList ys = conv_out_shape(call.name(), in_size, w.sizes(), a, shape_str(in_size), w.describe());
+  MT_CHECK(gy.sizes() == ys, call.name(), ": expected grad of shape ", shape_str(ys),
+           " (the conv2d output for this input, weight and geometry), got ", gy.describe());
+  check_same_floating(call.name(), "grad", gy, "weight", w);
+  const DType dt = gy.dtype();
+  DeviceGuard guard(gy.device().index());
+  Tensor out = empty_on(in_size, dt, gy.device());
+  if (out.numel() == 0) return {out};
+  const Tensor gc = dense(gy, call.name()), wc = dense(w, call.name());
+  TensorDesc xd(dt, in_size, call.name()), yd(dt, ys, call.name());
+  FilterDesc wd(dt, w.sizes(), call.name());
+  ConvDesc cd(a, dt, call.name());
+  cudnnHandle_t h = cudnn_handle();
+  const Choice c = choose(Kind::BackwardData, h, xd, wd, cd, yd,
+                          cache_key(Kind::BackwardData, dt, in_size, w.sizes(), a), call.name());
+  Scratch ws(c.workspace);
+  const Scaling s(dt);
+  MT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(), wd.d, wc.data_ptr(), yd.d, gc.data_ptr(), cd.d,
+                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.data(),
+                                              c.workspace, s.zero(), xd.d, out.data_ptr()),
+                 call.name());
+  return {out};
+}
+
+TensorList conv2d_weight_grad_cuda(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& gy = call.inputs[1];
+  const ConvArgs a = ConvArgs::from(call.attrs);
+  const IntList& w_size = call.attrs.get<IntList>("weight_size");
+  const IntList ys = conv_out_shape(call.name(), x.sizes(), w_size, a, x.describe(), shape_str(w_size));
+  MT_CHECK(gy.sizes() == ys, call.name(), ": expected grad of shape ", shape_str(ys),
+           " (the conv2d output for this input, weight and geometry), got ", gy.describe());
+  check_same_floating(call.name(), "input", x, "grad", gy);
+  const DType dt = x.dtype();
+  DeviceGuard guard(x.device().index());
+  Tensor out = empty_on(w_size, dt, x.device());
+  if (out.numel() == 0) return {out};
+  const Tensor xc = dense(x, call.name()), gc = dense(gy, call.name());
+  TensorDesc xd(dt, x.sizes(), call.name()), yd(dt, ys, call.name());
+  FilterDesc wd(dt, w_size, call.name());
+  ConvDesc cd(a, dt, call.name());
+  cudnnHandle_t h = cudnn_handle();
+  const Choice c = choose(Kind::BackwardFilter, h, xd, wd, cd, yd,
+                          cache_key(Kind::BackwardFilter, dt, x.sizes(), w_size, a), call.name());
+  Scratch ws(c.workspace);
+  const Scaling s(dt);
+  MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(), xd.d, xc.data_ptr(), yd.d, gc.data_ptr(), cd.d,
+                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.data(),
+                                                c.workspace, s.zero(), wd.d, out.data_ptr()),
+                 call.name());
+  return {out};
+}
+
+const bool kRegistered = [] {
+  register_kernel("conv2d", DeviceType::CUDA, conv2d_cuda);
+  register_kernel("conv2d_input_grad", DeviceType::CUDA, conv2d_input_grad_cuda);
+  register_kernel("conv2d_weight_grad", DeviceType::CUDA, conv2d_weight_grad_cuda);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mixtape::cuda

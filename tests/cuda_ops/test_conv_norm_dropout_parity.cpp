@@ -1,0 +1,120 @@
+// tests/cuda_ops/test_conv_norm_dropout_parity.cpp — CUDA vs CPU for conv2d and its two gradient
+// ops (cuDNN), batch_norm and batch_norm_backward, and dropout, per dtype, fresh inputs.
+// Tolerances:
+//   conv: a sum of K products per output (K = C/G kH kW, N OH OW for the weight grad, O/G kH kW
+//     for the input grad); cuDNN may pick Winograd/FFT/implicit-GEMM algorithms whose error is a
+//     small multiple of the plain sum's 2 K u(acc) sum|terms| (Higham 4.4): bound used
+//     8 K u(acc) (|x| * |w|) + 4 u(storage) (|y| + |b|), the last term also covering the
+//     second rounding of a 16-bit conv + bias on CUDA (conv_cudnn.cpp says why).
+//   batch_norm: statistics in f64 in another order (relative 2 M 2^-53, invisible after the
+//     rounding to f32 but one f32 ulp either way: rtol 2 u(f32)); the transform x a + b is one
+//     contraction (FMA on the GPU), values O(10) here: atol 64 u(acc), rtol 2 u(storage) + 16 u(acc).
+//   dropout: the same Philox words decide the same elements, one multiply: exact.
+#include "cuda_test_util.h"
+
+namespace mixtape {
+namespace {
+using namespace cuda_test;
+
+const DType kFloatTypes[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64};
+
+Tensor f64(const Tensor& t) { return to_dtype(t, DType::Float64); }
+
+TEST(CudaConvParity, ForwardInputGradWeightGradEveryDtypeAndGeometry) {
+  MT_REQUIRE_CUDA();
+  std::mt19937_64 rng(fresh_seed());
+  struct Geo {
+    IntList x, w, stride, padding, dilation;
+    int64_t groups;
+  };
+  const Geo geos[] = {{{4, 3, 12, 12}, {8, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+                      {{2, 4, 11, 9}, {6, 2, 3, 2}, {2, 1}, {1, 0}, {1, 2}, 2},
+                      {{3, 8, 7, 7}, {16, 8, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1}};
+  for (DType dt : kFloatTypes) {
+    const double u = dt == DType::Float64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24), us = unit_roundoff(dt);
+    for (const Geo& g : geos) {
+      const std::string what = std::string(short_name(dt)) + " x" + shape_str(g.x) + " w" + shape_str(g.w);
+      const Tensor x = random_input(rng, g.x, dt), w = random_input(rng, g.w, dt), b = random_input(rng, {g.w[0]}, dt);
+      const Tensor y = conv2d(x, w, b, g.stride, g.padding, g.dilation, g.groups);
+      const double K = static_cast<double>(g.w[1] * g.w[2] * g.w[3]);
+      const Tensor ay = conv2d(abs(f64(x)), abs(f64(w)), Tensor(), g.stride, g.padding, g.dilation, g.groups);
+      const Tensor bound = ay * (8 * K * u) + (abs(f64(y)) + abs(f64(b)).reshape({1, g.w[0], 1, 1})) * (4 * us) + 1e-300;
+      EXPECT_TRUE(within(y, conv2d(on_cuda(x), on_cuda(w), on_cuda(b), g.stride, g.padding, g.dilation, g.groups), bound,
+                         "conv2d " + what));
+
+      const Tensor gy = random_input(rng, y.sizes(), dt);
+      const Tensor gx = conv2d_input_grad(gy, w, x.sizes(), g.stride, g.padding, g.dilation, g.groups);
+      const double Ki = static_cast<double>(g.w[0] / g.groups * g.w[2] * g.w[3]);
+      const Tensor agx = conv2d_input_grad(abs(f64(gy)), abs(f64(w)), x.sizes(), g.stride, g.padding, g.dilation, g.groups);
+      EXPECT_TRUE(within(gx, conv2d_input_grad(on_cuda(gy), on_cuda(w), x.sizes(), g.stride, g.padding, g.dilation, g.groups),
+                         agx * (8 * Ki * u) + abs(f64(gx)) * (4 * us) + 1e-300, "conv2d_input_grad " + what));
+
+      const Tensor gw = conv2d_weight_grad(x, gy, w.sizes(), g.stride, g.padding, g.dilation, g.groups);
+      const double Kw = static_cast<double>(y.size(0) * y.size(2) * y.size(3));
+      const Tensor agw = conv2d_weight_grad(abs(f64(x)), abs(f64(gy)), w.sizes(), g.stride, g.padding, g.dilation, g.groups);
+      EXPECT_TRUE(within(gw, conv2d_weight_grad(on_cuda(x), on_cuda(gy), w.sizes(), g.stride, g.padding, g.dilation, g.groups),
+                         agw * (8 * Kw * u) + abs(f64(gw)) * (4 * us) + 1e-300, "conv2d_weight_grad " + what));
+    }
+  }
+}
+
+TEST(CudaNormParity, BatchNormTrainingEvalAndBackward) {
+  MT_REQUIRE_CUDA();
+  std::mt19937_64 rng(fresh_seed());
+  for (DType dt : kFloatTypes) {
+    const DType pd = dt == DType::Float64 ? DType::Float64 : DType::Float32;  // AMP: 16-bit x, f32 parameters
+    const double ua = dt == DType::Float64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24), us = unit_roundoff(dt);
+    const double ustat = unit_roundoff(pd);
+    const std::string t = short_name(dt);
+    const Tensor x = random_input(rng, {6, 5, 4, 3}, dt, 0.1, 3.0);
+    const Tensor w = random_input(rng, {5}, pd, 0.25, 2.0), b = random_input(rng, {5}, pd);
+    for (bool training : {true, false}) {
+      Tensor rm_c = random_input(rng, {5}, pd), rv_c = random_input(rng, {5}, pd, 0.5, 2.0, true);
+      Tensor rm_g = on_cuda(rm_c), rv_g = on_cuda(rv_c);
+      rm_c = rm_c.clone();
+      rv_c = rv_c.clone();
+      const Attrs a{{"training", training}, {"momentum", 0.1}, {"eps", 1e-5}};
+      const TensorList c = dispatch(*find_op("batch_norm"), {x, rm_c, rv_c, w, b}, a);
+      const TensorList g = dispatch(*find_op("batch_norm"), {on_cuda(x), rm_g, rv_g, on_cuda(w), on_cuda(b)}, a);
+      const std::string what = t + (training ? " training" : " eval");
+      EXPECT_TRUE(close(c[0], g[0], 64 * ua, 2 * us + 16 * ua, "batch_norm out " + what));
+      EXPECT_TRUE(close(c[1], g[1], 1e-300, 2 * ustat, "batch_norm save_mean " + what));
+      EXPECT_TRUE(close(c[2], g[2], 1e-300, 2 * ustat, "batch_norm save_invstd " + what));
+      EXPECT_TRUE(close(rm_c, rm_g, 1e-300, 2 * ustat, "running_mean " + what));
+      EXPECT_TRUE(close(rv_c, rv_g, 1e-300, 2 * ustat, "running_var " + what));
+
+      const Tensor gy = random_input(rng, x.sizes(), dt);
+      const Attrs ab{{"training", training}, {"eps", 1e-5}};
+      const TensorList bc = dispatch(*find_op("batch_norm_backward"), {gy, x, w, c[1], c[2]}, ab);
+      const TensorList bg =
+          dispatch(*find_op("batch_norm_backward"), {on_cuda(gy), on_cuda(x), on_cuda(w), on_cuda(c[1]), on_cuda(c[2])}, ab);
+      EXPECT_TRUE(close(bc[0], bg[0], 64 * ua * 10, 2 * us + 16 * ua, "batch_norm_backward grad_x " + what));
+      EXPECT_TRUE(close(bc[1], bg[1], 1e-12, 2 * ustat + 1e-12, "batch_norm_backward sum_gxhat " + what));
+      EXPECT_TRUE(close(bc[2], bg[2], 1e-12, 2 * ustat + 1e-12, "batch_norm_backward sum_g " + what));
+    }
+  }
+}
+
+TEST(CudaDropoutParity, SameGeneratorStateDropsTheSameElements) {
+  MT_REQUIRE_CUDA();
+  const uint64_t seed = fresh_seed();
+  std::mt19937_64 rng(seed);
+  for (DType dt : kFloatTypes) {
+    const Tensor x = random_input(rng, {7, 333}, dt);
+    for (double p : {0.1, 0.5, 0.9, 1.0}) {
+      Generator gc(seed), gg(seed);
+      const Tensor yc = dropout(x, p, true, &gc), yg = dropout(on_cuda(x), p, true, &gg);
+      EXPECT_TRUE(exact(yc, yg, std::string("dropout ") + short_name(dt) + " p=" + std::to_string(p)));
+      // The backward (g * mask * scale, written with ops) through autograd on both devices.
+      Tensor xc = x.clone().requires_grad_(), xg = on_cuda(x).detach().requires_grad_();
+      Generator hc(seed + 1), hg(seed + 1);
+      const Tensor g = random_input(rng, x.sizes(), dt);
+      dropout(xc, p, true, &hc).backward(g);
+      dropout(xg, p, true, &hg).backward(on_cuda(g));
+      EXPECT_TRUE(exact(xc.grad(), xg.grad(), std::string("dropout backward ") + short_name(dt)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixtape
