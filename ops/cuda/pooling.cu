@@ -1,4 +1,5 @@
-// ops/cuda/pooling.cu — max_pool2d forward (with or without indices) and its two gradient ops on
+// ops/cuda/pooling.cu — avg_pool2d / adaptive_avg_pool2d and their gradients (mean pooling, at the
+// end of the file), max_pool2d forward (with or without indices) and its two gradient ops on
 // the device, with ops/pooling.cpp's window rules: taps clipped to the plane, padding never
 // chosen, row-major scan where a value wins if greater or NaN (first of equal maxima, NaN sticks),
 // -1 for a window wholly in padding. Gradients are gathers, not scatters: one thread per input
@@ -88,7 +89,98 @@ __global__ void max_pool_backward_kernel(PoolGeom g, const T* grad_out, const in
   }
 }
 
+// One dim of a mean-pooling window of output o: taps [lo, hi) inside the input and this dim's
+// factor of the divisor (ops/pooling.cpp's avg_spans / adaptive_spans).
+__device__ __forceinline__ void mean_span(bool adaptive, bool include_pad, int64_t o, int64_t out, int64_t size,
+                                          int64_t k, int64_t s, int64_t p, int64_t& lo, int64_t& hi, int64_t& count) {
+  if (adaptive) {
+    lo = o * size / out;
+    hi = ((o + 1) * size + out - 1) / out;
+    count = hi - lo;
+    return;
+  }
+  lo = o * s - p;
+  hi = lo + k < size + p ? lo + k : size + p;
+  const int64_t padded = hi - lo;
+  if (lo < 0) lo = 0;
+  if (hi > size) hi = size;
+  count = include_pad ? padded : hi - lo;
+}
+
+template <typename T>
+__global__ void mean_pool_kernel(PoolGeom g, bool adaptive, bool include_pad, const T* x, T* out) {
+  using A = acc_t<T>;
+  const int64_t total = g.planes * g.OH * g.OW;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t p = i / (g.OH * g.OW), r = i % (g.OH * g.OW), oh = r / g.OW, ow = r % g.OW;
+    int64_t rlo, rhi, rc, clo, chi, cc;
+    mean_span(adaptive, include_pad, oh, g.OH, g.H, g.kH, g.sH, g.pH, rlo, rhi, rc);
+    mean_span(adaptive, include_pad, ow, g.OW, g.W, g.kW, g.sW, g.pW, clo, chi, cc);
+    const T* plane = x + p * g.H * g.W;
+    A s = 0;
+    if (rlo < rhi && clo < chi) {
+      for (int64_t h = rlo; h < rhi; ++h)
+        for (int64_t w = clo; w < chi; ++w) s += static_cast<A>(plane[h * g.W + w]);
+      s /= static_cast<A>(rc * cc);
+    }
+    out[i] = static_cast<T>(s);
+  }
+}
+
+template <typename T>
+__global__ void mean_unpool_kernel(PoolGeom g, bool adaptive, bool include_pad, const T* grad, T* grad_in) {
+  using A = acc_t<T>;
+  const int64_t total = g.planes * g.H * g.W;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t p = i / (g.H * g.W), k = i % (g.H * g.W), h = k / g.W, w = k % g.W;
+    // Candidate windows: all for adaptive pooling (few outputs), the covering range otherwise;
+    // each is checked against its real (clipped) span.
+    int64_t oh0 = 0, oh1 = g.OH - 1, ow0 = 0, ow1 = g.OW - 1;
+    if (!adaptive) {
+      covering(h, g.OH, g.kH, g.sH, g.pH, 1, oh0, oh1);
+      covering(w, g.OW, g.kW, g.sW, g.pW, 1, ow0, ow1);
+    }
+    A acc = 0;
+    for (int64_t oh = oh0; oh <= oh1; ++oh) {
+      int64_t rlo, rhi, rc;
+      mean_span(adaptive, include_pad, oh, g.OH, g.H, g.kH, g.sH, g.pH, rlo, rhi, rc);
+      if (h < rlo || h >= rhi) continue;
+      for (int64_t ow = ow0; ow <= ow1; ++ow) {
+        int64_t clo, chi, cc;
+        mean_span(adaptive, include_pad, ow, g.OW, g.W, g.kW, g.sW, g.pW, clo, chi, cc);
+        if (w < clo || w >= chi) continue;
+        acc += static_cast<A>(grad[(p * g.OH + oh) * g.OW + ow]) / static_cast<A>(rc * cc);
+      }
+    }
+    grad_in[i] = static_cast<T>(acc);
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_mean_pool(DType dt, const PoolGeom& g, bool adaptive, bool include_pad, const void* x, void* out,
+                             cudaStream_t s) {
+  const int64_t total = g.planes * g.OH * g.OW;
+  if (total == 0) return cudaSuccess;
+  return visit_floating_cuda(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    mean_pool_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(g, adaptive, include_pad,
+                                                                        static_cast<const T*>(x), static_cast<T*>(out));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_mean_unpool(DType dt, const PoolGeom& g, bool adaptive, bool include_pad, const void* grad_out,
+                               void* grad_in, cudaStream_t s) {
+  const int64_t total = g.planes * g.H * g.W;
+  if (total == 0) return cudaSuccess;
+  return visit_floating_cuda(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    mean_unpool_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(
+        g, adaptive, include_pad, static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
+    return cudaGetLastError();
+  });
+}
 
 cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, void* out, int64_t* idx,
                                     cudaStream_t s) {

@@ -23,4 +23,13 @@ cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, 
 cudaError_t launch_max_pool_backward(DType dt, const PoolGeom& g, const void* grad_out, const int64_t* idx,
                                      const void* x, void* grad_in, cudaStream_t s);
 
+// Mean pooling (avg_pool2d with count_include_pad, or adaptive_avg_pool2d when adaptive: windows
+// [floor(o size / out), ceil((o + 1) size / out))): out = window sums / divisor in acc_t, rounded once.
+cudaError_t launch_mean_pool(DType dt, const PoolGeom& g, bool adaptive, bool include_pad, const void* x, void* out,
+                             cudaStream_t s);
+// Its adjoint: grad_in[pixel] = sum over the windows holding it, in output order, of
+// grad_out / divisor (the CPU's accumulation order).
+cudaError_t launch_mean_unpool(DType dt, const PoolGeom& g, bool adaptive, bool include_pad, const void* grad_out,
+                               void* grad_in, cudaStream_t s);
+
 }  // namespace mixtape::cuda

@@ -1,5 +1,6 @@
 // ops/cuda/pooling_ops.cpp — CUDA kernels of max_pool2d, max_pool2d_with_indices,
-// max_pool2d_backward and max_pool2d_input_backward: attributes, window geometry and checks as
+// max_pool2d_backward, max_pool2d_input_backward, avg_pool2d, adaptive_avg_pool2d and their
+// backward ops: attributes, window geometry and checks as
 // ops/pooling.cpp (same messages), kernels in pooling.cu. Inputs are (N, C, H, W) (the public
 // functions reshape 3-D inputs before dispatch), made dense on the device.
 #include "ops/cuda/pooling_kernels.h"
@@ -124,7 +125,73 @@ TensorList max_pool2d_input_backward_cuda(const OpCall& c) {
   return {out};
 }
 
+// ---- mean pooling: avg_pool2d (window attrs + count_include_pad), adaptive_avg_pool2d (output_size) ----
+void check_grad_shape(const char* op, const PoolGeom& g, int64_t N, int64_t C, const Tensor& grad) {
+  const IntList want{N, C, g.OH, g.OW};
+  MT_CHECK(grad.sizes() == want, op, ": expected grad of shape ", shape_str(want), ", got ", grad.describe());
+}
+PoolGeom adaptive_geometry(const char* op, const IntList& xs, const IntList& out, const std::string& shown) {
+  MT_CHECK(xs.size() == 4, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ", shown);
+  MT_CHECK(xs[1] > 0 && xs[2] > 0 && xs[3] > 0, op, ": expected non-empty C, H and W, got ", shown);
+  MT_CHECK(out.size() == 2 && out[0] >= 0 && out[1] >= 0, op, ": output_size must be 2 non-negative values, got ",
+           shape_str(out));
+  PoolGeom g{};
+  g.planes = xs[0] * xs[1];
+  g.H = xs[2], g.W = xs[3], g.OH = out[0], g.OW = out[1];
+  g.dH = g.dW = 1;
+  return g;
+}
+
+Tensor mean_pool(const OpCall& c, const Tensor& x, const PoolGeom& g, bool adaptive, bool include_pad) {
+  check_floating(c.name(), "input", x);
+  DeviceGuard guard(x.device().index());
+  const Tensor xc = dense(x, c.name());
+  Tensor out = empty_on({x.size(0), x.size(1), g.OH, g.OW}, x.dtype(), x.device());
+  MT_CUDA_CHECK(launch_mean_pool(x.dtype(), g, adaptive, include_pad, xc.data_ptr(), out.data_ptr(), current_stream()),
+                c.name());
+  return out;
+}
+Tensor mean_unpool(const OpCall& c, const Tensor& grad, const IntList& in_size, const PoolGeom& g, bool adaptive,
+                   bool include_pad) {
+  check_floating(c.name(), "grad", grad);
+  check_grad_shape(c.name(), g, in_size[0], in_size[1], grad);
+  DeviceGuard guard(grad.device().index());
+  const Tensor gc = dense(grad, c.name());
+  Tensor out = empty_on(in_size, grad.dtype(), grad.device());
+  MT_CUDA_CHECK(launch_mean_unpool(grad.dtype(), g, adaptive, include_pad, gc.data_ptr(), out.data_ptr(),
+                                   current_stream()),
+                c.name());
+  return out;
+}
+
+TensorList avg_pool2d_cuda(const OpCall& c) {
+  const Tensor& x = c.inputs[0];
+  const PoolGeom g = geometry(c.name(), x.sizes(), c.attrs, x.describe());
+  return {mean_pool(c, x, g, false, c.attrs.get<bool>("count_include_pad"))};
+}
+TensorList avg_pool2d_backward_cuda(const OpCall& c) {
+  const IntList& in_size = c.attrs.get<IntList>("input_size");
+  const PoolGeom g = geometry(c.name(), in_size, c.attrs, shape_str(in_size));
+  return {mean_unpool(c, c.inputs[0], in_size, g, false, c.attrs.get<bool>("count_include_pad"))};
+}
+TensorList adaptive_avg_pool2d_cuda(const OpCall& c) {
+  const Tensor& x = c.inputs[0];
+  const PoolGeom g = adaptive_geometry(c.name(), x.sizes(), c.attrs.get<IntList>("output_size"), x.describe());
+  return {mean_pool(c, x, g, true, false)};
+}
+TensorList adaptive_avg_pool2d_backward_cuda(const OpCall& c) {
+  const Tensor& grad = c.inputs[0];
+  MT_CHECK(grad.dim() == 4, c.name(), ": expected a 4-D grad (N, C, OH, OW), got ", grad.describe());
+  const IntList& in_size = c.attrs.get<IntList>("input_size");
+  const PoolGeom g = adaptive_geometry(c.name(), in_size, {grad.size(2), grad.size(3)}, shape_str(in_size));
+  return {mean_unpool(c, grad, in_size, g, true, false)};
+}
+
 const bool kRegistered = [] {
+  register_kernel("avg_pool2d", DeviceType::CUDA, avg_pool2d_cuda);
+  register_kernel("avg_pool2d_backward", DeviceType::CUDA, avg_pool2d_backward_cuda);
+  register_kernel("adaptive_avg_pool2d", DeviceType::CUDA, adaptive_avg_pool2d_cuda);
+  register_kernel("adaptive_avg_pool2d_backward", DeviceType::CUDA, adaptive_avg_pool2d_backward_cuda);
   register_kernel("max_pool2d", DeviceType::CUDA, max_pool2d_cuda);
   register_kernel("max_pool2d_with_indices", DeviceType::CUDA, max_pool2d_with_indices_cuda);
   register_kernel("max_pool2d_backward", DeviceType::CUDA, max_pool2d_backward_cuda);

@@ -114,5 +114,37 @@ TEST(CudaPoolParity, MaxPoolForwardIndicesAndBothBackwardsAreExact) {
   }
 }
 
+// Mean pooling: window sums in acc_t in the CPU's order, one division, one rounding: exact; the
+// backward gathers in the CPU's accumulation order: exact too.
+TEST(CudaPoolParity, AvgAndAdaptiveAvgPoolAndTheirBackwardsAreExact) {
+  MT_REQUIRE_CUDA();
+  std::mt19937_64 rng(fresh_seed());
+  for (DType dt : kFloatTypes) {
+    const Tensor x = random_input(rng, {2, 3, 11, 10}, dt);
+    const std::string t = short_name(dt);
+    struct Win {
+      IntList k, s, p;
+      bool ceil, include_pad;
+    };
+    for (const Win& w : {Win{{2, 2}, {2, 2}, {0, 0}, false, true}, Win{{3, 3}, {2, 2}, {1, 1}, true, true},
+                         Win{{3, 2}, {1, 2}, {1, 1}, true, false}}) {
+      const std::string what = t + " k" + shape_str(w.k) + " s" + shape_str(w.s) + " p" + shape_str(w.p);
+      const Tensor y = avg_pool2d(x, w.k, w.s, w.p, w.ceil, w.include_pad);
+      EXPECT_TRUE(exact(y, avg_pool2d(on_cuda(x), w.k, w.s, w.p, w.ceil, w.include_pad), "avg_pool2d " + what));
+      const Tensor g = random_input(rng, y.sizes(), dt);
+      EXPECT_TRUE(exact(avg_pool2d_backward(g, x.sizes(), w.k, w.s, w.p, w.ceil, w.include_pad),
+                        avg_pool2d_backward(on_cuda(g), x.sizes(), w.k, w.s, w.p, w.ceil, w.include_pad),
+                        "avg_pool2d_backward " + what));
+    }
+    for (const IntList& out : {IntList{1, 1}, IntList{4, 3}, IntList{11, 10}}) {
+      const Tensor y = adaptive_avg_pool2d(x, out);
+      EXPECT_TRUE(exact(y, adaptive_avg_pool2d(on_cuda(x), out), "adaptive_avg_pool2d " + t + shape_str(out)));
+      const Tensor g = random_input(rng, y.sizes(), dt);
+      EXPECT_TRUE(exact(adaptive_avg_pool2d_backward(g, x.sizes()), adaptive_avg_pool2d_backward(on_cuda(g), x.sizes()),
+                        "adaptive_avg_pool2d_backward " + t + shape_str(out)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mixtape
