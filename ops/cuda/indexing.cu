@@ -1,0 +1,132 @@
+// ops/cuda/indexing.cu — gather / scatter_add and index_select / its backward on the device
+// (ops/indexing.cpp, ops/shape_ops.cpp). Index values are validated on the host by the glue before
+// a launch, so kernels never read out of bounds. Gathers are plain copies (exact). Scatters
+// accumulate with atomic adds in the compute type (f32 for 16-bit, as the CPU's accumulator), so
+// where several indices hit one element the order of the additions is not the CPU's sequential
+// order: such elements differ by summation order only (unique indices: exact).
+#include "ops/cuda/indexing_kernels.h"
+#include "ops/cuda/loops.cuh"
+
+namespace mixtape::cuda {
+namespace {
+
+__device__ __forceinline__ int64_t data_offset(const IndexGeom& g, const int64_t* index, int64_t i) {
+  int64_t rem = i, off = 0;
+  for (int d = g.nd - 1; d >= 0; --d) {
+    int64_t c = rem % g.sizes[d];
+    rem /= g.sizes[d];
+    if (d == g.dim) c = index[i];
+    off += c * g.data_strides[d];
+  }
+  return off;
+}
+
+template <typename U>
+__global__ void gather_kernel(IndexGeom g, const U* data, const int64_t* index, U* out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < g.n; i += int64_t(blockDim.x) * gridDim.x)
+    out[i] = data[data_offset(g, index, i)];
+}
+
+__device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(double* p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(int32_t* p, int32_t v) { atomicAdd(p, v); }
+__device__ __forceinline__ void atomic_add(int64_t* p, int64_t v) {
+  atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));  // two's complement
+}
+
+template <typename T>
+__global__ void scatter_add_kernel(IndexGeom g, const T* src, const int64_t* index, T* acc) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < g.n; i += int64_t(blockDim.x) * gridDim.x)
+    atomic_add(acc + data_offset(g, index, i), src[i]);
+}
+
+template <typename U>
+__global__ void index_select_kernel(const U* x, const int64_t* idx, U* out, int64_t outer, int64_t n, int64_t k,
+                                    int64_t inner) {
+  const int64_t total = outer * k * inner;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t i = e % inner, r = e / inner, j = r % k, o = r / k;
+    out[e] = x[(o * n + idx[j]) * inner + i];
+  }
+}
+
+template <typename T>
+__global__ void index_add_kernel(const T* g, const int64_t* idx, T* acc, int64_t outer, int64_t n, int64_t k,
+                                 int64_t inner) {
+  const int64_t total = outer * k * inner;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t i = e % inner, r = e / inner, j = r % k, o = r / k;
+    atomic_add(acc + (o * n + idx[j]) * inner + i, g[e]);
+  }
+}
+
+template <typename Fn>
+cudaError_t by_size(size_t elem_size, Fn&& fn) {
+  switch (elem_size) {
+    case 1: return fn(TypeTag<uint8_t>{});
+    case 2: return fn(TypeTag<uint16_t>{});
+    case 4: return fn(TypeTag<uint32_t>{});
+    case 8: return fn(TypeTag<uint64_t>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+template <typename Fn>
+cudaError_t by_acc(DType dt, Fn&& fn) {
+  switch (dt) {
+    case DType::Float32: return fn(TypeTag<float>{});
+    case DType::Float64: return fn(TypeTag<double>{});
+    case DType::Int32: return fn(TypeTag<int32_t>{});
+    case DType::Int64: return fn(TypeTag<int64_t>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_gather(size_t elem_size, const IndexGeom& g, const void* data, const int64_t* index, void* out,
+                          cudaStream_t s) {
+  if (g.n == 0) return cudaSuccess;
+  return by_size(elem_size, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    gather_kernel<U><<<grid_for(g.n, kThreads), kThreads, 0, s>>>(g, static_cast<const U*>(data), index,
+                                                                   static_cast<U*>(out));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_scatter_add(DType dt, const IndexGeom& g, const void* src, const int64_t* index, void* acc,
+                               cudaStream_t s) {
+  if (g.n == 0) return cudaSuccess;
+  return by_acc(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    scatter_add_kernel<T><<<grid_for(g.n, kThreads), kThreads, 0, s>>>(g, static_cast<const T*>(src), index,
+                                                                        static_cast<T*>(acc));
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_index_select(size_t elem_size, const void* x, const int64_t* idx, void* out, int64_t outer,
+                                int64_t n, int64_t k, int64_t inner, cudaStream_t s) {
+  const int64_t total = outer * k * inner;
+  if (total == 0) return cudaSuccess;
+  return by_size(elem_size, [&](auto tag) {
+    using U = typename decltype(tag)::type;
+    index_select_kernel<U><<<grid_for(total, kThreads), kThreads, 0, s>>>(static_cast<const U*>(x), idx,
+                                                                           static_cast<U*>(out), outer, n, k, inner);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_index_add(DType dt, const void* g, const int64_t* idx, void* acc, int64_t outer, int64_t n,
+                             int64_t k, int64_t inner, cudaStream_t s) {
+  const int64_t total = outer * k * inner;
+  if (total == 0) return cudaSuccess;
+  return by_acc(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    index_add_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(static_cast<const T*>(g), idx,
+                                                                        static_cast<T*>(acc), outer, n, k, inner);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace mixtape::cuda
