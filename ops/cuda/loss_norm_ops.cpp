@@ -1,0 +1,193 @@
+// ops/cuda/loss_norm_ops.cpp — CUDA kernels of mse_loss, binary_cross_entropy (+ backward),
+// binary_cross_entropy_with_logits and layer_norm: checks, dtypes and attributes as ops/loss.cpp and
+// ops/normalization.cpp (same messages), kernels in loss_norm.cu. Weights are broadcast to the
+// input's shape and materialised in the compute dtype (f32, f64 for f64), as the CPU does.
+#include <algorithm>
+
+#include "core/cuda/scratch.h"
+#include "ops/creation.h"
+#include "ops/cuda/loss_norm_kernels.h"
+#include "ops/cuda/tensor_iter.h"
+
+namespace mixtape::cuda {
+namespace {
+
+void check_floating(const char* op, const Tensor& t, const char* what) {
+  MT_CHECK(t.defined(), op, ": ", what, " is undefined");
+  MT_CHECK(is_floating(t.dtype()), op, ": expected a floating ", what, ", got ", t.describe());
+}
+void check_same_shape(const char* op, const Tensor& input, const Tensor& target) {
+  MT_CHECK(target.sizes() == input.sizes(), op, ": target ", target.describe(), " must have the same shape as input ",
+           input.describe(), " (no broadcasting: reshape one of them explicitly)");
+}
+void check_broadcastable_to(const char* op, const Tensor& w, const Tensor& input, const char* what) {
+  if (!w.defined()) return;
+  MT_CHECK(is_floating(w.dtype()), op, ": expected a floating ", what, ", got ", w.describe());
+  bool ok = w.dim() <= input.dim();
+  for (int64_t d = 0; ok && d < w.dim(); ++d) {
+    const int64_t ws = w.sizes()[d], xs = input.sizes()[input.dim() - w.dim() + d];
+    ok = ws == xs || ws == 1;
+  }
+  MT_CHECK(ok, op, ": ", what, " ", w.describe(), " must be broadcastable to the input's shape ", shape_str(input.sizes()));
+}
+int reduction_of(const OpCall& c) {
+  const int64_t r = c.attrs.get<int64_t>("reduction");
+  MT_CHECK(r >= 0 && r <= 2, c.name(), ": invalid reduction ", r, " (expected None = 0, Mean = 1, Sum = 2)");
+  return static_cast<int>(r);
+}
+DType weight_dtype(DType dt) { return dt == DType::Float64 ? DType::Float64 : DType::Float32; }
+Tensor broadcast_dense(const Tensor& w, const IntList& shape, DType dt, Device dev, const char* op) {
+  if (!w.defined()) return w;
+  Tensor out = empty_on(shape, dt, dev);
+  copy_into(out, w, op);
+  return out;
+}
+const void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// One reduced or elementwise loss over dense x, t of dtype dt.
+Tensor run_loss(const OpCall& c, LossKind kind, const Tensor& x, const Tensor& t, const Tensor& w, const Tensor& pw,
+                DType dt) {
+  const int red = reduction_of(c);
+  DeviceGuard guard(x.device().index());
+  const Tensor xd = dense(cast_to(x, dt, c.name()), c.name()), td = dense(cast_to(t, dt, c.name()), c.name());
+  const Tensor wd = broadcast_dense(w, x.sizes(), weight_dtype(dt), x.device(), c.name());
+  const Tensor pwd = broadcast_dense(pw, x.sizes(), weight_dtype(dt), x.device(), c.name());
+  Tensor out = empty_on(red == 0 ? x.sizes() : IntList{}, dt, x.device());
+  Scratch scratch(red == 0 ? 0 : sizeof(double) * static_cast<size_t>(loss_scratch_doubles()));
+  MT_CUDA_CHECK(launch_loss(kind, dt, xd.data_ptr(), td.data_ptr(), ptr(wd), ptr(pwd), x.numel(), red, out.data_ptr(),
+                            scratch.data_as<double>(), current_stream()),
+                c.name());
+  return out;
+}
+
+TensorList mse_loss_cuda(const OpCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& t = c.inputs[1];
+  check_floating(c.name(), x, "input");
+  check_floating(c.name(), t, "target");
+  check_same_shape(c.name(), x, t);
+  return {run_loss(c, LossKind::Mse, x, t, Tensor(), Tensor(), promote_types(x.dtype(), t.dtype()))};
+}
+
+// Probabilities outside [0, 1] are an error naming the first position (one 8-byte device->host read).
+void check_probabilities(const OpCall& c, const Tensor& pd) {
+  Tensor first = empty_on({}, DType::Int64, pd.device());
+  fill_(first, static_cast<double>(pd.numel()));
+  MT_CUDA_CHECK(launch_first_bad_probability(pd.dtype(), pd.data_ptr(), pd.numel(),
+                                             static_cast<int64_t*>(first.data_ptr()), current_stream()),
+                c.name());
+  const int64_t i = first.to(Device::CPU()).item<int64_t>();
+  if (i < pd.numel()) {
+    const double v = get_element(pd.reshape({-1}).narrow(0, i, 1).to(Device::CPU()), 0);
+    MT_ERROR(c.name(), ": all elements of input should be between 0 and 1 (probabilities; use ",
+             "binary_cross_entropy_with_logits for logits), got ", v, " at flat position ", i, " of ",
+             shape_str(pd.sizes()));
+  }
+}
+
+TensorList bce_cuda(const OpCall& c) {
+  const Tensor& p = c.inputs[0];
+  const Tensor& t = c.inputs[1];
+  const Tensor& w = c.inputs[2];
+  check_floating(c.name(), p, "input");
+  check_floating(c.name(), t, "target");
+  check_same_shape(c.name(), p, t);
+  check_broadcastable_to(c.name(), w, p, "weight");
+  const DType dt = promote_types(p.dtype(), t.dtype());
+  DeviceGuard guard(p.device().index());
+  const Tensor pd = dense(cast_to(p, dt, c.name()), c.name());
+  check_probabilities(c, pd);
+  return {run_loss(c, LossKind::Bce, pd, t, w, Tensor(), dt)};
+}
+
+TensorList bce_backward_cuda(const OpCall& c) {
+  const Tensor& g = c.inputs[0];
+  const Tensor& p = c.inputs[1];
+  const Tensor& t = c.inputs[2];
+  const Tensor& w = c.inputs[3];
+  check_floating(c.name(), g, "gradient");
+  check_floating(c.name(), p, "input");
+  check_floating(c.name(), t, "target");
+  check_same_shape(c.name(), p, t);
+  check_broadcastable_to(c.name(), w, p, "weight");
+  const int red = reduction_of(c);
+  const IntList gshape = red == 0 ? p.sizes() : IntList{};
+  MT_CHECK(g.sizes() == gshape, c.name(), ": expected a gradient of shape ", shape_str(gshape), ", got ", g.describe());
+  const DType dt = promote_types(g.dtype(), promote_types(p.dtype(), t.dtype()));
+  DeviceGuard guard(p.device().index());
+  const Tensor gd = dense(cast_to(g, dt, c.name()), c.name()), pd = dense(cast_to(p, dt, c.name()), c.name());
+  const Tensor td = dense(cast_to(t, dt, c.name()), c.name());
+  const Tensor wd = broadcast_dense(w, p.sizes(), weight_dtype(dt), p.device(), c.name());
+  Tensor out = empty_on(p.sizes(), dt, p.device());
+  MT_CUDA_CHECK(launch_bce_backward(dt, gd.data_ptr(), pd.data_ptr(), td.data_ptr(), ptr(wd), p.numel(), red,
+                                    out.data_ptr(), current_stream()),
+                c.name());
+  return {out};
+}
+
+TensorList bce_logits_cuda(const OpCall& c) {
+  const Tensor& x = c.inputs[0];
+  const Tensor& t = c.inputs[1];
+  const Tensor& w = c.inputs[2];
+  const Tensor& pw = c.inputs[3];
+  check_floating(c.name(), x, "input");
+  check_floating(c.name(), t, "target");
+  check_same_shape(c.name(), x, t);
+  check_broadcastable_to(c.name(), w, x, "weight");
+  check_broadcastable_to(c.name(), pw, x, "pos_weight");
+  return {run_loss(c, LossKind::BceLogits, x, t, w, pw, promote_types(x.dtype(), t.dtype()))};
+}
+
+TensorList layer_norm_cuda(const OpCall& call) {
+  const Tensor& x = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  const Tensor& b = call.inputs[2];
+  const IntList ns = call.attrs.get<IntList>("normalized_shape");
+  const double eps = call.attrs.get<double>("eps");
+  const auto k = static_cast<int64_t>(ns.size());
+  MT_CHECK(k >= 1, call.name(), ": normalized_shape must have at least one dim, got ", shape_str(ns));
+  MT_CHECK(is_floating(x.dtype()), call.name(), ": expected a floating input (f16, bf16, f32, f64), got ", x.describe());
+  bool match = x.dim() >= k;
+  for (int64_t d = 0; match && d < k; ++d) match = x.size(x.dim() - k + d) == ns[static_cast<size_t>(d)];
+  MT_CHECK(match, call.name(), ": input must end with normalized_shape ", shape_str(ns), ", i.e. have shape (*, ",
+           shape_str(ns).substr(1, shape_str(ns).size() - 2), "), got ", x.describe());
+  for (const auto& [t, what] : {std::pair{&w, "weight"}, std::pair{&b, "bias"}}) {
+    if (!t->defined()) continue;
+    MT_CHECK(t->sizes() == ns, call.name(), ": ", what, " must have normalized_shape ", shape_str(ns), ", got ",
+             t->describe());
+    MT_CHECK(is_floating(t->dtype()), call.name(), ": ", what, " must be floating, got ", t->describe());
+  }
+  MT_CHECK(eps >= 0, call.name(), ": eps must be non-negative, got ", eps);
+  const int64_t M = numel_of(ns);
+  int64_t rows = 1;
+  IntList stat_shape;
+  for (int64_t d = 0; d < x.dim() - k; ++d) {
+    stat_shape.push_back(x.size(d));
+    rows *= x.size(d);
+  }
+  for (int64_t d = 0; d < k; ++d) stat_shape.push_back(1);
+  const DType sd = x.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;  // acc dtype = stat dtype
+  DeviceGuard guard(x.device().index());
+  const Tensor xc = dense(x, call.name());
+  const Tensor wc = w.defined() ? dense(cast_to(w.detach(), sd, call.name()), call.name()) : Tensor();
+  const Tensor bc = b.defined() ? dense(cast_to(b.detach(), sd, call.name()), call.name()) : Tensor();
+  Tensor out = empty_on(x.sizes(), x.dtype(), x.device());
+  Tensor mean = empty_on(stat_shape, DType::Float64, x.device()), rstd = empty_on(stat_shape, DType::Float64, x.device());
+  MT_CUDA_CHECK(launch_layer_norm(x.dtype(), xc.data_ptr(), ptr(wc), ptr(bc), rows, M, eps, out.data_ptr(),
+                                  static_cast<double*>(mean.data_ptr()), static_cast<double*>(rstd.data_ptr()),
+                                  current_stream()),
+                call.name());
+  return {out, cast_to(mean, sd, call.name()), cast_to(rstd, sd, call.name())};
+}
+
+const bool kRegistered = [] {
+  register_kernel("mse_loss", DeviceType::CUDA, mse_loss_cuda);
+  register_kernel("binary_cross_entropy", DeviceType::CUDA, bce_cuda);
+  register_kernel("binary_cross_entropy_backward", DeviceType::CUDA, bce_backward_cuda);
+  register_kernel("binary_cross_entropy_with_logits", DeviceType::CUDA, bce_logits_cuda);
+  register_kernel("layer_norm", DeviceType::CUDA, layer_norm_cuda);
+  return true;
+}();
+
+}  // namespace
+}  // namespace mixtape::cuda
