@@ -1,0 +1,134 @@
+// bench/fma_peak.cpp — the machine's measured fp32 FMA peak (GFLOP/s), on 1 thread and on N
+// threads: the ceiling against which bench/suite.sh states what fraction a training step
+// achieves. Owns nothing else; it does not use mixtape at all, so its number depends on the
+// CPU only.
+//
+//   build-bench/bench/fma_peak [--threads N] [--runs 7] [--seconds 0.2] [--json FILE]
+//
+// Method: kAcc independent 8-lane accumulators, each updated by one vfmadd per iteration. An
+// FMA has a latency of 4-5 cycles and a core has two FMA pipes, so at least 2 x 5 = 10 chains
+// must be in flight to keep both pipes busy; 12 leaves margin and still fits in the 16 ymm
+// registers with the two operands. acc = acc * a + b with a just below 1 converges to
+// b / (1 - a) and never reaches denormals or infinity, which would slow the pipes down.
+// Each run times `iters` iterations on every thread at once (OpenMP); the figure is the median
+// of `runs` runs and the spread is their min..max. Needs AVX2 + FMA (checked at run time;
+// without them it prints n/a and exits 0, since the rest of the suite still means something).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr int kAcc = 12;                     // independent dependency chains (see above)
+constexpr double kFlopPerIter = kAcc * 8 * 2;  // 8 lanes, multiply + add
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float fma_chains(long iters, float seed) {
+  const __m256 a = _mm256_set1_ps(0.9999999f), b = _mm256_set1_ps(1e-7f);
+  __m256 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm256_set1_ps(seed + static_cast<float>(i));
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  // Fold the chains so none of them is dead code.
+  __m256 s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm256_add_ps(s, acc[i]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[7];
+}
+bool have_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#else
+float fma_chains(long, float) { return 0.f; }
+bool have_avx2_fma() { return false; }
+#endif
+
+struct Stat {
+  double median = 0, min = 0, max = 0;
+};
+
+// GFLOP/s of `runs` runs on `threads` threads, each thread doing `iters` iterations.
+Stat measure(int threads, long iters, int runs) {
+  std::vector<double> g;
+  volatile float sink = 0.f;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    float total = 0.f;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    total += fma_chains(iters, static_cast<float>(omp_get_thread_num()));
+    const auto t1 = std::chrono::steady_clock::now();
+    sink = sink + total;
+    const double s = std::chrono::duration<double>(t1 - t0).count();
+    g.push_back(threads * kFlopPerIter * static_cast<double>(iters) / s * 1e-9);
+  }
+  std::sort(g.begin(), g.end());
+  return {g[g.size() / 2], g.front(), g.back()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = omp_get_max_threads(), runs = 7;
+  double seconds = 0.2;
+  std::string json;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i], v = argv[i + 1];
+    if (a == "--threads") threads = std::atoi(v.c_str());
+    else if (a == "--runs") runs = std::atoi(v.c_str());
+    else if (a == "--seconds") seconds = std::atof(v.c_str());
+    else if (a == "--json") json = v;
+    else {
+      std::fprintf(stderr, "usage: fma_peak [--threads N] [--runs 7] [--seconds 0.2] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (threads < 1 || runs < 1) {
+    std::fprintf(stderr, "fma_peak: --threads and --runs must be >= 1\n");
+    return 2;
+  }
+  if (!have_avx2_fma()) {
+    std::printf("fma_peak: n/a (this CPU lacks AVX2 + FMA)\n");
+    if (!json.empty())
+      if (FILE* f = std::fopen(json.c_str(), "w")) {
+        std::fprintf(f, "{\"available\": false}\n");
+        std::fclose(f);
+      }
+    return 0;
+  }
+  // Size one run from a short calibration so it lasts about `seconds` on one thread.
+  long iters = 1 << 20;
+  const Stat cal = measure(1, iters, 1);
+  iters = std::max(1L << 16, static_cast<long>(seconds * cal.median * 1e9 / kFlopPerIter));
+  const Stat one = measure(1, iters, runs);
+  const Stat all = measure(threads, iters, runs);
+  std::printf("fma_peak: %d accumulators x 8 lanes, %ld iterations per thread per run, median of %d runs\n", kAcc,
+              iters, runs);
+  std::printf("  1 thread : %8.1f GFLOP/s  (%.1f..%.1f)\n", one.median, one.min, one.max);
+  std::printf("  %d threads: %8.1f GFLOP/s  (%.1f..%.1f)\n", threads, all.median, all.min, all.max);
+  if (!json.empty()) {
+    FILE* f = std::fopen(json.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "fma_peak: cannot write %s: %s\n", json.c_str(), std::strerror(errno));
+      return 1;
+    }
+    std::fprintf(f,
+                 "{\"available\": true, \"accumulators\": %d, \"iters\": %ld, \"runs\": %d,\n"
+                 " \"one\": {\"threads\": 1, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f},\n"
+                 " \"all\": {\"threads\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}}\n",
+                 kAcc, iters, runs, one.median, one.min, one.max, threads, all.median, all.min, all.max);
+    std::fclose(f);
+  }
+  return 0;
+}
