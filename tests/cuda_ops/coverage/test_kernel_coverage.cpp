@@ -8,7 +8,9 @@
 //   - a listed op that has gained a CUDA kernel fails too, so the list is always exactly what is
 //     left to do;
 //   - an op with a CUDA kernel must name the dtypes its parity test covers in kParityDtypes (a
-//     kernel without a CPU<->CUDA test fails), unless it is tested in another folder.
+//     kernel without a CPU<->CUDA test fails), unless it is tested in another folder;
+//   - a CUDA kernel must belong to an op with a CPU kernel (register_kernel creates the entry it
+//     names, so a misspelt name would otherwise add a CUDA-only op silently).
 // Composite ops and view ops (metadata only) need no kernel of their own.
 #include <gtest/gtest.h>
 
@@ -135,6 +137,7 @@ TEST(CudaKernelCoverage, EveryCpuKernelHasACudaKernelOrIsPending) {
     if (cpu && !gpu && !pending) missing.push_back(op->name);
     if (gpu && pending) stale.push_back(op->name);
     if (gpu && !kParityDtypes.count(op->name) && !kTestedElsewhere.count(op->name)) untested.push_back(op->name);
+    if (gpu && !cpu) missing.push_back(op->name + " (a CUDA kernel registered under a name no CPU op has: a typo?)");
   }
   table << with_cuda << " of " << needing << " ops with device kernels have a CUDA kernel"
         << (cuda_built ? "" : " (built without CUDA: table only)") << "\n";
