@@ -121,3 +121,43 @@ TEST(CudaDropoutParity, SameGeneratorStateDropsTheSameElements) {
 
 }  // namespace
 }  // namespace mixtape
+
+namespace mixtape {
+namespace {
+using namespace cuda_test;
+
+// Float64 gradcheck of the CNN ops running on the device (inputs are CPU leaves moved to the GPU
+// inside the function, so every forward and backward op of the chain runs there): conv2d (both
+// gradient ops), batch_norm (+ backward), max_pool2d, avg_pool2d, adaptive_avg_pool2d,
+// layer_norm, log_softmax, nll_loss, cat, index_select.
+TEST(CudaGradcheck, CnnChainThroughCudaF64) {
+  MT_REQUIRE_CUDA();
+  std::mt19937_64 rng(fresh_seed());
+  Tensor x = random_input(rng, {2, 2, 6, 6}, DType::Float64, 0.1, 1.0).requires_grad_();
+  Tensor w = random_input(rng, {3, 2, 3, 3}, DType::Float64, 0.1, 1.0).requires_grad_();
+  Tensor b = random_input(rng, {3}, DType::Float64, 0.1, 1.0).requires_grad_();
+  Tensor gamma = random_input(rng, {3}, DType::Float64, 0.5, 1.5).requires_grad_();
+  Tensor target = Tensor::empty({2}, TensorOptions(DType::Int64));
+  set_element(target, 0, 1);
+  set_element(target, 1, 4);
+  Tensor sel = Tensor::empty({2}, TensorOptions(DType::Int64));
+  set_element(sel, 0, 2);
+  set_element(sel, 1, 0);
+  auto fn = [&](const TensorList& in) -> TensorList {
+    const Device g = gpu();
+    Tensor h = conv2d(in[0].to(g), in[1].to(g), in[2].to(g), {1, 1}, {1, 1});        // (2, 3, 6, 6)
+    h = batch_norm(h, Tensor(), Tensor(), in[3].to(g), Tensor(), true);
+    Tensor p = max_pool2d(h, {2, 2});                                                   // (2, 3, 3, 3)
+    Tensor q = avg_pool2d(h, {3, 3}, {2, 2}, {1, 1});                                   // (2, 3, 3, 3)
+    Tensor r = cat({p, q}, 1);                                                          // (2, 6, 3, 3)
+    r = index_select(r, 1, sel.to(g)) + adaptive_avg_pool2d(r, {1, 1}).narrow(1, 0, 2); // (2, 2, 3, 3)
+    Tensor f = layer_norm(r.reshape({2, 18}), {18});
+    Tensor logits = f.narrow(1, 0, 5);
+    return {nll_loss(log_softmax(logits, 1), target.to(g)).to(Device::CPU())};
+  };
+  auto r = autograd::gradcheck(fn, {x, w, b, gamma});
+  EXPECT_TRUE(r.ok) << r.report;
+}
+
+}  // namespace
+}  // namespace mixtape
