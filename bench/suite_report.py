@@ -46,15 +46,16 @@ def read_meta(out):
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
-def gbench(doc):
+def gbench(doc, field="real_time"):
     """Google Benchmark JSON -> {name: (median_ns, min_ns, max_ns, n)} over the repetitions'
-    real times (the per-repetition rows, not the aggregates, so min..max is the spread)."""
+    `field` (real_time or cpu_time) from the per-repetition rows, not the aggregates, so min..max
+    is the spread."""
     runs = {}
     for b in (doc or {}).get("benchmarks", []):
         if b.get("run_type", "iteration") != "iteration" or "error_occurred" in b:
             continue
         name = re.sub(r"/real_time$", "", b.get("run_name", b["name"]))
-        runs.setdefault(name, []).append(b["real_time"] * UNIT_NS[b.get("time_unit", "ns")])
+        runs.setdefault(name, []).append(b[field] * UNIT_NS[b.get("time_unit", "ns")])
     return {k: (sorted(v)[len(v) // 2], min(v), max(v), len(v)) for k, v in runs.items()}
 
 
@@ -286,6 +287,8 @@ def report(out):
     # (c)
     om = gbench(load_json(out, "op_mixtape.json"))
     oc = gbench(load_json(out, "op_torch_cxx.json"))
+    omc = gbench(load_json(out, "op_mixtape.json"), "cpu_time")
+    occ = gbench(load_json(out, "op_torch_cxx.json"), "cpu_time")
     op = load_json(out, "op_torch_python.json") or {}
     cxx_note = meta.get("torch_cxx_missing")
     L += ["## (c) Per-op framework overhead, 1-element f32 tensors, one thread", "",
@@ -293,16 +296,20 @@ def report(out):
           "(mixtape) and `bench_torch_op_overhead` (libtorch 1.13, C++ API)" +
           (f"; libtorch column empty: {cxx_note}" if cxx_note else "") +
           ". The Python column is PyTorch called from Python (`torch_suite.py op-overhead`): what a Python user pays, "
-          "not the C++ API.", "",
-          "| benchmark | mixtape | libtorch C++ | mixtape / libtorch | torch from Python |", "|---|---:|---:|---:|---:|"]
+          "not the C++ API. CPU time (the benchmark thread's, per call, median) is given too: on a shared machine real time also counts "
+          "the time the benchmark waited for a core, CPU time does not.", "",
+          "| benchmark | mixtape | libtorch C++ | mixtape / libtorch | CPU time: mixtape | libtorch | ratio | torch from Python |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in ("BM_empty_1", "BM_add_1_no_grad", "BM_add_1_no_grad_guard", "BM_add_1_grad_forward",
                  "BM_add_1_grad_forward_backward", "BM_mul_1_grad_forward", "BM_relu_1_grad_forward"):
         m, c = om.get(name), oc.get(name)
         cell = lambda r: f"{fmt_ns(r[0])} ({fmt_ns(r[1])}..{fmt_ns(r[2])})" if r else "—"
         ratio = f"{m[0] / c[0]:.2f}x" if m and c else "—"
+        mc, cc = omc.get(name), occ.get(name)
+        cpu_cells = [fmt_ns(mc[0]) if mc else "—", fmt_ns(cc[0]) if cc else "—", f"{mc[0] / cc[0]:.2f}x" if mc and cc else "—"]
         py = op.get(name)
         pyc = f"{fmt_ns(py['median_us'] * 1e3)} ({fmt_ns(py['min_us'] * 1e3)}..{fmt_ns(py['max_us'] * 1e3)})" if py else "—"
-        L.append(f"| `{name}` | {cell(m)} | {cell(c)} | {ratio} | {pyc} |")
+        L.append(f"| `{name}` | {cell(m)} | {cell(c)} | {ratio} | " + " | ".join(cpu_cells) + f" | {pyc} |")
     L.append("")
 
     # (d)
