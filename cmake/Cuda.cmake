@@ -7,6 +7,8 @@
 #   - Explicit architecture list (never "native": it fails on a machine without a GPU).
 #   - One cudart, the shared one; never the driver library (only a stub exists on CI machines
 #     and a binary linked to it does not start) — cudart loads the driver itself, at first use.
+#   - cuBLAS/cuBLASLt are not linked but loaded at first call (core/cuda/cublas_lazy.cpp), so
+#     processes that never multiply on a GPU (most tests) do not pay for loading them.
 # Sets MIXTAPE_WITH_CUDA (ON/OFF) and MIXTAPE_CUDA_REASON for the configure message.
 set(MIXTAPE_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when nvcc is found), ON or OFF")
 set_property(CACHE MIXTAPE_CUDA PROPERTY STRINGS AUTO ON OFF)
@@ -74,7 +76,16 @@ if(MIXTAPE_WITH_CUDA)
       IMPORTED_LOCATION ${CUDNN_LIBRARY}
       INTERFACE_INCLUDE_DIRECTORIES ${CUDNN_INCLUDE_DIR})
   endif()
-  set(MIXTAPE_CUDA_LIBS CUDA::cudart CUDA::cublas CUDA::cublasLt mixtape_cudnn)
+  # cuBLAS/cuBLASLt are not linked: core/cuda/cublas_lazy.cpp loads them at first use (linking
+  # libcublasLt costs every process ~0.4 CPU-s at start, GPU or not). It needs their soversion.
+  get_target_property(_mixtape_cublas_lib CUDA::cublas IMPORTED_LOCATION)
+  file(REAL_PATH "${_mixtape_cublas_lib}" _mixtape_cublas_real)
+  if(_mixtape_cublas_real MATCHES "libcublas\\.so\\.([0-9]+)")
+    set(MIXTAPE_CUBLAS_SOVERSION ${CMAKE_MATCH_1})
+  else()
+    set(MIXTAPE_CUBLAS_SOVERSION ${CUDAToolkit_VERSION_MAJOR})
+  endif()
+  set(MIXTAPE_CUDA_LIBS CUDA::cudart mixtape_cudnn ${CMAKE_DL_LIBS})
   message(STATUS "mixtape: CUDA on — ${MIXTAPE_CUDA_REASON}; CUDA ${CUDAToolkit_VERSION}, "
                  "archs ${CMAKE_CUDA_ARCHITECTURES}, cuDNN ${CUDNN_LIBRARY}")
 else()

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -364,6 +365,40 @@ TEST(CudaCheck, LibraryCallsWithoutAGpuFailWithANamedStatus) {
   EXPECT_NE(m.find("conv2d: cuDNN call cudnnCreate(&h) failed: "), std::string::npos) << m;
   m = message_of([] { (void)cuda::current_device(); });
   EXPECT_EQ(m, "cuda::current_device: CUDA is not available: " + cuda::unavailable_reason());
+#endif
+}
+
+#if defined(MIXTAPE_WITH_CUDA)
+bool library_mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find(name) != std::string::npos) return true;
+  return false;
+}
+#endif
+
+// cuBLAS is loaded at its first call (core/cuda/cublas_lazy.cpp), so processes that never use
+// it — most tests — start without mapping 600 MB of libraries.
+TEST(CudaCheck, CublasIsLoadedAtFirstUse) {
+  REQUIRE_CUDA_BUILD();
+#if defined(MIXTAPE_WITH_CUDA)
+  // ctest runs each case in its own process; in a whole-binary run an earlier case may have
+  // used cuBLAS already.
+  if (library_mapped("libcublas.so") && ::testing::UnitTest::GetInstance()->test_to_run_count() > 1)
+    GTEST_SKIP() << "cuBLAS already used by an earlier test in this process; run this case alone";
+  EXPECT_FALSE(library_mapped("libcublasLt.so")) << "cuBLASLt was loaded at process start";
+  EXPECT_FALSE(library_mapped("libcublas.so")) << "cuBLAS was loaded at process start";
+  EXPECT_NE(cublasGetStatusString(CUBLAS_STATUS_SUCCESS), nullptr);
+  EXPECT_TRUE(library_mapped("libcublas.so"));
+  cublasLtHandle_t lt = nullptr;
+  cublasStatus_t st = cublasLtCreate(&lt);  // without a GPU: a status, not a crash
+  EXPECT_TRUE(library_mapped("libcublasLt.so"));
+  if (cuda::is_available()) {
+    EXPECT_EQ(st, CUBLAS_STATUS_SUCCESS);
+  } else {
+    EXPECT_NE(st, CUBLAS_STATUS_SUCCESS);
+  }
 #endif
 }
 
