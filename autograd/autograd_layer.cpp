@@ -21,15 +21,15 @@ TensorList autograd_layer(const OpSchema& op, OpCall& call) {
              self.describe(), "); use the out-of-place op");
   }
   if (!record || !op.differentiable) {
-    ExcludeLayerGuard below(DispatchLayer::Autograd);
-    return dispatch(op, call.inputs, call.attrs);
+    ExcludeLayerGuard below(DispatchLayer::Autograd);  // ops a kernel calls are not recorded either
+    return dispatch_backend(op, call);
   }
   MT_CHECK(op.backward != nullptr, op.name, ": the derivative is not implemented, but an input requires grad");
 
   TensorList outputs;
   {
     ExcludeLayerGuard below(DispatchLayer::Autograd);
-    outputs = dispatch(op, call.inputs, call.attrs);
+    outputs = dispatch_backend(op, call);
   }
   auto node = std::make_shared<OpNode>(op, call, outputs);
   for (size_t i = 0; i < outputs.size(); ++i) {

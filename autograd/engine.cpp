@@ -30,7 +30,6 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
   AutocastStateGuard autocast_off{AutocastState{}};
   MT_CHECK(grad_roots.empty() || grad_roots.size() == roots.size(), "backward: got ", roots.size(), " tensors but ",
            grad_roots.size(), " gradients");
-  std::unordered_map<Node*, TensorList> buffers;
   std::vector<std::shared_ptr<Node>> keep_alive;
   std::vector<std::pair<Edge, Tensor>> root_inputs;
 
@@ -53,32 +52,33 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     root_inputs.emplace_back(gradient_edge(r), g);
   }
 
-  // Dependency counts by an explicit DFS.
-  std::unordered_map<Node*, int> deps;
+  // One entry per reachable node: how many edges lead into it (by an explicit DFS) and the
+  // gradients delivered to it so far. A single map keeps a small graph's backward to one
+  // lookup per edge.
+  struct Task {
+    int deps = 0;
+    TensorList buffer;  // one slot per forward output of the node
+  };
+  std::unordered_map<Node*, Task> tasks;
+  tasks.reserve(64);
   std::vector<Node*> stack;
-  std::unordered_map<Node*, bool> seen;
   for (auto& [edge, g] : root_inputs) {
     keep_alive.push_back(edge.node);
-    if (!seen[edge.node.get()]) {
-      seen[edge.node.get()] = true;
-      stack.push_back(edge.node.get());
-    }
+    if (tasks.try_emplace(edge.node.get()).second) stack.push_back(edge.node.get());
   }
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->next_edges()) {
       if (!e.valid()) continue;
-      deps[e.node.get()] += 1;
-      if (!seen[e.node.get()]) {
-        seen[e.node.get()] = true;
-        stack.push_back(e.node.get());
-      }
+      auto [it, fresh] = tasks.try_emplace(e.node.get());
+      it->second.deps += 1;
+      if (fresh) stack.push_back(e.node.get());
     }
   }
 
   auto deliver = [&](const Edge& e, const Tensor& g) {
-    TensorList& buf = buffers[e.node.get()];
+    TensorList& buf = tasks[e.node.get()].buffer;
     if (buf.empty()) buf.resize(e.node->num_outputs());
     MT_CHECK(e.input_nr < buf.size(), "backward: internal error: edge to input ", e.input_nr, " of ", e.node->name());
     Tensor& slot = buf[e.input_nr];
@@ -87,18 +87,19 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
 
   std::priority_queue<Node*, std::vector<Node*>, ByPriority> ready;
   for (auto& [edge, g] : root_inputs) deliver(edge, g);
-  for (auto& [edge, g] : root_inputs)
-    if (deps[edge.node.get()] == 0) {
-      deps[edge.node.get()] = -1;  // queued
+  for (auto& [edge, g] : root_inputs) {
+    Task& t = tasks[edge.node.get()];
+    if (t.deps == 0) {
+      t.deps = -1;  // queued
       ready.push(edge.node.get());
     }
+  }
 
   AutoGradMode grad_mode(create_graph);
   while (!ready.empty()) {
     Node* node = ready.top();
     ready.pop();
-    TensorList grads = std::move(buffers[node]);
-    buffers.erase(node);
+    TensorList grads = std::move(tasks[node].buffer);
     grads.resize(node->num_outputs());
     for (auto& [nr, hooks] : node->pre_hooks()) {
       if (nr >= grads.size() || !grads[nr].defined()) continue;
@@ -118,7 +119,7 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
       const Edge& e = edges[i];
       if (!e.valid()) continue;
       if (i < out.size() && out[i].defined()) deliver(e, out[i]);
-      if (--deps[e.node.get()] == 0) ready.push(e.node.get());
+      if (--tasks[e.node.get()].deps == 0) ready.push(e.node.get());
     }
   }
 }

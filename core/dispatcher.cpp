@@ -166,6 +166,11 @@ TensorList dispatch(const OpSchema& op, TensorList inputs, Attrs attrs) {
   return redispatch(op, call);
 }
 
+TensorList dispatch_backend(const OpSchema& op, OpCall& call) {
+  if (trace_enabled(TraceKind::Dispatch)) trace_call(op, DispatchLayer::Backend, call, call_device_type(call));
+  return redispatch(op, call);
+}
+
 TensorList redispatch(const OpSchema& op, OpCall& call) {
   DeviceType dev = call_device_type(call);
   KernelFn fn = op.any_device ? op.any_device : op.kernels[static_cast<int>(dev)];

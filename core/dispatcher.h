@@ -101,6 +101,10 @@ TensorList dispatch(const OpSchema& op, TensorList inputs, Attrs attrs = {});
 Tensor dispatch1(const OpSchema& op, TensorList inputs, Attrs attrs = {});
 // Continues a call below `layer` (layers use this after excluding themselves).
 TensorList redispatch(const OpSchema& op, OpCall& call);
+// The Backend layer for a call the Autograd layer has taken (Autocast and composites come
+// before it, so nothing else is left): the trace line and the kernel, without passing the
+// inputs through dispatch() again — a copy of the call is most of a tiny op's cost.
+TensorList dispatch_backend(const OpSchema& op, OpCall& call);
 
 // ---- layer plumbing (used by amp/ and autograd/) ----
 void set_layer_handler(DispatchLayer layer, LayerFn fn);

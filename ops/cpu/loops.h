@@ -53,8 +53,54 @@ void coalesce(IntList& sizes, std::array<IntList, N>& strides) {
 }
 
 // Calls row(ptrs, inner_strides_in_bytes, count) for every innermost row of `sizes`.
+// If every operand walks `sizes` as one run of equally spaced elements (dense, or a broadcast
+// scalar), returns true and that run's length and per-operand stride. Allocation-free: the
+// common case of a tiny op skips coalesce's bookkeeping.
+template <size_t N>
+bool single_run(const IntList& sizes, const std::array<IntList, N>& strides, int64_t& total,
+                std::array<int64_t, N>& step) {
+  total = 1;
+  bool first = true;
+  std::array<int64_t, N> expected{};
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    for (size_t k = 0; k < N; ++k) {
+      if (first) {
+        step[k] = strides[k][d];
+        expected[k] = strides[k][d];
+      }
+      if (strides[k][d] != expected[k]) return false;
+      expected[k] *= sizes[d];
+    }
+    first = false;
+    total *= sizes[d];
+  }
+  if (first) step.fill(0);
+  return true;
+}
+
 template <size_t N, typename Row>
 void strided_loop(IntList sizes, StridedOperands<N> ops, Row&& row) {
+  {
+    int64_t total;
+    std::array<int64_t, N> step;
+    if (single_run<N>(sizes, ops.strides, total, step)) {
+      const int nthreads = total >= kParallelGrain ? omp_get_max_threads() : 1;
+      if (nthreads <= 1) {
+        if (total > 0) row(ops.base, step, total);
+        return;
+      }
+#pragma omp parallel num_threads(nthreads)
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t b = total * t / nt, e = total * (t + 1) / nt;
+        std::array<char*, N> p = ops.base;
+        for (size_t k = 0; k < N; ++k) p[k] += b * step[k];
+        if (e > b) row(p, step, e - b);
+      }
+      return;
+    }
+  }
   coalesce<N>(sizes, ops.strides);
   const size_t nd = sizes.size();
   const int64_t inner = sizes[nd - 1];

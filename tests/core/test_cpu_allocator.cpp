@@ -48,10 +48,16 @@ TEST(CpuAllocator, LargeBlocksAreReusedAndEmptyCacheReturnsThem) {
   EXPECT_EQ(memory_stats().reserved_bytes - memory_stats().current_bytes, 0);
 }
 
-TEST(CpuAllocator, CachedBlocksAre64ByteAligned) {
-  for (int64_t n : {16384, 16385, 100000, 1 << 20}) {
+TEST(CpuAllocator, AlignmentBySize) {
+  // From 1 KiB up (medium and cached blocks): 64 bytes, a cache line, for SIMD loads.
+  for (int64_t n : {256, 1000, 16384, 16385, 100000, 1 << 20}) {
     Tensor t = Tensor::empty({n}, TensorOptions(DType::Float32));
     EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u) << n;
+  }
+  // Tiny blocks come from malloc: 16 bytes, enough for any scalar type and SSE.
+  for (int64_t n : {1, 3, 200}) {
+    Tensor t = Tensor::empty({n}, TensorOptions(DType::Float32));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16, 0u) << n;
   }
 }
 
