@@ -18,9 +18,10 @@ CMAKE      ?= cmake
 CTEST      ?= ctest
 
 # The main job `make demo` runs: SmallCNN on Fashion-MNIST (Debian's dataset-fashion-mnist),
-# 3 epochs of SGD lr 0.05 momentum 0.9, batch 128; test accuracy at the end, metrics and
+# 3 epochs of SGD lr 0.05 momentum 0.9 with a cosine schedule (linear warmup, cosine decay to 0),
+# batch 128; test accuracy at the end, metrics and
 # summary in out/fashion_mnist/.
-MAIN_JOB   ?= $(BUILD_DIR)/examples/train_fashion_mnist --model smallcnn --epochs 3 --batch-size 128 --lr 0.05 --momentum 0.9
+MAIN_JOB   ?= $(BUILD_DIR)/examples/train_fashion_mnist --model smallcnn --epochs 3 --batch-size 128 --lr 0.05 --momentum 0.9 --schedule cosine
 
 CMAKE_ARGS ?=
 CTEST_ARGS ?=
