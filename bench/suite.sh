@@ -37,7 +37,7 @@ python=${PYTHON:-/usr/bin/python3}
 jobs=${JOBS:-2}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-(cd "$out" && rm -f meta.txt fma.json fma.txt tp_*.json layers_*.json layers_*.txt op_*.json op_*.txt amp_step_*.txt summary.md)
+(cd "$out" && rm -f meta.txt run.log failures.txt fma.json fma.txt tp_*.json layers_*.json layers_*.txt op_*.json op_*.txt amp_step_*.txt summary.md)
 
 # Sizes. quick: just enough to exercise every path; full: enough windows for a median and spread.
 if [ $quick = 1 ]; then
@@ -93,41 +93,39 @@ b="$build/bench"
 # --- run -------------------------------------------------------------------------------------
 # One thread count for every pool: OpenMP (mixtape's kernels, torch's intra-op), OpenBLAS.
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
+# step NAME CMD...: runs one measurement, its output shown and appended to run.log. A failure is
+# written to failures.txt and the suite goes on: the report marks what is missing and why.
+step() {
+  local name=$1; shift
+  log "$name"
+  if ! "$@" 2>&1 | tee -a "$out/run.log" >&2; then
+    echo "suite.sh: step '$name' failed (see $out/run.log)" >&2
+    echo "$name" >>"$out/failures.txt"
+  fi
+}
+to_file() { local f=$1; shift; "$@" >"$f"; }  # stdout to a file the report parses
 torch_run() { "$python" bench/torch_suite.py "$@" --threads "$threads"; }
 
-log "(d) FMA peak"
-"$b/fma_peak" --threads "$threads" "${fma[@]}" --json "$out/fma.json" | tee "$out/fma.txt" >&2
+step "(d) FMA peak" "$b/fma_peak" --threads "$threads" "${fma[@]}" --json "$out/fma.json"
 for model in smallcnn resnet8; do
-  log "(a) $model throughput: mixtape"
-  "$b/train_throughput" --model "$model" --threads "$threads" "${tp[@]}" --json "$out/tp_mixtape_$model.json" >&2
-  if [ $have_torch = 1 ]; then
-    log "(a) $model throughput: torch"
-    torch_run throughput --model "$model" "${tp[@]}" --json "$out/tp_torch_$model.json" >&2
-  fi
+  step "(a) $model throughput: mixtape" "$b/train_throughput" --model "$model" --threads "$threads" "${tp[@]}" \
+    --json "$out/tp_mixtape_$model.json"
+  [ $have_torch = 0 ] || step "(a) $model throughput: torch" torch_run throughput --model "$model" "${tp[@]}" \
+    --json "$out/tp_torch_$model.json"
 done
-log "(b) layers: mixtape"
-"$b/bench_layers" "${gb[@]}" --benchmark_out="$out/layers_mixtape.json" --benchmark_out_format=json \
-  >"$out/layers_mixtape.txt" 2>&1
-if [ $have_torch = 1 ]; then
-  log "(b) layers: torch"
-  torch_run layers "${py_reps[@]}" --json "$out/layers_torch.json" >&2
-fi
+step "(b) layers: mixtape" to_file "$out/layers_mixtape.txt" "$b/bench_layers" "${gb[@]}" \
+  --benchmark_out="$out/layers_mixtape.json" --benchmark_out_format=json
+[ $have_torch = 0 ] || step "(b) layers: torch" torch_run layers "${py_reps[@]}" --json "$out/layers_torch.json"
 # The 1-element ops run on one thread whatever OMP_NUM_THREADS says; BM_add_1M is left out.
 op_filter='BM_empty_1|BM_add_1_|BM_mul_1_|BM_relu_1_'
-log "(c) op overhead: mixtape"
-"$b/bench_op_overhead" --benchmark_filter="$op_filter" "${gb[@]}" --benchmark_out="$out/op_mixtape.json" \
-  --benchmark_out_format=json >"$out/op_mixtape.txt" 2>&1
-if [ -n "$torch_cxx" ]; then
-  log "(c) op overhead: libtorch C++"
-  "$torch_cxx" --benchmark_filter="$op_filter" "${gb[@]}" --benchmark_out="$out/op_torch_cxx.json" \
-    --benchmark_out_format=json >"$out/op_torch_cxx.txt" 2>&1
-fi
-if [ $have_torch = 1 ]; then
-  log "(c) op overhead: torch from Python"
-  torch_run op-overhead "${py_reps[@]}" --json "$out/op_torch_python.json" >&2
-fi
-log "(e) peak memory: amp_step"
-"$b/amp_step" --model smallcnn --batch 256 --steps $amp_steps --threads "$threads" >"$out/amp_step_smallcnn.txt" 2>&1
+step "(c) op overhead: mixtape" to_file "$out/op_mixtape.txt" "$b/bench_op_overhead" --benchmark_filter="$op_filter" \
+  "${gb[@]}" --benchmark_out="$out/op_mixtape.json" --benchmark_out_format=json
+[ -z "$torch_cxx" ] || step "(c) op overhead: libtorch C++" to_file "$out/op_torch_cxx.txt" "$torch_cxx" \
+  --benchmark_filter="$op_filter" "${gb[@]}" --benchmark_out="$out/op_torch_cxx.json" --benchmark_out_format=json
+[ $have_torch = 0 ] || step "(c) op overhead: torch from Python" torch_run op-overhead "${py_reps[@]}" \
+  --json "$out/op_torch_python.json"
+step "(e) peak memory: amp_step" to_file "$out/amp_step_smallcnn.txt" "$b/amp_step" --model smallcnn --batch 256 \
+  --steps $amp_steps --threads "$threads"
 meta finished "$(date -u +%Y-%m-%dT%H:%M:%SZ)"; meta load_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 "$python" bench/suite_report.py "$out"

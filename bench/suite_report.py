@@ -190,6 +190,9 @@ def report(out):
     no_torch = meta.get("torch_missing")
     L = []
     info, isa, mem = cpu_info()
+    ctx = (load_json(out, "layers_mixtape.json") or {}).get("context", {})
+    if "CPU max MHz" not in info and ctx.get("mhz_per_cpu"):
+        info["clock (Google Benchmark)"] = f"{ctx['mhz_per_cpu']} MHz"  # a VM's lscpu may report none
     L += ["# mixtape benchmark suite" + (" (--quick: rough numbers, proves the suite runs)" if meta.get("quick") == "1" else ""),
           "", "| machine | |", "|---|---|",
           f"| CPU | {info.get('Model name', platform.processor() or '?')} (family {info.get('CPU family', '?')}, "
@@ -197,7 +200,7 @@ def report(out):
           f"| cores | {info.get('CPU(s)', os.cpu_count())} logical ({info.get('Thread(s) per core', '?')} per core, "
           f"{info.get('Socket(s)', '?')} socket(s)); {threads} threads used by every run |",
           f"| ISA | {', '.join(isa) or 'none of avx2/fma/f16c/avx512'} |",
-          f"| caches, clock | {', '.join(f'{k} {info[k]}' for k in ('L1d cache', 'L2 cache', 'L3 cache', 'CPU max MHz') if k in info) or 'not reported by lscpu'} |",
+          f"| caches, clock | {', '.join(f'{k} {info[k]}' for k in ('L1d cache', 'L2 cache', 'L3 cache', 'CPU max MHz', 'clock (Google Benchmark)') if k in info) or 'not reported by lscpu'} |",
           f"| memory | {mem} |",
           f"| compiler | {compiler_version(meta.get('compiler'))}, Release, `-DMIXTAPE_CUDA=OFF` ({meta.get('build_dir', '?')}) |",
           f"| PyTorch | {torch_label if torch_ver else 'not installed: ' + str(no_torch)} |",
@@ -206,6 +209,13 @@ def report(out):
           f"at start, {meta.get('load_end', '?')} at end |", ""]
     if no_torch:
         L += [f"PyTorch columns are empty: {no_torch}.", ""]
+    try:
+        with open(os.path.join(out, "failures.txt")) as f:
+            failed = [l.strip() for l in f if l.strip()]
+    except OSError:
+        failed = []
+    if failed:
+        L += [f"**Failed steps** (their cells are empty; the errors are in run.log): {'; '.join(failed)}.", ""]
 
     # (d) first, since (a) uses it.
     fma = load_json(out, "fma.json")
@@ -320,7 +330,12 @@ def report(out):
               "| threads | GFLOP/s |", "|---:|---:|",
               f"| 1 | {fma['one']['median']:.1f} ({fma['one']['min']:.1f}..{fma['one']['max']:.1f}) |",
               f"| {fma['all']['threads']} | {fma['all']['median']:.1f} ({fma['all']['min']:.1f}..{fma['all']['max']:.1f}) |",
-              "", f"Table (a)'s % of peak divides by the {fma['all']['threads']}-thread median.", ""]
+              "", f"Table (a)'s % of peak divides by the {fma['all']['threads']}-thread median."]
+        if "avx512f" in isa:
+            L += ["This is the AVX2 (256-bit) peak. The CPU also has AVX-512: on a core with a 512-bit FMA datapath "
+                  "the peak is up to 2x higher, reachable by OpenBLAS and oneDNN (PyTorch) and by mixtape kernels only "
+                  "where they are written for AVX-512."]
+        L.append("")
     else:
         L += ["FMA peak: n/a (fma_peak did not run, or the CPU lacks AVX2 + FMA).", ""]
     L += flops_table("SmallCNN", SMALLCNN) + [""] + flops_table("ResNet-8 (28x28 input, BatchNorm not counted)", RESNET8)
