@@ -1,6 +1,8 @@
 // core/tensor.cpp — Tensor construction, metadata and element access (no ops here).
 #include "core/tensor.h"
 
+#include "core/dispatcher.h"
+
 #include <cstring>
 #include <sstream>
 
@@ -169,9 +171,20 @@ void set_element(const Tensor& t, int64_t i, double value) {
   });
 }
 
+namespace {
+// item() and to_vector() of a device tensor read a CPU copy, as PyTorch's do (a synchronising
+// copy). core/ cannot call ops/ directly, so the copy goes through the registered to_device op.
+Tensor host_copy(const Tensor& t) {
+  const OpSchema* op = find_op("to_device");
+  MT_CHECK(op != nullptr, "item/to_vector: the to_device op is not registered (link mixtape::ops)");
+  return dispatch1(*op, {t.detach()}, {{"device", int64_t(-1)}});
+}
+}  // namespace
+
 template <typename T>
 T Tensor::item() const {
   MT_CHECK(defined(), "item: tensor is undefined");
+  if (!device().is_cpu()) return host_copy(*this).item<T>();
   MT_CHECK(numel() == 1, "item: only one-element tensors can be converted to a scalar, got shape ",
            shape_str(sizes()), " with ", numel(), " elements");
   double v = get_element(*this, 0);
@@ -184,6 +197,7 @@ T Tensor::item() const {
 template <typename T>
 std::vector<T> Tensor::to_vector() const {
   MT_CHECK(defined(), "to_vector: tensor is undefined");
+  if (!device().is_cpu()) return host_copy(*this).to_vector<T>();
   std::vector<T> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) {
     double v = get_element(*this, i);

@@ -5,6 +5,7 @@
 //
 //   train_fashion_mnist --model smallcnn --epochs 3 --batch-size 128 --lr 0.05 --momentum 0.9
 //   train_fashion_mnist --epochs 2 --save ck.safetensors && train_fashion_mnist --epochs 3 --resume ck.safetensors
+//   train_fashion_mnist --device cuda --amp fp16        # on a GPU (auto: CUDA when one is usable)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,7 @@
 #include <mixtape/mixtape.h>
 
 #include "amp/grad_scaler.h"
+#include "core/cuda_api.h"
 
 using namespace mixtape;
 using Clock = std::chrono::steady_clock;
@@ -52,7 +54,16 @@ struct Config {
   bool master_weights = false;
   int accumulate = 1;
   bool checkpoint_activations = false;
+  std::string device = "cpu";  // cpu | cuda | cuda:N | auto
 };
+
+// --device: auto is CUDA when a GPU is usable, else the CPU; cuda without one names the reason.
+Device pick_device(const std::string& d) {
+  if (d == "auto") return cuda::is_available() ? Device::CUDA(0) : Device::CPU();
+  Device dev = Device::parse(d);
+  if (dev.is_cuda()) cuda::check_available("train_fashion_mnist --device");
+  return dev;
+}
 
 // --amp: the autocast dtype (none for off).
 std::optional<DType> amp_dtype(const Config& c) {
@@ -170,7 +181,7 @@ struct EvalResult {
 };
 
 // Under the training's autocast dtype, if any (a 16-bit model needs it: its weights are 16-bit).
-EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<DType> autocast) {
+EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<DType> autocast, Device device) {
   model.eval();
   NoGradGuard no_grad;
   double loss_sum = 0;
@@ -179,9 +190,9 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<D
     Tensor logits;
     {
       std::optional<amp::AutocastGuard> ac;
-      if (autocast) ac.emplace(DeviceType::CPU, *autocast);
-      logits = model(b.data);
-      loss_sum += cross_entropy(logits, b.target, {}, -100, Reduction::Sum).item<double>();
+      if (autocast) ac.emplace(device.type(), *autocast);
+      logits = model(b.data.to(device));
+      loss_sum += cross_entropy(logits, b.target.to(device), {}, -100, Reduction::Sum).item<double>();
     }
     Tensor pred = argmax(logits, 1);
     auto p = pred.to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
@@ -238,6 +249,8 @@ int run(const Config& c) {
   // --master-weights: the model itself becomes 16-bit (BatchNorm stays FP32); the optimizer then
   // keeps an FP32 master and FP32 state for every 16-bit parameter.
   if (c.master_weights) model->to(*autocast);
+  const Device device = pick_device(c.device);
+  model->to(device);  // before the optimizer, which keeps its state (and FP32 masters) beside the parameters
   int64_t n_params = 0;
   for (const Tensor& p : model->parameters()) n_params += p.numel();
   auto opt = make_optimizer(c, model->parameters());
@@ -280,7 +293,8 @@ int run(const Config& c) {
   std::cout << "mixtape: training " << c.model << " (" << n_params << " parameters) on Fashion-MNIST ("
             << (data::is_image_folder_split(c.data_dir) ? "ImageFolder" : "IDX") << " in " << c.data_dir << "): "
             << train_set->size() << " train / " << test_set->size() << " test images, batch " << c.batch_size << ", "
-            << c.epochs << " epochs, " << c.optimizer << " lr " << c.lr << ", " << get_num_threads() << " threads";
+            << c.epochs << " epochs, " << c.optimizer << " lr " << c.lr << ", "
+            << (device.is_cpu() ? std::to_string(get_num_threads()) + " threads" : "on " + device.str());
   if (autocast)
     std::cout << ", AMP " << c.amp << (c.master_weights ? " with a 16-bit model and FP32 master weights" : "")
               << (scaler.is_enabled() ? ", dynamic loss scaling" : ", no loss scaling (bf16)");
@@ -321,9 +335,9 @@ int run(const Config& c) {
       {
         // Forward and loss under autocast; backward outside it (as torch.amp documents).
         std::optional<amp::AutocastGuard> ac;
-        if (autocast) ac.emplace(DeviceType::CPU, *autocast);
-        logits = (*model)(b.data);
-        loss = cross_entropy(logits, b.target);
+        if (autocast) ac.emplace(device.type(), *autocast);
+        logits = (*model)(b.data.to(device));
+        loss = cross_entropy(logits, b.target.to(device));
       }
       // Micro-batch losses are averaged: each contributes loss / N, scaled by the same S.
       scaler.scale(c.accumulate > 1 ? loss / static_cast<double>(c.accumulate) : loss).backward();
@@ -356,7 +370,7 @@ int run(const Config& c) {
     progress.end_line();
     double epoch_s = std::chrono::duration<double>(Clock::now() - t_epoch).count();
     train_seconds += epoch_s;
-    last = evaluate(*model, test_loader, autocast);
+    last = evaluate(*model, test_loader, autocast, device);
     double train_acc = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(seen, 1));
     std::cout << "epoch " << epoch + 1 << ": train loss " << std::fixed << std::setprecision(4)
               << loss_sum / static_cast<double>(std::max<int64_t>(seen, 1)) << ", train acc " << std::setprecision(2)
@@ -391,7 +405,8 @@ int run(const Config& c) {
                             {"test_loss", last.loss},
                             {"train_images_per_s", train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0},
                             {"wall_seconds", wall},
-                            {"peak_bytes", memory_stats().peak_bytes},
+                            {"device", device.str()},
+                            {"peak_bytes", memory_stats(device).peak_bytes},
                             {"amp", c.amp},
                             {"master_weights", c.master_weights},
                             {"accumulate", c.accumulate},
@@ -422,6 +437,7 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", c.weight_decay)->capture_default_str();
   app.add_option("--seed", c.seed)->capture_default_str();
   app.add_option("--threads", c.threads, "CPU threads (0 = all)")->capture_default_str();
+  app.add_option("--device", c.device, "cpu | cuda | cuda:N | auto (CUDA when a GPU is usable)")->capture_default_str();
   app.add_option("--data", c.data_dir,
                  "the dataset: a folder with the Fashion-MNIST IDX files, or an ImageFolder with train/<class>/*.png "
                  "and test/<class>/*.png (as export_images writes them)")
