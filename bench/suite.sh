@@ -10,8 +10,8 @@
 # Tables: (a) SmallCNN / ResNet-8 training images/s at batch 128, fp32 / AMP fp16 / AMP bf16
 # (train_throughput vs torch_suite.py throughput); (b) SmallCNN's layers forward and backward
 # (bench_layers vs torch_suite.py layers); (c) per-op overhead on 1-element tensors
-# (bench_op_overhead vs libtorch's bench_torch_op_overhead, or PyTorch from Python when libtorch
-# cannot be built); (d) GFLOP/s as a fraction of the measured FMA peak (fma_peak); (e) peak
+# (bench_op_overhead vs libtorch's bench_torch_op_overhead when libtorch-dev is there, and PyTorch
+# from Python); (d) GFLOP/s as a fraction of the measured FMA peak (fma_peak); (e) peak
 # memory of a training step by dtype (amp_step). bench/README.md says what every column means.
 #
 # Environment: BUILD_DIR (default build-bench), JOBS (build parallelism, default 2), PYTHON
@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --threads) threads=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "suite.sh: unknown option '$1' (--quick, --threads N, --out DIR)" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +48,7 @@ else
   py_reps=(--reps 5 --seconds 0.2); amp_steps=5; fma=(--runs 7 --seconds 0.2)
 fi
 
-log() { echo "== $*" >&2; }
+log() { echo "== $(date -u +%H:%M:%S) $*" >&2; }  # the times show where a run spends its minutes
 meta() { echo "$1=$2" >>"$out/meta.txt"; }  # key=value facts the report prints
 : >"$out/meta.txt"
 meta threads "$threads"; meta quick "$quick"; meta build_dir "$build"
