@@ -5,6 +5,9 @@
 //     call: call them right where the library call is made, after any StreamGuard.
 //   - cublaslt_handle() is one per device (cuBLASLt handles carry no stream; pass
 //     current_stream() to cublasLtMatmul).
+//   - cuBLAS/cuBLASLt are loaded at first call, not linked: a cuBLAS function mixtape has not
+//     called before needs one MT_LAZY_CUBLAS line in core/cuda/cublas_lazy.cpp (until then the
+//     link fails with "undefined reference to cublas...").
 //   - Handles are kept for the life of the process: a thread that exits gives its handles back
 //     to a per-device pool for the next thread; none is destroyed at exit, when the driver may
 //     already be unloading.
