@@ -48,7 +48,7 @@ else
   py_reps=(--reps 5 --seconds 0.2); amp_steps=5; fma=(--runs 7 --seconds 0.2)
 fi
 
-log() { echo "== $(date -u +%H:%M:%S) $*" >&2; }  # the times show where a run spends its minutes
+log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$out/run.log" >&2; }  # the times show where a run spends its minutes
 meta() { echo "$1=$2" >>"$out/meta.txt"; }  # key=value facts the report prints
 : >"$out/meta.txt"
 meta threads "$threads"; meta quick "$quick"; meta build_dir "$build"
