@@ -11,11 +11,12 @@
 #                                               result parsers and the table on sample results
 #   options: --build-dir DIR (default build-gpu)   --arch NN (skip nvidia-smi, e.g. 90)
 #            --jobs N (default nproc)               --skip-build (reuse the build dir)
-# Environment: GPU_CHECK_COMPUTE_CAP overrides what nvidia-smi reports (e.g. "9.0").
+# Environment: GPU_CHECK_COMPUTE_CAP overrides what nvidia-smi reports (e.g. "9.0");
+#              GPU_CHECK_CTEST_ARGS adds ctest arguments (e.g. "-L gpu" for the GPU tests only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 
 logdir=""
 build_dir=build-gpu
@@ -90,10 +91,16 @@ parse_bench_json() {
   if command -v python3 >/dev/null 2>&1; then
     while IFS= read -r row; do bench_rows+=("$row"); done < <(python3 - "$f" <<'PY'
 import json, sys
-data = json.load(open(sys.argv[1]))
+try:
+    data = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    print(f"{sys.argv[1]}: no results (the program skipped, see its log)")
+    sys.exit(0)
 skip = {"name", "run_name", "run_type", "repetitions", "repetition_index", "threads", "iterations",
         "real_time", "cpu_time", "time_unit", "family_index", "per_family_instance_index",
         "aggregate_name", "aggregate_unit", "label", "error_occurred", "error_message"}
+if not data.get("benchmarks"):
+    print(f"{sys.argv[1]}: no results (the program skipped, see its log)")
 for b in data.get("benchmarks", []):
     if b.get("error_occurred"):
         print(f"{b['name']:<48} ERROR {b.get('error_message', '')}")
@@ -178,9 +185,10 @@ fi
 
 # ---- 3. every test, GPU ones included ----
 junit="$logdir/ctest-junit.xml"
+# shellcheck disable=SC2086  # GPU_CHECK_CTEST_ARGS is a list of arguments on purpose
 run_stage tests 240 "$logdir/ctest.log" \
   ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 120 --no-tests=error \
-    --output-junit "$junit" || true  # counted below; a failed stage is already recorded
+    --output-junit "$junit" ${GPU_CHECK_CTEST_ARGS:-} || true  # counted below; a failed stage is already recorded
 if [ $dry_run = 1 ]; then
   # Exercise the parser on a sample JUnit header (what ctest 3.25 writes).
   printf '<?xml version="1.0" encoding="UTF-8"?>\n<testsuite name="(empty)"\n\ttests="12"\n\tfailures="1"\n\tdisabled="0"\n\tskipped="3"\n\thostname=""\n\t>\n' >"$junit"
