@@ -12,11 +12,12 @@
 #   options: --build-dir DIR (default build-gpu)   --arch NN (skip nvidia-smi, e.g. 90)
 #            --jobs N (default nproc)               --skip-build (reuse the build dir)
 # Environment: GPU_CHECK_COMPUTE_CAP overrides what nvidia-smi reports (e.g. "9.0");
-#              GPU_CHECK_CTEST_ARGS adds ctest arguments (e.g. "-L gpu" for the GPU tests only).
+#              GPU_CHECK_CTEST_ARGS adds ctest arguments (e.g. "-L gpu" for the GPU tests only);
+#              GPU_CHECK_BUDGET_S (default 480): no stage runs past this many seconds from the start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
 
 logdir=""
 build_dir=build-gpu
@@ -43,6 +44,7 @@ mkdir -p "$logdir"
 logdir=$(cd "$logdir" && pwd)
 summary="$logdir/summary.txt"
 t_start=$SECONDS
+budget_s=${GPU_CHECK_BUDGET_S:-480}
 
 # ---- results, filled as stages run; printed by the EXIT trap so a failure still shows them ----
 declare -A stage_status stage_time
@@ -61,6 +63,10 @@ run_stage() {
   local name=$1 limit=$2 log=$3; shift 3
   echo "=== [$name] $* (timeout ${limit}s, log $log)"
   if [ $dry_run = 1 ]; then record "$name" ok 0; return 0; fi
+  # The whole check must end within the 8-minute budget: no stage may run past it.
+  local left=$((budget_s - (SECONDS - t_start) - 15))
+  if [ "$left" -lt "$limit" ]; then limit=$left; fi
+  if [ "$limit" -le 0 ]; then record "$name" "NO TIME" 0; return 1; fi
   local t0=$SECONDS rc=0
   timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1 || rc=$?
   local dt=$((SECONDS - t0))
@@ -124,7 +130,7 @@ print_table() {
     echo "==================== mixtape gpu-check ===================="
     echo "GPU:        ${gpu_name:-unknown} (compute capability ${compute_cap:-?}, arch ${arch:-?})"
     echo "Build dir:  $build_dir    Logs: $logdir"
-    echo "Wall time:  $((SECONDS - t_start)) s (budget 480 s)"
+    echo "Wall time:  $((SECONDS - t_start)) s (budget $budget_s s)"
     echo
     printf '%-22s %-12s %8s\n' "stage" "status" "seconds"
     for s in "${stages[@]}"; do printf '%-22s %-12s %8s\n' "$s" "${stage_status[$s]}" "${stage_time[$s]}"; done
