@@ -12,23 +12,33 @@
 #include <cstring>
 
 #include "ops/cpu/elementwise.h"
+#include "ops/dim_layout.h"
+#include "ops/index_select_args.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
-namespace {
 
-struct DimLayout {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-DimLayout layout_of(const IntList& sizes, int64_t dim) {
-  DimLayout l;
-  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
-    if (d < dim) l.outer *= sizes[d];
-    else if (d == dim) l.len = sizes[d];
-    else l.inner *= sizes[d];
-  }
-  return l;
+void check_index_select_index(const Tensor& index, const char* op) {
+  MT_CHECK(index.defined(), op, ": index is undefined");
+  MT_CHECK(index.dtype() == DType::Int64, op, ": index must be Int64, got ", index.describe());
+  MT_CHECK(index.dim() <= 1, op, ": index must be 1-D, got ", index.describe());
 }
+
+void check_index_select_bounds(const int64_t* v, int64_t count, int64_t dim, int64_t n, const char* op) {
+  for (int64_t j = 0; j < count; ++j)
+    MT_CHECK(v[j] >= 0 && v[j] < n, op, ": index ", v[j], " at position ", j, " is out of bounds for dimension ", dim,
+             " with size ", n);
+}
+
+void check_index_select_backward_grad(const Tensor& g, const IntList& sizes, int64_t d, int64_t k, const char* op) {
+  IntList want = sizes;
+  want[static_cast<size_t>(d)] = k;
+  MT_CHECK(g.sizes() == want, op, ": expected a gradient of shape ", shape_str(want), " (", shape_str(sizes), " with ",
+           k, " indices along dim ", d, "), got ", g.describe());
+  MT_CHECK(is_floating(g.dtype()), op, ": expected a floating gradient, got ", g.describe());
+}
+
+namespace {
 
 // t as a contiguous tensor of dtype dt (t itself when it already is one); not recorded.
 Tensor dense(const Tensor& t, DType dt) {
@@ -174,14 +184,9 @@ const OpSchema& kArgmax = define_op("argmax").not_differentiable().kernel(Device
 // ---- index_select / index_select_backward ----
 // Checks index (1-D or 0-d Int64, values in [0, n)) and returns it contiguous.
 Tensor checked_index(const Tensor& index, int64_t dim, int64_t n, const char* op) {
-  MT_CHECK(index.defined(), op, ": index is undefined");
-  MT_CHECK(index.dtype() == DType::Int64, op, ": index must be Int64, got ", index.describe());
-  MT_CHECK(index.dim() <= 1, op, ": index must be 1-D, got ", index.describe());
+  check_index_select_index(index, op);
   Tensor idx = dense(index, DType::Int64);
-  const int64_t* ip = idx.data_ptr<int64_t>();
-  for (int64_t j = 0; j < idx.numel(); ++j)
-    MT_CHECK(ip[j] >= 0 && ip[j] < n, op, ": index ", ip[j], " at position ", j,
-             " is out of bounds for dimension ", dim, " with size ", n);
+  check_index_select_bounds(idx.data_ptr<int64_t>(), idx.numel(), dim, n, op);
   return idx;
 }
 
@@ -218,11 +223,7 @@ TensorList index_select_backward_cpu(const OpCall& c) {
   const int64_t n = sizes[static_cast<size_t>(d)];
   Tensor idx = checked_index(c.inputs[1], d, n, c.name());
   const int64_t k = idx.numel();
-  IntList want = sizes;
-  want[static_cast<size_t>(d)] = k;
-  MT_CHECK(g.sizes() == want, c.name(), ": expected a gradient of shape ", shape_str(want), " (", shape_str(sizes),
-           " with ", k, " indices along dim ", d, "), got ", g.describe());
-  MT_CHECK(is_floating(g.dtype()), c.name(), ": expected a floating gradient, got ", g.describe());
+  check_index_select_backward_grad(g, sizes, d, k, c.name());
   // Accumulate in the compute type (f32 for 16-bit), round once.
   const DType acc_dt = is_reduced_float(g.dtype()) ? DType::Float32 : g.dtype();
   Tensor acc = Tensor::empty(sizes, TensorOptions(acc_dt));

@@ -20,25 +20,13 @@
 #include <limits>
 
 #include "ops/cpu/elementwise.h"
+#include "ops/dim_layout.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
 namespace {
 
 constexpr int64_t kBlock = 256;
-
-struct DimLayout {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-DimLayout layout_of(const IntList& sizes, int64_t dim) {
-  DimLayout l;
-  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
-    if (d < dim) l.outer *= sizes[d];
-    else if (d == dim) l.len = sizes[d];
-    else l.inner *= sizes[d];
-  }
-  return l;
-}
 
 // t as a contiguous tensor of dtype dt (t itself when it already is one); not recorded.
 Tensor dense(const Tensor& t, DType dt) {

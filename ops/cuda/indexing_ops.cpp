@@ -8,6 +8,8 @@
 #include "ops/creation.h"
 #include "ops/cuda/indexing_kernels.h"
 #include "ops/cuda/tensor_iter.h"
+#include "ops/dim_layout.h"
+#include "ops/index_select_args.h"
 
 namespace mixtape::cuda {
 namespace {
@@ -82,30 +84,11 @@ TensorList scatter_add_cuda(const OpCall& c) {
   return {cast_to(acc, src.dtype(), c.name())};
 }
 
-struct DimLayout {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-DimLayout layout_of(const IntList& sizes, int64_t dim) {
-  DimLayout l;
-  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
-    if (d < dim)
-      l.outer *= sizes[d];
-    else if (d == dim)
-      l.len = sizes[d];
-    else
-      l.inner *= sizes[d];
-  }
-  return l;
-}
-// index_select's index: 1-D or 0-d Int64 with values in [0, n) (ops/shape_ops.cpp's messages).
+// index_select's index: 1-D or 0-d Int64 with values in [0, n) (ops/index_select_args.h).
 Tensor checked_index(const Tensor& index, int64_t dim, int64_t n, const char* op) {
-  MT_CHECK(index.defined(), op, ": index is undefined");
-  MT_CHECK(index.dtype() == DType::Int64, op, ": index must be Int64, got ", index.describe());
-  MT_CHECK(index.dim() <= 1, op, ": index must be 1-D, got ", index.describe());
+  check_index_select_index(index, op);
   const std::vector<int64_t> v = host_values(index);
-  for (size_t j = 0; j < v.size(); ++j)
-    MT_CHECK(v[j] >= 0 && v[j] < n, op, ": index ", v[j], " at position ", j, " is out of bounds for dimension ", dim,
-             " with size ", n);
+  check_index_select_bounds(v.data(), static_cast<int64_t>(v.size()), dim, n, op);
   return dense(index, op);
 }
 
@@ -137,11 +120,7 @@ TensorList index_select_backward_cuda(const OpCall& c) {
   DeviceGuard guard(g.device().index());
   const Tensor idx = checked_index(c.inputs[1], d, n, c.name());
   const int64_t k = idx.numel();
-  IntList want = sizes;
-  want[static_cast<size_t>(d)] = k;
-  MT_CHECK(g.sizes() == want, c.name(), ": expected a gradient of shape ", shape_str(want), " (", shape_str(sizes),
-           " with ", k, " indices along dim ", d, "), got ", g.describe());
-  MT_CHECK(is_floating(g.dtype()), c.name(), ": expected a floating gradient, got ", g.describe());
+  check_index_select_backward_grad(g, sizes, d, k, c.name());
   const DType acc_dt = is_reduced_float(g.dtype()) ? DType::Float32 : g.dtype();
   Tensor acc = empty_on(sizes, acc_dt, g.device());
   fill_(acc, 0.0);

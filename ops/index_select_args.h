@@ -1,0 +1,21 @@
+// ops/index_select_args.h — the argument checks of index_select and index_select_backward,
+// shared by the CPU kernels (ops/shape_ops.cpp, where they are defined) and the CUDA glue
+// (ops/cuda/indexing_ops.cpp), so both backends fail with the same messages. The index values are
+// checked on the host by both. Internal: not part of the public API.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace mixtape {
+
+// index is defined, Int64 and 1-D (or 0-d).
+void check_index_select_index(const Tensor& index, const char* op);
+// Every one of the count host values v is in [0, n), n the size of dimension dim.
+void check_index_select_bounds(const int64_t* v, int64_t count, int64_t dim, int64_t n, const char* op);
+
+// index_select_backward's gradient: sizes with k at dim, and floating.
+void check_index_select_backward_grad(const Tensor& g, const IntList& sizes, int64_t dim, int64_t k,
+                                      const char* op);
+
+}  // namespace mixtape
