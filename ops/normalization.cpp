@@ -28,12 +28,93 @@
 #include <vector>
 
 #include "ops/cpu/elementwise.h"
+#include "ops/normalization_args.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
+
+DType norm_stat_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType::Float32; }
+
 namespace {
 
-DType stat_dtype(DType x) { return x == DType::Float64 ? DType::Float64 : DType::Float32; }
+void check_bn_input(const char* op, const Tensor& x) {
+  MT_CHECK(x.defined() && x.dim() >= 2, op, ": expected input of shape (N, C) or (N, C, *), got ",
+           x.defined() ? x.describe() : std::string("an undefined tensor"));
+  MT_CHECK(is_floating(x.dtype()), op, ": expected a floating input (f16, bf16, f32, f64), got ", x.describe());
+}
+void check_channel_param(const char* op, const char* what, const Tensor& t, int64_t C) {
+  if (!t.defined()) return;
+  MT_CHECK(t.dim() == 1 && t.size(0) == C, op, ": ", what, " must have shape [", C, "] (C = input.size(1)), got ",
+           t.describe());
+  MT_CHECK(is_floating(t.dtype()), op, ": ", what, " must be floating, got ", t.describe());
+}
+ChannelView channel_view(const Tensor& x) {
+  int64_t S = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) S *= x.size(d);
+  return {x.size(0), x.size(1), S};
+}
+
+}  // namespace
+
+ChannelView check_batch_norm_args(const char* op, const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w,
+                                  const Tensor& b, bool training, double eps) {
+  check_bn_input(op, x);
+  const ChannelView v = channel_view(x);
+  check_channel_param(op, "running_mean", rm, v.C);
+  check_channel_param(op, "running_var", rv, v.C);
+  check_channel_param(op, "weight", w, v.C);
+  check_channel_param(op, "bias", b, v.C);
+  MT_CHECK(rm.defined() == rv.defined(), op, ": running_mean and running_var must both be given or both be "
+           "undefined, got ", rm.defined() ? "only running_mean" : "only running_var");
+  MT_CHECK(training || rm.defined(), op, ": running_mean and running_var must be defined in evaluation mode "
+           "(training=false), got undefined tensors");
+  MT_CHECK(!training || v.M() > 1, op, ": expected more than 1 value per channel when training, got input ",
+           x.describe());
+  MT_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
+  return v;
+}
+
+ChannelView check_batch_norm_backward_args(const char* op, const Tensor& grad_out, const Tensor& x, const Tensor& w,
+                                           const Tensor& save_mean, const Tensor& save_invstd, bool training) {
+  check_bn_input(op, x);
+  const ChannelView v = channel_view(x);
+  MT_CHECK(grad_out.sizes() == x.sizes(), op, ": grad_out must have the input's shape ", shape_str(x.sizes()),
+           ", got ", grad_out.describe());
+  check_channel_param(op, "weight", w, v.C);
+  check_channel_param(op, "save_mean", save_mean, v.C);
+  check_channel_param(op, "save_invstd", save_invstd, v.C);
+  MT_CHECK(save_mean.defined() && save_invstd.defined(), op, ": save_mean and save_invstd are required");
+  MT_CHECK(!training || v.M() > 1, op, ": expected more than 1 value per channel when training, got input ",
+           x.describe());
+  return v;
+}
+
+LayerNormRows check_layer_norm_args(const char* op, const Tensor& x, const Tensor& w, const Tensor& b,
+                                    const IntList& ns, double eps) {
+  const auto k = static_cast<int64_t>(ns.size());
+  MT_CHECK(k >= 1, op, ": normalized_shape must have at least one dim, got ", shape_str(ns));
+  MT_CHECK(is_floating(x.dtype()), op, ": expected a floating input (f16, bf16, f32, f64), got ", x.describe());
+  bool match = x.dim() >= k;
+  for (int64_t d = 0; match && d < k; ++d) match = x.size(x.dim() - k + d) == ns[static_cast<size_t>(d)];
+  MT_CHECK(match, op, ": input must end with normalized_shape ", shape_str(ns), ", i.e. have shape (*, ",
+           shape_str(ns).substr(1, shape_str(ns).size() - 2), "), got ", x.describe());
+  for (const auto& [t, what] : {std::pair{&w, "weight"}, std::pair{&b, "bias"}}) {
+    if (!t->defined()) continue;
+    MT_CHECK(t->sizes() == ns, op, ": ", what, " must have normalized_shape ", shape_str(ns), ", got ",
+             t->describe());
+    MT_CHECK(is_floating(t->dtype()), op, ": ", what, " must be floating, got ", t->describe());
+  }
+  MT_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
+  LayerNormRows r{1, numel_of(ns), {}};  // M == 0: every statistic is 0/0 = NaN, as PyTorch's
+  for (int64_t d = 0; d < x.dim() - k; ++d) {
+    r.stat_shape.push_back(x.size(d));
+    r.rows *= x.size(d);
+  }
+  for (int64_t d = 0; d < k; ++d) r.stat_shape.push_back(1);
+  return r;
+}
+
+namespace {
 
 // t as a contiguous tensor of dtype dt; not recorded by autograd (kernels only).
 Tensor contiguous_as(const Tensor& t, DType dt) {
@@ -60,28 +141,6 @@ bool saved(const BackwardContext& c, size_t i) {
 }
 
 // ---- batch_norm ----
-struct ChannelView {  // x viewed as contiguous (N, C, S)
-  int64_t N, C, S;
-  int64_t M() const { return N * S; }
-};
-ChannelView channel_view(const Tensor& x) {
-  int64_t S = 1;
-  for (int64_t d = 2; d < x.dim(); ++d) S *= x.size(d);
-  return {x.size(0), x.size(1), S};
-}
-
-void check_bn_input(const char* op, const Tensor& x) {
-  MT_CHECK(x.defined() && x.dim() >= 2, op, ": expected input of shape (N, C) or (N, C, *), got ",
-           x.defined() ? x.describe() : std::string("an undefined tensor"));
-  MT_CHECK(is_floating(x.dtype()), op, ": expected a floating input (f16, bf16, f32, f64), got ", x.describe());
-}
-void check_channel_param(const char* op, const char* what, const Tensor& t, int64_t C) {
-  if (!t.defined()) return;
-  MT_CHECK(t.dim() == 1 && t.size(0) == C, op, ": ", what, " must have shape [", C, "] (C = input.size(1)), got ",
-           t.describe());
-  MT_CHECK(is_floating(t.dtype()), op, ": ", what, " must be floating, got ", t.describe());
-}
-
 // out[n, c, s] = x * scale[c] + shift[c], in acc_t<T>, rounded once.
 template <typename T>
 void affine_per_channel(const Tensor& xc, Tensor& out, const ChannelView& v, const std::vector<double>& scale,
@@ -110,19 +169,7 @@ TensorList batch_norm_cpu(const OpCall& call) {
   const bool training = call.attrs.get<bool>("training");
   const double momentum = call.attrs.get<double>("momentum");
   const double eps = call.attrs.get<double>("eps");
-  check_bn_input(call.name(), x);
-  const ChannelView v = channel_view(x);
-  check_channel_param(call.name(), "running_mean", rm, v.C);
-  check_channel_param(call.name(), "running_var", rv, v.C);
-  check_channel_param(call.name(), "weight", w, v.C);
-  check_channel_param(call.name(), "bias", b, v.C);
-  MT_CHECK(rm.defined() == rv.defined(), call.name(), ": running_mean and running_var must both be given or both be "
-           "undefined, got ", rm.defined() ? "only running_mean" : "only running_var");
-  MT_CHECK(training || rm.defined(), call.name(), ": running_mean and running_var must be defined in evaluation mode "
-           "(training=false), got undefined tensors");
-  MT_CHECK(!training || v.M() > 1, call.name(), ": expected more than 1 value per channel when training, got input ",
-           x.describe());
-  MT_CHECK(eps >= 0, call.name(), ": eps must be non-negative, got ", eps);
+  const ChannelView v = check_batch_norm_args(call.name(), x, rm, rv, w, b, training, eps);
 
   const auto C = static_cast<size_t>(v.C);
   const Tensor xc = contiguous_as(x, x.dtype());
@@ -179,7 +226,7 @@ TensorList batch_norm_cpu(const OpCall& call) {
     rm.bump_version();
     rv.bump_version();
   }
-  const DType sd = stat_dtype(x.dtype());
+  const DType sd = norm_stat_dtype(x.dtype());
   return {out, from_doubles(mean, {v.C}, sd), from_doubles(invstd, {v.C}, sd)};
 }
 
@@ -188,17 +235,8 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[1];
   const Tensor& w = call.inputs[2];
   const bool training = call.attrs.get<bool>("training");
-  check_bn_input(call.name(), x);
-  const ChannelView v = channel_view(x);
-  MT_CHECK(call.inputs[0].sizes() == x.sizes(), call.name(), ": grad_out must have the input's shape ",
-           shape_str(x.sizes()), ", got ", call.inputs[0].describe());
-  check_channel_param(call.name(), "weight", w, v.C);
-  check_channel_param(call.name(), "save_mean", call.inputs[3], v.C);
-  check_channel_param(call.name(), "save_invstd", call.inputs[4], v.C);
-  MT_CHECK(call.inputs[3].defined() && call.inputs[4].defined(), call.name(),
-           ": save_mean and save_invstd are required");
-  MT_CHECK(!training || v.M() > 1, call.name(), ": expected more than 1 value per channel when training, got input ",
-           x.describe());
+  const ChannelView v =
+      check_batch_norm_backward_args(call.name(), call.inputs[0], x, w, call.inputs[3], call.inputs[4], training);
 
   const auto C = static_cast<size_t>(v.C);
   const Tensor xc = contiguous_as(x, x.dtype());
@@ -252,7 +290,7 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
         po[o + j] = static_cast<T>(a * static_cast<A>(pg[o + j]) + bx * static_cast<A>(px[o + j]) + d);
     }
   });
-  const DType sd = stat_dtype(x.dtype());
+  const DType sd = norm_stat_dtype(x.dtype());
   return {gx, from_doubles(sum_gxhat, {v.C}, sd), from_doubles(sum_g, {v.C}, sd)};
 }
 
@@ -272,7 +310,7 @@ TensorList batch_norm_backward_backward(BackwardContext& c) {
   const double eps = c.attrs.get<double>("eps");
   const bool has_w = saved(c, 2);
   const Tensor x_in = c.input(1);
-  const DType sd = stat_dtype(x_in.dtype());
+  const DType sd = norm_stat_dtype(x_in.dtype());
   const Tensor x = to_dtype(x_in, sd);
   const Tensor gO = to_dtype(c.input(0), sd);
   const Tensor ggI = to_dtype(c.grad(0), sd);
@@ -354,31 +392,10 @@ TensorList layer_norm_cpu(const OpCall& call) {
   const Tensor& b = call.inputs[2];
   const IntList ns = call.attrs.get<IntList>("normalized_shape");
   const double eps = call.attrs.get<double>("eps");
-  const auto k = static_cast<int64_t>(ns.size());
-  MT_CHECK(k >= 1, call.name(), ": normalized_shape must have at least one dim, got ", shape_str(ns));
-  MT_CHECK(is_floating(x.dtype()), call.name(), ": expected a floating input (f16, bf16, f32, f64), got ",
-           x.describe());
-  bool match = x.dim() >= k;
-  for (int64_t d = 0; match && d < k; ++d) match = x.size(x.dim() - k + d) == ns[static_cast<size_t>(d)];
-  MT_CHECK(match, call.name(), ": input must end with normalized_shape ", shape_str(ns), ", i.e. have shape (*, ",
-           shape_str(ns).substr(1, shape_str(ns).size() - 2), "), got ", x.describe());
-  for (const auto& [t, what] : {std::pair{&w, "weight"}, std::pair{&b, "bias"}}) {
-    if (!t->defined()) continue;
-    MT_CHECK(t->sizes() == ns, call.name(), ": ", what, " must have normalized_shape ", shape_str(ns), ", got ",
-             t->describe());
-    MT_CHECK(is_floating(t->dtype()), call.name(), ": ", what, " must be floating, got ", t->describe());
-  }
-  MT_CHECK(eps >= 0, call.name(), ": eps must be non-negative, got ", eps);
-
-  const int64_t M = numel_of(ns);  // M == 0: every statistic is 0/0 = NaN, as PyTorch's
-  int64_t rows = 1;
-  IntList stat_shape;
-  for (int64_t d = 0; d < x.dim() - k; ++d) {
-    stat_shape.push_back(x.size(d));
-    rows *= x.size(d);
-  }
-  for (int64_t d = 0; d < k; ++d) stat_shape.push_back(1);
-  const DType sd = stat_dtype(x.dtype());
+  const LayerNormRows lr = check_layer_norm_args(call.name(), x, w, b, ns, eps);
+  const int64_t M = lr.M, rows = lr.rows;
+  const IntList& stat_shape = lr.stat_shape;
+  const DType sd = norm_stat_dtype(x.dtype());
   Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
   Tensor mean_t = Tensor::empty(stat_shape, TensorOptions(sd)), rstd_t = Tensor::empty(stat_shape, TensorOptions(sd));
   const Tensor xc = contiguous_as(x, x.dtype());
@@ -439,7 +456,7 @@ bool known_zero(const Tensor& t) {
 TensorList layer_norm_backward(BackwardContext& c) {
   const IntList ns = c.attrs.get<IntList>("normalized_shape");
   const Tensor x_in = c.input(0);
-  const DType sd = stat_dtype(x_in.dtype());
+  const DType sd = norm_stat_dtype(x_in.dtype());
   const Tensor x = to_dtype(x_in, sd), g = to_dtype(c.grad(0), sd);
   const Tensor mu = c.output(1), rstd = c.output(2);
   const auto k = static_cast<int64_t>(ns.size());

@@ -1,13 +1,15 @@
 // ops/cuda/loss_norm_ops.cpp — CUDA kernels of mse_loss, binary_cross_entropy (+ backward),
 // binary_cross_entropy_with_logits and layer_norm: checks, dtypes and attributes as ops/loss.cpp and
-// ops/normalization.cpp (same messages), kernels in loss_norm.cu. Weights are broadcast to the
-// input's shape and materialised in the compute dtype (f32, f64 for f64), as the CPU does.
+// ops/normalization.cpp (same messages; layer_norm calls ops/normalization_args.h), kernels in
+// loss_norm.cu. Weights are broadcast to the input's shape and materialised in the compute dtype
+// (f32, f64 for f64), as the CPU does.
 #include <algorithm>
 
 #include "core/cuda/scratch.h"
 #include "ops/creation.h"
 #include "ops/cuda/loss_norm_kernels.h"
 #include "ops/cuda/tensor_iter.h"
+#include "ops/normalization_args.h"
 
 namespace mixtape::cuda {
 namespace {
@@ -144,29 +146,10 @@ TensorList layer_norm_cuda(const OpCall& call) {
   const Tensor& b = call.inputs[2];
   const IntList ns = call.attrs.get<IntList>("normalized_shape");
   const double eps = call.attrs.get<double>("eps");
-  const auto k = static_cast<int64_t>(ns.size());
-  MT_CHECK(k >= 1, call.name(), ": normalized_shape must have at least one dim, got ", shape_str(ns));
-  MT_CHECK(is_floating(x.dtype()), call.name(), ": expected a floating input (f16, bf16, f32, f64), got ", x.describe());
-  bool match = x.dim() >= k;
-  for (int64_t d = 0; match && d < k; ++d) match = x.size(x.dim() - k + d) == ns[static_cast<size_t>(d)];
-  MT_CHECK(match, call.name(), ": input must end with normalized_shape ", shape_str(ns), ", i.e. have shape (*, ",
-           shape_str(ns).substr(1, shape_str(ns).size() - 2), "), got ", x.describe());
-  for (const auto& [t, what] : {std::pair{&w, "weight"}, std::pair{&b, "bias"}}) {
-    if (!t->defined()) continue;
-    MT_CHECK(t->sizes() == ns, call.name(), ": ", what, " must have normalized_shape ", shape_str(ns), ", got ",
-             t->describe());
-    MT_CHECK(is_floating(t->dtype()), call.name(), ": ", what, " must be floating, got ", t->describe());
-  }
-  MT_CHECK(eps >= 0, call.name(), ": eps must be non-negative, got ", eps);
-  const int64_t M = numel_of(ns);
-  int64_t rows = 1;
-  IntList stat_shape;
-  for (int64_t d = 0; d < x.dim() - k; ++d) {
-    stat_shape.push_back(x.size(d));
-    rows *= x.size(d);
-  }
-  for (int64_t d = 0; d < k; ++d) stat_shape.push_back(1);
-  const DType sd = x.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;  // acc dtype = stat dtype
+  const LayerNormRows lr = check_layer_norm_args(call.name(), x, w, b, ns, eps);
+  const int64_t M = lr.M, rows = lr.rows;
+  const IntList& stat_shape = lr.stat_shape;
+  const DType sd = norm_stat_dtype(x.dtype());  // acc dtype = stat dtype
   DeviceGuard guard(x.device().index());
   const Tensor xc = dense(x, call.name());
   const Tensor wc = w.defined() ? dense(cast_to(w.detach(), sd, call.name()), call.name()) : Tensor();
