@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "ops/cpu/elementwise.h"
+#include "ops/loss_args.h"
 #include "ops/op_def.h"
 #include "ops/shape_ops.h"
 #include "ops/softmax.h"
@@ -24,12 +25,64 @@
 namespace mixtape {
 namespace {
 
-// ---- shared helpers ----
-Reduction reduction_of(const Attrs& a, const char* op) {
+void check_same_shape(const char* op, const Tensor& input, const Tensor& target, const char* input_name) {
+  MT_CHECK(target.sizes() == input.sizes(), op, ": target ", target.describe(), " must have the same shape as ",
+           input_name, " ", input.describe(), " (no broadcasting: reshape one of them explicitly)");
+}
+
+void check_broadcastable_to(const char* op, const Tensor& w, const Tensor& input, const char* what) {
+  if (!w.defined()) return;
+  MT_CHECK(is_floating(w.dtype()), op, ": expected a floating ", what, ", got ", w.describe());
+  bool ok = w.dim() <= input.dim();
+  for (int64_t d = 0; ok && d < w.dim(); ++d) {
+    const int64_t ws = w.sizes()[d], xs = input.sizes()[input.dim() - w.dim() + d];
+    ok = ws == xs || ws == 1;
+  }
+  MT_CHECK(ok, op, ": ", what, " ", w.describe(), " must be broadcastable to the input's shape ",
+           shape_str(input.sizes()));
+}
+
+}  // namespace
+
+Reduction loss_reduction(const Attrs& a, const char* op) {
   const int64_t r = a.get<int64_t>("reduction");
   MT_CHECK(r >= 0 && r <= 2, op, ": invalid reduction ", r, " (expected None = 0, Mean = 1, Sum = 2)");
   return static_cast<Reduction>(r);
 }
+
+void check_loss_floating(const char* op, const Tensor& t, const char* what) {
+  MT_CHECK(t.defined(), op, ": ", what, " is undefined");
+  MT_CHECK(is_floating(t.dtype()), op, ": expected a floating ", what, ", got ", t.describe());
+}
+
+void check_elementwise_loss_args(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
+                                 const Tensor& pos_weight) {
+  check_loss_floating(op, input, "input");
+  check_loss_floating(op, target, "target");
+  check_same_shape(op, input, target, "input");
+  check_broadcastable_to(op, weight, input, "weight");
+  check_broadcastable_to(op, pos_weight, input, "pos_weight");
+}
+
+NllGeom nll_geometry(const IntList& sizes) {
+  NllGeom g;
+  if (sizes.size() == 1) {
+    g.c = sizes[0];
+    return g;
+  }
+  g.n = sizes[0];
+  g.c = sizes[1];
+  g.target_shape.push_back(sizes[0]);
+  for (size_t d = 2; d < sizes.size(); ++d) {
+    g.s *= sizes[d];
+    g.target_shape.push_back(sizes[d]);
+  }
+  return g;
+}
+
+namespace {
+
+// ---- shared helpers ----
 int64_t reduction_attr(Reduction r) { return static_cast<int64_t>(r); }
 
 // t as a contiguous tensor of dtype dt (t itself when it already is one); not recorded.
@@ -72,56 +125,12 @@ void check_constant(const char* op, const Tensor& t, const char* what) {
            " (as in PyTorch); pass ", what, ".detach()");
 }
 
-void check_floating(const char* op, const Tensor& t, const char* what) {
-  MT_CHECK(t.defined(), op, ": ", what, " is undefined");
-  MT_CHECK(is_floating(t.dtype()), op, ": expected a floating ", what, ", got ", t.describe());
-}
-
-void check_same_shape(const char* op, const Tensor& input, const Tensor& target, const char* input_name) {
-  MT_CHECK(target.sizes() == input.sizes(), op, ": target ", target.describe(), " must have the same shape as ",
-           input_name, " ", input.describe(), " (no broadcasting: reshape one of them explicitly)");
-}
-
-void check_broadcastable_to(const char* op, const Tensor& w, const Tensor& input, const char* what) {
-  if (!w.defined()) return;
-  MT_CHECK(is_floating(w.dtype()), op, ": expected a floating ", what, ", got ", w.describe());
-  bool ok = w.dim() <= input.dim();
-  for (int64_t d = 0; ok && d < w.dim(); ++d) {
-    const int64_t ws = w.sizes()[d], xs = input.sizes()[input.dim() - w.dim() + d];
-    ok = ws == xs || ws == 1;
-  }
-  MT_CHECK(ok, op, ": ", what, " ", w.describe(), " must be broadcastable to the input's shape ",
-           shape_str(input.sizes()));
-}
-
 IntList output_shape(Reduction r, const IntList& elementwise) { return r == Reduction::None ? elementwise : IntList{}; }
 
-// ---- nll_loss: geometry and checks shared with cross_entropy ----
-// logp (N, C, d1..dk) is read as (N, C, S), S = d1 * ... * dk; target (N, d1..dk) as (N, S).
-struct NllGeom {
-  int64_t n = 1, c = 0, s = 1;
-  IntList target_shape;
-};
-
-NllGeom nll_geometry(const IntList& sizes) {
-  NllGeom g;
-  if (sizes.size() == 1) {
-    g.c = sizes[0];
-    return g;
-  }
-  g.n = sizes[0];
-  g.c = sizes[1];
-  g.target_shape.push_back(sizes[0]);
-  for (size_t d = 2; d < sizes.size(); ++d) {
-    g.s *= sizes[d];
-    g.target_shape.push_back(sizes[d]);
-  }
-  return g;
-}
-
+// ---- nll_loss: checks shared with cross_entropy ----
 NllGeom nll_check(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
                   const char* input_name) {
-  check_floating(op, input, input_name);
+  check_loss_floating(op, input, input_name);
   MT_CHECK(target.defined(), op, ": target is undefined");
   MT_CHECK(input.dim() >= 1, op, ": expected ", input_name, " of shape (N, C), (N, C, d1, ...) or (C), got ",
            input.describe());
@@ -164,7 +173,7 @@ TensorList nll_loss_cpu(const OpCall& c) {
   const Tensor& weight = c.inputs[2];
   const NllGeom geo = nll_check(c.name(), logp, target, weight, "input");
   const int64_t ignore = c.attrs.get<int64_t>("ignore_index");
-  const Reduction red = reduction_of(c.attrs, c.name());
+  const Reduction red = loss_reduction(c.attrs, c.name());
   Tensor lp = dense(logp, logp.dtype()), tg = dense(target, DType::Int64);
   Tensor wd = weight.defined() ? dense(weight, DType::Float64) : Tensor();
   const int64_t* t = tg.data_ptr<int64_t>();
@@ -207,8 +216,8 @@ TensorList nll_loss_backward_cpu(const OpCall& c) {
   const Tensor& weight = c.inputs[2];
   const IntList& sizes = c.attrs.get<IntList>("sizes");
   const int64_t ignore = c.attrs.get<int64_t>("ignore_index");
-  const Reduction red = reduction_of(c.attrs, c.name());
-  check_floating(c.name(), g, "gradient");
+  const Reduction red = loss_reduction(c.attrs, c.name());
+  check_loss_floating(c.name(), g, "gradient");
   MT_CHECK(!sizes.empty(), c.name(), ": expected input sizes (N, C, ...) or (C), got []");
   const NllGeom geo = nll_geometry(sizes);
   MT_CHECK(target.dtype() == DType::Int64 && target.sizes() == geo.target_shape, c.name(), ": expected Int64 target of shape ",
@@ -245,7 +254,7 @@ TensorList nll_loss_backward_cpu(const OpCall& c) {
 // nll_loss is linear in logp and nll_loss_backward is its adjoint, so each is the other's VJP.
 TensorList nll_loss_backward_grad(BackwardContext& c) {
   return {nll_loss(c.grad(), c.input(1), optional_input(c, 2), c.attrs.get<int64_t>("ignore_index"),
-                   reduction_of(c.attrs, "nll_loss_backward")),
+                   loss_reduction(c.attrs, "nll_loss_backward")),
           Tensor(), Tensor()};
 }
 const OpSchema& kNllLossBackward = define_op("nll_loss_backward")
@@ -255,7 +264,7 @@ const OpSchema& kNllLossBackward = define_op("nll_loss_backward")
 
 TensorList nll_loss_grad(BackwardContext& c) {
   return {nll_loss_backward(c.grad(), c.input(1), optional_input(c, 2), c.attrs.get<int64_t>("ignore_index"),
-                            reduction_of(c.attrs, "nll_loss"), c.input_sizes(0)),
+                            loss_reduction(c.attrs, "nll_loss"), c.input_sizes(0)),
           Tensor(), Tensor()};
 }
 const OpSchema& kNllLoss =
@@ -269,7 +278,7 @@ TensorList cross_entropy_composite(const OpCall& c) {
   const Tensor& target = c.inputs[1];
   const Tensor& weight = c.inputs[2];
   const int64_t ignore = c.attrs.get<int64_t>("ignore_index");
-  const Reduction red = reduction_of(c.attrs, op);
+  const Reduction red = loss_reduction(c.attrs, op);
   const double eps = c.attrs.get<double>("label_smoothing");
   const NllGeom geo = nll_check(op, logits, target, weight, "logits");
   MT_CHECK(eps >= 0.0 && eps <= 1.0, op, ": label_smoothing must be between 0.0 and 1.0, got ", eps);
@@ -319,10 +328,8 @@ const OpSchema& kCrossEntropy =
 TensorList mse_loss_cpu(const OpCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& tt = c.inputs[1];
-  check_floating(c.name(), x, "input");
-  check_floating(c.name(), tt, "target");
-  check_same_shape(c.name(), x, tt, "input");
-  const Reduction red = reduction_of(c.attrs, c.name());
+  check_elementwise_loss_args(c.name(), x, tt);
+  const Reduction red = loss_reduction(c.attrs, c.name());
   const DType dt = promote_types(x.dtype(), tt.dtype());
   Tensor xd = dense(x, dt), td = dense(tt, dt);
   Tensor out = Tensor::empty(output_shape(red, x.sizes()), TensorOptions(dt));
@@ -347,7 +354,7 @@ TensorList mse_loss_cpu(const OpCall& c) {
 }
 TensorList mse_loss_grad(BackwardContext& c) {
   Tensor x = c.input(0), t = c.input(1);
-  const double scale = reduction_of(c.attrs, "mse_loss") == Reduction::Mean ? 2.0 / static_cast<double>(x.numel()) : 2.0;
+  const double scale = loss_reduction(c.attrs, "mse_loss") == Reduction::Mean ? 2.0 / static_cast<double>(x.numel()) : 2.0;
   Tensor gx = (x - t) * (c.grad() * scale);
   return {c.needs_input_grad(0) ? gx : Tensor(), c.needs_input_grad(1) ? -gx : Tensor()};
 }
@@ -361,11 +368,8 @@ TensorList bce_cpu(const OpCall& c) {
   const Tensor& p = c.inputs[0];
   const Tensor& tt = c.inputs[1];
   const Tensor& weight = c.inputs[2];
-  check_floating(c.name(), p, "input");
-  check_floating(c.name(), tt, "target");
-  check_same_shape(c.name(), p, tt, "input");
-  check_broadcastable_to(c.name(), weight, p, "weight");
-  const Reduction red = reduction_of(c.attrs, c.name());
+  check_elementwise_loss_args(c.name(), p, tt, weight);
+  const Reduction red = loss_reduction(c.attrs, c.name());
   const DType dt = promote_types(p.dtype(), tt.dtype());
   Tensor pd = dense(p, dt), td = dense(tt, dt), wd = broadcast_dense(weight, p.sizes(), weight_dtype(dt));
   Tensor out = Tensor::empty(output_shape(red, p.sizes()), TensorOptions(dt));
@@ -404,12 +408,9 @@ TensorList bce_backward_cpu(const OpCall& c) {
   const Tensor& p = c.inputs[1];
   const Tensor& tt = c.inputs[2];
   const Tensor& weight = c.inputs[3];
-  check_floating(c.name(), g, "gradient");
-  check_floating(c.name(), p, "input");
-  check_floating(c.name(), tt, "target");
-  check_same_shape(c.name(), p, tt, "input");
-  check_broadcastable_to(c.name(), weight, p, "weight");
-  const Reduction red = reduction_of(c.attrs, c.name());
+  check_loss_floating(c.name(), g, "gradient");
+  check_elementwise_loss_args(c.name(), p, tt, weight);
+  const Reduction red = loss_reduction(c.attrs, c.name());
   MT_CHECK(g.sizes() == output_shape(red, p.sizes()), c.name(), ": expected a gradient of shape ",
            shape_str(output_shape(red, p.sizes())), " for reduction ", reduction_name(red), ", got ", g.describe());
   const DType dt = promote_types(g.dtype(), promote_types(p.dtype(), tt.dtype()));
@@ -443,7 +444,7 @@ TensorList bce_backward_cpu(const OpCall& c) {
 TensorList bce_backward_grad(BackwardContext& c) {
   const Tensor& h = c.grad();
   Tensor g = c.input(0), p = c.input(1), t = c.input(2), w = optional_input(c, 3);
-  const Reduction red = reduction_of(c.attrs, "binary_cross_entropy_backward");
+  const Reduction red = loss_reduction(c.attrs, "binary_cross_entropy_backward");
   const double s = red == Reduction::Mean ? 1.0 / static_cast<double>(p.numel()) : 1.0;
   Tensor hw = w.defined() ? h * w : h;
   Tensor d = p * (1.0 - p), pt = p - t;
@@ -461,7 +462,7 @@ const OpSchema& kBceBackward = define_op("binary_cross_entropy_backward")
 // d/dp via the gradient op; d/dt = g w (log(1 - p) - log(p)) (/ n), unclamped as in PyTorch.
 TensorList bce_grad(BackwardContext& c) {
   Tensor g = c.grad(), p = c.input(0), t = c.input(1), w = optional_input(c, 2);
-  const Reduction red = reduction_of(c.attrs, "binary_cross_entropy");
+  const Reduction red = loss_reduction(c.attrs, "binary_cross_entropy");
   Tensor dp, dt;
   if (c.needs_input_grad(0)) dp = binary_cross_entropy_backward(g, p, t, w, red);
   if (c.needs_input_grad(1)) {
@@ -493,12 +494,8 @@ TensorList bce_logits_cpu(const OpCall& c) {
   const Tensor& tt = c.inputs[1];
   const Tensor& weight = c.inputs[2];
   const Tensor& pos_weight = c.inputs[3];
-  check_floating(c.name(), x, "input");
-  check_floating(c.name(), tt, "target");
-  check_same_shape(c.name(), x, tt, "input");
-  check_broadcastable_to(c.name(), weight, x, "weight");
-  check_broadcastable_to(c.name(), pos_weight, x, "pos_weight");
-  const Reduction red = reduction_of(c.attrs, c.name());
+  check_elementwise_loss_args(c.name(), x, tt, weight, pos_weight);
+  const Reduction red = loss_reduction(c.attrs, c.name());
   const DType dt = promote_types(x.dtype(), tt.dtype());
   Tensor xd = dense(x, dt), td = dense(tt, dt);
   Tensor wd = broadcast_dense(weight, x.sizes(), weight_dtype(dt));
@@ -534,7 +531,7 @@ TensorList bce_logits_cpu(const OpCall& c) {
 // d/dt = g w ((pw - 1) softplus(-x) - x)          (pw = 1: -g w x)     (/ n for Mean)
 TensorList bce_logits_grad(BackwardContext& c) {
   Tensor x = c.input(0), t = c.input(1), w = optional_input(c, 2), pw = optional_input(c, 3);
-  const Reduction red = reduction_of(c.attrs, "binary_cross_entropy_with_logits");
+  const Reduction red = loss_reduction(c.attrs, "binary_cross_entropy_with_logits");
   Tensor gs = red == Reduction::Mean ? c.grad() / static_cast<double>(x.numel()) : c.grad();
   Tensor dx, dt;
   if (c.needs_input_grad(0)) {

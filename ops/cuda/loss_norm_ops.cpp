@@ -1,6 +1,6 @@
 // ops/cuda/loss_norm_ops.cpp — CUDA kernels of mse_loss, binary_cross_entropy (+ backward),
-// binary_cross_entropy_with_logits and layer_norm: checks, dtypes and attributes as ops/loss.cpp and
-// ops/normalization.cpp (same messages; layer_norm calls ops/normalization_args.h), kernels in
+// binary_cross_entropy_with_logits and layer_norm: dtypes and attributes as ops/loss.cpp and
+// ops/normalization.cpp, whose checks they call (ops/loss_args.h, ops/normalization_args.h), kernels in
 // loss_norm.cu. Weights are broadcast to the input's shape and materialised in the compute dtype
 // (f32, f64 for f64), as the CPU does.
 #include <algorithm>
@@ -9,34 +9,13 @@
 #include "ops/creation.h"
 #include "ops/cuda/loss_norm_kernels.h"
 #include "ops/cuda/tensor_iter.h"
+#include "ops/loss_args.h"
 #include "ops/normalization_args.h"
 
 namespace mixtape::cuda {
 namespace {
 
-void check_floating(const char* op, const Tensor& t, const char* what) {
-  MT_CHECK(t.defined(), op, ": ", what, " is undefined");
-  MT_CHECK(is_floating(t.dtype()), op, ": expected a floating ", what, ", got ", t.describe());
-}
-void check_same_shape(const char* op, const Tensor& input, const Tensor& target) {
-  MT_CHECK(target.sizes() == input.sizes(), op, ": target ", target.describe(), " must have the same shape as input ",
-           input.describe(), " (no broadcasting: reshape one of them explicitly)");
-}
-void check_broadcastable_to(const char* op, const Tensor& w, const Tensor& input, const char* what) {
-  if (!w.defined()) return;
-  MT_CHECK(is_floating(w.dtype()), op, ": expected a floating ", what, ", got ", w.describe());
-  bool ok = w.dim() <= input.dim();
-  for (int64_t d = 0; ok && d < w.dim(); ++d) {
-    const int64_t ws = w.sizes()[d], xs = input.sizes()[input.dim() - w.dim() + d];
-    ok = ws == xs || ws == 1;
-  }
-  MT_CHECK(ok, op, ": ", what, " ", w.describe(), " must be broadcastable to the input's shape ", shape_str(input.sizes()));
-}
-int reduction_of(const OpCall& c) {
-  const int64_t r = c.attrs.get<int64_t>("reduction");
-  MT_CHECK(r >= 0 && r <= 2, c.name(), ": invalid reduction ", r, " (expected None = 0, Mean = 1, Sum = 2)");
-  return static_cast<int>(r);
-}
+int reduction_of(const OpCall& c) { return static_cast<int>(loss_reduction(c.attrs, c.name())); }
 DType weight_dtype(DType dt) { return dt == DType::Float64 ? DType::Float64 : DType::Float32; }
 Tensor broadcast_dense(const Tensor& w, const IntList& shape, DType dt, Device dev, const char* op) {
   if (!w.defined()) return w;
@@ -65,9 +44,7 @@ Tensor run_loss(const OpCall& c, LossKind kind, const Tensor& x, const Tensor& t
 TensorList mse_loss_cuda(const OpCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& t = c.inputs[1];
-  check_floating(c.name(), x, "input");
-  check_floating(c.name(), t, "target");
-  check_same_shape(c.name(), x, t);
+  check_elementwise_loss_args(c.name(), x, t);
   return {run_loss(c, LossKind::Mse, x, t, Tensor(), Tensor(), promote_types(x.dtype(), t.dtype()))};
 }
 
@@ -91,10 +68,7 @@ TensorList bce_cuda(const OpCall& c) {
   const Tensor& p = c.inputs[0];
   const Tensor& t = c.inputs[1];
   const Tensor& w = c.inputs[2];
-  check_floating(c.name(), p, "input");
-  check_floating(c.name(), t, "target");
-  check_same_shape(c.name(), p, t);
-  check_broadcastable_to(c.name(), w, p, "weight");
+  check_elementwise_loss_args(c.name(), p, t, w);
   const DType dt = promote_types(p.dtype(), t.dtype());
   DeviceGuard guard(p.device().index());
   const Tensor pd = dense(cast_to(p, dt, c.name()), c.name());
@@ -107,11 +81,8 @@ TensorList bce_backward_cuda(const OpCall& c) {
   const Tensor& p = c.inputs[1];
   const Tensor& t = c.inputs[2];
   const Tensor& w = c.inputs[3];
-  check_floating(c.name(), g, "gradient");
-  check_floating(c.name(), p, "input");
-  check_floating(c.name(), t, "target");
-  check_same_shape(c.name(), p, t);
-  check_broadcastable_to(c.name(), w, p, "weight");
+  check_loss_floating(c.name(), g, "gradient");
+  check_elementwise_loss_args(c.name(), p, t, w);
   const int red = reduction_of(c);
   const IntList gshape = red == 0 ? p.sizes() : IntList{};
   MT_CHECK(g.sizes() == gshape, c.name(), ": expected a gradient of shape ", shape_str(gshape), ", got ", g.describe());
@@ -132,11 +103,7 @@ TensorList bce_logits_cuda(const OpCall& c) {
   const Tensor& t = c.inputs[1];
   const Tensor& w = c.inputs[2];
   const Tensor& pw = c.inputs[3];
-  check_floating(c.name(), x, "input");
-  check_floating(c.name(), t, "target");
-  check_same_shape(c.name(), x, t);
-  check_broadcastable_to(c.name(), w, x, "weight");
-  check_broadcastable_to(c.name(), pw, x, "pos_weight");
+  check_elementwise_loss_args(c.name(), x, t, w, pw);
   return {run_loss(c, LossKind::BceLogits, x, t, w, pw, promote_types(x.dtype(), t.dtype()))};
 }
 

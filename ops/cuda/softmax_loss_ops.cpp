@@ -9,26 +9,12 @@
 #include "ops/creation.h"
 #include "ops/cuda/softmax_loss_kernels.h"
 #include "ops/cuda/tensor_iter.h"
+#include "ops/dim_layout.h"
 #include "ops/loss.h"
+#include "ops/loss_args.h"
 
 namespace mixtape::cuda {
 namespace {
-
-struct DimLayout {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-DimLayout layout_of(const IntList& sizes, int64_t dim) {
-  DimLayout l;
-  for (int64_t d = 0; d < static_cast<int64_t>(sizes.size()); ++d) {
-    if (d < dim)
-      l.outer *= sizes[d];
-    else if (d == dim)
-      l.len = sizes[d];
-    else
-      l.inner *= sizes[d];
-  }
-  return l;
-}
 
 template <bool Log>
 TensorList softmax_cuda(const OpCall& c) {
@@ -71,30 +57,7 @@ TensorList softmax_grad_cuda(const OpCall& c) {
 }
 
 // ---- nll_loss ----
-struct NllGeom {
-  int64_t n = 1, c = 0, s = 1;
-  IntList target_shape;
-};
-NllGeom nll_geometry(const IntList& sizes) {
-  NllGeom g;
-  if (sizes.size() == 1) {
-    g.c = sizes[0];
-    return g;
-  }
-  g.n = sizes[0];
-  g.c = sizes[1];
-  g.target_shape.push_back(sizes[0]);
-  for (size_t d = 2; d < sizes.size(); ++d) {
-    g.s *= sizes[d];
-    g.target_shape.push_back(sizes[d]);
-  }
-  return g;
-}
-int reduction_of(const OpCall& c) {
-  const int64_t r = c.attrs.get<int64_t>("reduction");
-  MT_CHECK(r >= 0 && r <= 2, c.name(), ": invalid reduction ", r, " (expected None = 0, Mean = 1, Sum = 2)");
-  return static_cast<int>(r);
-}
+int reduction_of(const OpCall& c) { return static_cast<int>(loss_reduction(c.attrs, c.name())); }
 // Targets checked on the host: every one a class in [0, C) or ignore_index (ops/loss.cpp's message).
 void check_targets(const char* op, const Tensor& target_dev, int64_t classes, int64_t ignore) {
   const Tensor t = target_dev.to(Device::CPU());

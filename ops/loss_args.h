@@ -1,0 +1,34 @@
+// ops/loss_args.h — argument checks and geometry of the losses, shared by the CPU kernels
+// (ops/loss.cpp, where they are defined) and the CUDA glue (ops/cuda/loss_norm_ops.cpp,
+// softmax_loss_ops.cpp), so both backends read the same attributes and fail with the same
+// messages. Internal: not part of the public API.
+#pragma once
+#include <cstdint>
+
+#include "core/dispatcher.h"
+#include "core/tensor.h"
+#include "ops/loss.h"
+
+namespace mixtape {
+
+// The "reduction" attribute (None = 0, Mean = 1, Sum = 2); anything else is an error of `op`.
+Reduction loss_reduction(const Attrs& a, const char* op);
+
+// t (named `what` in the message) is defined and floating.
+void check_loss_floating(const char* op, const Tensor& t, const char* what);
+
+// The elementwise losses (mse_loss, binary_cross_entropy and its backward, _with_logits): input
+// and target floating, of one shape (no broadcasting); weight and pos_weight, when defined,
+// floating and broadcastable to the input's shape.
+void check_elementwise_loss_args(const char* op, const Tensor& input, const Tensor& target,
+                                 const Tensor& weight = Tensor(), const Tensor& pos_weight = Tensor());
+
+// nll_loss: logp (N, C, d1..dk) is read as (N, C, S), S = d1 * ... * dk; target (N, d1..dk) as
+// (N, S). A 1-D logp (C) has n = s = 1 and a 0-d target.
+struct NllGeom {
+  int64_t n = 1, c = 0, s = 1;
+  IntList target_shape;
+};
+NllGeom nll_geometry(const IntList& sizes);
+
+}  // namespace mixtape
