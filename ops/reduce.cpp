@@ -15,18 +15,9 @@
 
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
+#include "ops/reduce_dims.h"
 
 namespace mixtape {
-namespace {
-
-// Accumulator of reductions: wider than storage so long sums stay accurate.
-template <typename T> struct reduce_acc { using type = double; };
-template <> struct reduce_acc<Half> { using type = float; };
-template <> struct reduce_acc<BFloat16> { using type = float; };
-template <> struct reduce_acc<int64_t> { using type = int64_t; };
-template <> struct reduce_acc<int32_t> { using type = int64_t; };
-template <> struct reduce_acc<uint8_t> { using type = int64_t; };
-template <> struct reduce_acc<bool> { using type = int64_t; };
 
 // Normalised, sorted, unique reduced dims; empty `dims` means all.
 IntList reduced_dims(const Tensor& x, const IntList& dims, const char* op) {
@@ -60,9 +51,8 @@ IntList reduced_shape(const Tensor& x, const IntList& rdims, bool keepdim) {
   return out;
 }
 
-// x permuted so kept dims come first and reduced dims last, contiguous. Returns (runs, run length).
-std::pair<Tensor, int64_t> as_runs(const Tensor& x, const IntList& rdims) {
-  IntList perm, kept;
+std::pair<Tensor, int64_t> reduced_last_view(const Tensor& x, const IntList& rdims) {
+  IntList perm;
   int64_t len = 1;
   size_t r = 0;
   for (int64_t d = 0; d < x.dim(); ++d) {
@@ -79,7 +69,36 @@ std::pair<Tensor, int64_t> as_runs(const Tensor& x, const IntList& rdims) {
     sizes.push_back(x.sizes()[d]);
     strides.push_back(x.strides()[d]);
   }
-  Tensor p = x.as_strided_alias(sizes, strides, x.storage_offset());
+  return {x.as_strided_alias(sizes, strides, x.storage_offset()), len};
+}
+
+SumArgs sum_args(const OpCall& call, const Tensor& x) {
+  SumArgs a;
+  a.is_mean = call.attrs.get_or<bool>("mean", false);
+  a.rdims = reduced_dims(x, call.attrs.get<IntList>("dims"), call.name());
+  a.keepdim = call.attrs.get<bool>("keepdim");
+  a.out_dtype = call.attrs.get_dtype("dtype").value_or(is_integral(x.dtype(), true) ? DType::Int64 : x.dtype());
+  MT_CHECK(!a.is_mean || is_floating(a.out_dtype), call.name(), ": mean needs a floating dtype, got ",
+           dtype_name(a.out_dtype), " (pass dtype=Float32 or convert the input)");
+  // Compute in the requested dtype when it is wider (sum(f16, dtype=f32) accumulates f16 values as f32).
+  a.src_dtype = is_floating(a.out_dtype) && is_floating(x.dtype()) ? a.out_dtype : x.dtype();
+  return a;
+}
+
+namespace {
+
+// Accumulator of reductions: wider than storage so long sums stay accurate.
+template <typename T> struct reduce_acc { using type = double; };
+template <> struct reduce_acc<Half> { using type = float; };
+template <> struct reduce_acc<BFloat16> { using type = float; };
+template <> struct reduce_acc<int64_t> { using type = int64_t; };
+template <> struct reduce_acc<int32_t> { using type = int64_t; };
+template <> struct reduce_acc<uint8_t> { using type = int64_t; };
+template <> struct reduce_acc<bool> { using type = int64_t; };
+
+// x permuted so kept dims come first and reduced dims last, contiguous. Returns (runs, run length).
+std::pair<Tensor, int64_t> as_runs(const Tensor& x, const IntList& rdims) {
+  auto [p, len] = reduced_last_view(x, rdims);
   if (!p.is_contiguous()) p = cpu::cast_to(clone(p.detach()), x.dtype());
   return {p, len};
 }
@@ -154,17 +173,12 @@ void for_each_run(int64_t runs, int64_t len, F&& fn) {
 // attrs: dims (IntList, empty = all), keepdim (bool), dtype (optional), mean (bool)
 TensorList sum_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[0];
-  const bool is_mean = call.attrs.get_or<bool>("mean", false);
-  IntList rdims = reduced_dims(x, call.attrs.get<IntList>("dims"), call.name());
-  bool keepdim = call.attrs.get<bool>("keepdim");
-  DType out_dt = call.attrs.get_dtype("dtype").value_or(is_integral(x.dtype(), true) ? DType::Int64 : x.dtype());
-  MT_CHECK(!is_mean || is_floating(out_dt), call.name(), ": mean needs a floating dtype, got ", dtype_name(out_dt),
-           " (pass dtype=Float32 or convert the input)");
-  // Compute in the requested dtype when it is wider (sum(f16, dtype=f32) accumulates f16 values as f32).
-  Tensor src = cpu::cast_to(x, is_floating(out_dt) && is_floating(x.dtype()) ? out_dt : x.dtype());
-  const StridedRuns runs(src, rdims);
+  const SumArgs a = sum_args(call, x);
+  const bool is_mean = a.is_mean;
+  Tensor src = cpu::cast_to(x, a.src_dtype);
+  const StridedRuns runs(src, a.rdims);
   const int64_t len = runs.len;
-  Tensor out = Tensor::empty(reduced_shape(x, rdims, keepdim), TensorOptions(out_dt));
+  Tensor out = Tensor::empty(reduced_shape(x, a.rdims, a.keepdim), TensorOptions(a.out_dtype));
   visit_dtype(src.dtype(), call.name(), [&]<typename T>() {
     using Acc = typename reduce_acc<T>::type;
     const T* in = static_cast<const T*>(src.data_ptr());

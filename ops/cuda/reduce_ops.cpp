@@ -1,6 +1,6 @@
 // ops/cuda/reduce_ops.cpp — CUDA kernels of sum, mean, max (values + indices), amax and argmax,
 // with the CPU ops' semantics (ops/reduce.cpp, ops/shape_ops.cpp): the same dims/keepdim/dtype
-// attributes, the same accumulator types (16-bit accumulate in f32, f32 in f64, integers in i64),
+// attributes (read and checked by ops/reduce_dims.h, shared with the CPU), the same accumulator types (16-bit accumulate in f32, f32 in f64, integers in i64),
 // one rounding to the output dtype, NaN propagation in max/amax/argmax (the first NaN wins).
 // Strategy, as the CPU's: permute the reduced dims last and make the tensor dense on the device,
 // so each output element reduces one contiguous run (kernels in ops/cuda/reduce.cu).
@@ -8,61 +8,14 @@
 #include <vector>
 
 #include "ops/cuda/tensor_iter.h"
+#include "ops/reduce_dims.h"
 
 namespace mixtape::cuda {
 namespace {
 
-IntList reduced_dims(const Tensor& x, const IntList& dims, const char* op) {
-  IntList out;
-  if (dims.empty()) {
-    for (int64_t d = 0; d < x.dim(); ++d) out.push_back(d);
-    return out;
-  }
-  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(x.dim(), 1)), false);
-  for (int64_t d : dims) {
-    const int64_t w = wrap_dim(d, x.dim(), op);
-    MT_CHECK(!seen[static_cast<size_t>(w)], op, ": dim ", w, " appears twice in ", shape_str(dims));
-    seen[static_cast<size_t>(w)] = true;
-  }
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (seen[static_cast<size_t>(d)]) out.push_back(d);
-  return out;
-}
-
-IntList reduced_shape(const Tensor& x, const IntList& rdims, bool keepdim) {
-  IntList out;
-  size_t r = 0;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    const bool red = r < rdims.size() && rdims[r] == d;
-    if (red) ++r;
-    if (!red)
-      out.push_back(x.sizes()[d]);
-    else if (keepdim)
-      out.push_back(1);
-  }
-  return out;
-}
-
 // x with kept dims first and reduced dims last, dense on the device; returns (tensor, run length).
 std::pair<Tensor, int64_t> as_runs(const Tensor& x, const IntList& rdims, const char* op) {
-  IntList perm;
-  int64_t len = 1;
-  size_t r = 0;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (r < rdims.size() && rdims[r] == d) {
-      ++r;
-      len *= x.sizes()[d];
-    } else {
-      perm.push_back(d);
-    }
-  }
-  for (int64_t d : rdims) perm.push_back(d);
-  IntList sizes, strides;
-  for (int64_t d : perm) {
-    sizes.push_back(x.sizes()[d]);
-    strides.push_back(x.strides()[d]);
-  }
-  Tensor p = x.as_strided_alias(sizes, strides, x.storage_offset());
+  auto [p, len] = reduced_last_view(x, rdims);
   return {dense(p, op), len};
 }
 
@@ -75,17 +28,12 @@ DType reduce_acc_dtype(DType t) {
 // attrs: dims (empty = all), keepdim, dtype (optional), mean (bool)
 TensorList sum_cuda(const OpCall& call) {
   const Tensor& x = call.inputs[0];
-  const bool is_mean = call.attrs.get_or<bool>("mean", false);
-  const IntList rdims = reduced_dims(x, call.attrs.get<IntList>("dims"), call.name());
-  const bool keepdim = call.attrs.get<bool>("keepdim");
-  const DType out_dt =
-      call.attrs.get_dtype("dtype").value_or(is_integral(x.dtype(), true) ? DType::Int64 : x.dtype());
-  MT_CHECK(!is_mean || is_floating(out_dt), call.name(), ": mean needs a floating dtype, got ", dtype_name(out_dt),
-           " (pass dtype=Float32 or convert the input)");
+  const SumArgs a = sum_args(call, x);
+  const bool is_mean = a.is_mean;
   DeviceGuard guard(x.device().index());
-  const Tensor src = cast_to(x, is_floating(out_dt) && is_floating(x.dtype()) ? out_dt : x.dtype(), call.name());
-  auto [runs_t, len] = as_runs(src, rdims, call.name());
-  Tensor out = empty_on(reduced_shape(x, rdims, keepdim), out_dt, x.device());
+  const Tensor src = cast_to(x, a.src_dtype, call.name());
+  auto [runs_t, len] = as_runs(src, a.rdims, call.name());
+  Tensor out = empty_on(reduced_shape(x, a.rdims, a.keepdim), a.out_dtype, x.device());
   if (out.numel() == 0) return {out};
   Tensor acc = empty_on(out.sizes(), reduce_acc_dtype(src.dtype()), x.device());
   MT_CUDA_CHECK(launch_reduce_runs(is_mean ? ReduceOp::Mean : ReduceOp::Sum, src.dtype(), runs_t.data_ptr(), out.numel(),
