@@ -24,10 +24,29 @@
 #include <cstring>
 
 #include "ops/cpu/elementwise.h"
+#include "ops/linear_args.h"
 #include "ops/matmul.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
+
+// Shapes (and, in the kernel, dtypes) of a linear call; every message names the op.
+void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, bool dtypes) {
+  MT_CHECK(x.defined() && w.defined(), op, ": input and weight must be defined");
+  MT_CHECK(x.dim() >= 1, op, ": expected an input with at least 1 dim (*, in), got ", x.describe());
+  MT_CHECK(w.dim() == 2, op, ": weight must be 2-D (out, in), got ", w.describe());
+  MT_CHECK(x.size(-1) == w.size(1), op, ": expected input with ", w.size(1), " features in its last dim (weight ",
+           w.describe(), "), got ", x.describe());
+  if (b.defined())
+    MT_CHECK(b.dim() == 1 && b.size(0) == w.size(0), op, ": bias must be 1-D with ", w.size(0), " elements (weight ",
+             w.describe(), "), got ", b.describe());
+  if (!dtypes) return;
+  MT_CHECK(is_floating(x.dtype()), op, ": expected a floating input, got ", x.describe());
+  MT_CHECK(w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype()), op,
+           ": expected input, weight and bias of one dtype, got ", x.describe(), ", ", w.describe(), " and ",
+           b.defined() ? b.describe() : std::string("no bias"), " (cast one, or run under autocast)");
+}
+
 namespace {
 
 // t as a contiguous tensor of dtype ct (t itself when it already is one).
@@ -62,23 +81,6 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
     cblas_sgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
   else
     cblas_dgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-
-// Shapes (and, in the kernel, dtypes) of a linear call; every message names the op.
-void check_linear(const char* op, const Tensor& x, const Tensor& w, const Tensor& b, bool dtypes) {
-  MT_CHECK(x.defined() && w.defined(), op, ": input and weight must be defined");
-  MT_CHECK(x.dim() >= 1, op, ": expected an input with at least 1 dim (*, in), got ", x.describe());
-  MT_CHECK(w.dim() == 2, op, ": weight must be 2-D (out, in), got ", w.describe());
-  MT_CHECK(x.size(-1) == w.size(1), op, ": expected input with ", w.size(1), " features in its last dim (weight ",
-           w.describe(), "), got ", x.describe());
-  if (b.defined())
-    MT_CHECK(b.dim() == 1 && b.size(0) == w.size(0), op, ": bias must be 1-D with ", w.size(0), " elements (weight ",
-             w.describe(), "), got ", b.describe());
-  if (!dtypes) return;
-  MT_CHECK(is_floating(x.dtype()), op, ": expected a floating input, got ", x.describe());
-  MT_CHECK(w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype()), op,
-           ": expected input, weight and bias of one dtype, got ", x.describe(), ", ", w.describe(), " and ",
-           b.defined() ? b.describe() : std::string("no bias"), " (cast one, or run under autocast)");
 }
 
 TensorList linear_cpu(const OpCall& call) {

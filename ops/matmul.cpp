@@ -10,16 +10,11 @@
 
 #include "core/convert.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/matmul_args.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
-namespace {
 
-// A matrix operand as BLAS wants it: pointer, transposed flag, leading dimension.
-struct BlasOperand {
-  bool trans;
-  int64_t ld;
-};
 // Row-major (rows, cols) matrix with element strides (sr, sc): usable directly if one stride is 1.
 bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, BlasOperand& out) {
   if (sc == 1 && (sr >= std::max<int64_t>(cols, 1) || rows == 1)) {
@@ -33,6 +28,30 @@ bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, BlasOperand
   return false;
 }
 
+MatmulShape check_matmul_args(const char* op, const Tensor& a, const Tensor& b) {
+  MT_CHECK(a.dim() >= 2 && b.dim() >= 2, op, ": expected operands with at least 2 dims, got ", a.describe(), " and ",
+           b.describe());
+  MT_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), op, ": expected floating operands, got ", a.describe(),
+           " and ", b.describe());
+  MT_CHECK(a.dtype() == b.dtype(), op, ": expected both operands to have the same dtype, got ", a.describe(), " @ ",
+           b.describe(), " (cast one, or run under autocast)");
+  MatmulShape s;
+  s.n = a.size(-2);
+  s.k = a.size(-1);
+  s.m = b.size(-1);
+  MT_CHECK(b.size(-2) == s.k, op, ": inner dimensions must match, got ", shape_str(a.sizes()), " @ ",
+           shape_str(b.sizes()));
+  s.abatch = IntList(a.sizes().begin(), a.sizes().end() - 2);
+  s.bbatch = IntList(b.sizes().begin(), b.sizes().end() - 2);
+  s.batch = broadcast_shapes(s.abatch, s.bbatch, op);
+  s.out_shape = s.batch;
+  s.out_shape.push_back(s.n);
+  s.out_shape.push_back(s.m);
+  return s;
+}
+
+namespace {
+
 template <typename T>
 void gemm(bool ta, bool tb, int64_t n, int64_t m, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
           int64_t ldc) {
@@ -45,20 +64,9 @@ void gemm(bool ta, bool tb, int64_t n, int64_t m, int64_t k, const T* a, int64_t
 
 TensorList matmul_cpu(const OpCall& call) {
   Tensor a = call.inputs[0], b = call.inputs[1];
-  MT_CHECK(a.dim() >= 2 && b.dim() >= 2, call.name(), ": expected operands with at least 2 dims, got ", a.describe(),
-           " and ", b.describe());
-  MT_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), call.name(), ": expected floating operands, got ",
-           a.describe(), " and ", b.describe());
-  MT_CHECK(a.dtype() == b.dtype(), call.name(), ": expected both operands to have the same dtype, got ", a.describe(),
-           " @ ", b.describe(), " (cast one, or run under autocast)");
-  int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
-  MT_CHECK(b.size(-2) == k, call.name(), ": inner dimensions must match, got ", shape_str(a.sizes()), " @ ",
-           shape_str(b.sizes()));
-  IntList abatch(a.sizes().begin(), a.sizes().end() - 2), bbatch(b.sizes().begin(), b.sizes().end() - 2);
-  IntList batch = broadcast_shapes(abatch, bbatch, call.name());
-  IntList out_shape = batch;
-  out_shape.push_back(n);
-  out_shape.push_back(m);
+  const MatmulShape sh = check_matmul_args(call.name(), a, b);
+  const int64_t n = sh.n, k = sh.k, m = sh.m;
+  const IntList &abatch = sh.abatch, &bbatch = sh.bbatch, &batch = sh.batch, &out_shape = sh.out_shape;
   const DType dt = a.dtype();
   Tensor out = Tensor::empty(out_shape, TensorOptions(dt));
   int64_t nb = numel_of(batch);

@@ -15,6 +15,8 @@
 #include "core/cuda/handles.h"
 #include "ops/creation.h"
 #include "ops/cuda/tensor_iter.h"
+#include "ops/linear_args.h"
+#include "ops/matmul_args.h"
 
 namespace mixtape::cuda {
 
@@ -36,23 +38,8 @@ cudaDataType_t cuda_type(DType dt, const char* op) {
   }
 }
 
-// A (rows, cols) row-major matrix with element strides (sr, sc) as a BLAS operand: trans = false
-// for row-major with leading dim ld, true for column-major (the same test as ops/matmul.cpp).
-struct Layout {
-  bool trans;
-  int64_t ld;
-};
-bool blas_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, Layout& out) {
-  if (sc == 1 && (sr >= std::max<int64_t>(cols, 1) || rows == 1)) {
-    out = {false, std::max<int64_t>({sr, cols, 1})};
-    return true;
-  }
-  if (sr == 1 && (sc >= std::max<int64_t>(rows, 1) || cols == 1)) {
-    out = {true, std::max<int64_t>({sc, rows, 1})};
-    return true;
-  }
-  return false;
-}
+// The operands' BLAS layouts: ops/matmul_args.h's test, shared with the CPU.
+using Layout = BlasOperand;
 
 // Row-major C (n, m) [batch] = A (n, k) @ B (k, m) [+ beta C], A/B of dtype ab_dt, C of c_dt.
 // Pointers are to batch 0; stride_* are element strides between batches (0: broadcast).
@@ -101,20 +88,9 @@ void gemm(const GemmArgs& g, const char* op) {
 // ---- matmul(a: (*A, n, k), b: (*B, k, m)) -> (broadcast(*A, *B), n, m) ----
 TensorList matmul_cuda(const OpCall& call) {
   Tensor a = call.inputs[0], b = call.inputs[1];
-  MT_CHECK(a.dim() >= 2 && b.dim() >= 2, call.name(), ": expected operands with at least 2 dims, got ", a.describe(),
-           " and ", b.describe());
-  MT_CHECK(is_floating(a.dtype()) && is_floating(b.dtype()), call.name(), ": expected floating operands, got ",
-           a.describe(), " and ", b.describe());
-  MT_CHECK(a.dtype() == b.dtype(), call.name(), ": expected both operands to have the same dtype, got ", a.describe(),
-           " @ ", b.describe(), " (cast one, or run under autocast)");
-  const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
-  MT_CHECK(b.size(-2) == k, call.name(), ": inner dimensions must match, got ", shape_str(a.sizes()), " @ ",
-           shape_str(b.sizes()));
-  const IntList abatch(a.sizes().begin(), a.sizes().end() - 2), bbatch(b.sizes().begin(), b.sizes().end() - 2);
-  const IntList batch = broadcast_shapes(abatch, bbatch, call.name());
-  IntList out_shape = batch;
-  out_shape.push_back(n);
-  out_shape.push_back(m);
+  const MatmulShape sh = check_matmul_args(call.name(), a, b);
+  const int64_t n = sh.n, k = sh.k, m = sh.m;
+  const IntList &abatch = sh.abatch, &bbatch = sh.bbatch, &batch = sh.batch, &out_shape = sh.out_shape;
   const DType dt = a.dtype();
   DeviceGuard guard(a.device().index());
   Tensor out = empty_on(out_shape, dt, a.device());
@@ -183,18 +159,7 @@ TensorList linear_cuda(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& w = call.inputs[1];
   const Tensor bias = call.inputs.size() > 2 ? call.inputs[2] : Tensor();
-  MT_CHECK(x.defined() && w.defined(), call.name(), ": input and weight must be defined");
-  MT_CHECK(x.dim() >= 1, call.name(), ": expected an input with at least 1 dim (*, in), got ", x.describe());
-  MT_CHECK(w.dim() == 2, call.name(), ": weight must be 2-D (out, in), got ", w.describe());
-  MT_CHECK(x.size(-1) == w.size(1), call.name(), ": expected input with ", w.size(1),
-           " features in its last dim (weight ", w.describe(), "), got ", x.describe());
-  if (bias.defined())
-    MT_CHECK(bias.dim() == 1 && bias.size(0) == w.size(0), call.name(), ": bias must be 1-D with ", w.size(0),
-             " elements (weight ", w.describe(), "), got ", bias.describe());
-  MT_CHECK(is_floating(x.dtype()), call.name(), ": expected a floating input, got ", x.describe());
-  MT_CHECK(w.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), call.name(),
-           ": expected input, weight and bias of one dtype, got ", x.describe(), ", ", w.describe(), " and ",
-           bias.defined() ? bias.describe() : std::string("no bias"), " (cast one, or run under autocast)");
+  check_linear(call.name(), x, w, bias, true);
   const int64_t in = w.size(1), out_f = w.size(0);
   IntList out_shape = x.sizes();
   out_shape.back() = out_f;
