@@ -44,28 +44,10 @@
 #include "autograd/grad_mode.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
+#include "ops/pool_geometry.h"
 
 namespace mixtape {
 namespace {
-
-struct PoolGeom {
-  int64_t N, C, H, W;
-  int64_t kH, kW, sH, sW, pH, pW, dH, dW;
-  int64_t OH, OW;
-  int64_t planes() const { return N * C; }
-  int64_t in_plane() const { return H * W; }
-  int64_t out_plane() const { return OH * OW; }
-  IntList out_sizes() const { return {N, C, OH, OW}; }
-};
-
-// How an argument appears in error messages: the caller's tensor, or a bare shape.
-struct Shown {
-  const Tensor* t;
-  IntList sizes;
-  static Shown of(const Tensor& x) { return {&x, x.sizes()}; }
-  static Shown shape(const IntList& s) { return {nullptr, s}; }
-  std::string str() const { return t ? t->describe() : shape_str(sizes); }
-};
 
 IntList pair_arg(const char* op, const char* what, const IntList& v) {
   MT_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " must have 1 or 2 values, got ", shape_str(v));
@@ -83,30 +65,23 @@ int64_t pooled_size(int64_t in, int64_t k, int64_t p, int64_t s, int64_t d, bool
   return out;
 }
 
+void check_floating(const char* op, const char* what, const Tensor& t) {
+  MT_CHECK(is_floating(t.dtype()), op, ": expected a floating ", what, ", got ", t.describe());
+}
+
+}  // namespace
+
 void check_planes(const char* op, const Shown& x) {
   MT_CHECK(x.sizes.size() == 4, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ", x.str());
   MT_CHECK(x.sizes[1] > 0 && x.sizes[2] > 0 && x.sizes[3] > 0, op, ": expected non-empty C, H and W, got ", x.str());
 }
 
-void check_floating(const char* op, const char* what, const Tensor& t) {
-  MT_CHECK(is_floating(t.dtype()), op, ": expected a floating ", what, ", got ", t.describe());
+WindowArgs WindowArgs::normalise(const char* op, const IntList& k, const IntList& s, const IntList& p,
+                                 const IntList& d, bool ceil_mode) {
+  IntList kk = pair_arg(op, "kernel_size", k);
+  return {kk, s.empty() ? kk : pair_arg(op, "stride", s), pair_arg(op, "padding", p), pair_arg(op, "dilation", d),
+          ceil_mode};
 }
-
-// The window attributes as stored on the op (every list normalised to 2 values).
-struct WindowArgs {
-  IntList kernel, stride, padding, dilation;
-  bool ceil_mode;
-  static WindowArgs from(const Attrs& a) {
-    return {a.get<IntList>("kernel_size"), a.get<IntList>("stride"), a.get<IntList>("padding"),
-            a.has("dilation") ? a.get<IntList>("dilation") : IntList{1, 1}, a.get<bool>("ceil_mode")};
-  }
-  static WindowArgs normalise(const char* op, const IntList& k, const IntList& s, const IntList& p, const IntList& d,
-                              bool ceil_mode) {
-    IntList kk = pair_arg(op, "kernel_size", k);
-    return {kk, s.empty() ? kk : pair_arg(op, "stride", s), pair_arg(op, "padding", p), pair_arg(op, "dilation", d),
-            ceil_mode};
-  }
-};
 
 PoolGeom window_geometry(const char* op, const Shown& x, const WindowArgs& a) {
   check_planes(op, x);
@@ -134,6 +109,9 @@ PoolGeom adaptive_geometry(const char* op, const Shown& x, const IntList& out) {
   const IntList& xs = x.sizes;
   return PoolGeom{xs[0], xs[1], xs[2], xs[3], 0, 0, 0, 0, 0, 0, 1, 1, out[0], out[1]};
 }
+
+namespace {
+
 
 // A gradient op's grad must have the forward output's shape.
 void check_grad_shape(const char* op, const PoolGeom& g, const Tensor& grad) {

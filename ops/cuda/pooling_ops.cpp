@@ -1,51 +1,27 @@
 // ops/cuda/pooling_ops.cpp — CUDA kernels of max_pool2d, max_pool2d_with_indices,
 // max_pool2d_backward, max_pool2d_input_backward, avg_pool2d, adaptive_avg_pool2d and their
-// backward ops: attributes, window geometry and checks as
-// ops/pooling.cpp (same messages), kernels in pooling.cu. Inputs are (N, C, H, W) (the public
+// backward ops: attributes and checks as ops/pooling.cpp, whose window geometry they call
+// (ops/pool_geometry.h, same messages), kernels in pooling.cu. Inputs are (N, C, H, W) (the public
 // functions reshape 3-D inputs before dispatch), made dense on the device.
 #include "ops/cuda/pooling_kernels.h"
 #include "ops/cuda/tensor_iter.h"
+#include "ops/pool_geometry.h"
 
 namespace mixtape::cuda {
 namespace {
 
-int64_t floor_div(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+// The shared host geometry (ops/pool_geometry.h) as the kernels' struct.
+PoolGeom kernel_geom(const mixtape::PoolGeom& h) {
+  PoolGeom g{};
+  g.planes = h.planes();
+  g.H = h.H, g.W = h.W, g.OH = h.OH, g.OW = h.OW;
+  g.kH = h.kH, g.kW = h.kW, g.sH = h.sH, g.sW = h.sW, g.pH = h.pH, g.pW = h.pW, g.dH = h.dH, g.dW = h.dW;
+  return g;
 }
-int64_t pooled_size(int64_t in, int64_t k, int64_t p, int64_t s, int64_t d, bool ceil_mode) {
-  int64_t out = floor_div(in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0), s) + 1;
-  if (ceil_mode && (out - 1) * s >= in + p) --out;
-  return out;
-}
-
 // Geometry from the op's window attributes (kernel_size, stride, padding, dilation, ceil_mode; all
 // normalised to 2 values by the public function) and the input shape.
-PoolGeom geometry(const char* op, const IntList& xs, const Attrs& a, const std::string& shown) {
-  MT_CHECK(xs.size() == 4, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ", shown);
-  MT_CHECK(xs[1] > 0 && xs[2] > 0 && xs[3] > 0, op, ": expected non-empty C, H and W, got ", shown);
-  const IntList& k = a.get<IntList>("kernel_size");
-  const IntList& s = a.get<IntList>("stride");
-  const IntList& p = a.get<IntList>("padding");
-  const IntList d = a.has("dilation") ? a.get<IntList>("dilation") : IntList{1, 1};
-  const bool ceil_mode = a.get<bool>("ceil_mode");
-  MT_CHECK(k.size() == 2 && k[0] > 0 && k[1] > 0, op, ": kernel_size must be positive, got ", shape_str(k));
-  MT_CHECK(s.size() == 2 && s[0] > 0 && s[1] > 0, op, ": stride must be positive, got ", shape_str(s));
-  MT_CHECK(d.size() == 2 && d[0] > 0 && d[1] > 0, op, ": dilation must be positive, got ", shape_str(d));
-  MT_CHECK(p.size() == 2 && p[0] >= 0 && p[1] >= 0 && p[0] <= k[0] / 2 && p[1] <= k[1] / 2, op,
-           ": padding must be between 0 and half the kernel size, got padding ", shape_str(p), " for kernel_size ",
-           shape_str(k));
-  PoolGeom g{};
-  g.planes = xs[0] * xs[1];
-  g.H = xs[2];
-  g.W = xs[3];
-  g.kH = k[0], g.kW = k[1], g.sH = s[0], g.sW = s[1], g.pH = p[0], g.pW = p[1], g.dH = d[0], g.dW = d[1];
-  g.OH = pooled_size(g.H, g.kH, g.pH, g.sH, g.dH, ceil_mode);
-  g.OW = pooled_size(g.W, g.kW, g.pW, g.sW, g.dW, ceil_mode);
-  MT_CHECK(g.OH >= 1 && g.OW >= 1, op, ": output size is too small: input ", shown, " with kernel_size ", shape_str(k),
-           ", stride ", shape_str(s), ", padding ", shape_str(p), ", dilation ", shape_str(d), " gives ", g.OH, "x",
-           g.OW);
-  return g;
+PoolGeom geometry(const char* op, const Shown& x, const Attrs& a) {
+  return kernel_geom(window_geometry(op, x, WindowArgs::from(a)));
 }
 
 void check_floating(const char* op, const char* what, const Tensor& t) {
@@ -55,7 +31,7 @@ void check_floating(const char* op, const char* what, const Tensor& t) {
 
 TensorList max_pool_forward(const OpCall& c, bool with_indices) {
   const Tensor& x = c.inputs[0];
-  const PoolGeom g = geometry(c.name(), x.sizes(), c.attrs, x.describe());
+  const PoolGeom g = geometry(c.name(), Shown::of(x), c.attrs);
   check_floating(c.name(), "input", x);
   DeviceGuard guard(x.device().index());
   const Tensor xc = dense(x, c.name());
@@ -91,7 +67,7 @@ TensorList max_pool2d_backward_cuda(const OpCall& c) {
   // the whole [0, OH) x [0, OW) — exact, only slower than the real windows.
   PoolGeom g{};
   if (c.attrs.has("kernel_size")) {
-    g = geometry(c.name(), in_size, c.attrs, shape_str(in_size));
+    g = geometry(c.name(), Shown::shape(in_size), c.attrs);
   } else {
     g.planes = in_size[0] * in_size[1];
     g.H = in_size[2], g.W = in_size[3], g.OH = grad.size(2), g.OW = grad.size(3);
@@ -111,7 +87,7 @@ TensorList max_pool2d_backward_cuda(const OpCall& c) {
 TensorList max_pool2d_input_backward_cuda(const OpCall& c) {
   const Tensor& grad = c.inputs[0];
   const Tensor& x = c.inputs[1];
-  const PoolGeom g = geometry(c.name(), x.sizes(), c.attrs, x.describe());
+  const PoolGeom g = geometry(c.name(), Shown::of(x), c.attrs);
   check_floating(c.name(), "grad", grad);
   const IntList osz{x.size(0), x.size(1), g.OH, g.OW};
   MT_CHECK(grad.dtype() == x.dtype() && grad.sizes() == osz, c.name(), ": expected grad ", dtype_name(x.dtype()),
@@ -130,18 +106,6 @@ void check_grad_shape(const char* op, const PoolGeom& g, int64_t N, int64_t C, c
   const IntList want{N, C, g.OH, g.OW};
   MT_CHECK(grad.sizes() == want, op, ": expected grad of shape ", shape_str(want), ", got ", grad.describe());
 }
-PoolGeom adaptive_geometry(const char* op, const IntList& xs, const IntList& out, const std::string& shown) {
-  MT_CHECK(xs.size() == 4, op, ": expected a 3-D (C, H, W) or 4-D (N, C, H, W) input, got ", shown);
-  MT_CHECK(xs[1] > 0 && xs[2] > 0 && xs[3] > 0, op, ": expected non-empty C, H and W, got ", shown);
-  MT_CHECK(out.size() == 2 && out[0] >= 0 && out[1] >= 0, op, ": output_size must be 2 non-negative values, got ",
-           shape_str(out));
-  PoolGeom g{};
-  g.planes = xs[0] * xs[1];
-  g.H = xs[2], g.W = xs[3], g.OH = out[0], g.OW = out[1];
-  g.dH = g.dW = 1;
-  return g;
-}
-
 Tensor mean_pool(const OpCall& c, const Tensor& x, const PoolGeom& g, bool adaptive, bool include_pad) {
   check_floating(c.name(), "input", x);
   DeviceGuard guard(x.device().index());
@@ -166,24 +130,25 @@ Tensor mean_unpool(const OpCall& c, const Tensor& grad, const IntList& in_size, 
 
 TensorList avg_pool2d_cuda(const OpCall& c) {
   const Tensor& x = c.inputs[0];
-  const PoolGeom g = geometry(c.name(), x.sizes(), c.attrs, x.describe());
+  const PoolGeom g = geometry(c.name(), Shown::of(x), c.attrs);
   return {mean_pool(c, x, g, false, c.attrs.get<bool>("count_include_pad"))};
 }
 TensorList avg_pool2d_backward_cuda(const OpCall& c) {
   const IntList& in_size = c.attrs.get<IntList>("input_size");
-  const PoolGeom g = geometry(c.name(), in_size, c.attrs, shape_str(in_size));
+  const PoolGeom g = geometry(c.name(), Shown::shape(in_size), c.attrs);
   return {mean_unpool(c, c.inputs[0], in_size, g, false, c.attrs.get<bool>("count_include_pad"))};
 }
 TensorList adaptive_avg_pool2d_cuda(const OpCall& c) {
   const Tensor& x = c.inputs[0];
-  const PoolGeom g = adaptive_geometry(c.name(), x.sizes(), c.attrs.get<IntList>("output_size"), x.describe());
+  const PoolGeom g = kernel_geom(adaptive_geometry(c.name(), Shown::of(x), c.attrs.get<IntList>("output_size")));
   return {mean_pool(c, x, g, true, false)};
 }
 TensorList adaptive_avg_pool2d_backward_cuda(const OpCall& c) {
   const Tensor& grad = c.inputs[0];
   MT_CHECK(grad.dim() == 4, c.name(), ": expected a 4-D grad (N, C, OH, OW), got ", grad.describe());
   const IntList& in_size = c.attrs.get<IntList>("input_size");
-  const PoolGeom g = adaptive_geometry(c.name(), in_size, {grad.size(2), grad.size(3)}, shape_str(in_size));
+  const PoolGeom g =
+      kernel_geom(adaptive_geometry(c.name(), Shown::shape(in_size), {grad.size(2), grad.size(3)}));
   return {mean_unpool(c, grad, in_size, g, true, false)};
 }
 
