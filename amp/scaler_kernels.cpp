@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "amp/amp_functors.h"
+#include "amp/scaler_args.h"
 #include "autograd/grad_mode.h"
 #include "core/convert.h"
 #include "core/dispatcher.h"
@@ -17,6 +18,44 @@ namespace mixtape::amp {
 namespace {
 
 bool is_one_element_f32(const Tensor& t) { return t.defined() && t.dtype() == DType::Float32 && t.numel() == 1; }
+
+}  // namespace
+
+void check_unscale_operands(const OpCall& c) {
+  MT_CHECK(c.inputs.size() >= 2, c.name(), ": expected inputs (found_inf, inv_scale, grads...), got ",
+           c.inputs.size(), " inputs");
+  const Tensor& found_inf = c.inputs[0];
+  const Tensor& inv_scale = c.inputs[1];
+  MT_CHECK(is_one_element_f32(found_inf) && found_inf.is_contiguous(), c.name(),
+           ": found_inf must be a 1-element f32 tensor, got ", found_inf.describe());
+  MT_CHECK(is_one_element_f32(inv_scale), c.name(), ": inv_scale must be a 1-element f32 tensor, got ",
+           inv_scale.defined() ? inv_scale.describe() : "undefined");
+}
+
+void check_unscale_grad(const OpCall& c, size_t i) {
+  const Tensor& g = c.inputs[i];
+  if (!g.defined()) return;
+  MT_CHECK(g.is_floating_point(), c.name(), ": gradient ", i - 2, " must be f16, bf16, f32 or f64, got ",
+           g.describe());
+  MT_CHECK(g.is_contiguous(), c.name(), ": gradient ", i - 2, " must be contiguous, got ", g.describe(),
+           " with strides ", shape_str(g.strides()));
+}
+
+void check_update_scale_operands(const OpCall& c) {
+  MT_CHECK(c.inputs.size() == 3, c.name(), ": expected inputs (scale, growth_tracker, found_inf), got ",
+           c.inputs.size(), " inputs");
+  const Tensor& scale = c.inputs[0];
+  const Tensor& tracker = c.inputs[1];
+  const Tensor& found_inf = c.inputs[2];
+  MT_CHECK(is_one_element_f32(scale), c.name(), ": scale must be a 1-element f32 tensor, got ", scale.describe());
+  MT_CHECK(tracker.defined() && tracker.dtype() == DType::Int32 && tracker.numel() == 1, c.name(),
+           ": growth_tracker must be a 1-element i32 tensor, got ",
+           tracker.defined() ? tracker.describe() : "undefined");
+  MT_CHECK(is_one_element_f32(found_inf), c.name(), ": found_inf must be a 1-element f32 tensor, got ",
+           found_inf.defined() ? found_inf.describe() : "undefined");
+}
+
+namespace {
 
 // One contiguous tensor of storage type T through the functor, compute type A. 16-bit grads go
 // through the bulk converters in chunks (bit-identical to the scalar conversions).
@@ -48,24 +87,12 @@ void unscale_span(T* data, int64_t n, const fn::UnscaleAndCheck<A>& f, bool writ
 
 // inputs: found_inf, inv_scale, grads...; attr unscale_count.
 TensorList foreach_non_finite_check_and_unscale_cpu(const OpCall& c) {
-  MT_CHECK(c.inputs.size() >= 2, c.name(), ": expected inputs (found_inf, inv_scale, grads...), got ",
-           c.inputs.size(), " inputs");
+  check_unscale_operands(c);
   const Tensor& found_inf = c.inputs[0];
   const Tensor& inv_scale = c.inputs[1];
-  MT_CHECK(is_one_element_f32(found_inf) && found_inf.is_contiguous(), c.name(),
-           ": found_inf must be a 1-element f32 tensor, got ", found_inf.describe());
-  MT_CHECK(is_one_element_f32(inv_scale), c.name(), ": inv_scale must be a 1-element f32 tensor, got ",
-           inv_scale.defined() ? inv_scale.describe() : "undefined");
   const size_t unscale_count = static_cast<size_t>(c.attrs.get<int64_t>("unscale_count"));
   // Validate every gradient before touching any.
-  for (size_t i = 2; i < c.inputs.size(); ++i) {
-    const Tensor& g = c.inputs[i];
-    if (!g.defined()) continue;
-    MT_CHECK(g.is_floating_point(), c.name(), ": gradient ", i - 2, " must be f16, bf16, f32 or f64, got ",
-             g.describe());
-    MT_CHECK(g.is_contiguous(), c.name(), ": gradient ", i - 2, " must be contiguous, got ", g.describe(),
-             " with strides ", shape_str(g.strides()));
-  }
+  for (size_t i = 2; i < c.inputs.size(); ++i) check_unscale_grad(c, i);
   const float inv = *static_cast<const float*>(inv_scale.data_ptr());
   const fn::UnscaleAndCheck<float> f32{inv};
   const fn::UnscaleAndCheck<double> f64{static_cast<double>(inv)};
@@ -88,17 +115,10 @@ TensorList foreach_non_finite_check_and_unscale_cpu(const OpCall& c) {
 
 // inputs: scale, growth_tracker, found_inf; attrs growth_factor, backoff_factor, growth_interval.
 TensorList update_scale_cpu(const OpCall& c) {
-  MT_CHECK(c.inputs.size() == 3, c.name(), ": expected inputs (scale, growth_tracker, found_inf), got ",
-           c.inputs.size(), " inputs");
+  check_update_scale_operands(c);
   const Tensor& scale = c.inputs[0];
   const Tensor& tracker = c.inputs[1];
   const Tensor& found_inf = c.inputs[2];
-  MT_CHECK(is_one_element_f32(scale), c.name(), ": scale must be a 1-element f32 tensor, got ", scale.describe());
-  MT_CHECK(tracker.defined() && tracker.dtype() == DType::Int32 && tracker.numel() == 1, c.name(),
-           ": growth_tracker must be a 1-element i32 tensor, got ",
-           tracker.defined() ? tracker.describe() : "undefined");
-  MT_CHECK(is_one_element_f32(found_inf), c.name(), ": found_inf must be a 1-element f32 tensor, got ",
-           found_inf.defined() ? found_inf.describe() : "undefined");
   const int64_t interval = c.attrs.get<int64_t>("growth_interval");
   fn::update_scale(*static_cast<float*>(scale.data_ptr()), *static_cast<int32_t*>(tracker.data_ptr()),
                    *static_cast<const float*>(found_inf.data_ptr()), c.attrs.get<double>("growth_factor"),

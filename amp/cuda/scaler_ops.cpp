@@ -1,9 +1,11 @@
 // amp/cuda/scaler_ops.cpp — CUDA kernels of the GradScaler ops _amp_foreach_non_finite_check_and_unscale_
-// and _amp_update_scale_ (operand layout and checks as amp/scaler_kernels.cpp; device side in
+// and _amp_update_scale_ (operand layout as amp/scaler_kernels.cpp, checks shared with it through
+// amp/scaler_args.h; device side in
 // scaler_kernels.cu). found_inf, inv_scale, scale and growth_tracker stay on the device.
 #include <vector>
 
 #include "amp/cuda/scaler_kernels.h"
+#include "amp/scaler_args.h"
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
 #include "core/dispatcher.h"
@@ -13,33 +15,23 @@ namespace {
 using mixtape::cuda::current_stream;
 using mixtape::cuda::DeviceGuard;
 
-bool is_one_element_f32(const Tensor& t) { return t.defined() && t.dtype() == DType::Float32 && t.numel() == 1; }
-
 void check_on(const OpCall& c, const Tensor& t, Device dev, const char* what) {
   MT_CHECK(t.device() == dev, c.name(), ": ", what, " must be on ", dev, " with the gradients, got ", t.device());
 }
 
 // inputs: found_inf, inv_scale, grads...; attr unscale_count.
 TensorList unscale_cuda(const OpCall& c) {
-  MT_CHECK(c.inputs.size() >= 2, c.name(), ": expected inputs (found_inf, inv_scale, grads...), got ", c.inputs.size(),
-           " inputs");
+  check_unscale_operands(c);
   const Tensor& found_inf = c.inputs[0];
   const Tensor& inv_scale = c.inputs[1];
-  MT_CHECK(is_one_element_f32(found_inf) && found_inf.is_contiguous(), c.name(),
-           ": found_inf must be a 1-element f32 tensor, got ", found_inf.describe());
-  MT_CHECK(is_one_element_f32(inv_scale), c.name(), ": inv_scale must be a 1-element f32 tensor, got ",
-           inv_scale.defined() ? inv_scale.describe() : "undefined");
   const Device dev = found_inf.device();
   check_on(c, inv_scale, dev, "inv_scale");
   const size_t unscale_count = static_cast<size_t>(c.attrs.get<int64_t>("unscale_count"));
   std::vector<GradSpan> spans;
   for (size_t i = 2; i < c.inputs.size(); ++i) {
     const Tensor& g = c.inputs[i];
+    check_unscale_grad(c, i);
     if (!g.defined()) continue;
-    MT_CHECK(g.is_floating_point(), c.name(), ": gradient ", i - 2, " must be f16, bf16, f32 or f64, got ",
-             g.describe());
-    MT_CHECK(g.is_contiguous(), c.name(), ": gradient ", i - 2, " must be contiguous, got ", g.describe(),
-             " with strides ", shape_str(g.strides()));
     check_on(c, g, dev, "every gradient");
     spans.push_back({g.data_ptr(), g.numel(), g.dtype(), i - 2 < unscale_count});
   }
@@ -53,16 +45,10 @@ TensorList unscale_cuda(const OpCall& c) {
 
 // inputs: scale, growth_tracker, found_inf; attrs growth_factor, backoff_factor, growth_interval.
 TensorList update_scale_cuda(const OpCall& c) {
-  MT_CHECK(c.inputs.size() == 3, c.name(), ": expected inputs (scale, growth_tracker, found_inf), got ",
-           c.inputs.size(), " inputs");
+  check_update_scale_operands(c);
   const Tensor& scale = c.inputs[0];
   const Tensor& tracker = c.inputs[1];
   const Tensor& found_inf = c.inputs[2];
-  MT_CHECK(is_one_element_f32(scale), c.name(), ": scale must be a 1-element f32 tensor, got ", scale.describe());
-  MT_CHECK(tracker.defined() && tracker.dtype() == DType::Int32 && tracker.numel() == 1, c.name(),
-           ": growth_tracker must be a 1-element i32 tensor, got ", tracker.defined() ? tracker.describe() : "undefined");
-  MT_CHECK(is_one_element_f32(found_inf), c.name(), ": found_inf must be a 1-element f32 tensor, got ",
-           found_inf.defined() ? found_inf.describe() : "undefined");
   check_on(c, tracker, scale.device(), "growth_tracker");
   check_on(c, found_inf, scale.device(), "found_inf");
   DeviceGuard guard(scale.device().index());
