@@ -15,11 +15,11 @@
 #include "ops/cast.h"
 #include "ops/creation.h"
 #include "optim/optim_functors.h"
+#include "optim/unscale_to_master_args.h"
 
 namespace mixtape::optim {
-namespace {
 
-TensorList unscale_to_master_grad_cpu(const OpCall& c) {
+void detail::check_unscale_to_master(const OpCall& c) {
   const Tensor& dst = c.inputs[0];
   const Tensor& src = c.inputs[1];
   const Tensor& found_inf = c.inputs[2];
@@ -29,6 +29,15 @@ TensorList unscale_to_master_grad_cpu(const OpCall& c) {
            ": source must be a contiguous f16/bf16 ", shape_str(dst.sizes()), " tensor, got ", src.describe());
   MT_CHECK(found_inf.dtype() == DType::Float32 && found_inf.numel() == 1, c.name(),
            ": found_inf must be a 1-element f32 tensor, got ", found_inf.describe());
+}
+
+namespace {
+
+TensorList unscale_to_master_grad_cpu(const OpCall& c) {
+  const Tensor& dst = c.inputs[0];
+  const Tensor& src = c.inputs[1];
+  const Tensor& found_inf = c.inputs[2];
+  detail::check_unscale_to_master(c);
   const float inv = static_cast<float>(c.attrs.get<double>("inv_scale"));
   const int64_t n = dst.numel();
   float* d = static_cast<float*>(dst.data_ptr());

@@ -1,6 +1,6 @@
 // optim/cuda/step_ops.cpp — CUDA kernels of the optimizer ops sgd_step_, adam_step_ (fused steps:
 // FP32 masters, 16-bit write-back), unscale_to_master_grad_ and norm_pow_sum, with the CPU ops'
-// operand checks (optim/step_kernel.cpp's check_fused_step, optim/optimizer.cpp, clip_grad.cpp)
+// operand checks (optim/step_kernel.cpp's check_fused_step, optim/unscale_to_master_args.h, clip_grad.cpp)
 // and attributes; device side in step_kernels.cu.
 #include "core/cuda/check.h"
 #include "core/cuda/scratch.h"
@@ -8,6 +8,7 @@
 #include "ops/cast.h"
 #include "optim/cuda/step_kernels.h"
 #include "optim/step_kernel.h"
+#include "optim/unscale_to_master_args.h"
 
 namespace mixtape::optim::cuda {
 namespace {
@@ -65,12 +66,7 @@ TensorList unscale_to_master_grad_cuda(const OpCall& c) {
   const Tensor& dst = c.inputs[0];
   const Tensor& src = c.inputs[1];
   const Tensor& found_inf = c.inputs[2];
-  MT_CHECK(dst.dtype() == DType::Float32 && dst.is_contiguous(), c.name(), ": destination must be a contiguous f32 "
-           "tensor, got ", dst.describe());
-  MT_CHECK(src.sizes() == dst.sizes() && src.is_contiguous() && is_reduced_float(src.dtype()), c.name(),
-           ": source must be a contiguous f16/bf16 ", shape_str(dst.sizes()), " tensor, got ", src.describe());
-  MT_CHECK(found_inf.dtype() == DType::Float32 && found_inf.numel() == 1, c.name(),
-           ": found_inf must be a 1-element f32 tensor, got ", found_inf.describe());
+  detail::check_unscale_to_master(c);
   DeviceGuard guard(dst.device().index());
   MT_CUDA_CHECK(launch_unscale_to_master(static_cast<float*>(dst.data_ptr()), src.data_ptr(), src.dtype(), dst.numel(),
                                          static_cast<float>(c.attrs.get<double>("inv_scale")),
