@@ -7,9 +7,28 @@
 #include <cmath>
 
 #include "ops/cpu/elementwise.h"
+#include "ops/inplace_args.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
+
+void check_copy_args(const char* op, const Tensor& dst, const Tensor& src) {
+  broadcast_shapes(dst.sizes(), src.sizes(), op);
+  MT_CHECK(static_cast<int64_t>(src.dim()) <= dst.dim(), op, ": source ", src.describe(),
+           " cannot be broadcast to destination ", dst.describe());
+}
+
+void check_inplace_result(const char* op, const Tensor& self, const Tensor& other) {
+  DType r = result_type(self, other);
+  bool ok = r == self.dtype() || (is_floating(self.dtype()) && is_floating(r)) ||
+            (is_integral(self.dtype()) && is_integral(r));
+  MT_CHECK(ok, op, ": result type ", dtype_name(r), " can't be cast to the desired output type ",
+           dtype_name(self.dtype()), " (self ", self.describe(), ", other ", other.describe(), ")");
+  IntList b = broadcast_shapes(self.sizes(), other.sizes(), op);
+  MT_CHECK(b == self.sizes(), op, ": output with shape ", shape_str(self.sizes()),
+           " doesn't match the broadcast shape ", shape_str(b));
+}
+
 namespace {
 
 void fill_cpu_raw(const Tensor& t, double value) {
@@ -42,27 +61,14 @@ const OpSchema& kFullLike = define_op("full_like").not_differentiable().kernel(D
 TensorList copy_cpu(const OpCall& c) {
   const Tensor& dst = c.inputs[0];
   const Tensor& src = c.inputs[1];
-  broadcast_shapes(dst.sizes(), src.sizes(), c.name());
-  MT_CHECK(static_cast<int64_t>(src.dim()) <= dst.dim(), c.name(), ": source ", src.describe(),
-           " cannot be broadcast to destination ", dst.describe());
+  check_copy_args(c.name(), dst, src);
   cpu::copy_into(dst, src);
   return {dst};
 }
 const OpSchema& kCopy = define_op("copy_").in_place().kernel(DeviceType::CPU, copy_cpu);
 
 // In-place a op= b: computed out of place in the promoted dtype, then written back with one
-// rounding; same-dtype operands take a direct loop.
-void check_inplace_result(const char* op, const Tensor& self, const Tensor& other) {
-  DType r = result_type(self, other);
-  bool ok = r == self.dtype() || (is_floating(self.dtype()) && is_floating(r)) ||
-            (is_integral(self.dtype()) && is_integral(r));
-  MT_CHECK(ok, op, ": result type ", dtype_name(r), " can't be cast to the desired output type ",
-           dtype_name(self.dtype()), " (self ", self.describe(), ", other ", other.describe(), ")");
-  IntList b = broadcast_shapes(self.sizes(), other.sizes(), op);
-  MT_CHECK(b == self.sizes(), op, ": output with shape ", shape_str(self.sizes()),
-           " doesn't match the broadcast shape ", shape_str(b));
-}
-
+// rounding; same-dtype operands take a direct loop. Checks in ops/inplace_args.h.
 TensorList add_inplace_cpu(const OpCall& c) {
   const Tensor& self = c.inputs[0];
   Tensor other = c.inputs[1];

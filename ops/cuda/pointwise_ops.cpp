@@ -12,6 +12,7 @@
 #include "ops/cpu/elementwise.h"
 #include "ops/creation.h"
 #include "ops/cuda/tensor_iter.h"
+#include "ops/inplace_args.h"
 #include "ops/pointwise.h"
 
 namespace mixtape::cuda {
@@ -208,25 +209,13 @@ TensorList full_like_cuda(const OpCall& c) {
 TensorList copy_cuda(const OpCall& c) {
   const Tensor& dst = c.inputs[0];
   const Tensor& src = c.inputs[1];
-  broadcast_shapes(dst.sizes(), src.sizes(), c.name());
-  MT_CHECK(static_cast<int64_t>(src.dim()) <= dst.dim(), c.name(), ": source ", src.describe(),
-           " cannot be broadcast to destination ", dst.describe());
+  check_copy_args(c.name(), dst, src);
   copy_into(dst, src, c.name());
   return {dst};
 }
 
-// In-place a op= b, as ops/creation.cpp: computed out of place in the promoted dtype, then
-// written back with one rounding.
-void check_inplace_result(const char* op, const Tensor& self, const Tensor& other) {
-  DType r = result_type(self, other);
-  bool ok = r == self.dtype() || (is_floating(self.dtype()) && is_floating(r)) ||
-            (is_integral(self.dtype()) && is_integral(r));
-  MT_CHECK(ok, op, ": result type ", dtype_name(r), " can't be cast to the desired output type ",
-           dtype_name(self.dtype()), " (self ", self.describe(), ", other ", other.describe(), ")");
-  IntList b = broadcast_shapes(self.sizes(), other.sizes(), op);
-  MT_CHECK(b == self.sizes(), op, ": output with shape ", shape_str(self.sizes()),
-           " doesn't match the broadcast shape ", shape_str(b));
-}
+// In-place a op= b, as ops/creation.cpp (checks in ops/inplace_args.h): computed out of place in
+// the promoted dtype, then written back with one rounding.
 TensorList add_inplace_cuda(const OpCall& c) {
   const Tensor& self = c.inputs[0];
   Tensor other = c.inputs[1];
