@@ -22,8 +22,32 @@
 #include "ops/cpu/elementwise.h"
 #include "ops/dim_layout.h"
 #include "ops/op_def.h"
+#include "ops/softmax_args.h"
 
 namespace mixtape {
+
+SoftmaxArgs softmax_args(const OpCall& c, const Tensor& x) {
+  const int64_t dim = wrap_dim(c.attrs.get<int64_t>("dim"), x.dim(), c.name());
+  const std::optional<DType> want = c.attrs.get_dtype("dtype");
+  if (want)
+    MT_CHECK(is_floating(*want), c.name(), ": dtype must be floating (Float16, BFloat16, Float32, Float64), got ",
+             dtype_name(*want));
+  else
+    MT_CHECK(is_floating(x.dtype()), c.name(), ": expected a floating input, got ", x.describe(),
+             " (pass dtype=Float32 to convert it first)");
+  const DType dt = want.value_or(x.dtype());
+  return {dim, dt};
+}
+
+SoftmaxArgs softmax_backward_args(const OpCall& c, const Tensor& g, const Tensor& y) {
+  MT_CHECK(g.sizes() == y.sizes(), c.name(), ": gradient ", g.describe(), " and output ", y.describe(),
+           " must have the same shape");
+  const int64_t dim = wrap_dim(c.attrs.get<int64_t>("dim"), y.dim(), c.name());
+  const DType dt = promote_types(g.dtype(), y.dtype());
+  MT_CHECK(is_floating(dt), c.name(), ": expected floating tensors, got ", g.describe(), " and ", y.describe());
+  return {dim, dt};
+}
+
 namespace {
 
 constexpr int64_t kBlock = 256;
@@ -85,15 +109,9 @@ void softmax_forward(const T* x, T* y, const DimLayout& l) {
 template <bool Log>
 TensorList softmax_cpu(const OpCall& c) {
   const Tensor& x = c.inputs[0];
-  const int64_t dim = wrap_dim(c.attrs.get<int64_t>("dim"), x.dim(), c.name());
-  const std::optional<DType> want = c.attrs.get_dtype("dtype");
-  if (want)
-    MT_CHECK(is_floating(*want), c.name(), ": dtype must be floating (Float16, BFloat16, Float32, Float64), got ",
-             dtype_name(*want));
-  else
-    MT_CHECK(is_floating(x.dtype()), c.name(), ": expected a floating input, got ", x.describe(),
-             " (pass dtype=Float32 to convert it first)");
-  const DType dt = want.value_or(x.dtype());
+  const SoftmaxArgs a = softmax_args(c, x);
+  const int64_t dim = a.dim;
+  const DType dt = a.dtype;
   Tensor src = dense(x, dt);  // "converted first": an f32 x with dtype=f16 is rounded, then used
   Tensor out = Tensor::empty(x.sizes(), TensorOptions(dt));
   const DimLayout l = layout_of(x.sizes(), x.dim() == 0 ? -1 : dim);
@@ -137,11 +155,9 @@ template <bool Log>
 TensorList softmax_grad_cpu(const OpCall& c) {
   const Tensor& g = c.inputs[0];
   const Tensor& y = c.inputs[1];
-  MT_CHECK(g.sizes() == y.sizes(), c.name(), ": gradient ", g.describe(), " and output ", y.describe(),
-           " must have the same shape");
-  const int64_t dim = wrap_dim(c.attrs.get<int64_t>("dim"), y.dim(), c.name());
-  const DType dt = promote_types(g.dtype(), y.dtype());
-  MT_CHECK(is_floating(dt), c.name(), ": expected floating tensors, got ", g.describe(), " and ", y.describe());
+  const SoftmaxArgs a = softmax_backward_args(c, g, y);
+  const int64_t dim = a.dim;
+  const DType dt = a.dtype;
   Tensor gd = dense(g, dt), yd = dense(y, dt);
   Tensor out = Tensor::empty(y.sizes(), TensorOptions(dt));
   const DimLayout l = layout_of(y.sizes(), y.dim() == 0 ? -1 : dim);

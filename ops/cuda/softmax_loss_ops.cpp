@@ -1,6 +1,7 @@
 // ops/cuda/softmax_loss_ops.cpp — CUDA kernels of softmax, log_softmax, their backward ops, nll_loss
 // and nll_loss_backward (cross_entropy is a composite of log_softmax and nll_loss, so it runs on
-// CUDA through them). Checks, attributes and semantics as ops/softmax.cpp and ops/loss.cpp; device
+// CUDA through them). Checks, attributes and semantics as ops/softmax.cpp and ops/loss.cpp (shared
+// checks in ops/softmax_args.h, ops/loss_args.h); device
 // side in softmax_loss.cu. The targets of nll are validated on the host (one small device->host
 // copy per call, so an out-of-range class is a located mixtape::Error, never a device fault).
 #include <vector>
@@ -12,6 +13,7 @@
 #include "ops/dim_layout.h"
 #include "ops/loss.h"
 #include "ops/loss_args.h"
+#include "ops/softmax_args.h"
 
 namespace mixtape::cuda {
 namespace {
@@ -19,15 +21,9 @@ namespace {
 template <bool Log>
 TensorList softmax_cuda(const OpCall& c) {
   const Tensor& x = c.inputs[0];
-  const int64_t dim = wrap_dim(c.attrs.get<int64_t>("dim"), x.dim(), c.name());
-  const std::optional<DType> want = c.attrs.get_dtype("dtype");
-  if (want)
-    MT_CHECK(is_floating(*want), c.name(), ": dtype must be floating (Float16, BFloat16, Float32, Float64), got ",
-             dtype_name(*want));
-  else
-    MT_CHECK(is_floating(x.dtype()), c.name(), ": expected a floating input, got ", x.describe(),
-             " (pass dtype=Float32 to convert it first)");
-  const DType dt = want.value_or(x.dtype());
+  const SoftmaxArgs a = softmax_args(c, x);
+  const int64_t dim = a.dim;
+  const DType dt = a.dtype;
   DeviceGuard guard(x.device().index());
   const Tensor src = dense(cast_to(x, dt, c.name()), c.name());
   Tensor out = empty_on(x.sizes(), dt, x.device());
@@ -41,11 +37,9 @@ template <bool Log>
 TensorList softmax_grad_cuda(const OpCall& c) {
   const Tensor& g = c.inputs[0];
   const Tensor& y = c.inputs[1];
-  MT_CHECK(g.sizes() == y.sizes(), c.name(), ": gradient ", g.describe(), " and output ", y.describe(),
-           " must have the same shape");
-  const int64_t dim = wrap_dim(c.attrs.get<int64_t>("dim"), y.dim(), c.name());
-  const DType dt = promote_types(g.dtype(), y.dtype());
-  MT_CHECK(is_floating(dt), c.name(), ": expected floating tensors, got ", g.describe(), " and ", y.describe());
+  const SoftmaxArgs a = softmax_backward_args(c, g, y);
+  const int64_t dim = a.dim;
+  const DType dt = a.dtype;
   DeviceGuard guard(y.device().index());
   const Tensor gd = dense(cast_to(g, dt, c.name()), c.name()), yd = dense(cast_to(y, dt, c.name()), c.name());
   Tensor out = empty_on(y.sizes(), dt, y.device());
