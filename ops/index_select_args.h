@@ -9,6 +9,11 @@
 
 namespace mixtape {
 
+// index_select(x, dim, index): x has a dim; returns dim wrapped.
+int64_t index_select_dim(const char* op, const Tensor& x, int64_t dim);
+// index_select_backward(g, index; sizes, dim): sizes has a dim; returns dim wrapped.
+int64_t index_select_backward_dim(const char* op, const IntList& sizes, int64_t dim);
+
 // index is defined, Int64 and 1-D (or 0-d).
 void check_index_select_index(const Tensor& index, const char* op);
 // Every one of the count host values v is in [0, n), n the size of dimension dim.

@@ -18,6 +18,16 @@
 
 namespace mixtape {
 
+int64_t index_select_dim(const char* op, const Tensor& x, int64_t dim) {
+  MT_CHECK(x.dim() > 0, op, ": expected a tensor with at least 1 dim, got ", x.describe());
+  return wrap_dim(dim, x.dim(), op);
+}
+
+int64_t index_select_backward_dim(const char* op, const IntList& sizes, int64_t dim) {
+  MT_CHECK(!sizes.empty(), op, ": expected sizes with at least 1 dim, got []");
+  return wrap_dim(dim, static_cast<int64_t>(sizes.size()), op);
+}
+
 void check_index_select_index(const Tensor& index, const char* op) {
   MT_CHECK(index.defined(), op, ": index is undefined");
   MT_CHECK(index.dtype() == DType::Int64, op, ": index must be Int64, got ", index.describe());
@@ -192,8 +202,7 @@ Tensor checked_index(const Tensor& index, int64_t dim, int64_t n, const char* op
 
 TensorList index_select_cpu(const OpCall& c) {
   const Tensor& x = c.inputs[0];
-  MT_CHECK(x.dim() > 0, c.name(), ": expected a tensor with at least 1 dim, got ", x.describe());
-  const int64_t d = wrap_dim(c.attrs.get<int64_t>("dim"), x.dim(), c.name());
+  const int64_t d = index_select_dim(c.name(), x, c.attrs.get<int64_t>("dim"));
   const int64_t n = x.sizes()[d];
   Tensor idx = checked_index(c.inputs[1], d, n, c.name());
   const int64_t k = idx.numel();
@@ -218,8 +227,7 @@ TensorList index_select_cpu(const OpCall& c) {
 TensorList index_select_backward_cpu(const OpCall& c) {
   const Tensor& g = c.inputs[0];
   const IntList& sizes = c.attrs.get<IntList>("sizes");
-  MT_CHECK(!sizes.empty(), c.name(), ": expected sizes with at least 1 dim, got []");
-  const int64_t d = wrap_dim(c.attrs.get<int64_t>("dim"), static_cast<int64_t>(sizes.size()), c.name());
+  const int64_t d = index_select_backward_dim(c.name(), sizes, c.attrs.get<int64_t>("dim"));
   const int64_t n = sizes[static_cast<size_t>(d)];
   Tensor idx = checked_index(c.inputs[1], d, n, c.name());
   const int64_t k = idx.numel();

@@ -94,8 +94,7 @@ Tensor checked_index(const Tensor& index, int64_t dim, int64_t n, const char* op
 
 TensorList index_select_cuda(const OpCall& c) {
   const Tensor& x = c.inputs[0];
-  MT_CHECK(x.dim() > 0, c.name(), ": expected a tensor with at least 1 dim, got ", x.describe());
-  const int64_t d = wrap_dim(c.attrs.get<int64_t>("dim"), x.dim(), c.name());
+  const int64_t d = index_select_dim(c.name(), x, c.attrs.get<int64_t>("dim"));
   const int64_t n = x.sizes()[d];
   DeviceGuard guard(x.device().index());
   const Tensor idx = checked_index(c.inputs[1], d, n, c.name());
@@ -114,8 +113,7 @@ TensorList index_select_cuda(const OpCall& c) {
 TensorList index_select_backward_cuda(const OpCall& c) {
   const Tensor& g = c.inputs[0];
   const IntList& sizes = c.attrs.get<IntList>("sizes");
-  MT_CHECK(!sizes.empty(), c.name(), ": expected sizes with at least 1 dim, got []");
-  const int64_t d = wrap_dim(c.attrs.get<int64_t>("dim"), static_cast<int64_t>(sizes.size()), c.name());
+  const int64_t d = index_select_backward_dim(c.name(), sizes, c.attrs.get<int64_t>("dim"));
   const int64_t n = sizes[static_cast<size_t>(d)];
   DeviceGuard guard(g.device().index());
   const Tensor idx = checked_index(c.inputs[1], d, n, c.name());
