@@ -57,6 +57,7 @@
 #include "core/convert.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
+#include "ops/shown.h"
 
 // OpenBLAS's thread control, weak so that another CBLAS still links (the guard then does nothing).
 extern "C" {
@@ -80,15 +81,6 @@ struct ConvGeom {
   int64_t image() const { return C * H * W; }
   bool direct() const { return kH == 1 && kW == 1 && sH == 1 && sW == 1 && pH == 0 && pW == 0; }
   IntList out_sizes() const { return {N, O, OH, OW}; }
-};
-
-// How an argument appears in error messages: the tensor's describe() or a bare shape.
-struct Shown {
-  const Tensor* t;
-  IntList sizes;
-  static Shown of(const Tensor& x) { return {&x, x.sizes()}; }
-  static Shown shape(const IntList& s) { return {nullptr, s}; }
-  std::string str() const { return t ? t->describe() : shape_str(sizes); }
 };
 
 IntList pair_arg(const char* op, const char* what, const IntList& v) {

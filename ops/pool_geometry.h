@@ -6,10 +6,10 @@
 // public API.
 #pragma once
 #include <cstdint>
-#include <string>
 
 #include "core/dispatcher.h"
 #include "core/tensor.h"
+#include "ops/shown.h"
 
 namespace mixtape {
 
@@ -22,15 +22,6 @@ struct PoolGeom {
   int64_t in_plane() const { return H * W; }
   int64_t out_plane() const { return OH * OW; }
   IntList out_sizes() const { return {N, C, OH, OW}; }
-};
-
-// How an argument appears in error messages: the caller's tensor, or a bare shape.
-struct Shown {
-  const Tensor* t;
-  IntList sizes;
-  static Shown of(const Tensor& x) { return {&x, x.sizes()}; }
-  static Shown shape(const IntList& s) { return {nullptr, s}; }
-  std::string str() const { return t ? t->describe() : shape_str(sizes); }
 };
 
 // The window attributes as stored on the op (every list normalised to 2 values).
