@@ -11,12 +11,37 @@
 #include <cmath>
 #include <cstring>
 
+#include "ops/argmax_args.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/dim_layout.h"
 #include "ops/index_select_args.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
+
+ArgmaxArgs argmax_args(const OpCall& c, const Tensor& x) {
+  const bool keepdim = c.attrs.get<bool>("keepdim");
+  MT_CHECK(x.dtype() != DType::Bool, c.name(), ": bool tensors are not supported, got ", x.describe());
+  ArgmaxArgs a;
+  if (!c.attrs.has("dim")) {
+    MT_CHECK(x.numel() > 0, c.name(), ": cannot take the argmax of an empty tensor ", x.describe(),
+             " over all elements (pass a dim)");
+    if (keepdim) a.out_sizes = IntList(static_cast<size_t>(x.dim()), 1);
+    return a;
+  }
+  const int64_t d = wrap_dim(c.attrs.get<int64_t>("dim"), x.dim(), c.name());
+  a.dim = d;
+  if (x.dim() > 0) {
+    a.out_sizes = x.sizes();
+    if (keepdim)
+      a.out_sizes[d] = 1;
+    else
+      a.out_sizes.erase(a.out_sizes.begin() + d);
+    MT_CHECK(x.sizes()[d] > 0 || numel_of(a.out_sizes) == 0, c.name(), ": cannot reduce dimension ", d,
+             " of size 0 in ", x.describe(), " (the argmax of nothing is undefined)");
+  }
+  return a;
+}
 
 int64_t index_select_dim(const char* op, const Tensor& x, int64_t dim) {
   MT_CHECK(x.dim() > 0, op, ": expected a tensor with at least 1 dim, got ", x.describe());
@@ -139,30 +164,14 @@ const OpSchema& kCat =
 // ---- argmax ----
 TensorList argmax_cpu(const OpCall& c) {
   const Tensor& x = c.inputs[0];
-  const bool keepdim = c.attrs.get<bool>("keepdim");
-  MT_CHECK(x.dtype() != DType::Bool, c.name(), ": bool tensors are not supported, got ", x.describe());
+  const ArgmaxArgs a = argmax_args(c, x);
   DimLayout l;
-  IntList out_sizes;
-  if (!c.attrs.has("dim")) {
-    MT_CHECK(x.numel() > 0, c.name(), ": cannot take the argmax of an empty tensor ", x.describe(),
-             " over all elements (pass a dim)");
+  if (!a.dim)
     l.len = x.numel();
-    if (keepdim) out_sizes = IntList(static_cast<size_t>(x.dim()), 1);
-  } else {
-    const int64_t d = wrap_dim(c.attrs.get<int64_t>("dim"), x.dim(), c.name());
-    if (x.dim() > 0) {
-      l = layout_of(x.sizes(), d);
-      out_sizes = x.sizes();
-      if (keepdim)
-        out_sizes[d] = 1;
-      else
-        out_sizes.erase(out_sizes.begin() + d);
-    }
-    MT_CHECK(l.len > 0 || l.outer * l.inner == 0, c.name(), ": cannot reduce dimension ", d, " of size 0 in ",
-             x.describe(), " (the argmax of nothing is undefined)");
-  }
+  else if (x.dim() > 0)
+    l = layout_of(x.sizes(), *a.dim);
   Tensor xd = dense(x, x.dtype());
-  Tensor out = Tensor::empty(out_sizes, TensorOptions(DType::Int64));
+  Tensor out = Tensor::empty(a.out_sizes, TensorOptions(DType::Int64));
   int64_t* o = out.data_ptr<int64_t>();
   const int64_t rows = l.outer * l.inner;
   visit_dtype(x.dtype(), c.name(), [&]<typename T>() {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/argmax_args.h"
 #include "ops/cuda/tensor_iter.h"
 #include "ops/reduce_dims.h"
 
@@ -82,25 +83,14 @@ TensorList amax_cuda(const OpCall& call) {
 // argmax(x, dim?, keepdim): without a dim, the index into the flattened tensor.
 TensorList argmax_cuda(const OpCall& call) {
   const Tensor& x = call.inputs[0];
-  const bool keepdim = call.attrs.get<bool>("keepdim");
-  MT_CHECK(x.dtype() != DType::Bool, call.name(), ": bool tensors are not supported, got ", x.describe());
-  IntList rdims, out_sizes;
-  if (!call.attrs.has("dim")) {
-    MT_CHECK(x.numel() > 0, call.name(), ": cannot take the argmax of an empty tensor ", x.describe(),
-             " over all elements (pass a dim)");
+  const ArgmaxArgs a = argmax_args(call, x);
+  IntList rdims;
+  if (!a.dim)
     for (int64_t d = 0; d < x.dim(); ++d) rdims.push_back(d);
-    if (keepdim) out_sizes = IntList(static_cast<size_t>(x.dim()), 1);
-  } else {
-    const int64_t d = wrap_dim(call.attrs.get<int64_t>("dim"), x.dim(), call.name());
-    if (x.dim() > 0) {
-      rdims = {d};
-      out_sizes = reduced_shape(x, rdims, keepdim);
-      MT_CHECK(x.sizes()[d] > 0 || numel_of(out_sizes) == 0, call.name(), ": cannot reduce dimension ", d,
-               " of size 0 in ", x.describe(), " (the argmax of nothing is undefined)");
-    }
-  }
+  else if (x.dim() > 0)
+    rdims = {*a.dim};
   DeviceGuard guard(x.device().index());
-  Tensor out = empty_on(out_sizes, DType::Int64, x.device());
+  Tensor out = empty_on(a.out_sizes, DType::Int64, x.device());
   if (out.numel() == 0) return {out};
   auto [runs_t, len] = as_runs(x, rdims, call.name());
   MT_CUDA_CHECK(launch_reduce_runs(ReduceOp::Max, x.dtype(), runs_t.data_ptr(), out.numel(), len, nullptr,
