@@ -55,9 +55,9 @@
 #include <vector>
 
 #include "core/convert.h"
+#include "ops/conv_args.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
-#include "ops/shown.h"
 
 // OpenBLAS's thread control, weak so that another CBLAS still links (the guard then does nothing).
 extern "C" {
@@ -66,30 +66,9 @@ int openblas_get_num_threads(void) __attribute__((weak));
 }
 
 namespace mixtape {
-namespace {
 
-// ---- geometry and checks ----
-struct ConvGeom {
-  int64_t N, C, H, W;  // input
-  int64_t O, kH, kW;   // weight (O, C/G, kH, kW)
-  int64_t sH, sW, pH, pW, dH, dW, G;
-  int64_t OH, OW;      // output
-  int64_t Og() const { return O / G; }
-  int64_t K() const { return C * kH * kW; }
-  int64_t Kg() const { return K() / G; }
-  int64_t L() const { return OH * OW; }
-  int64_t image() const { return C * H * W; }
-  bool direct() const { return kH == 1 && kW == 1 && sH == 1 && sW == 1 && pH == 0 && pW == 0; }
-  IntList out_sizes() const { return {N, O, OH, OW}; }
-};
-
-IntList pair_arg(const char* op, const char* what, const IntList& v) {
-  MT_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " must have 1 or 2 values, got ", shape_str(v));
-  return v.size() == 1 ? IntList{v[0], v[0]} : v;
-}
-
-ConvGeom conv_geometry(const char* op, const Shown& x, const Shown& w, const IntList& stride, const IntList& padding,
-                       const IntList& dilation, int64_t groups) {
+ConvGeom check_conv_geometry(const char* op, const Shown& x, const Shown& w, const IntList& stride,
+                             const IntList& padding, const IntList& dilation, int64_t groups) {
   const IntList& xs = x.sizes;
   const IntList& ws = w.sizes;
   MT_CHECK(xs.size() == 4, op, ": expected a 4-D input (N, C, H, W), got ", x.str());
@@ -114,14 +93,11 @@ ConvGeom conv_geometry(const char* op, const Shown& x, const Shown& w, const Int
            g.W + 2 * g.pW, " (input ", x.str(), ", padding ", shape_str(padding), ")");
   g.OH = (g.H + 2 * g.pH - eh) / g.sH + 1;
   g.OW = (g.W + 2 * g.pW - ew) / g.sW + 1;
-  MT_CHECK(g.L() <= INT_MAX && g.K() <= INT_MAX && g.O <= INT_MAX, op, ": BLAS takes int dimensions; got ", g.O,
-           " output channels, ", g.K(), " taps, ", g.L(), " output pixels per image");
   return g;
 }
 
-// The tensors of one call must share one floating dtype (autocast casts them; eager code must).
-void check_same_floating(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b,
-                         const Tensor& bias = Tensor()) {
+void check_conv_dtypes(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b,
+                       const Tensor& bias) {
   MT_CHECK(is_floating(a.dtype()), op, ": expected a floating ", an, ", got ", a.describe());
   MT_CHECK(b.dtype() == a.dtype(), op, ": expected ", an, " and ", bn, " of the same dtype, got ", a.describe(),
            " and ", b.describe(), " (cast one, or run under autocast)");
@@ -130,19 +106,27 @@ void check_same_floating(const char* op, const char* an, const Tensor& a, const 
              an, " ", a.describe(), " (cast one, or run under autocast)");
 }
 
+namespace {
+
+// ---- geometry and checks ----
+IntList pair_arg(const char* op, const char* what, const IntList& v) {
+  MT_CHECK(v.size() == 1 || v.size() == 2, op, ": ", what, " must have 1 or 2 values, got ", shape_str(v));
+  return v.size() == 1 ? IntList{v[0], v[0]} : v;
+}
+
+// check_conv_geometry (ops/conv_args.h), then BLAS's int range.
+ConvGeom conv_geometry(const char* op, const Shown& x, const Shown& w, const IntList& stride, const IntList& padding,
+                       const IntList& dilation, int64_t groups) {
+  const ConvGeom g = check_conv_geometry(op, x, w, stride, padding, dilation, groups);
+  MT_CHECK(g.L() <= INT_MAX && g.K() <= INT_MAX && g.O <= INT_MAX, op, ": BLAS takes int dimensions; got ", g.O,
+           " output channels, ", g.K(), " taps, ", g.L(), " output pixels per image");
+  return g;
+}
+
 void check_grad_shape(const char* op, const ConvGeom& g, const Tensor& grad) {
   MT_CHECK(grad.sizes() == g.out_sizes(), op, ": expected grad of shape ", shape_str(g.out_sizes()),
            " (the conv2d output for this input, weight and geometry), got ", grad.describe());
 }
-
-struct ConvArgs {
-  IntList stride, padding, dilation;
-  int64_t groups;
-  static ConvArgs from(const Attrs& a) {
-    return {a.get<IntList>("stride"), a.get<IntList>("padding"), a.get<IntList>("dilation"), a.get<int64_t>("groups")};
-  }
-  Attrs attrs() const { return {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", groups}}; }
-};
 
 // ---- CPU building blocks (T = float or double) ----
 Tensor dense(const Tensor& t, DType ct) {
@@ -443,7 +427,7 @@ TensorList conv2d_cpu(const OpCall& call) {
   if (b.defined())
     MT_CHECK(b.dim() == 1 && b.size(0) == g.O, call.name(), ": bias must be 1-D with ", g.O, " elements (weight ",
              w.describe(), "), got ", b.describe());
-  check_same_floating(call.name(), "input", x, "weight", w, b);
+  check_conv_dtypes(call.name(), "input", x, "weight", w, b);
   Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(x.dtype()));
   if (out.numel() == 0) return {out};
   const DType ct = compute_type(x.dtype());
@@ -463,7 +447,7 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
   ConvGeom g = conv_geometry(call.name(), Shown::shape(in_size), Shown::of(w), a.stride, a.padding, a.dilation,
                              a.groups);
   check_grad_shape(call.name(), g, gy);
-  check_same_floating(call.name(), "grad", gy, "weight", w);
+  check_conv_dtypes(call.name(), "grad", gy, "weight", w);
   Tensor out = Tensor::empty(in_size, TensorOptions(gy.dtype()));
   if (out.numel() == 0) return {out};
   const DType ct = compute_type(gy.dtype());
@@ -483,7 +467,7 @@ TensorList conv2d_weight_grad_cpu(const OpCall& call) {
   ConvGeom g = conv_geometry(call.name(), Shown::of(x), Shown::shape(w_size), a.stride, a.padding, a.dilation,
                              a.groups);
   check_grad_shape(call.name(), g, gy);
-  check_same_floating(call.name(), "input", x, "grad", gy);
+  check_conv_dtypes(call.name(), "input", x, "grad", gy);
   Tensor out = Tensor::empty(w_size, TensorOptions(x.dtype()));
   if (out.numel() == 0) return {out};
   const DType ct = compute_type(x.dtype());

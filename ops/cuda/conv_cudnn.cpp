@@ -20,6 +20,7 @@
 
 #include "core/cuda/handles.h"
 #include "core/cuda/scratch.h"
+#include "ops/conv_args.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/tensor_iter.h"
 
@@ -64,14 +65,6 @@ struct FilterDesc {
   FilterDesc& operator=(const FilterDesc&) = delete;
 };
 
-struct ConvArgs {
-  IntList stride, padding, dilation;
-  int64_t groups;
-  static ConvArgs from(const Attrs& a) {
-    return {a.get<IntList>("stride"), a.get<IntList>("padding"), a.get<IntList>("dilation"), a.get<int64_t>("groups")};
-  }
-};
-
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
   ConvDesc(const ConvArgs& a, DType dt, const char* op) {
@@ -92,37 +85,13 @@ struct ConvDesc {
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
-// Shapes as ops/conv.cpp's conv_geometry checks them (same messages), returning the output shape.
-IntList conv_out_shape(const char* op, const IntList& xs, const IntList& ws, const ConvArgs& a, const std::string& xshown,
-                       const std::string& wshown) {
-  MT_CHECK(xs.size() == 4, op, ": expected a 4-D input (N, C, H, W), got ", xshown);
-  MT_CHECK(ws.size() == 4, op, ": weight must be 4-D (O, C/groups, kH, kW), got ", wshown);
-  MT_CHECK(a.stride.size() == 2 && a.stride[0] > 0 && a.stride[1] > 0, op, ": stride must be positive, got ",
-           shape_str(a.stride));
-  MT_CHECK(a.dilation.size() == 2 && a.dilation[0] > 0 && a.dilation[1] > 0, op, ": dilation must be positive, got ",
-           shape_str(a.dilation));
-  MT_CHECK(a.padding.size() == 2 && a.padding[0] >= 0 && a.padding[1] >= 0, op, ": padding must be non-negative, got ",
-           shape_str(a.padding));
-  MT_CHECK(a.groups > 0, op, ": groups must be positive, got ", a.groups);
-  MT_CHECK(ws[0] % a.groups == 0, op, ": groups ", a.groups, " must divide the output channels, got weight ", wshown);
-  MT_CHECK(xs[1] % a.groups == 0, op, ": groups ", a.groups, " must divide the input channels, got ", xshown);
-  MT_CHECK(ws[1] * a.groups == xs[1], op, ": expected input with ", ws[1] * a.groups, " channels (weight ", wshown,
-           ", groups ", a.groups, "), got ", xshown);
-  MT_CHECK(ws[2] > 0 && ws[3] > 0, op, ": weight must have a non-empty kernel, got ", wshown);
-  const int64_t eh = a.dilation[0] * (ws[2] - 1) + 1, ew = a.dilation[1] * (ws[3] - 1) + 1;
-  MT_CHECK(eh <= xs[2] + 2 * a.padding[0] && ew <= xs[3] + 2 * a.padding[1], op, ": kernel ", ws[2], "x", ws[3],
-           " (dilation ", shape_str(a.dilation), ", spanning ", eh, "x", ew, ") is larger than the padded input ",
-           xs[2] + 2 * a.padding[0], "x", xs[3] + 2 * a.padding[1], " (input ", xshown, ", padding ",
-           shape_str(a.padding), ")");
-  for (int64_t v : {xs[0], xs[1], xs[2], xs[3], ws[0]})
-    MT_CHECK(v <= INT_MAX, op, ": cuDNN takes int dimensions, got input ", xshown, " and weight ", wshown);
-  return {xs[0], ws[0], (xs[2] + 2 * a.padding[0] - eh) / a.stride[0] + 1, (xs[3] + 2 * a.padding[1] - ew) / a.stride[1] + 1};
-}
-
-void check_same_floating(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
-  MT_CHECK(is_floating(a.dtype()), op, ": expected a floating ", an, ", got ", a.describe());
-  MT_CHECK(b.dtype() == a.dtype(), op, ": expected ", an, " and ", bn, " of the same dtype, got ", a.describe(), " and ",
-           b.describe(), " (cast one, or run under autocast)");
+// ops/conv_args.h's checks and geometry (shared with the CPU), then cuDNN's int range; returns
+// the output shape (N, O, OH, OW).
+IntList conv_out_shape(const char* op, const Shown& x, const Shown& w, const ConvArgs& a) {
+  const ConvGeom g = check_conv_geometry(op, x, w, a.stride, a.padding, a.dilation, a.groups);
+  for (int64_t v : {g.N, g.C, g.H, g.W, g.O})
+    MT_CHECK(v <= INT_MAX, op, ": cuDNN takes int dimensions, got input ", x.str(), " and weight ", w.str());
+  return g.out_sizes();
 }
 
 // ---- the algorithm cache ----
@@ -198,12 +167,12 @@ TensorList conv2d_cuda(const OpCall& call) {
   const Tensor& w = call.inputs[1];
   const Tensor b = call.inputs.size() > 2 ? call.inputs[2] : Tensor();
   const ConvArgs a = ConvArgs::from(call.attrs);
-  const IntList ys = conv_out_shape(call.name(), x.sizes(), w.sizes(), a, x.describe(), w.describe());
+  const IntList ys = conv_out_shape(call.name(), Shown::of(x), Shown::of(w), a);
   if (b.defined())
     MT_CHECK(b.dim() == 1 && b.size(0) == ys[1], call.name(), ": bias must be 1-D with ", ys[1], " elements (weight ",
              w.describe(), "), got ", b.describe());
-  check_same_floating(call.name(), "input", x, "weight", w);
-  if (b.defined()) check_same_floating(call.name(), "input", x, "bias", b);
+  check_conv_dtypes(call.name(), "input", x, "weight", w);
+  if (b.defined()) check_conv_dtypes(call.name(), "input", x, "bias", b);
   const DType dt = x.dtype();
   DeviceGuard guard(x.device().index());
   Tensor out = empty_on(ys, dt, x.device());
@@ -234,10 +203,10 @@ TensorList conv2d_input_grad_cuda(const OpCall& call) {
   const Tensor& w = call.inputs[1];
   const ConvArgs a = ConvArgs::from(call.attrs);
   const IntList& in_size = call.attrs.get<IntList>("input_size");
-  const IntList ys = conv_out_shape(call.name(), in_size, w.sizes(), a, shape_str(in_size), w.describe());
+  const IntList ys = conv_out_shape(call.name(), Shown::shape(in_size), Shown::of(w), a);
   MT_CHECK(gy.sizes() == ys, call.name(), ": expected grad of shape ", shape_str(ys),
            " (the conv2d output for this input, weight and geometry), got ", gy.describe());
-  check_same_floating(call.name(), "grad", gy, "weight", w);
+  check_conv_dtypes(call.name(), "grad", gy, "weight", w);
   const DType dt = gy.dtype();
   DeviceGuard guard(gy.device().index());
   Tensor out = empty_on(in_size, dt, gy.device());
@@ -263,10 +232,10 @@ TensorList conv2d_weight_grad_cuda(const OpCall& call) {
   const Tensor& gy = call.inputs[1];
   const ConvArgs a = ConvArgs::from(call.attrs);
   const IntList& w_size = call.attrs.get<IntList>("weight_size");
-  const IntList ys = conv_out_shape(call.name(), x.sizes(), w_size, a, x.describe(), shape_str(w_size));
+  const IntList ys = conv_out_shape(call.name(), Shown::of(x), Shown::shape(w_size), a);
   MT_CHECK(gy.sizes() == ys, call.name(), ": expected grad of shape ", shape_str(ys),
            " (the conv2d output for this input, weight and geometry), got ", gy.describe());
-  check_same_floating(call.name(), "input", x, "grad", gy);
+  check_conv_dtypes(call.name(), "input", x, "grad", gy);
   const DType dt = x.dtype();
   DeviceGuard guard(x.device().index());
   Tensor out = empty_on(w_size, dt, x.device());
