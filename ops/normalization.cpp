@@ -29,6 +29,7 @@
 
 #include "ops/cpu/elementwise.h"
 #include "ops/normalization_args.h"
+#include "ops/normalization_functors.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
@@ -205,9 +206,10 @@ TensorList batch_norm_cpu(const OpCall& call) {
   std::vector<double> invstd(C), scale(C), shift(C);
   const std::vector<double> wv = channel_values(w, v.C, 1.0), bv = channel_values(b, v.C, 0.0);
   for (size_t c = 0; c < C; ++c) {
-    invstd[c] = 1.0 / std::sqrt(var[c] + eps);
-    scale[c] = invstd[c] * wv[c];
-    shift[c] = bv[c] - mean[c] * scale[c];
+    const fn::BnCoefficients k = fn::bn_coefficients(mean[c], var[c], wv[c], bv[c], eps);
+    invstd[c] = k.invstd;
+    scale[c] = k.scale;
+    shift[c] = k.shift;
   }
   Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
   visit_floating(x.dtype(), call.name(),
@@ -218,8 +220,8 @@ TensorList batch_norm_cpu(const OpCall& call) {
     // so a saved copy of a running statistic can tell it was overwritten.
     std::vector<double> rmv = channel_values(rm, v.C, 0.0), rvv = channel_values(rv, v.C, 0.0);
     for (size_t c = 0; c < C; ++c) {
-      rmv[c] = (1.0 - momentum) * rmv[c] + momentum * mean[c];
-      rvv[c] = (1.0 - momentum) * rvv[c] + momentum * var_unbiased[c];
+      rmv[c] = fn::bn_running(rmv[c], mean[c], momentum);
+      rvv[c] = fn::bn_running(rvv[c], var_unbiased[c], momentum);
     }
     cpu::copy_into(rm, from_doubles(rmv, {v.C}, DType::Float64));
     cpu::copy_into(rv, from_doubles(rvv, {v.C}, DType::Float64));
@@ -268,16 +270,11 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
     }
     const auto M = static_cast<double>(v.M());
     for (size_t c = 0; c < C; ++c) {
-      const double k = wv[c] * invstd[c];
-      ka[c] = k;
-      if (training) {
-        // k (g - mean(g) - xhat mean(g xhat)), xhat = (x - mean) invstd, expanded in x
-        kb[c] = -k * invstd[c] * sum_gxhat[c] / M;
-        kd[c] = -k * sum_g[c] / M - kb[c] * mean[c];
-      } else {
-        kb[c] = 0;
-        kd[c] = 0;
-      }
+      const fn::BnGradCoefficients k =
+          fn::bn_grad_coefficients(wv[c], invstd[c], mean[c], sum_g[c], sum_gxhat[c], M, training);
+      ka[c] = k.ka;
+      kb[c] = k.kb;
+      kd[c] = k.kd;
     }
     T* po = static_cast<T*>(gx.data_ptr());
     const int64_t rows = v.N * v.C;
@@ -409,29 +406,9 @@ TensorList layer_norm_cpu(const OpCall& call) {
     const T* px = static_cast<const T*>(xc.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
 #pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && rows > 1) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = px + r * M;
-      T* orow = po + r * M;
-      double s = 0;
-      for (int64_t j = 0; j < M; ++j) s += static_cast<double>(static_cast<A>(xr[j]));
-      const double mu = s / static_cast<double>(M);
-      double q = 0;
-      for (int64_t j = 0; j < M; ++j) {
-        const double d = static_cast<double>(static_cast<A>(xr[j])) - mu;
-        q += d * d;
-      }
-      const double rs = 1.0 / std::sqrt(q / static_cast<double>(M) + eps);
-      mean[static_cast<size_t>(r)] = mu;
-      rstd[static_cast<size_t>(r)] = rs;
-      // PyTorch's form: (x * rstd - rstd * mean) * w + b, in acc_t<T>.
-      const A scale = static_cast<A>(rs), shift = static_cast<A>(-rs * mu);
-      for (int64_t j = 0; j < M; ++j) {
-        A y = static_cast<A>(xr[j]) * scale + shift;
-        if (pw) y = y * pw[j];
-        if (pb) y = y + pb[j];
-        orow[j] = static_cast<T>(y);
-      }
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      fn::layer_norm_row<T>(px + r * M, pw, pb, M, eps, po + r * M, mean[static_cast<size_t>(r)],
+                            rstd[static_cast<size_t>(r)]);
   });
   cpu::copy_into(mean_t, from_doubles(mean, stat_shape, DType::Float64));
   cpu::copy_into(rstd_t, from_doubles(rstd, stat_shape, DType::Float64));

@@ -7,6 +7,7 @@
 // (and so the parity test) in f64.
 #include "ops/cuda/batch_norm_kernels.h"
 #include "ops/cuda/loops.cuh"
+#include "ops/normalization_functors.h"
 
 namespace mixtape::cuda {
 namespace {
@@ -52,13 +53,13 @@ __global__ void bn_coefficients_kernel(int64_t C, const double* mean, const doub
                                        const double* b, double eps, double* invstd, double* scale, double* shift,
                                        double* rm, double* rv, const double* var_unbiased, double momentum) {
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(blockDim.x) * gridDim.x) {
-    const double is = 1.0 / sqrt(var[c] + eps);
-    invstd[c] = is;
-    scale[c] = is * (w ? w[c] : 1.0);
-    shift[c] = (b ? b[c] : 0.0) - mean[c] * scale[c];
+    const fn::BnCoefficients k = fn::bn_coefficients(mean[c], var[c], w ? w[c] : 1.0, b ? b[c] : 0.0, eps);
+    invstd[c] = k.invstd;
+    scale[c] = k.scale;
+    shift[c] = k.shift;
     if (rm) {
-      rm[c] = (1.0 - momentum) * rm[c] + momentum * mean[c];
-      rv[c] = (1.0 - momentum) * rv[c] + momentum * var_unbiased[c];
+      rm[c] = fn::bn_running(rm[c], mean[c], momentum);
+      rv[c] = fn::bn_running(rv[c], var_unbiased[c], momentum);
     }
   }
 }
@@ -101,15 +102,11 @@ __global__ void bn_grad_coeffs_kernel(BnShape v, const double* sum_g, const doub
                                       double* kd) {
   const double M = static_cast<double>(v.N * v.S);
   for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < v.C; c += int64_t(blockDim.x) * gridDim.x) {
-    const double k = (w ? w[c] : 1.0) * invstd[c];
-    ka[c] = k;
-    if (training) {
-      kb[c] = -k * invstd[c] * sum_gxhat[c] / M;
-      kd[c] = -k * sum_g[c] / M - kb[c] * mean[c];
-    } else {
-      kb[c] = 0;
-      kd[c] = 0;
-    }
+    const fn::BnGradCoefficients k =
+        fn::bn_grad_coefficients(w ? w[c] : 1.0, invstd[c], mean[c], sum_g[c], sum_gxhat[c], M, training);
+    ka[c] = k.ka;
+    kb[c] = k.kb;
+    kd[c] = k.kd;
   }
 }
 

@@ -5,6 +5,7 @@
 // f64 rounding only. layer_norm walks each row in one thread in the CPU's order: statistics are
 // bit-identical.
 #include "ops/cuda/loops.cuh"
+#include "ops/normalization_functors.h"
 #include "ops/cuda/loss_norm_kernels.h"
 
 namespace mixtape::cuda {
@@ -95,29 +96,8 @@ __global__ void first_bad_kernel(const T* p, int64_t n, int64_t* first) {
 template <typename T>
 __global__ void layer_norm_kernel(const T* x, const acc_t<T>* w, const acc_t<T>* b, int64_t rows, int64_t M, double eps,
                                   T* y, double* mean, double* rstd) {
-  using A = acc_t<T>;
-  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += int64_t(blockDim.x) * gridDim.x) {
-    const T* xr = x + r * M;
-    T* yr = y + r * M;
-    double s = 0;
-    for (int64_t j = 0; j < M; ++j) s += static_cast<double>(static_cast<A>(xr[j]));
-    const double mu = s / static_cast<double>(M);
-    double q = 0;
-    for (int64_t j = 0; j < M; ++j) {
-      const double d = static_cast<double>(static_cast<A>(xr[j])) - mu;
-      q += d * d;
-    }
-    const double rs = 1.0 / sqrt(q / static_cast<double>(M) + eps);
-    mean[r] = mu;
-    rstd[r] = rs;
-    const A scale = static_cast<A>(rs), shift = static_cast<A>(-rs * mu);
-    for (int64_t j = 0; j < M; ++j) {
-      A v = static_cast<A>(xr[j]) * scale + shift;
-      if (w) v = v * w[j];
-      if (b) v = v + b[j];
-      yr[j] = static_cast<T>(v);
-    }
-  }
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows; r += int64_t(blockDim.x) * gridDim.x)
+    fn::layer_norm_row<T>(x + r * M, w, b, M, eps, y + r * M, mean[r], rstd[r]);
 }
 
 }  // namespace
