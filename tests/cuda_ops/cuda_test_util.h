@@ -135,6 +135,17 @@ inline ::testing::AssertionResult close(const Tensor& cpu, const Tensor& cuda_re
   return ::testing::AssertionSuccess();
 }
 
+// The floating dtypes every parity test sweeps.
+inline constexpr DType kFloatTypes[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64};
+
+// The bound for a functor with k roundings beyond the final store (see the header comment):
+// |cuda - cpu| <= 16 k u(acc) + (2 u(storage) + 16 k u(acc)) |cpu|.
+inline ::testing::AssertionResult approx_k(const Tensor& cpu, const Tensor& cuda_result, double k,
+                                           const std::string& what) {
+  const DType dt = cpu.dtype();
+  return close(cpu, cuda_result, 16 * k * acc_roundoff(dt), 2 * unit_roundoff(dt) + 16 * k * acc_roundoff(dt), what);
+}
+
 // Bit-identical (tolerance 0, -0 vs +0 and NaN payloads aside: values compare as doubles).
 inline ::testing::AssertionResult exact(const Tensor& cpu, const Tensor& cuda_result, const std::string& what = "") {
   return close(cpu, cuda_result, 0.0, 0.0, what);

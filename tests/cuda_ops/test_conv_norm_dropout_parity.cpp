@@ -18,8 +18,6 @@ namespace mixtape {
 namespace {
 using namespace cuda_test;
 
-const DType kFloatTypes[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64};
-
 Tensor f64(const Tensor& t) { return to_dtype(t, DType::Float64); }
 
 TEST(CudaConvParity, ForwardInputGradWeightGradEveryDtypeAndGeometry) {

@@ -9,8 +9,6 @@ namespace mixtape {
 namespace {
 using namespace cuda_test;
 
-const DType kFloatTypes[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64};
-
 Tensor index_tensor(std::mt19937_64& rng, const IntList& shape, int64_t n) {
   std::uniform_int_distribution<int64_t> d(0, n - 1);
   Tensor t = Tensor::empty(shape, TensorOptions(DType::Int64));

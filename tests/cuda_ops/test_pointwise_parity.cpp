@@ -11,8 +11,6 @@ namespace mixtape {
 namespace {
 using namespace cuda_test;
 
-const DType kFloatTypes[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64};
-
 // The transcendental/FMA bound of cuda_test_util.h with k ulp of the compute type.
 ::testing::AssertionResult approx(const Tensor& cpu, const Tensor& cuda, int k, const std::string& what) {
   const DType dt = cpu.dtype();

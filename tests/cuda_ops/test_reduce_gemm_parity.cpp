@@ -9,8 +9,6 @@ namespace mixtape {
 namespace {
 using namespace cuda_test;
 
-const DType kFloatTypes[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64};
-
 // The accumulator the CPU's reduce_acc uses: f32 for 16-bit, f64 for f32/f64.
 double reduce_acc_roundoff(DType dt) { return is_reduced_float(dt) ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53); }
 

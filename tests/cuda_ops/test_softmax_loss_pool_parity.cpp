@@ -11,13 +11,6 @@ namespace mixtape {
 namespace {
 using namespace cuda_test;
 
-const DType kFloatTypes[] = {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64};
-
-::testing::AssertionResult approx_k(const Tensor& cpu, const Tensor& cuda, double k, const std::string& what) {
-  const DType dt = cpu.dtype();
-  return close(cpu, cuda, 16 * k * acc_roundoff(dt), 2 * unit_roundoff(dt) + 16 * k * acc_roundoff(dt), what);
-}
-
 TEST(CudaSoftmaxParity, ForwardAndBackwardEveryDimAndDtype) {
   MT_REQUIRE_CUDA();
   std::mt19937_64 rng(fresh_seed());
