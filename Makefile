@@ -32,8 +32,9 @@ CTEST_ARGS ?=
 ASAN_EXCLUDE ?= gpu|slow
 ASAN_ENV   ?= UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # -g1 (line tables) is all a sanitizer report needs for file:line stacks, and builds much faster
-# than full debug info.
-ASAN_OPT_FLAGS ?= -O2 -g1 -DNDEBUG
+# than full debug info. -O1 (ASan's recommendation) compiles ~40% faster than -O2 under the
+# sanitizers; the tests, mostly process start-up, run about as fast.
+ASAN_OPT_FLAGS ?= -O1 -g1 -DNDEBUG
 
 # The steps form a chain (deps -> configure -> build -> run), never run side by side.
 .NOTPARALLEL:
