@@ -78,7 +78,9 @@ TEST(CudaPointwiseParity, IntegerUnaryOps) {
     EXPECT_TRUE(exact(abs(x), abs(on_cuda(x)), std::string("abs ") + short_name(dt)));
     EXPECT_TRUE(exact(sign(x), sign(on_cuda(x)), std::string("sign ") + short_name(dt)));
     EXPECT_TRUE(exact(clamp(x, 10, 60), clamp(on_cuda(x), 10, 60), std::string("clamp ") + short_name(dt)));
-    if (dt != DType::UInt8) EXPECT_TRUE(exact(neg(x), neg(on_cuda(x)), std::string("neg ") + short_name(dt)));
+    if (dt != DType::UInt8) {
+      EXPECT_TRUE(exact(neg(x), neg(on_cuda(x)), std::string("neg ") + short_name(dt)));
+    }
     // exp of an integer computes in f32, as the CPU.
     EXPECT_TRUE(approx(exp(x * 0.0 + 1.0), exp(on_cuda(x) * 0.0 + 1.0), 1, "exp(int)"));
   }

@@ -43,9 +43,10 @@ TEST(CudaReduceParity, SumAndMeanOverDims) {
       }
     }
     // sum(f16, dtype=f32) accumulates the 16-bit values as f32 and returns f32.
-    if (is_reduced_float(dt))
+    if (is_reduced_float(dt)) {
       EXPECT_TRUE(within(sum(x, {2}, false, DType::Float32), sum(xc, {2}, false, DType::Float32),
                          sum_bound(x, {2}, false, false, DType::Float32), "sum dtype=f32 " + t));
+    }
   }
   // Integer sums are exact (i64 accumulator).
   Tensor i = random_input(rng, {7, 300}, DType::Int32, 1, 1000);

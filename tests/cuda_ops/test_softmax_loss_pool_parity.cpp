@@ -29,8 +29,9 @@ TEST(CudaSoftmaxParity, ForwardAndBackwardEveryDimAndDtype) {
                            "log_softmax_backward " + what));
     }
     // dtype=f32 on a 16-bit input converts first.
-    if (is_reduced_float(dt))
+    if (is_reduced_float(dt)) {
       EXPECT_TRUE(approx_k(softmax(x, 1, DType::Float32), softmax(on_cuda(x), 1, DType::Float32), 2, "softmax dtype=f32"));
+    }
   }
 }
 
