@@ -22,17 +22,11 @@ const OpSchema* lookup(const char* op) {
     }
   return s;
 }
-
-DeviceType device_of(const TensorList& inputs) {
-  for (const Tensor& t : inputs)
-    if (t.defined() && !t.is_wrapped_number()) return t.device().type();
-  return DeviceType::CPU;
-}
 }  // namespace
 
 TensorList call(const char* op, TensorList inputs, Attrs attrs) {
   const OpSchema* s = lookup(op);
-  MT_CHECK(s != nullptr && s->has_kernel(device_of(inputs)), "autograd: op '", op,
+  MT_CHECK(s != nullptr && s->has_kernel(device_type_of(inputs)), "autograd: op '", op,
            "' is not registered (link mixtape::ops, or mixtape::mixtape)");
   return dispatch(*s, std::move(inputs), std::move(attrs));
 }

@@ -136,8 +136,8 @@ void set_autocast_included(DeviceType type, bool on) {
   set_autocast_state(s);
 }
 
-DeviceType call_device_type(const OpCall& call) {
-  for (const Tensor& t : call.inputs)
+DeviceType device_type_of(const TensorList& inputs) {
+  for (const Tensor& t : inputs)
     if (t.defined() && !t.is_wrapped_number()) return t.device().type();
   return DeviceType::CPU;
 }

@@ -128,6 +128,7 @@ bool autocast_included(DeviceType type);
 void set_autocast_included(DeviceType type, bool on);
 
 // The device type a call runs on: that of its first defined, non-wrapped-number input.
-DeviceType call_device_type(const OpCall& call);
+DeviceType device_type_of(const TensorList& inputs);
+inline DeviceType call_device_type(const OpCall& call) { return device_type_of(call.inputs); }
 
 }  // namespace mixtape
