@@ -24,8 +24,9 @@
 //   Rows/columns of the image a window never reaches (stride > 1) get zero gradient.
 // Threading: OpenMP over the batch, each thread its own col buffer (and, for the weight grad,
 // its own (O, K/G) accumulator, summed in thread order afterwards — deterministic for a given
-// thread count), with BLAS single-threaded inside (OpenBLAS's pthread build serialises
-// concurrent multi-threaded GEMMs on a lock, so per-image GEMMs must not ask for threads).
+// thread count), with BLAS single-threaded inside: OpenBLAS's OpenMP build (ops/cpu/blas.h)
+// runs a GEMM called in a parallel region on its calling thread; its pthread build is made to
+// (cpu::BlasSingleThreaded), since it serialises concurrent multi-threaded GEMMs on a lock.
 // Measured (standalone harness with the same im2col/sgemm, 2-core dev box, min of 25 runs, box
 // loaded by parallel builds) for the SmallCNN's second conv, batch 128, 32->64, 3x3, 14x14:
 //   batch threads + single-threaded sgemm (this)                      25-36 ms
@@ -44,26 +45,19 @@
 // so conv2d is differentiable to any order (double backward for gradient penalties works).
 #include "ops/conv.h"
 
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
 #include <vector>
 
 #include "core/convert.h"
 #include "ops/conv_args.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
-
-// OpenBLAS's thread control, weak so that another CBLAS still links (the guard then does nothing).
-extern "C" {
-void openblas_set_num_threads(int num_threads) __attribute__((weak));
-int openblas_get_num_threads(void) __attribute__((weak));
-}
 
 namespace mixtape {
 
@@ -136,44 +130,6 @@ Tensor dense(const Tensor& t, DType ct) {
   return out;
 }
 DType compute_type(DType dt) { return dt == DType::Float64 ? DType::Float64 : DType::Float32; }
-
-template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-          T beta, T* c, int64_t ldc) {
-  auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-
-// While alive (and `active`), OpenBLAS runs single-threaded. Process-wide and reference
-// counted: the first scope saves the thread count, the last restores it, so overlapping scopes
-// on several threads compose; a GEMM another thread runs meanwhile only loses its threads.
-class BlasSingleThreaded {
- public:
-  explicit BlasSingleThreaded(bool active) : active_(active && openblas_set_num_threads && openblas_get_num_threads) {
-    if (!active_) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (depth_++ == 0) {
-      saved_ = openblas_get_num_threads();
-      if (saved_ != 1) openblas_set_num_threads(1);
-    }
-  }
-  ~BlasSingleThreaded() {
-    if (!active_) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (--depth_ == 0 && saved_ != 1) openblas_set_num_threads(saved_);
-  }
-  BlasSingleThreaded(const BlasSingleThreaded&) = delete;
-  BlasSingleThreaded& operator=(const BlasSingleThreaded&) = delete;
-
- private:
-  bool active_;
-  static inline std::mutex mu_;
-  static inline int depth_ = 0;
-  static inline int saved_ = 1;
-};
 
 // Threads for a loop over the batch: all of OpenMP's when there are images to share and work
 // to pay for them, else 1 (then BLAS keeps its own threading).
@@ -286,7 +242,7 @@ struct WidenBuffers {
 template <typename S, typename T>
 void conv_forward(const ConvGeom& g, const S* x, const T* w, const T* b, S* y) {
   const int nt = batch_threads(g);
-  BlasSingleThreaded blas1(nt > 1);
+  cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();
   std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
   WidenBuffers<S, T> xbuf(nt, g.image()), ybuf(nt, g.O * L);
@@ -314,7 +270,7 @@ void conv_forward(const ConvGeom& g, const S* x, const T* w, const T* b, S* y) {
       std::fill(yn, yn + g.O * L, T(0));
     if (Kg != 0 && Og != 0)
       for (int64_t gr = 0; gr < g.G; ++gr)
-        gemm<T>(false, false, Og, L, Kg, w + gr * Og * Kg, Kg, src + gr * Kg * L, L, b ? T(1) : T(0),
+        cpu::gemm(false, false, Og, L, Kg, w + gr * Og * Kg, Kg, src + gr * Kg * L, L, b ? T(1) : T(0),
                 yn + gr * Og * L, L);
     if constexpr (WidenBuffers<S, T>::needed) store(yn, y + n * g.O * L, g.O * L);  // the one rounding
   }
@@ -324,7 +280,7 @@ void conv_forward(const ConvGeom& g, const S* x, const T* w, const T* b, S* y) {
 template <typename S, typename T>
 void conv_input_grad(const ConvGeom& g, const S* gy, const T* w, S* gx) {
   const int nt = batch_threads(g);
-  BlasSingleThreaded blas1(nt > 1);
+  cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();
   std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
   WidenBuffers<S, T> gybuf(nt, g.O * L), gxbuf(nt, g.image());
@@ -347,7 +303,7 @@ void conv_input_grad(const ConvGeom& g, const S* gy, const T* w, S* gx) {
       // Direct: col is the image gradient itself, (C, H W); else col2im it into zeros.
       T* col = g.direct() ? gxn : cols.data() + static_cast<int64_t>(t) * K * L;
       for (int64_t gr = 0; gr < g.G; ++gr)
-        gemm<T>(true, false, Kg, L, Og, w + gr * Og * Kg, Kg, gyn + gr * Og * L, L, T(0), col + gr * Kg * L, L);
+        cpu::gemm(true, false, Kg, L, Og, w + gr * Og * Kg, Kg, gyn + gr * Og * L, L, T(0), col + gr * Kg * L, L);
       if (!g.direct()) {
         std::fill(gxn, gxn + g.image(), T(0));
         col2im(col, g, gxn);
@@ -361,7 +317,7 @@ void conv_input_grad(const ConvGeom& g, const S* gy, const T* w, S* gx) {
 template <typename S, typename T>
 void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   const int nt = batch_threads(g);
-  BlasSingleThreaded blas1(nt > 1);
+  cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og(), wsize = g.O * Kg;
   std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
   WidenBuffers<S, T> xbuf(nt, g.image()), gybuf(nt, g.O * L);
@@ -392,7 +348,7 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
         src = col;
       }
       for (int64_t gr = 0; gr < g.G; ++gr)
-        gemm<T>(false, true, Og, Kg, L, gyn + gr * Og * L, L, src + gr * Kg * L, L, T(1), mine + gr * Og * Kg, Kg);
+        cpu::gemm(false, true, Og, Kg, L, gyn + gr * Og * L, L, src + gr * Kg * L, L, T(1), mine + gr * Og * Kg, Kg);
     }
   }
   if (nt > 1)

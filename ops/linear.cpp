@@ -17,12 +17,12 @@
 //   grad_b = g2 summed over rows             (out)
 #include "ops/linear.h"
 
-#include <cblas.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstring>
 
+#include "ops/cpu/blas.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/linear_args.h"
 #include "ops/matmul.h"
@@ -73,16 +73,6 @@ BlasMatrix blas_matrix(const Tensor& m, DType ct) {
   return {d, false, std::max<int64_t>(c, 1)};
 }
 
-template <typename T>
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-          T beta, T* c, int64_t ldc) {
-  auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, TA, TB, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-
 TensorList linear_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& w = call.inputs[1];
@@ -123,8 +113,8 @@ TensorList linear_cpu(const OpCall& call) {
       }
       BlasMatrix xa = blas_matrix(x2, ct), wa = blas_matrix(w, ct);
       // y = x2 @ w^T: w^T is w with its transposition flag flipped.
-      gemm<T>(xa.trans, !wa.trans, m, out_f, in, static_cast<const T*>(xa.t.data_ptr()), xa.ld,
-              static_cast<const T*>(wa.t.data_ptr()), wa.ld, bc.defined() ? T(1) : T(0), c, out_f);
+      cpu::gemm(xa.trans, !wa.trans, m, out_f, in, static_cast<const T*>(xa.t.data_ptr()), xa.ld,
+                static_cast<const T*>(wa.t.data_ptr()), wa.ld, bc.defined() ? T(1) : T(0), c, out_f);
     }
   });
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16

@@ -1,14 +1,14 @@
 // ops/matmul.cpp — the batched matrix product primitive.
 //   matmul(a: (*A, n, k), b: (*B, k, m)) -> (broadcast(*A, *B), n, m)
 //   backward: ga = g @ b^T summed to a's shape; gb = a^T @ g summed to b's shape.
-// CPU kernel: OpenBLAS sgemm/dgemm per batch entry. 16-bit operands are widened to f32 with the
+// CPU kernel: sgemm/dgemm (ops/cpu/blas.h) per batch entry. 16-bit operands are widened to f32 with the
 // bulk converter, multiplied with f32 accumulation, and the f32 result rounded once — the same
 // numbers a tensor core with f32 accumulation produces (a dot of 4096 f16 ones is exactly 4096).
 #include "ops/matmul.h"
 
-#include <cblas.h>
 
 #include "core/convert.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/matmul_args.h"
 #include "ops/op_def.h"
@@ -51,16 +51,6 @@ MatmulShape check_matmul_args(const char* op, const Tensor& a, const Tensor& b) 
 }
 
 namespace {
-
-template <typename T>
-void gemm(bool ta, bool tb, int64_t n, int64_t m, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
-          int64_t ldc) {
-  auto TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, TA, TB, int(n), int(m), int(k), 1.0f, a, int(lda), b, int(ldb), 0.0f, c, int(ldc));
-  else
-    cblas_dgemm(CblasRowMajor, TA, TB, int(n), int(m), int(k), 1.0, a, int(lda), b, int(ldb), 0.0, c, int(ldc));
-}
 
 TensorList matmul_cpu(const OpCall& call) {
   Tensor a = call.inputs[0], b = call.inputs[1];
@@ -105,8 +95,8 @@ TensorList matmul_cpu(const OpCall& call) {
           aoff += idx * as[d];
           boff += idx * bs[d];
         }
-        gemm<T>(la.trans, lb.trans, n, m, k, reinterpret_cast<const T*>(ap + aoff), la.ld,
-                reinterpret_cast<const T*>(bp + boff), lb.ld, op + i * n * m, m);
+        cpu::gemm(la.trans, lb.trans, n, m, k, reinterpret_cast<const T*>(ap + aoff), la.ld,
+                  reinterpret_cast<const T*>(bp + boff), lb.ld, T(0), op + i * n * m, m);
       }
     }
   });

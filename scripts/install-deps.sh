@@ -12,7 +12,8 @@ export DEBIAN_FRONTEND=noninteractive
 
 packages=(
   build-essential cmake          # compiler, make, CMake >= 3.25
-  libopenblas-dev                # CPU GEMM (cblas)
+  libopenblas-dev                # CPU GEMM: cblas.h and the default OpenBLAS
+  libopenblas0-openmp            # the OpenBLAS mixtape loads: threads on the OpenMP pool (ops/cpu/blas.h)
   zlib1g-dev                     # .gz datasets
   libgtest-dev libgmock-dev      # tests
   libbenchmark-dev               # bench/

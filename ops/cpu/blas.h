@@ -1,0 +1,51 @@
+// ops/cpu/blas.h — the one door to the CPU BLAS (OpenBLAS): every CPU GEMM of mixtape goes
+// through cpu::gemm, and the library behind it is chosen and loaded here, at the first call.
+//
+// Which library, and why it is loaded rather than linked (ops/cpu/blas.cpp has the details):
+//   1. $MIXTAPE_BLAS_LIBRARY when set (a path or soname of any CBLAS);
+//   2. OpenBLAS's OpenMP build (Debian's libopenblas0-openmp) when installed: it runs its
+//      threads on mixtape's OpenMP pool, so BLAS and mixtape's loops never oversubscribe the
+//      cores, and a GEMM called inside an OpenMP parallel region runs on its calling thread;
+//   3. the OpenBLAS the build found (Debian's default, the pthread build), then libopenblas.so.0.
+// Results are bit-identical for a fixed library, OpenBLAS core type and thread count.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace mixtape::cpu {
+
+// Row-major C (m, n) = op(A) (m, k) @ op(B) (k, n) + beta C, op = transpose when ta / tb.
+// Dimensions and leading dimensions must fit in int (the callers check, naming their op).
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float beta, float* c, int64_t ldc);
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+          int64_t ldb, double beta, double* c, int64_t ldc);
+
+// BLAS's own thread count (ops/threads.cpp keeps it equal to OpenMP's).
+void blas_set_num_threads(int n);
+
+struct BlasInfo {
+  std::string library;    // what dlopen was given
+  std::string core;       // OpenBLAS's kernel family ("SkylakeX", "Haswell", ...), or "?" for another BLAS
+  std::string threading;  // "openmp", "pthread", "sequential" or "?"
+};
+// Loads the library if needed and describes it (examples and benchmarks print it).
+BlasInfo blas_info();
+std::string blas_info_line();  // e.g. "OpenBLAS (openmp) Haswell, /usr/lib/.../libopenblas.so.0"
+
+// While alive and `active`, a threaded BLAS that does not follow OpenMP's nesting (the pthread
+// build) runs single-threaded, so that GEMMs called from every thread of an OpenMP loop do not
+// each start a full set of BLAS threads (OpenBLAS's pthread build serialises them on a lock).
+// Process-wide and reference counted; a no-op for the OpenMP and sequential builds.
+class BlasSingleThreaded {
+ public:
+  explicit BlasSingleThreaded(bool active);
+  ~BlasSingleThreaded();
+  BlasSingleThreaded(const BlasSingleThreaded&) = delete;
+  BlasSingleThreaded& operator=(const BlasSingleThreaded&) = delete;
+
+ private:
+  bool active_;
+};
+
+}  // namespace mixtape::cpu
