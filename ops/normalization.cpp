@@ -16,7 +16,8 @@
 //   which is what makes the ops-written backward differentiable again.
 //
 // Numerics: per-channel / per-row statistics accumulate in f64 (two passes: mean, then the sum
-// of squared deviations, so no cancellation); the elementwise transforms run in acc_t<T> from
+// of squared deviations, so no cancellation; batch_norm's in four interleaved lanes, LaneSum);
+// 16-bit rows are widened in blocks (F16C); the elementwise transforms run in acc_t<T> from
 // per-channel coefficients computed in f64, and round once on store. Statistics outputs are f64
 // for f64 x, else f32.
 #include "ops/normalization.h"
@@ -142,6 +143,76 @@ bool saved(const BackwardContext& c, size_t i) {
 }
 
 // ---- batch_norm ----
+// Calls f(v, n) on consecutive pieces of row[0, n) as acc_t<T> values: the row itself for f32 and
+// f64; for 16-bit storage, blocks widened with the bulk (F16C) converters, which give the bits a
+// scalar conversion gives in a fraction of the time (ops/cpu/loops.h).
+template <typename T, typename F>
+void widened(const T* row, int64_t n, F&& f) {
+  if constexpr (cpu::is_16bit_v<T>) {
+    float buf[cpu::kBlock];
+    for (int64_t i = 0; i < n; i += cpu::kBlock) {
+      const int64_t m = std::min(cpu::kBlock, n - i);
+      cpu::load_block<T>(reinterpret_cast<const char*>(row + i), sizeof(T), m, buf);
+      f(buf, m);
+    }
+  } else {
+    f(row, n);
+  }
+}
+// The same over two rows of one length, piece by piece: f(a, b, n).
+template <typename T, typename F>
+void widened2(const T* ra, const T* rb, int64_t n, F&& f) {
+  if constexpr (cpu::is_16bit_v<T>) {
+    float ba[cpu::kBlock], bb[cpu::kBlock];
+    for (int64_t i = 0; i < n; i += cpu::kBlock) {
+      const int64_t m = std::min(cpu::kBlock, n - i);
+      cpu::load_block<T>(reinterpret_cast<const char*>(ra + i), sizeof(T), m, ba);
+      cpu::load_block<T>(reinterpret_cast<const char*>(rb + i), sizeof(T), m, bb);
+      f(ba, bb, m);
+    }
+  } else {
+    f(ra, rb, n);
+  }
+}
+// out[0, n) = the values fn(i) computes in acc_t<T>, rounded once on store (blocks for 16-bit).
+template <typename T, typename Fn>
+void store_row(T* out, int64_t n, Fn&& fn) {
+  if constexpr (cpu::is_16bit_v<T>) {
+    float buf[cpu::kBlock];
+    for (int64_t i = 0; i < n; i += cpu::kBlock) {
+      const int64_t m = std::min(cpu::kBlock, n - i);
+      for (int64_t j = 0; j < m; ++j) buf[j] = fn(i + j);
+      cpu::store_block<T>(reinterpret_cast<char*>(out + i), sizeof(T), m, buf);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(i));
+  }
+}
+
+// A sum of doubles in four interleaved lanes (value j of each piece goes to lane j % 4): four
+// independent add chains instead of one latency-bound chain, in a fixed order, so the result is
+// the same on every run. Pieces come in multiples of 4 but for a row's last, so lane = index % 4
+// within a row.
+struct LaneSum {
+  double lane[4] = {0, 0, 0, 0};
+  template <typename G>
+  void add(int64_t n, G&& g) {
+    double l0 = lane[0], l1 = lane[1], l2 = lane[2], l3 = lane[3];  // in registers, not memory
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      l0 += g(j);
+      l1 += g(j + 1);
+      l2 += g(j + 2);
+      l3 += g(j + 3);
+    }
+    if (j < n) l0 += g(j++);
+    if (j < n) l1 += g(j++);
+    if (j < n) l2 += g(j++);
+    lane[0] = l0, lane[1] = l1, lane[2] = l2, lane[3] = l3;
+  }
+  double total() const { return (lane[0] + lane[1]) + (lane[2] + lane[3]); }
+};
+
 // out[n, c, s] = x * scale[c] + shift[c], in acc_t<T>, rounded once.
 template <typename T>
 void affine_per_channel(const Tensor& xc, Tensor& out, const ChannelView& v, const std::vector<double>& scale,
@@ -154,9 +225,12 @@ void affine_per_channel(const Tensor& xc, Tensor& out, const ChannelView& v, con
   for (int64_t r = 0; r < rows; ++r) {
     const auto c = static_cast<size_t>(r % v.C);
     const A a = static_cast<A>(scale[c]), b = static_cast<A>(shift[c]);
-    const T* xr = px + r * v.S;
     T* orow = po + r * v.S;
-    for (int64_t s = 0; s < v.S; ++s) orow[s] = static_cast<T>(static_cast<A>(xr[s]) * a + b);
+    int64_t done = 0;
+    widened(px + r * v.S, v.S, [&](const A* xv, int64_t n) {
+      store_row(orow + done, n, [&](int64_t i) { return xv[i] * a + b; });
+      done += n;
+    });
   }
 }
 
@@ -177,23 +251,24 @@ TensorList batch_norm_cpu(const OpCall& call) {
   std::vector<double> mean(C), var(C), var_unbiased(C);
   if (training) {
     visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+      using A = acc_t<T>;
       const T* px = static_cast<const T*>(xc.data_ptr());
 #pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && v.C > 1) schedule(static)
       for (int64_t c = 0; c < v.C; ++c) {
-        double s = 0;
-        for (int64_t n = 0; n < v.N; ++n) {
-          const T* row = px + (n * v.C + c) * v.S;
-          for (int64_t j = 0; j < v.S; ++j) s += static_cast<double>(static_cast<acc_t<T>>(row[j]));
-        }
-        const double mu = s / static_cast<double>(v.M());
-        double q = 0;
-        for (int64_t n = 0; n < v.N; ++n) {
-          const T* row = px + (n * v.C + c) * v.S;
-          for (int64_t j = 0; j < v.S; ++j) {
-            const double d = static_cast<double>(static_cast<acc_t<T>>(row[j])) - mu;
-            q += d * d;
-          }
-        }
+        LaneSum s;
+        for (int64_t n = 0; n < v.N; ++n)
+          widened(px + (n * v.C + c) * v.S, v.S,
+                  [&](const A* xv, int64_t m) { s.add(m, [&](int64_t j) { return static_cast<double>(xv[j]); }); });
+        const double mu = s.total() / static_cast<double>(v.M());
+        LaneSum sq;
+        for (int64_t n = 0; n < v.N; ++n)
+          widened(px + (n * v.C + c) * v.S, v.S, [&](const A* xv, int64_t m) {
+            sq.add(m, [&](int64_t j) {
+              const double d = static_cast<double>(xv[j]) - mu;
+              return d * d;
+            });
+          });
+        const double q = sq.total();
         mean[static_cast<size_t>(c)] = mu;
         var[static_cast<size_t>(c)] = q / static_cast<double>(v.M());
         var_unbiased[static_cast<size_t>(c)] = q / static_cast<double>(v.M() - 1);
@@ -256,17 +331,17 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
 #pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && v.C > 1) schedule(static)
     for (int64_t c = 0; c < v.C; ++c) {
       const auto ci = static_cast<size_t>(c);
-      double sg = 0, sgx = 0;
+      const double mu = mean[ci];
+      LaneSum sg, sgx;
       for (int64_t n = 0; n < v.N; ++n) {
         const int64_t o = (n * v.C + c) * v.S;
-        for (int64_t j = 0; j < v.S; ++j) {
-          const double g = static_cast<double>(static_cast<A>(pg[o + j]));
-          sg += g;
-          sgx += g * (static_cast<double>(static_cast<A>(px[o + j])) - mean[ci]);
-        }
+        widened2(pg + o, px + o, v.S, [&](const A* gv, const A* xv, int64_t m) {
+          sg.add(m, [&](int64_t j) { return static_cast<double>(gv[j]); });
+          sgx.add(m, [&](int64_t j) { return static_cast<double>(gv[j]) * (static_cast<double>(xv[j]) - mu); });
+        });
       }
-      sum_g[ci] = sg;
-      sum_gxhat[ci] = sgx * invstd[ci];
+      sum_g[ci] = sg.total();
+      sum_gxhat[ci] = sgx.total() * invstd[ci];
     }
     const auto M = static_cast<double>(v.M());
     for (size_t c = 0; c < C; ++c) {
@@ -283,8 +358,11 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
       const auto c = static_cast<size_t>(r % v.C);
       const A a = static_cast<A>(ka[c]), bx = static_cast<A>(kb[c]), d = static_cast<A>(kd[c]);
       const int64_t o = r * v.S;
-      for (int64_t j = 0; j < v.S; ++j)
-        po[o + j] = static_cast<T>(a * static_cast<A>(pg[o + j]) + bx * static_cast<A>(px[o + j]) + d);
+      int64_t done = 0;
+      widened2(pg + o, px + o, v.S, [&](const A* gv, const A* xv, int64_t m) {
+        store_row(po + o + done, m, [&](int64_t j) { return a * gv[j] + bx * xv[j] + d; });
+        done += m;
+      });
     }
   });
   const DType sd = norm_stat_dtype(x.dtype());

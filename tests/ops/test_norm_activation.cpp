@@ -460,38 +460,43 @@ TEST(BatchNorm, EvalUsesRunningStats) {
 // 16-bit results equal the f32 ones rounded to 16 bits, bit for bit.
 TEST_P(NormActivationReduced, BatchNormHalfInputWithFloatParams) {
   const DType dt = GetParam();
-  Generator gen(63);
-  Tensor x16 = (randn({8, 4, 3, 3}, {}, &gen) * 3.0 + 1.0).to(dt);
-  Tensor x32 = x16.to(DType::Float32);
-  auto params = [] {
-    return std::vector<Tensor>{tensor({0.1, 0.2, -0.3, 0.0}), tensor({1.0, 2.0, 0.5, 1.5}),
-                               tensor({1.0, 0.5, -2.0, 1.5}).requires_grad_(), tensor({0.0, 0.1, 0.2, 0.3}).requires_grad_()};
-  };
-  auto p16 = params(), p32 = params();
-  Tensor xg16 = x16.detach().requires_grad_(), xg32 = x32.detach().requires_grad_();
-  Tensor y16 = batch_norm(xg16, p16[0], p16[1], p16[2], p16[3], true);
-  Tensor y32 = batch_norm(xg32, p32[0], p32[1], p32[2], p32[3], true);
-  EXPECT_EQ(y16.dtype(), dt);
-  EXPECT_EQ(p16[0].dtype(), DType::Float32);
-  EXPECT_TRUE(bit_equal(y16, y32.to(dt)));
-  EXPECT_TRUE(bit_equal(p16[0], p32[0])) << "running_mean";
-  EXPECT_TRUE(bit_equal(p16[1], p32[1])) << "running_var";
-  EXPECT_NE(vals(p16[0]), (std::vector<double>{static_cast<float>(0.1), static_cast<float>(0.2),
-                                               static_cast<float>(-0.3), 0.0}));  // updated
-  Tensor gout = randn({8, 4, 3, 3}, {}, &gen).to(dt);
-  (y16 * gout).sum().backward();
-  (y32 * gout.to(DType::Float32)).sum().backward();
-  EXPECT_EQ(xg16.grad().dtype(), dt);
-  EXPECT_EQ(p16[2].grad().dtype(), DType::Float32);
-  EXPECT_TRUE(bit_equal(xg16.grad(), xg32.grad().to(dt))) << "grad x";
-  // grad w, b: sums of products of the same values; f64 accumulation of f32 vs 16-bit-valued
-  // terms is identical term by term (the 16-bit gradient was rounded to 16 bits before the sum
-  // in neither path: both sum g (16-bit exact) times xhat in f64).
-  EXPECT_TRUE(bit_equal(p16[2].grad(), p32[2].grad())) << "grad weight";
-  EXPECT_TRUE(bit_equal(p16[3].grad(), p32[3].grad())) << "grad bias";
-  // Eval: same statement with the running statistics.
-  EXPECT_TRUE(bit_equal(batch_norm(x16, p16[0], p16[1], p16[2], p16[3], false),
-                        batch_norm(x32, p32[0], p32[1], p32[2], p32[3], false).to(dt)));
+  // 9 values per row (the kernels' 4-lane sums end mid-lane), and 340 (16-bit rows are widened
+  // in blocks of 256: a full block and a partial one).
+  for (const IntList& shape : {IntList{8, 4, 3, 3}, IntList{3, 4, 20, 17}}) {
+    SCOPED_TRACE(shape_str(shape));
+    Generator gen(63);
+    Tensor x16 = (randn(shape, {}, &gen) * 3.0 + 1.0).to(dt);
+    Tensor x32 = x16.to(DType::Float32);
+    auto params = [] {
+      return std::vector<Tensor>{tensor({0.1, 0.2, -0.3, 0.0}), tensor({1.0, 2.0, 0.5, 1.5}),
+                                 tensor({1.0, 0.5, -2.0, 1.5}).requires_grad_(), tensor({0.0, 0.1, 0.2, 0.3}).requires_grad_()};
+    };
+    auto p16 = params(), p32 = params();
+    Tensor xg16 = x16.detach().requires_grad_(), xg32 = x32.detach().requires_grad_();
+    Tensor y16 = batch_norm(xg16, p16[0], p16[1], p16[2], p16[3], true);
+    Tensor y32 = batch_norm(xg32, p32[0], p32[1], p32[2], p32[3], true);
+    EXPECT_EQ(y16.dtype(), dt);
+    EXPECT_EQ(p16[0].dtype(), DType::Float32);
+    EXPECT_TRUE(bit_equal(y16, y32.to(dt)));
+    EXPECT_TRUE(bit_equal(p16[0], p32[0])) << "running_mean";
+    EXPECT_TRUE(bit_equal(p16[1], p32[1])) << "running_var";
+    EXPECT_NE(vals(p16[0]), (std::vector<double>{static_cast<float>(0.1), static_cast<float>(0.2),
+                                                 static_cast<float>(-0.3), 0.0}));  // updated
+    Tensor gout = randn(shape, {}, &gen).to(dt);
+    (y16 * gout).sum().backward();
+    (y32 * gout.to(DType::Float32)).sum().backward();
+    EXPECT_EQ(xg16.grad().dtype(), dt);
+    EXPECT_EQ(p16[2].grad().dtype(), DType::Float32);
+    EXPECT_TRUE(bit_equal(xg16.grad(), xg32.grad().to(dt))) << "grad x";
+    // grad w, b: sums of products of the same values; f64 accumulation of f32 vs 16-bit-valued
+    // terms is identical term by term (the 16-bit gradient was rounded to 16 bits before the sum
+    // in neither path: both sum g (16-bit exact) times xhat in f64).
+    EXPECT_TRUE(bit_equal(p16[2].grad(), p32[2].grad())) << "grad weight";
+    EXPECT_TRUE(bit_equal(p16[3].grad(), p32[3].grad())) << "grad bias";
+    // Eval: same statement with the running statistics.
+    EXPECT_TRUE(bit_equal(batch_norm(x16, p16[0], p16[1], p16[2], p16[3], false),
+                          batch_norm(x32, p32[0], p32[1], p32[2], p32[3], false).to(dt)));
+  }
 }
 
 TEST(BatchNorm, AmpPolicies) {
