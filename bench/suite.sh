@@ -53,6 +53,7 @@ meta() { echo "$1=$2" >>"$out/meta.txt"; }  # key=value facts the report prints
 : >"$out/meta.txt"
 meta threads "$threads"; meta quick "$quick"; meta build_dir "$build"
 meta commit "$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD -- 2>/dev/null || echo '+dirty')"
+meta openblas_coretype "${OPENBLAS_CORETYPE:-}"
 meta started "$(date -u +%Y-%m-%dT%H:%M:%SZ)"; meta load_start "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- PyTorch: python module, and libtorch's CMake package for the C++ overhead benchmark ------

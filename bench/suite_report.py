@@ -203,6 +203,7 @@ def report(out):
           f"| caches, clock | {', '.join(f'{k} {info[k]}' for k in ('L1d cache', 'L2 cache', 'L3 cache', 'CPU max MHz', 'clock (Google Benchmark)') if k in info) or 'not reported by lscpu'} |",
           f"| memory | {mem} |",
           f"| compiler | {compiler_version(meta.get('compiler'))}, Release, `-DMIXTAPE_CUDA=OFF` ({meta.get('build_dir', '?')}) |",
+          f"| mixtape's BLAS | {(load_json(out, 'tp_mixtape_smallcnn.json') or {}).get('blas', '?')} (OPENBLAS_CORETYPE={meta.get('openblas_coretype') or 'unset'}) |",
           f"| PyTorch | {torch_label if torch_ver else 'not installed: ' + str(no_torch)} |",
           f"| mixtape | commit {meta.get('commit', '?')} |",
           f"| run | {meta.get('started', '?')} .. {meta.get('finished', '?')}; load average {meta.get('load_start', '?')} "

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "mixtape/mixtape.h"
+#include "ops/cpu/blas.h"
 
 using namespace mixtape;
 
@@ -173,10 +174,12 @@ int main(int argc, char** argv) {
     std::printf("mixtape %s, batch %lld, %d threads, %s; %d warm-up steps, median of %d windows x %d steps\n",
                 c.model.c_str(), static_cast<long long>(c.batch), get_num_threads(), source.c_str(), c.warmup,
                 c.windows, c.steps);
+    std::printf("BLAS: %s\n", cpu::blas_info_line().c_str());
     std::printf("%-6s %12s %22s %10s %10s\n", "mode", "images/s", "(min..max)", "step ms", "peak MiB");
     nlohmann::json j = {{"framework", "mixtape"}, {"model", c.model},     {"batch", c.batch},
                         {"threads", get_num_threads()}, {"data", source}, {"warmup", c.warmup},
-                        {"windows", c.windows}, {"steps", c.steps},      {"modes", nlohmann::json::object()}};
+                        {"windows", c.windows}, {"steps", c.steps},      {"modes", nlohmann::json::object()},
+                        {"blas", cpu::blas_info_line()}};
     for (const std::string& m : c.modes) {
       const Result r = run(c, m, batches);
       char range[64];

@@ -23,6 +23,7 @@
 
 #include "amp/grad_scaler.h"
 #include "core/cuda_api.h"
+#include "ops/cpu/blas.h"
 
 using namespace mixtape;
 using Clock = std::chrono::steady_clock;
@@ -294,7 +295,8 @@ int run(const Config& c) {
             << (data::is_image_folder_split(c.data_dir) ? "ImageFolder" : "IDX") << " in " << c.data_dir << "): "
             << train_set->size() << " train / " << test_set->size() << " test images, batch " << c.batch_size << ", "
             << c.epochs << " epochs, " << c.optimizer << " lr " << c.lr << ", "
-            << (device.is_cpu() ? std::to_string(get_num_threads()) + " threads" : "on " + device.str());
+            << (device.is_cpu() ? std::to_string(get_num_threads()) + " threads (BLAS: " + cpu::blas_info_line() + ")"
+                                : "on " + device.str());
   if (autocast)
     std::cout << ", AMP " << c.amp << (c.master_weights ? " with a 16-bit model and FP32 master weights" : "")
               << (scaler.is_enabled() ? ", dynamic loss scaling" : ", no loss scaling (bf16)");
@@ -400,6 +402,7 @@ int run(const Config& c) {
                             {"batch_size", c.batch_size},
                             {"seed", c.seed},
                             {"threads", get_num_threads()},
+                            {"blas", cpu::blas_info_line()},
                             {"train_images", train_set->size()},
                             {"test_accuracy", last.accuracy},
                             {"test_loss", last.loss},
