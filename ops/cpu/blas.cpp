@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cpu/sgemm_avx512.h"
 
 #ifndef MIXTAPE_OPENBLAS_OPENMP_LIBRARY
 #define MIXTAPE_OPENBLAS_OPENMP_LIBRARY ""
@@ -96,10 +97,23 @@ const Blas& blas() {
 
 CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
+// Float GEMMs run on mixtape's AVX-512 kernel where the CPU has one, unless MIXTAPE_GEMM=blas;
+// C with fewer than 16 rows or columns stays with BLAS (ops/cpu/sgemm_avx512.h says why).
+bool native_sgemm() {
+  static const bool use = [] {
+    const char* choice = std::getenv("MIXTAPE_GEMM");
+    const std::string c = choice ? choice : "";
+    MT_CHECK(c.empty() || c == "blas" || c == "auto", "MIXTAPE_GEMM: expected 'blas' or 'auto', got '", c, "'");
+    return c != "blas" && sgemm_avx512_available();
+  }();
+  return use;
+}
+
 }  // namespace
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
           float beta, float* c, int64_t ldc) {
+  if (native_sgemm() && m >= 16 && n >= 16) return sgemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   blas().sgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c,
                int(ldc));
 }
@@ -118,8 +132,8 @@ BlasInfo blas_info() { return blas().info; }
 
 std::string blas_info_line() {
   const BlasInfo i = blas_info();
-  return (i.core == "?" ? std::string("CBLAS") : "OpenBLAS (" + i.threading + ") " + i.core) +
-         ", " + i.library;
+  return (native_sgemm() ? std::string("f32 GEMM: mixtape AVX-512; f64 GEMM: ") : std::string()) +
+         (i.core == "?" ? std::string("CBLAS") : "OpenBLAS (" + i.threading + ") " + i.core) + ", " + i.library;
 }
 
 namespace {

@@ -7,6 +7,8 @@
 //      threads on mixtape's OpenMP pool, so BLAS and mixtape's loops never oversubscribe the
 //      cores, and a GEMM called inside an OpenMP parallel region runs on its calling thread;
 //   3. the OpenBLAS the build found (Debian's default, the pthread build), then libopenblas.so.0.
+// Float GEMMs run on mixtape's own AVX-512 kernel instead (ops/cpu/sgemm_avx512.h) when the CPU
+// has AVX-512F, unless MIXTAPE_GEMM=blas.
 // Results are bit-identical for a fixed library, OpenBLAS core type and thread count.
 #pragma once
 #include <cstdint>
@@ -31,7 +33,8 @@ struct BlasInfo {
 };
 // Loads the library if needed and describes it (examples and benchmarks print it).
 BlasInfo blas_info();
-std::string blas_info_line();  // e.g. "OpenBLAS (openmp) Haswell, /usr/lib/.../libopenblas.so.0"
+// e.g. "f32 GEMM: mixtape AVX-512; f64 GEMM: OpenBLAS (openmp) Haswell, /usr/lib/.../libopenblas.so.0"
+std::string blas_info_line();
 
 // While alive and `active`, a threaded BLAS that does not follow OpenMP's nesting (the pthread
 // build) runs single-threaded, so that GEMMs called from every thread of an OpenMP loop do not

@@ -1,6 +1,7 @@
-// tests/ops/test_blas.cpp — the CPU BLAS door (ops/cpu/blas.h): the library it loads, GEMM
-// against a float64 reference in every transpose/beta/leading-dimension combination, GEMMs called
-// from inside an OpenMP parallel region (what conv2d does), and a library that cannot be loaded.
+// tests/ops/test_blas.cpp — the CPU GEMMs: the BLAS door (ops/cpu/blas.h: the library it loads,
+// GEMM against a float64 reference in every transpose/beta/leading-dimension combination, GEMMs
+// called from inside an OpenMP parallel region as conv2d does, a library that cannot be loaded)
+// and mixtape's AVX-512 SGEMM (ops/cpu/sgemm_avx512.h) on every blocking edge.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -8,12 +9,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/sgemm_avx512.h"
 
 namespace mixtape::testing {
 namespace {
@@ -36,14 +39,14 @@ std::vector<T> random_values(size_t n, uint64_t seed) {
 // C = op(A) op(B) + beta C for one shape, checked element by element against a float64 sum.
 // Bound: a length-k dot product in precision eps with any summation order errs by at most
 // k eps sum_p |a_p b_p| (Higham, Accuracy and Stability, 3.1) plus beta C's one rounding; x2 margin.
-template <typename T>
-void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T beta, uint64_t seed) {
+template <typename T, typename Gemm>
+void check_gemm_with(Gemm&& gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T beta, uint64_t seed) {
   const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 1;  // padded: ld > cols
   const auto a = random_values<T>(static_cast<size_t>((ta ? k : m) * lda), seed);
   const auto b = random_values<T>(static_cast<size_t>((tb ? n : k) * ldb), seed + 1);
   const auto c0 = random_values<T>(static_cast<size_t>(m * ldc), seed + 2);
   std::vector<T> c = c0;
-  cpu::gemm(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+  gemm(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
   const double eps = std::numeric_limits<T>::epsilon();
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -62,6 +65,11 @@ void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T beta, uint6
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = n; j < ldc; ++j)
       ASSERT_EQ(c[static_cast<size_t>(i * ldc + j)], c0[static_cast<size_t>(i * ldc + j)]);
+}
+
+template <typename T>
+void check_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T beta, uint64_t seed) {
+  check_gemm_with<T>([](auto... args) { cpu::gemm(args...); }, ta, tb, m, n, k, beta, seed);
 }
 
 TEST(Blas, GemmMatchesAFloat64ReferenceForEveryTransposeAndBeta) {
@@ -101,6 +109,57 @@ TEST(Blas, GemmsOnEveryThreadOfAParallelRegionEqualTheSerialResult) {
   for (int t = 0; t < nt; ++t)
     for (size_t i = 0; i < serial.size(); ++i)
       ASSERT_EQ(out[static_cast<size_t>(t)][i], serial[i]) << "thread " << t << ", element " << i;
+}
+
+// ---- mixtape's AVX-512 SGEMM ----
+#define SKIP_WITHOUT_AVX512() \
+  if (!cpu::sgemm_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F: cpu::gemm uses BLAS here"
+
+// Shapes on every edge of the blocking (8 x 32 tiles, depth slices of 256, 128-row A blocks,
+// 512-column B blocks): exact multiples, one past, partial tiles, and thin ones.
+TEST(SgemmAvx512, MatchesAFloat64ReferenceOnEveryBlockingEdge) {
+  SKIP_WITHOUT_AVX512();
+  const auto gemm = [](auto... args) { cpu::sgemm_avx512(args...); };
+  uint64_t seed = 100;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (auto [m, n, k] : {std::array<int64_t, 3>{8, 32, 256}, {9, 33, 257}, {1, 1, 1}, {7, 31, 5}, {130, 40, 300},
+                             {16, 530, 20}, {64, 196, 288}, {3, 600, 520}})
+        for (float beta : {0.0f, 1.0f, 0.5f}) check_gemm_with<float>(gemm, ta, tb, m, n, k, beta, seed++);
+}
+
+TEST(SgemmAvx512, BetaZeroNeverReadsCAndEmptyDepthScalesC) {
+  SKIP_WITHOUT_AVX512();
+  const int64_t m = 9, n = 40, k = 3;
+  std::vector<float> a(static_cast<size_t>(m * k), 1.0f), b(static_cast<size_t>(k * n), 2.0f);
+  std::vector<float> c(static_cast<size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+  cpu::sgemm_avx512(false, false, m, n, k, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  for (float v : c) ASSERT_EQ(v, 6.0f);  // NaN * 0 would be NaN: C was not read
+  cpu::sgemm_avx512(false, false, m, n, 0, a.data(), k, b.data(), n, 0.5f, c.data(), n);
+  for (float v : c) ASSERT_EQ(v, 3.0f);
+  std::fill(c.begin(), c.end(), std::numeric_limits<float>::quiet_NaN());
+  cpu::sgemm_avx512(false, false, m, n, 0, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  for (float v : c) ASSERT_EQ(v, 0.0f);
+}
+
+// Threads split C into whole tiles and sum every element as one thread does: same bits at every
+// thread count (a property OpenBLAS does not promise).
+TEST(SgemmAvx512, ThreadCountDoesNotChangeTheBits) {
+  SKIP_WITHOUT_AVX512();
+  for (auto [m, n, k] : {std::array<int64_t, 3>{128, 3136, 128}, {300, 70, 600}}) {
+    const auto a = random_values<float>(static_cast<size_t>(m * k), 21);
+    const auto b = random_values<float>(static_cast<size_t>(k * n), 22);
+    std::vector<std::vector<float>> out;
+    const int saved = omp_get_max_threads();
+    for (int t : {1, 2, 3}) {
+      omp_set_num_threads(t);
+      out.emplace_back(static_cast<size_t>(m * n));
+      cpu::sgemm_avx512(false, false, m, n, k, a.data(), k, b.data(), n, 0.0f, out.back().data(), n);
+    }
+    omp_set_num_threads(saved);
+    EXPECT_EQ(out[0], out[1]) << m << "x" << n << "x" << k;
+    EXPECT_EQ(out[0], out[2]) << m << "x" << n << "x" << k;
+  }
 }
 
 TEST(Blas, InfoNamesTheLoadedLibraryAndItsThreading) {
