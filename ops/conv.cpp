@@ -147,9 +147,52 @@ void valid_range(int64_t off, int64_t stride, int64_t size, int64_t out, int64_t
 }
 
 // x: (C, H, W) -> col: (K, L), layout in the header comment.
+// Unit strides, unit column dilation and OW == W ("same" padding, every 3x3 conv of the zoo): a
+// row (c, ki, kj) of col is then the channel's plane shifted by s = offh W + offw, read as one
+// contiguous run (one memcpy, not one per output row), with the rows outside the image and the
+// columns whose source fell into the neighbouring row set to zero afterwards. Measured on
+// ResNet-8 (2 threads), the per-row copies of the general loops were ~30% of a training step.
+bool plane_shift(const ConvGeom& g) { return g.sH == 1 && g.sW == 1 && g.dW == 1 && g.OW == g.W; }
+
+// For plane_shift geometry and kernel offsets (offh, offw): rows [i0, i1) and columns [j0, j1)
+// of the output read inside the image; l in [lo, hi) reads plane[l + s] inside the plane.
+struct Shift {
+  int64_t s, i0, i1, j0, j1, lo, hi;
+};
+Shift shift_of(const ConvGeom& g, int64_t offh, int64_t offw) {
+  Shift r{};
+  r.s = offh * g.W + offw;
+  valid_range(offh, 1, g.H, g.OH, r.i0, r.i1);
+  valid_range(offw, 1, g.W, g.OW, r.j0, r.j1);
+  r.lo = std::max(r.i0 * g.W, -r.s);
+  r.hi = std::max(r.lo, std::min(r.i1 * g.W, g.H * g.W - r.s));
+  return r;
+}
+// Sets the entries of valid rows whose column is outside [j0, j1) to v.
+template <typename T>
+void set_border_columns(const ConvGeom& g, const Shift& sh, T v, T* row) {
+  for (int64_t i = sh.i0; i < sh.i1; ++i) {
+    for (int64_t j = 0; j < sh.j0; ++j) row[i * g.OW + j] = v;
+    for (int64_t j = sh.j1; j < g.OW; ++j) row[i * g.OW + j] = v;
+  }
+}
+
 template <typename T>
 void im2col(const T* x, const ConvGeom& g, T* col) {
   const int64_t L = g.L();
+  if (plane_shift(g)) {
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t ki = 0; ki < g.kH; ++ki)
+        for (int64_t kj = 0; kj < g.kW; ++kj) {
+          const Shift sh = shift_of(g, ki * g.dH - g.pH, kj - g.pW);
+          T* row = col + ((c * g.kH + ki) * g.kW + kj) * L;
+          std::fill(row, row + sh.lo, T(0));
+          std::memcpy(row + sh.lo, x + c * g.H * g.W + sh.lo + sh.s, sizeof(T) * static_cast<size_t>(sh.hi - sh.lo));
+          std::fill(row + sh.hi, row + L, T(0));
+          set_border_columns(g, sh, T(0), row);
+        }
+    return;
+  }
   for (int64_t c = 0; c < g.C; ++c) {
     const T* xc = x + c * g.H * g.W;
     for (int64_t ki = 0; ki < g.kH; ++ki) {
@@ -179,9 +222,26 @@ void im2col(const T* x, const ConvGeom& g, T* col) {
 }
 
 // The adjoint of im2col: x (C, H, W) += col (K, L) scattered back to the pixels it came from.
+// col is scratch and may be overwritten: with plane_shift geometry a row is added as one
+// contiguous run, its border columns first set to -0, the exact identity of +, so the pixels
+// they land on (in the neighbouring row) keep their bits. Every pixel still receives its
+// contributions in (c, ki, kj) order, the general loop's: the same sums, bit for bit.
 template <typename T>
-void col2im(const T* col, const ConvGeom& g, T* x) {
+void col2im(T* col, const ConvGeom& g, T* x) {
   const int64_t L = g.L();
+  if (plane_shift(g)) {
+    for (int64_t c = 0; c < g.C; ++c)
+      for (int64_t ki = 0; ki < g.kH; ++ki)
+        for (int64_t kj = 0; kj < g.kW; ++kj) {
+          const Shift sh = shift_of(g, ki * g.dH - g.pH, kj - g.pW);
+          T* row = col + ((c * g.kH + ki) * g.kW + kj) * L;
+          set_border_columns(g, sh, T(-0.0), row);
+          T* dst = x + c * g.H * g.W + sh.lo + sh.s;  // pixel of row[lo]
+          const T* src = row + sh.lo;
+          for (int64_t l = 0; l < sh.hi - sh.lo; ++l) dst[l] += src[l];
+        }
+    return;
+  }
   for (int64_t c = 0; c < g.C; ++c) {
     T* xc = x + c * g.H * g.W;
     for (int64_t ki = 0; ki < g.kH; ++ki) {

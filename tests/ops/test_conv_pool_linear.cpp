@@ -363,6 +363,42 @@ TEST(ConvPoolLinear, BatchParallelPathMatchesOneImageAtATime) {
   for (int64_t i = 0; i < gw.numel(); ++i) ASSERT_NEAR(get_element(gw, i), get_element(gw_sum, i), 1e-10);
 }
 
+// "Same" convolutions (unit strides and column dilation, OW == W) take im2col/col2im's
+// plane-shift path (ops/conv.cpp); the same conv on an input zero-padded by hand with padding 0
+// along W has OW != W and takes the general loops. Both must give the same bits: the same values
+// reach the GEMMs, and every input pixel gets its gradient contributions in the same order.
+TEST(ConvPoolLinear, PlaneShiftIm2colEqualsTheGeneralLoopsBitForBit) {
+  struct Case {
+    IntList x, w, padding, dilation;
+    int64_t groups;
+  };
+  for (DType dt : {DType::Float32, DType::Float64})
+    for (const Case& c : {Case{{2, 3, 6, 7}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1},
+                          Case{{1, 2, 7, 5}, {3, 2, 3, 3}, {2, 1}, {2, 1}, 1},
+                          Case{{2, 4, 5, 9}, {6, 2, 5, 5}, {2, 2}, {1, 1}, 2},
+                          Case{{1, 2, 4, 6}, {2, 2, 1, 3}, {0, 1}, {1, 1}, 1}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " x " + shape_str(c.x) + " w " + shape_str(c.w));
+      Generator gen(17);
+      Tensor x = randn(c.x, dt, &gen).requires_grad_(), w = randn(c.w, dt, &gen).requires_grad_();
+      Tensor b = randn({c.w[0]}, dt, &gen);
+      const IntList shifted_pad = c.padding, general_pad{c.padding[0], 0};
+      Tensor y1 = conv2d(x, w, b, {1, 1}, shifted_pad, c.dilation, c.groups);
+      Tensor gy = randn(y1.sizes(), dt, &gen);
+      (y1 * gy).sum().backward();
+      const Tensor gx1 = x.grad(), gw1 = w.grad();
+      x.set_grad(Tensor());
+      w.set_grad(Tensor());
+      const int64_t P = c.padding[1];
+      Tensor side = zeros({c.x[0], c.x[1], c.x[2], P}, dt);
+      Tensor xp = P > 0 ? cat({side, x, side}, 3) : x;
+      Tensor y2 = conv2d(xp, w, b, {1, 1}, general_pad, c.dilation, c.groups);
+      (y2 * gy).sum().backward();
+      EXPECT_TRUE(bit_equal(y1, y2)) << "forward";
+      EXPECT_TRUE(bit_equal(gx1, x.grad())) << "input gradient";
+      EXPECT_TRUE(bit_equal(gw1, w.grad())) << "weight gradient";
+    }
+}
+
 TEST(ConvPoolLinear, LinearEqualsMatmulPlusBias) {
   Generator g(6);
   Tensor x = randn({3, 4, 9}, DType::Float64, &g), w = randn({5, 9}, DType::Float64, &g), b = randn({5}, DType::Float64, &g);
