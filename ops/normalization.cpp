@@ -16,7 +16,8 @@
 //   which is what makes the ops-written backward differentiable again.
 //
 // Numerics: per-channel / per-row statistics accumulate in f64 (two passes: mean, then the sum
-// of squared deviations, so no cancellation; batch_norm's in four interleaved lanes, LaneSum);
+// of squared deviations, so no cancellation; batch_norm's in four interleaved lanes,
+// ops/cpu/lane_sum.h);
 // 16-bit rows are widened in blocks (F16C); the elementwise transforms run in acc_t<T> from
 // per-channel coefficients computed in f64, and round once on store. Statistics outputs are f64
 // for f64 x, else f32.
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/lane_sum.h"
 #include "ops/normalization_args.h"
 #include "ops/normalization_functors.h"
 #include "ops/op_def.h"
@@ -189,30 +191,6 @@ void store_row(T* out, int64_t n, Fn&& fn) {
   }
 }
 
-// A sum of doubles in four interleaved lanes (value j of each piece goes to lane j % 4): four
-// independent add chains instead of one latency-bound chain, in a fixed order, so the result is
-// the same on every run. Pieces come in multiples of 4 but for a row's last, so lane = index % 4
-// within a row.
-struct LaneSum {
-  double lane[4] = {0, 0, 0, 0};
-  template <typename G>
-  void add(int64_t n, G&& g) {
-    double l0 = lane[0], l1 = lane[1], l2 = lane[2], l3 = lane[3];  // in registers, not memory
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-      l0 += g(j);
-      l1 += g(j + 1);
-      l2 += g(j + 2);
-      l3 += g(j + 3);
-    }
-    if (j < n) l0 += g(j++);
-    if (j < n) l1 += g(j++);
-    if (j < n) l2 += g(j++);
-    lane[0] = l0, lane[1] = l1, lane[2] = l2, lane[3] = l3;
-  }
-  double total() const { return (lane[0] + lane[1]) + (lane[2] + lane[3]); }
-};
-
 // out[n, c, s] = x * scale[c] + shift[c], in acc_t<T>, rounded once.
 template <typename T>
 void affine_per_channel(const Tensor& xc, Tensor& out, const ChannelView& v, const std::vector<double>& scale,
@@ -255,12 +233,12 @@ TensorList batch_norm_cpu(const OpCall& call) {
       const T* px = static_cast<const T*>(xc.data_ptr());
 #pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && v.C > 1) schedule(static)
       for (int64_t c = 0; c < v.C; ++c) {
-        LaneSum s;
+        cpu::LaneSum<double> s;
         for (int64_t n = 0; n < v.N; ++n)
           widened(px + (n * v.C + c) * v.S, v.S,
                   [&](const A* xv, int64_t m) { s.add(m, [&](int64_t j) { return static_cast<double>(xv[j]); }); });
         const double mu = s.total() / static_cast<double>(v.M());
-        LaneSum sq;
+        cpu::LaneSum<double> sq;
         for (int64_t n = 0; n < v.N; ++n)
           widened(px + (n * v.C + c) * v.S, v.S, [&](const A* xv, int64_t m) {
             sq.add(m, [&](int64_t j) {
@@ -332,7 +310,7 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
     for (int64_t c = 0; c < v.C; ++c) {
       const auto ci = static_cast<size_t>(c);
       const double mu = mean[ci];
-      LaneSum sg, sgx;
+      cpu::LaneSum<double> sg, sgx;
       for (int64_t n = 0; n < v.N; ++n) {
         const int64_t o = (n * v.C + c) * v.S;
         widened2(pg + o, px + o, v.S, [&](const A* gv, const A* xv, int64_t m) {

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/lane_sum.h"
 #include "ops/op_def.h"
 #include "ops/reduce_dims.h"
 
@@ -185,21 +186,22 @@ TensorList sum_cpu(const OpCall& call) {
     Tensor acc_out = Tensor::empty(out.sizes(), TensorOptions(dtype_v<Acc>));
     Acc* o = static_cast<Acc*>(acc_out.data_ptr());
     for_each_run(out.numel(), len, [&](int64_t i) {
-      Acc s = 0;
+      cpu::LaneSum<Acc> lanes;
       runs.visit(i, [&](int64_t off, int64_t n) {
         const T* p = in + off;
         const int64_t st = runs.inner_stride;
-        if constexpr (cpu::is_16bit_v<T>) {  // widen blocks with F16C; same order, same sum
+        if constexpr (cpu::is_16bit_v<T>) {  // widen blocks with F16C; same values, same lanes
           float buf[cpu::kBlock];
           for (int64_t j0 = 0; j0 < n; j0 += cpu::kBlock) {
             const int64_t m = std::min(cpu::kBlock, n - j0);
             cpu::load_block<T>(reinterpret_cast<const char*>(p + j0 * st), st * int64_t(sizeof(T)), m, buf);
-            for (int64_t j = 0; j < m; ++j) s += buf[j];
+            lanes.add(m, [&](int64_t j) { return static_cast<Acc>(buf[j]); });
           }
         } else {
-          for (int64_t j = 0; j < n; ++j) s += static_cast<Acc>(static_cast<acc_t<T>>(p[j * st]));
+          lanes.add(n, [&](int64_t j) { return static_cast<Acc>(static_cast<acc_t<T>>(p[j * st])); });
         }
       });
+      Acc s = lanes.total();
       if (is_mean) s = len ? s / static_cast<Acc>(len) : std::numeric_limits<Acc>::quiet_NaN();
       o[i] = s;
     });

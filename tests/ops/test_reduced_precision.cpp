@@ -89,10 +89,10 @@ TEST_P(Reduced, StridedAndLongRowsRoundOnce) {
   EXPECT_TRUE(bit_equal(y - y0, (y.to(DType::Float32) - y0.to(DType::Float32)).to(dt)));
 }
 
-TEST_P(Reduced, SumOfAnyLayoutEqualsSumOfItsContiguousCopy) {
-  // sum walks strided inputs in place; it must visit elements in the order of the contiguous
-  // copy, so the f32 accumulation (and its one rounding) gives the same bits.
-  DType dt = GetParam();
+// sum walks strided inputs in place; it must give each value the lane (ops/cpu/lane_sum.h) its
+// logical position gives it in the contiguous copy, so the accumulation (and its one rounding)
+// gives the same bits for every layout.
+void expect_layout_independent_sums(DType dt) {
   Generator g(15);
   Tensor nchw = randn({6, 5, 9, 11}, {}, &g).to(dt);
   for (const IntList& dims : {IntList{0, 2, 3}, IntList{1}, IntList{0}, IntList{3}, IntList{}, IntList{1, 3}}) {
@@ -106,6 +106,14 @@ TEST_P(Reduced, SumOfAnyLayoutEqualsSumOfItsContiguousCopy) {
   Tensor sliced = nchw.slice(2, 1, 9, 2);  // (6, 5, 4, 11), a gap between rows
   EXPECT_TRUE(bit_equal(sum(sliced, {0, 2, 3}), sum(sliced.contiguous(), {0, 2, 3})));
   EXPECT_TRUE(bit_equal(mean(sliced, {1, 3}), mean(sliced.contiguous(), {1, 3})));
+}
+
+TEST_P(Reduced, SumOfAnyLayoutEqualsSumOfItsContiguousCopy) { expect_layout_independent_sums(GetParam()); }
+TEST(ReducedWide, SumOfAnyLayoutEqualsSumOfItsContiguousCopy) {
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    expect_layout_independent_sums(dt);
+  }
 }
 
 TEST_P(Reduced, MaxPoolForwardAndBackwardRoundOnce) {
