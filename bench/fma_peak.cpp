@@ -11,7 +11,8 @@
 // registers with the two operands. acc = acc * a + b with a just below 1 converges to
 // b / (1 - a) and never reaches denormals or infinity, which would slow the pipes down.
 // Each run times `iters` iterations on every thread at once (OpenMP); the figure is the median
-// of `runs` runs and the spread is their min..max. Needs AVX2 + FMA (checked at run time;
+// of `runs` runs and the spread is their min..max. On a CPU with AVX-512F the same chains run
+// 16 lanes wide too (JSON key "avx512"): the ceiling of mixtape's AVX-512 SGEMM. Needs AVX2 + FMA (checked at run time;
 // without them it prints n/a and exits 0, since the rest of the suite still means something).
 #include <omp.h>
 
@@ -31,7 +32,7 @@
 namespace {
 
 constexpr int kAcc = 12;                     // independent dependency chains (see above)
-constexpr double kFlopPerIter = kAcc * 8 * 2;  // 8 lanes, multiply + add
+constexpr double kFlopPerIter = kAcc * 8 * 2;  // 8 lanes, multiply + add (AVX2)
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) float fma_chains(long iters, float seed) {
@@ -49,29 +50,50 @@ __attribute__((target("avx2,fma"))) float fma_chains(long iters, float seed) {
   _mm256_storeu_ps(out, s);
   return out[0] + out[7];
 }
+// The same chains 16 lanes wide: the ceiling of mixtape's AVX-512 SGEMM (ops/cpu/sgemm_avx512.h).
+__attribute__((target("avx512f"))) float fma_chains512(long iters, float seed) {
+  const __m512 a = _mm512_set1_ps(0.9999999f), b = _mm512_set1_ps(1e-7f);
+  __m512 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(seed + static_cast<float>(i));
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < kAcc; ++i) s = _mm512_add_ps(s, acc[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0] + out[15];
+}
 bool have_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool have_avx512f() { return __builtin_cpu_supports("avx512f"); }
 #else
 float fma_chains(long, float) { return 0.f; }
+float fma_chains512(long, float) { return 0.f; }
 bool have_avx2_fma() { return false; }
+bool have_avx512f() { return false; }
 #endif
 
 struct Stat {
   double median = 0, min = 0, max = 0;
 };
 
-// GFLOP/s of `runs` runs on `threads` threads, each thread doing `iters` iterations.
-Stat measure(int threads, long iters, int runs) {
+using Chains = float (*)(long, float);
+
+// GFLOP/s of `runs` runs on `threads` threads, each thread doing `iters` iterations of `chains`
+// (`lanes` wide).
+Stat measure(Chains chains, int lanes, int threads, long iters, int runs) {
   std::vector<double> g;
   volatile float sink = 0.f;
   for (int r = 0; r < runs; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     float total = 0.f;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-    total += fma_chains(iters, static_cast<float>(omp_get_thread_num()));
+    total += chains(iters, static_cast<float>(omp_get_thread_num()));
     const auto t1 = std::chrono::steady_clock::now();
     sink = sink + total;
     const double s = std::chrono::duration<double>(t1 - t0).count();
-    g.push_back(threads * kFlopPerIter * static_cast<double>(iters) / s * 1e-9);
+    g.push_back(threads * kAcc * lanes * 2.0 * static_cast<double>(iters) / s * 1e-9);
   }
   std::sort(g.begin(), g.end());
   return {g[g.size() / 2], g.front(), g.back()};
@@ -109,14 +131,22 @@ int main(int argc, char** argv) {
   }
   // Size one run from a short calibration so it lasts about `seconds` on one thread.
   long iters = 1 << 20;
-  const Stat cal = measure(1, iters, 1);
+  const Stat cal = measure(fma_chains, 8, 1, iters, 1);
   iters = std::max(1L << 16, static_cast<long>(seconds * cal.median * 1e9 / kFlopPerIter));
-  const Stat one = measure(1, iters, runs);
-  const Stat all = measure(threads, iters, runs);
+  const Stat one = measure(fma_chains, 8, 1, iters, runs);
+  const Stat all = measure(fma_chains, 8, threads, iters, runs);
+  const bool z = have_avx512f();
+  const Stat one512 = z ? measure(fma_chains512, 16, 1, iters, runs) : Stat{};
+  const Stat all512 = z ? measure(fma_chains512, 16, threads, iters, runs) : Stat{};
   std::printf("fma_peak: %d accumulators x 8 lanes, %ld iterations per thread per run, median of %d runs\n", kAcc,
               iters, runs);
   std::printf("  1 thread : %8.1f GFLOP/s  (%.1f..%.1f)\n", one.median, one.min, one.max);
   std::printf("  %d threads: %8.1f GFLOP/s  (%.1f..%.1f)\n", threads, all.median, all.min, all.max);
+  if (z) {
+    std::printf("AVX-512 (16 lanes):\n");
+    std::printf("  1 thread : %8.1f GFLOP/s  (%.1f..%.1f)\n", one512.median, one512.min, one512.max);
+    std::printf("  %d threads: %8.1f GFLOP/s  (%.1f..%.1f)\n", threads, all512.median, all512.min, all512.max);
+  }
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (!f) {
@@ -126,8 +156,14 @@ int main(int argc, char** argv) {
     std::fprintf(f,
                  "{\"available\": true, \"accumulators\": %d, \"iters\": %ld, \"runs\": %d,\n"
                  " \"one\": {\"threads\": 1, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f},\n"
-                 " \"all\": {\"threads\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}}\n",
+                 " \"all\": {\"threads\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}",
                  kAcc, iters, runs, one.median, one.min, one.max, threads, all.median, all.min, all.max);
+    if (z)
+      std::fprintf(f,
+                   ",\n \"avx512\": {\"one\": {\"threads\": 1, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f},\n"
+                   "            \"all\": {\"threads\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}}",
+                   one512.median, one512.min, one512.max, threads, all512.median, all512.min, all512.max);
+    std::fprintf(f, "}\n");
     std::fclose(f);
   }
   return 0;
