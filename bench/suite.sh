@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/suite.sh [--quick] [--threads N] [--out DIR] — the whole performance comparison of
+# bench/suite.sh [--quick] [--threads N] [--out DIR] [--rounds N] — the whole performance comparison of
 # issue 6 in one command: builds what it needs (Release, CPU only, in its own build directory),
 # runs mixtape and PyTorch 1.13 on the same workloads with the same thread count, and prints one
 # set of markdown tables with the machine's details, also written to DIR/summary.md.
@@ -19,14 +19,15 @@
 # stay in DIR beside summary.md. Without torch the PyTorch columns say why they are empty.
 set -euo pipefail
 
-quick=0 threads=$(nproc) out=out/bench-suite
+quick=0 threads=$(nproc) out=out/bench-suite rounds=
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
     --threads) threads=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-    *) echo "suite.sh: unknown option '$1' (--quick, --threads N, --out DIR)" >&2; exit 2 ;;
+    *) echo "suite.sh: unknown option '$1' (--quick, --threads N, --out DIR, --rounds N)" >&2; exit 2 ;;
   esac
 done
 
@@ -40,10 +41,14 @@ out=$(cd "$out" && pwd)
 (cd "$out" && rm -f meta.txt run.log failures.txt fma.json fma.txt tp_*.json layers_*.json layers_*.txt op_*.json op_*.txt amp_step_*.txt summary.md)
 
 # Sizes. quick: just enough to exercise every path; full: enough windows for a median and spread.
+# rounds: table (a) runs mixtape and torch back to back this many times (a shared VM's speed drifts
+# by tens of percent between minutes; the report takes medians over rounds and per-round ratios).
 if [ $quick = 1 ]; then
+  rounds=${rounds:-1}
   tp=(--warmup 1 --windows 3 --steps 2); gb=(--benchmark_repetitions=3 --benchmark_min_time=0.02)
   py_reps=(--reps 3 --seconds 0.02); amp_steps=2; fma=(--runs 3 --seconds 0.05)
 else
+  rounds=${rounds:-5}
   tp=(--warmup 3 --windows 5 --steps 8); gb=(--benchmark_repetitions=5 --benchmark_min_time=0.2)
   py_reps=(--reps 5 --seconds 0.2); amp_steps=5; fma=(--runs 7 --seconds 0.2)
 fi
@@ -109,10 +114,12 @@ torch_run() { "$python" bench/torch_suite.py "$@" --threads "$threads"; }
 
 step "(d) FMA peak" "$b/fma_peak" --threads "$threads" "${fma[@]}" --json "$out/fma.json"
 for model in smallcnn resnet8; do
-  step "(a) $model throughput: mixtape" "$b/train_throughput" --model "$model" --threads "$threads" "${tp[@]}" \
-    --json "$out/tp_mixtape_$model.json"
-  [ $have_torch = 0 ] || step "(a) $model throughput: torch" torch_run throughput --model "$model" "${tp[@]}" \
-    --json "$out/tp_torch_$model.json"
+  for r in $(seq 1 "$rounds"); do
+    step "(a) $model throughput: mixtape (round $r/$rounds)" "$b/train_throughput" --model "$model" \
+      --threads "$threads" "${tp[@]}" --json "$out/tp_mixtape_${model}_r$r.json"
+    [ $have_torch = 0 ] || step "(a) $model throughput: torch (round $r/$rounds)" torch_run throughput \
+      --model "$model" "${tp[@]}" --json "$out/tp_torch_${model}_r$r.json"
+  done
 done
 step "(b) layers: mixtape" to_file "$out/layers_mixtape.txt" "$b/bench_layers" "${gb[@]}" \
   --benchmark_out="$out/layers_mixtape.json" --benchmark_out_format=json

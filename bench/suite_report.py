@@ -120,6 +120,49 @@ def fmt_int(n):
 
 # ---- formatting ------------------------------------------------------------------------------
 
+def load_rounds(out, fw, model):
+    """Table (a)'s runs of one framework and model: tp_<fw>_<model>_r<k>.json for k = 1, 2, ...
+    (suite.sh --rounds), or the single tp_<fw>_<model>.json of an older suite."""
+    rounds, k = [], 1
+    while (d := load_json(out, f"tp_{fw}_{model}_r{k}.json")) is not None:
+        rounds.append(d)
+        k += 1
+    if not rounds and (d := load_json(out, f"tp_{fw}_{model}.json")) is not None:
+        rounds.append(d)
+    return rounds
+
+
+def merge_rounds(rounds):
+    """One result from several rounds: per mode, the median of the rounds' medians, the min..max
+    of every window, and the rounds' medians themselves (for per-round ratios)."""
+    if not rounds:
+        return None
+    merged = dict(rounds[0], rounds=len(rounds), modes={})
+    for mode, first in rounds[0]["modes"].items():
+        ds = [r["modes"].get(mode) or {} for r in rounds]
+        if not all("images_per_s" in d for d in ds):
+            merged["modes"][mode] = first
+            continue
+        meds = [d["images_per_s"] for d in ds]
+        merged["modes"][mode] = dict(first, images_per_s=median(meds), min=min(d["min"] for d in ds),
+                                     max=max(d["max"] for d in ds), round_medians=meds)
+    return merged
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def round_ratio(a, b):
+    """Median over rounds of a's rate / b's rate in the same round (the machine's speed drifts
+    between rounds; within one round both ran back to back)."""
+    ra, rb = a.get("round_medians", [a["images_per_s"]]), b.get("round_medians", [b["images_per_s"]])
+    n = min(len(ra), len(rb))
+    return median([ra[i] / rb[i] for i in range(n)])
+
+
 def fmt_rate(d):
     if not d:
         return "—"
@@ -203,7 +246,7 @@ def report(out):
           f"| caches, clock | {', '.join(f'{k} {info[k]}' for k in ('L1d cache', 'L2 cache', 'L3 cache', 'CPU max MHz', 'clock (Google Benchmark)') if k in info) or 'not reported by lscpu'} |",
           f"| memory | {mem} |",
           f"| compiler | {compiler_version(meta.get('compiler'))}, Release, `-DMIXTAPE_CUDA=OFF` ({meta.get('build_dir', '?')}) |",
-          f"| mixtape's BLAS | {(load_json(out, 'tp_mixtape_smallcnn.json') or {}).get('blas', '?')} (OPENBLAS_CORETYPE={meta.get('openblas_coretype') or 'unset'}) |",
+          f"| mixtape's BLAS | {(merge_rounds(load_rounds(out, 'mixtape', 'smallcnn')) or {}).get('blas', '?')} (OPENBLAS_CORETYPE={meta.get('openblas_coretype') or 'unset'}) |",
           f"| PyTorch | {torch_label if torch_ver else 'not installed: ' + str(no_torch)} |",
           f"| mixtape | commit {meta.get('commit', '?')} |",
           f"| run | {meta.get('started', '?')} .. {meta.get('finished', '?')}; load average {meta.get('load_start', '?')} "
@@ -223,17 +266,19 @@ def report(out):
     # The peak of the widest FMA mixtape's kernels use: AVX-512 where the CPU has it (mixtape's
     # SGEMM, ops/cpu/sgemm_avx512.h), else AVX2.
     wide = (fma or {}).get("avx512")
-    peak = (wide or fma["all"])["median"] if fma and fma.get("available") else None
+    peak = (wide["all"] if wide else fma["all"])["median"] if fma and fma.get("available") else None
     peak_isa = "AVX-512" if wide else "AVX2"
     sc_fwd, sc_bwd = flops(SMALLCNN)
     r8_fwd, r8_bwd = flops(RESNET8)
     per_image = {"smallcnn": sc_fwd + sc_bwd, "resnet8": r8_fwd + r8_bwd}
 
     # (a)
-    tp = {(fw, m): load_json(out, f"tp_{fw}_{m}.json") for fw in ("mixtape", "torch") for m in ("smallcnn", "resnet8")}
+    tp = {(fw, m): merge_rounds(load_rounds(out, fw, m)) for fw in ("mixtape", "torch") for m in ("smallcnn", "resnet8")}
     first = next((v for v in tp.values() if v), None)
     desc = (f"batch 128, {threads} threads, data: {first['data']}; {first['warmup']} warm-up steps, then the median "
-            f"of {first['windows']} windows of {first['steps']} steps (min..max of the windows)") if first else "no data"
+            f"of {first['windows']} windows of {first['steps']} steps; {first['rounds']} round(s), mixtape and torch "
+            "run back to back in each: a cell is the median of the rounds' medians (min..max of all windows), a ratio "
+            "the median of the per-round ratios") if first else "no data"
     L += ["## (a) Training throughput, images/s", "", desc + ".", "",
           f"| model | mode | mixtape | {torch_label} | mixtape / torch | mixtape / own fp32 | mixtape GFLOP/s | % of {peak_isa} FMA peak |",
           "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -247,10 +292,10 @@ def report(out):
             ratio = own = gf = pct = "—"
             if md and "images_per_s" in md:
                 if "images_per_s" in td:
-                    ratio = f"{md['images_per_s'] / td['images_per_s']:.2f}x"
-                base = (mt["modes"].get("fp32") or {}).get("images_per_s")
-                if base:
-                    own = f"{md['images_per_s'] / base:.2f}x"
+                    ratio = f"{round_ratio(md, td):.2f}x"
+                base = mt["modes"].get("fp32") or {}
+                if "images_per_s" in base:
+                    own = f"{round_ratio(md, base):.2f}x"
                 g = md["images_per_s"] * per_image[model] / 1e9
                 gf = f"{g:.1f}"
                 pct = f"{100 * g / peak:.1f}%" if peak else "—"

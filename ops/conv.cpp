@@ -168,6 +168,14 @@ Shift shift_of(const ConvGeom& g, int64_t offh, int64_t offw) {
   r.hi = std::max(r.lo, std::min(r.i1 * g.W, g.H * g.W - r.s));
   return r;
 }
+// Calls fn(c, shift, row) for every row (c, ki, kj) of a plane_shift col (K, L), in w's order.
+template <typename T, typename F>
+void for_each_shifted_row(const ConvGeom& g, T* col, F&& fn) {
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t ki = 0; ki < g.kH; ++ki)
+      for (int64_t kj = 0; kj < g.kW; ++kj)
+        fn(c, shift_of(g, ki * g.dH - g.pH, kj - g.pW), col + ((c * g.kH + ki) * g.kW + kj) * g.L());
+}
 // Sets the entries of valid rows whose column is outside [j0, j1) to v.
 template <typename T>
 void set_border_columns(const ConvGeom& g, const Shift& sh, T v, T* row) {
@@ -181,16 +189,12 @@ template <typename T>
 void im2col(const T* x, const ConvGeom& g, T* col) {
   const int64_t L = g.L();
   if (plane_shift(g)) {
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t ki = 0; ki < g.kH; ++ki)
-        for (int64_t kj = 0; kj < g.kW; ++kj) {
-          const Shift sh = shift_of(g, ki * g.dH - g.pH, kj - g.pW);
-          T* row = col + ((c * g.kH + ki) * g.kW + kj) * L;
-          std::fill(row, row + sh.lo, T(0));
-          std::memcpy(row + sh.lo, x + c * g.H * g.W + sh.lo + sh.s, sizeof(T) * static_cast<size_t>(sh.hi - sh.lo));
-          std::fill(row + sh.hi, row + L, T(0));
-          set_border_columns(g, sh, T(0), row);
-        }
+    for_each_shifted_row(g, col, [&](int64_t c, const Shift& sh, T* row) {
+      std::fill(row, row + sh.lo, T(0));
+      std::memcpy(row + sh.lo, x + c * g.H * g.W + sh.lo + sh.s, sizeof(T) * static_cast<size_t>(sh.hi - sh.lo));
+      std::fill(row + sh.hi, row + L, T(0));
+      set_border_columns(g, sh, T(0), row);
+    });
     return;
   }
   for (int64_t c = 0; c < g.C; ++c) {
@@ -230,16 +234,12 @@ template <typename T>
 void col2im(T* col, const ConvGeom& g, T* x) {
   const int64_t L = g.L();
   if (plane_shift(g)) {
-    for (int64_t c = 0; c < g.C; ++c)
-      for (int64_t ki = 0; ki < g.kH; ++ki)
-        for (int64_t kj = 0; kj < g.kW; ++kj) {
-          const Shift sh = shift_of(g, ki * g.dH - g.pH, kj - g.pW);
-          T* row = col + ((c * g.kH + ki) * g.kW + kj) * L;
-          set_border_columns(g, sh, T(-0.0), row);
-          T* dst = x + c * g.H * g.W + sh.lo + sh.s;  // pixel of row[lo]
-          const T* src = row + sh.lo;
-          for (int64_t l = 0; l < sh.hi - sh.lo; ++l) dst[l] += src[l];
-        }
+    for_each_shifted_row(g, col, [&](int64_t c, const Shift& sh, T* row) {
+      set_border_columns(g, sh, T(-0.0), row);
+      T* dst = x + c * g.H * g.W + sh.lo + sh.s;  // the pixel of row[lo]
+      const T* src = row + sh.lo;
+      for (int64_t l = 0; l < sh.hi - sh.lo; ++l) dst[l] += src[l];
+    });
     return;
   }
   for (int64_t c = 0; c < g.C; ++c) {
