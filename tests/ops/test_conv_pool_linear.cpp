@@ -269,35 +269,49 @@ TEST(ConvPoolLinear, MaxPoolIndicesFirstMaxAndNaN) {
 }
 
 TEST(ConvPoolLinear, MaxPool2x2MatchesAWindowScanWithTiesNaNAndInf) {
-  // The 2x2 stride-2 fast path against a plain scan: ties keep the first tap in row-major
-  // order, a NaN takes over (a later NaN too, as PyTorch), -inf is an ordinary value; an odd
-  // H drops the last row. Many ties: values are small integers.
-  Generator g(21);
-  std::vector<float> v = (rand({2, 3, 9, 10}, {}, &g) * 4.0).to_vector<float>();
-  for (float& e : v) e = std::floor(e);
-  v[7] = NAN, v[40] = NAN, v[41] = NAN, v[100] = -INFINITY, v[101] = -INFINITY, v[110] = -INFINITY, v[111] = -INFINITY;
-  Tensor x = tensor(std::vector<double>(v.begin(), v.end()), {2, 3, 9, 10});
-  auto [y, idx] = max_pool2d_with_indices(x, {2});
-  ASSERT_EQ(y.sizes(), (IntList{2, 3, 4, 5}));
-  std::vector<float> got = y.to_vector<float>();
-  std::vector<int64_t> got_i = idx.to_vector<int64_t>();
-  for (int64_t p = 0; p < 6; ++p)
-    for (int64_t oh = 0; oh < 4; ++oh)
-      for (int64_t ow = 0; ow < 5; ++ow) {
-        float best = -INFINITY;
-        int64_t bi = 2 * oh * 10 + 2 * ow;
-        for (int64_t h = 2 * oh; h < 2 * oh + 2; ++h)
-          for (int64_t w = 2 * ow; w < 2 * ow + 2; ++w) {
-            float e = v[static_cast<size_t>(p * 90 + h * 10 + w)];
-            if (e > best || std::isnan(e)) best = e, bi = h * 10 + w;
-          }
-        size_t o = static_cast<size_t>(p * 20 + oh * 5 + ow);
-        EXPECT_EQ(got_i[o], bi) << "plane " << p << " window " << oh << "," << ow;
-        if (std::isnan(best))
-          EXPECT_TRUE(std::isnan(got[o]));
-        else
-          EXPECT_EQ(got[o], best);
-      }
+  // The 2x2 stride-2 fast paths (SSE2: 4 windows at a time; AVX-512: 16, the rest masked) against
+  // a plain scan: ties keep the first tap in row-major order, a NaN takes over (a later NaN too,
+  // as PyTorch), -inf is an ordinary value; an odd H or W drops the last row or column. Many
+  // ties: values are small integers. Widths 10, 37 and 70: 5, 18 and 35 windows per row (one
+  // partial chunk; a full one and a partial; two full and a partial).
+  for (const int64_t W : {10, 37, 70}) {
+    SCOPED_TRACE("W = " + std::to_string(W));
+    const int64_t H = 9, OH = H / 2, OW = W / 2, planes = 6;
+    Generator g(21);
+    std::vector<float> v = (rand({2, 3, H, W}, {}, &g) * 4.0).to_vector<float>();
+    for (float& e : v) e = std::floor(e);
+    for (size_t k : {7, 40, 41, 150, 151}) v[k] = NAN;
+    for (size_t k : {100, 101, 110, 111, 300, 301, 302, 303}) v[k] = -INFINITY;
+    Tensor x = tensor(std::vector<double>(v.begin(), v.end()), {2, 3, H, W});
+    auto [y, idx] = max_pool2d_with_indices(x, {2});
+    ASSERT_EQ(y.sizes(), (IntList{2, 3, OH, OW}));
+    std::vector<float> got = y.to_vector<float>();
+    std::vector<int64_t> got_i = idx.to_vector<int64_t>();
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float best = -INFINITY;
+          int64_t bi = 2 * oh * W + 2 * ow;
+          for (int64_t h = 2 * oh; h < 2 * oh + 2; ++h)
+            for (int64_t w = 2 * ow; w < 2 * ow + 2; ++w) {
+              float e = v[static_cast<size_t>(p * H * W + h * W + w)];
+              if (e > best || std::isnan(e)) best = e, bi = h * W + w;
+            }
+          size_t o = static_cast<size_t>(p * OH * OW + oh * OW + ow);
+          ASSERT_EQ(got_i[o], bi) << "plane " << p << " window " << oh << "," << ow;
+          if (std::isnan(best))
+            ASSERT_TRUE(std::isnan(got[o]));
+          else
+            ASSERT_EQ(got[o], best);
+        }
+    // The backward recomputes the argmax through the same path: each gradient lands on bi.
+    Tensor xg = x.detach().requires_grad_();
+    max_pool2d(xg, {2}).sum().backward();
+    std::vector<double> gx = xg.grad().to_vector<double>();
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t o = 0; o < OH * OW; ++o)
+        ASSERT_EQ(gx[static_cast<size_t>(p * H * W + got_i[static_cast<size_t>(p * OH * OW + o)])], 1.0);
+  }
 }
 
 TEST(ConvPoolLinear, AvgPoolDivisors) {
