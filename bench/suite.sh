@@ -5,7 +5,7 @@
 # set of markdown tables with the machine's details, also written to DIR/summary.md.
 #
 #   bench/suite.sh --quick                 # a few minutes on 2 cores: proves it works, numbers rough
-#   bench/suite.sh --threads 2             # the full run, under ~15 minutes on 2 cores
+#   bench/suite.sh --threads 2             # the full run, about 4 minutes on 2 cores
 #
 # Tables: (a) SmallCNN / ResNet-8 training images/s at batch 128, fp32 / AMP fp16 / AMP bf16
 # (train_throughput vs torch_suite.py throughput); (b) SmallCNN's layers forward and backward
