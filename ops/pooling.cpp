@@ -164,13 +164,14 @@ struct GradPlanes {
   std::vector<A> scratch;
   int64_t size;
   explicit GradPlanes(int64_t plane) : scratch(direct ? 0 : static_cast<size_t>(omp_get_max_threads() * plane)), size(plane) {}
-  A* begin(T* out, int thread) {
+  // zero = false: the caller writes every element itself.
+  A* begin(T* out, int thread, bool zero = true) {
     A* acc;
     if constexpr (direct)
       acc = out;
     else
       acc = scratch.data() + static_cast<int64_t>(thread) * size;
-    std::fill(acc, acc + size, A(0));
+    if (zero) std::fill(acc, acc + size, A(0));
     return acc;
   }
   void finish(const A* acc, T* out) {
@@ -261,12 +262,17 @@ void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx) {
   }
 }
 
+// The 2x2, stride-2 window with every tap inside the plane (the fast paths above).
+bool is_2x2_fast(const PoolGeom& g) {
+  return g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1 &&
+         2 * g.OH <= g.H && 2 * g.OW <= g.W;
+}
+
 template <typename T>
 void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std::vector<Taps>& cols, const T* in,
                     T* out, int64_t* idx) {
   using A = acc_t<T>;
-  if (g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1 &&
-      2 * g.OH <= g.H && 2 * g.OW <= g.W) {
+  if (is_2x2_fast(g)) {
     if constexpr (std::is_same_v<T, A>) return max_pool_plane_2x2<A>(g, in, out, idx);
   }
   for (int64_t oh = 0; oh < g.OH; ++oh) {
@@ -415,13 +421,29 @@ TensorList max_pool2d_input_backward_cpu(const OpCall& call) {
     GradPlanes<T> planes(plane);
     std::vector<std::vector<int64_t>> idx(static_cast<size_t>(omp_get_max_threads()));
     std::vector<std::vector<A>> win(idx.size()), wgrad(idx.size());  // 16-bit only
+    // The 2x2 window on f32 values with AVX-512: argmax and gradient in one pass per row, no zero
+    // fill (but for the rows/columns no window covers) and no scatter; the same values.
+    const bool fused = std::is_same_v<A, float> && is_2x2_fast(g) && plane < (int64_t(1) << 31) &&
+                       cpu::max_pool_2x2_avx512_available();
+    const bool uncovered = 2 * g.OH < g.H || 2 * g.OW < g.W;
     for_each_plane(g.planes(), oplane * g.kH * g.kW + plane, [&](int64_t p, int t) {
       const size_t ts = static_cast<size_t>(t);
+      const A* xpl = widen(in + p * plane, plane, win[ts]);
+      const A* gpl = widen(gp + p * oplane, oplane, wgrad[ts]);
+      if constexpr (std::is_same_v<A, float>) {
+        if (fused) {
+          A* acc = planes.begin(o + p * plane, t, uncovered);
+          for (int64_t oh = 0; oh < g.OH; ++oh)
+            cpu::max_pool_row_2x2_grad_avx512(xpl + 2 * oh * g.W, xpl + (2 * oh + 1) * g.W, g.OW, gpl + oh * g.OW,
+                                              acc + 2 * oh * g.W, acc + (2 * oh + 1) * g.W);
+          planes.finish(acc, o + p * plane);
+          return;
+        }
+      }
       std::vector<int64_t>& ix = idx[ts];
       ix.resize(static_cast<size_t>(oplane));
-      max_pool_plane<A>(g, rows, cols, widen(in + p * plane, plane, win[ts]), nullptr, ix.data());
+      max_pool_plane<A>(g, rows, cols, xpl, nullptr, ix.data());
       A* acc = planes.begin(o + p * plane, t);
-      const A* gpl = widen(gp + p * oplane, oplane, wgrad[ts]);
       for (int64_t i = 0; i < oplane; ++i)
         if (ix[static_cast<size_t>(i)] >= 0) acc[ix[static_cast<size_t>(i)]] += gpl[i];
       planes.finish(acc, o + p * plane);

@@ -17,4 +17,11 @@ bool max_pool_2x2_avx512_available();
 void max_pool_row_2x2_avx512(const float* r0, const float* r1, int64_t OW, float* out, int64_t* idx,
                              int64_t row0_index, int64_t W);
 
+// The gradient of one output row's windows, written in one pass (no zero fill, no scatter): the
+// argmax tap of window ow (found as above on input rows x0, x1) gets 0 + g[ow], the value the
+// generic loop's scatter into zeros gives (-0 becomes +0), the other three taps get +0. Writes
+// columns [0, 2 OW) of gradient rows gx0 and gx1.
+void max_pool_row_2x2_grad_avx512(const float* x0, const float* x1, int64_t OW, const float* g, float* gx0,
+                                  float* gx1);
+
 }  // namespace mixtape::cpu

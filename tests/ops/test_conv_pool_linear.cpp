@@ -304,13 +304,17 @@ TEST(ConvPoolLinear, MaxPool2x2MatchesAWindowScanWithTiesNaNAndInf) {
           else
             ASSERT_EQ(got[o], best);
         }
-    // The backward recomputes the argmax through the same path: each gradient lands on bi.
-    Tensor xg = x.detach().requires_grad_();
-    max_pool2d(xg, {2}).sum().backward();
-    std::vector<double> gx = xg.grad().to_vector<double>();
-    for (int64_t p = 0; p < planes; ++p)
-      for (int64_t o = 0; o < OH * OW; ++o)
-        ASSERT_EQ(gx[static_cast<size_t>(p * H * W + got_i[static_cast<size_t>(p * OH * OW + o)])], 1.0);
+    // The backward (f32: the fused AVX-512 pass where the CPU has it) equals the f64 backward
+    // (the generic argmax + scatter into zeros) on the same values, bit for bit: each window's
+    // gradient lands on its argmax as 0 + g (so -0 becomes +0), everything else, the dropped
+    // last row/column included, is +0.
+    Tensor gout64 = randn({2, 3, OH, OW}, DType::Float64, &g).to(DType::Float32).to(DType::Float64);
+    gout64.data_ptr<double>()[0] = -0.0;
+    gout64.data_ptr<double>()[3] = -0.0;
+    Tensor x64 = x.to(DType::Float64).requires_grad_(), x32 = x.detach().requires_grad_();
+    (max_pool2d(x64, {2}) * gout64).sum().backward();
+    (max_pool2d(x32, {2}) * gout64.to(DType::Float32)).sum().backward();
+    EXPECT_TRUE(bit_equal(x32.grad(), x64.grad().to(DType::Float32)));
   }
 }
 
