@@ -145,23 +145,7 @@ bool saved(const BackwardContext& c, size_t i) {
 }
 
 // ---- batch_norm ----
-// Calls f(v, n) on consecutive pieces of row[0, n) as acc_t<T> values: the row itself for f32 and
-// f64; for 16-bit storage, blocks widened with the bulk (F16C) converters, which give the bits a
-// scalar conversion gives in a fraction of the time (ops/cpu/loops.h).
-template <typename T, typename F>
-void widened(const T* row, int64_t n, F&& f) {
-  if constexpr (cpu::is_16bit_v<T>) {
-    float buf[cpu::kBlock];
-    for (int64_t i = 0; i < n; i += cpu::kBlock) {
-      const int64_t m = std::min(cpu::kBlock, n - i);
-      cpu::load_block<T>(reinterpret_cast<const char*>(row + i), sizeof(T), m, buf);
-      f(buf, m);
-    }
-  } else {
-    f(row, n);
-  }
-}
-// The same over two rows of one length, piece by piece: f(a, b, n).
+// The same over two rows of one length, piece by piece: f(a, b, n) (cpu::for_each_widened).
 template <typename T, typename F>
 void widened2(const T* ra, const T* rb, int64_t n, F&& f) {
   if constexpr (cpu::is_16bit_v<T>) {
@@ -174,20 +158,6 @@ void widened2(const T* ra, const T* rb, int64_t n, F&& f) {
     }
   } else {
     f(ra, rb, n);
-  }
-}
-// out[0, n) = the values fn(i) computes in acc_t<T>, rounded once on store (blocks for 16-bit).
-template <typename T, typename Fn>
-void store_row(T* out, int64_t n, Fn&& fn) {
-  if constexpr (cpu::is_16bit_v<T>) {
-    float buf[cpu::kBlock];
-    for (int64_t i = 0; i < n; i += cpu::kBlock) {
-      const int64_t m = std::min(cpu::kBlock, n - i);
-      for (int64_t j = 0; j < m; ++j) buf[j] = fn(i + j);
-      cpu::store_block<T>(reinterpret_cast<char*>(out + i), sizeof(T), m, buf);
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(i));
   }
 }
 
@@ -205,8 +175,8 @@ void affine_per_channel(const Tensor& xc, Tensor& out, const ChannelView& v, con
     const A a = static_cast<A>(scale[c]), b = static_cast<A>(shift[c]);
     T* orow = po + r * v.S;
     int64_t done = 0;
-    widened(px + r * v.S, v.S, [&](const A* xv, int64_t n) {
-      store_row(orow + done, n, [&](int64_t i) { return xv[i] * a + b; });
+    cpu::for_each_widened(px + r * v.S, 1, v.S, [&](const A* xv, int64_t n) {
+      cpu::store_each(orow + done, n, [&](int64_t i) { return xv[i] * a + b; });
       done += n;
     });
   }
@@ -235,12 +205,13 @@ TensorList batch_norm_cpu(const OpCall& call) {
       for (int64_t c = 0; c < v.C; ++c) {
         cpu::LaneSum<double> s;
         for (int64_t n = 0; n < v.N; ++n)
-          widened(px + (n * v.C + c) * v.S, v.S,
-                  [&](const A* xv, int64_t m) { s.add(m, [&](int64_t j) { return static_cast<double>(xv[j]); }); });
+          cpu::for_each_widened(px + (n * v.C + c) * v.S, 1, v.S, [&](const A* xv, int64_t m) {
+            s.add(m, [&](int64_t j) { return static_cast<double>(xv[j]); });
+          });
         const double mu = s.total() / static_cast<double>(v.M());
         cpu::LaneSum<double> sq;
         for (int64_t n = 0; n < v.N; ++n)
-          widened(px + (n * v.C + c) * v.S, v.S, [&](const A* xv, int64_t m) {
+          cpu::for_each_widened(px + (n * v.C + c) * v.S, 1, v.S, [&](const A* xv, int64_t m) {
             sq.add(m, [&](int64_t j) {
               const double d = static_cast<double>(xv[j]) - mu;
               return d * d;
@@ -338,7 +309,7 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
       const int64_t o = r * v.S;
       int64_t done = 0;
       widened2(pg + o, px + o, v.S, [&](const A* gv, const A* xv, int64_t m) {
-        store_row(po + o + done, m, [&](int64_t j) { return a * gv[j] + bx * xv[j] + d; });
+        cpu::store_each(po + o + done, m, [&](int64_t j) { return a * gv[j] + bx * xv[j] + d; });
         done += m;
       });
     }

@@ -191,12 +191,9 @@ TensorList sum_cpu(const OpCall& call) {
         const T* p = in + off;
         const int64_t st = runs.inner_stride;
         if constexpr (cpu::is_16bit_v<T>) {  // widen blocks with F16C; same values, same lanes
-          float buf[cpu::kBlock];
-          for (int64_t j0 = 0; j0 < n; j0 += cpu::kBlock) {
-            const int64_t m = std::min(cpu::kBlock, n - j0);
-            cpu::load_block<T>(reinterpret_cast<const char*>(p + j0 * st), st * int64_t(sizeof(T)), m, buf);
-            lanes.add(m, [&](int64_t j) { return static_cast<Acc>(buf[j]); });
-          }
+          cpu::for_each_widened(p, st, n, [&](const float* v, int64_t m) {
+            lanes.add(m, [&](int64_t j) { return static_cast<Acc>(v[j]); });
+          });
         } else {
           lanes.add(n, [&](int64_t j) { return static_cast<Acc>(static_cast<acc_t<T>>(p[j * st])); });
         }

@@ -5,6 +5,7 @@
 // threads when the work is large enough to pay for them. Element type conversion follows the
 // rule of the project: load 16-bit values as float, compute in acc_t<T>, round once on store.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -197,6 +198,38 @@ inline void store_block(char* p, int64_t stride, int64_t n, const acc_t<T>* src)
       return convert_float_to_bfloat16(src, reinterpret_cast<BFloat16*>(p), static_cast<size_t>(n));
   }
   for (int64_t i = 0; i < n; ++i) store<T>(p + i * stride, src[i]);
+}
+
+// Calls f(v, m) on consecutive pieces of the n values p[0], p[st], p[2 st], ... read as acc_t<T>:
+// for f32/f64 with st == 1 one piece, the values themselves; for 16-bit storage blocks of at most
+// kBlock values widened by load_block (F16C when contiguous). Each piece but the last has kBlock
+// values, so a piece never splits a group of four (ops/cpu/lane_sum.h's lanes stay aligned).
+template <typename T, typename F>
+inline void for_each_widened(const T* p, int64_t st, int64_t n, F&& f) {
+  if constexpr (!is_16bit_v<T>) {
+    if (st == 1) return f(p, n);
+  }
+  acc_t<T> buf[kBlock];
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    load_block<T>(reinterpret_cast<const char*>(p + i * st), st * static_cast<int64_t>(sizeof(T)), m, buf);
+    f(buf, m);
+  }
+}
+// out[0, n) = fn(0), ..., fn(n - 1), computed in acc_t<T> and rounded once on store (in blocks
+// through store_block for 16-bit storage).
+template <typename T, typename Fn>
+inline void store_each(T* out, int64_t n, Fn&& fn) {
+  if constexpr (is_16bit_v<T>) {
+    float buf[kBlock];
+    for (int64_t i = 0; i < n; i += kBlock) {
+      const int64_t m = std::min(kBlock, n - i);
+      for (int64_t j = 0; j < m; ++j) buf[j] = fn(i + j);
+      store_block<T>(reinterpret_cast<char*>(out + i), sizeof(T), m, buf);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(fn(i));
+  }
 }
 
 // Byte strides of `t` broadcast to `shape` (0 where t is broadcast).
