@@ -218,10 +218,7 @@ void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx) {
   static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
   if constexpr (std::is_same_v<A, float>)
     if (g.H * g.W < (int64_t(1) << 31) && cpu::max_pool_2x2_avx512_available()) {
-      for (int64_t oh = 0; oh < g.OH; ++oh)  // 16 windows at a time, same bits
-        cpu::max_pool_row_2x2_avx512(in + 2 * oh * g.W, in + (2 * oh + 1) * g.W, g.OW, out ? out + oh * g.OW : nullptr,
-                                     idx ? idx + oh * g.OW : nullptr, 2 * oh * g.W, g.W);
-      return;
+      return cpu::max_pool_plane_2x2_avx512(in, g.OH, g.OW, g.W, out, idx);  // 16 windows at a time, same bits
     }
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const int64_t row0_index = 2 * oh * g.W;
@@ -433,9 +430,7 @@ TensorList max_pool2d_input_backward_cpu(const OpCall& call) {
       if constexpr (std::is_same_v<A, float>) {
         if (fused) {
           A* acc = planes.begin(o + p * plane, t, uncovered);
-          for (int64_t oh = 0; oh < g.OH; ++oh)
-            cpu::max_pool_row_2x2_grad_avx512(xpl + 2 * oh * g.W, xpl + (2 * oh + 1) * g.W, g.OW, gpl + oh * g.OW,
-                                              acc + 2 * oh * g.W, acc + (2 * oh + 1) * g.W);
+          cpu::max_pool_plane_2x2_grad_avx512(xpl, g.OH, g.OW, g.W, gpl, acc);
           planes.finish(acc, o + p * plane);
           return;
         }
