@@ -146,7 +146,6 @@ void valid_range(int64_t off, int64_t stride, int64_t size, int64_t out, int64_t
   lo = std::min(lo, hi);
 }
 
-// x: (C, H, W) -> col: (K, L), layout in the header comment.
 // Unit strides, unit column dilation and OW == W ("same" padding, every 3x3 conv of the zoo): a
 // row (c, ki, kj) of col is then the channel's plane shifted by s = offh W + offw, read as one
 // contiguous run (one memcpy, not one per output row), with the rows outside the image and the
@@ -185,6 +184,7 @@ void set_border_columns(const ConvGeom& g, const Shift& sh, T v, T* row) {
   }
 }
 
+// x: (C, H, W) -> col: (K, L), layout in the header comment.
 template <typename T>
 void im2col(const T* x, const ConvGeom& g, T* col) {
   const int64_t L = g.L();
@@ -331,7 +331,7 @@ void conv_forward(const ConvGeom& g, const S* x, const T* w, const T* b, S* y) {
     if (Kg != 0 && Og != 0)
       for (int64_t gr = 0; gr < g.G; ++gr)
         cpu::gemm(false, false, Og, L, Kg, w + gr * Og * Kg, Kg, src + gr * Kg * L, L, b ? T(1) : T(0),
-                yn + gr * Og * L, L);
+                  yn + gr * Og * L, L);
     if constexpr (WidenBuffers<S, T>::needed) store(yn, y + n * g.O * L, g.O * L);  // the one rounding
   }
 }

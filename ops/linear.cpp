@@ -17,7 +17,6 @@
 //   grad_b = g2 summed over rows             (out)
 #include "ops/linear.h"
 
-
 #include <algorithm>
 #include <climits>
 #include <cstring>

@@ -1,11 +1,10 @@
 // ops/matmul.cpp — the batched matrix product primitive.
 //   matmul(a: (*A, n, k), b: (*B, k, m)) -> (broadcast(*A, *B), n, m)
 //   backward: ga = g @ b^T summed to a's shape; gb = a^T @ g summed to b's shape.
-// CPU kernel: sgemm/dgemm (ops/cpu/blas.h) per batch entry. 16-bit operands are widened to f32 with the
-// bulk converter, multiplied with f32 accumulation, and the f32 result rounded once — the same
-// numbers a tensor core with f32 accumulation produces (a dot of 4096 f16 ones is exactly 4096).
+// CPU kernel: sgemm/dgemm (ops/cpu/blas.h) per batch entry. 16-bit operands are widened to f32
+// with the bulk converter, multiplied with f32 accumulation, and the f32 result rounded once —
+// the numbers a tensor core with f32 accumulation produces (a dot of 4096 f16 ones is 4096).
 #include "ops/matmul.h"
-
 
 #include "core/convert.h"
 #include "ops/cpu/blas.h"

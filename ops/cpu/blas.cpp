@@ -142,8 +142,13 @@ int single_depth = 0;
 int single_saved = 1;
 }  // namespace
 
-BlasSingleThreaded::BlasSingleThreaded(bool active)
-    : active_(active && blas().info.threading == "pthread" && blas().set_num_threads && blas().get_num_threads) {
+BlasSingleThreaded::BlasSingleThreaded(bool active) : active_(false) {
+  // Resolve the configuration here, on the calling thread: a bad MIXTAPE_GEMM or a BLAS that
+  // cannot be loaded throws now, not inside the caller's parallel region (where an exception
+  // would terminate the process).
+  native_sgemm();
+  const Blas& b = blas();
+  active_ = active && b.info.threading == "pthread" && b.set_num_threads && b.get_num_threads;
   if (!active_) return;
   std::lock_guard<std::mutex> lock(single_mu);
   if (single_depth++ == 0) {

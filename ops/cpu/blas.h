@@ -39,7 +39,9 @@ std::string blas_info_line();
 // While alive and `active`, a threaded BLAS that does not follow OpenMP's nesting (the pthread
 // build) runs single-threaded, so that GEMMs called from every thread of an OpenMP loop do not
 // each start a full set of BLAS threads (OpenBLAS's pthread build serialises them on a lock).
-// Process-wide and reference counted; a no-op for the OpenMP and sequential builds.
+// Process-wide and reference counted; a no-op for the OpenMP and sequential builds. Construct it
+// before the parallel region: it also loads the BLAS and reads MIXTAPE_GEMM on the calling
+// thread, so their errors are thrown there (an exception leaving an OpenMP region terminates).
 class BlasSingleThreaded {
  public:
   explicit BlasSingleThreaded(bool active);

@@ -16,7 +16,9 @@
 
 #include "core/error.h"
 #include "ops/cpu/blas.h"
+#include "ops/conv.h"
 #include "ops/cpu/sgemm_avx512.h"
+#include "ops/creation.h"
 
 namespace mixtape::testing {
 namespace {
@@ -197,6 +199,29 @@ TEST(Blas, AnUnloadableLibraryIsNamedInTheError) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: nothing loaded yet
   EXPECT_EXIT(first_gemm_with_a_missing_library(), ::testing::ExitedWithCode(3),
               "cannot load a CBLAS library.*/nonexistent/libno-such-blas.so.0.*MIXTAPE_BLAS_LIBRARY");
+}
+
+// In the death test's child: a conv2d big enough to run its OpenMP loop over the batch, with
+// MIXTAPE_GEMM set to nonsense. Exits 3 with the error's text when it throws mixtape's Error; an
+// exception escaping the parallel region would abort instead.
+[[noreturn]] void parallel_conv_with_a_bad_gemm_choice() {
+  setenv("MIXTAPE_GEMM", "fastest", 1);
+  omp_set_num_threads(2);
+  try {
+    conv2d(ones({8, 4, 16, 16}), ones({8, 4, 3, 3}), Tensor(), {1, 1}, {1, 1});
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::exit(3);
+  }
+  std::exit(0);
+}
+
+// The configuration is read on the calling thread before conv2d's parallel loop
+// (cpu::BlasSingleThreaded), so a bad value is a clear error, not a terminated process.
+TEST(Blas, ABadGemmChoiceIsAnErrorEvenFromAParallelConv) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(parallel_conv_with_a_bad_gemm_choice(), ::testing::ExitedWithCode(3),
+              "MIXTAPE_GEMM: expected 'blas' or 'auto', got 'fastest'");
 }
 
 }  // namespace
