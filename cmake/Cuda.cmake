@@ -10,16 +10,23 @@
 #   - cuBLAS/cuBLASLt are not linked but loaded at first call (core/cuda/cublas_lazy.cpp), so
 #     processes that never multiply on a GPU (most tests) do not pay for loading them.
 # Sets MIXTAPE_WITH_CUDA (ON/OFF) and MIXTAPE_CUDA_REASON for the configure message.
-set(MIXTAPE_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO (when nvcc is found), ON or OFF")
-set_property(CACHE MIXTAPE_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(MIXTAPE_CUDA AUTO CACHE STRING
+    "Build the CUDA backend: AUTO (when nvcc is found), ON, OFF, or EMULATOR (kernels on the CPU, for tests)")
+set_property(CACHE MIXTAPE_CUDA PROPERTY STRINGS AUTO ON OFF EMULATOR)
 string(TOUPPER "${MIXTAPE_CUDA}" _mixtape_cuda_mode)
-if(NOT _mixtape_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "MIXTAPE_CUDA must be AUTO, ON or OFF, got '${MIXTAPE_CUDA}'")
+if(NOT _mixtape_cuda_mode MATCHES "^(AUTO|ON|OFF|EMULATOR)$")
+  message(FATAL_ERROR "MIXTAPE_CUDA must be AUTO, ON, OFF or EMULATOR, got '${MIXTAPE_CUDA}'")
 endif()
 
 set(MIXTAPE_WITH_CUDA OFF)
+set(MIXTAPE_CUDA_EMULATOR OFF)
 set(MIXTAPE_CUDA_LIBS)
-if(_mixtape_cuda_mode STREQUAL "OFF")
+if(_mixtape_cuda_mode STREQUAL "EMULATOR")
+  # The whole CUDA backend, compiled by the host compiler against the CUDA emulator
+  # (tests/cuda_emulator/): no nvcc, no GPU, no cudart/cuBLAS/cuDNN at run time.
+  include(cmake/CudaEmulator.cmake)
+  return()
+elseif(_mixtape_cuda_mode STREQUAL "OFF")
   set(MIXTAPE_CUDA_REASON "MIXTAPE_CUDA=OFF")
 elseif(MIXTAPE_SANITIZE)
   # Sanitizer flags are host-compiler flags nvcc refuses; the sanitizer build is CPU-only.

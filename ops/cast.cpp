@@ -16,7 +16,9 @@ namespace {
 
 template <typename To, typename From>
 To convert_value(From v) {
-  if constexpr (std::is_same_v<To, bool>) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;  // a copy, not a conversion: every bit pattern survives, signalling NaNs included
+  } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<acc_t<From>>(v) != acc_t<From>(0);
   } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
     if constexpr (std::is_same_v<From, double>)

@@ -5,8 +5,10 @@
 // Bit-identical to the CPU: the same IEEE operations per element (one multiply) in the same type.
 #include "amp/amp_functors.h"
 #include "amp/cuda/scaler_kernels.h"
+#include "core/cuda/launch.cuh"
 
 namespace mixtape::amp::cuda {
+using ::mixtape::cuda::launch_kernel;
 namespace {
 
 struct SpanBatch {
@@ -63,18 +65,19 @@ cudaError_t launch_unscale_and_check(const GradSpan* spans, int count, float* fo
     constexpr int kThreads = 256;
     int64_t bx = (longest + kThreads * 4 - 1) / (kThreads * 4);  // ~4 elements per thread on the longest
     if (bx > 1024) bx = 1024;
-    unscale_and_check_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(m)), kThreads, 0, s>>>(
-        batch, found_inf, inv_scale);
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
+    if (const cudaError_t e =
+            launch_kernel(unscale_and_check_kernel, dim3(static_cast<unsigned>(bx), static_cast<unsigned>(m)), kThreads,
+                          0, s, batch, found_inf, inv_scale);
+        e != cudaSuccess)
+      return e;
   }
   return cudaSuccess;
 }
 
 cudaError_t launch_update_scale(float* scale, int32_t* growth_tracker, const float* found_inf, double growth_factor,
                                 double backoff_factor, int32_t growth_interval, cudaStream_t s) {
-  update_scale_kernel<<<1, 1, 0, s>>>(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
-  return cudaGetLastError();
+  return launch_kernel(update_scale_kernel, 1, 1, 0, s, scale, growth_tracker, found_inf, growth_factor, backoff_factor,
+                       growth_interval);
 }
 
 }  // namespace mixtape::amp::cuda

@@ -130,8 +130,8 @@ cudaError_t launch_bn_stats(DType dt, const void* x, BnShape v, double* mean, do
                             cudaStream_t s) {
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    bn_stats_kernel<T><<<channel_blocks(v.C), kBnThreads, 0, s>>>(static_cast<const T*>(x), v, mean, var, var_unbiased);
-    return cudaGetLastError();
+    return launch_kernel(bn_stats_kernel<T>, channel_blocks(v.C), kBnThreads, 0, s, static_cast<const T*>(x), v, mean,
+                         var, var_unbiased);
   });
 }
 
@@ -139,9 +139,8 @@ cudaError_t launch_bn_coefficients(int64_t C, const double* mean, const double* 
                                    const double* b, double eps, double* invstd, double* scale, double* shift,
                                    double* running_mean, double* running_var, const double* var_unbiased,
                                    double momentum, cudaStream_t s) {
-  bn_coefficients_kernel<<<grid_for(C, 128), 128, 0, s>>>(C, mean, var, w, b, eps, invstd, scale, shift, running_mean,
-                                                           running_var, var_unbiased, momentum);
-  return cudaGetLastError();
+  return launch_kernel(bn_coefficients_kernel, grid_for(C, 128), 128, 0, s, C, mean, var, w, b, eps, invstd, scale,
+                       shift, running_mean, running_var, var_unbiased, momentum);
 }
 
 cudaError_t launch_bn_affine(DType dt, const void* x, BnShape v, const double* scale, const double* shift, void* out,
@@ -150,9 +149,8 @@ cudaError_t launch_bn_affine(DType dt, const void* x, BnShape v, const double* s
   if (n == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    bn_affine_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(x), v, scale, shift,
-                                                                    static_cast<T*>(out));
-    return cudaGetLastError();
+    return launch_kernel(bn_affine_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, static_cast<const T*>(x), v, scale,
+                         shift, static_cast<T*>(out));
   });
 }
 
@@ -163,19 +161,19 @@ cudaError_t launch_bn_backward(DType dt, const void* g, const void* x, BnShape v
     using T = typename decltype(tag)::type;
     auto gp = static_cast<const T*>(g);
     auto xp = static_cast<const T*>(x);
-    bn_grad_sums_kernel<T><<<channel_blocks(v.C), kBnThreads, 0, s>>>(gp, xp, v, mean, invstd, sum_g, sum_gxhat);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = launch_kernel(bn_grad_sums_kernel<T>, channel_blocks(v.C), kBnThreads, 0, s, gp, xp, v, mean,
+                                  invstd, sum_g, sum_gxhat);
     if (e != cudaSuccess) return e;
     double* ka = coeffs;
     double* kb = coeffs + v.C;
     double* kd = coeffs + 2 * v.C;
-    bn_grad_coeffs_kernel<<<grid_for(v.C, 128), 128, 0, s>>>(v, sum_g, sum_gxhat, mean, invstd, w, training, ka, kb, kd);
-    e = cudaGetLastError();
+    e = launch_kernel(bn_grad_coeffs_kernel, grid_for(v.C, 128), 128, 0, s, v, sum_g, sum_gxhat, mean, invstd, w,
+                      training, ka, kb, kd);
     if (e != cudaSuccess) return e;
     const int64_t n = v.N * v.C * v.S;
     if (n == 0) return cudaSuccess;
-    bn_grad_input_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(gp, xp, v, ka, kb, kd, static_cast<T*>(gx));
-    return cudaGetLastError();
+    return launch_kernel(bn_grad_input_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, gp, xp, v, ka, kb, kd,
+                         static_cast<T*>(gx));
   });
 }
 

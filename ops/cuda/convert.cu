@@ -80,9 +80,8 @@ cudaError_t launch_dropout(DType dt, const void* x, void* out, bool* mask, int64
   if (n == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dropout_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(out), mask, n,
-                                                                  p, seed, offset);
-    return cudaGetLastError();
+    return launch_kernel(dropout_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, static_cast<const T*>(x),
+                         static_cast<T*>(out), mask, n, p, seed, offset);
   });
 }
 
@@ -106,9 +105,8 @@ cudaError_t launch_fill(DType dt, const Operands& ops, double value, cudaStream_
       v = static_cast<T>(value);
     if (ops.numel == 0) return cudaSuccess;
     if (ops.contiguous) {
-      fill_contig_kernel<T><<<grid_for(ops.numel, kThreads), kThreads, 0, s>>>(reinterpret_cast<T*>(ops.data[0]),
-                                                                                ops.numel, v);
-      return cudaGetLastError();
+      return launch_kernel(fill_contig_kernel<T>, grid_for(ops.numel, kThreads), kThreads, 0, s,
+                           reinterpret_cast<T*>(ops.data[0]), ops.numel, v);
     }
     // Strided output: the map kernel reads operand 1 = operand 0 and ignores it.
     Operands o = ops;
@@ -127,10 +125,11 @@ cudaError_t launch_where(size_t elem_size, const Operands& ops, cudaStream_t s) 
   auto go = [&](auto tag) -> cudaError_t {
     using U = typename decltype(tag)::type;
     if (n <= INT32_MAX)
-      where_kernel<U, uint32_t><<<grid_for(n, kThreads), kThreads, 0, s>>>(OffsetCalc<4, uint32_t>::make(ops), p, uint32_t(n));
+      return launch_kernel(where_kernel<U, uint32_t>, grid_for(n, kThreads), kThreads, 0, s,
+                           OffsetCalc<4, uint32_t>::make(ops), p, uint32_t(n));
     else
-      where_kernel<U, uint64_t><<<grid_for(n, kThreads), kThreads, 0, s>>>(OffsetCalc<4, uint64_t>::make(ops), p, uint64_t(n));
-    return cudaGetLastError();
+      return launch_kernel(where_kernel<U, uint64_t>, grid_for(n, kThreads), kThreads, 0, s,
+                           OffsetCalc<4, uint64_t>::make(ops), p, uint64_t(n));
   };
   switch (elem_size) {
     case 1: return go(TypeTag<uint8_t>{});
@@ -146,8 +145,8 @@ cudaError_t launch_random_fill(DType dt, void* data, int64_t n, uint64_t seed, u
   if (n == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    random_fill_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(data), n, seed, offset, normal);
-    return cudaGetLastError();
+    return launch_kernel(random_fill_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, static_cast<T*>(data), n, seed,
+                         offset, normal);
   });
 }
 

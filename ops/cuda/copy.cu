@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/cuda/check.h"
+#include "core/cuda/launch.cuh"
 #include "ops/cuda/copy_kernels.h"
 
 namespace mixtape::cuda {
@@ -35,9 +36,9 @@ void launch(void* dst, const void* src, int64_t numel, const Geometry& g, cudaSt
   constexpr int kThreads = 256;
   int64_t blocks = (numel + kThreads - 1) / kThreads;
   if (blocks > 65535 * 8) blocks = 65535 * 8;  // grid-stride covers the rest
-  strided_gather_kernel<Word><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<Word*>(dst), static_cast<const Word*>(src), numel, g);
-  MT_CUDA_CHECK_LAUNCH("to_device (strided gather)");
+  MT_CUDA_CHECK(launch_kernel(strided_gather_kernel<Word>, static_cast<unsigned>(blocks), kThreads, 0, stream,
+                              static_cast<Word*>(dst), static_cast<const Word*>(src), numel, g),
+                "to_device (strided gather)");
 }
 
 }  // namespace

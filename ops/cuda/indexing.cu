@@ -88,9 +88,8 @@ cudaError_t launch_gather(size_t elem_size, const IndexGeom& g, const void* data
   if (g.n == 0) return cudaSuccess;
   return by_size(elem_size, [&](auto tag) {
     using U = typename decltype(tag)::type;
-    gather_kernel<U><<<grid_for(g.n, kThreads), kThreads, 0, s>>>(g, static_cast<const U*>(data), index,
-                                                                   static_cast<U*>(out));
-    return cudaGetLastError();
+    return launch_kernel(gather_kernel<U>, grid_for(g.n, kThreads), kThreads, 0, s, g, static_cast<const U*>(data),
+                         index, static_cast<U*>(out));
   });
 }
 
@@ -99,9 +98,8 @@ cudaError_t launch_scatter_add(DType dt, const IndexGeom& g, const void* src, co
   if (g.n == 0) return cudaSuccess;
   return by_acc(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    scatter_add_kernel<T><<<grid_for(g.n, kThreads), kThreads, 0, s>>>(g, static_cast<const T*>(src), index,
-                                                                        static_cast<T*>(acc));
-    return cudaGetLastError();
+    return launch_kernel(scatter_add_kernel<T>, grid_for(g.n, kThreads), kThreads, 0, s, g, static_cast<const T*>(src),
+                         index, static_cast<T*>(acc));
   });
 }
 
@@ -111,9 +109,8 @@ cudaError_t launch_index_select(size_t elem_size, const void* x, const int64_t* 
   if (total == 0) return cudaSuccess;
   return by_size(elem_size, [&](auto tag) {
     using U = typename decltype(tag)::type;
-    index_select_kernel<U><<<grid_for(total, kThreads), kThreads, 0, s>>>(static_cast<const U*>(x), idx,
-                                                                           static_cast<U*>(out), outer, n, k, inner);
-    return cudaGetLastError();
+    return launch_kernel(index_select_kernel<U>, grid_for(total, kThreads), kThreads, 0, s, static_cast<const U*>(x),
+                         idx, static_cast<U*>(out), outer, n, k, inner);
   });
 }
 
@@ -123,9 +120,8 @@ cudaError_t launch_index_add(DType dt, const void* g, const int64_t* idx, void* 
   if (total == 0) return cudaSuccess;
   return by_acc(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    index_add_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(static_cast<const T*>(g), idx,
-                                                                        static_cast<T*>(acc), outer, n, k, inner);
-    return cudaGetLastError();
+    return launch_kernel(index_add_kernel<T>, grid_for(total, kThreads), kThreads, 0, s, static_cast<const T*>(g), idx,
+                         static_cast<T*>(acc), outer, n, k, inner);
   });
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/cuda/launch.cuh"
 #include "core/dtype.h"
 #include "ops/cuda/kernel_api.h"
 
@@ -177,18 +178,15 @@ cudaError_t launch_map(const Operands& ops, F f, cudaStream_t s) {
     constexpr int V = kBytes >= 8 ? 2 : (kBytes >= 4 ? 4 : 8);  // 16-byte vectors of the wider type
     bool vec = reinterpret_cast<uintptr_t>(p[0]) % (sizeof(Out) * V) == 0;
     for (int k = 1; k <= NIN; ++k) vec = vec && reinterpret_cast<uintptr_t>(p[k]) % (sizeof(In) * V) == 0;
-    map_contig_kernel<Out, In, NIN, V><<<grid_for(n, kThreads, V), kThreads, 0, s>>>(p, n, vec, f);
-    return cudaGetLastError();
+    return launch_kernel(map_contig_kernel<Out, In, NIN, V, F>, grid_for(n, kThreads, V), kThreads, 0, s, p, n, vec, f);
   }
   if (n <= INT32_MAX) {
-    map_strided_kernel<Out, In, NIN, F, uint32_t>
-        <<<grid_for(n, kThreads), kThreads, 0, s>>>(OffsetCalc<NIN + 1, uint32_t>::make(ops), p, uint32_t(n), f);
-    return cudaGetLastError();
+    return launch_kernel(map_strided_kernel<Out, In, NIN, F, uint32_t>, grid_for(n, kThreads), kThreads, 0, s,
+                         OffsetCalc<NIN + 1, uint32_t>::make(ops), p, uint32_t(n), f);
   }
   if constexpr (kWide64) {
-    map_strided_kernel<Out, In, NIN, F, uint64_t>
-        <<<grid_for(n, kThreads), kThreads, 0, s>>>(OffsetCalc<NIN + 1, uint64_t>::make(ops), p, uint64_t(n), f);
-    return cudaGetLastError();
+    return launch_kernel(map_strided_kernel<Out, In, NIN, F, uint64_t>, grid_for(n, kThreads), kThreads, 0, s,
+                         OffsetCalc<NIN + 1, uint64_t>::make(ops), p, uint64_t(n), f);
   }
   return cudaErrorInvalidValue;  // unreachable when the caller follows the contract above
 }

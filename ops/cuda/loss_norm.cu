@@ -115,14 +115,14 @@ cudaError_t launch_loss(LossKind kind, DType dt, const void* x, const void* t, c
     auto pwp = static_cast<const A*>(pw);
     if (reduction == 0) {
       if (n == 0) return cudaSuccess;
-      loss_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(kind, xp, tp, wp, pwp, n, static_cast<T*>(out), nullptr);
-      return cudaGetLastError();
+      return launch_kernel(loss_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, kind, xp, tp, wp, pwp, n,
+                           static_cast<T*>(out), nullptr);
     }
-    loss_kernel<T><<<kLossBlocks, kThreads, 0, s>>>(kind, xp, tp, wp, pwp, n, nullptr, scratch);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e =
+        launch_kernel(loss_kernel<T>, kLossBlocks, kThreads, 0, s, kind, xp, tp, wp, pwp, n, nullptr, scratch);
     if (e != cudaSuccess) return e;
-    loss_final_kernel<T><<<1, 32, 0, s>>>(scratch, kLossBlocks, n, reduction == 1, static_cast<T*>(out));
-    return cudaGetLastError();
+    return launch_kernel(loss_final_kernel<T>, 1, 32, 0, s, scratch, kLossBlocks, n, reduction == 1,
+                         static_cast<T*>(out));
   });
 }
 
@@ -131,10 +131,9 @@ cudaError_t launch_bce_backward(DType dt, const void* g, const void* p, const vo
   if (n == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    bce_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(
-        static_cast<const T*>(g), static_cast<const T*>(p), static_cast<const T*>(t),
-        static_cast<const acc_t<T>*>(w), n, reduction, static_cast<T*>(out));
-    return cudaGetLastError();
+    return launch_kernel(bce_backward_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, static_cast<const T*>(g),
+                         static_cast<const T*>(p), static_cast<const T*>(t), static_cast<const acc_t<T>*>(w), n,
+                         reduction, static_cast<T*>(out));
   });
 }
 
@@ -142,8 +141,8 @@ cudaError_t launch_first_bad_probability(DType dt, const void* p, int64_t n, int
   if (n == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    first_bad_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(p), n, first);
-    return cudaGetLastError();
+    return launch_kernel(first_bad_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, static_cast<const T*>(p), n,
+                         first);
   });
 }
 
@@ -153,10 +152,9 @@ cudaError_t launch_layer_norm(DType dt, const void* x, const void* w, const void
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using A = acc_t<T>;
-    layer_norm_kernel<T><<<grid_for(rows, 128), 128, 0, s>>>(static_cast<const T*>(x), static_cast<const A*>(w),
-                                                              static_cast<const A*>(b), rows, M, eps,
-                                                              static_cast<T*>(y), mean, rstd);
-    return cudaGetLastError();
+    return launch_kernel(layer_norm_kernel<T>, grid_for(rows, 128), 128, 0, s, static_cast<const T*>(x),
+                         static_cast<const A*>(w), static_cast<const A*>(b), rows, M, eps, static_cast<T*>(y), mean,
+                         rstd);
   });
 }
 

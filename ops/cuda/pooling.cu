@@ -164,9 +164,8 @@ cudaError_t launch_mean_pool(DType dt, const PoolGeom& g, bool adaptive, bool in
   if (total == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    mean_pool_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(g, adaptive, include_pad,
-                                                                        static_cast<const T*>(x), static_cast<T*>(out));
-    return cudaGetLastError();
+    return launch_kernel(mean_pool_kernel<T>, grid_for(total, kThreads), kThreads, 0, s, g, adaptive, include_pad,
+                         static_cast<const T*>(x), static_cast<T*>(out));
   });
 }
 
@@ -176,9 +175,8 @@ cudaError_t launch_mean_unpool(DType dt, const PoolGeom& g, bool adaptive, bool 
   if (total == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    mean_unpool_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(
-        g, adaptive, include_pad, static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
-    return cudaGetLastError();
+    return launch_kernel(mean_unpool_kernel<T>, grid_for(total, kThreads), kThreads, 0, s, g, adaptive, include_pad,
+                         static_cast<const T*>(grad_out), static_cast<T*>(grad_in));
   });
 }
 
@@ -188,9 +186,8 @@ cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, 
   if (total == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    max_pool_forward_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(g, static_cast<const T*>(x),
-                                                                               static_cast<T*>(out), idx);
-    return cudaGetLastError();
+    return launch_kernel(max_pool_forward_kernel<T>, grid_for(total, kThreads), kThreads, 0, s, g,
+                         static_cast<const T*>(x), static_cast<T*>(out), idx);
   });
 }
 
@@ -200,9 +197,8 @@ cudaError_t launch_max_pool_backward(DType dt, const PoolGeom& g, const void* gr
   if (total == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    max_pool_backward_kernel<T><<<grid_for(total, kThreads), kThreads, 0, s>>>(
-        g, static_cast<const T*>(grad_out), idx, static_cast<const T*>(x), static_cast<T*>(grad_in));
-    return cudaGetLastError();
+    return launch_kernel(max_pool_backward_kernel<T>, grid_for(total, kThreads), kThreads, 0, s, g,
+                         static_cast<const T*>(grad_out), idx, static_cast<const T*>(x), static_cast<T*>(grad_in));
   });
 }
 

@@ -5,6 +5,8 @@
 // f16/bf16, i64 for integers — so a CUDA sum differs from the CPU's only by summation order.
 // Max: NaN wins (the first NaN by index), otherwise the largest value with the smallest index:
 // the same answer as the CPU's sequential scan, independent of how threads split the run.
+#include <cmath>
+
 #include "ops/cuda/loops.cuh"
 
 namespace mixtape::cuda {
@@ -113,15 +115,13 @@ cudaError_t launch_reduce_runs(ReduceOp op, DType in_dt, const void* in, int64_t
       if constexpr (std::is_same<T, bool>::value) {
         return cudaErrorInvalidValue;
       } else {
-        max_runs_kernel<T><<<run_blocks(runs), kReduceThreads, 0, s>>>(static_cast<const T*>(in), runs, len,
-                                                                        static_cast<T*>(out), indices);
-        return cudaGetLastError();
+        return launch_kernel(max_runs_kernel<T>, run_blocks(runs), kReduceThreads, 0, s, static_cast<const T*>(in),
+                             runs, len, static_cast<T*>(out), indices);
       }
     }
     using Acc = typename ReduceAcc<T>::type;
-    sum_runs_kernel<T, Acc><<<run_blocks(runs), kReduceThreads, 0, s>>>(static_cast<const T*>(in), runs, len,
-                                                                         static_cast<Acc*>(out), op == ReduceOp::Mean);
-    return cudaGetLastError();
+    return launch_kernel(sum_runs_kernel<T, Acc>, run_blocks(runs), kReduceThreads, 0, s, static_cast<const T*>(in),
+                         runs, len, static_cast<Acc*>(out), op == ReduceOp::Mean);
   });
 }
 

@@ -119,10 +119,11 @@ cudaError_t launch_softmax(bool log, DType dt, const void* x, void* y, int64_t o
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (log)
-      softmax_kernel<T, true><<<grid_for(rows, 128), 128, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), outer, len, inner);
+      return launch_kernel(softmax_kernel<T, true>, grid_for(rows, 128), 128, 0, s, static_cast<const T*>(x),
+                           static_cast<T*>(y), outer, len, inner);
     else
-      softmax_kernel<T, false><<<grid_for(rows, 128), 128, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), outer, len, inner);
-    return cudaGetLastError();
+      return launch_kernel(softmax_kernel<T, false>, grid_for(rows, 128), 128, 0, s, static_cast<const T*>(x),
+                           static_cast<T*>(y), outer, len, inner);
   });
 }
 
@@ -136,10 +137,10 @@ cudaError_t launch_softmax_grad(bool log, DType dt, const void* g, const void* y
     auto yp = static_cast<const T*>(y);
     auto op = static_cast<T*>(out);
     if (log)
-      softmax_grad_kernel<T, true><<<grid_for(rows, 128), 128, 0, s>>>(gp, yp, op, outer, len, inner);
+      return launch_kernel(softmax_grad_kernel<T, true>, grid_for(rows, 128), 128, 0, s, gp, yp, op, outer, len, inner);
     else
-      softmax_grad_kernel<T, false><<<grid_for(rows, 128), 128, 0, s>>>(gp, yp, op, outer, len, inner);
-    return cudaGetLastError();
+      return launch_kernel(softmax_grad_kernel<T, false>, grid_for(rows, 128), 128, 0, s, gp, yp, op, outer, len,
+                           inner);
   });
 }
 
@@ -150,17 +151,16 @@ cudaError_t launch_nll(DType dt, const NllArgs& a, void* out, double* scratch, c
     auto x = static_cast<const T*>(a.x);
     if (a.reduction == 0) {  // none
       if (count == 0) return cudaSuccess;
-      nll_kernel<T><<<grid_for(count, kThreads), kThreads, 0, s>>>(x, a.target, a.weight, a.n, a.c, a.s, a.ignore,
-                                                                   static_cast<T*>(out), nullptr, nullptr);
-      return cudaGetLastError();
+      return launch_kernel(nll_kernel<T>, grid_for(count, kThreads), kThreads, 0, s, x, a.target, a.weight, a.n, a.c,
+                           a.s, a.ignore, static_cast<T*>(out), nullptr, nullptr);
     }
-    if (count > 0)
-      nll_kernel<T><<<grid_for(count, kThreads), kThreads, 0, s>>>(x, a.target, a.weight, a.n, a.c, a.s, a.ignore,
-                                                                   nullptr, scratch, scratch + count);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    nll_reduce_kernel<T><<<1, 32, 0, s>>>(scratch, scratch + count, count, a.reduction == 1, static_cast<T*>(out));
-    return cudaGetLastError();
+    if (count > 0) {
+      const cudaError_t e = launch_kernel(nll_kernel<T>, grid_for(count, kThreads), kThreads, 0, s, x, a.target,
+                                          a.weight, a.n, a.c, a.s, a.ignore, nullptr, scratch, scratch + count);
+      if (e != cudaSuccess) return e;
+    }
+    return launch_kernel(nll_reduce_kernel<T>, 1, 32, 0, s, scratch, scratch + count, count, a.reduction == 1,
+                         static_cast<T*>(out));
   });
 }
 
@@ -169,16 +169,14 @@ cudaError_t launch_nll_backward(DType dt, const NllArgs& a, const void* g, void*
   const int64_t count = a.n * a.s;
   if (count == 0) return cudaSuccess;
   if (a.reduction == 1) {
-    total_weight_kernel<<<1, 32, 0, s>>>(a.target, a.weight, count, a.ignore, scratch);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = launch_kernel(total_weight_kernel, 1, 32, 0, s, a.target, a.weight, count, a.ignore, scratch);
     if (e != cudaSuccess) return e;
   }
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    nll_backward_kernel<T><<<grid_for(count, kThreads), kThreads, 0, s>>>(
-        static_cast<const T*>(g), a.target, a.weight, a.n, a.c, a.s, a.ignore, a.reduction == 0,
-        a.reduction == 1 ? scratch : nullptr, static_cast<T*>(out));
-    return cudaGetLastError();
+    return launch_kernel(nll_backward_kernel<T>, grid_for(count, kThreads), kThreads, 0, s, static_cast<const T*>(g),
+                         a.target, a.weight, a.n, a.c, a.s, a.ignore, a.reduction == 0,
+                         a.reduction == 1 ? scratch : nullptr, static_cast<T*>(out));
   });
 }
 

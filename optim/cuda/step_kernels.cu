@@ -5,10 +5,12 @@
 // operation is one IEEE operation. One pass per element: load the grad (widening a 16-bit one and
 // unscaling it), update master and state in registers, store them and the 16-bit model copy.
 // Also unscale_to_master_grad_ and norm_pow_sum (clip_grad_norm_'s reduction, in double).
+#include "core/cuda/launch.cuh"
 #include "optim/cuda/step_kernels.h"
 #include "optim/optim_functors.h"
 
 namespace mixtape::optim::cuda {
+using ::mixtape::cuda::launch_kernel;
 namespace {
 
 constexpr int kThreads = 256;
@@ -124,12 +126,11 @@ cudaError_t launch_sgd_step(const FusedStepArgs& a, const SGDParams& p, cudaStre
   const bool has_buf = a.state[0] != nullptr;
   if (a.w_dtype == DType::Float64) {
     const auto f = fn::SGDUpdate<double>::make(p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, p.first);
-    sgd_kernel<double><<<blocks_for(a.n), kThreads, 0, s>>>(a, f, has_buf);
+    return launch_kernel(sgd_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, f, has_buf);
   } else {
     const auto f = fn::SGDUpdate<float>::make(p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, p.first);
-    sgd_kernel<float><<<blocks_for(a.n), kThreads, 0, s>>>(a, f, has_buf);
+    return launch_kernel(sgd_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, f, has_buf);
   }
-  return cudaGetLastError();
 }
 
 cudaError_t launch_adam_step(const FusedStepArgs& a, const AdamParams& p, cudaStream_t s) {
@@ -137,44 +138,51 @@ cudaError_t launch_adam_step(const FusedStepArgs& a, const AdamParams& p, cudaSt
   if (a.w_dtype == DType::Float64) {
     const auto f = fn::AdamUpdate<double>::make(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.amsgrad, p.decoupled,
                                                 p.step);
-    adam_kernel<double><<<blocks_for(a.n), kThreads, 0, s>>>(a, f);
+    return launch_kernel(adam_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, f);
   } else {
     const auto f = fn::AdamUpdate<float>::make(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.amsgrad, p.decoupled,
                                                p.step);
-    adam_kernel<float><<<blocks_for(a.n), kThreads, 0, s>>>(a, f);
+    return launch_kernel(adam_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, f);
   }
-  return cudaGetLastError();
 }
 
 cudaError_t launch_unscale_to_master(float* dst, const void* src, DType src_dtype, int64_t n, float inv_scale,
                                      float* found_inf, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   if (src_dtype == DType::Float16)
-    unscale_to_master_kernel<Half><<<blocks_for(n), kThreads, 0, s>>>(dst, static_cast<const Half*>(src), n, inv_scale,
-                                                                      found_inf);
+    return launch_kernel(unscale_to_master_kernel<Half>, blocks_for(n), kThreads, 0, s, dst,
+                         static_cast<const Half*>(src), n, inv_scale, found_inf);
   else
-    unscale_to_master_kernel<BFloat16><<<blocks_for(n), kThreads, 0, s>>>(dst, static_cast<const BFloat16*>(src), n,
-                                                                          inv_scale, found_inf);
-  return cudaGetLastError();
+    return launch_kernel(unscale_to_master_kernel<BFloat16>, blocks_for(n), kThreads, 0, s, dst,
+                         static_cast<const BFloat16*>(src), n, inv_scale, found_inf);
 }
 
 int norm_partials_needed() { return kNormBlocks; }
 
 cudaError_t launch_norm_pow_sum(const void* x, DType dt, int64_t n, double p, double* partials, double* out,
                                 cudaStream_t s) {
+  cudaError_t e = cudaSuccess;
   switch (dt) {
-    case DType::Float16: norm_partial_kernel<Half><<<kNormBlocks, kThreads, 0, s>>>(static_cast<const Half*>(x), n, p, partials); break;
-    case DType::BFloat16:
-      norm_partial_kernel<BFloat16><<<kNormBlocks, kThreads, 0, s>>>(static_cast<const BFloat16*>(x), n, p, partials);
+    case DType::Float16:
+      e = launch_kernel(norm_partial_kernel<Half>, kNormBlocks, kThreads, 0, s, static_cast<const Half*>(x), n, p,
+                        partials);
       break;
-    case DType::Float32: norm_partial_kernel<float><<<kNormBlocks, kThreads, 0, s>>>(static_cast<const float*>(x), n, p, partials); break;
-    case DType::Float64: norm_partial_kernel<double><<<kNormBlocks, kThreads, 0, s>>>(static_cast<const double*>(x), n, p, partials); break;
+    case DType::BFloat16:
+      e = launch_kernel(norm_partial_kernel<BFloat16>, kNormBlocks, kThreads, 0, s, static_cast<const BFloat16*>(x), n,
+                        p, partials);
+      break;
+    case DType::Float32:
+      e = launch_kernel(norm_partial_kernel<float>, kNormBlocks, kThreads, 0, s, static_cast<const float*>(x), n, p,
+                        partials);
+      break;
+    case DType::Float64:
+      e = launch_kernel(norm_partial_kernel<double>, kNormBlocks, kThreads, 0, s, static_cast<const double*>(x), n, p,
+                        partials);
+      break;
     default: return cudaErrorInvalidValue;
   }
-  cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  norm_final_kernel<<<1, 32, 0, s>>>(partials, kNormBlocks, p, out);
-  return cudaGetLastError();
+  return launch_kernel(norm_final_kernel, 1, 32, 0, s, partials, kNormBlocks, p, out);
 }
 
 }  // namespace mixtape::optim::cuda

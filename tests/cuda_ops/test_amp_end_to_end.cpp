@@ -4,13 +4,18 @@
 // on purpose (the scaler must skip it and back off, identically on both devices).
 // What must match exactly: which steps were skipped, the scale and growth tracker after every
 // update() (their arithmetic is bit-identical and their inputs, found_inf, agree), and
-// param == RNE(master) on the device. What matches approximately: masters and parameters, whose
-// gradients differ by the conv/GEMM summation-order bounds of test_conv_norm_dropout_parity.cpp
-// (relative ~K 2^-24 with K <= 288 here, so ~2e-5 of the gradient's magnitude), moved by
-// lr = 0.05 over 4 steps with momentum 0.9 (at most ~4 x 1.9 = 7.6 gradient-sized moves): master
-// differences stay below 7.6 * 0.05 * 2e-5 * |g| ~ 1e-5 |g| (|g| < 1 here), plus the FP16 storage
-// of activations rounding differently by one ulp (2^-11 relative) where the two runs' values sit
-// on a rounding boundary, which propagates through 4 steps: tolerance 2e-3 absolute on masters.
+// param == RNE(master) on the device.
+// What cannot match closely, measured with the CUDA emulator: the two devices' FP16 activations
+// differ by an ulp here and there (summation order; CUDA's conv + bias rounds twice), and where
+// such an ulp moves a ReLU input or a max-pool candidate across its decision, that element's
+// gradient changes by its whole size; over 4 momentum steps the masters of the two runs end
+// 1-10% of the update apart (update = master - initial weight) — as far apart as either run is
+// from the same training in FP32. So the approximate checks are the ones that stay meaningful:
+//   - per parameter, |master_cuda - master_cpu| <= 0.2 |update| (L2 norms; a real defect — a
+//     micro-batch not accumulated, a gradient left scaled, a skipped step taken — moves it by
+//     50% or more);
+//   - over the whole model, CUDA's AMP masters are no further from the FP32 run's than twice the
+//     CPU's AMP masters are: the CUDA path is as accurate as the CPU path.
 #include "cuda_test_util.h"
 #include "amp/grad_scaler.h"
 #include "models/nn.h"
@@ -26,7 +31,7 @@ struct RunResult {
   std::vector<Tensor> masters, params;
 };
 
-RunResult train(Device dev, const models::SmallCNN& init, const std::vector<Tensor>& xs, const std::vector<Tensor>& ys) {
+RunResult train(Device dev, const models::SmallCNN& init, const std::vector<Tensor>& xs, const std::vector<Tensor>& ys, DType dt = DType::Float16) {
   models::SmallCNN model(10, 1);
   {
     autograd::NoGradGuard no_grad;
@@ -34,7 +39,7 @@ RunResult train(Device dev, const models::SmallCNN& init, const std::vector<Tens
     for (size_t i = 0; i < d.size(); ++i) d[i].copy_(s[i]);
   }
   model.to(dev);
-  model.to(DType::Float16);
+  model.to(dt);
   optim::SGD opt(model.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
   amp::GradScaler scaler(amp::GradScalerOptions{.init_scale = 1024.0, .growth_interval = 2});
   RunResult r;
@@ -42,7 +47,7 @@ RunResult train(Device dev, const models::SmallCNN& init, const std::vector<Tens
     opt.zero_grad();
     for (int micro = 0; micro < 2; ++micro) {
       const size_t k = (step * 2 + micro) % xs.size();
-      Tensor logits = model(to_device(xs[k], dev).to(DType::Float16));
+      Tensor logits = model(to_device(xs[k], dev).to(dt));
       Tensor loss = cross_entropy(logits.to(DType::Float32), to_device(ys[k], dev)) * 0.5;
       if (step == 2 && micro == 1) loss = loss * std::numeric_limits<double>::infinity();  // overflow on purpose
       scaler.scale(loss).backward();
@@ -79,14 +84,27 @@ TEST(CudaAmpEndToEnd, Fp16SmallCnnWithScalerMastersAndAccumulationMatchesTheCpu)
   }
   const RunResult cpu = train(Device::CPU(), init, xs, ys);
   const RunResult gpu_run = train(gpu(), init, xs, ys);
+  const RunResult f32 = train(Device::CPU(), init, xs, ys, DType::Float32);
   EXPECT_EQ(cpu.stepped, gpu_run.stepped);
   EXPECT_EQ(cpu.scales, gpu_run.scales);
   EXPECT_EQ(cpu.trackers, gpu_run.trackers);
   EXPECT_FALSE(cpu.stepped[2]) << "the inf step must be skipped";
+  auto l2 = [](const Tensor& a, const Tensor& b) {
+    Tensor d = a.to(DType::Float64) - b.to(DType::Float64);
+    return std::sqrt(sum(d * d).item<double>());
+  };
+  double cuda_from_f32 = 0, cpu_from_f32 = 0;
   for (size_t i = 0; i < cpu.masters.size(); ++i) {
-    EXPECT_TRUE(close(cpu.masters[i], gpu_run.masters[i], 2e-3, 0.0, "master " + std::to_string(i)));
-    EXPECT_TRUE(exact(to_dtype(gpu_run.masters[i], DType::Float16), gpu_run.params[i], "param == RNE(master) " + std::to_string(i)));
+    const double update = l2(cpu.masters[i], init.parameters()[i]), apart = l2(cpu.masters[i], gpu_run.masters[i]);
+    EXPECT_LE(apart, 0.2 * update) << "master " << i << ": the devices' masters are " << apart / update
+                                   << " of the update apart";
+    cuda_from_f32 += std::pow(l2(gpu_run.masters[i], f32.masters[i]), 2);
+    cpu_from_f32 += std::pow(l2(cpu.masters[i], f32.masters[i]), 2);
+    EXPECT_TRUE(exact(to_dtype(gpu_run.masters[i], DType::Float16), gpu_run.params[i],
+                      "param == RNE(master) " + std::to_string(i)));
   }
+  EXPECT_LE(std::sqrt(cuda_from_f32), 2 * std::sqrt(cpu_from_f32))
+      << "CUDA's AMP training is further from FP32 training than the CPU's";
 }
 
 }  // namespace

@@ -66,6 +66,11 @@ TEST(CudaNormParity, BatchNormTrainingEvalAndBackward) {
     const DType pd = dt == DType::Float64 ? DType::Float64 : DType::Float32;  // AMP: 16-bit x, f32 parameters
     const double ua = dt == DType::Float64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24), us = unit_roundoff(dt);
     const double ustat = unit_roundoff(pd);
+    // Statistics are summed in f64 on both devices. Rounded to f32 (AMP and f32 data) they agree
+    // to 2 ulps; kept in f64 they differ by the summation order, |d mean| <= n u max|x| over the
+    // n = 6*4*3 values of a channel (max|x| = 3 below), and the variance's terms likewise.
+    const double stat_atol = pd == DType::Float64 ? 72 * ua * 3.0 : 1e-300;
+    const double stat_rtol = 2 * ustat + (pd == DType::Float64 ? 72 * ua : 0.0);
     const std::string t = short_name(dt);
     const Tensor x = random_input(rng, {6, 5, 4, 3}, dt, 0.1, 3.0);
     const Tensor w = random_input(rng, {5}, pd, 0.25, 2.0), b = random_input(rng, {5}, pd);
@@ -79,10 +84,10 @@ TEST(CudaNormParity, BatchNormTrainingEvalAndBackward) {
       const TensorList g = dispatch(*find_op("batch_norm"), {on_cuda(x), rm_g, rv_g, on_cuda(w), on_cuda(b)}, a);
       const std::string what = t + (training ? " training" : " eval");
       EXPECT_TRUE(close(c[0], g[0], 64 * ua, 2 * us + 16 * ua, "batch_norm out " + what));
-      EXPECT_TRUE(close(c[1], g[1], 1e-300, 2 * ustat, "batch_norm save_mean " + what));
-      EXPECT_TRUE(close(c[2], g[2], 1e-300, 2 * ustat, "batch_norm save_invstd " + what));
-      EXPECT_TRUE(close(rm_c, rm_g, 1e-300, 2 * ustat, "running_mean " + what));
-      EXPECT_TRUE(close(rv_c, rv_g, 1e-300, 2 * ustat, "running_var " + what));
+      EXPECT_TRUE(close(c[1], g[1], stat_atol, stat_rtol, "batch_norm save_mean " + what));
+      EXPECT_TRUE(close(c[2], g[2], stat_atol, stat_rtol, "batch_norm save_invstd " + what));
+      EXPECT_TRUE(close(rm_c, rm_g, stat_atol, stat_rtol, "running_mean " + what));
+      EXPECT_TRUE(close(rv_c, rv_g, stat_atol, stat_rtol, "running_var " + what));
 
       const Tensor gy = random_input(rng, x.sizes(), dt);
       const Attrs ab{{"training", training}, {"eps", 1e-5}};

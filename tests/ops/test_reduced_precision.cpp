@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 #include <mixtape/mixtape.h>
 
@@ -141,6 +142,24 @@ TEST(Reduced16, DotOf4096HalfOnesIsExactly4096) {
   EXPECT_EQ(sum(ones({4096}, DType::Float16)).item<Half>().bits, 0x6C00);
   EXPECT_EQ(sum(ones({4096}, DType::BFloat16)).item<float>(), 4096.0f);
   EXPECT_EQ(mean(full({3000}, 0.1, DType::Float16)).item<Half>().bits, Half(0.0999755859375f).bits);
+}
+
+// A strided copy (contiguous, clone, to(CPU)) of a 16-bit tensor copies bits: it must not go
+// through float, which would quiet signalling NaNs (found by the CUDA emulator's peer-copy test).
+TEST(Reduced16, StridedCopiesKeepEveryBitPatternSignallingNaNsIncluded) {
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    // Signalling NaNs (quiet bit clear, payload non-zero) of both signs, a quiet NaN, -0, 1.
+    const std::vector<uint16_t> bits = dt == DType::Float16
+                                           ? std::vector<uint16_t>{0x7C01, 0xFD55, 0x7E00, 0x8000, 0x3C00, 0x7D00}
+                                           : std::vector<uint16_t>{0x7F81, 0xFF9C, 0x7FC0, 0x8000, 0x3F80, 0x7FA0};
+    Tensor x = Tensor::empty({2, 3}, TensorOptions(dt));
+    std::memcpy(x.data_ptr(), bits.data(), bits.size() * sizeof(uint16_t));
+    for (const Tensor& copy : {x.t().contiguous().t().contiguous(), x.t().clone().t().contiguous()}) {
+      ASSERT_EQ(copy.nbytes(), bits.size() * sizeof(uint16_t));
+      EXPECT_EQ(std::memcmp(copy.data_ptr(), bits.data(), copy.nbytes()), 0);
+    }
+  }
 }
 
 TEST(Reduced16, SumWithDtypeAccumulatesWide) {

@@ -1,0 +1,519 @@
+// tests/cuda_emulator/cublas.cpp — the cuBLAS and cuBLASLt calls mixtape makes, on the host, for
+// MIXTAPE_CUDA=EMULATOR builds: handles (device, stream, math mode), status strings, and
+// cublasGemmEx / cublasGemmStridedBatchedEx, defined as the extern "C" functions the toolkit
+// headers declare (cublas_v2.h renames cublasCreate -> cublasCreate_v2 etc., so these definitions
+// are the _v2 symbols callers link to).
+//
+// Semantics are NVIDIA's cuBLAS API reference, not mixtape's usage:
+//   - column-major C = alpha * op(A) * op(B) + beta * C, op(A) m x k, op(B) k x n, C m x n;
+//   - argument checks in the documented order of statuses: a null handle is
+//     CUBLAS_STATUS_NOT_INITIALIZED; bad trans / negative dims / short leading dimensions /
+//     null alpha or beta / negative batchCount are CUBLAS_STATUS_INVALID_VALUE; a
+//     (computeType, Atype, Btype, Ctype) row missing from cublasGemmEx's table, or an unknown
+//     algo, is CUBLAS_STATUS_NOT_SUPPORTED;
+//   - alpha and beta are host pointers (the default CUBLAS_POINTER_MODE_HOST; this emulator has no
+//     cublasSetPointerMode) of the scale type: __half for COMPUTE_16F, float for the 32F compute
+//     types, double for 64F;
+//   - the dot products accumulate in the compute type; alpha * acc + beta * C is formed in the
+//     scale type and rounded once, to nearest even, to Ctype; C is not read when beta == 0 ("C
+//     does not have to be a valid input"), so NaNs there do not propagate.
+// Where the reference lets cuBLAS choose ("allows ... down-conversion"), the emulator takes the
+// least precise documented choice, so a caller's tolerance that only holds for the exact path
+// fails here: FAST_TF32 / FAST_16F / FAST_16BF (and COMPUTE_32F on fp32 data under the handle's
+// CUBLAS_TF32_TENSOR_OP_MATH, or the deprecated CUBLAS_TENSOR_OP_MATH = FAST_16F) always round
+// the fp32 inputs, to nearest even, before multiplying; COMPUTE_16F ("at least" half precision)
+// rounds its running sum to fp16 at every step.
+//
+// Misuse a GPU answers with a fault or undefined behaviour aborts through fault(): an operand that
+// is not device memory or runs past its allocation, alpha / beta in device memory (host pointer
+// mode), an operand, stream or current device other than the handle's, a destroyed handle,
+// strided batches whose C matrices overlap (the batches run concurrently on a GPU, so such
+// writes race).
+//
+// Not emulated (CUBLAS_STATUS_NOT_SUPPORTED here although cuBLAS takes them, so a new use fails
+// loudly): complex and integer types, the emulated compute types (32F_EMULATED_16BFX9,
+// 64F_EMULATED_FIXEDPOINT). Work runs synchronously on the calling thread, at the call.
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "core/bfloat16.h"
+#include "core/half.h"
+#include "tests/cuda_emulator/emulator.h"
+
+struct cublasContext {
+  int device;              // the current device at cublasCreate: the handle's resources live there
+  cudaStream_t stream;     // nullptr (the legacy default stream) until cublasSetStream
+  cublasMath_t math_mode;  // CUBLAS_DEFAULT_MATH until cublasSetMathMode
+};
+struct cublasLtContext {
+  int device;
+};
+
+namespace mixtape::cuda_emulator {
+namespace {
+
+// ---- handles ----
+
+// Every live cuBLAS and cuBLASLt handle: a pointer that cublasCreate / cublasLtCreate did not
+// return, or one already destroyed, is a use-after-free on a GPU, so it faults instead of being
+// dereferenced. Leaked, because mixtape returns handles to pools during static destruction.
+struct Registry {
+  std::mutex mu;
+  std::set<const void*> live;
+};
+Registry& registry() {
+  static auto* r = new Registry;
+  return *r;
+}
+void add_handle(const void* h) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().live.insert(h);
+}
+void remove_handle(const void* h) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().live.erase(h);
+}
+// false for nullptr (the caller answers CUBLAS_STATUS_NOT_INITIALIZED, as documented).
+bool live(const void* h, const char* call) {
+  if (!h) return false;
+  std::lock_guard<std::mutex> lock(registry().mu);
+  if (!registry().live.count(h)) fault("%s: %p is not a live handle (destroyed, or never created)", call, h);
+  return true;
+}
+
+// cublasSetMathMode takes one of the modes, optionally or-ed with the two flag bits.
+bool valid_math_mode(int mode) {
+  const int base = mode & ~(CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION | CUBLAS_FP64_EMULATED_FIXEDPOINT_MATH);
+  return base == CUBLAS_DEFAULT_MATH || base == CUBLAS_TENSOR_OP_MATH || base == CUBLAS_PEDANTIC_MATH ||
+         base == CUBLAS_TF32_TENSOR_OP_MATH || base == CUBLAS_FP32_EMULATED_BF16X9_MATH;
+}
+
+// ---- element types ----
+
+size_t element_size(cudaDataType t) {
+  switch (t) {
+    case CUDA_R_16F:
+    case CUDA_R_16BF: return 2;
+    case CUDA_R_32F: return 4;
+    default: return 8;  // CUDA_R_64F: the only other type the plan admits
+  }
+}
+
+// Element i of an array of type t, widened exactly to double.
+double load(const char* p, cudaDataType t, int64_t i) {
+  switch (t) {
+    case CUDA_R_16F: {
+      Half h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return static_cast<float>(h);
+    }
+    case CUDA_R_16BF: {
+      BFloat16 b;
+      std::memcpy(&b, p + 2 * i, 2);
+      return static_cast<float>(b);
+    }
+    case CUDA_R_32F: {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+    default: {
+      double d;
+      std::memcpy(&d, p + 8 * i, 8);
+      return d;
+    }
+  }
+}
+
+// Stores v, a value of the scale type (exact in double), as element i: the one rounding to Ctype.
+void store(char* p, cudaDataType t, int64_t i, double v) {
+  switch (t) {
+    case CUDA_R_16F: {
+      const Half h(static_cast<float>(v));
+      std::memcpy(p + 2 * i, &h, 2);
+      break;
+    }
+    case CUDA_R_16BF: {
+      const BFloat16 b(static_cast<float>(v));
+      std::memcpy(p + 2 * i, &b, 2);
+      break;
+    }
+    case CUDA_R_32F: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p + 4 * i, &f, 4);
+      break;
+    }
+    default: std::memcpy(p + 8 * i, &v, 8);
+  }
+}
+
+// fp32 -> TF32 (fp32's exponent, 10 explicit mantissa bits), round to nearest even; a carry out
+// of the mantissa bumps the exponent (to inf above the largest TF32). NaNs pass unchanged.
+float round_to_tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return x;
+  u = (u + 0x0FFFu + ((u >> 13) & 1u)) & ~0x1FFFu;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// ---- the GEMM ----
+
+enum class Acc { F16, F32, F64 };                  // the compute type's arithmetic (and scale type)
+enum class Narrow { None, TF32, Half, BFloat16 };  // what fp32 inputs are rounded to first
+
+struct Plan {
+  Acc acc;
+  Narrow narrow;
+};
+
+// cublasGemmEx's table of supported (computeType, scale type, Atype/Btype, Ctype), real types
+// only; the scale type follows from the compute type. The handle's math mode matters only for
+// plain COMPUTE_32F on fp32 data ("single precision routines"): CUBLAS_TF32_TENSOR_OP_MATH
+// allows TF32, the deprecated CUBLAS_TENSOR_OP_MATH means COMPUTE_32F_FAST_16F. The _PEDANTIC
+// compute types ignore it.
+bool make_plan(cublasComputeType_t ct, cudaDataType at, cudaDataType bt, cudaDataType c, cublasMath_t math,
+               Plan* plan) {
+  if (at != bt) return false;
+  const bool f32_data = at == CUDA_R_32F && c == CUDA_R_32F;
+  switch (ct) {
+    case CUBLAS_COMPUTE_16F:
+    case CUBLAS_COMPUTE_16F_PEDANTIC: *plan = {Acc::F16, Narrow::None}; return at == CUDA_R_16F && c == CUDA_R_16F;
+    case CUBLAS_COMPUTE_32F:
+    case CUBLAS_COMPUTE_32F_PEDANTIC: {
+      *plan = {Acc::F32, Narrow::None};
+      if (ct == CUBLAS_COMPUTE_32F && f32_data) {
+        const int base =
+            math & ~(CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION | CUBLAS_FP64_EMULATED_FIXEDPOINT_MATH);
+        if (base == CUBLAS_TF32_TENSOR_OP_MATH) plan->narrow = Narrow::TF32;
+        if (base == CUBLAS_TENSOR_OP_MATH) plan->narrow = Narrow::Half;
+      }
+      const bool half_in = at == CUDA_R_16F || at == CUDA_R_16BF;
+      return f32_data || (half_in && (c == at || c == CUDA_R_32F));
+    }
+    case CUBLAS_COMPUTE_32F_FAST_16F: *plan = {Acc::F32, Narrow::Half}; return f32_data;
+    case CUBLAS_COMPUTE_32F_FAST_16BF: *plan = {Acc::F32, Narrow::BFloat16}; return f32_data;
+    case CUBLAS_COMPUTE_32F_FAST_TF32: *plan = {Acc::F32, Narrow::TF32}; return f32_data;
+    case CUBLAS_COMPUTE_64F:
+    case CUBLAS_COMPUTE_64F_PEDANTIC: *plan = {Acc::F64, Narrow::None}; return at == CUDA_R_64F && c == CUDA_R_64F;
+    default: return false;
+  }
+}
+
+bool valid_algo(cublasGemmAlgo_t algo) {
+  const int a = algo;
+  return a == CUBLAS_GEMM_DEFAULT || (a >= CUBLAS_GEMM_ALGO0 && a <= CUBLAS_GEMM_ALGO23) ||
+         (a >= CUBLAS_GEMM_DEFAULT_TENSOR_OP && a <= CUBLAS_GEMM_ALGO15_TENSOR_OP) || a == CUBLAS_GEMM_AUTOTUNE;
+}
+
+double narrow(double x, Narrow n) {
+  switch (n) {
+    case Narrow::None: return x;
+    case Narrow::TF32: return round_to_tf32(static_cast<float>(x));
+    case Narrow::Half: return static_cast<float>(Half(static_cast<float>(x)));
+    case Narrow::BFloat16: return static_cast<float>(BFloat16(static_cast<float>(x)));
+  }
+  return x;
+}
+
+// One k-long dot product in the compute type, in order, one fused multiply-add per term (FP32
+// and FP64 FMA units; exact products for the 16-bit and TF32 inputs tensor cores take).
+// COMPUTE_16F keeps the running sum in fp16: each step is rounded to half.
+double dot(const double* x, const double* y, int64_t k, Acc acc) {
+  if (acc == Acc::F64) {
+    double s = 0.0;
+    for (int64_t l = 0; l < k; ++l) s = std::fma(x[l], y[l], s);
+    return s;
+  }
+  float s = 0.0f;
+  for (int64_t l = 0; l < k; ++l) {
+    s = std::fma(static_cast<float>(x[l]), static_cast<float>(y[l]), s);
+    if (acc == Acc::F16) s = static_cast<float>(Half(s));
+  }
+  return s;
+}
+
+// alpha * acc + beta * c in the scale type (before the rounding to Ctype); c is read only when
+// beta != 0, by the caller.
+double combine(double alpha, double acc, double beta, double c, Acc a) {
+  if (a == Acc::F64) return beta == 0.0 ? alpha * acc : std::fma(alpha, acc, beta * c);
+  const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta), facc = static_cast<float>(acc);
+  if (fb == 0.0f) return fa * facc;
+  float bc = fb * static_cast<float>(c);
+  if (a == Acc::F16) bc = static_cast<float>(Half(bc));  // fp16 arithmetic: the product is a half
+  return std::fma(fa, facc, bc);
+}
+
+struct Gemm {
+  bool ta, tb;  // op(A) = A^T, op(B) = B^T (CUBLAS_OP_C is OP_T for real types)
+  int64_t m, n, k, lda, ldb, ldc;
+  cudaDataType ab_type, c_type;
+  Plan plan;
+  double alpha, beta;  // in the scale type, widened exactly
+};
+
+// One GEMM on device memory (the caller holds a DeviceAccess scope).
+void run(const Gemm& g, const char* A, const char* B, char* C) {
+  // op(A)'s rows and op(B)'s columns as contiguous k-vectors, narrowed as the compute type says.
+  std::vector<double> a(static_cast<size_t>(g.m * g.k)), b(static_cast<size_t>(g.n * g.k));
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t l = 0; l < g.k; ++l)
+      a[i * g.k + l] = narrow(load(A, g.ab_type, g.ta ? i * g.lda + l : l * g.lda + i), g.plan.narrow);
+  for (int64_t j = 0; j < g.n; ++j)
+    for (int64_t l = 0; l < g.k; ++l)
+      b[j * g.k + l] = narrow(load(B, g.ab_type, g.tb ? l * g.ldb + j : j * g.ldb + l), g.plan.narrow);
+  for (int64_t j = 0; j < g.n; ++j)
+    for (int64_t i = 0; i < g.m; ++i) {
+      const double acc = dot(a.data() + i * g.k, b.data() + j * g.k, g.k, g.plan.acc);
+      const int64_t at = j * g.ldc + i;
+      const double c = g.beta == 0.0 ? 0.0 : load(C, g.c_type, at);
+      store(C, g.c_type, at, combine(g.alpha, acc, g.beta, c, g.plan.acc));
+    }
+}
+
+// Bytes from the first element of a column-major rows x cols array to one past its last.
+size_t extent(int64_t rows, int64_t cols, int64_t ld, size_t es) {
+  return rows == 0 || cols == 0 ? 0 : static_cast<size_t>((cols - 1) * ld + rows) * es;
+}
+
+// Faults unless [p, p + bytes) is device memory of the handle's device.
+void check_operand(const char* call, const char* name, int64_t batch, const void* p, size_t bytes, int device) {
+  char what[128];
+  if (batch < 0)
+    std::snprintf(what, sizeof what, "%s: %s", call, name);
+  else
+    std::snprintf(what, sizeof what, "%s: %s (batch %lld)", call, name, static_cast<long long>(batch));
+  require_device_range(p, bytes, what);
+  int d = device;
+  if (bytes > 0 && is_device_range(p, bytes, &d) && d != device)
+    fault("%s is memory of device %d, but the handle belongs to device %d", what, d, device);
+}
+
+// Strided batches run concurrently on a GPU: two writing one element of C race. Faults if any
+// element is in two batches' C.
+void check_disjoint_outputs(const char* call, int64_t m, int64_t n, int64_t ldc, long long stride, int batch) {
+  const int64_t span = (n - 1) * ldc + m;  // elements from one C's first to one past its last
+  const int64_t step = std::llabs(stride);
+  if (batch < 2 || step >= span) return;  // consecutive matrices cannot meet
+  std::vector<bool> written(static_cast<size_t>((batch - 1) * step + span));
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t base = (stride >= 0 ? b : batch - 1 - b) * step;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i) {
+        const size_t at = static_cast<size_t>(base + j * ldc + i);
+        if (written[at])
+          fault(
+              "%s: batch %lld writes element (%lld, %lld) of C, which another batch writes too (strideC=%lld, "
+              "ldc=%lld)",
+              call, static_cast<long long>(b), static_cast<long long>(i), static_cast<long long>(j), stride,
+              static_cast<long long>(ldc));
+        written[at] = true;
+      }
+  }
+}
+
+cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
+                    int n, int k, const void* alpha, const void* A, cudaDataType at, int lda, long long stride_a,
+                    const void* B, cudaDataType bt, int ldb, long long stride_b, const void* beta, void* C,
+                    cudaDataType ct, int ldc, long long stride_c, int batch, cublasComputeType_t compute,
+                    cublasGemmAlgo_t algo, bool batched) {
+  if (!live(h, call)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  auto valid_op = [](cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; };
+  if (!valid_op(transa) || !valid_op(transb) || m < 0 || n < 0 || k < 0 || batch < 0)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+  // A is stored m x k (k x m when transposed), B k x n (n x k), C m x n.
+  const int64_t a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+  if (lda < std::max<int64_t>(1, a_rows) || ldb < std::max<int64_t>(1, b_rows) || ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+  Plan plan{};
+  if (!valid_algo(algo) || !make_plan(compute, at, bt, ct, h->math_mode, &plan)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;  // nothing to compute or touch
+
+  // cuBLAS launches on the handle's stream from the calling thread: the stream and the current
+  // device must be the handle's device, whose workspace the kernels use.
+  if (current_device() != h->device)
+    fault("%s: the current device is %d, but the handle belongs to device %d", call, current_device(), h->device);
+  if (stream_device(h->stream) != h->device)
+    fault("%s: the handle's stream belongs to device %d, the handle to device %d", call, stream_device(h->stream),
+          h->device);
+
+  // Host scalars of the scale type (CUBLAS_POINTER_MODE_HOST): a device pointer would be
+  // dereferenced on the host, a crash on a GPU machine too.
+  const size_t scalar_bytes = plan.acc == Acc::F16 ? 2 : plan.acc == Acc::F32 ? 4 : 8;
+  if (is_device_range(alpha, scalar_bytes) || is_device_range(beta, scalar_bytes))
+    fault("%s: alpha or beta is device memory, but the pointer mode is CUBLAS_POINTER_MODE_HOST", call);
+  Gemm g{ta, tb, m, n, k, lda, ldb, ldc, at, ct, plan, 0.0, 0.0};
+  switch (plan.acc) {
+    case Acc::F16: {
+      Half ha, hb;
+      std::memcpy(&ha, alpha, 2);
+      std::memcpy(&hb, beta, 2);
+      g.alpha = static_cast<float>(ha);
+      g.beta = static_cast<float>(hb);
+      break;
+    }
+    case Acc::F32:
+      g.alpha = *static_cast<const float*>(alpha);
+      g.beta = *static_cast<const float*>(beta);
+      break;
+    case Acc::F64:
+      g.alpha = *static_cast<const double*>(alpha);
+      g.beta = *static_cast<const double*>(beta);
+      break;
+  }
+
+  const size_t es_ab = element_size(at), es_c = element_size(ct);
+  const size_t bytes_a = extent(a_rows, a_cols, lda, es_ab), bytes_b = extent(b_rows, b_cols, ldb, es_ab),
+               bytes_c = extent(m, n, ldc, es_c);
+  auto at_batch = [](const void* p, int64_t i, long long stride, size_t es) {
+    return static_cast<const char*>(p) + i * stride * static_cast<int64_t>(es);
+  };
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t tag = batched ? i : -1;
+    check_operand(call, "A", tag, at_batch(A, i, stride_a, es_ab), bytes_a, h->device);
+    check_operand(call, "B", tag, at_batch(B, i, stride_b, es_ab), bytes_b, h->device);
+    check_operand(call, "C", tag, at_batch(C, i, stride_c, es_c), bytes_c, h->device);
+  }
+  check_disjoint_outputs(call, m, n, ldc, stride_c, batch);
+
+  DeviceAccess access;
+  for (int64_t i = 0; i < batch; ++i)
+    run(g, at_batch(A, i, stride_a, es_ab), at_batch(B, i, stride_b, es_ab),
+        const_cast<char*>(at_batch(C, i, stride_c, es_c)));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+}  // namespace mixtape::cuda_emulator
+
+using namespace mixtape::cuda_emulator;
+
+extern "C" {
+
+// ---- cuBLAS helper functions ----
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
+  *handle = new cublasContext{current_device(), nullptr, CUBLAS_DEFAULT_MATH};
+  add_handle(*handle);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  if (!live(handle, "cublasDestroy")) return CUBLAS_STATUS_NOT_INITIALIZED;
+  remove_handle(handle);
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+  if (!live(handle, "cublasSetStream")) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetStream(cublasHandle_t handle, cudaStream_t* stream) {
+  if (!live(handle, "cublasGetStream")) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!stream) return CUBLAS_STATUS_INVALID_VALUE;
+  *stream = handle->stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (!live(handle, "cublasSetMathMode")) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!valid_math_mode(mode)) return CUBLAS_STATUS_INVALID_VALUE;
+  handle->math_mode = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode) {
+  if (!live(handle, "cublasGetMathMode")) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
+  *mode = handle->math_mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusName(cublasStatus_t status) {
+  switch (status) {
+#define MT_EMU_NAME(code) \
+  case code: return #code;
+    MT_EMU_NAME(CUBLAS_STATUS_SUCCESS)
+    MT_EMU_NAME(CUBLAS_STATUS_NOT_INITIALIZED)
+    MT_EMU_NAME(CUBLAS_STATUS_ALLOC_FAILED)
+    MT_EMU_NAME(CUBLAS_STATUS_INVALID_VALUE)
+    MT_EMU_NAME(CUBLAS_STATUS_ARCH_MISMATCH)
+    MT_EMU_NAME(CUBLAS_STATUS_MAPPING_ERROR)
+    MT_EMU_NAME(CUBLAS_STATUS_EXECUTION_FAILED)
+    MT_EMU_NAME(CUBLAS_STATUS_INTERNAL_ERROR)
+    MT_EMU_NAME(CUBLAS_STATUS_NOT_SUPPORTED)
+    MT_EMU_NAME(CUBLAS_STATUS_LICENSE_ERROR)
+#undef MT_EMU_NAME
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "error detected trying to check the license";
+  }
+  return "unknown error";
+}
+
+// ---- GEMMs ----
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  return gemm("cublasGemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C,
+              Ctype, ldc, 0, 1, computeType, algo, false);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo) {
+  return gemm("cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype,
+              ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo, true);
+}
+
+// ---- cuBLASLt handles ----
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* lightHandle) {
+  if (!lightHandle) return CUBLAS_STATUS_INVALID_VALUE;
+  *lightHandle = new cublasLtContext{current_device()};
+  add_handle(*lightHandle);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle) {
+  if (!live(lightHandle, "cublasLtDestroy")) return CUBLAS_STATUS_NOT_INITIALIZED;
+  remove_handle(lightHandle);
+  delete lightHandle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"

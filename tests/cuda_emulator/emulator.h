@@ -1,0 +1,58 @@
+// tests/cuda_emulator/emulator.h — the CUDA emulator's internal interface, shared by its parts:
+// the runtime (runtime.cpp: cudaMalloc, copies, streams, events, devices), the kernel engine
+// (kernel_engine.cpp: grids of blocks of threads, __syncthreads), and the library fakes
+// (cublas.cpp, cudnn.cpp), each written from NVIDIA's documented semantics, not from how mixtape
+// calls them, so a wrong call in mixtape's glue shows up as a wrong result or a fault here.
+//
+// Why an emulator: the development and CI machines compile CUDA but have no GPU. The build
+// MIXTAPE_CUDA=EMULATOR compiles every .cu file as host C++ and links this library in place of
+// cudart, cuBLAS and cuDNN, so the whole GPU test suite runs — kernels, launch geometry, glue,
+// allocator, copies — on the CPU. It proves the logic, not the speed, the memory model or the
+// device's own arithmetic (device transcendentals are the host's here).
+//
+// Invariants:
+//   - Work runs at enqueue time, on the calling host thread, in program order; streams and events
+//     keep their bookkeeping (device, timestamps) but never overlap.
+//   - Device memory (every cudaMalloc block) is mapped PROT_NONE except inside a DeviceAccess
+//     scope, so host code that dereferences a device pointer faults here as it would crash on a
+//     GPU. Kernels, copies and the library fakes open a scope; nothing else may.
+//   - A misuse a GPU would answer with a fault or undefined behaviour (a host pointer given to a
+//     kernel or library, a divergent __syncthreads, an oversized block) aborts with fault(),
+//     naming the call: a test then fails loudly, never silently passes.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mixtape::cuda_emulator {
+
+// How many devices the emulator reports: MIXTAPE_CUDA_EMULATOR_DEVICES (default 2, so the
+// multi-device paths are exercised too), read once.
+int device_count();
+// The calling host thread's current device (cudaSetDevice), 0 at first.
+int current_device();
+// The device a stream belongs to; the legacy default stream (nullptr) is the current device's.
+int stream_device(cudaStream_t s);
+
+// Device memory is readable and writable while at least one DeviceAccess object lives on any
+// thread (a process-wide count; the emulator is serialised by one lock, taken by each scope).
+class DeviceAccess {
+ public:
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+
+// Whether [p, p + bytes) lies inside one live cudaMalloc block; *device (if given) gets its device.
+bool is_device_range(const void* p, size_t bytes, int* device = nullptr);
+// fault() unless [p, p + bytes) is device memory: `what` names the call and the operand, e.g.
+// "cublasGemmEx: A". bytes == 0 passes for any pointer (an empty operand is never read).
+void require_device_range(const void* p, size_t bytes, const char* what);
+
+// Prints "mixtape CUDA emulator: <message>" to stderr and aborts: the emulator's answer to what a
+// GPU would turn into an illegal-address error, a hang or undefined behaviour.
+[[noreturn]] void fault(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+}  // namespace mixtape::cuda_emulator

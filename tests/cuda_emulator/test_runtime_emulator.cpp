@@ -1,0 +1,137 @@
+// tests/cuda_emulator/test_runtime_emulator.cpp — the emulated CUDA runtime keeps the rules
+// mixtape's tests depend on: device memory is out of the host's reach, copies must name the right
+// direction, failures set the last error, devices, streams and events behave as documented, and
+// device memory runs out at the configured capacity. Built only in MIXTAPE_CUDA=EMULATOR builds.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "tests/cuda_emulator/emulator.h"
+
+namespace {
+
+TEST(RuntimeEmulator, ReportsTwoDevicesByDefault) {
+  int n = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&n), cudaSuccess);
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(cudaSetDevice(2), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  int d = -1;
+  ASSERT_EQ(cudaGetDevice(&d), cudaSuccess);
+  EXPECT_EQ(d, 0);
+}
+
+TEST(RuntimeEmulator, CopiesRoundTripAndCheckTheirDirection) {
+  std::vector<float> h = {1.5f, -2.0f, 3.25f, 0.0f}, back(4, 9.0f);
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(float) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d, h.data(), sizeof(float) * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.data(), d, sizeof(float) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, h);
+  // The same copy named the wrong way round, or running past the allocation, is refused.
+  EXPECT_EQ(cudaMemcpy(d, h.data(), sizeof(float) * 4, cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(d, h.data(), sizeof(float) * 5, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_EQ(cudaFree(h.data()), cudaErrorInvalidValue);  // not a device pointer
+  (void)cudaGetLastError();
+}
+
+TEST(RuntimeEmulatorDeathTest, HostCodeCannotTouchDeviceMemory) {
+  EXPECT_DEATH(
+      {
+        int* d = nullptr;
+        if (cudaMalloc(reinterpret_cast<void**>(&d), 64) == cudaSuccess) *reinterpret_cast<volatile int*>(d) = 1;
+      },
+      "");
+}
+
+TEST(RuntimeEmulator, DeviceMemoryIsReachableInsideAnAccessScope) {
+  int* d = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), 64), cudaSuccess);
+  {
+    mixtape::cuda_emulator::DeviceAccess access;
+    d[3] = 42;
+  }
+  int h = 0;
+  ASSERT_EQ(cudaMemcpy(&h, d + 3, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(h, 42);
+  EXPECT_TRUE(mixtape::cuda_emulator::is_device_range(d, 64));
+  EXPECT_FALSE(mixtape::cuda_emulator::is_device_range(d, 65));
+  EXPECT_FALSE(mixtape::cuda_emulator::is_device_range(&h, 4));
+  cudaFree(d);
+}
+
+TEST(RuntimeEmulatorDeathTest, ALibraryGivenAHostPointerAbortsNamingTheOperand) {
+  int h = 0;
+  EXPECT_DEATH(mixtape::cuda_emulator::require_device_range(&h, sizeof h, "cublasGemmEx: A"),
+               "mixtape CUDA emulator: cublasGemmEx: A: .* is not inside one live device allocation");
+}
+
+TEST(RuntimeEmulator, PeerCopiesCheckEachPointersDevice) {
+  void *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&a, 16), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, 16), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  ASSERT_EQ(cudaMemset(a, 7, 16), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyPeerAsync(b, 1, a, 0, 16, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyPeerAsync(b, 0, a, 0, 16, nullptr), cudaErrorInvalidValue);  // b lives on device 1
+  (void)cudaGetLastError();
+  unsigned char h[16] = {};
+  ASSERT_EQ(cudaMemcpy(h, b, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (unsigned char c : h) EXPECT_EQ(c, 7);
+  cudaFree(a);
+  cudaFree(b);
+}
+
+TEST(RuntimeEmulator, EventsTimeOnlyWhenRecordedAndCreatedWithTiming) {
+  cudaEvent_t start = nullptr, end = nullptr, untimed = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&start, cudaEventDefault), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&end, cudaEventDefault), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming), cudaSuccess);
+  float ms = -1;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, end), cudaErrorInvalidResourceHandle);  // never recorded
+  ASSERT_EQ(cudaEventRecord(start, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(end, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(untimed, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaEventElapsedTime(&ms, start, end), cudaSuccess);
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_EQ(cudaEventElapsedTime(&ms, start, untimed), cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+  // An event of device 0 cannot be recorded on a stream of device 1.
+  cudaStream_t s1 = nullptr;
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_EQ(cudaEventRecord(start, s1), cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  cudaStreamDestroy(s1);
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  cudaEventDestroy(untimed);
+}
+
+TEST(RuntimeEmulator, DeviceMemoryRunsOutAtItsCapacity) {
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
+  EXPECT_EQ(total, size_t(4096) << 20);
+  void* big = nullptr;
+  EXPECT_EQ(cudaMalloc(&big, total + 1), cudaErrorMemoryAllocation);
+  EXPECT_EQ(big, nullptr);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, size_t(1) << 20), cudaSuccess);
+  size_t free1 = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free1, &total), cudaSuccess);
+  EXPECT_EQ(free0 - free1, size_t(1) << 20);
+  cudaFree(p);
+  void* none = &p;
+  EXPECT_EQ(cudaMalloc(&none, 0), cudaSuccess);
+  EXPECT_EQ(none, nullptr);
+}
+
+}  // namespace
