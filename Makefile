@@ -5,14 +5,17 @@
 #                   reason, when no GPU is usable)
 #   make test-slow  only the tests labelled slow
 #   make asan       ASan+UBSan build in build-asan/ and its tests (CPU-only: -DMIXTAPE_CUDA=OFF)
+#   make test-emulator  the CUDA backend on the CPU (-DMIXTAPE_CUDA=EMULATOR, build-emu/): every GPU
+#                   test and the main job with --device auto, run by tests/cuda_emulator
 #   make gpu-check  scripts/gpu-check.sh on a machine with an NVIDIA GPU (logs in gpu-check-logs/)
 #   make bench      build and run the benchmark programs (build/bench)
-#   make clean      remove both build directories
+#   make clean      remove the build directories
 #
 # Override on the command line, e.g. `make test BUILD_DIR=/tmp/b CTEST_ARGS="-R tensor"`.
 
 BUILD_DIR  ?= build
 ASAN_DIR   ?= build-asan
+EMU_DIR    ?= build-emu
 JOBS       ?= $(shell nproc)
 CMAKE      ?= cmake
 CTEST      ?= ctest
@@ -38,7 +41,7 @@ ASAN_OPT_FLAGS ?= -O1 -g1 -DNDEBUG
 
 # The steps form a chain (deps -> configure -> build -> run), never run side by side.
 .NOTPARALLEL:
-.PHONY: deps configure build demo test test-slow asan bench gpu-check clean
+.PHONY: deps configure build demo test test-slow asan test-emulator bench gpu-check clean
 
 deps:
 	scripts/install-deps.sh
@@ -68,6 +71,17 @@ asan: deps
 	$(ASAN_ENV) $(CTEST) --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS) \
 	  -LE '^($(ASAN_EXCLUDE))$$' --no-tests=error $(CTEST_ARGS)
 
+# The GPU suites, the emulator's own tests and the main job on CUDA, with the device side run on
+# the CPU by the CUDA emulator (tests/cuda_emulator/emulator.h): only what those need is built.
+EMU_TARGETS ?= test_cuda_runtime test_cuda_ops test_cuda_amp test_cuda_emulator train_fashion_mnist
+test-emulator: deps
+	$(CMAKE) -S . -B $(EMU_DIR) -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=EMULATOR -DMIXTAPE_BUILD_BENCH=OFF
+	$(CMAKE) --build $(EMU_DIR) -j $(JOBS) --target $(EMU_TARGETS)
+	$(CTEST) --test-dir $(EMU_DIR) --output-on-failure -j $(JOBS) -L '^(gpu|cuda_emulator|gpu_selfcheck)$$' \
+	  --no-tests=error $(CTEST_ARGS)
+	$(CTEST) --test-dir $(EMU_DIR) --output-on-failure -R '^example_train_fashion_mnist_device_auto$$' \
+	  --no-tests=error $(CTEST_ARGS)
+
 # Runs every Google Benchmark program (bench/CMakeLists.txt names them bench_<name>); the
 # exhaustive conversion check there is a ctest (label slow), not run here. BENCH_ARGS go to
 # each program, e.g. BENCH_ARGS=--benchmark_filter=matmul.
@@ -86,4 +100,4 @@ gpu-check:
 	scripts/gpu-check.sh $(GPU_CHECK_LOGS)
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(EMU_DIR)
