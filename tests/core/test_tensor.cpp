@@ -6,6 +6,7 @@
 #include <mixtape/mixtape.h>
 
 #include "common/error_of.h"
+#include "core/cuda_api.h"
 
 namespace mixtape {
 namespace {
