@@ -10,6 +10,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -21,17 +22,10 @@ cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t sh
                           A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "launch_kernel: argument count differs from the kernel's");
 #if defined(MIXTAPE_CUDA_EMULATOR)
-  struct Call {
-    void (*kernel)(P...);
-    std::tuple<std::decay_t<P>...> params;
-    static void run(void* self) {
-      auto* c = static_cast<Call*>(self);
-      std::apply(c->kernel, c->params);
-    }
-  };
-  Call call{kernel, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)};
-  return ::mixtape::cuda_emulator::run_grid(__PRETTY_FUNCTION__, grid, block, shared_bytes, stream, &Call::run,
-                                            &call);
+  // The emulator may run the grid later (stream order), so the arguments are kept alive with it.
+  auto params = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);
+  return ::mixtape::cuda_emulator::run_grid(__PRETTY_FUNCTION__, grid, block, shared_bytes, stream,
+                                            [kernel, params] { std::apply(kernel, *params); });
 #else
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<A>(args)...);
   return cudaGetLastError();

@@ -388,10 +388,13 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t transa
   }
   check_disjoint_outputs(call, m, n, ldc, stride_c, batch);
 
-  DeviceAccess access;
-  for (int64_t i = 0; i < batch; ++i)
-    run(g, at_batch(A, i, stride_a, es_ab), at_batch(B, i, stride_b, es_ab),
-        const_cast<char*>(at_batch(C, i, stride_c, es_c)));
+  // The GEMM itself runs in the handle's stream order (everything it needs is captured now).
+  enqueue(h->stream, [=] {
+    DeviceAccess access;
+    for (int64_t i = 0; i < batch; ++i)
+      run(g, at_batch(A, i, stride_a, es_ab), at_batch(B, i, stride_b, es_ab),
+          const_cast<char*>(at_batch(C, i, stride_c, es_c)));
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -441,21 +441,25 @@ cudnnStatus_t convolve(Op op, const char* call, const char* const operands[3], c
   double a = 0, b = 0;
   read_scaling(call, p.type, alpha, beta, &a, &b);
 
-  emu::DeviceAccess access;
-  if (need > 0) std::memset(workspace, 0xA5, need);  // the algorithm's scratch: overwritten as on a GPU
+  // The convolution runs in the handle's stream order; descriptors and scalars are captured now
+  // (the caller may destroy them as soon as this returns).
   void* out = const_cast<void*>(op == Op::Forward ? y : op == Op::BackwardData ? x : w);
-  auto go = [&](auto* type_tag, auto compute_tag) {
-    using T = std::remove_pointer_t<decltype(type_tag)>;
-    using A = decltype(compute_tag);
-    run_conv<T, A>(p, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(y),
-                   static_cast<T*>(out), A(a), A(b));
-  };
-  switch (p.type) {
-    case CUDNN_DATA_FLOAT: go(static_cast<float*>(nullptr), 0.0f); break;
-    case CUDNN_DATA_HALF: go(static_cast<Half*>(nullptr), 0.0f); break;
-    case CUDNN_DATA_BFLOAT16: go(static_cast<BFloat16*>(nullptr), 0.0f); break;
-    default: go(static_cast<double*>(nullptr), 0.0); break;  // make_conv admitted only these four
-  }
+  emu::enqueue(h->stream, [=] {
+    emu::DeviceAccess access;
+    if (need > 0) std::memset(workspace, 0xA5, need);  // the algorithm's scratch: overwritten as on a GPU
+    auto go = [&](auto* type_tag, auto compute_tag) {
+      using T = std::remove_pointer_t<decltype(type_tag)>;
+      using A = decltype(compute_tag);
+      run_conv<T, A>(p, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(y),
+                     static_cast<T*>(out), A(a), A(b));
+    };
+    switch (p.type) {
+      case CUDNN_DATA_FLOAT: go(static_cast<float*>(nullptr), 0.0f); break;
+      case CUDNN_DATA_HALF: go(static_cast<Half*>(nullptr), 0.0f); break;
+      case CUDNN_DATA_BFLOAT16: go(static_cast<BFloat16*>(nullptr), 0.0f); break;
+      default: go(static_cast<double*>(nullptr), 0.0); break;  // make_conv admitted only these four
+    }
+  });
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -806,18 +810,20 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
   double a = 0, b = 0;
   read_scaling("cudnnAddTensor", t, alpha, beta, &a, &b);
 
-  emu::DeviceAccess access;
-  switch (t) {
-    case CUDNN_DATA_FLOAT:
-      run_add(la, static_cast<const float*>(A), lc, static_cast<float*>(C), float(a), float(b));
-      break;
-    case CUDNN_DATA_HALF:
-      run_add(la, static_cast<const Half*>(A), lc, static_cast<Half*>(C), float(a), float(b));
-      break;
-    case CUDNN_DATA_BFLOAT16:
-      run_add(la, static_cast<const BFloat16*>(A), lc, static_cast<BFloat16*>(C), float(a), float(b));
-      break;
-    default: run_add(la, static_cast<const double*>(A), lc, static_cast<double*>(C), a, b); break;
-  }
+  emu::enqueue(handle->stream, [la = la, lc = lc, t, A, C, a, b] {
+    emu::DeviceAccess access;
+    switch (t) {
+      case CUDNN_DATA_FLOAT:
+        run_add(la, static_cast<const float*>(A), lc, static_cast<float*>(C), float(a), float(b));
+        break;
+      case CUDNN_DATA_HALF:
+        run_add(la, static_cast<const Half*>(A), lc, static_cast<Half*>(C), float(a), float(b));
+        break;
+      case CUDNN_DATA_BFLOAT16:
+        run_add(la, static_cast<const BFloat16*>(A), lc, static_cast<BFloat16*>(C), float(a), float(b));
+        break;
+      default: run_add(la, static_cast<const double*>(A), lc, static_cast<double*>(C), a, b); break;
+    }
+  });
   return CUDNN_STATUS_SUCCESS;
 }

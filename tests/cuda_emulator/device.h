@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <functional>
 
 // CUDA's math library declares its classification functions in the global namespace for device
 // code; the host's are std:: (and macros in C), so bring them where kernels call them.
@@ -34,11 +35,11 @@ extern ThreadCoords g_coords;  // the running thread's; set by the engine before
 
 void syncthreads();
 
-// Runs `body(ctx)` once per thread of the grid (see the model above) on the device of `stream`,
-// after checking the launch configuration as a GPU would (cudaErrorInvalidConfiguration, which
-// is also recorded as the last error). Returns the launch's status.
+// Checks the launch configuration as a GPU would (cudaErrorInvalidConfiguration, also recorded
+// as the last error), then enqueues the grid on `stream`: when it runs, `body` is called once
+// per thread (see the model above). Returns the launch's status.
 cudaError_t run_grid(const char* kernel, dim3 grid, dim3 block, size_t dynamic_shared, cudaStream_t stream,
-                     void (*body)(void*), void* ctx);
+                     std::function<void()> body);
 
 template <typename T>
 inline T atomic_rmw_add(T* p, T v) {

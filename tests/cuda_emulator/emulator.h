@@ -11,8 +11,15 @@
 // device's own arithmetic (device transcendentals are the host's here).
 //
 // Invariants:
-//   - Work runs at enqueue time, on the calling host thread, in program order; streams and events
-//     keep their bookkeeping (device, timestamps) but never overlap.
+//   - Stream order is kept, nothing more (MIXTAPE_CUDA_EMULATOR_STREAMS=deferred, the default):
+//     work enqueued on a stream created by cudaStreamCreate* waits in that stream's queue until
+//     something the runtime API documents as ordering it runs it — cudaStreamSynchronize, an
+//     event wait or synchronize, a device-to-host copy on that stream, cudaDeviceSynchronize,
+//     cudaFree. The legacy default stream (nullptr) runs its work at once, after the device's
+//     blocking streams, as its implicit synchronisation says; non-blocking streams are left
+//     alone. So a missing event wait between two streams, or a host read before a sync, reads
+//     stale data here as it may on a GPU. `immediate` runs all work at enqueue time instead.
+//     All work runs on the host thread that triggers it; nothing ever runs concurrently.
 //   - Device memory (every cudaMalloc block) is mapped PROT_NONE except inside a DeviceAccess
 //     scope, so host code that dereferences a device pointer faults here as it would crash on a
 //     GPU. Kernels, copies and the library fakes open a scope; nothing else may.
@@ -24,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace mixtape::cuda_emulator {
 
@@ -34,6 +42,11 @@ int device_count();
 int current_device();
 // The device a stream belongs to; the legacy default stream (nullptr) is the current device's.
 int stream_device(cudaStream_t s);
+
+// Puts `work` on stream `s` (nullptr, cudaStreamLegacy and cudaStreamPerThread are the current
+// device's default stream) under the ordering rules above. `work` must own everything it reads
+// from the host: it may run after the call that enqueued it has returned.
+void enqueue(cudaStream_t s, std::function<void()> work);
 
 // Device memory is readable and writable while at least one DeviceAccess object lives on any
 // thread (a process-wide count; the emulator is serialised by one lock, taken by each scope).

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -91,8 +92,7 @@ struct Engine {
   void* scheduler_sp = nullptr;
   std::vector<Fiber> fibers;
   int running = -1;
-  void (*body)(void*) = nullptr;
-  void* ctx = nullptr;
+  const std::function<void()>* body = nullptr;
   const char* kernel = "";
   uint64_t launches = 0;
   bool in_kernel = false;
@@ -136,7 +136,7 @@ uint64_t seed() {
 // Every fiber starts here (entered by mt_emu_switch's `ret`); it never returns.
 [[noreturn]] void fiber_main() {
   Engine& e = engine();
-  e.body(e.ctx);
+  (*e.body)();
   Fiber& f = e.fibers[e.running];
   f.state = FiberState::Done;
   mt_emu_switch(&f.sp, e.scheduler_sp);
@@ -195,22 +195,16 @@ void syncthreads() {
   mt_emu_switch(&f.sp, e.scheduler_sp);
 }
 
-cudaError_t run_grid(const char* kernel, dim3 grid, dim3 block, size_t dynamic_shared, cudaStream_t stream,
-                     void (*body)(void*), void* ctx) {
-  // The limits of every GPU mixtape targets (compute capability 8.0 and up).
-  const uint64_t nthreads = uint64_t(block.x) * block.y * block.z;
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7FFFFFFFu || grid.y > 65535 || grid.z > 65535 ||
-      nthreads == 0 || nthreads > kMaxThreadsPerBlock || block.z > 64 || dynamic_shared > kMaxDynamicShared)
-    return record_error(cudaErrorInvalidConfiguration);
-  if (stream_device(stream) != current_device()) return record_error(cudaErrorInvalidResourceHandle);
+namespace {
 
-  DeviceAccess access;  // also serialises launches: g_coords and the fibers are the engine's one set
+void execute_grid(const char* kernel, dim3 grid, dim3 block, const std::function<void()>& body) {
+  DeviceAccess access;  // also serialises grids: g_coords and the fibers are the engine's one set
   Engine& e = engine();
-  if (e.in_kernel) fault("kernel %s launched from inside kernel %s", kernel, e.kernel);
+  if (e.in_kernel) fault("kernel %s started from inside kernel %s", kernel, e.kernel);
   e.in_kernel = true;
-  e.body = body;
-  e.ctx = ctx;
+  e.body = &body;
   e.kernel = kernel;
+  const uint64_t nthreads = uint64_t(block.x) * block.y * block.z;
   std::mt19937_64 rng(seed() * 0x9E3779B97F4A7C15ull + e.launches++);
   std::vector<int> order(nthreads);
   std::iota(order.begin(), order.end(), 0);
@@ -228,6 +222,20 @@ cudaError_t run_grid(const char* kernel, dim3 grid, dim3 block, size_t dynamic_s
         run_block(e, static_cast<int>(nthreads), order, rng);
       }
   e.in_kernel = false;
+  e.body = nullptr;
+}
+
+}  // namespace
+
+cudaError_t run_grid(const char* kernel, dim3 grid, dim3 block, size_t dynamic_shared, cudaStream_t stream,
+                     std::function<void()> body) {
+  // The limits of every GPU mixtape targets (compute capability 8.0 and up).
+  const uint64_t nthreads = uint64_t(block.x) * block.y * block.z;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7FFFFFFFu || grid.y > 65535 || grid.z > 65535 ||
+      nthreads == 0 || nthreads > kMaxThreadsPerBlock || block.z > 64 || dynamic_shared > kMaxDynamicShared)
+    return record_error(cudaErrorInvalidConfiguration);
+  if (stream_device(stream) != current_device()) return record_error(cudaErrorInvalidResourceHandle);
+  enqueue(stream, [kernel, grid, block, body = std::move(body)] { execute_grid(kernel, grid, block, body); });
   return cudaSuccess;
 }
 

@@ -18,21 +18,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
 #include "tests/cuda_emulator/emulator.h"
 
+// A stream's queue: `enqueued` items have been handed to it, `executed` have run. An event
+// records a position (stream, ticket) in one; an event wait runs the stream up to it.
 struct CUstream_st {
   int device;
   unsigned flags;
+  bool destroyed = false;
+  std::deque<std::function<void()>> pending;
+  uint64_t enqueued = 0, executed = 0;
+};
+struct EventTime {  // shared with the marker in the stream, which may outlive the event
+  std::chrono::steady_clock::time_point when;
 };
 struct CUevent_st {
   int device;
   unsigned flags;
-  bool recorded = false;
-  std::chrono::steady_clock::time_point when;
+  CUstream_st* stream = nullptr;  // where it was last recorded; nullptr: never recorded
+  uint64_t ticket = 0;
+  std::shared_ptr<EventTime> time = std::make_shared<EventTime>();
 };
 
 namespace mixtape::cuda_emulator {
@@ -49,6 +61,8 @@ struct State {
   std::map<uintptr_t, Block> blocks;
   std::vector<size_t> used;  // bytes in use per device
   int access_depth = 0;
+  std::vector<CUstream_st*> streams;  // every stream created (destroyed ones stay, marked)
+  std::vector<CUstream_st> default_streams;  // per device: the legacy default stream
 };
 State& state() {
   static State* s = new State;  // leaked: device memory may be freed during static destruction
@@ -101,14 +115,94 @@ cudaError_t fail(cudaError_t e) {
 
 bool valid_device(int d) { return d >= 0 && d < device_count(); }
 
+bool deferred() {
+  static const bool d = [] {
+    const char* v = std::getenv("MIXTAPE_CUDA_EMULATOR_STREAMS");
+    const std::string mode = v && *v ? v : "deferred";
+    if (mode != "deferred" && mode != "immediate")
+      fault("MIXTAPE_CUDA_EMULATOR_STREAMS=%s: expected deferred or immediate", mode.c_str());
+    return mode == "deferred";
+  }();
+  return d;
+}
+
+// The stream a handle names; the three spellings of the default stream give the current
+// device's legacy stream. The caller holds the lock.
+CUstream_st* resolve(cudaStream_t s) {
+  State& st = state();
+  if (st.default_streams.empty()) {
+    st.default_streams.resize(device_count());
+    for (int d = 0; d < device_count(); ++d) st.default_streams[d].device = d;
+  }
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &st.default_streams[t_device];
+  if (s->destroyed) fault("use of a destroyed stream %p", static_cast<void*>(s));
+  return s;
+}
+bool is_default(const CUstream_st* s) {
+  const State& st = state();
+  return !st.default_streams.empty() && s >= &st.default_streams.front() && s <= &st.default_streams.back();
+}
+
+void run_one(CUstream_st* s) {
+  std::function<void()> work = std::move(s->pending.front());
+  s->pending.pop_front();
+  work();
+  ++s->executed;
+}
+// Runs s's queue up to and including item `ticket`.
+void run_until(CUstream_st* s, uint64_t ticket) {
+  while (s->executed < ticket && !s->pending.empty()) run_one(s);
+}
+void flush(CUstream_st* s) { run_until(s, s->enqueued); }
+// The legacy default stream's implicit synchronisation: it waits for the device's blocking
+// streams (those created without cudaStreamNonBlocking).
+void flush_blocking(int device) {
+  for (CUstream_st* s : state().streams)
+    if (!s->destroyed && s->device == device && !(s->flags & cudaStreamNonBlocking)) flush(s);
+}
+void flush_device(int device) {
+  for (CUstream_st* s : state().streams)
+    if (!s->destroyed && s->device == device) flush(s);
+}
+void flush_everything() {
+  for (CUstream_st* s : state().streams)
+    if (!s->destroyed) flush(s);
+}
+
+// Ordering before work that the host waits for on stream s (a synchronize, a D2H copy).
+void drain(CUstream_st* s) {
+  if (is_default(s))
+    flush_blocking(s->device);
+  else
+    flush(s);
+}
+
+void push(CUstream_st* s, std::function<void()> work) {
+  ++s->enqueued;
+  if (!deferred() || is_default(s)) {
+    if (is_default(s)) flush_blocking(s->device);
+    work();
+    ++s->executed;
+    return;
+  }
+  s->pending.push_back(std::move(work));
+}
+
 }  // namespace
+
+void enqueue(cudaStream_t s, std::function<void()> work) {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  push(resolve(s), std::move(work));
+}
 
 int device_count() {
   static const int n = static_cast<int>(env_size("MIXTAPE_CUDA_EMULATOR_DEVICES", 2));
   return n;
 }
 int current_device() { return t_device; }
-int stream_device(cudaStream_t s) { return s ? s->device : t_device; }
+int stream_device(cudaStream_t s) {
+  return (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) ? t_device : s->device;
+}
 
 DeviceAccess::DeviceAccess() {
   State& st = state();
@@ -177,7 +271,11 @@ cudaError_t cudaSetDevice(int device) {
   t_device = device;
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }  // work ran at enqueue time
+cudaError_t cudaDeviceSynchronize(void) {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  flush_device(t_device);
+  return cudaSuccess;
+}
 
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   if (!free || !total) return fail(cudaErrorInvalidValue);
@@ -263,6 +361,7 @@ cudaError_t cudaFree(void* ptr) {
   std::lock_guard<std::recursive_mutex> lock(st.mu);
   auto it = st.blocks.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == st.blocks.end()) return fail(cudaErrorInvalidValue);
+  flush_everything();  // cudaFree synchronises: queued work may still use the block
   st.used[it->second.device] -= it->second.size;
   munmap(ptr, it->second.mapped);
   st.blocks.erase(it);
@@ -284,17 +383,46 @@ cudaError_t check_copy(void* dst, const void* src, size_t count, cudaMemcpyKind 
     default: return cudaErrorInvalidMemcpyDirection;
   }
 }
-bool valid_stream(cudaStream_t s) { return !s || valid_device(s->device); }
+bool valid_stream(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread || !s->destroyed; }
 }  // namespace
 
+// Host -> device from pageable memory: the source is staged at the call (the caller may reuse it
+// at once), the device write happens in stream order. Device -> host: returns once the copy is
+// done, after the stream's earlier work. Device -> device: stream order.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (cudaError_t e = check_copy(dst, src, count, kind); e != cudaSuccess) return fail(e);
   if (count == 0) return cudaSuccess;
-  DeviceAccess access;
-  std::memmove(dst, src, count);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* s = resolve(stream);
+  const bool d_dev = is_device_range(dst, count), s_dev = is_device_range(src, count);
+  if (!s_dev) {  // from the host (H2H included): take the bytes now
+    auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
+                                                               static_cast<const unsigned char*>(src) + count);
+    if (!d_dev) {
+      drain(s);
+      std::memcpy(dst, staged->data(), count);
+      return cudaSuccess;
+    }
+    push(s, [dst, staged] {
+      DeviceAccess access;
+      std::memcpy(dst, staged->data(), staged->size());
+    });
+    return cudaSuccess;
+  }
+  if (!d_dev) {  // to the host: the host reads it next
+    drain(s);
+    DeviceAccess access;
+    std::memcpy(dst, src, count);
+    return cudaSuccess;
+  }
+  push(s, [dst, src, count] {
+    DeviceAccess access;
+    std::memmove(dst, src, count);
+  });
   return cudaSuccess;
 }
+// On the legacy default stream: it runs after the device's blocking streams, and returns when done.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   return cudaMemcpyAsync(dst, src, count, kind, nullptr);
 }
@@ -308,8 +436,10 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
   if (!is_device_range(dst, count, &dd) || !is_device_range(src, count, &sd) || dd != dst_device ||
       sd != src_device)
     return fail(cudaErrorInvalidValue);
-  DeviceAccess access;
-  std::memmove(dst, src, count);
+  enqueue(stream, [dst, src, count] {
+    DeviceAccess access;
+    std::memmove(dst, src, count);
+  });
   return cudaSuccess;
 }
 
@@ -317,8 +447,10 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t str
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (count == 0) return cudaSuccess;
   if (!is_device_range(ptr, count)) return fail(cudaErrorInvalidValue);
-  DeviceAccess access;
-  std::memset(ptr, value, count);
+  enqueue(stream, [ptr, value, count] {
+    DeviceAccess access;
+    std::memset(ptr, value, count);
+  });
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) { return cudaMemsetAsync(ptr, value, count, nullptr); }
@@ -327,24 +459,47 @@ cudaError_t cudaMemset(void* ptr, int value, size_t count) { return cudaMemsetAs
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   if (!stream || (flags & ~unsigned(cudaStreamNonBlocking))) return fail(cudaErrorInvalidValue);
-  *stream = new CUstream_st{t_device, flags};
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  auto* created = new CUstream_st;
+  created->device = t_device;
+  created->flags = flags;
+  state().streams.push_back(created);
+  *stream = created;
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
+// Queued work still completes; the stream object is kept (marked) so later use is caught and
+// event waits that point into it stay valid.
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (!stream) return fail(cudaErrorInvalidResourceHandle);
-  delete stream;
+  if (!stream || stream == cudaStreamLegacy || stream == cudaStreamPerThread || stream->destroyed)
+    return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  flush(stream);
+  stream->destroyed = true;
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  drain(resolve(stream));
+  return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
-  return valid_stream(stream) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  return resolve(stream)->pending.empty() ? cudaSuccess : cudaErrorNotReady;
 }
+// Work enqueued on `stream` after this call starts once the event's recorded work has run.
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int /*flags*/) {
   if (!valid_stream(stream) || !event) return fail(cudaErrorInvalidResourceHandle);
-  return cudaSuccess;  // the event's work has already run
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* source = event->stream;
+  if (!source) return cudaSuccess;  // never recorded: nothing to wait for
+  const uint64_t ticket = event->ticket;
+  CUstream_st* s = resolve(stream);
+  if (s == source) return cudaSuccess;
+  push(s, [source, ticket] { run_until(source, ticket); });
+  return cudaSuccess;
 }
 
 // ---- events ----
@@ -352,32 +507,46 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   const unsigned known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
   if (!event || (flags & ~known)) return fail(cudaErrorInvalidValue);
-  *event = new CUevent_st{t_device, flags, false, {}};
+  *event = new CUevent_st{t_device, flags};
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (!event) return fail(cudaErrorInvalidResourceHandle);
-  delete event;
+  delete event;  // a marker still queued holds its own reference to the timestamp
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!event || !valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (stream_device(stream) != event->device) return fail(cudaErrorInvalidResourceHandle);
-  event->recorded = true;
-  event->when = std::chrono::steady_clock::now();
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* s = resolve(stream);
+  event->stream = s;
+  event->ticket = s->enqueued + 1;
+  event->time = std::make_shared<EventTime>();
+  push(s, [time = event->time] { time->when = std::chrono::steady_clock::now(); });
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+static bool completed(cudaEvent_t e) { return !e->stream || e->stream->executed >= e->ticket; }
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (!event) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  return completed(event) ? cudaSuccess : cudaErrorNotReady;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!event) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (event->stream) run_until(event->stream, event->ticket);
+  return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (!ms) return fail(cudaErrorInvalidValue);
   if (!start || !end || (start->flags & cudaEventDisableTiming) || (end->flags & cudaEventDisableTiming))
     return fail(cudaErrorInvalidResourceHandle);
-  if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  if (!start->stream || !end->stream) return fail(cudaErrorInvalidResourceHandle);  // never recorded
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (!completed(start) || !completed(end)) return fail(cudaErrorNotReady);
+  *ms = std::chrono::duration<float, std::milli>(end->time->when - start->time->when).count();
   return cudaSuccess;
 }
 

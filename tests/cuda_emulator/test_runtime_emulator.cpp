@@ -115,6 +115,92 @@ TEST(RuntimeEmulator, EventsTimeOnlyWhenRecordedAndCreatedWithTiming) {
   cudaEventDestroy(untimed);
 }
 
+// Stream order only (MIXTAPE_CUDA_EMULATOR_STREAMS=deferred, the default): what a GPU may do.
+TEST(RuntimeEmulatorStreams, NonBlockingStreamWorkIsInvisibleUntilSynchronised) {
+  int* d = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d, 0, sizeof(int)), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const int one = 1;
+  ASSERT_EQ(cudaMemcpyAsync(d, &one, sizeof one, cudaMemcpyHostToDevice, s), cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(s), cudaErrorNotReady);
+  int h = -1;
+  // The legacy stream does not wait for a non-blocking stream: the write is not there yet.
+  ASSERT_EQ(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(h, 0);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(cudaStreamQuery(s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(h, 1);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+}
+
+TEST(RuntimeEmulatorStreams, BlockingStreamsAreOrderedWithTheLegacyStream) {
+  int* d = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(int)), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);  // blocking
+  const int seven = 7;
+  ASSERT_EQ(cudaMemcpyAsync(d, &seven, sizeof seven, cudaMemcpyHostToDevice, s), cudaSuccess);
+  int h = -1;
+  ASSERT_EQ(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(h, 7);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+}
+
+TEST(RuntimeEmulatorStreams, AnEventWaitOrdersOneStreamAfterAnother) {
+  int *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&a), sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&b), sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(a, 0, sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(b, 0, sizeof(int)), cudaSuccess);
+  cudaStream_t producer = nullptr, consumer = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t ready = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), cudaSuccess);
+  for (bool wait : {false, true}) {
+    const int value = wait ? 42 : 5;
+    ASSERT_EQ(cudaMemcpyAsync(a, &value, sizeof value, cudaMemcpyHostToDevice, producer), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(ready, producer), cudaSuccess);
+    EXPECT_EQ(cudaEventQuery(ready), cudaErrorNotReady);
+    if (wait) {
+      ASSERT_EQ(cudaStreamWaitEvent(consumer, ready, 0), cudaSuccess);
+    }
+    ASSERT_EQ(cudaMemcpyAsync(b, a, sizeof(int), cudaMemcpyDeviceToDevice, consumer), cudaSuccess);
+    int h = -1;
+    ASSERT_EQ(cudaMemcpyAsync(&h, b, sizeof h, cudaMemcpyDeviceToHost, consumer), cudaSuccess);
+    // Without the wait the consumer copied `a` before the producer wrote it.
+    EXPECT_EQ(h, wait ? 42 : 0) << (wait ? "with" : "without") << " the event wait";
+    ASSERT_EQ(cudaEventSynchronize(ready), cudaSuccess);
+    EXPECT_EQ(cudaEventQuery(ready), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(producer), cudaSuccess);
+  }
+  cudaEventDestroy(ready);
+  cudaStreamDestroy(producer);
+  cudaStreamDestroy(consumer);
+  cudaFree(a);
+  cudaFree(b);
+}
+
+TEST(RuntimeEmulatorStreams, AHostToDeviceCopyTakesTheHostBytesAtTheCall) {
+  int* d = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(int)), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  int v = 3;
+  ASSERT_EQ(cudaMemcpyAsync(d, &v, sizeof v, cudaMemcpyHostToDevice, s), cudaSuccess);
+  v = 4;  // pageable memory: the runtime staged the 3 already
+  int h = -1;
+  ASSERT_EQ(cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(h, 3);
+  cudaStreamDestroy(s);
+  cudaFree(d);
+}
+
 TEST(RuntimeEmulator, DeviceMemoryRunsOutAtItsCapacity) {
   size_t free0 = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free0, &total), cudaSuccess);
