@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "amp/amp_functors.h"
 #include "amp/scaler_kernels.h"
 #include "autograd/grad_mode.h"
 #include "core/trace.h"
@@ -79,6 +80,8 @@ void GradScaler::lazy_init(Device device) {
   const double s = static_cast<float>(init_scale_);
   scale_ = full({}, s, TensorOptions(DType::Float32).with_device(device));
   growth_tracker_ = full({}, init_growth_tracker_, TensorOptions(DType::Int32).with_device(device));
+  scale_host_ = static_cast<float>(s);
+  growth_tracker_host_ = static_cast<int32_t>(init_growth_tracker_);
 }
 
 GradScaler::PerOptimizer& GradScaler::state_of(const optim::Optimizer& optimizer) {
@@ -96,12 +99,12 @@ OptState GradScaler::stage(const optim::Optimizer& optimizer) const {
 
 double GradScaler::get_scale() const {
   if (!enabled_) return 1.0;
-  return scale_.defined() ? static_cast<double>(host_float(scale_)) : init_scale_;
+  return scale_.defined() ? static_cast<double>(scale_host_) : init_scale_;
 }
 
 int64_t GradScaler::get_growth_tracker() const {
   if (!enabled_) return 0;
-  return growth_tracker_.defined() ? to_device(growth_tracker_, Device::CPU()).item<int32_t>() : init_growth_tracker_;
+  return growth_tracker_.defined() ? growth_tracker_host_ : init_growth_tracker_;
 }
 
 void GradScaler::set_growth_factor(double f) {
@@ -185,7 +188,7 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool to_
       }
     }
   }
-  const float inv_host = host_float(inv);
+  const float inv_host = static_cast<float>(1.0 / static_cast<double>(scale_host_));  // = inv, bit for bit
   // The optimizer's hook covers all of its 16-bit parameters in one call with one found_inf, so
   // they must share a device (multi-device 16-bit models are not supported yet).
   size_t master_buckets = 0;
@@ -246,6 +249,7 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
            "for this optimizer. (None of its parameters has a gradient: did backward() reach them?)");
   float found = 0.0f;
   for (const Tensor& f : st.found_inf_per_device) found += host_float(f);  // the one host sync
+  st.found_on_host = found;
   const bool stepped = found == 0.0f;
   if (stepped) {
     // 16-bit grads not yet unscaled into masters are multiplied by inv at the copy into FP32.
@@ -301,10 +305,19 @@ void GradScaler::update() {
   autograd::NoGradGuard no_grad;
   Tensor combined = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
   for (const Tensor& f : found) combined.add_(to_device(f, scale_.device()));
-  const float before = host_float(scale_);
-  const bool skipped = host_float(combined) != 0.0f;
+  // The combined flag on the host: from what step() read, else (unscale_ without step) read now.
+  float combined_host = 0.0f;
+  bool known = true;
+  for (const PerOptimizer& st : per_optimizer_) {
+    if (!st.found_on_host) known = false;
+    combined_host += st.found_on_host.value_or(0.0f);
+  }
+  if (!known) combined_host = host_float(combined);
+  const float before = scale_host_;
   update_scale_(scale_, growth_tracker_, combined, growth_factor_, backoff_factor_, growth_interval_);
-  finish_update(before, skipped);
+  fn::update_scale(scale_host_, growth_tracker_host_, combined_host, growth_factor_, backoff_factor_,
+                   static_cast<int32_t>(growth_interval_));
+  finish_update(before, combined_host != 0.0f);
 }
 
 void GradScaler::update(double new_scale) {
@@ -318,9 +331,10 @@ void GradScaler::update(double new_scale) {
   bool skipped = false;
   for (const PerOptimizer& st : per_optimizer_)
     for (const Tensor& f : st.found_inf_per_device) skipped = skipped || host_float(f) != 0.0f;
-  const float before = host_float(scale_);
+  const float before = scale_host_;
   autograd::NoGradGuard no_grad;
   scale_.fill_(static_cast<double>(s));
+  scale_host_ = s;
   finish_update(before, skipped);
 }
 
@@ -392,6 +406,8 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   init_growth_tracker_ = tracker;
   if (scale_.defined()) scale_.fill_(static_cast<double>(scale));
   if (growth_tracker_.defined()) growth_tracker_.fill_(static_cast<int64_t>(tracker));
+  scale_host_ = scale;
+  growth_tracker_host_ = tracker;
 }
 
 }  // namespace mixtape::amp

@@ -162,6 +162,7 @@ class GradScaler {
     OptState stage = OptState::READY;
     std::vector<Tensor> found_inf_per_device;  // one 0-d f32 per device that held gradients
     float inv_scale = 1.0f;                    // the inv used by unscale, handed to step()
+    std::optional<float> found_on_host;        // their sum, once step() has read it
   };
   void check_scale_initialized(const char* funcname) const;
   void lazy_init(Device device);
@@ -177,6 +178,11 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;
   Tensor scale_;           // 0-d f32, lazily created
   Tensor growth_tracker_;  // 0-d i32, lazily created
+  // Host copies of the two, kept equal to them by running the same update (fn::update_scale) on
+  // the host with the found_inf step() has already read: get_scale(), update() and unscale's
+  // inverse then never wait for the device, so step()'s read is the iteration's one host sync.
+  float scale_host_ = 0.0f;
+  int32_t growth_tracker_host_ = 0;
   std::vector<PerOptimizer> per_optimizer_;  // in first-use order; cleared by update()
   std::vector<ScaleRecord> history_;
   int64_t skipped_steps_ = 0;

@@ -15,6 +15,7 @@
 
 #include "core/cuda/caching_allocator_cuda.h"
 #include "core/cuda/check.h"
+#include "core/cuda/deferred_check.h"
 #include "core/cuda/stream.h"
 #endif
 
@@ -57,6 +58,7 @@ void synchronize(int device) {
   if (!is_available()) return;
   DeviceGuard guard(device);
   MT_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize");
+  run_deferred_checks(device);
 }
 
 void empty_cache() {

@@ -42,6 +42,15 @@ void check_broadcastable_to(const char* op, const Tensor& w, const Tensor& input
            shape_str(input.sizes()));
 }
 
+// A flat position in `shape` as its index, e.g. 5 in [2, 3] -> [1, 2].
+std::string index_str(int64_t linear, const IntList& shape) {
+  IntList idx(shape.size(), 0);
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? linear % shape[d] : 0;
+    linear = shape[d] ? linear / shape[d] : 0;
+  }
+  return shape_str(idx);
+}
 }  // namespace
 
 Reduction loss_reduction(const Attrs& a, const char* op) {
@@ -80,6 +89,17 @@ NllGeom nll_geometry(const IntList& sizes) {
   return g;
 }
 
+std::string bad_target_message(int64_t value, int64_t position, const IntList& shape, int64_t classes,
+                               int64_t ignore_index) {
+  return detail::str_cat("target ", value, " at position ", index_str(position, shape),
+                         " is out of bounds: expected a class in [0, ", classes, ") or ignore_index ", ignore_index);
+}
+std::string bad_probability_message(double value, int64_t position, const IntList& shape) {
+  return detail::str_cat("all elements of input should be between 0 and 1 (probabilities; use "
+                         "binary_cross_entropy_with_logits for logits), got ", value, " at position ",
+                         index_str(position, shape));
+}
+
 namespace {
 
 // ---- shared helpers ----
@@ -102,15 +122,6 @@ Tensor broadcast_dense(const Tensor& w, const IntList& shape, DType dt) {
   Tensor out = Tensor::empty(shape, TensorOptions(dt));
   cpu::copy_into(out, w);
   return out;
-}
-
-std::string index_str(int64_t linear, const IntList& shape) {
-  IntList idx(shape.size(), 0);
-  for (size_t d = shape.size(); d-- > 0;) {
-    idx[d] = shape[d] ? linear % shape[d] : 0;
-    linear = shape[d] ? linear / shape[d] : 0;
-  }
-  return shape_str(idx);
 }
 
 // Optional inputs that were undefined at forward time have no saved slot.
@@ -152,9 +163,8 @@ void check_targets(const char* op, const int64_t* t, int64_t count, int64_t clas
                    const IntList& shape) {
   for (int64_t p = 0; p < count; ++p) {
     const int64_t v = t[p];
-    MT_CHECK(v == ignore_index || (v >= 0 && v < classes), op, ": target ", v, " at position ",
-             index_str(p, shape), " is out of bounds: expected a class in [0, ", classes,
-             ") or ignore_index ", ignore_index);
+    MT_CHECK(v == ignore_index || (v >= 0 && v < classes), op, ": ",
+             bad_target_message(v, p, shape, classes, ignore_index));
   }
 }
 
@@ -382,8 +392,7 @@ TensorList bce_cpu(const OpCall& c) {
     T* o = static_cast<T*>(out.data_ptr());
     for (int64_t i = 0; i < n; ++i) {
       const A v = static_cast<A>(pp[i]);
-      MT_CHECK(v >= A(0) && v <= A(1), c.name(), ": all elements of input should be between 0 and 1 (probabilities; ",
-               "use binary_cross_entropy_with_logits for logits), got ", v, " at position ", index_str(i, p.sizes()));
+      MT_CHECK(v >= A(0) && v <= A(1), c.name(), ": ", bad_probability_message(static_cast<double>(v), i, p.sizes()));
     }
     double total = 0;
     for (int64_t i = 0; i < n; ++i) {

@@ -31,4 +31,10 @@ struct NllGeom {
 };
 NllGeom nll_geometry(const IntList& sizes);
 
+// The messages of the two value checks (after "<op>: "), for a flat position in `shape`: the
+// CPU kernels raise them at once, the CUDA ones at the next synchronisation (deferred checks).
+std::string bad_target_message(int64_t value, int64_t position, const IntList& shape, int64_t classes,
+                               int64_t ignore_index);
+std::string bad_probability_message(double value, int64_t position, const IntList& shape);
+
 }  // namespace mixtape

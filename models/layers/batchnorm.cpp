@@ -54,7 +54,10 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   const bool recompute = autograd::in_checkpoint_recompute();
   if (is_training() && options.track_running_stats && !recompute) {
     NoGradGuard no_grad;
-    fill_(num_batches_tracked, num_batches_tracked.item<int64_t>() + 1);
+    // Counted where the buffer lives, without reading it back: on a GPU a read would stop the
+    // host at every batch-norm layer. Only momentum=None (a cumulative average, whose factor is
+    // 1 / count) reads the count, as PyTorch does.
+    num_batches_tracked.add_(ones({}, TensorOptions(DType::Int64).with_device(num_batches_tracked.device())));
     if (!options.momentum) factor = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
   }
   // Batch statistics in training, or in eval when there are no running statistics.

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include "core/cuda/check.h"
+#include "core/cuda/deferred_check.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
 #include "core/dispatcher.h"
@@ -63,6 +64,7 @@ Tensor device_to_host(const Tensor& x) {
                   "to_device");
   }
   MT_CUDA_CHECK(cudaStreamSynchronize(stream), "to_device");
+  run_deferred_checks(source);  // the host has waited for the device: report what it found
   return out;
 }
 

@@ -84,12 +84,12 @@ __global__ void bce_backward_kernel(const T* g, const T* p, const T* t, const ac
 }
 
 template <typename T>
-__global__ void first_bad_kernel(const T* p, int64_t n, int64_t* first) {
+__global__ void first_bad_kernel(const T* p, int64_t n, unsigned long long* first) {
   using A = acc_t<T>;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
     const A v = static_cast<A>(p[i]);
     if (!(v >= A(0) && v <= A(1)))
-      atomicMin(reinterpret_cast<unsigned long long*>(first), static_cast<unsigned long long>(i));
+      atomicMin(first, static_cast<unsigned long long>(i));
   }
 }
 
@@ -137,7 +137,8 @@ cudaError_t launch_bce_backward(DType dt, const void* g, const void* p, const vo
   });
 }
 
-cudaError_t launch_first_bad_probability(DType dt, const void* p, int64_t n, int64_t* first, cudaStream_t s) {
+cudaError_t launch_first_bad_probability(DType dt, const void* p, int64_t n, unsigned long long* first,
+                                         cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;

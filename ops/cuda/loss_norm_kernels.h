@@ -19,8 +19,10 @@ cudaError_t launch_loss(LossKind kind, DType dt, const void* x, const void* t, c
 // binary_cross_entropy_backward: out[i] = g (g[i] or g[0]) w (p - t) / max((1 - p) p, 1e-12) (/ n).
 cudaError_t launch_bce_backward(DType dt, const void* g, const void* p, const void* t, const void* w, int64_t n,
                                 int reduction, void* out, cudaStream_t s);
-// The first index whose probability is outside [0, 1] (NaN included), or n: *first (device i64).
-cudaError_t launch_first_bad_probability(DType dt, const void* p, int64_t n, int64_t* first, cudaStream_t s);
+// Lowers *first (a deferred-check slot, core/cuda/deferred_check.h) to the first index whose
+// probability is outside [0, 1] (NaN included).
+cudaError_t launch_first_bad_probability(DType dt, const void* p, int64_t n, unsigned long long* first,
+                                         cudaStream_t s);
 
 // layer_norm over rows of M contiguous values: one thread per row in the CPU's order (f64 mean,
 // then squared deviations), y = (x rstd - rstd mean) w + b in acc_t (w, b: acc dtype, may be null);

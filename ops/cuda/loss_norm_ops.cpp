@@ -5,6 +5,7 @@
 // (f32, f64 for f64), as the CPU does.
 #include <algorithm>
 
+#include "core/cuda/deferred_check.h"
 #include "core/cuda/scratch.h"
 #include "ops/creation.h"
 #include "ops/cuda/loss_norm_kernels.h"
@@ -48,20 +49,15 @@ TensorList mse_loss_cuda(const OpCall& c) {
   return {run_loss(c, LossKind::Mse, x, t, Tensor(), Tensor(), promote_types(x.dtype(), t.dtype()))};
 }
 
-// Probabilities outside [0, 1] are an error naming the first position (one 8-byte device->host read).
+// Probabilities outside [0, 1] are an error naming the first position, found on the device and
+// reported at the next synchronisation (core/cuda/deferred_check.h); meanwhile they give NaN.
 void check_probabilities(const OpCall& c, const Tensor& pd) {
-  Tensor first = empty_on({}, DType::Int64, pd.device());
-  fill_(first, static_cast<double>(pd.numel()));
-  MT_CUDA_CHECK(launch_first_bad_probability(pd.dtype(), pd.data_ptr(), pd.numel(),
-                                             static_cast<int64_t*>(first.data_ptr()), current_stream()),
+  unsigned long long* first = defer_check(c.name(), [pd](uint64_t position) {
+    const auto i = static_cast<int64_t>(position);
+    return bad_probability_message(get_element(pd.reshape({-1}).narrow(0, i, 1).to(Device::CPU()), 0), i, pd.sizes());
+  });
+  MT_CUDA_CHECK(launch_first_bad_probability(pd.dtype(), pd.data_ptr(), pd.numel(), first, current_stream()),
                 c.name());
-  const int64_t i = first.to(Device::CPU()).item<int64_t>();
-  if (i < pd.numel()) {
-    const double v = get_element(pd.reshape({-1}).narrow(0, i, 1).to(Device::CPU()), 0);
-    MT_ERROR(c.name(), ": all elements of input should be between 0 and 1 (probabilities; use ",
-             "binary_cross_entropy_with_logits for logits), got ", v, " at flat position ", i, " of ",
-             shape_str(pd.sizes()));
-  }
 }
 
 TensorList bce_cuda(const OpCall& c) {

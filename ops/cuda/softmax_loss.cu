@@ -50,14 +50,24 @@ __global__ void softmax_grad_kernel(const T* g, const T* y, T* out, int64_t oute
 
 // nll: one thread per target position p = n * S + s; loss_p = -w[k] * x[(n C + k) S + s]. For
 // mean/sum the per-position losses and weights go to f64 scratch, folded by nll_reduce_kernel.
+// Whether target k is ignored; a k outside [0, c) is recorded in `bad` and ignored as well, so
+// no thread reads or writes out of bounds because of it (the host reports it later).
+__device__ __forceinline__ bool skip_target(int64_t k, int64_t c, int64_t ignore, int64_t p,
+                                            unsigned long long* bad) {
+  if (k == ignore) return true;
+  if (k >= 0 && k < c) return false;
+  if (bad) atomicMin(bad, static_cast<unsigned long long>(p));
+  return true;
+}
+
 template <typename T>
 __global__ void nll_kernel(const T* x, const int64_t* t, const double* w, int64_t n, int64_t c, int64_t s,
-                           int64_t ignore, T* per_pos, double* loss_d, double* weight_d) {
+                           int64_t ignore, unsigned long long* bad, T* per_pos, double* loss_d, double* weight_d) {
   using A = acc_t<T>;
   const int64_t count = n * s;
   for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < count; p += int64_t(blockDim.x) * gridDim.x) {
     const int64_t k = t[p];
-    if (k == ignore) {
+    if (skip_target(k, c, ignore, p, bad)) {
       if (per_pos) per_pos[p] = static_cast<T>(A(0));
       if (loss_d) {
         loss_d[p] = 0.0;
@@ -90,23 +100,25 @@ __global__ void nll_reduce_kernel(const double* loss_d, const double* weight_d, 
 
 template <typename T>
 __global__ void nll_backward_kernel(const T* g, const int64_t* t, const double* w, int64_t n, int64_t c, int64_t s,
-                                    int64_t ignore, bool per_position, const double* scale_d, T* out) {
+                                    int64_t ignore, unsigned long long* bad, bool per_position,
+                                    const double* scale_d, T* out) {
   using A = acc_t<T>;
   const int64_t count = n * s;
   const double scale = scale_d ? 1.0 / *scale_d : 1.0;
   for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < count; p += int64_t(blockDim.x) * gridDim.x) {
     const int64_t k = t[p];
-    if (k == ignore) continue;
+    if (skip_target(k, c, ignore, p, bad)) continue;
     const double gv = static_cast<double>(static_cast<A>(g[per_position ? p : 0]));
     out[((p / s) * c + k) * s + p % s] = static_cast<T>(-(w ? w[k] : 1.0) * gv * scale);
   }
 }
 // Total weight of the non-ignored targets, in index order (the CPU's total_weight).
-__global__ void total_weight_kernel(const int64_t* t, const double* w, int64_t count, int64_t ignore, double* out) {
+__global__ void total_weight_kernel(const int64_t* t, const double* w, int64_t count, int64_t c, int64_t ignore,
+                                    double* out) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   double total = 0;
   for (int64_t p = 0; p < count; ++p)
-    if (t[p] != ignore) total += w ? w[t[p]] : 1.0;
+    if (!skip_target(t[p], c, ignore, p, nullptr)) total += w ? w[t[p]] : 1.0;
   *out = total;
 }
 
@@ -152,11 +164,12 @@ cudaError_t launch_nll(DType dt, const NllArgs& a, void* out, double* scratch, c
     if (a.reduction == 0) {  // none
       if (count == 0) return cudaSuccess;
       return launch_kernel(nll_kernel<T>, grid_for(count, kThreads), kThreads, 0, s, x, a.target, a.weight, a.n, a.c,
-                           a.s, a.ignore, static_cast<T*>(out), nullptr, nullptr);
+                           a.s, a.ignore, a.bad, static_cast<T*>(out), nullptr, nullptr);
     }
     if (count > 0) {
       const cudaError_t e = launch_kernel(nll_kernel<T>, grid_for(count, kThreads), kThreads, 0, s, x, a.target,
-                                          a.weight, a.n, a.c, a.s, a.ignore, nullptr, scratch, scratch + count);
+                                          a.weight, a.n, a.c, a.s, a.ignore, a.bad, nullptr, scratch,
+                                          scratch + count);
       if (e != cudaSuccess) return e;
     }
     return launch_kernel(nll_reduce_kernel<T>, 1, 32, 0, s, scratch, scratch + count, count, a.reduction == 1,
@@ -169,13 +182,13 @@ cudaError_t launch_nll_backward(DType dt, const NllArgs& a, const void* g, void*
   const int64_t count = a.n * a.s;
   if (count == 0) return cudaSuccess;
   if (a.reduction == 1) {
-    cudaError_t e = launch_kernel(total_weight_kernel, 1, 32, 0, s, a.target, a.weight, count, a.ignore, scratch);
+    cudaError_t e = launch_kernel(total_weight_kernel, 1, 32, 0, s, a.target, a.weight, count, a.c, a.ignore, scratch);
     if (e != cudaSuccess) return e;
   }
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launch_kernel(nll_backward_kernel<T>, grid_for(count, kThreads), kThreads, 0, s, static_cast<const T*>(g),
-                         a.target, a.weight, a.n, a.c, a.s, a.ignore, a.reduction == 0,
+                         a.target, a.weight, a.n, a.c, a.s, a.ignore, a.bad, a.reduction == 0,
                          a.reduction == 1 ? scratch : nullptr, static_cast<T*>(out));
   });
 }

@@ -23,6 +23,9 @@ struct NllArgs {
   const double* weight;
   int64_t n, c, s, ignore;
   int reduction;  // 0 none, 1 mean, 2 sum
+  // Device slot of a deferred check (core/cuda/deferred_check.h): the first position whose target
+  // is neither a class in [0, c) nor ignore; such a target counts as ignored.
+  unsigned long long* bad;
 };
 // out: (N, S) for none, else one element. scratch: 2 N S doubles (mean/sum).
 cudaError_t launch_nll(DType dt, const NllArgs& a, void* out, double* scratch, cudaStream_t s);

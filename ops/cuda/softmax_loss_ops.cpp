@@ -2,10 +2,12 @@
 // and nll_loss_backward (cross_entropy is a composite of log_softmax and nll_loss, so it runs on
 // CUDA through them). Checks, attributes and semantics as ops/softmax.cpp and ops/loss.cpp (shared
 // checks in ops/softmax_args.h, ops/loss_args.h); device
-// side in softmax_loss.cu. The targets of nll are validated on the host (one small device->host
-// copy per call, so an out-of-range class is a located mixtape::Error, never a device fault).
+// side in softmax_loss.cu. The targets of nll are validated on the device and reported at the
+// next synchronisation (core/cuda/deferred_check.h): a located mixtape::Error, never a device
+// fault, and no host stop in the training step.
 #include <vector>
 
+#include "core/cuda/deferred_check.h"
 #include "core/cuda/scratch.h"
 #include "ops/creation.h"
 #include "ops/cuda/softmax_loss_kernels.h"
@@ -52,14 +54,15 @@ TensorList softmax_grad_cuda(const OpCall& c) {
 
 // ---- nll_loss ----
 int reduction_of(const OpCall& c) { return static_cast<int>(loss_reduction(c.attrs, c.name())); }
-// Targets checked on the host: every one a class in [0, C) or ignore_index (ops/loss.cpp's message).
-void check_targets(const char* op, const Tensor& target_dev, int64_t classes, int64_t ignore) {
-  const Tensor t = target_dev.to(Device::CPU());
-  const int64_t* p = t.data_ptr<int64_t>();
-  for (int64_t i = 0; i < t.numel(); ++i)
-    MT_CHECK(p[i] == ignore || (p[i] >= 0 && p[i] < classes), op, ": target ", p[i], " at flat position ", i,
-             " of ", shape_str(t.sizes()), " is out of bounds: expected a class in [0, ", classes,
-             ") or ignore_index ", ignore);
+// Targets are checked on the device without stopping the host (core/cuda/deferred_check.h): the
+// kernels record the first target that is neither a class in [0, C) nor ignore_index, and the
+// next synchronisation reports it with ops/loss.cpp's message.
+unsigned long long* defer_target_check(const char* op, const Tensor& target_dev, int64_t classes, int64_t ignore) {
+  return defer_check(op, [target_dev, classes, ignore](uint64_t position) {
+    const Tensor t = target_dev.to(Device::CPU());
+    const auto p = static_cast<int64_t>(position);
+    return bad_target_message(t.data_ptr<int64_t>()[p], p, t.sizes(), classes, ignore);
+  });
 }
 
 NllArgs nll_args(const OpCall& c, const NllGeom& geo, const Tensor& x, const Tensor& target, const Tensor& weight) {
@@ -93,8 +96,8 @@ TensorList nll_loss_cuda(const OpCall& c) {
   DeviceGuard guard(logp.device().index());
   const Tensor lp = dense(logp, c.name()), tg = dense(target, c.name());
   const Tensor wd = weight.defined() ? dense(cast_to(weight, DType::Float64, c.name()), c.name()) : Tensor();
-  check_targets(c.name(), tg, geo.c, c.attrs.get<int64_t>("ignore_index"));
-  const NllArgs a = nll_args(c, geo, lp, tg, wd);
+  NllArgs a = nll_args(c, geo, lp, tg, wd);
+  a.bad = defer_target_check(c.name(), tg, geo.c, a.ignore);
   Tensor out = empty_on(a.reduction == 0 ? geo.target_shape : IntList{}, logp.dtype(), logp.device());
   Scratch scratch(a.reduction == 0 ? 0 : sizeof(double) * 2 * static_cast<size_t>(std::max<int64_t>(geo.n * geo.s, 1)));
   MT_CUDA_CHECK(launch_nll(logp.dtype(), a, out.data_ptr(), scratch.data_as<double>(), current_stream()), c.name());
@@ -121,8 +124,8 @@ TensorList nll_loss_backward_cuda(const OpCall& c) {
   DeviceGuard guard(g.device().index());
   const Tensor gd = dense(g, c.name()), tg = dense(target, c.name());
   const Tensor wd = weight.defined() ? dense(cast_to(weight, DType::Float64, c.name()), c.name()) : Tensor();
-  check_targets(c.name(), tg, geo.c, c.attrs.get<int64_t>("ignore_index"));
-  const NllArgs a = nll_args(c, geo, Tensor(), tg, wd);
+  NllArgs a = nll_args(c, geo, Tensor(), tg, wd);
+  a.bad = defer_target_check(c.name(), tg, geo.c, a.ignore);
   Tensor out = empty_on(sizes, g.dtype(), g.device());
   fill_(out, 0.0);
   Scratch scratch(sizeof(double));

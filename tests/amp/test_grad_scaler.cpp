@@ -28,6 +28,38 @@ void scaled_backward(GradScaler& scaler, const Tensor& p, const Tensor& c) { sca
 Tensor f32(std::vector<double> v) { return tensor(v, {static_cast<int64_t>(v.size())}, TensorOptions(DType::Float32)); }
 
 // ---- 15: defaults and laziness ----
+// get_scale() / get_growth_tracker() answer from host copies (so an iteration's only host sync is
+// step() reading found_inf); they must equal the device-side tensors after every kind of update:
+// growth, backoff, a NaN flag, unscale_ then step, update(new_scale) and load_state_dict.
+TEST(GradScaler, HostCopiesOfScaleAndTrackerEqualTheTensorsAfterEveryUpdate) {
+  GradScaler scaler(GradScalerOptions{.init_scale = 8.0, .growth_factor = 3.0, .backoff_factor = 0.25,
+                                      .growth_interval = 2});
+  Tensor p = f32({1.0, 2.0});
+  p.requires_grad_(true);
+  SGD opt({p}, optim::SGDOptions{.lr = 0.0});
+  auto expect_same = [&](const std::string& when) {
+    EXPECT_EQ(scaler.get_scale(), static_cast<double>(scaler.scale_tensor().item<float>())) << when;
+    EXPECT_EQ(scaler.get_growth_tracker(), scaler.growth_tracker_tensor().item<int32_t>()) << when;
+  };
+  const std::vector<float> poison = {1.0f, 1.0f, kInf, 1.0f, kNaN, 1.0f, 1.0f, 1.0f, 1.0f};
+  for (size_t i = 0; i < poison.size(); ++i) {
+    opt.zero_grad();
+    scaled_backward(scaler, p, f32({poison[i], 1.0}));
+    if (i % 3 == 1) scaler.unscale_(opt);
+    scaler.step(opt);
+    scaler.update();
+    expect_same("iteration " + std::to_string(i));
+  }
+  scaler.update(5.0);
+  expect_same("update(5.0)");
+  GradScaler other;
+  other.load_state_dict(scaler.state_dict());
+  other.scale(sum(p));
+  EXPECT_EQ(other.get_scale(), 5.0);
+  EXPECT_EQ(other.get_scale(), static_cast<double>(other.scale_tensor().item<float>()));
+  EXPECT_EQ(other.get_growth_tracker(), other.growth_tracker_tensor().item<int32_t>());
+}
+
 TEST(GradScaler, B15_DefaultsAndLazyScale) {
   GradScaler scaler;
   EXPECT_TRUE(scaler.is_enabled());

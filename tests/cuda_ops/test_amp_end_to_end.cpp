@@ -19,6 +19,10 @@
 #include "cuda_test_util.h"
 #include "amp/grad_scaler.h"
 #include "models/nn.h"
+#include "amp/autocast.h"
+#if defined(MIXTAPE_WITH_CUDA)
+#include "core/cuda/stream.h"  // the emulator-only stream-order tests
+#endif
 
 namespace mixtape {
 namespace {
@@ -105,6 +109,55 @@ TEST(CudaAmpEndToEnd, Fp16SmallCnnWithScalerMastersAndAccumulationMatchesTheCpu)
   }
   EXPECT_LE(std::sqrt(cuda_from_f32), 2 * std::sqrt(cpu_from_f32))
       << "CUDA's AMP training is further from FP32 training than the CPU's";
+}
+
+// The AMP step's one host synchronisation is GradScaler.step reading found_inf: forward (conv,
+// batch norm, pooling, linear), the loss, backward, zero_grad and unscale_ leave an event
+// recorded before them pending (the CUDA emulator keeps stream order only, so any earlier host
+// wait would have run it). Both models: SmallCNN and a small ResNet (batch norm).
+TEST(CudaAmpEndToEnd, TheStepSynchronisesTheHostOnlyInGradScalerStep) {
+  MT_REQUIRE_CUDA();
+#if !defined(MIXTAPE_CUDA_EMULATOR)
+  GTEST_SKIP() << "a GPU may finish the queued work at any time: only the emulator can observe this";
+#else
+  for (const std::string name : {"smallcnn", "resnet8"}) {
+    SCOPED_TRACE(name);
+    std::shared_ptr<nn::Module> model;
+    Tensor x;
+    if (name == "smallcnn") {
+      model = std::make_shared<models::SmallCNN>(10, 1);
+      x = randn({2, 1, 28, 28}, TensorOptions(DType::Float32));
+    } else {
+      model = std::make_shared<models::ResNet>(8, 10, 3);
+      x = randn({2, 3, 8, 8}, TensorOptions(DType::Float32));
+    }
+    model->to(gpu());
+    const Tensor xd = on_cuda(x), y = on_cuda(arange(2, TensorOptions(DType::Int64)));
+    optim::SGD opt(model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+    amp::GradScaler scaler;
+    cuda::OwnedStream stream;
+    cudaEvent_t before = nullptr;
+    ASSERT_EQ(cudaEventCreateWithFlags(&before, cudaEventDisableTiming), cudaSuccess);
+    {
+      cuda::StreamGuard guard(stream.get());
+      Tensor input = xd * 1.0;  // work queued on the stream, then the marker
+      ASSERT_EQ(cudaEventRecord(before, stream.get()), cudaSuccess);
+      opt.zero_grad();
+      Tensor loss;
+      {
+        amp::AutocastGuard autocast(DeviceType::CUDA, DType::Float16);
+        loss = cross_entropy((*model)(input), y);
+      }
+      scaler.scale(loss).backward();
+      scaler.unscale_(opt);
+      EXPECT_EQ(cudaEventQuery(before), cudaErrorNotReady) << "the step waited for the device before step()";
+      scaler.step(opt);
+      EXPECT_EQ(cudaEventQuery(before), cudaSuccess) << "step() reads found_inf on the host";
+      scaler.update();
+    }
+    cudaEventDestroy(before);
+  }
+#endif
 }
 
 }  // namespace
