@@ -52,6 +52,13 @@ unsigned long long* defer_check(const char* op, std::function<std::string(uint64
   return p;
 }
 
+void release_stream_checks(cudaStream_t stream) noexcept {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  for (auto& [device, checks] : registry().by_device)
+    for (Pending& c : checks)
+      if (c.stream == stream) c.stream = nullptr;
+}
+
 void run_deferred_checks(int device) {
   if (t_running) return;
   std::vector<Pending> checks;

@@ -15,6 +15,8 @@
 // check is read once (then forgotten, failed or not); describe() runs on the host after the
 // device is done with the op's inputs, and may copy them to the host.
 #pragma once
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -33,5 +35,9 @@ inline constexpr int kMaxPendingChecks = 256;
 // message as a mixtape::Error. Called by the synchronising paths; reentrant calls (describe()
 // copying to the host) return at once.
 void run_deferred_checks(int device);
+
+// For a stream about to be destroyed, after it has been synchronised: its pending checks' slots
+// are final, so they are read on the legacy default stream from now on. Never throws.
+void release_stream_checks(cudaStream_t stream) noexcept;
 
 }  // namespace mixtape::cuda

@@ -90,6 +90,27 @@ TEST(CudaLossParity, NllAndCrossEntropyAreExactOnTheSameLogProbabilities) {
   }
 }
 
+// A check still pending when its stream is destroyed is read on the default stream later (the
+// emulator aborts on any use of a destroyed stream, so this also proves none is made).
+TEST(CudaLossParity, ACheckPendingWhenItsStreamIsDestroyedIsStillReported) {
+  MT_REQUIRE_CUDA();
+#if defined(MIXTAPE_WITH_CUDA)
+  if (selfcheck()) GTEST_SKIP() << "the CPU reports at the call: nothing is deferred";
+  const Tensor lp = on_cuda(log_softmax(randn({1, 3}, TensorOptions(DType::Float32)), 1));
+  Tensor bad = Tensor::empty({1}, TensorOptions(DType::Int64));
+  set_element(bad, 0, 5);
+  const Tensor target = on_cuda(bad);
+  Tensor loss;
+  {
+    cuda::OwnedStream stream;
+    cuda::StreamGuard guard(stream.get());
+    loss = nll_loss(lp, target);
+  }
+  const std::string e = ::mixtape::testing::error_of([&] { loss.to(Device::CPU()); });
+  EXPECT_NE(e.find("nll_loss: target 5 at position [0] is out of bounds"), std::string::npos) << e;
+#endif
+}
+
 // The training step's loss never stops the host to look at its targets: with the work on a
 // stream of its own, an event recorded before cross_entropy forward and backward is still
 // pending after them (the CUDA emulator keeps stream order only, so any host synchronisation
