@@ -4,6 +4,7 @@
 #include "ops/indexing.h"
 
 #include "ops/cpu/elementwise.h"
+#include "ops/index_select_args.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
@@ -32,8 +33,7 @@ void walk(const Tensor& index, int64_t dim, const IntList& data_strides, int64_t
       rem /= sizes[d];
       if (d == dim) {
         int64_t v = ip[i];
-        MT_CHECK(v >= 0 && v < dim_size, op, ": index ", v, " is out of bounds for dimension ", dim, " with size ",
-                 dim_size, " (at index position ", i, ")");
+        MT_CHECK(v >= 0 && v < dim_size, op, ": ", gather_bound_message(v, i, dim, dim_size));
         c = v;
       }
       off += c * data_strides[d];

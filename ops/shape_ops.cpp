@@ -61,8 +61,16 @@ void check_index_select_index(const Tensor& index, const char* op) {
 
 void check_index_select_bounds(const int64_t* v, int64_t count, int64_t dim, int64_t n, const char* op) {
   for (int64_t j = 0; j < count; ++j)
-    MT_CHECK(v[j] >= 0 && v[j] < n, op, ": index ", v[j], " at position ", j, " is out of bounds for dimension ", dim,
-             " with size ", n);
+    MT_CHECK(v[j] >= 0 && v[j] < n, op, ": ", index_select_bound_message(v[j], j, dim, n));
+}
+
+std::string index_select_bound_message(int64_t value, int64_t position, int64_t dim, int64_t n) {
+  return detail::str_cat("index ", value, " at position ", position, " is out of bounds for dimension ", dim,
+                         " with size ", n);
+}
+std::string gather_bound_message(int64_t value, int64_t position, int64_t dim, int64_t n) {
+  return detail::str_cat("index ", value, " is out of bounds for dimension ", dim, " with size ", n,
+                         " (at index position ", position, ")");
 }
 
 void check_index_select_backward_grad(const Tensor& g, const IntList& sizes, int64_t d, int64_t k, const char* op) {

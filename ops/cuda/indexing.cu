@@ -1,14 +1,21 @@
 // ops/cuda/indexing.cu — gather / scatter_add and index_select / its backward on the device
-// (ops/indexing.cpp, ops/shape_ops.cpp). Index values are validated on the host by the glue before
-// a launch, so kernels never read out of bounds. Gathers are plain copies (exact). Scatters
-// accumulate with atomic adds in the compute type (f32 for 16-bit, as the CPU's accumulator), so
-// where several indices hit one element the order of the additions is not the CPU's sequential
-// order: such elements differ by summation order only (unique indices: exact).
+// (ops/indexing.cpp, ops/shape_ops.cpp). An index value out of range is recorded in a deferred-check
+// slot (core/cuda/deferred_check.h) and its element skipped, so kernels never read out of bounds. Gathers are plain
+// copies (exact). Scatters accumulate with atomic adds in the compute type (f32 for 16-bit, as the CPU's accumulator),
+// so where several indices hit one element the order of the additions is not the CPU's sequential order: such elements
+// differ by summation order only (unique indices: exact).
 #include "ops/cuda/indexing_kernels.h"
 #include "ops/cuda/loops.cuh"
 
 namespace mixtape::cuda {
 namespace {
+
+// Whether index value v is in [0, n); records position p in `bad` when it is not.
+__device__ __forceinline__ bool in_range(int64_t v, int64_t n, int64_t p, unsigned long long* bad) {
+  if (v >= 0 && v < n) return true;
+  atomicMin(bad, static_cast<unsigned long long>(p));
+  return false;
+}
 
 __device__ __forceinline__ int64_t data_offset(const IndexGeom& g, const int64_t* index, int64_t i) {
   int64_t rem = i, off = 0;
@@ -24,7 +31,7 @@ __device__ __forceinline__ int64_t data_offset(const IndexGeom& g, const int64_t
 template <typename U>
 __global__ void gather_kernel(IndexGeom g, const U* data, const int64_t* index, U* out) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < g.n; i += int64_t(blockDim.x) * gridDim.x)
-    out[i] = data[data_offset(g, index, i)];
+    out[i] = in_range(index[i], g.dim_size, i, g.bad) ? data[data_offset(g, index, i)] : U(0);
 }
 
 __device__ __forceinline__ void atomic_add(float* p, float v) { atomicAdd(p, v); }
@@ -37,26 +44,26 @@ __device__ __forceinline__ void atomic_add(int64_t* p, int64_t v) {
 template <typename T>
 __global__ void scatter_add_kernel(IndexGeom g, const T* src, const int64_t* index, T* acc) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < g.n; i += int64_t(blockDim.x) * gridDim.x)
-    atomic_add(acc + data_offset(g, index, i), src[i]);
+    if (in_range(index[i], g.dim_size, i, g.bad)) atomic_add(acc + data_offset(g, index, i), src[i]);
 }
 
 template <typename U>
 __global__ void index_select_kernel(const U* x, const int64_t* idx, U* out, int64_t outer, int64_t n, int64_t k,
-                                    int64_t inner) {
+                                    int64_t inner, unsigned long long* bad) {
   const int64_t total = outer * k * inner;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(blockDim.x) * gridDim.x) {
     const int64_t i = e % inner, r = e / inner, j = r % k, o = r / k;
-    out[e] = x[(o * n + idx[j]) * inner + i];
+    out[e] = in_range(idx[j], n, j, bad) ? x[(o * n + idx[j]) * inner + i] : U(0);
   }
 }
 
 template <typename T>
 __global__ void index_add_kernel(const T* g, const int64_t* idx, T* acc, int64_t outer, int64_t n, int64_t k,
-                                 int64_t inner) {
+                                 int64_t inner, unsigned long long* bad) {
   const int64_t total = outer * k * inner;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(blockDim.x) * gridDim.x) {
     const int64_t i = e % inner, r = e / inner, j = r % k, o = r / k;
-    atomic_add(acc + (o * n + idx[j]) * inner + i, g[e]);
+    if (in_range(idx[j], n, j, bad)) atomic_add(acc + (o * n + idx[j]) * inner + i, g[e]);
   }
 }
 
@@ -104,24 +111,24 @@ cudaError_t launch_scatter_add(DType dt, const IndexGeom& g, const void* src, co
 }
 
 cudaError_t launch_index_select(size_t elem_size, const void* x, const int64_t* idx, void* out, int64_t outer,
-                                int64_t n, int64_t k, int64_t inner, cudaStream_t s) {
+                                int64_t n, int64_t k, int64_t inner, unsigned long long* bad, cudaStream_t s) {
   const int64_t total = outer * k * inner;
   if (total == 0) return cudaSuccess;
   return by_size(elem_size, [&](auto tag) {
     using U = typename decltype(tag)::type;
     return launch_kernel(index_select_kernel<U>, grid_for(total, kThreads), kThreads, 0, s, static_cast<const U*>(x),
-                         idx, static_cast<U*>(out), outer, n, k, inner);
+                         idx, static_cast<U*>(out), outer, n, k, inner, bad);
   });
 }
 
 cudaError_t launch_index_add(DType dt, const void* g, const int64_t* idx, void* acc, int64_t outer, int64_t n,
-                             int64_t k, int64_t inner, cudaStream_t s) {
+                             int64_t k, int64_t inner, unsigned long long* bad, cudaStream_t s) {
   const int64_t total = outer * k * inner;
   if (total == 0) return cudaSuccess;
   return by_acc(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launch_kernel(index_add_kernel<T>, grid_for(total, kThreads), kThreads, 0, s, static_cast<const T*>(g), idx,
-                         static_cast<T*>(acc), outer, n, k, inner);
+                         static_cast<T*>(acc), outer, n, k, inner, bad);
   });
 }
 

@@ -1,10 +1,12 @@
 // ops/cuda/indexing_ops.cpp — CUDA kernels of gather, scatter_add, index_select,
 // index_select_backward, cat and slice_backward, with the CPU ops' checks and messages
-// (ops/indexing.cpp, ops/shape_ops.cpp, ops/views.cpp). Index values are checked on the host (one
-// small device->host copy per call: an out-of-range index is a located mixtape::Error, never a
-// device fault). cat and slice_backward are device copies into views of the output.
+// (ops/indexing.cpp, ops/shape_ops.cpp, ops/views.cpp). Index values are checked by the kernels and
+// reported at the next synchronisation (core/cuda/deferred_check.h): a located mixtape::Error with
+// the CPU's message, never a device fault, and no host stop. cat and slice_backward are device copies into views of the
+// output.
 #include <vector>
 
+#include "core/cuda/deferred_check.h"
 #include "ops/creation.h"
 #include "ops/cuda/indexing_kernels.h"
 #include "ops/cuda/tensor_iter.h"
@@ -14,13 +16,15 @@
 namespace mixtape::cuda {
 namespace {
 
-// The values of a device Int64 tensor, on the host, for validation.
+// The values of a device Int64 tensor, on the host (for an error message).
 std::vector<int64_t> host_values(const Tensor& idx) {
   const Tensor h = idx.to(Device::CPU()).contiguous();
   const int64_t* p = h.data_ptr<int64_t>();
   return std::vector<int64_t>(p, p + h.numel());
 }
 
+// Shapes are checked at once; the values, on the device (core/cuda/deferred_check.h): the
+// kernel records the first out-of-range position, reported with the CPU's message.
 void check_index(const Tensor& index, int64_t dim, const IntList& data_sizes, const char* op) {
   MT_CHECK(index.dtype() == DType::Int64, op, ": index must be Int64, got ", dtype_name(index.dtype()));
   MT_CHECK(index.dim() == static_cast<int64_t>(data_sizes.size()), op, ": index ", index.describe(),
@@ -30,15 +34,19 @@ void check_index(const Tensor& index, int64_t dim, const IntList& data_sizes, co
   for (int64_t d = 0; d < index.dim(); ++d)
     MT_CHECK(d == dim || index.sizes()[d] <= data_sizes[static_cast<size_t>(d)], op, ": index size ",
              index.sizes()[d], " exceeds data size ", data_sizes[static_cast<size_t>(d)], " at dim ", d);
-  const std::vector<int64_t> v = host_values(index);
-  const int64_t n = data_sizes[static_cast<size_t>(dim)];
-  for (size_t i = 0; i < v.size(); ++i)
-    MT_CHECK(v[i] >= 0 && v[i] < n, op, ": index ", v[i], " is out of bounds for dimension ", dim, " with size ", n,
-             " (at index position ", i, ")");
+}
+unsigned long long* defer_gather_check(const char* op, const Tensor& idx, int64_t dim, int64_t n) {
+  return defer_check(op, [idx, dim, n](uint64_t position) {
+    const auto p = static_cast<int64_t>(position);
+    return gather_bound_message(host_values(idx)[static_cast<size_t>(p)], p, dim, n);
+  });
 }
 
-IndexGeom index_geom(const Tensor& index, int64_t dim, const IntList& data_strides) {
+IndexGeom index_geom(const Tensor& index, int64_t dim, const IntList& data_strides, int64_t dim_size,
+                     unsigned long long* bad) {
   IndexGeom g{};
+  g.dim_size = dim_size;
+  g.bad = bad;
   g.nd = static_cast<int>(index.dim());
   for (int d = 0; d < g.nd; ++d) {
     g.sizes[d] = index.sizes()[static_cast<size_t>(d)];
@@ -57,7 +65,8 @@ TensorList gather_cuda(const OpCall& c) {
   DeviceGuard guard(x.device().index());
   const Tensor idx = dense(index, c.name());
   Tensor out = empty_on(index.sizes(), x.dtype(), x.device());
-  MT_CUDA_CHECK(launch_gather(x.element_size(), index_geom(idx, dim, x.strides()), x.data_ptr(),
+  unsigned long long* bad = defer_gather_check(c.name(), idx, dim, x.sizes()[dim]);
+  MT_CUDA_CHECK(launch_gather(x.element_size(), index_geom(idx, dim, x.strides(), x.sizes()[dim], bad), x.data_ptr(),
                               static_cast<const int64_t*>(idx.data_ptr()), out.data_ptr(), current_stream()),
                 c.name());
   return {out};
@@ -78,18 +87,24 @@ TensorList scatter_add_cuda(const OpCall& c) {
   Tensor acc = empty_on(sizes, acc_dt, src.device());
   fill_(acc, 0.0);
   const Tensor s = dense(cast_to(src, acc_dt, c.name()), c.name()), idx = dense(index, c.name());
-  MT_CUDA_CHECK(launch_scatter_add(acc_dt, index_geom(idx, dim, acc.strides()), s.data_ptr(),
+  const int64_t n = sizes[static_cast<size_t>(dim)];
+  unsigned long long* bad = defer_gather_check(c.name(), idx, dim, n);
+  MT_CUDA_CHECK(launch_scatter_add(acc_dt, index_geom(idx, dim, acc.strides(), n, bad), s.data_ptr(),
                                    static_cast<const int64_t*>(idx.data_ptr()), acc.data_ptr(), current_stream()),
                 c.name());
   return {cast_to(acc, src.dtype(), c.name())};
 }
 
-// index_select's index: 1-D or 0-d Int64 with values in [0, n) (ops/index_select_args.h).
-Tensor checked_index(const Tensor& index, int64_t dim, int64_t n, const char* op) {
+// index_select's index: 1-D or 0-d Int64 (ops/index_select_args.h); its values in [0, n) are
+// checked by the kernel (the returned slot), reported with the CPU's message.
+Tensor checked_index(const Tensor& index, int64_t dim, int64_t n, const char* op, unsigned long long** bad) {
   check_index_select_index(index, op);
-  const std::vector<int64_t> v = host_values(index);
-  check_index_select_bounds(v.data(), static_cast<int64_t>(v.size()), dim, n, op);
-  return dense(index, op);
+  Tensor idx = dense(index, op);
+  *bad = defer_check(op, [idx, dim, n](uint64_t position) {
+    const auto j = static_cast<int64_t>(position);
+    return index_select_bound_message(host_values(idx)[static_cast<size_t>(j)], j, dim, n);
+  });
+  return idx;
 }
 
 TensorList index_select_cuda(const OpCall& c) {
@@ -97,7 +112,8 @@ TensorList index_select_cuda(const OpCall& c) {
   const int64_t d = index_select_dim(c.name(), x, c.attrs.get<int64_t>("dim"));
   const int64_t n = x.sizes()[d];
   DeviceGuard guard(x.device().index());
-  const Tensor idx = checked_index(c.inputs[1], d, n, c.name());
+  unsigned long long* bad = nullptr;
+  const Tensor idx = checked_index(c.inputs[1], d, n, c.name(), &bad);
   const int64_t k = idx.numel();
   IntList out_sizes = x.sizes();
   out_sizes[d] = k;
@@ -105,7 +121,7 @@ TensorList index_select_cuda(const OpCall& c) {
   Tensor out = empty_on(out_sizes, x.dtype(), x.device());
   const DimLayout l = layout_of(x.sizes(), d);
   MT_CUDA_CHECK(launch_index_select(x.element_size(), xd.data_ptr(), static_cast<const int64_t*>(idx.data_ptr()),
-                                    out.data_ptr(), l.outer, n, k, l.inner, current_stream()),
+                                    out.data_ptr(), l.outer, n, k, l.inner, bad, current_stream()),
                 c.name());
   return {out};
 }
@@ -116,7 +132,8 @@ TensorList index_select_backward_cuda(const OpCall& c) {
   const int64_t d = index_select_backward_dim(c.name(), sizes, c.attrs.get<int64_t>("dim"));
   const int64_t n = sizes[static_cast<size_t>(d)];
   DeviceGuard guard(g.device().index());
-  const Tensor idx = checked_index(c.inputs[1], d, n, c.name());
+  unsigned long long* bad = nullptr;
+  const Tensor idx = checked_index(c.inputs[1], d, n, c.name(), &bad);
   const int64_t k = idx.numel();
   check_index_select_backward_grad(g, sizes, d, k, c.name());
   const DType acc_dt = is_reduced_float(g.dtype()) ? DType::Float32 : g.dtype();
@@ -125,7 +142,7 @@ TensorList index_select_backward_cuda(const OpCall& c) {
   const Tensor gd = dense(cast_to(g, acc_dt, c.name()), c.name());
   const DimLayout l = layout_of(sizes, d);
   MT_CUDA_CHECK(launch_index_add(acc_dt, gd.data_ptr(), static_cast<const int64_t*>(idx.data_ptr()), acc.data_ptr(),
-                                 l.outer, n, k, l.inner, current_stream()),
+                                 l.outer, n, k, l.inner, bad, current_stream()),
                 c.name());
   return {cast_to(acc, g.dtype(), c.name())};
 }
