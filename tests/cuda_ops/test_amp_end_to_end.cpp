@@ -117,6 +117,7 @@ TEST(CudaAmpEndToEnd, Fp16SmallCnnWithScalerMastersAndAccumulationMatchesTheCpu)
 // wait would have run it). Both models: SmallCNN and a small ResNet (batch norm).
 TEST(CudaAmpEndToEnd, TheStepSynchronisesTheHostOnlyInGradScalerStep) {
   MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "about the device's stream order: nothing to check with the CPU standing in";
 #if !defined(MIXTAPE_CUDA_EMULATOR)
   GTEST_SKIP() << "a GPU may finish the queued work at any time: only the emulator can observe this";
 #else
