@@ -244,7 +244,12 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   PerOptimizer& st = state_of(optimizer);
   MT_CHECK(st.stage != OptState::STEPPED, "GradScaler.step(", optimizer.name(), "): step() has already been called "
            "since the last update(). Call update() once at the end of every iteration.");
-  if (st.stage == OptState::READY) unscale_grads(optimizer, st, /*to_master_grads=*/false);
+  if (st.stage == OptState::READY) {
+    unscale_grads(optimizer, st, /*to_master_grads=*/false);
+    // Before the host read below, which may throw (a deferred device check): a retried step()
+    // must not unscale again.
+    st.stage = OptState::UNSCALED;
+  }
   MT_CHECK(!st.found_inf_per_device.empty(), "GradScaler.step(", optimizer.name(), "): No inf checks were recorded "
            "for this optimizer. (None of its parameters has a gradient: did backward() reach them?)");
   float found = 0.0f;
@@ -329,8 +334,13 @@ void GradScaler::update(double new_scale) {
   MT_CHECK(!min_scale_ || s >= *min_scale_, "GradScaler.update: new_scale ", new_scale, " is below min_scale ",
            *min_scale_);
   bool skipped = false;
-  for (const PerOptimizer& st : per_optimizer_)
+  for (const PerOptimizer& st : per_optimizer_) {
+    if (st.found_on_host) {  // step() has read it
+      skipped = skipped || *st.found_on_host != 0.0f;
+      continue;
+    }
     for (const Tensor& f : st.found_inf_per_device) skipped = skipped || host_float(f) != 0.0f;
+  }
   const float before = scale_host_;
   autograd::NoGradGuard no_grad;
   scale_.fill_(static_cast<double>(s));

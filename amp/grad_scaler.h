@@ -56,9 +56,11 @@
 // The scale is a 0-d f32 tensor and the growth tracker a 0-d i32 tensor, both created lazily by
 // the first scale() on that tensor's device, and inv and found_inf are computed there too: the
 // arithmetic never leaves the device (PyTorch's design). step() reads found_inf on the host, the one
-// synchronisation PyTorch has per optimizer. mixtape also reads a few 4-byte values more (inv for
-// the optimizer's unscale at the copy; the scale and the combined found_inf in update() for the
-// history, the trace and min_scale): free on the CPU, a handful of tiny copies per step on a GPU.
+// synchronisation PyTorch has per optimizer, and the only one here: the host keeps copies of the
+// scale and the tracker, advanced by the same fn::update_scale with the found_inf step() read, for
+// get_scale(), the inv the optimizer applies at its copy, and update()'s history, trace and
+// min_scale check. (update() after unscale_ without step(), and update(new_scale) before any
+// step(), read found_inf themselves.)
 //
 // ---- enabled = false: a clean off switch ----
 // scale() returns its input, unscale_/update are no-ops, step() is opt.step() (returns true),

@@ -56,9 +56,10 @@ std::string unavailable_reason() { return probe().reason; }
 
 void synchronize(int device) {
   if (!is_available()) return;
-  DeviceGuard guard(device);
+  const int d = device < 0 ? current_device() : device;  // -1: the current device
+  DeviceGuard guard(d);
   MT_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize");
-  run_deferred_checks(device);
+  run_deferred_checks(d);
 }
 
 void empty_cache() {

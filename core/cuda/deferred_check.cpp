@@ -1,24 +1,21 @@
 // core/cuda/deferred_check.cpp — pending device-side checks per device (core/cuda/deferred_check.h).
 #include "core/cuda/deferred_check.h"
 
-#include <cuda_runtime_api.h>
-
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
-#include "core/tensor.h"
 
 namespace mixtape::cuda {
 namespace {
 
 struct Pending {
   const char* op;
-  cudaStream_t stream;
-  Tensor slot;  // one UInt64-sized device buffer, kept alive until read
-  std::function<std::string(uint64_t)> describe;
+  cudaEvent_t done;  // recorded after the capture kernel: the slot is final once it completes
+  Tensor slot;       // kept alive until read
+  DescribeFailure describe;
 };
 
 struct Registry {
@@ -32,54 +29,75 @@ Registry& registry() {
 
 thread_local bool t_running = false;
 
-}  // namespace
-
-unsigned long long* defer_check(const char* op, std::function<std::string(uint64_t)> describe) {
-  const int device = current_device();
-  size_t pending = 0;
-  {
-    std::lock_guard<std::mutex> lock(registry().mu);
-    pending = registry().by_device[device].size();
-  }
-  if (pending >= static_cast<size_t>(kMaxPendingChecks)) run_deferred_checks(device);
-  Tensor slot = Tensor::empty({1}, TensorOptions(DType::Int64).with_device(Device::CUDA(device)));
-  cudaStream_t stream = current_stream(device);
-  // All bits set is kNoFailure; in stream order before the kernel that may lower it.
-  MT_CUDA_CHECK(cudaMemsetAsync(slot.data_ptr(), 0xFF, sizeof(kNoFailure), stream), op);
-  auto* p = static_cast<unsigned long long*>(slot.data_ptr());
-  std::lock_guard<std::mutex> lock(registry().mu);
-  registry().by_device[device].push_back(Pending{op, stream, std::move(slot), std::move(describe)});
-  return p;
+// Per device, a stream of the checks' own for reading slots: it never holds anyone's work, so a
+// read waits for nothing else (a plain cudaMemcpy would wait for the legacy stream).
+cudaStream_t read_stream(int device) {
+  static std::mutex mu;
+  static std::unordered_map<int, cudaStream_t> streams;  // never destroyed, like the device
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = streams.find(device);
+  if (it == streams.end()) it = streams.emplace(device, create_stream()).first;
+  return it->second;
 }
 
-void release_stream_checks(cudaStream_t stream) noexcept {
+size_t pending_on(int device) {
   std::lock_guard<std::mutex> lock(registry().mu);
-  for (auto& [device, checks] : registry().by_device)
-    for (Pending& c : checks)
-      if (c.stream == stream) c.stream = nullptr;
+  return registry().by_device[device].size();
+}
+
+}  // namespace
+
+DeferredCheck::DeferredCheck(const char* op, DescribeFailure describe) : op_(op), describe_(std::move(describe)) {
+  const int device = current_device();
+  slot_ = Tensor::empty({2}, TensorOptions(DType::Int64).with_device(Device::CUDA(device)));
+  // All bits set is kNoFailure; in stream order before the kernel that may lower it.
+  MT_CUDA_CHECK(cudaMemsetAsync(slot_.data_ptr(), 0xFF, sizeof(kNoFailure), current_stream(device)), op_);
+}
+
+void DeferredCheck::commit(const void* data, size_t element_size) {
+  const int device = current_device();
+  if (pending_on(device) >= static_cast<size_t>(kMaxPendingChecks)) {
+    MT_CUDA_CHECK(cudaDeviceSynchronize(), op_);  // a program that never synchronises: bound the list
+    run_deferred_checks(device);
+  }
+  cudaStream_t stream = current_stream(device);
+  MT_CUDA_CHECK(launch_capture_failed_element(slot(), data, element_size, stream), op_);
+  cudaEvent_t done = nullptr;
+  MT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), op_);
+  MT_CUDA_CHECK(cudaEventRecord(done, stream), op_);
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().by_device[device].push_back(Pending{op_, done, slot_, describe_});
 }
 
 void run_deferred_checks(int device) {
   if (t_running) return;
-  std::vector<Pending> checks;
+  // Take the checks whose work is done; the others stay for a later synchronisation.
+  std::vector<Pending> ready;
   {
     std::lock_guard<std::mutex> lock(registry().mu);
     auto it = registry().by_device.find(device);
-    if (it == registry().by_device.end() || it->second.empty()) return;
-    checks.swap(it->second);
+    if (it == registry().by_device.end()) return;
+    std::vector<Pending> later;
+    for (Pending& c : it->second) (cudaEventQuery(c.done) == cudaSuccess ? ready : later).push_back(std::move(c));
+    it->second.swap(later);
   }
+  if (ready.empty()) return;
   t_running = true;
   struct Reset {
     ~Reset() { t_running = false; }
   } reset;
   DeviceGuard guard(device);
   std::string failure;
-  for (const Pending& c : checks) {
-    unsigned long long first = kNoFailure;
-    MT_CUDA_CHECK(cudaMemcpyAsync(&first, c.slot.data_ptr(), sizeof first, cudaMemcpyDeviceToHost, c.stream), c.op);
-    MT_CUDA_CHECK(cudaStreamSynchronize(c.stream), c.op);
-    if (first != kNoFailure && failure.empty())
-      failure = std::string(c.op) + ": " + c.describe(first) +
+  for (const Pending& c : ready) {
+    unsigned long long words[2] = {kNoFailure, 0};
+    // The work is complete (its event is): read the final slot on the checks' own stream.
+    cudaStream_t s = read_stream(device);
+    cudaError_t status = cudaMemcpyAsync(words, c.slot.data_ptr(), sizeof words, cudaMemcpyDeviceToHost, s);
+    if (status == cudaSuccess) status = cudaStreamSynchronize(s);
+    cudaEventDestroy(c.done);
+    MT_CUDA_CHECK(status, c.op);
+    if (words[0] != kNoFailure && failure.empty())
+      failure = std::string(c.op) + ": " + c.describe(words[0], words[1]) +
                 " (found on the device, reported at the next synchronisation)";
   }
   MT_CHECK(failure.empty(), failure);

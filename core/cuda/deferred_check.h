@@ -1,19 +1,23 @@
 // core/cuda/deferred_check.h — input validation done by the device, reported by the host at its
 // next synchronisation, so ops such as nll_loss never stop the host to look at their inputs
-// (the AMP step's one host sync stays GradScaler.step reading found_inf).
+// (an AMP step's one host sync stays GradScaler.step reading found_inf).
 //
 // Use, in an op's CUDA glue:
-//   unsigned long long* first_bad = defer_check("nll_loss", [targets, C](uint64_t position) { return "..."; });
-//   launch a kernel that does atomicMin(first_bad, position) for every bad element and treats it
-//   as harmless (never reads or writes out of bounds because of it);
-// then the next device->host copy (to(CPU), item(), GradScaler.step) or cuda::synchronize()
-// calls run_deferred_checks(device), which throws "<op>: <describe(first position)> (found on
-// the device, reported at the next synchronisation)". PyTorch reports such inputs with
-// device-side asserts, which also surface later but abort the process; this keeps a
-// mixtape::Error.
-// Invariants: a slot starts at kNoFailure in stream order before the kernel that fills it; each
-// check is read once (then forgotten, failed or not); describe() runs on the host after the
-// device is done with the op's inputs, and may copy them to the host.
+//   DeferredCheck check("nll_loss", [C](uint64_t position, uint64_t value) { return "..."; });
+//   launch a kernel that does atomicMin(check.slot(), position) for every bad element and
+//   treats it as harmless (never reads or writes out of bounds because of it);
+//   check.commit(dense_input.data_ptr(), element_size);   // the input the positions index
+// commit() enqueues a copy of the first bad element's bytes next to its position (so the
+// message shows the value the kernel saw, whatever happens to the input later) and an event.
+// The next device->host copy (to(CPU), item(), GradScaler.step) or cuda::synchronize() calls
+// run_deferred_checks(device), which reads every check whose event has completed and throws
+// "<op>: <describe(position, value)> (found on the device, reported at the next
+// synchronisation)". PyTorch reports such inputs with device-side asserts, which also surface
+// later but abort the process; this keeps a mixtape::Error.
+// Invariants: a check is pending only once committed, is read once (then forgotten, failed or
+// not), and never through a stream handle (streams may be destroyed meanwhile); at most
+// kMaxPendingChecks wait — the next commit first waits for them, so a program that never
+// synchronises stays bounded.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -21,23 +25,35 @@
 #include <functional>
 #include <string>
 
+#include "core/cuda/deferred_check_kernels.h"
+#include "core/tensor.h"
+
 namespace mixtape::cuda {
 
-inline constexpr unsigned long long kNoFailure = ~0ull;  // atomicMin's type, all bits set
-
-// A fresh device slot (kNoFailure) on the current device and stream, read by the next
-// run_deferred_checks for this device. At most kMaxPendingChecks stay pending: the next one
-// first runs them (one synchronisation) so a program that never synchronises stays bounded.
-unsigned long long* defer_check(const char* op, std::function<std::string(uint64_t position)> describe);
 inline constexpr int kMaxPendingChecks = 256;
 
-// Reads every pending check of `device` (waiting for its stream) and throws the first failure's
-// message as a mixtape::Error. Called by the synchronising paths; reentrant calls (describe()
-// copying to the host) return at once.
-void run_deferred_checks(int device);
+// describe(position, value): the message for the first bad position; `value` holds the bytes of
+// that element (the low element_size bytes given to commit, zero-extended).
+using DescribeFailure = std::function<std::string(uint64_t position, uint64_t value)>;
 
-// For a stream about to be destroyed, after it has been synchronised: its pending checks' slots
-// are final, so they are read on the legacy default stream from now on. Never throws.
-void release_stream_checks(cudaStream_t stream) noexcept;
+class DeferredCheck {
+ public:
+  // A fresh slot (kNoFailure) on the current device, set in stream order on the current stream.
+  DeferredCheck(const char* op, DescribeFailure describe);
+  unsigned long long* slot() const { return static_cast<unsigned long long*>(slot_.data_ptr()); }
+  // After the checking kernel was launched: `data` is the dense input the positions index,
+  // element_size <= 8 bytes. Makes the check pending.
+  void commit(const void* data, size_t element_size);
+
+ private:
+  const char* op_;
+  DescribeFailure describe_;
+  Tensor slot_;  // two UInt64 words: the first bad position, then that element's bytes
+};
+
+// Reads every pending check of `device` whose work has completed and throws the first
+// failure's message as a mixtape::Error. Called where the host has just waited for the device;
+// reentrant calls (describe() copying to the host) return at once.
+void run_deferred_checks(int device);
 
 }  // namespace mixtape::cuda

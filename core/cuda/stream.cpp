@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "core/cuda/check.h"
-#include "core/cuda/deferred_check.h"
 #include "core/cuda_api.h"
 
 namespace mixtape::cuda {
@@ -131,7 +130,6 @@ OwnedStream::OwnedStream() : stream_(create_stream()) {}
 OwnedStream::~OwnedStream() {
   if (!stream_) return;
   cudaError_t status = cudaStreamSynchronize(stream_);
-  release_stream_checks(stream_);  // their slots are final now; read them on the default stream
   if (status == cudaSuccess) status = cudaStreamDestroy(stream_);
   if (status != cudaSuccess)
     std::fprintf(stderr, "mixtape: OwnedStream could not be destroyed: %s\n", cudaGetErrorString(status));

@@ -67,6 +67,13 @@ __global__ void index_add_kernel(const T* g, const int64_t* idx, T* acc, int64_t
   }
 }
 
+// When the selection moves no element (outer * inner == 0) the indices are still checked, as on
+// the CPU.
+__global__ void check_indices_kernel(const int64_t* idx, int64_t k, int64_t n, unsigned long long* bad) {
+  for (int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; j < k; j += int64_t(blockDim.x) * gridDim.x)
+    in_range(idx[j], n, j, bad);
+}
+
 template <typename Fn>
 cudaError_t by_size(size_t elem_size, Fn&& fn) {
   switch (elem_size) {
@@ -113,7 +120,8 @@ cudaError_t launch_scatter_add(DType dt, const IndexGeom& g, const void* src, co
 cudaError_t launch_index_select(size_t elem_size, const void* x, const int64_t* idx, void* out, int64_t outer,
                                 int64_t n, int64_t k, int64_t inner, unsigned long long* bad, cudaStream_t s) {
   const int64_t total = outer * k * inner;
-  if (total == 0) return cudaSuccess;
+  if (total == 0)
+    return k == 0 ? cudaSuccess : launch_kernel(check_indices_kernel, grid_for(k, kThreads), kThreads, 0, s, idx, k, n, bad);
   return by_size(elem_size, [&](auto tag) {
     using U = typename decltype(tag)::type;
     return launch_kernel(index_select_kernel<U>, grid_for(total, kThreads), kThreads, 0, s, static_cast<const U*>(x),
@@ -124,7 +132,8 @@ cudaError_t launch_index_select(size_t elem_size, const void* x, const int64_t* 
 cudaError_t launch_index_add(DType dt, const void* g, const int64_t* idx, void* acc, int64_t outer, int64_t n,
                              int64_t k, int64_t inner, unsigned long long* bad, cudaStream_t s) {
   const int64_t total = outer * k * inner;
-  if (total == 0) return cudaSuccess;
+  if (total == 0)
+    return k == 0 ? cudaSuccess : launch_kernel(check_indices_kernel, grid_for(k, kThreads), kThreads, 0, s, idx, k, n, bad);
   return by_acc(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launch_kernel(index_add_kernel<T>, grid_for(total, kThreads), kThreads, 0, s, static_cast<const T*>(g), idx,

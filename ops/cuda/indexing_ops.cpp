@@ -4,8 +4,6 @@
 // reported at the next synchronisation (core/cuda/deferred_check.h): a located mixtape::Error with
 // the CPU's message, never a device fault, and no host stop. cat and slice_backward are device copies into views of the
 // output.
-#include <vector>
-
 #include "core/cuda/deferred_check.h"
 #include "ops/creation.h"
 #include "ops/cuda/indexing_kernels.h"
@@ -15,13 +13,6 @@
 
 namespace mixtape::cuda {
 namespace {
-
-// The values of a device Int64 tensor, on the host (for an error message).
-std::vector<int64_t> host_values(const Tensor& idx) {
-  const Tensor h = idx.to(Device::CPU()).contiguous();
-  const int64_t* p = h.data_ptr<int64_t>();
-  return std::vector<int64_t>(p, p + h.numel());
-}
 
 // Shapes are checked at once; the values, on the device (core/cuda/deferred_check.h): the
 // kernel records the first out-of-range position, reported with the CPU's message.
@@ -35,10 +26,9 @@ void check_index(const Tensor& index, int64_t dim, const IntList& data_sizes, co
     MT_CHECK(d == dim || index.sizes()[d] <= data_sizes[static_cast<size_t>(d)], op, ": index size ",
              index.sizes()[d], " exceeds data size ", data_sizes[static_cast<size_t>(d)], " at dim ", d);
 }
-unsigned long long* defer_gather_check(const char* op, const Tensor& idx, int64_t dim, int64_t n) {
-  return defer_check(op, [idx, dim, n](uint64_t position) {
-    const auto p = static_cast<int64_t>(position);
-    return gather_bound_message(host_values(idx)[static_cast<size_t>(p)], p, dim, n);
+DeferredCheck gather_check(const char* op, int64_t dim, int64_t n) {
+  return DeferredCheck(op, [dim, n](uint64_t position, uint64_t value) {
+    return gather_bound_message(static_cast<int64_t>(value), static_cast<int64_t>(position), dim, n);
   });
 }
 
@@ -65,10 +55,12 @@ TensorList gather_cuda(const OpCall& c) {
   DeviceGuard guard(x.device().index());
   const Tensor idx = dense(index, c.name());
   Tensor out = empty_on(index.sizes(), x.dtype(), x.device());
-  unsigned long long* bad = defer_gather_check(c.name(), idx, dim, x.sizes()[dim]);
-  MT_CUDA_CHECK(launch_gather(x.element_size(), index_geom(idx, dim, x.strides(), x.sizes()[dim], bad), x.data_ptr(),
+  DeferredCheck check = gather_check(c.name(), dim, x.sizes()[dim]);
+  MT_CUDA_CHECK(launch_gather(x.element_size(), index_geom(idx, dim, x.strides(), x.sizes()[dim], check.slot()),
+                              x.data_ptr(),
                               static_cast<const int64_t*>(idx.data_ptr()), out.data_ptr(), current_stream()),
                 c.name());
+  check.commit(idx.data_ptr(), sizeof(int64_t));
   return {out};
 }
 
@@ -88,23 +80,24 @@ TensorList scatter_add_cuda(const OpCall& c) {
   fill_(acc, 0.0);
   const Tensor s = dense(cast_to(src, acc_dt, c.name()), c.name()), idx = dense(index, c.name());
   const int64_t n = sizes[static_cast<size_t>(dim)];
-  unsigned long long* bad = defer_gather_check(c.name(), idx, dim, n);
-  MT_CUDA_CHECK(launch_scatter_add(acc_dt, index_geom(idx, dim, acc.strides(), n, bad), s.data_ptr(),
+  DeferredCheck check = gather_check(c.name(), dim, n);
+  MT_CUDA_CHECK(launch_scatter_add(acc_dt, index_geom(idx, dim, acc.strides(), n, check.slot()), s.data_ptr(),
                                    static_cast<const int64_t*>(idx.data_ptr()), acc.data_ptr(), current_stream()),
                 c.name());
+  check.commit(idx.data_ptr(), sizeof(int64_t));
   return {cast_to(acc, src.dtype(), c.name())};
 }
 
 // index_select's index: 1-D or 0-d Int64 (ops/index_select_args.h); its values in [0, n) are
-// checked by the kernel (the returned slot), reported with the CPU's message.
-Tensor checked_index(const Tensor& index, int64_t dim, int64_t n, const char* op, unsigned long long** bad) {
+// checked by the kernel (index_select_check), reported with the CPU's message.
+Tensor checked_index(const Tensor& index, const char* op) {
   check_index_select_index(index, op);
-  Tensor idx = dense(index, op);
-  *bad = defer_check(op, [idx, dim, n](uint64_t position) {
-    const auto j = static_cast<int64_t>(position);
-    return index_select_bound_message(host_values(idx)[static_cast<size_t>(j)], j, dim, n);
+  return dense(index, op);
+}
+DeferredCheck index_select_check(const char* op, int64_t dim, int64_t n) {
+  return DeferredCheck(op, [dim, n](uint64_t position, uint64_t value) {
+    return index_select_bound_message(static_cast<int64_t>(value), static_cast<int64_t>(position), dim, n);
   });
-  return idx;
 }
 
 TensorList index_select_cuda(const OpCall& c) {
@@ -112,8 +105,8 @@ TensorList index_select_cuda(const OpCall& c) {
   const int64_t d = index_select_dim(c.name(), x, c.attrs.get<int64_t>("dim"));
   const int64_t n = x.sizes()[d];
   DeviceGuard guard(x.device().index());
-  unsigned long long* bad = nullptr;
-  const Tensor idx = checked_index(c.inputs[1], d, n, c.name(), &bad);
+  const Tensor idx = checked_index(c.inputs[1], c.name());
+  DeferredCheck check = index_select_check(c.name(), d, n);
   const int64_t k = idx.numel();
   IntList out_sizes = x.sizes();
   out_sizes[d] = k;
@@ -121,8 +114,9 @@ TensorList index_select_cuda(const OpCall& c) {
   Tensor out = empty_on(out_sizes, x.dtype(), x.device());
   const DimLayout l = layout_of(x.sizes(), d);
   MT_CUDA_CHECK(launch_index_select(x.element_size(), xd.data_ptr(), static_cast<const int64_t*>(idx.data_ptr()),
-                                    out.data_ptr(), l.outer, n, k, l.inner, bad, current_stream()),
+                                    out.data_ptr(), l.outer, n, k, l.inner, check.slot(), current_stream()),
                 c.name());
+  check.commit(idx.data_ptr(), sizeof(int64_t));
   return {out};
 }
 
@@ -132,8 +126,8 @@ TensorList index_select_backward_cuda(const OpCall& c) {
   const int64_t d = index_select_backward_dim(c.name(), sizes, c.attrs.get<int64_t>("dim"));
   const int64_t n = sizes[static_cast<size_t>(d)];
   DeviceGuard guard(g.device().index());
-  unsigned long long* bad = nullptr;
-  const Tensor idx = checked_index(c.inputs[1], d, n, c.name(), &bad);
+  const Tensor idx = checked_index(c.inputs[1], c.name());
+  DeferredCheck check = index_select_check(c.name(), d, n);
   const int64_t k = idx.numel();
   check_index_select_backward_grad(g, sizes, d, k, c.name());
   const DType acc_dt = is_reduced_float(g.dtype()) ? DType::Float32 : g.dtype();
@@ -142,8 +136,9 @@ TensorList index_select_backward_cuda(const OpCall& c) {
   const Tensor gd = dense(cast_to(g, acc_dt, c.name()), c.name());
   const DimLayout l = layout_of(sizes, d);
   MT_CUDA_CHECK(launch_index_add(acc_dt, gd.data_ptr(), static_cast<const int64_t*>(idx.data_ptr()), acc.data_ptr(),
-                                 l.outer, n, k, l.inner, bad, current_stream()),
+                                 l.outer, n, k, l.inner, check.slot(), current_stream()),
                 c.name());
+  check.commit(idx.data_ptr(), sizeof(int64_t));
   return {cast_to(acc, g.dtype(), c.name())};
 }
 

@@ -4,6 +4,7 @@
 // loss_norm.cu. Weights are broadcast to the input's shape and materialised in the compute dtype
 // (f32, f64 for f64), as the CPU does.
 #include <algorithm>
+#include <cstring>
 
 #include "core/cuda/deferred_check.h"
 #include "core/cuda/scratch.h"
@@ -51,13 +52,32 @@ TensorList mse_loss_cuda(const OpCall& c) {
 
 // Probabilities outside [0, 1] are an error naming the first position, found on the device and
 // reported at the next synchronisation (core/cuda/deferred_check.h); meanwhile they give NaN.
+// The element of dtype dt whose bytes are `bits` (little-endian, zero-extended), as a double.
+double value_from_bits(DType dt, uint64_t bits) {
+  switch (dt) {
+    case DType::Float16: return static_cast<float>(Half::from_bits(static_cast<uint16_t>(bits)));
+    case DType::BFloat16: return static_cast<float>(BFloat16::from_bits(static_cast<uint16_t>(bits)));
+    case DType::Float32: {
+      float f;
+      const auto u = static_cast<uint32_t>(bits);
+      std::memcpy(&f, &u, sizeof f);
+      return f;
+    }
+    default: {
+      double d;
+      std::memcpy(&d, &bits, sizeof d);
+      return d;
+    }
+  }
+}
+
 void check_probabilities(const OpCall& c, const Tensor& pd) {
-  unsigned long long* first = defer_check(c.name(), [pd](uint64_t position) {
-    const auto i = static_cast<int64_t>(position);
-    return bad_probability_message(get_element(pd.reshape({-1}).narrow(0, i, 1).to(Device::CPU()), 0), i, pd.sizes());
+  const DType dt = pd.dtype();
+  DeferredCheck check(c.name(), [dt, shape = pd.sizes()](uint64_t position, uint64_t bits) {
+    return bad_probability_message(value_from_bits(dt, bits), static_cast<int64_t>(position), shape);
   });
-  MT_CUDA_CHECK(launch_first_bad_probability(pd.dtype(), pd.data_ptr(), pd.numel(), first, current_stream()),
-                c.name());
+  MT_CUDA_CHECK(launch_first_bad_probability(dt, pd.data_ptr(), pd.numel(), check.slot(), current_stream()), c.name());
+  check.commit(pd.data_ptr(), pd.element_size());
 }
 
 TensorList bce_cuda(const OpCall& c) {

@@ -57,11 +57,10 @@ int reduction_of(const OpCall& c) { return static_cast<int>(loss_reduction(c.att
 // Targets are checked on the device without stopping the host (core/cuda/deferred_check.h): the
 // kernels record the first target that is neither a class in [0, C) nor ignore_index, and the
 // next synchronisation reports it with ops/loss.cpp's message.
-unsigned long long* defer_target_check(const char* op, const Tensor& target_dev, int64_t classes, int64_t ignore) {
-  return defer_check(op, [target_dev, classes, ignore](uint64_t position) {
-    const Tensor t = target_dev.to(Device::CPU());
-    const auto p = static_cast<int64_t>(position);
-    return bad_target_message(t.data_ptr<int64_t>()[p], p, t.sizes(), classes, ignore);
+DeferredCheck target_check(const char* op, const IntList& target_shape, int64_t classes, int64_t ignore) {
+  return DeferredCheck(op, [target_shape, classes, ignore](uint64_t position, uint64_t value) {
+    return bad_target_message(static_cast<int64_t>(value), static_cast<int64_t>(position), target_shape, classes,
+                              ignore);
   });
 }
 
@@ -97,10 +96,12 @@ TensorList nll_loss_cuda(const OpCall& c) {
   const Tensor lp = dense(logp, c.name()), tg = dense(target, c.name());
   const Tensor wd = weight.defined() ? dense(cast_to(weight, DType::Float64, c.name()), c.name()) : Tensor();
   NllArgs a = nll_args(c, geo, lp, tg, wd);
-  a.bad = defer_target_check(c.name(), tg, geo.c, a.ignore);
+  DeferredCheck check = target_check(c.name(), tg.sizes(), geo.c, a.ignore);
+  a.bad = check.slot();
   Tensor out = empty_on(a.reduction == 0 ? geo.target_shape : IntList{}, logp.dtype(), logp.device());
   Scratch scratch(a.reduction == 0 ? 0 : sizeof(double) * 2 * static_cast<size_t>(std::max<int64_t>(geo.n * geo.s, 1)));
   MT_CUDA_CHECK(launch_nll(logp.dtype(), a, out.data_ptr(), scratch.data_as<double>(), current_stream()), c.name());
+  check.commit(tg.data_ptr(), sizeof(int64_t));
   return {out};
 }
 
@@ -125,13 +126,15 @@ TensorList nll_loss_backward_cuda(const OpCall& c) {
   const Tensor gd = dense(g, c.name()), tg = dense(target, c.name());
   const Tensor wd = weight.defined() ? dense(cast_to(weight, DType::Float64, c.name()), c.name()) : Tensor();
   NllArgs a = nll_args(c, geo, Tensor(), tg, wd);
-  a.bad = defer_target_check(c.name(), tg, geo.c, a.ignore);
+  DeferredCheck check = target_check(c.name(), tg.sizes(), geo.c, a.ignore);
+  a.bad = check.slot();
   Tensor out = empty_on(sizes, g.dtype(), g.device());
   fill_(out, 0.0);
   Scratch scratch(sizeof(double));
   MT_CUDA_CHECK(launch_nll_backward(g.dtype(), a, gd.data_ptr(), out.data_ptr(), scratch.data_as<double>(),
                                     current_stream()),
                 c.name());
+  check.commit(tg.data_ptr(), sizeof(int64_t));
   return {out};
 }
 

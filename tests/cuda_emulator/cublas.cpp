@@ -32,7 +32,7 @@
 //
 // Not emulated (CUBLAS_STATUS_NOT_SUPPORTED here although cuBLAS takes them, so a new use fails
 // loudly): complex and integer types, the emulated compute types (32F_EMULATED_16BFX9,
-// 64F_EMULATED_FIXEDPOINT). Work runs synchronously on the calling thread, at the call.
+// 64F_EMULATED_FIXEDPOINT). Arguments are checked at the call; the GEMM runs in the handle's stream order (emulator.h).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 

@@ -26,7 +26,8 @@
 //   - Not supported (CUDNN_STATUS_NOT_SUPPORTED): TRUE_HALF_CONFIG (half compute), INT8 and the
 //     other data types, N-d descriptors and the _Nd_/Find/fused entry points (not defined at all),
 //     negative strides, overlapping output tensors, CUDNN_TENSOR_NCHW_VECT_C.
-// Work runs synchronously on the calling thread; every tensor must be device memory of the
+// Arguments are checked at the call, the work runs in the handle's stream order (emulator.h);
+// every tensor must be device memory of the
 // extent its descriptor implies, on the handle's device, or the call faults (see emulator.h).
 #include <cudnn.h>
 

@@ -18,14 +18,16 @@
 //     cudaFree. The legacy default stream (nullptr) runs its work at once, after the device's
 //     blocking streams, as its implicit synchronisation says; non-blocking streams are left
 //     alone. So a missing event wait between two streams, or a host read before a sync, reads
-//     stale data here as it may on a GPU. `immediate` runs all work at enqueue time instead.
+//     stale data here as it may on a GPU — when the producer is a created stream (legacy-stream
+//     work has always run). `immediate` runs all work at enqueue time instead.
 //     All work runs on the host thread that triggers it; nothing ever runs concurrently.
 //   - Device memory (every cudaMalloc block) is mapped PROT_NONE except inside a DeviceAccess
 //     scope, so host code that dereferences a device pointer faults here as it would crash on a
 //     GPU. Kernels, copies and the library fakes open a scope; nothing else may.
 //   - A misuse a GPU would answer with a fault or undefined behaviour (a host pointer given to a
-//     kernel or library, a divergent __syncthreads, an oversized block) aborts with fault(),
-//     naming the call: a test then fails loudly, never silently passes.
+//     cuBLAS/cuDNN call, a divergent __syncthreads, a destroyed stream given to a launch) aborts
+//     with fault(), naming the call: a test then fails loudly, never silently passes. (Kernel
+//     arguments are not inspected: a kernel handed host memory runs on it here.)
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -47,6 +49,11 @@ int stream_device(cudaStream_t s);
 // device's default stream) under the ordering rules above. `work` must own everything it reads
 // from the host: it may run after the call that enqueued it has returned.
 void enqueue(cudaStream_t s, std::function<void()> work);
+
+// How many times the host has waited for queued device work so far: each runtime call that
+// blocks the host (a synchronize, a device-to-host copy, cudaFree) and had to run queued work to
+// return counts once. Tests use it to prove that a code path never stops the host.
+uint64_t host_waits();
 
 // Device memory is readable and writable while at least one DeviceAccess object lives on any
 // thread (a process-wide count; the emulator is serialised by one lock, taken by each scope).

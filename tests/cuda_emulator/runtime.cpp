@@ -143,7 +143,22 @@ bool is_default(const CUstream_st* s) {
   return !st.default_streams.empty() && s >= &st.default_streams.front() && s <= &st.default_streams.back();
 }
 
+uint64_t g_items_run = 0, g_host_waits = 0;  // under the lock
+
+// A host-blocking call: counts as a wait when it had to run queued work.
+class HostWait {
+ public:
+  HostWait() : before_(g_items_run) {}
+  ~HostWait() {
+    if (g_items_run != before_) ++g_host_waits;
+  }
+
+ private:
+  uint64_t before_;
+};
+
 void run_one(CUstream_st* s) {
+  ++g_items_run;
   std::function<void()> work = std::move(s->pending.front());
   s->pending.pop_front();
   work();
@@ -189,6 +204,11 @@ void push(CUstream_st* s, std::function<void()> work) {
 }
 
 }  // namespace
+
+uint64_t host_waits() {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  return g_host_waits;
+}
 
 void enqueue(cudaStream_t s, std::function<void()> work) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
@@ -273,6 +293,7 @@ cudaError_t cudaSetDevice(int device) {
 }
 cudaError_t cudaDeviceSynchronize(void) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  HostWait wait;
   flush_device(t_device);
   return cudaSuccess;
 }
@@ -361,6 +382,7 @@ cudaError_t cudaFree(void* ptr) {
   std::lock_guard<std::recursive_mutex> lock(st.mu);
   auto it = st.blocks.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == st.blocks.end()) return fail(cudaErrorInvalidValue);
+  HostWait wait;
   flush_everything();  // cudaFree synchronises: queued work may still use the block
   st.used[it->second.device] -= it->second.size;
   munmap(ptr, it->second.mapped);
@@ -400,6 +422,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + count);
     if (!d_dev) {
+      HostWait wait;
       drain(s);
       std::memcpy(dst, staged->data(), count);
       return cudaSuccess;
@@ -411,6 +434,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
     return cudaSuccess;
   }
   if (!d_dev) {  // to the host: the host reads it next
+    HostWait wait;
     drain(s);
     DeviceAccess access;
     std::memcpy(dst, src, count);
@@ -481,6 +505,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  HostWait wait;
   drain(resolve(stream));
   return cudaSuccess;
 }
@@ -536,6 +561,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  HostWait wait;
   if (event->stream) run_until(event->stream, event->ticket);
   return cudaSuccess;
 }

@@ -23,6 +23,9 @@
 #if defined(MIXTAPE_WITH_CUDA)
 #include "core/cuda/stream.h"  // the emulator-only stream-order tests
 #endif
+#if defined(MIXTAPE_CUDA_EMULATOR)
+#include "tests/cuda_emulator/emulator.h"
+#endif
 
 namespace mixtape {
 namespace {
@@ -112,15 +115,18 @@ TEST(CudaAmpEndToEnd, Fp16SmallCnnWithScalerMastersAndAccumulationMatchesTheCpu)
 }
 
 // The AMP step's one host synchronisation is GradScaler.step reading found_inf: forward (conv,
-// batch norm, pooling, linear), the loss, backward, zero_grad and unscale_ leave an event
-// recorded before them pending (the CUDA emulator keeps stream order only, so any earlier host
-// wait would have run it). Both models: SmallCNN and a small ResNet (batch norm).
+// batch norm, pooling, linear), the loss, backward, zero_grad, unscale_ and update() never wait
+// for the device. Measured with the CUDA emulator, whose streams keep stream order only: work
+// runs when the host waits for it, and host_waits() counts those waits. The work goes to a
+// blocking stream, so a wait on the legacy default stream would show too. SmallCNN and a small
+// ResNet (batch norm).
 TEST(CudaAmpEndToEnd, TheStepSynchronisesTheHostOnlyInGradScalerStep) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "about the device's stream order: nothing to check with the CPU standing in";
 #if !defined(MIXTAPE_CUDA_EMULATOR)
   GTEST_SKIP() << "a GPU may finish the queued work at any time: only the emulator can observe this";
 #else
+  using cuda_emulator::host_waits;
   for (const std::string name : {"smallcnn", "resnet8"}) {
     SCOPED_TRACE(name);
     std::shared_ptr<nn::Module> model;
@@ -136,27 +142,30 @@ TEST(CudaAmpEndToEnd, TheStepSynchronisesTheHostOnlyInGradScalerStep) {
     const Tensor xd = on_cuda(x), y = on_cuda(arange(2, TensorOptions(DType::Int64)));
     optim::SGD opt(model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
     amp::GradScaler scaler;
-    cuda::OwnedStream stream;
-    cudaEvent_t before = nullptr;
-    ASSERT_EQ(cudaEventCreateWithFlags(&before, cudaEventDisableTiming), cudaSuccess);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);  // blocking: ordered with the legacy stream
     {
-      cuda::StreamGuard guard(stream.get());
-      Tensor input = xd * 1.0;  // work queued on the stream, then the marker
-      ASSERT_EQ(cudaEventRecord(before, stream.get()), cudaSuccess);
-      opt.zero_grad();
-      Tensor loss;
-      {
-        amp::AutocastGuard autocast(DeviceType::CUDA, DType::Float16);
-        loss = cross_entropy((*model)(input), y);
+      cuda::StreamGuard guard(stream);
+      for (int step = 0; step < 2; ++step) {
+        SCOPED_TRACE(step);
+        const uint64_t before = host_waits();
+        opt.zero_grad();
+        Tensor loss;
+        {
+          amp::AutocastGuard autocast(DeviceType::CUDA, DType::Float16);
+          loss = cross_entropy((*model)(xd), y);
+        }
+        scaler.scale(loss).backward();
+        scaler.unscale_(opt);
+        EXPECT_EQ(host_waits(), before) << "the step waited for the device before step()";
+        scaler.step(opt);
+        EXPECT_EQ(host_waits(), before + 1) << "step() reads found_inf on the host, once";
+        scaler.update();
+        EXPECT_EQ(host_waits(), before + 1) << "update() waited for the device";
       }
-      scaler.scale(loss).backward();
-      scaler.unscale_(opt);
-      EXPECT_EQ(cudaEventQuery(before), cudaErrorNotReady) << "the step waited for the device before step()";
-      scaler.step(opt);
-      EXPECT_EQ(cudaEventQuery(before), cudaSuccess) << "step() reads found_inf on the host";
-      scaler.update();
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     }
-    cudaEventDestroy(before);
+    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   }
 #endif
 }

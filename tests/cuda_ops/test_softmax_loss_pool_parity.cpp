@@ -10,6 +10,9 @@
 #if defined(MIXTAPE_WITH_CUDA)
 #include "core/cuda/stream.h"  // the emulator-only stream-order tests
 #endif
+#if defined(MIXTAPE_CUDA_EMULATOR)
+#include "tests/cuda_emulator/emulator.h"
+#endif
 
 namespace mixtape {
 namespace {
@@ -90,31 +93,59 @@ TEST(CudaLossParity, NllAndCrossEntropyAreExactOnTheSameLogProbabilities) {
   }
 }
 
-// A check still pending when its stream is destroyed is read on the default stream later (the
-// emulator aborts on any use of a destroyed stream, so this also proves none is made).
-TEST(CudaLossParity, ACheckPendingWhenItsStreamIsDestroyedIsStillReported) {
+// Deferred checks (core/cuda/deferred_check.h) in the situations that could lose or garble them:
+// a check whose stream is destroyed before anyone synchronises; cuda::synchronize() with no
+// device; an input changed after the call (the message shows the value the kernel saw); the
+// backward ops on their own (nll_loss_backward, scatter_add via gather's backward).
+TEST(CudaLossParity, DeferredChecksAreReportedOnceWithTheValueTheKernelSaw) {
   MT_REQUIRE_CUDA();
 #if defined(MIXTAPE_WITH_CUDA)
   if (selfcheck()) GTEST_SKIP() << "the CPU reports at the call: nothing is deferred";
   const Tensor lp = on_cuda(log_softmax(randn({1, 3}, TensorOptions(DType::Float32)), 1));
   Tensor bad = Tensor::empty({1}, TensorOptions(DType::Int64));
   set_element(bad, 0, 5);
-  const Tensor target = on_cuda(bad);
-  Tensor loss;
-  {
-    cuda::OwnedStream stream;
-    cuda::StreamGuard guard(stream.get());
-    loss = nll_loss(lp, target);
+  Tensor target = on_cuda(bad);
+  using ::mixtape::testing::error_of;
+  {  // the stream is gone before the read
+    Tensor loss;
+    {
+      cuda::OwnedStream stream;
+      cuda::StreamGuard guard(stream.get());
+      loss = nll_loss(lp, target);
+    }
+    const std::string e = error_of([&] { loss.to(Device::CPU()); });
+    EXPECT_NE(e.find("nll_loss: target 5 at position [0] is out of bounds"), std::string::npos) << e;
   }
-  const std::string e = ::mixtape::testing::error_of([&] { loss.to(Device::CPU()); });
-  EXPECT_NE(e.find("nll_loss: target 5 at position [0] is out of bounds"), std::string::npos) << e;
+  {  // cuda::synchronize() reports; the value is the one the kernel saw, not the input's later one
+    Tensor t = target.clone();
+    const Tensor loss = nll_loss(lp, t);
+    fill_(t, 7.0);
+    const std::string e = error_of([] { cuda::synchronize(); });
+    EXPECT_NE(e.find("nll_loss: target 5 at position [0] is out of bounds"), std::string::npos) << e;
+    EXPECT_NO_THROW(cuda::synchronize()) << "reported once";
+  }
+  {  // nll_loss_backward on its own
+    const Tensor g = nll_loss_backward(on_cuda(ones({}, TensorOptions(DType::Float32))), target, Tensor(), -100,
+                                       Reduction::Mean, {1, 3});
+    const std::string e = error_of([&] { g.to(Device::CPU()); });
+    EXPECT_NE(e.find("nll_loss_backward: target 5 at position [0] is out of bounds"), std::string::npos) << e;
+  }
+  {  // scatter_add (gather's backward) on its own
+    Tensor idx = Tensor::empty({2}, TensorOptions(DType::Int64));
+    set_element(idx, 0, 1);
+    set_element(idx, 1, 4);
+    const Tensor out = scatter_add_into_zeros(on_cuda(ones({2}, TensorOptions(DType::Float32))), 0, on_cuda(idx), {3});
+    const std::string e = error_of([&] { out.to(Device::CPU()); });
+    EXPECT_NE(e.find("scatter_add: index 4 is out of bounds for dimension 0 with size 3 (at index position 1)"),
+              std::string::npos)
+        << e;
+  }
 #endif
 }
 
-// The training step's loss never stops the host to look at its targets: with the work on a
-// stream of its own, an event recorded before cross_entropy forward and backward is still
-// pending after them (the CUDA emulator keeps stream order only, so any host synchronisation
-// inside them would have run it).
+// The training step's loss never stops the host to look at its targets: cross_entropy forward and
+// backward add no host wait (the CUDA emulator's host_waits(); its streams keep stream order
+// only, and the work goes to a blocking stream so a wait on the legacy stream shows too).
 TEST(CudaLossParity, CrossEntropyDoesNotSynchroniseTheHost) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "about the device's stream order: nothing to check with the CPU standing in";
@@ -123,21 +154,20 @@ TEST(CudaLossParity, CrossEntropyDoesNotSynchroniseTheHost) {
 #else
   const Tensor x = on_cuda(randn({8, 10}, TensorOptions(DType::Float32)));
   const Tensor t = on_cuda(arange(8, TensorOptions(DType::Int64)));
-  cuda::OwnedStream stream;
-  cudaEvent_t before = nullptr;
-  ASSERT_EQ(cudaEventCreateWithFlags(&before, cudaEventDisableTiming), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   {
-    cuda::StreamGuard guard(stream.get());
+    cuda::StreamGuard guard(stream);
     Tensor xg = (x * 2.0).detach();
-    ASSERT_EQ(cudaEventRecord(before, stream.get()), cudaSuccess);
     xg.requires_grad_(true);
+    const uint64_t before = cuda_emulator::host_waits();
     Tensor loss = cross_entropy(xg, t);
     loss.backward();
-    EXPECT_EQ(cudaEventQuery(before), cudaErrorNotReady) << "cross_entropy waited for the device";
+    EXPECT_EQ(cuda_emulator::host_waits(), before) << "cross_entropy waited for the device";
     EXPECT_NEAR(loss.to(Device::CPU()).item<float>(),
                 cross_entropy(x.to(Device::CPU()) * 2.0, t.to(Device::CPU())).item<float>(), 1e-5);
   }
-  cudaEventDestroy(before);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 #endif
 }
 
