@@ -27,6 +27,10 @@ target_include_directories(mixtape_cuda_emulator
 target_compile_definitions(mixtape_cuda_emulator PUBLIC MIXTAPE_CUDA_EMULATOR=1)
 target_compile_options(mixtape_cuda_emulator PRIVATE -Wall -Wextra -Wno-unused-parameter)
 target_link_options(mixtape_cuda_emulator PRIVATE -Wl,--no-undefined)
+# The fiber switch returns onto another stack, which a CET shadow stack would refuse; an object
+# without the SHSTK mark keeps shadow stacks off for the process (compilers that enable
+# -fcf-protection by default would mark it).
+set_source_files_properties(${_emu}/kernel_engine.cpp PROPERTIES COMPILE_OPTIONS -fcf-protection=none)
 set_target_properties(mixtape_cuda_emulator PROPERTIES INSTALL_RPATH "$ORIGIN")
 install(TARGETS mixtape_cuda_emulator EXPORT mixtapeTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
