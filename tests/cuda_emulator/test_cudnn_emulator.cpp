@@ -20,6 +20,7 @@
 
 #include "core/bfloat16.h"
 #include "core/half.h"
+#include "tests/cuda_emulator/device_buffer.h"
 
 namespace {
 
@@ -56,28 +57,8 @@ double to_double(T v) {
     return double(v);
 }
 
-// A cudaMalloc block of `n` elements.
 template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t count) : n(count) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(T)), cudaSuccess);
-  }
-  explicit Dev(const std::vector<T>& v) : Dev(v.size()) { upload(v); }
-  ~Dev() { cudaFree(p); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  void upload(const std::vector<T>& v) {
-    ASSERT_EQ(v.size(), n);
-    ASSERT_EQ(cudaMemcpy(p, v.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> download() const {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-};
+using Dev = mixtape::cuda_emulator::testing::DeviceBuffer<T>;
 
 // Deterministic test data: integers in [-range, range] (exact in every data type and in every
 // sum these tests form), or reals in [-1, 1).

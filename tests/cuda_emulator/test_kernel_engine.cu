@@ -8,26 +8,13 @@
 #include <vector>
 
 #include "core/cuda/launch.cuh"
+#include "tests/cuda_emulator/device_buffer.h"
 
 namespace {
 
 using mixtape::cuda::launch_kernel;
 
-template <typename T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit DeviceBuffer(size_t count) : n(count) {
-    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemset(p, 0, n * sizeof(T)), cudaSuccess);
-  }
-  ~DeviceBuffer() { cudaFree(p); }
-  std::vector<T> read() const {
-    std::vector<T> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
+using mixtape::cuda_emulator::testing::DeviceBuffer;
 
 // Each thread stores its linear global id at its own slot, plus the coordinates it saw.
 __global__ void coordinates_kernel(uint32_t* ids, uint32_t* hits) {
@@ -42,9 +29,9 @@ __global__ void coordinates_kernel(uint32_t* ids, uint32_t* hits) {
 TEST(KernelEngine, EveryBlockAndThreadCoordinateRunsExactlyOnce) {
   const dim3 grid(3, 2, 2), block(4, 3, 2);
   const size_t total = 3 * 2 * 2 * 4 * 3 * 2;
-  DeviceBuffer<uint32_t> ids(total), hits(total);
+  DeviceBuffer<uint32_t> ids(total), hits(std::vector<uint32_t>(total, 0));
   ASSERT_EQ(launch_kernel(coordinates_kernel, grid, block, 0, nullptr, ids.p, hits.p), cudaSuccess);
-  const auto i = ids.read(), h = hits.read();
+  const auto i = ids.download(), h = hits.download();
   for (size_t k = 0; k < total; ++k) {
     EXPECT_EQ(i[k], k);
     EXPECT_EQ(h[k], 1u) << k;
@@ -73,7 +60,7 @@ TEST(KernelEngine, BarriersSeparateTheLevelsOfASharedMemoryReduction) {
   ASSERT_EQ(cudaMemcpy(in.p, h.data(), h.size() * sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
   for (int rep = 0; rep < 3; ++rep) {  // a new thread order each launch
     ASSERT_EQ(launch_kernel(block_sum_kernel, blocks, kBlock, 0, nullptr, in.p, out.p), cudaSuccess);
-    const auto r = out.read();
+    const auto r = out.download();
     for (int b = 0; b < blocks; ++b) {
       int want = 0;
       for (int t = 0; t < kBlock; ++t) want += h[b * kBlock + t];
@@ -95,7 +82,7 @@ TEST(KernelEngine, AMissingBarrierChangesTheResult) {
   DeviceBuffer<int> out(kBlock);
   auto wrong_reads = [&](int stamp, bool barrier) {
     EXPECT_EQ(launch_kernel(neighbour_kernel, 1, kBlock, 0, nullptr, out.p, stamp, barrier), cudaSuccess);
-    const auto r = out.read();
+    const auto r = out.download();
     int wrong = 0;
     for (int t = 0; t < kBlock; ++t) wrong += r[t] != stamp + (t + 1) % kBlock;
     return wrong;
@@ -156,7 +143,7 @@ __global__ void own_copy_kernel(int n, int* out) {
 TEST(KernelEngine, EachThreadGetsItsOwnCopyOfTheArguments) {
   DeviceBuffer<int> out(64);
   ASSERT_EQ(launch_kernel(own_copy_kernel, 1, 64, 0, nullptr, 10, out.p), cudaSuccess);
-  const auto r = out.read();
+  const auto r = out.download();
   for (int t = 0; t < 64; ++t) EXPECT_EQ(r[t], 10 + t);
 }
 
