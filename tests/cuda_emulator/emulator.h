@@ -54,6 +54,9 @@ void enqueue(cudaStream_t s, std::function<void()> work);
 // blocks the host (a synchronize, a device-to-host copy, cudaFree) and had to run queued work to
 // return counts once. Tests use it to prove that a code path never stops the host.
 uint64_t host_waits();
+// Whether streams keep stream order only (MIXTAPE_CUDA_EMULATOR_STREAMS=deferred, the default);
+// tests that observe stream order skip under `immediate`.
+bool streams_deferred();
 
 // Device memory is readable and writable while at least one DeviceAccess object lives on any
 // thread (a process-wide count; the emulator is serialised by one lock, taken by each scope).

@@ -205,6 +205,8 @@ void push(CUstream_st* s, std::function<void()> work) {
 
 }  // namespace
 
+bool streams_deferred() { return deferred(); }
+
 uint64_t host_waits() {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   return g_host_waits;
