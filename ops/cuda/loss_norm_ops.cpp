@@ -54,21 +54,9 @@ TensorList mse_loss_cuda(const OpCall& c) {
 // reported at the next synchronisation (core/cuda/deferred_check.h); meanwhile they give NaN.
 // The element of dtype dt whose bytes are `bits` (little-endian, zero-extended), as a double.
 double value_from_bits(DType dt, uint64_t bits) {
-  switch (dt) {
-    case DType::Float16: return static_cast<float>(Half::from_bits(static_cast<uint16_t>(bits)));
-    case DType::BFloat16: return static_cast<float>(BFloat16::from_bits(static_cast<uint16_t>(bits)));
-    case DType::Float32: {
-      float f;
-      const auto u = static_cast<uint32_t>(bits);
-      std::memcpy(&f, &u, sizeof f);
-      return f;
-    }
-    default: {
-      double d;
-      std::memcpy(&d, &bits, sizeof d);
-      return d;
-    }
-  }
+  Tensor one = Tensor::empty({1}, TensorOptions(dt));
+  std::memcpy(one.data_ptr(), &bits, one.element_size());
+  return get_element(one, 0);
 }
 
 void check_probabilities(const OpCall& c, const Tensor& pd) {

@@ -115,6 +115,9 @@ cudaError_t fail(cudaError_t e) {
 
 bool valid_device(int d) { return d >= 0 && d < device_count(); }
 
+// The three spellings of the current device's legacy default stream.
+bool names_default(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread; }
+
 bool deferred() {
   static const bool d = [] {
     const char* v = std::getenv("MIXTAPE_CUDA_EMULATOR_STREAMS");
@@ -134,7 +137,7 @@ CUstream_st* resolve(cudaStream_t s) {
     st.default_streams.resize(device_count());
     for (int d = 0; d < device_count(); ++d) st.default_streams[d].device = d;
   }
-  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return &st.default_streams[t_device];
+  if (names_default(s)) return &st.default_streams[t_device];
   if (s->destroyed) fault("use of a destroyed stream %p", static_cast<void*>(s));
   return s;
 }
@@ -222,9 +225,7 @@ int device_count() {
   return n;
 }
 int current_device() { return t_device; }
-int stream_device(cudaStream_t s) {
-  return (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) ? t_device : s->device;
-}
+int stream_device(cudaStream_t s) { return names_default(s) ? t_device : s->device; }
 
 DeviceAccess::DeviceAccess() {
   State& st = state();
@@ -393,11 +394,9 @@ cudaError_t cudaFree(void* ptr) {
 }
 
 namespace {
-// Checks a copy's pointers against its kind; cudaMemcpyDefault infers the direction.
-cudaError_t check_copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  if (count == 0) return cudaSuccess;
-  if (!dst || !src) return cudaErrorInvalidValue;
-  const bool d_dev = is_device_range(dst, count), s_dev = is_device_range(src, count);
+// Checks where a copy's ends live (d_dev, s_dev: device memory) against its kind;
+// cudaMemcpyDefault infers the direction.
+cudaError_t check_copy(bool d_dev, bool s_dev, cudaMemcpyKind kind) {
   switch (kind) {
     case cudaMemcpyHostToHost: return (!d_dev && !s_dev) ? cudaSuccess : cudaErrorInvalidValue;
     case cudaMemcpyHostToDevice: return (d_dev && !s_dev) ? cudaSuccess : cudaErrorInvalidValue;
@@ -407,7 +406,7 @@ cudaError_t check_copy(void* dst, const void* src, size_t count, cudaMemcpyKind 
     default: return cudaErrorInvalidMemcpyDirection;
   }
 }
-bool valid_stream(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread || !s->destroyed; }
+bool valid_stream(cudaStream_t s) { return names_default(s) || !s->destroyed; }
 }  // namespace
 
 // Host -> device from pageable memory: the source is staged at the call (the caller may reuse it
@@ -415,11 +414,12 @@ bool valid_stream(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy
 // done, after the stream's earlier work. Device -> device: stream order.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
-  if (cudaError_t e = check_copy(dst, src, count, kind); e != cudaSuccess) return fail(e);
   if (count == 0) return cudaSuccess;
+  if (!dst || !src) return fail(cudaErrorInvalidValue);
+  const bool d_dev = is_device_range(dst, count), s_dev = is_device_range(src, count);
+  if (cudaError_t e = check_copy(d_dev, s_dev, kind); e != cudaSuccess) return fail(e);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   CUstream_st* s = resolve(stream);
-  const bool d_dev = is_device_range(dst, count), s_dev = is_device_range(src, count);
   if (!s_dev) {  // from the host (H2H included): take the bytes now
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + count);
@@ -497,7 +497,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWith
 // Queued work still completes; the stream object is kept (marked) so later use is caught and
 // event waits that point into it stay valid.
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (!stream || stream == cudaStreamLegacy || stream == cudaStreamPerThread || stream->destroyed)
+  if (names_default(stream) || stream->destroyed)
     return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   flush(stream);

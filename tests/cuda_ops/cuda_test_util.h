@@ -34,6 +34,9 @@
 #include <string>
 
 #include "core/cuda_api.h"
+#if defined(MIXTAPE_CUDA_EMULATOR)
+#include "tests/cuda_emulator/emulator.h"
+#endif
 #include "core/tensor.h"
 #include "mixtape/mixtape.h"
 
@@ -55,6 +58,23 @@ inline Device gpu() { return selfcheck() ? Device::CPU() : Device::CUDA(); }
     if (!::mixtape::cuda::is_available() && !::mixtape::cuda_test::selfcheck())    \
       GTEST_SKIP() << "no usable GPU: " << ::mixtape::cuda::unavailable_reason(); \
   } while (0)
+
+// The first line of a test that observes the device's stream order (where the host waits): only
+// the CUDA emulator can (a GPU may finish queued work at any time), with its streams deferred,
+// and not in the self-check run (the CPU standing in has no streams). The test's body, which uses
+// tests/cuda_emulator/emulator.h, goes inside #if defined(MIXTAPE_CUDA_EMULATOR).
+#if defined(MIXTAPE_CUDA_EMULATOR)
+#define MT_REQUIRE_EMULATED_STREAM_ORDER()                                                                    \
+  do {                                                                                                        \
+    MT_REQUIRE_CUDA();                                                                                        \
+    if (::mixtape::cuda_test::selfcheck()) GTEST_SKIP() << "the CPU standing in for the device has no streams"; \
+    if (!::mixtape::cuda_emulator::streams_deferred())                                                       \
+      GTEST_SKIP() << "MIXTAPE_CUDA_EMULATOR_STREAMS=immediate: no stream order to observe";                 \
+  } while (0)
+#else
+#define MT_REQUIRE_EMULATED_STREAM_ORDER() \
+  GTEST_SKIP() << "a GPU may finish queued work at any time: only the CUDA emulator can observe stream order"
+#endif
 
 inline double unit_roundoff(DType dt) {
   switch (dt) {

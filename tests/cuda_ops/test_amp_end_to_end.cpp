@@ -23,9 +23,6 @@
 #if defined(MIXTAPE_WITH_CUDA)
 #include "core/cuda/stream.h"  // the emulator-only stream-order tests
 #endif
-#if defined(MIXTAPE_CUDA_EMULATOR)
-#include "tests/cuda_emulator/emulator.h"
-#endif
 
 namespace mixtape {
 namespace {
@@ -121,13 +118,8 @@ TEST(CudaAmpEndToEnd, Fp16SmallCnnWithScalerMastersAndAccumulationMatchesTheCpu)
 // blocking stream, so a wait on the legacy default stream would show too. SmallCNN and a small
 // ResNet (batch norm).
 TEST(CudaAmpEndToEnd, TheStepSynchronisesTheHostOnlyInGradScalerStep) {
-  MT_REQUIRE_CUDA();
-  if (selfcheck()) GTEST_SKIP() << "about the device's stream order: nothing to check with the CPU standing in";
-#if !defined(MIXTAPE_CUDA_EMULATOR)
-  GTEST_SKIP() << "a GPU may finish the queued work at any time: only the emulator can observe this";
-#else
-  if (!::mixtape::cuda_emulator::streams_deferred())
-    GTEST_SKIP() << "MIXTAPE_CUDA_EMULATOR_STREAMS=immediate: no stream order to observe";
+  MT_REQUIRE_EMULATED_STREAM_ORDER();
+#if defined(MIXTAPE_CUDA_EMULATOR)
   using cuda_emulator::host_waits;
   for (const std::string name : {"smallcnn", "resnet8"}) {
     SCOPED_TRACE(name);

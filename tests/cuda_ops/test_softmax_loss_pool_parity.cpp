@@ -10,9 +10,6 @@
 #if defined(MIXTAPE_WITH_CUDA)
 #include "core/cuda/stream.h"  // the emulator-only stream-order tests
 #endif
-#if defined(MIXTAPE_CUDA_EMULATOR)
-#include "tests/cuda_emulator/emulator.h"
-#endif
 
 namespace mixtape {
 namespace {
@@ -147,13 +144,8 @@ TEST(CudaLossParity, DeferredChecksAreReportedOnceWithTheValueTheKernelSaw) {
 // backward add no host wait (the CUDA emulator's host_waits(); its streams keep stream order
 // only, and the work goes to a blocking stream so a wait on the legacy stream shows too).
 TEST(CudaLossParity, CrossEntropyDoesNotSynchroniseTheHost) {
-  MT_REQUIRE_CUDA();
-  if (selfcheck()) GTEST_SKIP() << "about the device's stream order: nothing to check with the CPU standing in";
-#if !defined(MIXTAPE_CUDA_EMULATOR)
-  GTEST_SKIP() << "a GPU may finish the queued work at any time: only the emulator can observe this";
-#else
-  if (!::mixtape::cuda_emulator::streams_deferred())
-    GTEST_SKIP() << "MIXTAPE_CUDA_EMULATOR_STREAMS=immediate: no stream order to observe";
+  MT_REQUIRE_EMULATED_STREAM_ORDER();
+#if defined(MIXTAPE_CUDA_EMULATOR)
   const Tensor x = on_cuda(randn({8, 10}, TensorOptions(DType::Float32)));
   const Tensor t = on_cuda(arange(8, TensorOptions(DType::Int64)));
   cudaStream_t stream = nullptr;
