@@ -6,7 +6,7 @@
 #   make test-slow  only the tests labelled slow
 #   make asan       ASan+UBSan build in build-asan/ and its tests (CPU-only: -DMIXTAPE_CUDA=OFF)
 #   make test-emulator  the CUDA backend on the CPU (-DMIXTAPE_CUDA=EMULATOR, build-emu/): every GPU
-#                   test and the main job with --device auto, run by tests/cuda_emulator
+#                   test, bench_gpu_step's SmallCNN steps and the main job with --device auto
 #   make gpu-check  scripts/gpu-check.sh on a machine with an NVIDIA GPU (logs in gpu-check-logs/)
 #   make bench      build and run the benchmark programs (build/bench)
 #   make clean      remove the build directories
