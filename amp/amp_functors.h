@@ -54,11 +54,15 @@ struct UnscaleAndCheck {
 // scale (f32) and growth tracker (i32):
 //   found_inf != 0 (inf and NaN count):  scale = float(scale * backoff_factor); tracker = 0
 //   otherwise, successful = tracker + 1:
-//     successful == growth_interval:     grown = float(scale * growth_factor);
+//     successful >= growth_interval:     grown = float(scale * growth_factor);
 //                                        scale = grown only if grown is finite (pytorch#98828:
 //                                        never grow to inf); tracker = 0
 //     else:                              tracker = successful
 // The factors are doubles, the products are formed in double and narrowed to float once.
+// One deliberate difference (docs/AMP.md): PyTorch tests successful == growth_interval, so a
+// tracker left above a lowered interval (set_growth_interval(3) at tracker 5) never grows again
+// until an overflow resets it; here it grows on the next clean iteration. Whenever the tracker is
+// below the interval -- always, unless the interval was lowered -- the two agree bit for bit.
 // There is no lower bound: repeated backoff reaches subnormals and then 0 (GradScaler's
 // min_scale is the guard, and it lives in the scaler, not here).
 MIXTAPE_INLINE void update_scale(float& scale, int32_t& growth_tracker, float found_inf, double growth_factor,
@@ -69,7 +73,7 @@ MIXTAPE_INLINE void update_scale(float& scale, int32_t& growth_tracker, float fo
     return;
   }
   const int32_t successful = growth_tracker + 1;
-  if (successful == growth_interval) {
+  if (successful >= growth_interval) {
     const float grown = static_cast<float>(static_cast<double>(scale) * growth_factor);
     if (is_finite(grown)) scale = grown;
     growth_tracker = 0;

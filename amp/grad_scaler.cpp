@@ -145,22 +145,23 @@ std::vector<Tensor> GradScaler::scale(const std::vector<Tensor>& outputs) {
 // ---- unscale ----
 
 // Sorts the optimizer's gradients by device and by what happens to them, validates all of them,
-// then runs one fused check-and-unscale dispatch per device.
-void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool to_master_grads) {
+// then runs one fused check-and-unscale dispatch per device. `explicit_unscale`: called by
+// unscale_ (every gradient must end unscaled) rather than by step() (16-bit gradients of
+// parameters with masters may stay scaled: the optimizer applies inv as it widens them).
+void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool explicit_unscale) {
   autograd::NoGradGuard no_grad;
   // inv = float(1 / double(S)), computed where the scale lives (no host round trip on a GPU).
   const Tensor inv = to_dtype(rdiv(to_dtype(scale_, DType::Float64), 1.0), DType::Float32);
   struct Bucket {
     Device device;
-    std::vector<Tensor> unscale;     // f32/f64 grads: unscaled in place
-    std::vector<Tensor> check_only;  // 16-bit grads of params with masters
-    std::vector<Tensor> to_master;   // their params, when unscaling into master grads
+    std::vector<Tensor> unscale;     // unscaled in place: f32/f64 grads, and BF16 ones (PyTorch)
+    std::vector<Tensor> check_only;  // 16-bit grads of params with masters, on step() alone
   };
   std::vector<Bucket> buckets;
   auto bucket = [&](Device d) -> Bucket& {
     for (Bucket& b : buckets)
       if (b.device == d) return b;
-    buckets.push_back(Bucket{d, {}, {}, {}});
+    buckets.push_back(Bucket{d, {}, {}});
     return buckets.back();
   };
   size_t index = 0;
@@ -169,55 +170,40 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool to_
       const Tensor g = p.grad();
       const size_t i = index++;
       if (!g.defined()) continue;
-      if (is_reduced_float(g.dtype())) {
-        if (!opt.has_master(p)) {
-          const char* what = g.dtype() == DType::Float16 ? "FP16" : "BF16";
-          MT_ERROR("GradScaler.unscale_: Attempting to unscale ", what, " gradients. Parameter ", i,
-                   p.name().empty() ? "" : " '" + p.name() + "'", " (", p.describe(), ") of ", opt.name(), " has a ",
-                   dtype_name(g.dtype()), " .grad but no FP32 master; unscaling in place would round the true "
-                   "gradient into 16 bits, where it underflows. Expected a ", dtype_name(p.dtype()),
-                   " gradient (or give the optimizer the 16-bit parameter, which then keeps an FP32 master).");
-        }
-        Bucket& b = bucket(g.device());
-        if (to_master_grads)
-          b.to_master.push_back(p);
-        else
-          b.check_only.push_back(g);
-      } else {
-        bucket(g.device()).unscale.push_back(g);
+      const bool master = opt.has_master(p);
+      if (is_reduced_float(g.dtype()) && master && !explicit_unscale) {
+        bucket(g.device()).check_only.push_back(g);
+        continue;
       }
+      if (g.dtype() == DType::Float16) {
+        // PyTorch's allow_fp16=False: FP16 is the one dtype whose true gradient underflows.
+        const std::string who = "Parameter " + std::to_string(i) + (p.name().empty() ? "" : " '" + p.name() + "'") +
+                                " (" + p.describe() + ") of " + opt.name();
+        if (master)
+          MT_ERROR("GradScaler.unscale_: Attempting to unscale FP16 gradients. ", who, " has a Float16 .grad because "
+                   "its grad_dtype was set to Float16; unscaling in place would round the true gradient into FP16, "
+                   "where it underflows. For unscale_ (e.g. to clip) keep grad_dtype Float32, which the optimizer "
+                   "sets for 16-bit parameters (p.set_grad_dtype(DType::Float32) before the backward); or skip "
+                   "unscale_ and let scaler.step(opt) unscale at the copy into the FP32 master.");
+        MT_ERROR("GradScaler.unscale_: Attempting to unscale FP16 gradients. ", who, " has a Float16 .grad but no FP32 "
+                 "master; unscaling in place would round the true gradient into FP16, where it underflows. Expected "
+                 "a ", dtype_name(p.dtype()), " gradient (or give the optimizer the 16-bit parameter, which then "
+                 "keeps an FP32 master and FP32 gradients).");
+      }
+      bucket(g.device()).unscale.push_back(g);
     }
   }
-  const float inv_host = static_cast<float>(1.0 / static_cast<double>(scale_host_));  // = inv, bit for bit
-  // The optimizer's hook covers all of its 16-bit parameters in one call with one found_inf, so
-  // they must share a device (multi-device 16-bit models are not supported yet).
-  size_t master_buckets = 0;
-  for (const Bucket& b : buckets) master_buckets += b.to_master.empty() ? 0 : 1;
-  MT_CHECK(master_buckets <= 1, "GradScaler.unscale_(", opt.name(), "): 16-bit parameters with FP32 masters on more ",
-           "than one device are not supported yet");
   st.found_inf_per_device.clear();
   for (Bucket& b : buckets) {
     Tensor found_inf = zeros({}, TensorOptions(DType::Float32).with_device(b.device));
-    const Tensor inv_here = to_device(inv, b.device);
     std::vector<Tensor> grads = b.unscale;
     const size_t unscale_count = grads.size();
     grads.insert(grads.end(), b.check_only.begin(), b.check_only.end());
-    if (!grads.empty()) non_finite_check_and_unscale_(grads, found_inf, inv_here, unscale_count);
-    if (!b.to_master.empty()) {
-      // 16-bit grads -> FP32 master grads (float(g) * inv), checked on the way (optim/optimizer.h).
-      opt.unscale_to_master_grads_(inv_host, found_inf);
-      if (inv_host > 1.0f) {
-        // Addition (b) for this path: the optimizer checks the incoming 16-bit values; with S < 1
-        // the products can overflow, so check what landed in the masters as well.
-        std::vector<Tensor> master_grads;
-        for (const Tensor& p : b.to_master) master_grads.push_back(opt.master(p).grad());
-        const Tensor one = ones({}, TensorOptions(DType::Float32).with_device(b.device));
-        non_finite_check_and_unscale_(master_grads, found_inf, one, /*unscale_count=*/0);
-      }
-    }
+    if (!grads.empty()) non_finite_check_and_unscale_(grads, found_inf, to_device(inv, b.device), unscale_count);
     st.found_inf_per_device.push_back(found_inf);
   }
-  st.inv_scale = inv_host;
+  // What step() still has to apply to the gradients left scaled: the check-only ones.
+  st.inv_scale = explicit_unscale ? 1.0f : static_cast<float>(1.0 / static_cast<double>(scale_host_));
 }
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
@@ -229,7 +215,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
            "and before step() (with gradient accumulation: only on the micro-batch that steps).");
   MT_CHECK(st.stage != OptState::STEPPED, "GradScaler.unscale_(", optimizer.name(), "): unscale_() is being called "
            "after step(). Unscale before step(), and call update() to end the iteration.");
-  unscale_grads(optimizer, st, /*to_master_grads=*/true);
+  unscale_grads(optimizer, st, /*explicit_unscale=*/true);
   st.stage = OptState::UNSCALED;
 }
 
@@ -245,7 +231,7 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   MT_CHECK(st.stage != OptState::STEPPED, "GradScaler.step(", optimizer.name(), "): step() has already been called "
            "since the last update(). Call update() once at the end of every iteration.");
   if (st.stage == OptState::READY) {
-    unscale_grads(optimizer, st, /*to_master_grads=*/false);
+    unscale_grads(optimizer, st, /*explicit_unscale=*/false);
     // Before the host read below, which may throw (a deferred device check): a retried step()
     // must not unscale again.
     st.stage = OptState::UNSCALED;
@@ -257,7 +243,7 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   st.found_on_host = found;
   const bool stepped = found == 0.0f;
   if (stepped) {
-    // 16-bit grads not yet unscaled into masters are multiplied by inv at the copy into FP32.
+    // 16-bit grads left scaled (check-only) are multiplied by inv at the copy into FP32.
     optimizer.set_grad_scale_for_next_step(st.inv_scale);
     optimizer.step();
   }
@@ -405,8 +391,9 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   } catch (const Error& e) {
     MT_ERROR(who, ": ", e.what());
   }
-  MT_CHECK(tracker >= 0 && tracker < interval, who, ": key '_growth_tracker' must be in [0, growth_interval = ",
-           interval, "), got ", tracker);
+  // Not bounded by growth_interval: set_growth_interval may lower the interval below a running
+  // tracker, and such a scaler's own state_dict must load (it grows on the next clean step).
+  MT_CHECK(tracker >= 0, who, ": key '_growth_tracker' must be >= 0, got ", tracker);
 
   autograd::NoGradGuard no_grad;
   init_scale_ = scale;

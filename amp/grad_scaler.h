@@ -19,23 +19,23 @@
 //                   the optimizer go through ONE dispatch of the fused multi-tensor op
 //                   _amp_foreach_non_finite_check_and_unscale_ (amp/scaler_kernels.h): found_inf = 1
 //                   if any element is inf/NaN, every element multiplied by inv in place.
-//                   16-bit grads (model.to(Float16)):
-//                     - the parameter has an FP32 master in the optimizer (always, in mixtape):
-//                       master.grad = float(g16) * inv, checked as it is read
-//                       (Optimizer::unscale_to_master_grads_); clip opt.master_params() afterwards;
-//                     - no master (an f32 parameter carrying a 16-bit .grad): PyTorch's error
-//                       "Attempting to unscale FP16 gradients." -- unscaling in place would round
-//                       the true gradient into FP16, exactly where it underflows.
+//                   16-bit parameters (model.to(Float16)) have FP32 gradients by default (the
+//                   optimizer sets their grad_dtype, optim/optimizer.h), so this is the same
+//                   in-place unscale and clip_grad_norm_(model.parameters()) then clips true
+//                   gradients. A 16-bit .grad (grad_dtype set to 16 bits, or an f32 parameter
+//                   carrying one): BF16 is unscaled in place, as PyTorch does; FP16 is refused with
+//                   PyTorch's "Attempting to unscale FP16 gradients." -- unscaling in place would
+//                   round the true gradient into FP16, exactly where it underflows.
 //                   Optional: call it only to see true gradients before the step (clipping).
 //   step(opt)       READY -> STEPPED (running the unscale itself) or UNSCALED -> STEPPED (no second
 //                   unscale). If any found_inf is set the optimizer's step() is NOT called:
 //                   parameters, masters and optimizer state stay bit-identical. Returns whether it
 //                   stepped (addition (a)): sched.step(scaler.step(opt)) keeps an LR schedule from
 //                   advancing on skipped steps (pytorch#44511).
-//                   On the READY path, 16-bit grads of parameters with masters are only *checked*
-//                   (in the same fused dispatch as the f32 grads, without being written);
-//                   the optimizer multiplies them by inv as it widens them into FP32 inside its fused
-//                   update (set_grad_scale_for_next_step), so no FP32 gradient copy is made.
+//                   On the READY path, 16-bit grads of parameters with masters (grad_dtype set to
+//                   16 bits) are only *checked* (in the same fused dispatch as the f32 grads,
+//                   without being written); the optimizer multiplies them by inv as it widens them
+//                   into FP32 inside its fused update (set_grad_scale_for_next_step).
 //   update()        Sums found_inf over every optimizer of the iteration and runs _amp_update_scale_
 //                   once (amp/amp_functors.h fn::update_scale), then resets every stage to READY.
 //                   update(new_scale) sets S instead (tracker untouched).
@@ -163,13 +163,13 @@ class GradScaler {
     const optim::Optimizer* optimizer = nullptr;
     OptState stage = OptState::READY;
     std::vector<Tensor> found_inf_per_device;  // one 0-d f32 per device that held gradients
-    float inv_scale = 1.0f;                    // the inv used by unscale, handed to step()
+    float inv_scale = 1.0f;                    // what step() applies to grads left scaled
     std::optional<float> found_on_host;        // their sum, once step() has read it
   };
   void check_scale_initialized(const char* funcname) const;
   void lazy_init(Device device);
   PerOptimizer& state_of(const optim::Optimizer& optimizer);
-  void unscale_grads(optim::Optimizer& optimizer, PerOptimizer& st, bool to_master_grads);
+  void unscale_grads(optim::Optimizer& optimizer, PerOptimizer& st, bool explicit_unscale);
   void finish_update(float scale_before, bool skipped);
 
   bool enabled_;

@@ -25,6 +25,10 @@ TensorList AccumulateGrad::apply(TensorList grads) {
     Tensor r = hook(g);
     if (r.defined()) g = r;
   }
+  // grad_dtype (core/tensor.h): a 16-bit parameter with an FP32 master accumulates in FP32, so
+  // micro-batch gradients too small to change a 16-bit sum still add up (the cast is an op, so a
+  // create_graph gradient keeps its history).
+  if (meta.grad_dtype && g.dtype() != *meta.grad_dtype) g = op_calls::cast(g, *meta.grad_dtype);
   Tensor old = meta.grad;
   if (!old.defined()) {
     // Keep the incoming buffer only if nobody else can see it; .grad is later changed in place

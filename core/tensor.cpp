@@ -86,8 +86,30 @@ void Tensor::set_grad(const Tensor& g) const {
     MT_CHECK(g.sizes() == sizes(), "set_grad: gradient shape ", shape_str(g.sizes()), " does not match tensor shape ",
              shape_str(sizes()));
     MT_CHECK(g.device() == device(), "set_grad: gradient on ", g.device(), ", tensor on ", device());
+    if (impl_->autograd && impl_->autograd->grad_dtype)
+      MT_CHECK(g.dtype() == *impl_->autograd->grad_dtype || g.dtype() == dtype(), "set_grad: gradient is ",
+               dtype_name(g.dtype()), "; this ", describe(), " tensor takes a ", dtype_name(dtype()), " or ",
+               dtype_name(*impl_->autograd->grad_dtype), " (its grad_dtype) gradient");
   }
   impl_->autograd_meta().grad = g;
+}
+
+DType Tensor::grad_dtype() const {
+  return impl_->autograd && impl_->autograd->grad_dtype ? *impl_->autograd->grad_dtype : dtype();
+}
+
+bool Tensor::has_explicit_grad_dtype() const { return impl_->autograd && impl_->autograd->grad_dtype.has_value(); }
+
+void Tensor::set_grad_dtype(std::optional<DType> d) const {
+  MT_CHECK(is_leaf(), "set_grad_dtype: only leaf tensors have a grad_dtype (", describe(), " was computed by an op)");
+  if (d) {
+    MT_CHECK(is_floating(*d), "set_grad_dtype: the gradient dtype must be floating point, got ", dtype_name(*d));
+    const Tensor g = grad();
+    MT_CHECK(!g.defined() || g.dtype() == *d || g.dtype() == dtype(), "set_grad_dtype: this tensor already has a ",
+             dtype_name(g.dtype()), " .grad; clear it (set_grad(Tensor()) or zero_grad()) before changing grad_dtype "
+             "to ", dtype_name(*d));
+  }
+  impl_->autograd_meta().grad_dtype = d;
 }
 
 bool Tensor::is_leaf() const { return !impl_->autograd || !impl_->autograd->grad_fn; }

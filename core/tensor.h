@@ -100,6 +100,17 @@ class Tensor {
   Tensor& requires_grad_(bool r = true);
   Tensor grad() const;               // undefined if no gradient yet
   void set_grad(const Tensor& g) const;  // replaces .grad (undefined clears it)
+  // The dtype backward accumulates this leaf's gradient in (PyTorch's Tensor.grad_dtype, >= 2.10):
+  // the engine casts each incoming gradient to it before adding it into .grad. Defaults to the
+  // tensor's own dtype (backward's gradients already have it). Optimizers set Float32 on the
+  // 16-bit parameters they keep FP32 masters for, unless it was set explicitly before
+  // (optim/optimizer.h), so gradient accumulation over micro-batches adds in FP32.
+  // Leaves only; floating dtypes only. Unlike PyTorch, set_grad also accepts a gradient of the
+  // tensor's own dtype when grad_dtype differs (a 16-bit .grad on a 16-bit parameter stays legal;
+  // adding an FP32 gradient into it promotes the sum to FP32).
+  DType grad_dtype() const;
+  bool has_explicit_grad_dtype() const;  // set_grad_dtype was called (and not reset)
+  void set_grad_dtype(std::optional<DType> dtype) const;  // nullopt: back to the tensor's dtype
   bool is_leaf() const;
   // Made by as_strided_alias (a view of another tensor's storage). Autocast never caches casts
   // of views (their base may change under them).
@@ -171,6 +182,7 @@ struct AutogradMeta {
   uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that writes .grad
   std::vector<TensorHook> hooks;                    // leaves: run before accumulation
+  std::optional<DType> grad_dtype;                  // leaves: see Tensor::grad_dtype
   bool retains_grad = false;
   std::string name;
 };

@@ -86,15 +86,17 @@ int main() {
   model.to(DType::Float16);
   optim::SGD opt16(model.parameters(), {.lr = 0.1});
   Tensor p16 = model.parameters()[0];
-  std::printf("model parameter %s; its master in the optimizer %s, value %s\n", p16.describe().c_str(),
-              opt16.master(p16).describe().c_str(), bits_of(opt16.master(p16), 0).c_str());
+  std::printf("model parameter %s; its master in the optimizer %s, value %s; grad_dtype %s\n",
+              p16.describe().c_str(), opt16.master(p16).describe().c_str(), bits_of(opt16.master(p16), 0).c_str(),
+              dtype_name(p16.grad_dtype()));
   Tensor loss16;
   {
     amp::AutocastGuard autocast(DeviceType::CPU, DType::Float16);
     loss16 = cross_entropy(model.forward(x), y);
   }
   scaler.scale(loss16).backward();
-  std::printf("p.grad is %s and stays scaled; step() widens it to f32 and multiplies by 1/S as it reads it\n",
+  std::printf("backward computes each gradient in f16; AccumulateGrad widens it into p.grad, %s (FP32, so\n"
+              "micro-batches would add up in FP32); step() unscales it in place, updates the master\n",
               p16.grad().describe().c_str());
   stepped = scaler.step(opt16);
   scaler.update();

@@ -17,8 +17,9 @@ namespace mixtape::optim {
 // Non-finite grads (PyTorch's behaviour with error_if_nonfinite=False, kept):
 //   total = inf  -> coef = 0: finite grads become 0 (+-0), inf grads become NaN;
 //   total = NaN  -> coef = NaN: every grad becomes NaN.
-// Under AMP, clip the unscaled grads: scaler.unscale_(opt) first, then clip opt.master_params()
-// (16-bit parameters' unscaled FP32 grads live on their masters; optim/optimizer.h).
+// Under AMP, clip the unscaled grads: scaler.unscale_(opt) first, then clip model.parameters(),
+// as in PyTorch. That holds for a 16-bit model too: its parameters' grads are FP32 (the optimizer
+// sets their grad_dtype, optim/optimizer.h) and unscale_ unscaled them in place.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
 }  // namespace mixtape::optim

@@ -1,9 +1,5 @@
 // optim/optimizer.cpp — parameter groups, masters, the step driver, zero_grad and state_dict of
 // every optimizer (header comment of optimizer.h explains master weights and the GradScaler).
-//
-// Also defines the in-place op unscale_to_master_grad_(dst f32, src f16/bf16, found_inf f32[1];
-// inv_scale): dst = float(src) * inv_scale, found_inf = 1 if any src value is inf/NaN (checked on the
-// incoming value, as PyTorch's _amp_foreach_non_finite_check_and_unscale_ does).
 #include "optim/optimizer.h"
 
 #include <cmath>
@@ -14,50 +10,12 @@
 #include "autograd/grad_mode.h"
 #include "ops/cast.h"
 #include "ops/creation.h"
-#include "optim/optim_functors.h"
-#include "optim/unscale_to_master_args.h"
+#include "ops/pointwise.h"
+#include "ops/reduce.h"
 
 namespace mixtape::optim {
 
-void detail::check_unscale_to_master(const OpCall& c) {
-  const Tensor& dst = c.inputs[0];
-  const Tensor& src = c.inputs[1];
-  const Tensor& found_inf = c.inputs[2];
-  MT_CHECK(dst.dtype() == DType::Float32 && dst.is_contiguous(), c.name(), ": destination must be a contiguous f32 "
-           "tensor, got ", dst.describe());
-  MT_CHECK(src.sizes() == dst.sizes() && src.is_contiguous() && is_reduced_float(src.dtype()), c.name(),
-           ": source must be a contiguous f16/bf16 ", shape_str(dst.sizes()), " tensor, got ", src.describe());
-  MT_CHECK(found_inf.dtype() == DType::Float32 && found_inf.numel() == 1, c.name(),
-           ": found_inf must be a 1-element f32 tensor, got ", found_inf.describe());
-}
-
 namespace {
-
-TensorList unscale_to_master_grad_cpu(const OpCall& c) {
-  const Tensor& dst = c.inputs[0];
-  const Tensor& src = c.inputs[1];
-  const Tensor& found_inf = c.inputs[2];
-  detail::check_unscale_to_master(c);
-  const float inv = static_cast<float>(c.attrs.get<double>("inv_scale"));
-  const int64_t n = dst.numel();
-  float* d = static_cast<float*>(dst.data_ptr());
-  bool found = false;
-  auto run = [&]<typename T>(const T* s) {
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = static_cast<float>(s[i]);
-      found = found || !std::isfinite(v);
-      d[i] = fn::unscale(v, inv);
-    }
-  };
-  if (src.dtype() == DType::Float16)
-    run(static_cast<const Half*>(src.data_ptr()));
-  else
-    run(static_cast<const BFloat16*>(src.data_ptr()));
-  if (found) *static_cast<float*>(found_inf.data_ptr()) = 1.0f;
-  return {dst};
-}
-const OpSchema& kUnscaleToMaster =
-    define_op("unscale_to_master_grad_").in_place().kernel(DeviceType::CPU, unscale_to_master_grad_cpu);
 
 // 0-d scalars for state_dict, written and read through their bits (an i64 seed can exceed 2^53).
 Tensor i64_scalar(int64_t v) {
@@ -155,6 +113,13 @@ void Optimizer::add_param_group(ParamGroup group) {
       // The FP32 master starts as the parameter's exact value (every 16-bit value is a float).
       s.master = Tensor::empty(p.sizes(), TensorOptions(DType::Float32).with_device(p.device()));
       copy_(s.master, p);
+      s.synced_version = p.version();
+      // Gradients accumulate in FP32 unless the user chose otherwise (header comment).
+      if (!p.has_explicit_grad_dtype()) {
+        const Tensor g = p.grad();
+        if (g.defined() && g.dtype() != DType::Float32) p.set_grad(to_dtype(g, DType::Float32));  // exact
+        p.set_grad_dtype(DType::Float32);
+      }
     }
     index_[p.impl()] = states_.size();
     states_.push_back(std::move(s));
@@ -203,12 +168,16 @@ bool Optimizer::has_master(const Tensor& param) const { return states_[index_of(
 
 Tensor Optimizer::master(const Tensor& param) const {
   const ParamState& s = states_[index_of(param, "master")];
+  sync_master(s);
   return s.master.defined() ? s.master : s.param;
 }
 
 std::vector<Tensor> Optimizer::master_params() const {
   std::vector<Tensor> out;
-  for (auto& s : states_) out.push_back(s.master.defined() ? s.master : s.param);
+  for (auto& s : states_) {
+    sync_master(s);
+    out.push_back(s.master.defined() ? s.master : s.param);
+  }
   return out;
 }
 
@@ -218,48 +187,44 @@ void Optimizer::set_grad_scale_for_next_step(float inv_scale) {
   pending_grad_scale_ = inv_scale;
 }
 
-void Optimizer::unscale_to_master_grads_(float inv_scale, const Tensor& found_inf) {
-  MT_CHECK(found_inf.defined() && found_inf.dtype() == DType::Float32 && found_inf.numel() == 1, name_,
-           ".unscale_to_master_grads_: found_inf must be a 1-element f32 tensor, got ",
-           found_inf.defined() ? found_inf.describe() : "undefined");
-  autograd::NoGradGuard no_grad;
-  for (size_t i = 0; i < states_.size(); ++i) {
-    ParamState& s = states_[i];
-    if (!s.master.defined()) continue;
-    Tensor g = s.param.grad();
-    if (!g.defined() || !is_reduced_float(g.dtype())) continue;
-    MT_CHECK(g.sizes() == s.param.sizes(), name_, ": the grad of ", describe_param(i), " has shape ",
-             shape_str(g.sizes()), ", expected ", shape_str(s.param.sizes()));
-    Tensor dst = Tensor::empty(g.sizes(), TensorOptions(DType::Float32).with_device(g.device()));
-    dispatch(kUnscaleToMaster, {dst, contiguous(g), found_inf}, {{"inv_scale", static_cast<double>(inv_scale)}});
-    found_inf.bump_version();
-    s.master.set_grad(dst);
-    s.master_grad_source = g;
-    s.master_grad_source_version = g.version();
-  }
-}
-
 void Optimizer::set_stochastic_rounding(bool on, uint64_t seed) {
   stochastic_rounding_ = on;
   rounding_gen_.set_state(seed, 0);
 }
 
-// The gradient step() uses for a parameter: a still-valid unscaled master grad, else .grad (a
-// 16-bit one gets the pending inverse scale applied at the copy).
-Tensor Optimizer::effective_grad(ParamState& s, double& grad_scale) const {
-  grad_scale = 1.0;
-  Tensor g = s.param.grad();
-  if (s.master.defined() && s.master.grad().defined()) {
-    if (g.defined() && g.is_same(s.master_grad_source) && g.version() == s.master_grad_source_version)
-      return s.master.grad();
-    s.master.set_grad(Tensor());  // made from a grad that has since changed: void
-    s.master_grad_source = Tensor();
+// Does the 16-bit parameter still hold what a write-back of the master would give? Exactly
+// RNE(master) under round-to-nearest; within one 16-bit ulp of the master under stochastic
+// rounding (which writes one of the two neighbours). One host read: only reached when the
+// parameter's version moved since the optimizer last wrote it.
+bool Optimizer::model_matches_master(const ParamState& s) const {
+  const Tensor& p = s.param;
+  if (!stochastic_rounding_) {
+    const Tensor same = eq(to_dtype(s.master, p.dtype()), p);
+    const double n_same = to_device(sum(to_dtype(same, DType::Float64)), Device::CPU()).item<double>();
+    return n_same == static_cast<double>(p.numel());
   }
-  if (g.defined() && is_reduced_float(g.dtype())) grad_scale = pending_grad_scale_;
-  return g;
+  // |float(p) - m| <= |m| * 2^-(mantissa bits) + the smallest 16-bit subnormal.
+  const bool half = p.dtype() == DType::Float16;
+  const double rel = half ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  const double tiny = half ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
+  const Tensor excess = sub(abs(sub(to_dtype(p, DType::Float32), s.master)), add(mul(abs(s.master), rel), tiny));
+  IntList all_dims;
+  for (int64_t d = 0; d < p.dim(); ++d) all_dims.push_back(d);
+  const float worst = to_device(amax(excess, all_dims), Device::CPU()).item<float>();
+  return worst <= 0.0f;  // false for NaN
 }
 
-// ---- step ----
+void Optimizer::sync_master(const ParamState& s) const {
+  if (!s.master.defined() || s.param.version() == s.synced_version) return;
+  autograd::NoGradGuard no_grad;
+  if (!model_matches_master(s)) {
+    Tensor m = s.master;
+    copy_(m, s.param);  // the user's write wins; exact (every 16-bit value is a float)
+  }
+  s.synced_version = s.param.version();
+}
+
+// ---- step ----// ---- step ----
 
 void Optimizer::run_fused_step(const OpSchema& op, const ParamUpdate& u, Attrs attrs) {
   TensorList inputs{u.w, u.grad, u.model};
@@ -290,10 +255,12 @@ void Optimizer::step() {
     }
     for (size_t j = 0; j < groups_[g].params.size(); ++j, ++k) {
       ParamState& s = states_[k];
-      double scale = 1.0;
-      Tensor grad = effective_grad(s, scale);
-      if (!grad.defined()) continue;  // no gradient: skipped, as PyTorch
       const Tensor& p = s.param;
+      const Tensor grad = p.grad();
+      if (!grad.defined()) continue;  // no gradient: skipped, as PyTorch
+      // A 16-bit .grad (grad_dtype set to 16 bits by the user) still carries the loss scale: the
+      // fused update multiplies it by the pending inverse scale as it widens it.
+      const double scale = is_reduced_float(grad.dtype()) ? pending_grad_scale_ : 1.0;
       MT_CHECK(grad.sizes() == p.sizes(), name_, ": the grad of ", describe_param(k), " has shape ",
                shape_str(grad.sizes()), ", expected the parameter's shape ", shape_str(p.sizes()));
       MT_CHECK(grad.device() == p.device(), name_, ": the grad of ", describe_param(k), " is on ", grad.device(),
@@ -304,6 +271,8 @@ void Optimizer::step() {
       work.push_back({k, g, grad.is_contiguous() ? grad : contiguous(grad), scale});
     }
   }
+  // A write to a 16-bit parameter since the optimizer last wrote it re-seeds its master.
+  for (ParamState& s : states_) sync_master(s);
   for (Work& item : work) {
     ParamState& s = states_[item.index];
     const HyperParams& options = groups_[item.group].options;
@@ -335,10 +304,7 @@ void Optimizer::step() {
     s.step = u.step;
     if (w_copy) copy_(s.param, u.w);
     if (u.model.defined() && !u.model.is_same(s.param)) copy_(s.param, u.model);
-    if (s.master.defined() && s.master.grad().defined()) {  // consumed
-      s.master.set_grad(Tensor());
-      s.master_grad_source = Tensor();
-    }
+    if (s.master.defined()) s.synced_version = s.param.version();
   }
   pending_grad_scale_ = 1.0f;
 }
@@ -355,10 +321,6 @@ void Optimizer::zero_grad(bool set_to_none) {
         zero_(d);
         s.param.set_grad(d);
       }
-    }
-    if (s.master.defined()) {
-      s.master.set_grad(Tensor());
-      s.master_grad_source = Tensor();
     }
   }
   pending_grad_scale_ = 1.0f;
@@ -387,6 +349,7 @@ StateDict Optimizer::state_dict() const {
   }
   for (size_t i = 0; i < states_.size(); ++i) {
     const ParamState& s = states_[i];
+    sync_master(s);
     if (s.master.defined()) sd[key("state", i, "master")] = snapshot(s.master);
     if (s.step > 0) sd[key("state", i, "step")] = i64_scalar(s.step);
     for (auto& [n, t] : s.buffers) sd[key("state", i, n)] = snapshot(t);
@@ -514,14 +477,15 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   for (size_t i = 0; i < states_.size(); ++i) {
     ParamState& s = states_[i];
     const Device dev = s.param.device();
-    if (s.master.defined()) copy_(s.master, to_device(loaded[i].master, dev));  // keeps the master's identity
+    if (s.master.defined()) {
+      copy_(s.master, to_device(loaded[i].master, dev));  // keeps the master's identity
+      // The loaded master is authoritative as of now; a later write to the model (loading its
+      // own state_dict) re-seeds it only if the values differ from RNE(master).
+      s.synced_version = s.param.version();
+    }
     s.step = loaded[i].step;
     s.buffers.clear();
     for (auto& [n, t] : loaded[i].buffers) s.buffers[n] = snapshot(to_device(t, dev));
-    if (s.master.defined()) {
-      s.master.set_grad(Tensor());
-      s.master_grad_source = Tensor();
-    }
   }
   stochastic_rounding_ = rounding[0] != 0;
   rounding_gen_.set_state(static_cast<uint64_t>(rounding[1]), static_cast<uint64_t>(rounding[2]));

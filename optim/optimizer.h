@@ -12,45 +12,43 @@
 // (nesterov, amsgrad) are stored as 0/1. Change hyperparameters through param_groups() at any time
 // (LR schedulers do); the tensors of a group are fixed once added (step() checks).
 //
-// ---- Master weights: one code path (AMP-REFERENCE, "mixtape's decisions") ----
+// ---- Master weights: one code path (docs/AMP.md, "Master weights") ----
 // Every parameter has a master: the FP32/FP64 tensor the update is applied to.
 //   * f32 / f64 parameter (a normal model, or BatchNorm kept in FP32): it is its own master and is
 //     updated in place; its state (momentum, Adam moments) has its dtype.
 //   * f16 / bf16 parameter (after model.to(Float16)): the optimizer creates an FP32 master from the
-//     parameter's values at construction (exact: every 16-bit value is a float) and keeps its state
-//     in FP32. At step() the 16-bit .grad is read, widened exactly to float and multiplied by the
-//     pending inverse loss scale (one float multiply, see below) inside the fused update kernel; the
-//     update runs on the master; the parameter is written as RNE(master) in the same pass, so after
-//     every step  param == RNE(master)  bit for bit (or stochastically rounded: see
-//     set_stochastic_rounding; off by default). Small updates that RNE would lose in 16 bits
-//     accumulate in the master (AMP-REFERENCE behaviour 32).
-// A 16-bit parameter may also carry an f32 .grad (e.g. gradients accumulated in FP32); it is used as
-// it is. master(p) returns the master (p itself for f32/f64); masters, state and the stochastic-
-// rounding stream are part of state_dict(), so a resumed run continues bit-identically.
+//     parameter's values when the group is added (exact: every 16-bit value is a float) and keeps
+//     its state in FP32. The update runs on the master; the parameter is written as RNE(master) in
+//     the same pass, so after every step  param == RNE(master)  bit for bit (or stochastically
+//     rounded: see set_stochastic_rounding; off by default). Small updates that RNE would lose in
+//     16 bits accumulate in the master.
+// Gradients of 16-bit parameters are FP32: add_param_group sets grad_dtype = Float32 on them
+// (core/tensor.h; unless the user set a grad_dtype first), so backward widens each 16-bit
+// gradient and accumulates it in FP32 -- N micro-batches of loss/N add up as one FP32 sum, as
+// NVIDIA Apex's O2 master gradients do -- and clip_grad_norm_(model.parameters()) after
+// scaler.unscale_(opt) sees the true FP32 gradients, exactly PyTorch's documented pattern.
+// A user who sets grad_dtype to the 16-bit dtype (half the gradient memory, 16-bit accumulation)
+// gets a 16-bit .grad; step() then widens it to float and multiplies it by the pending inverse loss
+// scale (set_grad_scale_for_next_step) inside the fused update.
+// A write to the model wins: if a 16-bit parameter's version changed since the optimizer last
+// wrote it (copy_, a model load_state_dict, re-initialisation) and it no longer holds
+// round(master), the master is re-seeded from it (exactly) before the next step, state_dict() or
+// master(); the parameter's optimizer state (momentum, moments, step count) is kept, as when
+// PyTorch's model weights are loaded under an existing optimizer. Loading the model and the
+// optimizer from one checkpoint works in either order: the loaded master rounds to the loaded
+// parameter, so it is kept. master(p) returns the master (p itself for f32/f64); masters, state and
+// the stochastic-rounding stream are part of state_dict(), so a resumed run continues
+// bit-identically.
 //
-// ---- How the GradScaler plugs in (amp/) ----
-// Gradients are scaled by S. The scaler computes inv = float(1 / double(S)) as PyTorch does, and:
-//   1. For every parameter p with a grad:
-//        has_master(p) && p.grad() is 16-bit:  check the 16-bit values for inf/NaN only (PyTorch's
-//                                              _check_inf_per_device: its unscale kernel with inv = 1,
-//                                              which leaves the values as they are).
-//        otherwise (f32/f64 .grad):            PyTorch's unscale_: check, then g *= inv in place.
-//   2. If nothing was non-finite: opt.set_grad_scale_for_next_step(inv); opt.step();
-//      else skip step() (parameters, masters and state stay bit-identical).
-// step() multiplies each 16-bit gradient by inv as it widens it to float -- the unscale happens at
-// the copy into FP32, with no separate pass and no FP32 gradient buffer, and the product is the
-// same float PyTorch's in-place unscale_ would give for that value held in an f32 .grad. The
-// pending scale is consumed by step() and cleared by zero_grad(); call it right before step().
-// A 16-bit .grad itself is never rewritten: it stays scaled (its true value may not even be
-// representable in 16 bits -- the reason for scaling).
-// When the user needs true gradients before the step (scaler.unscale_(opt) followed by
-// clip_grad_norm_), the scaler calls instead
-//      opt.unscale_to_master_grads_(inv, found_inf);   // one pass: master(p).grad = float(g16) * inv,
-//                                                      //   found_inf = 1 if any incoming value is inf/NaN
-// and unscales the f32/f64 grads in place as in 1.; the user then clips opt.master_params() (the
-// masters carry the unscaled FP32 grads, f32 params their own) -- not the model's parameters, whose
-// 16-bit grads are still scaled. step() uses a master grad only
-// while the 16-bit .grad it was made from is unchanged (same tensor, same version), then drops it.
+// ---- How the GradScaler plugs in (amp/grad_scaler.h) ----
+// Gradients are scaled by S; inv = float(1 / double(S)) as PyTorch computes it.
+//   f32/f64 .grad (every parameter by default): PyTorch's unscale_: check, then g *= inv in place.
+//   16-bit .grad of a parameter with a master (grad_dtype set to 16 bits): on scaler.step() alone
+//     the values are only checked for inf/NaN, and step() applies inv at the copy into FP32
+//     (opt.set_grad_scale_for_next_step(inv); no FP32 copy of the gradient); an explicit
+//     scaler.unscale_ unscales BF16 in place (PyTorch's rule) and refuses FP16, whose true values
+//     underflow in 16 bits.
+// The pending scale is consumed by step() and cleared by zero_grad(); call it right before step().
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -110,7 +108,7 @@ class Optimizer {
   // skipped, and its state does not advance). Runs under NoGradGuard.
   virtual void step();
   // Clears every parameter's .grad: set_to_none drops it (PyTorch's default), otherwise it is
-  // zeroed in place. Also drops master grads and a pending grad scale.
+  // zeroed in place. Also drops a pending grad scale.
   void zero_grad(bool set_to_none = true);
   // Adds a group; options not given take the optimizer's defaults. Errors: a parameter that is not
   // a floating leaf requiring grad, or that is already in a group; an unknown or invalid option.
@@ -129,9 +127,6 @@ class Optimizer {
   // The inverse loss scale the next step() multiplies 16-bit gradients by (1 = none).
   void set_grad_scale_for_next_step(float inv_scale);
   float grad_scale_for_next_step() const { return pending_grad_scale_; }
-  // For every 16-bit parameter with a 16-bit grad: master(p).grad = float(grad) * inv_scale, and
-  // found_inf (a 1-element f32 tensor the caller zeroed) = 1 if any incoming value is inf/NaN.
-  void unscale_to_master_grads_(float inv_scale, const Tensor& found_inf);
   // Stochastic rounding of the master -> 16-bit write-back, from a Philox stream seeded here.
   void set_stochastic_rounding(bool on, uint64_t seed = 0x5eed);
   bool stochastic_rounding() const { return stochastic_rounding_; }
@@ -161,7 +156,7 @@ class Optimizer {
   // What update() gets for one parameter.
   struct ParamUpdate {
     Tensor w;                   // updated in place: the master, or the f32/f64 param itself
-    Tensor grad;                // same shape: the param's grad, or the unscaled f32 master grad
+    Tensor grad;                // same shape: the param's grad (f32/f64, or 16-bit when opted in)
     Tensor model;               // 16-bit param receiving round(w); undefined when w is the param
     double grad_scale = 1.0;    // multiplier for a 16-bit grad (the pending inverse loss scale)
     int64_t step = 0;           // 1 on this parameter's first update
@@ -192,13 +187,17 @@ class Optimizer {
     Tensor master;                        // f32 master of a 16-bit parameter; undefined otherwise
     std::map<std::string, Tensor> buffers;
     int64_t step = 0;
-    Tensor master_grad_source;            // the 16-bit grad master.grad was made from, and its
-    uint32_t master_grad_source_version = 0;  // version then (a changed grad voids the copy)
+    // param.version() when the optimizer last made param and master agree (added, stepped,
+    // loaded, or re-seeded); a different version means someone else wrote the parameter.
+    mutable uint32_t synced_version = 0;
   };
   size_t index_of(const Tensor& param, const char* what) const;  // error if not a parameter here
   std::string describe_param(size_t index) const;                // "param 3 'fc.weight' (f16[4, 2])"
   void check_structure() const;                                  // groups still hold what was added
-  Tensor effective_grad(ParamState& s, double& grad_scale) const;
+  // Re-seeds the master from the 16-bit parameter if it was written since the optimizer last
+  // wrote it and no longer holds round(master) (header comment, "A write to the model wins").
+  void sync_master(const ParamState& s) const;
+  bool model_matches_master(const ParamState& s) const;
 
   std::string name_;
   HyperParams defaults_;

@@ -4,7 +4,7 @@
 // fused multiply-add with madd() (__fmaf_rn / __fma_rn here, std::fma there) and every other
 // operation is one IEEE operation. One pass per element: load the grad (widening a 16-bit one and
 // unscaling it), update master and state in registers, store them and the 16-bit model copy.
-// Also unscale_to_master_grad_ and norm_pow_sum (clip_grad_norm_'s reduction, in double).
+// Also norm_pow_sum (clip_grad_norm_'s reduction, in double).
 #include "core/cuda/launch.cuh"
 #include "optim/cuda/step_kernels.h"
 #include "optim/optim_functors.h"
@@ -75,17 +75,6 @@ __global__ void adam_kernel(FusedStepArgs a, fn::AdamUpdate<W> f) {
   }
 }
 
-template <typename T>
-__global__ void unscale_to_master_kernel(float* dst, const T* src, int64_t n, float inv, float* found_inf) {
-  bool found = false;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
-    const float v = static_cast<float>(src[i]);
-    found = found || !::isfinite(v);
-    dst[i] = fn::unscale(v, inv);
-  }
-  if (found) *found_inf = 1.0f;
-}
-
 constexpr int kNormBlocks = 256;
 // Stage 1: each block folds its elements into one double; stage 2 (one block) folds the partials.
 // Order differs from the CPU's sequential sum: the result differs by summation order only.
@@ -144,17 +133,6 @@ cudaError_t launch_adam_step(const FusedStepArgs& a, const AdamParams& p, cudaSt
                                                p.step);
     return launch_kernel(adam_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, f);
   }
-}
-
-cudaError_t launch_unscale_to_master(float* dst, const void* src, DType src_dtype, int64_t n, float inv_scale,
-                                     float* found_inf, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  if (src_dtype == DType::Float16)
-    return launch_kernel(unscale_to_master_kernel<Half>, blocks_for(n), kThreads, 0, s, dst,
-                         static_cast<const Half*>(src), n, inv_scale, found_inf);
-  else
-    return launch_kernel(unscale_to_master_kernel<BFloat16>, blocks_for(n), kThreads, 0, s, dst,
-                         static_cast<const BFloat16*>(src), n, inv_scale, found_inf);
 }
 
 int norm_partials_needed() { return kNormBlocks; }

@@ -38,9 +38,6 @@ struct AdamParams {
 
 cudaError_t launch_sgd_step(const FusedStepArgs& a, const SGDParams& p, cudaStream_t s);
 cudaError_t launch_adam_step(const FusedStepArgs& a, const AdamParams& p, cudaStream_t s);
-// dst (f32) = unscale(src (f16/bf16), inv_scale); found_inf[0] = 1 when a source value is not finite.
-cudaError_t launch_unscale_to_master(float* dst, const void* src, DType src_dtype, int64_t n, float inv_scale,
-                                     float* found_inf, cudaStream_t s);
 // out[0] (f64) = sum |x|^p (p = inf: max |x|, NaN sticks) over x (floating dtype), in double.
 // `partials` holds at least norm_partials_needed() doubles of scratch.
 int norm_partials_needed();

@@ -1,6 +1,6 @@
 // optim/cuda/step_ops.cpp — CUDA kernels of the optimizer ops sgd_step_, adam_step_ (fused steps:
-// FP32 masters, 16-bit write-back), unscale_to_master_grad_ and norm_pow_sum, with the CPU ops'
-// operand checks (optim/step_kernel.cpp's check_fused_step, optim/unscale_to_master_args.h, clip_grad.cpp)
+// FP32 masters, 16-bit write-back) and norm_pow_sum, with the CPU ops' operand checks
+// (optim/step_kernel.cpp's check_fused_step, clip_grad.cpp)
 // and attributes; device side in step_kernels.cu.
 #include "core/cuda/check.h"
 #include "core/cuda/scratch.h"
@@ -8,7 +8,6 @@
 #include "ops/cast.h"
 #include "optim/cuda/step_kernels.h"
 #include "optim/step_kernel.h"
-#include "optim/unscale_to_master_args.h"
 
 namespace mixtape::optim::cuda {
 namespace {
@@ -62,19 +61,6 @@ TensorList adam_step_cuda(const OpCall& c) {
   return {c.inputs[0]};
 }
 
-TensorList unscale_to_master_grad_cuda(const OpCall& c) {
-  const Tensor& dst = c.inputs[0];
-  const Tensor& src = c.inputs[1];
-  const Tensor& found_inf = c.inputs[2];
-  detail::check_unscale_to_master(c);
-  DeviceGuard guard(dst.device().index());
-  MT_CUDA_CHECK(launch_unscale_to_master(static_cast<float*>(dst.data_ptr()), src.data_ptr(), src.dtype(), dst.numel(),
-                                         static_cast<float>(c.attrs.get<double>("inv_scale")),
-                                         static_cast<float*>(found_inf.data_ptr()), current_stream()),
-                c.name());
-  return {dst};
-}
-
 // norm_pow_sum(x; p) -> f64 0-d on x's device.
 TensorList norm_pow_sum_cuda(const OpCall& c) {
   const Tensor& in = c.inputs[0];
@@ -92,7 +78,6 @@ TensorList norm_pow_sum_cuda(const OpCall& c) {
 const bool kRegistered = [] {
   register_kernel("sgd_step_", DeviceType::CUDA, sgd_step_cuda);
   register_kernel("adam_step_", DeviceType::CUDA, adam_step_cuda);
-  register_kernel("unscale_to_master_grad_", DeviceType::CUDA, unscale_to_master_grad_cuda);
   register_kernel("norm_pow_sum", DeviceType::CUDA, norm_pow_sum_cuda);
   return true;
 }();

@@ -34,15 +34,22 @@ TEST(GradScaler, AdditionB_ScaleBelowOneChecksTheUnscaledProduct) {
   EXPECT_FALSE(scaler.step(opt)) << "PyTorch would step with an inf gradient here";
   EXPECT_TRUE(same_bytes(p, before));
   scaler.update();
-  // The same path for 16-bit grads checked for a master-weight step, and for explicit unscale_.
+  // The same path for 16-bit grads only checked for a master-weight step (grad_dtype set to 16
+  // bits: the optimizer would form the product), and for a 16-bit parameter's default FP32 grads
+  // through explicit unscale_.
   Tensor p16 = make_param({1.0}, {1}, DType::Float16);
+  p16.set_grad_dtype(DType::Float16);
   SGD opt16({p16}, {.lr = 1e-3});
   scaler.update(std::ldexp(1.0, -120));  // inv = 2^120: 60000 * 2^120 overflows float32
   p16.set_grad(tensor({60000.0}, TensorOptions(DType::Float16)));
   EXPECT_FALSE(scaler.step(opt16));
   scaler.update(std::ldexp(1.0, -120));
-  scaler.unscale_(opt16);
-  EXPECT_FALSE(scaler.step(opt16));
+  Tensor q16 = make_param({1.0}, {1}, DType::Float16);
+  SGD optq({q16}, {.lr = 1e-3});
+  q16.set_grad(f32({60000.0}));
+  scaler.unscale_(optq);
+  EXPECT_FALSE(scaler.step(optq));
+  EXPECT_EQ(q16.item<float>(), 1.0f);
   EXPECT_EQ(p16.item<float>(), 1.0f);
   scaler.update(std::ldexp(1.0, -120));
   // Control: a grad whose product stays finite steps.
@@ -114,7 +121,8 @@ TEST(GradScaler, Bf16IsAcceptedThroughMasters) {
   Tensor p = make_param({1.0, -1.0}, {2}, DType::BFloat16);
   SGD opt({p}, {.lr = 0.5});
   scaled_backward(scaler, p, f32({1e-30, 2.0}));  // 1e-30 is representable in bf16, not in fp16
-  EXPECT_EQ(p.grad().dtype(), DType::BFloat16);
+  // The backward's bf16 gradient, widened into the FP32 .grad the optimizer asked for.
+  EXPECT_EQ(p.grad().dtype(), DType::Float32);
   EXPECT_TRUE(scaler.step(opt));
   // grad = RNE_bf16(S * c) * inv; master = 1 - 0.5 * that.
   const float g0 = static_cast<float>(BFloat16(65536.0f * 1e-30f)) * (1.0f / 65536.0f);

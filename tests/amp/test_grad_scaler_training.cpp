@@ -1,5 +1,6 @@
 // tests/amp/test_grad_scaler_training.cpp — the GradScaler inside small real training steps
-// (models::MLP, mse_loss, cross_entropy): behaviours 26 (gradient accumulation), 27 (clip after
+// (models::MLP, mse_loss, cross_entropy): behaviours 26 (gradient accumulation, also of a 16-bit
+// model with FP32 masters), 27 (clip after
 // unscale), 28 (multiple optimizers), 29 (multiple losses) and the scaling part of 34 (FP16
 // underflow/overflow numbers). References are runs without a scaler.
 //
@@ -150,6 +151,59 @@ TEST(GradScaler, B26_InfInOneMicroBatchSkipsTheWholeStepOnce) {
   for (size_t i = 0; i < r.params.size(); ++i) EXPECT_TRUE(same_bytes(r.params[i], init.parameters()[i])) << i;
 }
 
+// The 16-bit master path: model.to(Float16/BFloat16), so every micro-batch's gradient is computed
+// in 16 bits. The accumulated step must use the FP32 sum of those 16-bit gradients (the
+// optimizer's grad_dtype), unscaled once: checked bit for bit against a reference that runs each
+// micro-batch alone on a copy of the model and adds the widened gradients in FP32. A 16-bit
+// accumulator (the bug) loses the low bits of every partial sum and fails this.
+TEST(GradScaler, B26_SixteenBitModelAccumulatesMicroBatchesInFp32) {
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    Generator gen(260);
+    models::MLP model(4, {6}, 2), probe(4, {6}, 2);
+    {
+      autograd::NoGradGuard no_grad;
+      for (Tensor p : model.parameters()) p.copy_(randn(p.sizes(), TensorOptions(DType::Float32), &gen));
+    }
+    model.to(dt);
+    probe.to(dt);
+    const Tensor x = randn({16, 4}, TensorOptions(DType::Float32), &gen).to(dt);
+    const Tensor t = randn({16, 2}, TensorOptions(DType::Float32), &gen);
+    SGD opt(model.parameters(), {.lr = 0.125});
+    const auto params = model.parameters(), probes = probe.parameters();
+    std::vector<Tensor> masters_before;
+    for (const Tensor& p : params) masters_before.push_back(snapshot(opt.master(p)));
+    // S = 1024 keeps the 16-bit scaled gradients finite.
+    GradScaler scaler({.init_scale = 1024.0});
+    std::vector<Tensor> want(params.size());
+    for (int k = 0; k < 4; ++k) {
+      const Tensor xb = x.narrow(0, 4 * k, 4), tb = t.narrow(0, 4 * k, 4);
+      scaler.scale(div(mse_loss(model(xb).to(DType::Float32), tb), 4.0)).backward();
+      copy_params(probe, model);
+      for (const Tensor& q : probes) q.set_grad(Tensor());
+      mul(div(mse_loss(probe(xb).to(DType::Float32), tb), 4.0), 1024.0).backward();  // 16-bit grads
+      for (size_t i = 0; i < probes.size(); ++i) {
+        ASSERT_EQ(probes[i].grad().dtype(), dt) << "the probe has no optimizer: plain 16-bit gradients";
+        const Tensor g32 = probes[i].grad().to(DType::Float32);
+        want[i] = k == 0 ? g32 : add(want[i], g32);
+      }
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      ASSERT_EQ(params[i].grad().dtype(), DType::Float32) << dtype_name(dt) << " param " << i;
+      EXPECT_TRUE(same_bytes(params[i].grad(), want[i])) << dtype_name(dt) << " param " << i;
+    }
+    ASSERT_TRUE(scaler.step(opt));
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Tensor m = opt.master(params[i]);
+      for (int64_t j = 0; j < m.numel(); ++j) {
+        const float g = static_cast<float>(get_element(want[i], j)) * (1.0f / 1024.0f);
+        const float expect = std::fma(-0.125f, g, static_cast<float>(get_element(masters_before[i], j)));
+        ASSERT_EQ(bits32(static_cast<float>(get_element(m, j))), bits32(expect))
+            << dtype_name(dt) << " param " << i << " element " << j;
+      }
+    }
+  }
+}
+
 // ---- 27: clip after unscale ----
 TEST(GradScaler, B27_ClipAfterUnscaleMatchesFp32Clipping) {
   Generator gen(27);
@@ -169,7 +223,7 @@ TEST(GradScaler, B27_ClipAfterUnscaleMatchesFp32Clipping) {
   GradScaler scaler;
   scaler.scale(mse_loss(amp_model(x), t)).backward();
   scaler.unscale_(opt);
-  const double norm = optim::clip_grad_norm_(opt.master_params(), 1.0);
+  const double norm = optim::clip_grad_norm_(amp_model.parameters(), 1.0);
   EXPECT_EQ(norm, norm_ref) << "the unscaled gradients are the true ones, bit for bit";
   double clipped_sq = 0;
   for (const Tensor& p : amp_model.parameters())
@@ -200,7 +254,10 @@ TEST(GradScaler, B27_ClipAfterUnscaleMatchesFp32Clipping) {
   EXPECT_LT(ratio, 65536.0 * 1.1);
 }
 
-TEST(GradScaler, B27_ClipAfterUnscaleWithFp16MasterGrads) {
+TEST(GradScaler, B27_ClipAfterUnscaleOfAnFp16Model) {
+  // PyTorch's documented pattern on a 16-bit model: unscale_, then clip model.parameters(). Their
+  // grads are FP32 (the optimizer's grad_dtype) and unscale_ unscaled them in place, so the clip
+  // sees true gradients; clipping the still-scaled values would report S times the norm.
   Generator gen(270);
   models::MLP model(5, {8}, 3);
   model.to(DType::Float16);
@@ -210,23 +267,26 @@ TEST(GradScaler, B27_ClipAfterUnscaleWithFp16MasterGrads) {
   GradScaler scaler({.init_scale = 1024.0});
   const Tensor x = randn({6, 5}, {}, &gen).to(DType::Float16), t = mul(randn({6, 3}, {}, &gen), 4.0);
   scaler.scale(mse_loss(model(x).to(DType::Float32), t)).backward();
-  scaler.unscale_(opt);  // 16-bit grads -> FP32 master grads
-  const double norm = optim::clip_grad_norm_(opt.master_params(), 1.0);
+  const auto params = model.parameters();
+  double scaled_sq = 0;
+  for (const Tensor& p : params)
+    for (int64_t i = 0; i < p.numel(); ++i) scaled_sq += std::pow(get_element(p.grad(), i), 2);
+  scaler.unscale_(opt);
+  const double norm = optim::clip_grad_norm_(params, 1.0);
   ASSERT_GT(norm, 1.0);
+  EXPECT_NEAR(norm, std::sqrt(scaled_sq) / 1024.0, 1e-9 * norm) << "the true norm, not S times it";
   std::vector<Tensor> masters_before, clipped;
   double sq = 0;
-  for (const Tensor& p : model.parameters()) {
-    const Tensor mg = opt.master(p).grad();
-    ASSERT_TRUE(mg.defined());
-    ASSERT_EQ(mg.dtype(), DType::Float32);
+  for (const Tensor& p : params) {
+    const Tensor g = p.grad();
+    ASSERT_EQ(g.dtype(), DType::Float32);
     masters_before.push_back(snapshot(opt.master(p)));
-    clipped.push_back(snapshot(mg));
-    for (int64_t i = 0; i < mg.numel(); ++i) sq += std::pow(get_element(mg, i), 2);
+    clipped.push_back(snapshot(g));
+    for (int64_t i = 0; i < g.numel(); ++i) sq += std::pow(get_element(g, i), 2);
   }
   EXPECT_LE(std::sqrt(sq), 1.0 + 1e-6);
   EXPECT_TRUE(scaler.step(opt));
-  // The step used the clipped master grads: master = fma(-lr, g, master), model = RNE(master).
-  const auto params = model.parameters();
+  // The step used the clipped grads: master = fma(-lr, g, master), model = RNE(master).
   for (size_t k = 0; k < params.size(); ++k) {
     const Tensor m = opt.master(params[k]);
     for (int64_t i = 0; i < m.numel(); ++i) {
@@ -310,9 +370,11 @@ TEST(GradScaler, B34_Fp16UnderflowRecoveredAndOverflowSkipped) {
   SGD opt({w2}, {.lr = 1.0});
   GradScaler scaler;
   scaler.scale(sum(mul(w2.to(DType::Float32), tiny))).backward();
-  EXPECT_EQ(bits16(w2.grad()), 0x115E) << "1e-8 * 65536 = 6.55e-4 fits in fp16";
+  // The cast's backward rounds into fp16; the optimizer's FP32 grad_dtype widens that exactly.
+  EXPECT_EQ(w2.grad().item<float>(), static_cast<float>(Half::from_bits(0x115E)))
+      << "1e-8 * 65536 = 6.55e-4 fits in fp16";
   scaler.unscale_(opt);
-  const float unscaled = opt.master(w2).grad().item<float>();
+  const float unscaled = w2.grad().item<float>();
   EXPECT_EQ(unscaled, static_cast<float>(Half::from_bits(0x115E)) * std::ldexp(1.0f, -16));
   EXPECT_NEAR(unscaled, 9.9972e-9, 1e-12);
   EXPECT_TRUE(scaler.step(opt));
@@ -322,7 +384,7 @@ TEST(GradScaler, B34_Fp16UnderflowRecoveredAndOverflowSkipped) {
   // A true gradient of 2.0 at S = 65536: 131072 > 65504 overflows to inf in fp16.
   opt.zero_grad();
   scaler.scale(sum(mul(w2.to(DType::Float32), tensor({2.0}, TensorOptions(DType::Float32))))).backward();
-  EXPECT_EQ(bits16(w2.grad()), 0x7C00) << "+inf";
+  EXPECT_EQ(w2.grad().item<float>(), kInf) << "+inf in fp16, widened";
   const Tensor before = snapshot(w2), master_before = snapshot(opt.master(w2));
   EXPECT_FALSE(scaler.step(opt));
   scaler.update();

@@ -13,7 +13,7 @@ using optim::ParamGroup;
 using optim::SGD;
 
 TEST(OptimOps, FusedStepsAreInPlaceDispatcherOpsWithCpuKernels) {
-  for (const char* name : {"sgd_step_", "adam_step_", "unscale_to_master_grad_"}) {
+  for (const char* name : {"sgd_step_", "adam_step_"}) {
     const OpSchema* op = find_op(name);
     ASSERT_NE(op, nullptr) << name;
     EXPECT_TRUE(op->inplace) << name;

@@ -37,7 +37,6 @@ const std::map<std::string, std::string> kParityDtypes = {
     {"adam_step_", "f32 f64 masters; f16 bf16 models"},
     {"norm_pow_sum", "f32 f16 bf16 f64"},
     {"sgd_step_", "f32 f64 masters; f16 bf16 models"},
-    {"unscale_to_master_grad_", "f16 bf16"},
     {"mse_loss", "f32 f16 bf16 f64"},
     {"binary_cross_entropy", "f32 f16 bf16 f64"},
     {"binary_cross_entropy_backward", "f32 f16 bf16 f64"},
