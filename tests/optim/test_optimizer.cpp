@@ -219,7 +219,11 @@ TEST(Errors, GradShapeDtypeAndDevice) {
   expect_error([&] { opt.step(); }, {"the grad of parameter 1 (f32[2, 2]) is Float64, expected Float32"});
   Tensor h = param_from({1}, {1}, DType::Float16);
   SGD opt16({h}, {.lr = 0.1});
-  h.set_grad(ones({1}, TensorOptions(DType::BFloat16)));
+  // Core refuses a third dtype on a parameter whose grad_dtype the optimizer set ...
+  expect_error([&] { h.set_grad(ones({1}, TensorOptions(DType::BFloat16))); },
+               {"set_grad: gradient is BFloat16", "Float16 or Float32 (its grad_dtype)"});
+  // ... and the optimizer checks again.
+  h.impl()->autograd_meta().grad = ones({1}, TensorOptions(DType::BFloat16));
   expect_error([&] { opt16.step(); }, {"is BFloat16, expected Float16 (or Float32)"});
 }
 
