@@ -172,6 +172,82 @@ uint64_t check_png_chunks(const uint8_t* p, size_t n, const std::string& name) {
   return idat;
 }
 
+// What an uncompressed BMP's header promises, read by us because stb_image 2.27 trusts it:
+//  - it takes the compression field as a signed int and refuses only 1, 2 and 4 or more, so a
+//    garbage value with the top bit set decodes as uncompressed (regression
+//    bmp-negative-compression-huge-frame: 105 bytes declaring 8195x7170 at 24 bits cost a
+//    second and 280 MB in a Release build, 39 s under ASan, decoding zeros);
+//  - it reads missing header fields and missing pixel rows as zeros, so a short file becomes a
+//    picture of the size it declares;
+//  - it reports a top-down image's (negative) height as it is, which a size check must not
+//    take for a small or negative number;
+//  - it reads as many palette entries as fit between the headers and the pixel data, a count
+//    that may come out negative, and leaves the rest of its 256-entry table uninitialised.
+struct BmpLayout {
+  int64_t width, height;       // height made positive (a negative one means top-down)
+  uint32_t bpp, compression;   // compression: 0 (BI_RGB) or 3 (BI_BITFIELDS), the uncompressed ones
+  uint64_t offset, row_bytes;  // where the pixel rows start; each row padded to 4 bytes
+  uint32_t palette;            // entries stb reads, for 1, 4 and 8 bits per pixel
+  size_t bpp_at;               // header offsets, for messages
+};
+BmpLayout bmp_layout(const uint8_t* p, size_t n, const std::string& name) {
+  auto fail = [&](auto&&... what) { MT_ERROR("decode_image: '", name, "': BMP ", what...); };
+  if (n < 18) fail("file of ", n, " bytes ends inside its 18-byte file header (at byte 0)");
+  const uint32_t hsz = le32(p + 14);
+  if (hsz != 12 && hsz != 40 && hsz != 56 && hsz != 108 && hsz != 124)
+    fail("info header size ", hsz, " at byte 14 is not one stb_image reads (12, 40, 56, 108 or 124)");
+  if (n < 14 + hsz) fail("info header of ", hsz, " bytes at byte 14 ends past the file's ", n, " bytes");
+  // BI_BITFIELDS after a 40-byte header: three 32-bit channel masks follow it.
+  const uint64_t headers_end = 14 + hsz + (hsz == 40 && le32(p + 30) == 3 ? 12 : 0);
+  if (n < headers_end) fail("bit-field masks end at byte ", headers_end, ", past the file's ", n, " bytes");
+  BmpLayout b{};
+  if (hsz == 12) {  // OS/2 BITMAPCOREHEADER: unsigned 16-bit sides, never compressed
+    b.width = le16(p + 18);
+    b.height = le16(p + 20);
+    b.bpp_at = 24;
+  } else {
+    b.width = int32_t(le32(p + 18));
+    b.height = int32_t(le32(p + 22));
+    b.bpp_at = 28;
+    b.compression = le32(p + 30);
+  }
+  b.height = b.height < 0 ? -b.height : b.height;
+  b.bpp = le16(p + b.bpp_at);
+  if (b.compression != 0 && b.compression != 3)
+    fail("compression ", b.compression, " at byte 30 is not decoded (0 = uncompressed and 3 = bit fields are; ",
+         "stb_image reads no RLE, JPEG or PNG in BMP)");
+  if (b.bpp != 1 && b.bpp != 4 && b.bpp != 8 && b.bpp != 16 && b.bpp != 24 && b.bpp != 32)
+    fail(b.bpp, " bits per pixel at byte ", b.bpp_at, " (1, 4, 8, 16, 24 or 32 decode)");
+  b.offset = le32(p + 10);
+  if (b.offset < headers_end)
+    fail("pixel data offset ", b.offset, " at byte 10 points inside its headers, which end at byte ", headers_end);
+  b.row_bytes = (uint64_t(std::max<int64_t>(b.width, 0)) * b.bpp + 31) / 32 * 4;
+  if (b.bpp <= 8) {  // stb's count: 3-byte entries from byte 38 after a 12-byte header, else 4-byte
+    const int64_t room = hsz == 12 ? (int64_t(b.offset) - 38) / 3 : (int64_t(b.offset) - 14 - hsz) / 4;
+    if (room < 1 || room > 256)
+      fail("has room for ", room, " palette entries before its pixel data at byte ", b.offset,
+           " (offset at byte 10); stb_image decodes 1 to 256");
+    b.palette = static_cast<uint32_t>(room);
+  }
+  return b;
+}
+
+// Every palette index of a BMP's rows (all in the file by now) must name an entry stb read:
+// the others hold whatever was on the stack, which would end up in the image.
+void check_bmp_indices(const uint8_t* p, const BmpLayout& b, const std::string& name) {
+  if (b.bpp > 8 || b.palette >= (1u << b.bpp)) return;  // no palette, or no index can miss it
+  const uint32_t per_byte = 8 / b.bpp, mask = (1u << b.bpp) - 1;
+  for (int64_t y = 0; y < b.height; ++y) {
+    const uint8_t* row = p + b.offset + uint64_t(y) * b.row_bytes;
+    for (int64_t x = 0; x < b.width; ++x) {  // pixels from the high bits of each byte down
+      const uint32_t v = (row[x / per_byte] >> (8 - b.bpp * (x % per_byte + 1))) & mask;
+      MT_CHECK(v < b.palette, "decode_image: '", name, "': BMP pixel ", x, " of stored row ", y, " (byte ",
+               b.offset + uint64_t(y) * b.row_bytes + uint64_t(x / per_byte), ") is palette entry ", v,
+               ", past the ", b.palette, " entries before the pixel data");
+    }
+  }
+}
+
 // stb_image reads through these callbacks so that an error can say how far it got.
 struct Cursor {
   const uint8_t* data;
@@ -198,8 +274,11 @@ int cursor_eof(void* user) {
 
 }  // namespace
 
-Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::string& name) {
+Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::string& name,
+                    const DecodeOptions& options) {
   MT_CHECK(channels == 1 || channels == 3, "decode_image: '", name, "': channels must be 1 or 3, got ", channels);
+  MT_CHECK(options.max_pixels >= 1, "decode_image: '", name, "': DecodeOptions::max_pixels must be at least 1, got ",
+           options.max_pixels);
   static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
   Format fmt;
   size_t dims_at;  // where the header keeps the width and height, for error messages
@@ -218,16 +297,24 @@ Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::s
 
   if (fmt == Format::Jpeg) check_jpeg_tables(data, size, name);
   uint64_t png_idat = fmt == Format::Png ? check_png_chunks(data, size, name) : 0;
+  BmpLayout bmp{};
+  if (fmt == Format::Bmp) bmp = bmp_layout(data, size, name);
 
+  // The declared size, from the header alone (stb_image parses it; nothing is allocated).
   stbi_io_callbacks io{cursor_read, cursor_skip, cursor_eof};
-  int w = 0, h = 0, n = 0;
+  int info_w = 0, info_h = 0, n = 0;
   Cursor info_cursor{data, size, 0};
-  MT_CHECK(stbi_info_from_callbacks(&io, &info_cursor, &w, &h, &n) != 0, "decode_image: '", name,
+  MT_CHECK(stbi_info_from_callbacks(&io, &info_cursor, &info_w, &info_h, &n) != 0, "decode_image: '", name,
            "': unreadable header: ", stbi_failure_reason(), " (stb_image stopped by byte ", info_cursor.pos, " of ",
            size, ")");
-  MT_CHECK(w > 0 && h > 0 && w <= kMaxImageSide && h <= kMaxImageSide && int64_t(w) * h <= kMaxImagePixels,
-           "decode_image: '", name, "' is ", w, "x", h, " (header at byte ", dims_at, "), over the limit of ",
-           kMaxImageSide, " pixels per side and ", kMaxImagePixels, " pixels");
+  const int64_t w = fmt == Format::Bmp ? bmp.width : info_w, h = fmt == Format::Bmp ? bmp.height : info_h;
+  MT_CHECK(w > 0 && h > 0, "decode_image: '", name, "' declares ", w, "x", h, " pixels (header at byte ", dims_at,
+           "): no image");
+  MT_CHECK(w <= kMaxImageSide && h <= kMaxImageSide, "decode_image: '", name, "' declares ", w, "x", h,
+           " pixels (header at byte ", dims_at, "), over the limit of ", kMaxImageSide, " pixels per side");
+  MT_CHECK(w * h <= options.max_pixels, "decode_image: '", name, "' declares ", w, "x", h, " = ", w * h,
+           " pixels (header at byte ", dims_at, "), over the limit of ", options.max_pixels,
+           " pixels (DecodeOptions::max_pixels)");
 
   if (fmt == Format::Jpeg) {
     // stb_image pads a cut-off scan with zeros; an end-of-image marker after the first scan
@@ -254,18 +341,13 @@ Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::s
              " (header at byte 16) needs ", raw, " bytes of pixel data, more than its ", png_idat,
              " bytes of IDAT data can inflate to");
   }
-  if (fmt == Format::Bmp && size >= 34) {
-    // Uncompressed (0) and bit-field (3) BMPs store whole rows, each padded to 4 bytes; stb
-    // reads missing rows as zeros, so count them here.
-    uint32_t header = le32(data + 14);
-    uint32_t bpp = header == 12 ? le16(data + 24) : le16(data + 28);
-    uint32_t compression = header == 12 ? 0 : le32(data + 30);
-    if (compression == 0 || compression == 3) {
-      uint64_t row = (uint64_t(w) * bpp + 31) / 32 * 4;
-      uint64_t need = uint64_t(le32(data + 10)) + row * uint64_t(h);
-      MT_CHECK(size >= need, "decode_image: '", name, "': truncated BMP: ", w, "x", h, " at ", bpp,
-               " bits per pixel needs pixel data up to byte ", need, " (offset at byte 10), file ends at byte ", size);
-    }
+  if (fmt == Format::Bmp) {
+    // Uncompressed rows, each padded to 4 bytes: all of them must be in the file.
+    const uint64_t pixels = bmp.row_bytes * uint64_t(h), need = bmp.offset + pixels;
+    MT_CHECK(size >= need, "decode_image: '", name, "': truncated BMP: ", w, "x", h, " at ", bmp.bpp,
+             " bits per pixel (header at byte ", dims_at, ") needs ", pixels, " bytes of pixel data from byte ",
+             bmp.offset, " (offset at byte 10), up to byte ", need, ", but the file has ", size, " bytes");
+    check_bmp_indices(data, bmp, name);
   }
 
   Cursor cursor{data, size, 0};
@@ -287,12 +369,12 @@ Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::s
   return t;
 }
 
-Tensor load_image(const std::string& path, int channels) {
+Tensor load_image(const std::string& path, int channels, const DecodeOptions& options) {
   std::ifstream f(path, std::ios::binary);
   MT_CHECK(f.good(), "load_image: cannot open '", path, "'");
   std::string raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   MT_CHECK(!f.bad(), "load_image: reading '", path, "' failed after ", raw.size(), " bytes");
-  return decode_image(reinterpret_cast<const uint8_t*>(raw.data()), raw.size(), channels, path);
+  return decode_image(reinterpret_cast<const uint8_t*>(raw.data()), raw.size(), channels, path, options);
 }
 
 }  // namespace mixtape::data

@@ -26,8 +26,11 @@ bool is_image(const fs::path& p) {
 }
 }  // namespace
 
-ImageFolder::ImageFolder(const std::string& root, int channels) : channels_(channels) {
+ImageFolder::ImageFolder(const std::string& root, int channels, DecodeOptions decode)
+    : channels_(channels), decode_(decode) {
   MT_CHECK(channels == 1 || channels == 3, "ImageFolder: channels must be 1 or 3, got ", channels);
+  MT_CHECK(decode.max_pixels >= 1, "ImageFolder: DecodeOptions::max_pixels must be at least 1, got ",
+           decode.max_pixels);
   MT_CHECK(fs::is_directory(root), "ImageFolder: '", root, "' is not a directory");
   for (const auto& entry : fs::directory_iterator(root))
     if (entry.is_directory()) classes_.push_back(entry.path().filename().string());
@@ -50,7 +53,7 @@ Example ImageFolder::get(int64_t index) const {
   MT_CHECK(index >= 0 && index < size(), "ImageFolder: index ", index, " out of range for ", size(), " images");
   Tensor label = Tensor::empty({}, TensorOptions(DType::Int64));
   *label.data_ptr<int64_t>() = labels_[static_cast<size_t>(index)];
-  return {load_image(files_[static_cast<size_t>(index)], channels_), label};
+  return {load_image(files_[static_cast<size_t>(index)], channels_, decode_), label};
 }
 
 void save_png(const Tensor& image, const std::string& path) {

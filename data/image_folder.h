@@ -2,7 +2,8 @@
 //   root/<class name>/<any name>.{png,jpg,jpeg,bmp}
 // Classes are the sub-folder names in sorted order (label = position); files are sorted too,
 // so the sample order never depends on the file system. Images decode with decode_image
-// (data/image_decode.h).
+// (data/image_decode.h) when get() asks for them, under the DecodeOptions given here (the
+// pixel limit: an image declaring more than 2^26 pixels is an error by default).
 #pragma once
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@ namespace mixtape::data {
 class ImageFolder : public Dataset {
  public:
   // channels: 1 (grayscale) or 3 (RGB); images are converted on load.
-  explicit ImageFolder(const std::string& root, int channels = 1);
+  explicit ImageFolder(const std::string& root, int channels = 1, DecodeOptions decode = {});
   int64_t size() const override { return static_cast<int64_t>(files_.size()); }
   // data: (channels, H, W) UInt8; target: 0-d Int64.
   Example get(int64_t index) const override;
@@ -24,6 +25,7 @@ class ImageFolder : public Dataset {
 
  private:
   int channels_;
+  DecodeOptions decode_;
   std::vector<std::string> classes_;
   std::vector<std::string> files_;
   std::vector<int64_t> labels_;

@@ -1,6 +1,6 @@
 // tests/data/test_data.cpp — IDX reading (plain, gzip, corrupt), the real Fashion-MNIST files,
-// datasets and the prefetching DataLoader, transforms, PNG ImageFolders, and --data's detection of
-// the IDX vs ImageFolder layout (load_fashion_mnist).
+// datasets and the prefetching DataLoader, transforms, PNG ImageFolders (and their pixel limit),
+// and --data's detection of the IDX vs ImageFolder layout (load_fashion_mnist).
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -218,6 +218,23 @@ TEST(ImageFolder, PngRoundTripAndSortedClasses) {
   ImageFolder with_broken(dir.string(), 1);
   EXPECT_NE(error_of([&] { with_broken.get(2); }).find("cannot decode"), std::string::npos);
   EXPECT_NE(error_of([] { ImageFolder("/nonexistent/dir"); }).find("is not a directory"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+// The pixel limit is the folder's to set (data::DecodeOptions) and reaches every get(): the 5x6
+// image decodes under a limit of 30 pixels and is refused under 29, naming the file and both sizes.
+TEST(ImageFolder, DecodeOptionsSetThePixelLimit) {
+  fs::path dir = temp_dir("imglimit");
+  fs::create_directories(dir / "c");
+  save_png(u8_images(1, 6, 5).select(0, 0), (dir / "c" / "a.png").string());
+  EXPECT_EQ(ImageFolder(dir.string(), 1, {.max_pixels = 30}).get(0).data.sizes(), (IntList{1, 6, 5}));
+  std::string e = error_of([&] { ImageFolder(dir.string(), 3, {.max_pixels = 29}).get(0); });
+  EXPECT_NE(e.find((dir / "c" / "a.png").string() + "' declares 5x6 = 30 pixels (header at byte 16), over the limit "
+                                                    "of 29 pixels (DecodeOptions::max_pixels)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(error_of([&] { ImageFolder(dir.string(), 1, {.max_pixels = 0}); }).find("max_pixels must be at least 1"),
+            std::string::npos);
   fs::remove_all(dir);
 }
 
