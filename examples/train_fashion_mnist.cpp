@@ -71,7 +71,7 @@ std::optional<DType> amp_dtype(const Config& c) {
   if (c.amp == "off") return std::nullopt;
   if (c.amp == "fp16") return DType::Float16;
   if (c.amp == "bf16") return DType::BFloat16;
-  MT_ERROR("train_fashion_mnist: unknown --amp '", c.amp, "' (off, fp16, bf16)");
+  MT_ERROR("unknown --amp '", c.amp, "' (off, fp16, bf16)");
 }
 
 // The options a resumed run must share with the run that saved the checkpoint, or it would
@@ -163,7 +163,7 @@ std::shared_ptr<nn::Module> make_model(const std::string& name) {
   if (name == "mlp") return std::make_shared<models::MLP>(784, std::vector<int64_t>{256, 128}, 10);
   if (name == "resnet8") return std::make_shared<models::ResNet>(8, 10, 1);
   if (name == "resnet20") return std::make_shared<models::ResNet>(20, 10, 1);
-  MT_ERROR("train_fashion_mnist: unknown --model '", name, "' (smallcnn, lenet5, mlp, resnet8, resnet20)");
+  MT_ERROR("unknown --model '", name, "' (smallcnn, lenet5, mlp, resnet8, resnet20)");
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, const TensorList& params) {
@@ -174,7 +174,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, const TensorLi
     return std::make_unique<optim::Adam>(params, optim::AdamOptions{.lr = c.lr, .weight_decay = c.weight_decay});
   if (c.optimizer == "adamw")
     return std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = c.lr, .weight_decay = c.weight_decay});
-  MT_ERROR("train_fashion_mnist: unknown --optimizer '", c.optimizer, "' (sgd, adam, adamw)");
+  MT_ERROR("unknown --optimizer '", c.optimizer, "' (sgd, adam, adamw)");
 }
 
 struct EvalResult {
@@ -238,13 +238,12 @@ int run(const Config& c) {
     model = seq;
   }
   const std::optional<DType> autocast = amp_dtype(c);
-  MT_CHECK(!c.master_weights || autocast, "train_fashion_mnist: --master-weights keeps FP32 masters of a 16-bit "
-           "model; it needs --amp fp16 or --amp bf16");
-  MT_CHECK(c.accumulate >= 1, "train_fashion_mnist: --accumulate must be >= 1, got ", c.accumulate);
+  MT_CHECK(!c.master_weights || autocast,
+           "--master-weights keeps FP32 masters of a 16-bit model; it needs --amp fp16 or --amp bf16");
+  MT_CHECK(c.accumulate >= 1, "--accumulate must be >= 1, got ", c.accumulate);
   if (c.checkpoint_activations) {
     auto* resnet = dynamic_cast<models::ResNet*>(model.get());
-    MT_CHECK(resnet, "train_fashion_mnist: --checkpoint-activations is supported for resnet8 and resnet20, not ",
-             c.model);
+    MT_CHECK(resnet, "--checkpoint-activations is supported for resnet8 and resnet20, not ", c.model);
     resnet->checkpoint_activations = true;
   }
   // --master-weights: the model itself becomes 16-bit (BatchNorm stays FP32); the optimizer then
@@ -260,14 +259,19 @@ int run(const Config& c) {
   // --accumulate N: one optimizer step per N micro-batches (an incomplete group at the end of an
   // epoch is dropped, so every step sees N of them).
   int64_t steps_per_epoch = train_loader.num_batches() / c.accumulate;
-  MT_CHECK(steps_per_epoch > 0, "train_fashion_mnist: an epoch has ", train_loader.num_batches(),
-           " batches, fewer than --accumulate ", c.accumulate);
+  if (steps_per_epoch == 0) {
+    const int64_t images = train_set->size(), batches = train_loader.num_batches();
+    MT_ERROR("the training set has ", images, images == 1 ? " image" : " images", "; with --batch-size ",
+             c.batch_size, " and the last partial batch dropped (drop_last) an epoch has ", batches,
+             batches == 1 ? " batch" : " batches", ", fewer than --accumulate ", c.accumulate, " (one step needs ",
+             c.batch_size * c.accumulate, " images: use more images or a smaller --batch-size or --accumulate)");
+  }
   int64_t total_steps = steps_per_epoch * c.epochs;
   std::unique_ptr<optim::LRScheduler> sched;
   if (c.schedule == "cosine")
     sched = std::make_unique<optim::WarmupCosine>(*opt, std::min<int64_t>(100, total_steps / 10), total_steps);
   else if (c.schedule != "none")
-    MT_ERROR("train_fashion_mnist: unknown --schedule '", c.schedule, "' (cosine, none)");
+    MT_ERROR("unknown --schedule '", c.schedule, "' (cosine, none)");
   nn::TrainingState state{*model, *opt, sched.get()};
   if (scaler.is_enabled()) {
     state.amp_state = [&] { return scaler.state_dict(); };
@@ -307,7 +311,7 @@ int run(const Config& c) {
     std::cout << "resuming from " << c.resume_path << " after epoch " << start_epoch << " (step " << step << ")\n";
 
   std::ofstream csv(c.metrics_file);
-  MT_CHECK(csv.good(), "train_fashion_mnist: cannot write --metrics '", c.metrics_file, "'");
+  MT_CHECK(csv.good(), "cannot write --metrics '", c.metrics_file, "'");
   csv << "step,epoch,loss,lr,images_per_s,loss_scale,skipped\n";
   reset_peak_memory();
   auto t_start = Clock::now();
@@ -475,7 +479,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     return run(c);
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // the one place the program's name is put before an error
     std::cerr << "train_fashion_mnist: " << e.what() << "\n";
     return 1;
   }
