@@ -88,7 +88,7 @@ int main() {
   Tensor p16 = model.parameters()[0];
   std::printf("model parameter %s; its master in the optimizer %s, value %s; grad_dtype %s\n",
               p16.describe().c_str(), opt16.master(p16).describe().c_str(), bits_of(opt16.master(p16), 0).c_str(),
-              dtype_name(p16.grad_dtype()));
+              std::string(dtype_name(p16.grad_dtype())).c_str());
   Tensor loss16;
   {
     amp::AutocastGuard autocast(DeviceType::CPU, DType::Float16);

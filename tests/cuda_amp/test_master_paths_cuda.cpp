@@ -1,0 +1,66 @@
+// tests/cuda_amp/test_master_paths_cuda.cpp — the master-weight paths of
+// tests/amp/test_master_weight_paths.cpp on CUDA tensors: FP32 gradient accumulation of a 16-bit
+// parameter (the grad_dtype cast runs as a device op) and a write to the model re-seeding its
+// master (the consistency check runs as device ops plus one host read). Same numbers as the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "amp/grad_scaler.h"
+#include "cuda_ops/cuda_test_util.h"
+#include "mixtape/mixtape.h"
+#include "optim/clip_grad.h"
+#include "optim/sgd.h"
+
+namespace mixtape::testing {
+namespace {
+
+std::vector<float> host(const Tensor& t) { return to_device(t, Device::CPU()).to_vector<float>(); }
+
+TEST(CudaMasterPaths, SixteenBitGradientsAccumulateInFp32OnTheDevice) {
+  MT_REQUIRE_CUDA();
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    Tensor w = zeros({3}, TensorOptions(dt).with_device(cuda_test::gpu())).requires_grad_(true);
+    optim::SGD opt({w}, {.lr = 1.0});
+    amp::GradScaler scaler({.init_scale = 4.0});
+    auto micro = [&](double c) {
+      scaler.scale(sum(mul(w, full({3}, c, TensorOptions(DType::Float32).with_device(cuda_test::gpu()))))).backward();
+    };
+    micro(1024.0);
+    for (int i = 0; i < 4; ++i) micro(0.25);
+    ASSERT_EQ(w.grad().dtype(), DType::Float32);
+    EXPECT_EQ(host(w.grad()), std::vector<float>(3, 4.0f * 1025.0f)) << dtype_name(dt);
+    scaler.unscale_(opt);
+    EXPECT_DOUBLE_EQ(optim::clip_grad_norm_({w}, 1e9), std::sqrt(3.0) * 1025.0) << "the true norm, not S times it";
+    EXPECT_TRUE(scaler.step(opt));
+    EXPECT_EQ(host(opt.master(w)), std::vector<float>(3, -1025.0f)) << dtype_name(dt);
+  }
+}
+
+TEST(CudaMasterPaths, AWriteToTheModelReseedsTheMasterOnTheDevice) {
+  MT_REQUIRE_CUDA();
+  Tensor w = ones({4}, TensorOptions(DType::Float16).with_device(cuda_test::gpu())).requires_grad_(true);
+  optim::SGD opt({w}, {.lr = 1.0});
+  w.set_grad(full({4}, 1e-4, TensorOptions(DType::Float32).with_device(cuda_test::gpu())));
+  opt.step();
+  const float fine = host(opt.master(w))[0];
+  ASSERT_NE(fine, 1.0f);
+  {
+    autograd::NoGradGuard no_grad;
+    copy_(w, ones({4}, TensorOptions(DType::Float32).with_device(cuda_test::gpu())));  // the values it already holds: the finer master is kept
+  }
+  EXPECT_EQ(host(opt.master(w))[0], fine);
+  {
+    autograd::NoGradGuard no_grad;
+    copy_(w, full({4}, 3.0, TensorOptions(DType::Float32).with_device(cuda_test::gpu())));  // new values: the master follows the model
+  }
+  w.set_grad(zeros({4}, TensorOptions(DType::Float32).with_device(cuda_test::gpu())));
+  opt.set_grad_scale_for_next_step(1.0f);
+  opt.step();
+  EXPECT_EQ(host(w), std::vector<float>(4, 3.0f));
+  EXPECT_EQ(host(opt.master(w)), std::vector<float>(4, 3.0f));
+}
+
+}  // namespace
+}  // namespace mixtape::testing
