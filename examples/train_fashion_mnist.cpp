@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -56,6 +57,7 @@ struct Config {
   int accumulate = 1;
   bool checkpoint_activations = false;
   std::string device = "cpu";  // cpu | cuda | cuda:N | auto
+  bool allow_nonfinite_loss = false;  // go on past a NaN/inf loss that no scaler handles
 };
 
 // --device: auto is CUDA when a GPU is usable, else the CPU; cuda without one names the reason.
@@ -348,6 +350,13 @@ int run(const Config& c) {
       // Micro-batch losses are averaged: each contributes loss / N, scaled by the same S.
       scaler.scale(c.accumulate > 1 ? loss / static_cast<double>(c.accumulate) : loss).backward();
       double l = loss.item<double>();
+      // A non-finite loss with no GradScaler to skip its step: the run has diverged, and every
+      // later step would only print NaN. (Under --amp fp16 the scaler skips such steps itself.)
+      if (!std::isfinite(l) && !scaler.is_enabled() && !c.allow_nonfinite_loss)
+        MT_ERROR("the training loss is ", l, " at step ", step + 1, " (epoch ", epoch + 1, ", batch ", seen / c.batch_size + 1,
+                 "): training has diverged. Try a lower --lr (now ", c.lr, ") or a warmup (--schedule cosine). A "
+                 "loss scaler does not apply here: it exists only for --amp fp16, where it skips non-finite steps, "
+                 "and FP32 or BF16 runs have no scale to lower. --allow-nonfinite-loss goes on regardless.");
       step_loss += l / c.accumulate;
       step_images += b.target.size(0);
       loss_sum += l * static_cast<double>(b.target.size(0));
@@ -468,6 +477,8 @@ int main(int argc, char** argv) {
                  "mixed precision: off | fp16 (autocast to FP16 + dynamic loss scaling) | bf16 (autocast to BF16, "
                  "no scaling needed)")
       ->capture_default_str();
+  app.add_flag("--allow-nonfinite-loss", c.allow_nonfinite_loss,
+               "keep training after a NaN/inf loss that no loss scaler handles (default: stop with an error)");
   app.add_flag("--master-weights", c.master_weights,
                "make the model itself 16-bit (BatchNorm stays FP32) and keep FP32 master weights in the optimizer");
   app.add_option("--accumulate", c.accumulate,
