@@ -13,19 +13,33 @@
 // layer looks up the op's policy (declared in its definition: define_op(..).policy(..)), casts
 // the eligible inputs with the ordinary, differentiable to_dtype op — so autograd records the
 // casts and the lower-precision op saves its 16-bit inputs for backward — and calls the op again
-// with the Autocast layer excluded, so nothing inside it is autocast twice.
+// with the Autocast layer excluded and, as PyTorch's policy wrappers do, autocast off for that
+// device type (is_autocast_enabled reads false inside the op). Nothing inside it is autocast twice.
 //
 //   policy            what happens to each eligible input
 //   lower_precision   cast to the region's dtype (f16 / bf16)            matmul, linear, conv2d
 //   fp32              cast to f32                                        exp, log, pow, losses, layer_norm
 //   fp32_unless_dtype like fp32, unless the caller passed a dtype        softmax, log_softmax, sum
-//   promote           cast to the widest floating dtype among them       cat, stack, addcmul
-//   none              nothing (runs in the inputs' own dtypes)          relu, add, pooling, batch_norm
-// amp::print_policy_table() lists every registered op with its policy.
+//   promote           PyTorch's prioritize (below)                       addcmul, scatter_add
+//   none              nothing (runs in the inputs' own dtypes)           relu, add, cat, pooling, batch_norm
+// docs/autocast-policy.md lists every op with its policy, the PyTorch list it comes from and
+// mixtape's deliberate differences (one list for both device types: PyTorch's CUDA one);
+// amp::print_policy_table() prints the registry.
+//
+// Promote starts from the region's dtype and takes the eligible inputs in order: f32 once seen
+// wins; the region's dtype stays; the other 16-bit dtype before any f32 (bf16 in an f16 region)
+// is an error naming the op, the region and the inputs' dtypes, as PyTorch refuses it.
+// A policy-none op that is a composite runs its pieces through autocast one by one (PyTorch's
+// fallthrough); a kernel's own op calls are never autocast.
 //
 // Eligible input: defined, floating, not Float64, on the region's device type, not a wrapped
 // number. In-place ops are never autocast. A binary_cross_entropy call under CUDA autocast is
 // refused (its backward is not safe in f16); CPU autocast runs it in f32, as PyTorch does.
+//
+// Ops you add (torch.amp.custom_fwd / custom_bwd): a casting policy is custom_fwd(cast_inputs=..)
+// — inputs cast, the op run with autocast off; policy none is custom_fwd without cast_inputs.
+// OpSchema::backward_under_forward_autocast() is custom_bwd: the backward runs under the settings
+// the forward ran with, so autocast off after a casting policy, the region's after none.
 //
 // The weight-cast cache: the lower-precision copy of an f32 leaf that requires grad (a model
 // parameter) and is not a view is made once per region and reused by every op in it (one cast

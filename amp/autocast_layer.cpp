@@ -1,6 +1,8 @@
 // amp/autocast_layer.cpp — the Autocast dispatch layer: decides, per op call, which inputs to
-// cast to which dtype (see amp/autocast.h for the rules), casts them, and calls the op again
-// below itself. MIXTAPE_TRACE=amp prints one line per decision, e.g.
+// cast to which dtype (see amp/autocast.h for the rules and docs/autocast-policy.md for each op's
+// policy and its PyTorch source), casts them, and calls the op again below itself — with autocast
+// off for the call's device type when the op has a policy, as PyTorch's policy wrappers run it.
+// MIXTAPE_TRACE=amp prints one line per decision, e.g.
 //   autocast linear lower_precision(Float16): input f32->f16, weight f32->f16 (cache hit), bias f32->f16 (cached)
 #include <mutex>
 #include <sstream>
@@ -87,39 +89,73 @@ Tensor cast_input(const Tensor& t, DType target, const AutocastDeviceState& st, 
   return to_dtype(t, target);
 }
 
-// Promote: f32 if any eligible input is f32, else the one 16-bit dtype they share (f64 never
-// takes part). f16 mixed with bf16 and no f32 has no common 16-bit type: an error naming both.
-DType promote_target(const OpSchema& op, const OpCall& call, DeviceType dev) {
-  bool has_f32 = false;
-  std::optional<DType> lower;
-  size_t lower_i = 0;
+// The dtypes of every defined tensor input, for errors: "self Float16, tensor1 BFloat16".
+std::string input_dtypes(const OpSchema& op, const OpCall& call) {
+  std::ostringstream os;
+  bool first = true;
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    if (!call.inputs[i].defined()) continue;
+    os << (first ? "" : ", ") << op.arg_name(i) << ' ' << dtype_name(call.inputs[i].dtype());
+    first = false;
+  }
+  return os.str();
+}
+
+// Promote, PyTorch's rule (prioritize / promote_type in ATen's autocast_mode.h): start from the
+// region's lower-precision dtype and fold in the eligible inputs in argument order. Float64
+// inputs are not eligible (they take no part and are not cast). Once a Float32 input has been
+// seen the answer is Float32; the region's dtype with the region's dtype stays the region's
+// dtype; anything else (the other 16-bit dtype, met before any Float32) has no answer, and
+// PyTorch raises "Unexpected floating ScalarType in at::autocast::prioritize".
+DType promote_target(const OpSchema& op, const OpCall& call, DeviceType dev, DType region) {
+  DType current = region;
   for (size_t i = 0; i < call.inputs.size(); ++i) {
     const Tensor& t = call.inputs[i];
     if (!eligible(t, dev)) continue;
-    if (t.dtype() == DType::Float32) {
-      has_f32 = true;
-    } else if (!lower) {
-      lower = t.dtype();
-      lower_i = i;
-    } else if (*lower != t.dtype() && !has_f32) {
-      bool f32_later = false;
-      for (size_t j = i + 1; j < call.inputs.size(); ++j)
-        f32_later = f32_later || (eligible(call.inputs[j], dev) && call.inputs[j].dtype() == DType::Float32);
-      MT_CHECK(f32_later, op.name, ": autocast cannot promote ", dtype_name(*lower), " (", op.arg_name(lower_i),
-               ") and ", dtype_name(t.dtype()), " (", op.arg_name(i),
-               ") to a common 16-bit dtype: neither holds the other's values. Cast one of them first (to Float32 "
-               "to keep both exactly)");
+    if (current == DType::Float32 || t.dtype() == DType::Float32) {
+      current = DType::Float32;
+      continue;
     }
+    MT_CHECK(t.dtype() == region, op.name, ": autocast's promote policy cannot combine ", op.arg_name(i), " (",
+             dtype_name(t.dtype()), ") with the ", dtype_name(region), " region it runs in (inputs: ",
+             input_dtypes(op, call), "). Promotion starts from the region's dtype and takes the inputs in order; "
+             "before a Float32 input only ", dtype_name(region), " can join it (Float64 inputs are ignored). "
+             "PyTorch refuses this too (\"Unexpected floating ScalarType in at::autocast::prioritize\"). Cast ",
+             op.arg_name(i), " to ", dtype_name(region), " or Float32 first, or open the region with dtype=",
+             dtype_name(t.dtype()));
   }
-  return has_f32 || !lower ? DType::Float32 : *lower;
+  return current;
+}
+
+// Runs the op below the Autocast layer with autocast off for its device type, as PyTorch's policy
+// wrappers do (they exclude the device's autocast key, which is what is_autocast_enabled reads)
+// and as custom_fwd(cast_inputs=...) does. Two things follow: the op's kernel sees
+// is_autocast_enabled(dev) == false, and the tape node recorded below remembers autocast off, so
+// an op declared backward_under_forward_autocast() (custom_bwd) runs its backward with autocast
+// off and the region's dtype -- PyTorch's custom_bwd after custom_fwd(cast_inputs=...).
+TensorList dispatch_with_autocast_off(const OpSchema& op, OpCall& call, DeviceType dev) {
+  AutocastState inside = autocast_state();
+  inside[dev].enabled = false;
+  AutocastStateGuard off(inside);
+  return dispatch(op, std::move(call.inputs), std::move(call.attrs));
 }
 
 TensorList autocast_layer(const OpSchema& op, OpCall& call) {
   const DeviceType dev = call_device_type(call);
-  const AutocastDeviceState& st = autocast_state()[dev];
-  ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);  // casts and the op itself are not autocast again
   check_autocast_ban(op, dev);
-  if (op.amp_policy == AmpPolicy::None) return dispatch(op, std::move(call.inputs), std::move(call.attrs));
+  if (op.amp_policy == AmpPolicy::None) {
+    // PyTorch's fallthrough: the settings stay as they are. A composite's pieces then pass this
+    // layer one by one (as the pieces of a composite ATen op do below a fallthrough, and as the
+    // body of custom_fwd without cast_inputs runs under the current autocast state)...
+    if (op.composite) return op.composite(call);
+    // ...but a kernel's own op calls are never autocast (mixtape's rule: a kernel computes
+    // exactly what it was written to, whatever region its caller opened).
+    ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);
+    return dispatch(op, std::move(call.inputs), std::move(call.attrs));
+  }
+  // A copy: dispatch_with_autocast_off changes the thread's settings.
+  const AutocastDeviceState st = autocast_state()[dev];
+  ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);  // casts and the op itself are not autocast again
 
   Decision d(op);
   std::optional<DType> target;
@@ -139,8 +175,8 @@ TensorList autocast_layer(const OpSchema& op, OpCall& call) {
         d.note("(skipped: ineligible or already f32)");
       }
       d.emit();
-      return dispatch(op, std::move(call.inputs), std::move(call.attrs));
-    case AmpPolicy::Promote: target = promote_target(op, call, dev); break;
+      return dispatch_with_autocast_off(op, call, dev);
+    case AmpPolicy::Promote: target = promote_target(op, call, dev, st.dtype); break;
     case AmpPolicy::None: break;
   }
   if (d.on()) d.target(*target);
@@ -157,7 +193,7 @@ TensorList autocast_layer(const OpSchema& op, OpCall& call) {
   }
   if (!any) d.note("(no eligible input)");
   d.emit();
-  return dispatch(op, std::move(call.inputs), std::move(call.attrs));
+  return dispatch_with_autocast_off(op, call, dev);
 }
 
 }  // namespace

@@ -22,13 +22,15 @@
 
 namespace mixtape {
 
-// How autocast treats an op (PyTorch's CastPolicy, AMP-REFERENCE §1.2).
+// How autocast treats an op (PyTorch's CastPolicy, AMP-REFERENCE §1.2). Each op's policy, the
+// PyTorch list it comes from and mixtape's deliberate differences: docs/autocast-policy.md (a test
+// keeps that table equal to the registry).
 enum class AmpPolicy : uint8_t {
-  None,             // run in the inputs' own dtypes (elementwise ops, views, pooling, batch norm)
+  None,             // run in the inputs' own dtypes (elementwise ops, views, pooling, batch norm, cat)
   LowerPrecision,   // cast floating inputs to the autocast dtype (matmul, conv, linear)
   FP32,             // cast 16-bit inputs up to f32 (exp, log, losses)
   FP32UnlessDtype,  // like FP32 unless the caller passed attr "dtype" (softmax, sum)
-  Promote,          // cast all floating inputs to the widest among them (cat, addcmul)
+  Promote,          // PyTorch's prioritize: from the region's dtype, f32 wins (addcmul, scatter_add)
 };
 const char* amp_policy_name(AmpPolicy p);
 
@@ -71,7 +73,11 @@ struct OpSchema {
   OpSchema& in_place() { inplace = true; differentiable = false; return *this; }
   OpSchema& allow_mixed_devices() { mixed_devices = true; return *this; }
   // torch.amp.custom_bwd for ops you add: backward normally runs with autocast off (in the dtypes
-  // forward chose); with this, it runs under the autocast settings active when forward was called.
+  // forward chose); with this, it runs under the autocast settings this op's forward ran with.
+  // As in PyTorch, those depend on the policy: an op with a casting policy (custom_fwd with
+  // cast_inputs) ran with autocast off for its device type, so its backward does too (keeping the
+  // region's dtype); an op with policy None (custom_fwd without cast_inputs) ran under the region's
+  // settings, and so does its backward.
   OpSchema& backward_under_forward_autocast() { backward_keeps_autocast = true; return *this; }
   OpSchema& save(std::initializer_list<int> inputs, std::initializer_list<int> outputs = {});
   OpSchema& grad(BackwardFn fn) { backward = fn; return *this; }

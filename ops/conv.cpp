@@ -536,12 +536,10 @@ const OpSchema& kConv2d = define_op("conv2d").args({"input", "weight", "bias"})
                               .grad(conv2d_backward)
                               .kernel(DeviceType::CPU, conv2d_cpu);
 const OpSchema& kConv2dInputGrad = define_op("conv2d_input_grad")
-                                       .policy(AmpPolicy::LowerPrecision)
                                        .save({0, 1})
                                        .grad(conv2d_input_grad_backward)
                                        .kernel(DeviceType::CPU, conv2d_input_grad_cpu);
 const OpSchema& kConv2dWeightGrad = define_op("conv2d_weight_grad")
-                                        .policy(AmpPolicy::LowerPrecision)
                                         .save({0, 1})
                                         .grad(conv2d_weight_grad_backward)
                                         .kernel(DeviceType::CPU, conv2d_weight_grad_cpu);

@@ -89,8 +89,11 @@ TensorList scatter_add_cpu(const OpCall& c) {
 TensorList scatter_add_backward(BackwardContext& c) {
   return {gather(c.grad(), c.attrs.get<int64_t>("dim"), c.input(1)), Tensor()};
 }
-const OpSchema& kScatterAdd =
-    define_op("scatter_add").save({1}).grad(scatter_add_backward).kernel(DeviceType::CPU, scatter_add_cpu);
+const OpSchema& kScatterAdd = define_op("scatter_add")
+                                  .policy(AmpPolicy::Promote)  // PyTorch's CUDA promote list
+                                  .save({1})
+                                  .grad(scatter_add_backward)
+                                  .kernel(DeviceType::CPU, scatter_add_cpu);
 
 }  // namespace
 

@@ -166,8 +166,9 @@ TensorList cat_backward(BackwardContext& c) {
   }
   return grads;
 }
-const OpSchema& kCat =
-    define_op("cat").policy(AmpPolicy::Promote).save({}).grad(cat_backward).kernel(DeviceType::CPU, cat_cpu);
+// AMP policy none: cat is on no CUDA autocast list, so it promotes its inputs itself
+// (docs/autocast-policy.md).
+const OpSchema& kCat = define_op("cat").save({}).grad(cat_backward).kernel(DeviceType::CPU, cat_cpu);
 
 // ---- argmax ----
 TensorList argmax_cpu(const OpCall& c) {
