@@ -1,7 +1,7 @@
 # cmake/Cuda.cmake — decides whether mixtape is built with its CUDA backend, and sets the toolkit up.
 # Owns: the MIXTAPE_CUDA option (AUTO|ON|OFF), the CUDA language settings, the imported cuDNN
 # target, and MIXTAPE_CUDA_LIBS (what a layer with CUDA sources links).
-# Invariants (../shared/CUDA-TOOLCHAIN.md has the measurements behind them):
+# Invariants (docs/CUDA.md explains them):
 #   - AUTO turns CUDA on exactly when an nvcc is found, so a machine without the toolkit builds
 #     the CPU-only configuration with no extra flags; ON without nvcc is a configure error.
 #   - Explicit architecture list (never "native": it fails on a machine without a GPU).
