@@ -25,6 +25,15 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference reader's limit
 constexpr int kMaxJsonDepth = 32;  // the format needs 3 (root > entry > shape); no file needs 32
 
+// A string from the header (a tensor name, a metadata key, a dtype) as an error shows it: with
+// JSON's escapes, so a control character stays visible and, above all, a NUL (\u0000 in the
+// header) cannot end the message early: what() is a C string, and the location after the name
+// was lost (found by tests/fuzz/fuzz_safetensors, regression nul-in-tensor-name).
+std::string shown(const std::string& s) {
+  const std::string j = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return j.substr(1, j.size() - 2);  // without the quotes: the messages put their own
+}
+
 struct DtypeName {
   DType dtype;
   const char* name;
@@ -197,7 +206,7 @@ StateDict parse_safetensors(const void* data, size_t size, const std::string& wh
   MT_CHECK(!too_deep, op, what, ": header JSON is nested deeper than the format allows (", kMaxJsonDepth,
            " levels) at bytes 8-", data_start - 1);
   MT_CHECK(header.is_object(), op, what, ": header at byte 8 is not a JSON object");
-  MT_CHECK(duplicate.empty(), op, what, ": tensor '", duplicate, "' appears twice in the header (bytes 8-",
+  MT_CHECK(duplicate.empty(), op, what, ": tensor '", shown(duplicate), "' appears twice in the header (bytes 8-",
            data_start - 1, ")");
 
   struct Info {
@@ -218,13 +227,13 @@ StateDict parse_safetensors(const void* data, size_t size, const std::string& wh
       MT_CHECK(v.is_object(), op, what, ": '__metadata__' must be an object of strings, got ", v.type_name(),
                in_header);
       for (const auto& [k, s] : v.items()) {
-        MT_CHECK(s.is_string(), op, what, ": '__metadata__' value '", k, "' must be a string, got ", s.type_name(),
-                 in_header);
+        MT_CHECK(s.is_string(), op, what, ": '__metadata__' value '", shown(k), "' must be a string, got ",
+                 s.type_name(), in_header);
         if (metadata) (*metadata)[k] = s.get<std::string>();
       }
       continue;
     }
-    auto where = [&] { return detail::str_cat(op, what, ": tensor '", name, "'", in_header, ": "); };
+    auto where = [&] { return detail::str_cat(op, what, ": tensor '", shown(name), "'", in_header, ": "); };
     MT_CHECK(v.is_object(), where(), "header entry must be an object, got ", v.type_name());
     for (const char* key : {"dtype", "shape", "data_offsets"})
       MT_CHECK(v.contains(key), where(), "header entry has no \"", key, "\"");
@@ -234,7 +243,7 @@ StateDict parse_safetensors(const void* data, size_t size, const std::string& wh
     MT_CHECK(jd.is_string(), where(), "\"dtype\" must be a string, got ", jd.type_name());
     Info info{name, DType::Float32, {}, 0, 0};
     MT_CHECK(dtype_from_name(jd.get<std::string>(), &info.dtype), where(), "unsupported dtype \"",
-             jd.get<std::string>(), "\" (mixtape reads F64, F32, F16, BF16, I64, I32, U8, BOOL)");
+             shown(jd.get<std::string>()), "\" (mixtape reads F64, F32, F16, BF16, I64, I32, U8, BOOL)");
     MT_CHECK(js.is_array(), where(), "\"shape\" must be an array, got ", js.type_name());
     // numel * itemsize with every factor and partial product checked (a zero dim does not
     // excuse a product of the other dims that overflows int64, as in the reference reader).
@@ -282,11 +291,13 @@ StateDict parse_safetensors(const void* data, size_t size, const std::string& wh
   const Info* prev = nullptr;
   for (const Info* i : order) {
     if (i->begin < expect)
-      MT_ERROR(op, what, ": tensor '", i->name, "' (data_offsets [", i->begin, ", ", i->end, "]) overlaps tensor '",
-               prev->name, "' (ending at ", expect, "), at file byte ", data_start + i->begin);
+      MT_ERROR(op, what, ": tensor '", shown(i->name), "' (data_offsets [", i->begin, ", ", i->end,
+               "]) overlaps tensor '", shown(prev->name), "' (ending at ", expect, "), at file byte ",
+               data_start + i->begin);
     if (i->begin > expect)
-      MT_ERROR(op, what, ": tensor '", i->name, "' (data_offsets [", i->begin, ", ", i->end, "]) leaves a gap of ",
-               i->begin - expect, " unowned bytes before it, at file byte ", data_start + expect);
+      MT_ERROR(op, what, ": tensor '", shown(i->name), "' (data_offsets [", i->begin, ", ", i->end,
+               "]) leaves a gap of ", i->begin - expect, " unowned bytes before it, at file byte ",
+               data_start + expect);
     expect = i->end;
     prev = i;
   }
@@ -299,8 +310,8 @@ StateDict parse_safetensors(const void* data, size_t size, const std::string& wh
     const size_t nb = static_cast<size_t>(i.end - i.begin);
     if (i.dtype == DType::Bool) {  // any byte other than 0/1 would be an invalid C++ bool
       for (size_t k = 0; k < nb; ++k)
-        MT_CHECK(src[k] <= 1, op, what, ": tensor '", i.name, "': BOOL byte ", int(src[k]), " is neither 0 nor 1, at ",
-                 "file byte ", data_start + i.begin + k);
+        MT_CHECK(src[k] <= 1, op, what, ": tensor '", shown(i.name), "': BOOL byte ", int(src[k]),
+                 " is neither 0 nor 1, at file byte ", data_start + i.begin + k);
     }
     Tensor t = Tensor::empty(i.shape, TensorOptions(i.dtype));
     if (nb) std::memcpy(t.data_ptr(), src, nb);

@@ -56,6 +56,30 @@ TEST(SafetensorsHardening, NumberOverflowInTheHeaderIsAnError) {
   EXPECT_NE(e.find("number overflow"), std::string::npos) << e;
 }
 
+TEST(SafetensorsHardening, NamesWithControlCharactersKeepTheLocation) {
+  // A tensor name, metadata key or dtype may hold any character JSON can escape; a NUL copied
+  // into the message ended what() there, before the location (a fuzz_safetensors finding).
+  // They are shown with JSON's escapes instead.
+  const char* headers[] = {
+      R"({"a\u0000b": 1})",
+      R"({"a\u0000b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a\u0000b": 2})",
+      R"({"w": {"dtype": "F\u000032", "shape": [1], "data_offsets": [0, 4]}})",
+      R"({"__metadata__": {"k\u0000": 1}})",
+      R"({"a\u0000": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]},)"
+      R"( "b\n": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]}})",
+  };
+  for (const char* h : headers) {
+    std::string e = parse_error(file(h, "abcd"));
+    EXPECT_TRUE(fuzz::names_location(e, "st")) << h << "\n  " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  EXPECT_NE(parse_error(file(headers[0], "abcd")).find("tensor 'a\\u0000b' (header entry in bytes 8-"),
+            std::string::npos);
+  EXPECT_NE(parse_error(file(headers[4], "abcd"))
+                .find("tensor 'b\\n' (data_offsets [2, 4]) overlaps tensor 'a\\u0000'"),
+            std::string::npos);
+}
+
 TEST(SafetensorsHardening, LengthPrefixErrorsNameBytesZeroToSeven) {
   std::string huge(8, '\0');
   huge[4] = 1;  // 2^32: past the end of the file
