@@ -1,6 +1,6 @@
 // amp/grad_scaler.h — dynamic loss scaling: PyTorch's torch.amp.GradScaler, with its defaults,
-// stages, errors and state_dict keys, plus the four additions of AMP-REFERENCE.md ("mixtape's
-// decisions"). docs/AMP.md ("GradScaler: the algorithm") walks through it with numbers.
+// stages, errors and state_dict keys, plus four additions of mixtape's own (docs/AMP.md,
+// "mixtape's additions"). docs/AMP.md ("GradScaler: the algorithm") walks through it with numbers.
 //
 // ---- Why scale at all ----
 // FP16 keeps 5 exponent bits: values below 2^-24 ~ 6e-8 flush to 0, values above 65504 become inf.
@@ -43,7 +43,7 @@
 // gradient accumulation: scale(loss / N).backward() N times, then unscale_/step/update once (the
 // scale must not change while scaled gradients accumulate). Both in docs/AMP.md.
 //
-// ---- Additions beyond PyTorch (AMP-REFERENCE "mixtape's decisions") ----
+// ---- Additions beyond PyTorch (docs/AMP.md, "mixtape's additions") ----
 //   (a) step() returns whether it stepped (PyTorch needs return_found_inf=True).
 //   (b) When S < 1 (inv > 1), g * inv can overflow although g was finite (pytorch#99640): the fused
 //       kernel also checks the product, so such a step is skipped instead of writing inf.

@@ -89,7 +89,7 @@ TensorList OpNode::apply(TensorList grads) {
     MT_CHECK(g.sizes() == m.sizes, op_.name, " backward: gradient for input ", i, " has shape ", shape_str(g.sizes()),
              ", expected ", shape_str(m.sizes), " (a backward formula must reduce broadcast dimensions)");
     // Gradients flow back in the dtype of the forward input (an f32 weight used by an f16 op
-    // gets an f32 grad: AMP-REFERENCE §1.6).
+    // gets an f32 grad: docs/amp-behaviours.md behaviour 12).
     if (g.dtype() != m.dtype) g = op_calls::cast(g, m.dtype);
   }
   return in_grads;

@@ -7,7 +7,7 @@
 // functions bit for bit, NaNs included, so neither side may change alone.
 //
 // There is deliberately no arithmetic on Half: code converts to float, computes, and rounds
-// once on store (STYLE.md habit 3). Comparisons go through the implicit float conversion,
+// once on store. Comparisons go through the implicit float conversion,
 // which already gives IEEE semantics (NaN != NaN, +0 == -0).
 //
 // This header is included by CUDA translation units compiled at C++17, so it uses nothing newer

@@ -1,6 +1,7 @@
 // core/macros.h — portability macros shared by host (g++) and device (nvcc) code.
 // MIXTAPE_HD marks functions that must compile for both the CPU loops and CUDA kernels, so
-// the arithmetic of an op is written once (see DESIGN.md, "shared functors").
+// the arithmetic of an op is written once: an elementwise op's CPU loop and its CUDA kernel
+// call the same functor.
 #pragma once
 
 #if defined(__CUDACC__)

@@ -3,9 +3,10 @@
 // (its recursive "chainable" forms, so the lrs are bit-identical to torch's), and WarmupCosine
 // (linear warmup, then cosine decay; HuggingFace's get_cosine_schedule_with_warmup plus an eta_min).
 //
-// Skipped AMP steps (AMP-REFERENCE addition (a), behaviour 30): step(optimizer_stepped) with false
-// leaves the schedule where it is, so the steps the GradScaler skips while it calibrates the loss
-// scale do not consume the warmup or the decay:   sched.step(scaler.step(opt));
+// Skipped AMP steps (GradScaler addition (a), docs/amp-behaviours.md behaviour 30):
+// step(optimizer_stepped) with false leaves the schedule where it is, so the steps the GradScaler
+// skips while it calibrates the loss scale do not consume the warmup or the decay:
+//   sched.step(scaler.step(opt));
 //
 // Like PyTorch, construction records each group's current lr as its base lr and performs the
 // initial step (last_epoch 0), which may already set the lr (WarmupCosine starts at 0).

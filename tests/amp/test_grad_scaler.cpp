@@ -1,5 +1,5 @@
 // tests/amp/test_grad_scaler.cpp — amp::GradScaler, one test per behaviour 15-25, 30, 31 of
-// AMP-REFERENCE.md (named GradScaler.B<n>_...), with the scaler kernels called directly.
+// docs/amp-behaviours.md (named GradScaler.B<n>_...), with the scaler kernels called directly.
 // Training-shaped behaviours (26-29, 34) are in test_grad_scaler_training.cpp, mixtape's additions
 // to PyTorch's scaler in test_grad_scaler_additions.cpp. Every expected value is computed independently of the scaler
 // (host arithmetic, PyTorch's published vectors, or a run without the scaler).

@@ -1,5 +1,5 @@
 // tests/amp/test_grad_scaler_additions.cpp — what mixtape's GradScaler adds to PyTorch's
-// (AMP-REFERENCE "mixtape's decisions"): (b) the unscaled product is checked when S < 1, (c) an
+// (docs/AMP.md, "mixtape's additions"): (b) the unscaled product is checked when S < 1, (c) an
 // explained error below min_scale, (d) the scale history; and bf16 runs accepted. Addition (a),
 // step() reporting a skip, is behaviour 30 (test_grad_scaler.cpp).
 #include <cmath>

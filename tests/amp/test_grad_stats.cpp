@@ -1,5 +1,5 @@
-// tests/amp/test_grad_stats.cpp — the FP16 fate inspector (AMP-REFERENCE behaviour 34's
-// inspector part: 1e-8 flushes at scale 1 and survives at 65536; 2.0 overflows at 65536).
+// tests/amp/test_grad_stats.cpp — the FP16 fate inspector (the inspector part of behaviour 34,
+// docs/amp-behaviours.md: 1e-8 flushes at scale 1 and survives at 65536; 2.0 overflows at 65536).
 #include <gtest/gtest.h>
 
 #include "common/error_of.h"

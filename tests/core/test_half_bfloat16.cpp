@@ -1,8 +1,9 @@
 // tests/core/test_half_bfloat16.cpp — Half / BFloat16 scalar conversions and the bulk converters.
-// Owns the proof of DESIGN.md's conversion contract (AMP-REFERENCE.md behaviour 35): every row
-// of sections 7.2/7.3 holds for the scalar converter and for the bulk converter on each backend;
-// 16 -> 32 -> 16 is the identity for every non-NaN pattern; the bulk paths equal the scalar
-// path bit for bit, NaNs included. The full 2^32 sweep lives in bench/exhaustive_convert.cpp.
+// Owns the proof of the conversion contract (docs/amp-behaviours.md behaviour 35): every row
+// of the fp32 -> fp16 / bf16 tables (from tests/fixtures/gen_fp16_vectors.py) holds for the
+// scalar converter and for the bulk converter on each backend; 16 -> 32 -> 16 is the identity
+// for every non-NaN pattern; the bulk paths equal the scalar path bit for bit, NaNs included.
+// The full 2^32 sweep lives in bench/exhaustive_convert.cpp.
 #include <gtest/gtest.h>
 
 #if defined(__x86_64__)
@@ -467,7 +468,8 @@ TEST(BFloat16SpecialValues, ExactLimits) {
   EXPECT_EQ(BFloat16(257.0f).bits, BFloat16(256.0f).bits);  // contiguous integers end at 256
 }
 
-// AMP-REFERENCE.md 7.4: a gradient of 1e-8 vanishes in fp16 unless scaled by 2^16 first.
+// A gradient of 1e-8 vanishes in fp16 unless scaled by 2^16 first (docs/amp-behaviours.md,
+// Conversion facts).
 TEST(HalfSpecialValues, LossScalingTeachingNumbers) {
   EXPECT_EQ(Half(1e-8f).bits, 0x0000);
   EXPECT_EQ(Half(1e-8f * 65536.0f).bits, 0x115E);
@@ -475,7 +477,7 @@ TEST(HalfSpecialValues, LossScalingTeachingNumbers) {
   EXPECT_NEAR(unscaled, 9.9972e-9f, 1e-12f);
   // Scaled by 2^16, 65504 / 65536 is the largest gradient stored finite and exactly. Rounding
   // moves the overflow edge half an ulp up: magnitudes below 65520 / 65536 still round down to
-  // 65504, from there on they are inf (7.4's "exceeds 65504/65536" is the exact-storage bound).
+  // 65504, from there on they are inf ("above 65504/65536" is the exact-storage bound).
   EXPECT_EQ(Half(0.99951171875f * 65536.0f).bits, 0x7BFF);
   EXPECT_EQ(Half(0.9996f * 65536.0f).bits, 0x7BFF);  // 65509.8: not exact, but not inf
   EXPECT_TRUE(isinf(Half(0.999755859375f * 65536.0f)));  // 65520: tie, goes to even = inf

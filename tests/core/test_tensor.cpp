@@ -83,7 +83,7 @@ TEST(Tensor, ItemAndCasts) {
   EXPECT_EQ(tensor({2.5}).item<double>(), 2.5);
   EXPECT_EQ(full({}, 3.0, DType::Int32).item<int>(), 3);
   Tensor h = tensor({0.1}).to(DType::Float16);
-  EXPECT_EQ(h.item<Half>().bits, 0x2E66);  // RNE of 0.1f, AMP-REFERENCE 7.2
+  EXPECT_EQ(h.item<Half>().bits, 0x2E66);  // RNE of 0.1f (docs/amp-behaviours.md, Conversion facts)
   Tensor b = tensor({0.1}).to(DType::BFloat16);
   EXPECT_EQ(b.item<BFloat16>().bits, 0x3DCD);
   EXPECT_EQ(tensor({70000.0}).to(DType::Float16).item<float>(), INFINITY);

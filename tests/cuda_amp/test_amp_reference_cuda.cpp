@@ -1,8 +1,8 @@
-// tests/cuda_amp/test_amp_reference_cuda.cpp — the AMP-REFERENCE behaviours whose test names the
-// CUDA device (#1 on CUDA, #6, #19, #35, #36, and the scaler's skip/backoff/growth end to end).
-// Labelled gpu; skipped with the reason where no GPU is usable. The CPU halves of these
-// behaviours are tested in tests/amp and tests/core; here the CUDA result is checked against
-// the same reference values, or against the CPU kernel bit for bit.
+// tests/cuda_amp/test_amp_reference_cuda.cpp — the AMP behaviours of docs/amp-behaviours.md
+// whose test names the CUDA device (#1 on CUDA, #6, #19, #35, #36, and the scaler's
+// skip/backoff/growth end to end). Labelled gpu; skipped with the reason where no GPU is usable.
+// The CPU halves of these behaviours are tested in tests/amp and tests/core; here the CUDA result
+// is checked against the same reference values, or against the CPU kernel bit for bit.
 // MIXTAPE_CUDA_TEST_SELFCHECK=1 runs them with the "GPU" side on the CPU, to prove the tests
 // themselves on a machine without a GPU (the CUDA-only ban is then skipped).
 #include <gtest/gtest.h>
@@ -79,7 +79,7 @@ TEST(AmpReferenceCuda, B19_UpdateScaleKernelVectorOnDevice) {
 }
 
 // #35: the CUDA conversion kernels give the CPU converter's bits (which tests/core checks
-// against the AMP-REFERENCE tables): every 16-bit pattern widened, and fp32 inputs of every
+// against the conversion tables): every 16-bit pattern widened, and fp32 inputs of every
 // class narrowed. NaN rows: the result is a NaN (bits compared too: both sides run core/half.h).
 TEST(AmpReferenceCuda, B35_ConversionsBitExactWithTheCpu) {
   MT_REQUIRE_CUDA();

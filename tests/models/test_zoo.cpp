@@ -81,7 +81,7 @@ TEST(Zoo, ShapesParameterCountsAndNamesEqualPyTorch) {
 }
 
 TEST(Zoo, DesignDocUsageCompiles) {
-  // DESIGN.md "How user code reads": a model held by value, called directly.
+  // How user code reads: a model held by value, called directly.
   auto model = models::SmallCNN(10);
   Tensor logits = model(zeros({2, 1, 28, 28}));
   EXPECT_EQ(logits.sizes(), (IntList{2, 10}));

@@ -1,5 +1,5 @@
 // tests/ops/test_conv_pool_linear_vs_torch.cpp — conv2d, linear, max_pool2d, avg_pool2d and
-// adaptive_avg_pool2d against PyTorch's numbers (STYLE.md habit 4, the second proof; the first is
+// adaptive_avg_pool2d against PyTorch's numbers (the second proof of every op; the first is
 // the Float64 gradcheck in test_conv_pool_linear.cpp).
 //
 // Owns the comparison of every case in tests/fixtures/conv_pool_linear.json, which

@@ -1,8 +1,8 @@
 // tests/ops/test_norm_activation.cpp — gelu, leaky_relu, clamp, where, batch_norm, layer_norm,
 // dropout: Float64 gradchecks (first proof; the coverage test reads them), double-backward
 // checks against finite differences of the first derivative, 16-bit round-once checks, the
-// running-statistics and AMP-dtype behaviour of batch_norm (AMP-REFERENCE behaviour 4), dropout's
-// statistics and determinism, and every bad-input error. PyTorch values: see
+// running-statistics and AMP-dtype behaviour of batch_norm (docs/amp-behaviours.md behaviour 4),
+// dropout's statistics and determinism, and every bad-input error. PyTorch values: see
 // test_norm_activation_vs_torch.cpp.
 #include <gtest/gtest.h>
 
@@ -450,7 +450,7 @@ TEST(BatchNorm, EvalUsesRunningStats) {
   EXPECT_NO_THROW(batch_norm(x, Tensor(), Tensor(), w, b, true));
 }
 
-// AMP-REFERENCE behaviour 4: f16/bf16 input with f32 weight, bias and running statistics ->
+// Behaviour 4 (docs/amp-behaviours.md): f16/bf16 input with f32 weight, bias and running statistics ->
 // 16-bit output, f32 statistics, updated. Expected: the f32 computation on the same values.
 // Derivation of the tolerance (zero): both paths read the same values (a 16-bit number is exact
 // in f32), accumulate the statistics in f64 in the same order, and form the same per-channel
@@ -500,7 +500,7 @@ TEST_P(NormActivationReduced, BatchNormHalfInputWithFloatParams) {
 }
 
 TEST(BatchNorm, AmpPolicies) {
-  EXPECT_EQ(find_op("batch_norm")->amp_policy, AmpPolicy::None);  // on no autocast list (§1.3)
+  EXPECT_EQ(find_op("batch_norm")->amp_policy, AmpPolicy::None);  // on no autocast list
   EXPECT_EQ(find_op("layer_norm")->amp_policy, AmpPolicy::FP32);  // PyTorch's fp32 list
   for (const char* op : {"gelu", "leaky_relu", "clamp", "where", "dropout"})
     EXPECT_EQ(find_op(op)->amp_policy, AmpPolicy::None) << op;

@@ -1,5 +1,5 @@
 // tests/ops/test_norm_activation_vs_torch.cpp — gelu, leaky_relu, clamp, where, batch_norm and
-// layer_norm against PyTorch's numbers (STYLE.md habit 4, the second proof; the first is the
+// layer_norm against PyTorch's numbers (the second proof of every op; the first is the
 // Float64 gradcheck in test_norm_activation.cpp).
 //
 // Owns the comparison of every case in tests/fixtures/norm_activation.json, which

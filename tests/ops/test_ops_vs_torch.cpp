@@ -1,5 +1,5 @@
-// tests/ops/test_ops_vs_torch.cpp — mixtape's ops against PyTorch's numbers (STYLE.md habit 4,
-// the second proof; the first is the Float64 gradcheck).
+// tests/ops/test_ops_vs_torch.cpp — mixtape's ops against PyTorch's numbers (the second
+// proof of every op; the first is the Float64 gradcheck).
 //
 // Owns the comparison of every case in tests/fixtures/ops_reference.json, which
 // tests/fixtures/gen_ops_reference.py writes with Debian's torch 1.13 (CPU). Each case names an op

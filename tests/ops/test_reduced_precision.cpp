@@ -136,7 +136,7 @@ TEST_P(Reduced, MaxPoolForwardAndBackwardRoundOnce) {
 
 TEST(Reduced16, DotOf4096HalfOnesIsExactly4096) {
   // In f16 arithmetic a running sum of ones sticks at 2048 (2048 + 1 rounds back to 2048);
-  // f32 accumulation with one final rounding gives 4096 = 0x6C00 (AMP-REFERENCE #36).
+  // f32 accumulation with one final rounding gives 4096 = 0x6C00 (docs/amp-behaviours.md behaviour 36).
   Tensor a = ones({1, 4096}, DType::Float16), b = ones({4096, 1}, DType::Float16);
   EXPECT_EQ(matmul(a, b).item<Half>().bits, 0x6C00);
   EXPECT_EQ(sum(ones({4096}, DType::Float16)).item<Half>().bits, 0x6C00);

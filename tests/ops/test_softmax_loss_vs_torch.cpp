@@ -1,5 +1,5 @@
 // tests/ops/test_softmax_loss_vs_torch.cpp — softmax, the losses and the shape ops against
-// PyTorch 1.13 (STYLE.md habit 4, second proof). The values come from
+// PyTorch 1.13 (the second proof of every op: PyTorch's own numbers). The values come from
 // tests/fixtures/softmax_loss.json, written by tests/fixtures/gen_softmax_loss.py (see its
 // docstring for the encoding and the reference modes); every case runs the same mixtape function
 // on the same inputs, compares the outputs, then backpropagates sum_i (out_i * w_i).sum() and

@@ -1,6 +1,6 @@
 // tests/optim/test_lr_scheduler.cpp — LR schedules beyond the torch fixture: skipped AMP steps do
-// not advance them (AMP-REFERENCE addition (a), behaviour 30), state_dict round trips, WarmupCosine
-// with eta_min and past its end, and errors.
+// not advance them (GradScaler addition (a); docs/amp-behaviours.md behaviour 30), state_dict
+// round trips, WarmupCosine with eta_min and past its end, and errors.
 #include <cmath>
 
 #include "optim_test_util.h"

@@ -31,10 +31,11 @@ Tensor half_tensor(uint16_t bits) {
 //
 // "An fp16 weight 1.0 updated by -1e-4 per step". The gradient is an fp16 value, and 1e-4 is not
 // one: the fp16 grad is RNE(1e-4) = 0x068E = 1.0001659393310547e-4 (11 significant bits), while
-// AMP-REFERENCE §7.4 computes w = float(w - float(1e-4)) with float(1e-4) = 0x38D1B717 =
-// 9.99999974737875e-5. Both give the §7.4 numbers: with the master in [0.98, 1) the f32 grid is
-// 2^-24 ~ 5.96e-8, and the two exact differences w - g differ by 1.66e-8 only, which never straddles a
-// rounding midpoint in these 100 steps -- the test checks that at every step, not just the end.
+// the master-weight example (docs/amp-behaviours.md, Conversion facts) computes
+// w = float(w - float(1e-4)) with float(1e-4) = 0x38D1B717 = 9.99999974737875e-5. Both give its
+// numbers: with the master in [0.98, 1) the f32 grid is 2^-24 ~ 5.96e-8, and the two exact
+// differences w - g differ by 1.66e-8 only, which never straddles a rounding midpoint in these
+// 100 steps -- the test checks that at every step, not just the end.
 // Without a master, 1 - 1.0001659e-4 lies within half an fp16 ulp below 1 (2^-12 ~ 2.44e-4) and
 // rounds back to 1.0 every time.
 constexpr uint16_t kHalf1e4 = 0x068E;
@@ -70,7 +71,7 @@ TEST(Behaviour32, WithMasterHundredStepsGive0x3F7D7088And0x3BEC) {
   Tensor p = half_scalar_param(0x3C00);
   SGD opt({p}, {.lr = 1.0});
   ASSERT_TRUE(opt.has_master(p));
-  float ref_7_4 = 1.0f;         // §7.4: w = float(w - float(1e-4))
+  float ref_7_4 = 1.0f;         // the master-weight example: w = float(w - float(1e-4))
   float ref_fp16_grad = 1.0f;   // w = float(w - float(fp16(1e-4)))
   const float g16 = static_cast<float>(Half::from_bits(kHalf1e4));
   for (int i = 0; i < 100; ++i) {
