@@ -1,5 +1,5 @@
 // amp/autocast.h — autocasting: inside an AutocastGuard, ops run in the dtype their AMP policy
-// asks for, with no change to the model code (torch.amp.autocast, AMP-REFERENCE §1).
+// asks for, with no change to the model code (torch.amp.autocast; docs/AMP.md, "Autocast").
 //
 //   {
 //     amp::AutocastGuard autocast(DeviceType::CPU, DType::Float16);
@@ -47,7 +47,7 @@
 // cache belongs to the thread and is cleared when the thread's outermost AutocastGuard exits —
 // once per forward pass, so the next pass casts the updated weights. Cached casts are made with
 // grad mode on, so a cast first made under NoGradGuard still carries the graph when a later
-// grad-enabled use in the same region hits it (AMP-REFERENCE §1.4, pytorch#158232).
+// grad-enabled use in the same region hits it (docs/amp-behaviours.md behaviour 11, pytorch#158232).
 // Known blind spot, as PyTorch: an in-place change to a weight inside one region is not seen by
 // later uses in that region.
 #pragma once

@@ -180,8 +180,8 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool exp
         const std::string who = "Parameter " + std::to_string(i) + (p.name().empty() ? "" : " '" + p.name() + "'") +
                                 " (" + p.describe() + ") of " + opt.name();
         if (master)
-          MT_ERROR("GradScaler.unscale_: Attempting to unscale FP16 gradients. ", who, " has a Float16 .grad because "
-                   "its grad_dtype was set to Float16; unscaling in place would round the true gradient into FP16, "
+          MT_ERROR("GradScaler.unscale_: Attempting to unscale FP16 gradients. ", who, " has a Float16 .grad (its "
+                   "grad_dtype was set to Float16, or the gradient was set directly); unscaling in place would round the true gradient into FP16, "
                    "where it underflows. For unscale_ (e.g. to clip) keep grad_dtype Float32, which the optimizer "
                    "sets for 16-bit parameters (p.set_grad_dtype(DType::Float32) before the backward); or skip "
                    "unscale_ and let scaler.step(opt) unscale at the copy into the FP32 master.");

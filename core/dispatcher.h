@@ -22,7 +22,7 @@
 
 namespace mixtape {
 
-// How autocast treats an op (PyTorch's CastPolicy, AMP-REFERENCE §1.2). Each op's policy, the
+// How autocast treats an op (PyTorch's CastPolicy; docs/AMP.md, "The policies"). Each op's policy, the
 // PyTorch list it comes from and mixtape's deliberate differences: docs/autocast-policy.md (a test
 // keeps that table equal to the registry).
 enum class AmpPolicy : uint8_t {

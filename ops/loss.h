@@ -1,7 +1,7 @@
 // ops/loss.h — loss functions, with PyTorch's names, arguments and semantics (torch 1.13).
 //
 // Reduction::Mean and ::Sum return 0-d tensors; ::None returns the per-element losses. Every loss
-// runs in f32 under autocast (AMP-REFERENCE §1.3), binary_cross_entropy excepted: it is refused
+// runs in f32 under autocast (PyTorch's CUDA fp32 list; docs/autocast-policy.md), binary_cross_entropy excepted: it is refused
 // under CUDA autocast (use binary_cross_entropy_with_logits). Outside autocast a loss keeps its
 // input's dtype; the per-element math runs in f32 (f64 for f64) and the reduction accumulates in
 // f64, with one rounding on store. A `weight` (and `pos_weight`) is a constant: passing one that

@@ -3,7 +3,7 @@
 //
 // batch_norm(x (N, C, *), running_mean (C)?, running_var (C)?, weight (C)?, bias (C)?)
 //   -> out (x's shape and dtype), save_mean (C), save_invstd (C)   [the last two internal]
-//   AMP None: x may be f16/bf16 with f32 parameters and statistics (AMP-REFERENCE behaviour 4).
+//   AMP None: x may be f16/bf16 with f32 parameters and statistics (docs/amp-behaviours.md behaviour 4).
 //   Training updates the running statistics in the kernel, in place: below autograd, so the
 //   write is never recorded, and the kernel bumps their version counters (a CUDA kernel must
 //   do the same). Backward: the batch_norm_backward op (a kernel), whose own backward is

@@ -15,7 +15,7 @@ namespace mixtape {
 //   batch var); their version counters are bumped. Needs more than one value per channel.
 // eval: normalises with running_mean / running_var (both required).
 // weight, bias: (C) or undefined (no affine). x may be f16/bf16 while weight, bias and the
-// running statistics are f32 (AMP-REFERENCE behaviour 4): the output has x's dtype and the
+// running statistics are f32 (docs/amp-behaviours.md behaviour 4): the output has x's dtype and the
 // statistics stay f32. AMP policy None (on no autocast list).
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
                   bool training, double momentum = 0.1, double eps = 1e-5);

@@ -199,7 +199,7 @@ const OpSchema& kLogSoftmaxBackward = define_op("log_softmax_backward")
                                           .grad(log_softmax_backward_backward)
                                           .kernel(DeviceType::CPU, softmax_grad_cpu<true>);
 
-// ---- softmax / log_softmax: AMP fp32 unless the caller passed dtype (AMP-REFERENCE §1.3).
+// ---- softmax / log_softmax: AMP fp32 unless the caller passed dtype (PyTorch's fp32_set_opt_dtype; docs/AMP.md, "The policies").
 // The gradient comes back in the output's dtype; the tape casts it to x's dtype. ----
 TensorList softmax_grad_fn(BackwardContext& c) { return {softmax_backward(c.grad(), c.output(0), dim_of(c))}; }
 const OpSchema& kSoftmax = define_op("softmax").args({"input"})

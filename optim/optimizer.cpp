@@ -8,10 +8,10 @@
 #include <sstream>
 
 #include "autograd/grad_mode.h"
+#include "ops/activation.h"
 #include "ops/cast.h"
 #include "ops/creation.h"
 #include "ops/pointwise.h"
-#include "ops/reduce.h"
 
 namespace mixtape::optim {
 
@@ -117,7 +117,7 @@ void Optimizer::add_param_group(ParamGroup group) {
       // Gradients accumulate in FP32 unless the user chose otherwise (header comment).
       if (!p.has_explicit_grad_dtype()) {
         const Tensor g = p.grad();
-        if (g.defined() && g.dtype() != DType::Float32) p.set_grad(to_dtype(g, DType::Float32));  // exact
+        if (g.defined() && is_reduced_float(g.dtype())) p.set_grad(to_dtype(g, DType::Float32));  // exact
         p.set_grad_dtype(DType::Float32);
       }
     }
@@ -192,36 +192,34 @@ void Optimizer::set_stochastic_rounding(bool on, uint64_t seed) {
   rounding_gen_.set_state(seed, 0);
 }
 
-// Does the 16-bit parameter still hold what a write-back of the master would give? Exactly
-// RNE(master) under round-to-nearest; within one 16-bit ulp of the master under stochastic
-// rounding (which writes one of the two neighbours). One host read: only reached when the
-// parameter's version moved since the optimizer last wrote it.
-bool Optimizer::model_matches_master(const ParamState& s) const {
-  const Tensor& p = s.param;
-  if (!stochastic_rounding_) {
-    const Tensor same = eq(to_dtype(s.master, p.dtype()), p);
-    const double n_same = to_device(sum(to_dtype(same, DType::Float64)), Device::CPU()).item<double>();
-    return n_same == static_cast<double>(p.numel());
-  }
-  // |float(p) - m| <= |m| * 2^-(mantissa bits) + the smallest 16-bit subnormal.
-  const bool half = p.dtype() == DType::Float16;
-  const double rel = half ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
-  const double tiny = half ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
-  const Tensor excess = sub(abs(sub(to_dtype(p, DType::Float32), s.master)), add(mul(abs(s.master), rel), tiny));
-  IntList all_dims;
-  for (int64_t d = 0; d < p.dim(); ++d) all_dims.push_back(d);
-  const float worst = to_device(amax(excess, all_dims), Device::CPU()).item<float>();
-  return worst <= 0.0f;  // false for NaN
-}
-
+// Re-seeds, element by element, the master entries whose 16-bit parameter no longer holds what the
+// optimizer's last write-back of them gave: exactly RNE(master) after a round-to-nearest write,
+// within one 16-bit spacing of the master after a stochastic one (which writes one of the two
+// neighbours). Entries that still match keep their finer FP32 value, so a write of the values the
+// model already holds (loading the checkpoint the optimizer came from) loses nothing, and a
+// write to one row re-seeds that row only. Device ops only, no host read: it never adds a
+// synchronisation to a step, even where many parameters share one storage (one version counter).
 void Optimizer::sync_master(const ParamState& s) const {
-  if (!s.master.defined() || s.param.version() == s.synced_version) return;
+  if (!s.master.defined() || (!s.needs_check && s.param.version() == s.synced_version)) return;
   autograd::NoGradGuard no_grad;
-  if (!model_matches_master(s)) {
-    Tensor m = s.master;
-    copy_(m, s.param);  // the user's write wins; exact (every 16-bit value is a float)
+  const Tensor& p = s.param;
+  const Tensor p32 = to_dtype(p, DType::Float32);  // exact
+  Tensor keep;
+  if (!s.written_stochastically) {
+    keep = eq(to_dtype(s.master, p.dtype()), p);
+  } else {
+    // |float(p) - m| <= |m| * 2^-(mantissa bits) + the smallest 16-bit subnormal; sign(excess)
+    // is -1, 0, 1 or NaN, and relu(sign) == 0 exactly for "within".
+    const bool half = p.dtype() == DType::Float16;
+    const double rel = half ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    const double tiny = half ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
+    const Tensor excess = sub(abs(sub(p32, s.master)), add(mul(abs(s.master), rel), tiny));
+    keep = eq(relu(sign(excess)), zeros_like(excess));
   }
-  s.synced_version = s.param.version();
+  Tensor m = s.master;
+  copy_(m, where(keep, s.master, p32));  // the user's write wins where the two disagree
+  s.synced_version = p.version();
+  s.needs_check = false;
 }
 
 // ---- step ----// ---- step ----
@@ -304,7 +302,10 @@ void Optimizer::step() {
     s.step = u.step;
     if (w_copy) copy_(s.param, u.w);
     if (u.model.defined() && !u.model.is_same(s.param)) copy_(s.param, u.model);
-    if (s.master.defined()) s.synced_version = s.param.version();
+    if (s.master.defined()) {
+      s.synced_version = s.param.version();
+      s.written_stochastically = stochastic;
+    }
   }
   pending_grad_scale_ = 1.0f;
 }
@@ -479,9 +480,11 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     const Device dev = s.param.device();
     if (s.master.defined()) {
       copy_(s.master, to_device(loaded[i].master, dev));  // keeps the master's identity
-      // The loaded master is authoritative as of now; a later write to the model (loading its
-      // own state_dict) re-seeds it only if the values differ from RNE(master).
-      s.synced_version = s.param.version();
+      // The model's weights stay authoritative, as in PyTorch (loading an optimizer never changes
+      // the model): the next sync keeps the loaded master only where the model holds its
+      // rounding, whichever of the two was loaded first.
+      s.needs_check = true;
+      s.written_stochastically = rounding[0] != 0;
     }
     s.step = loaded[i].step;
     s.buffers.clear();

@@ -30,15 +30,19 @@
 // A user who sets grad_dtype to the 16-bit dtype (half the gradient memory, 16-bit accumulation)
 // gets a 16-bit .grad; step() then widens it to float and multiplies it by the pending inverse loss
 // scale (set_grad_scale_for_next_step) inside the fused update.
-// A write to the model wins: if a 16-bit parameter's version changed since the optimizer last
-// wrote it (copy_, a model load_state_dict, re-initialisation) and it no longer holds
-// round(master), the master is re-seeded from it (exactly) before the next step, state_dict() or
-// master(); the parameter's optimizer state (momentum, moments, step count) is kept, as when
-// PyTorch's model weights are loaded under an existing optimizer. Loading the model and the
-// optimizer from one checkpoint works in either order: the loaded master rounds to the loaded
-// parameter, so it is kept. master(p) returns the master (p itself for f32/f64); masters, state and
-// the stochastic-rounding stream are part of state_dict(), so a resumed run continues
-// bit-identically.
+// The model wins: the model's weights are authoritative, as in PyTorch, where an optimizer holds
+// no weights. Before the next step(), state_dict() or master(), every master entry whose 16-bit
+// parameter no longer holds round(master) -- after a write since the optimizer's own (copy_, a
+// model load_state_dict, re-initialisation; found by the parameter's version counter), or after
+// this optimizer's load_state_dict -- is re-seeded from the parameter (exactly: every 16-bit value
+// is a float); entries that still agree keep their finer FP32 value. So model and optimizer
+// checkpoints load in either order (the saved master rounds to the saved parameter), and other
+// weights loaded into the model before or after the optimizer are what training continues
+// from. Optimizer state (momentum, moments, step counts) is kept, as when PyTorch loads model
+// weights under an existing optimizer. The check is device ops only, run for a parameter only
+// after such a write: no host synchronisation. master(p) returns the master (p itself for
+// f32/f64); masters, state and the stochastic-rounding stream are part of state_dict(), so a
+// resumed run continues bit-identically.
 //
 // ---- How the GradScaler plugs in (amp/grad_scaler.h) ----
 // Gradients are scaled by S; inv = float(1 / double(S)) as PyTorch computes it.
@@ -187,17 +191,20 @@ class Optimizer {
     Tensor master;                        // f32 master of a 16-bit parameter; undefined otherwise
     std::map<std::string, Tensor> buffers;
     int64_t step = 0;
-    // param.version() when the optimizer last made param and master agree (added, stepped,
-    // loaded, or re-seeded); a different version means someone else wrote the parameter.
+    // param.version() when the optimizer last made param and master agree (added, stepped or
+    // re-seeded); a different version means someone else wrote the parameter. needs_check: the
+    // master was loaded and must be compared with the model before use. written_stochastically:
+    // how the last write-back rounded (what "param agrees with master" means).
     mutable uint32_t synced_version = 0;
+    mutable bool needs_check = false;
+    bool written_stochastically = false;
   };
   size_t index_of(const Tensor& param, const char* what) const;  // error if not a parameter here
   std::string describe_param(size_t index) const;                // "param 3 'fc.weight' (f16[4, 2])"
   void check_structure() const;                                  // groups still hold what was added
-  // Re-seeds the master from the 16-bit parameter if it was written since the optimizer last
-  // wrote it and no longer holds round(master) (header comment, "A write to the model wins").
+  // Re-seeds the master entries whose 16-bit parameter was written since the optimizer last
+  // wrote it and no longer holds round(master) (header comment, "The model wins").
   void sync_master(const ParamState& s) const;
-  bool model_matches_master(const ParamState& s) const;
 
   std::string name_;
   HyperParams defaults_;

@@ -1,4 +1,4 @@
-// tests/amp/test_autocast.cpp — the Autocast layer: AMP-REFERENCE behaviours 1-14.
+// tests/amp/test_autocast.cpp — the Autocast layer: behaviours 1-14 of docs/amp-behaviours.md.
 // CPU and CUDA share one policy list (PyTorch's CUDA lists; docs/autocast-policy.md, checked
 // against the registry by tests/amp/policy_doc), so the CPU with Float16 shows every rule; the
 // CUDA-only ban is checked through check_autocast_ban.

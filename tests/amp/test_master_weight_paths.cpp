@@ -217,6 +217,83 @@ TEST(MasterWeights, LoadingOtherWeightsIntoTheModelAfterTheOptimizerReseeds) {
   EXPECT_EQ(opt2.master(w2).to_vector<float>(), std::vector<float>(4, 0.25f));
 }
 
+TEST(MasterWeights, OtherWeightsLoadedIntoTheModelBeforeTheOptimizerWin) {
+  // A "best model" file and a "last optimizer" file: loading the optimizer never changes the
+  // model's weights (PyTorch holds no weights in an optimizer), whichever is loaded first.
+  Tensor w = ones({4}, TensorOptions(DType::Float16)).requires_grad_(true);
+  SGD opt({w}, {.lr = 1.0});
+  w.set_grad(full({4}, 1e-4));
+  opt.step();
+  const StateDict saved = opt.state_dict();
+  Tensor w2 = ones({4}, TensorOptions(DType::Float16)).requires_grad_(true);
+  SGD opt2({w2}, {.lr = 0.0});
+  {
+    autograd::NoGradGuard no_grad;
+    copy_(w2, tensor({0.25, 1.0, 0.25, 1.0}));  // elements 1 and 3 hold RNE(saved master) = 1
+  }
+  opt2.load_state_dict(saved);
+  const float fine = saved.at("state.0.master").to_vector<float>()[1];
+  ASSERT_NE(fine, 1.0f);
+  EXPECT_EQ(opt2.master(w2).to_vector<float>(), (std::vector<float>{0.25f, fine, 0.25f, fine}))
+      << "the model's values win; where the model holds the master's rounding, the finer master is kept";
+  w2.set_grad(zeros({4}));
+  opt2.step();
+  EXPECT_EQ(w2.to_vector<float>(), (std::vector<float>{0.25f, 1.0f, 0.25f, 1.0f}));
+}
+
+TEST(MasterWeights, AWriteToOneElementReseedsThatElementOnly) {
+  Tensor w = ones({3}, TensorOptions(DType::BFloat16)).requires_grad_(true);
+  SGD opt({w}, {.lr = 1.0});
+  w.set_grad(full({3}, 1e-4));
+  opt.step();
+  const std::vector<float> fine = opt.master(w).to_vector<float>();
+  ASSERT_NE(fine[0], 1.0f);
+  {
+    autograd::NoGradGuard no_grad;
+    Tensor row = w.narrow(0, 1, 1);
+    fill_(row, 2.0);
+  }
+  EXPECT_EQ(opt.master(w).to_vector<float>(), (std::vector<float>{fine[0], 2.0f, fine[2]}));
+}
+
+TEST(MasterWeights, TheCheckFollowsHowTheParameterWasWrittenNotTheCurrentFlag) {
+  // Steps with stochastic rounding, then the flag turned off: a write of the values the model
+  // holds (stochastic neighbours of the master, not RNE of it) must still keep every master entry.
+  Tensor w = full({64}, 1.0, TensorOptions(DType::BFloat16)).requires_grad_(true);
+  SGD opt({w}, {.lr = 1.0});
+  opt.set_stochastic_rounding(true, 5);
+  Generator gen(9);
+  for (int i = 0; i < 5; ++i) {
+    w.set_grad(mul(randn({64}, {}, &gen), 1e-3));
+    opt.step();
+  }
+  const Tensor master = snapshot(opt.master(w));
+  ASSERT_FALSE(same_bytes(to_dtype(master, DType::BFloat16), w)) << "some entries are not RNE(master)";
+  opt.set_stochastic_rounding(false);
+  {
+    autograd::NoGradGuard no_grad;
+    copy_(w, w.detach().clone());
+  }
+  EXPECT_TRUE(same_bytes(opt.master(w), master));
+}
+
+TEST(MasterWeights, AnEmptySixteenBitParameterSurvivesAWrite) {
+  for (bool stochastic : {false, true}) {
+    Tensor w = zeros({0}, TensorOptions(DType::Float16)).requires_grad_(true);
+    SGD opt({w}, {.lr = 1.0});
+    opt.set_stochastic_rounding(stochastic);
+    w.set_grad(zeros({0}));
+    opt.step();
+    {
+      autograd::NoGradGuard no_grad;
+      copy_(w, zeros({0}));
+    }
+    w.set_grad(zeros({0}));
+    opt.step();
+    EXPECT_EQ(opt.state_dict().at("state.0.master").numel(), 0);
+  }
+}
+
 // ---- unscale_ then clip_grad_norm_(model.parameters()), PyTorch's documented pattern ----
 
 TEST(MasterWeights, ClippingAfterUnscaleSeesTrueGradientsOfA16BitModel) {

@@ -10,6 +10,7 @@
 #include "amp/grad_scaler.h"
 #include "cuda_ops/cuda_test_util.h"
 #include "mixtape/mixtape.h"
+#include "core/rng.h"
 #include "optim/clip_grad.h"
 #include "optim/sgd.h"
 
@@ -60,6 +61,33 @@ TEST(CudaMasterPaths, AWriteToTheModelReseedsTheMasterOnTheDevice) {
   opt.step();
   EXPECT_EQ(host(w), std::vector<float>(4, 3.0f));
   EXPECT_EQ(host(opt.master(w)), std::vector<float>(4, 3.0f));
+}
+
+TEST(CudaMasterPaths, StochasticallyWrittenEntriesSurviveANoOpWrite) {
+  MT_REQUIRE_CUDA();
+  const Device dev = cuda_test::gpu();
+  Tensor w = full({256}, 1.0, TensorOptions(DType::BFloat16).with_device(dev)).requires_grad_(true);
+  optim::SGD opt({w}, {.lr = 1.0});
+  opt.set_stochastic_rounding(true, 21);
+  Generator gen(4);
+  for (int i = 0; i < 4; ++i) {
+    w.set_grad(to_device(mul(randn({256}, {}, &gen), 1e-3), dev));
+    opt.step();
+  }
+  const std::vector<float> master = host(opt.master(w));
+  {
+    autograd::NoGradGuard no_grad;
+    copy_(w, w.detach().clone());  // the values it holds: nothing to re-seed
+  }
+  EXPECT_EQ(host(opt.master(w)), master);
+  {
+    autograd::NoGradGuard no_grad;
+    Tensor first = w.narrow(0, 0, 1);
+    fill_(first, 8.0);  // one entry written: that entry follows the model, the rest stay
+  }
+  std::vector<float> want = master;
+  want[0] = 8.0f;
+  EXPECT_EQ(host(opt.master(w)), want);
 }
 
 }  // namespace
