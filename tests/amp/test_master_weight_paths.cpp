@@ -201,12 +201,18 @@ TEST(MasterWeights, ModelAndOptimizerCheckpointsLoadInEitherOrder) {
   }
 }
 
-TEST(MasterWeights, LoadingOtherWeightsIntoTheModelAfterTheOptimizerReseeds) {
+// The state of an SGD over an f16 [4] parameter of ones after one step of 1e-4: its master,
+// 1 - 1e-4, is finer than the model's RNE of it (1).
+StateDict one_fine_step_state() {
   Tensor w = ones({4}, TensorOptions(DType::Float16)).requires_grad_(true);
   SGD opt({w}, {.lr = 1.0});
   w.set_grad(full({4}, 1e-4));
   opt.step();
-  const StateDict saved = opt.state_dict();
+  return opt.state_dict();
+}
+
+TEST(MasterWeights, LoadingOtherWeightsIntoTheModelAfterTheOptimizerReseeds) {
+  const StateDict saved = one_fine_step_state();
   Tensor w2 = ones({4}, TensorOptions(DType::Float16)).requires_grad_(true);
   SGD opt2({w2}, {.lr = 1.0});
   opt2.load_state_dict(saved);
@@ -220,11 +226,7 @@ TEST(MasterWeights, LoadingOtherWeightsIntoTheModelAfterTheOptimizerReseeds) {
 TEST(MasterWeights, OtherWeightsLoadedIntoTheModelBeforeTheOptimizerWin) {
   // A "best model" file and a "last optimizer" file: loading the optimizer never changes the
   // model's weights (PyTorch holds no weights in an optimizer), whichever is loaded first.
-  Tensor w = ones({4}, TensorOptions(DType::Float16)).requires_grad_(true);
-  SGD opt({w}, {.lr = 1.0});
-  w.set_grad(full({4}, 1e-4));
-  opt.step();
-  const StateDict saved = opt.state_dict();
+  const StateDict saved = one_fine_step_state();
   Tensor w2 = ones({4}, TensorOptions(DType::Float16)).requires_grad_(true);
   SGD opt2({w2}, {.lr = 0.0});
   {
