@@ -177,18 +177,17 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool exp
       }
       if (g.dtype() == DType::Float16) {
         // PyTorch's allow_fp16=False: FP16 is the one dtype whose true gradient underflows.
-        const std::string who = "Parameter " + std::to_string(i) + (p.name().empty() ? "" : " '" + p.name() + "'") +
-                                " (" + p.describe() + ") of " + opt.name();
-        if (master)
-          MT_ERROR("GradScaler.unscale_: Attempting to unscale FP16 gradients. ", who, " has a Float16 .grad (its "
-                   "grad_dtype was set to Float16, or the gradient was set directly); unscaling in place would round the true gradient into FP16, "
-                   "where it underflows. For unscale_ (e.g. to clip) keep grad_dtype Float32, which the optimizer "
-                   "sets for 16-bit parameters (p.set_grad_dtype(DType::Float32) before the backward); or skip "
-                   "unscale_ and let scaler.step(opt) unscale at the copy into the FP32 master.");
-        MT_ERROR("GradScaler.unscale_: Attempting to unscale FP16 gradients. ", who, " has a Float16 .grad but no FP32 "
-                 "master; unscaling in place would round the true gradient into FP16, where it underflows. Expected "
-                 "a ", dtype_name(p.dtype()), " gradient (or give the optimizer the 16-bit parameter, which then "
-                 "keeps an FP32 master and FP32 gradients).");
+        const std::string remedy =
+            master ? "For unscale_ (e.g. to clip) keep grad_dtype Float32, which the optimizer sets for 16-bit "
+                     "parameters (p.set_grad_dtype(DType::Float32) before the backward); or skip unscale_ and let "
+                     "scaler.step(opt) unscale at the copy into the FP32 master."
+                   : "Expected a " + std::string(dtype_name(p.dtype())) + " gradient (or give the optimizer the "
+                     "16-bit parameter, which then keeps an FP32 master and FP32 gradients).";
+        MT_ERROR("GradScaler.unscale_: Attempting to unscale FP16 gradients. Parameter ", i,
+                 p.name().empty() ? "" : " '" + p.name() + "'", " (", p.describe(), ") of ", opt.name(),
+                 " has a Float16 .grad", master ? " (its grad_dtype was set to Float16, or it was set directly)"
+                                                : " but no FP32 master",
+                 "; unscaling in place would round the true gradient into FP16, where it underflows. ", remedy);
       }
       bucket(g.device()).unscale.push_back(g);
     }
