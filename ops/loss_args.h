@@ -1,7 +1,7 @@
 // ops/loss_args.h — argument checks and geometry of the losses, shared by the CPU kernels
-// (ops/loss.cpp, where they are defined) and the CUDA glue (ops/cuda/loss_norm_ops.cpp,
-// softmax_loss_ops.cpp), so both backends read the same attributes and fail with the same
-// messages. Internal: not part of the public API.
+// (ops/nll_loss.cpp, cross_entropy.cpp, mse_loss.cpp, bce_loss.cpp; defined in ops/loss_args.cpp)
+// and the CUDA glue (ops/cuda/loss_norm_ops.cpp, softmax_loss_ops.cpp), so both backends read the
+// same attributes and fail with the same messages. Internal: not part of the public API.
 #pragma once
 #include <cstdint>
 
@@ -30,6 +30,12 @@ struct NllGeom {
   IntList target_shape;
 };
 NllGeom nll_geometry(const IntList& sizes);
+
+// The class-index arguments of nll_loss and cross_entropy (`input_name` is how the message calls
+// input): input floating with at least one dim, target Int64 of nll_geometry's target_shape,
+// weight (when defined) floating and 1-D of size C. Returns the geometry.
+NllGeom nll_check(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
+                  const char* input_name);
 
 // The messages of the two value checks (after "<op>: "), for a flat position in `shape`: the
 // CPU kernels raise them at once, the CUDA ones at the next synchronisation (deferred checks).

@@ -1,9 +1,9 @@
 // ops/pool_geometry.h — the window geometry of the 2-D pooling ops (max_pool2d, avg_pool2d,
 // adaptive_avg_pool2d and their backward ops): the window attributes, their checks with the
-// input's shape, and the pooled output size. Shared by the CPU kernels (ops/pooling.cpp, where it
-// is defined) and the CUDA glue (ops/cuda/pooling_ops.cpp), so both backends accept the same
-// windows, size the same outputs and fail with the same messages. Internal: not part of the
-// public API.
+// input's shape, and the pooled output size. Defined in ops/pool_geometry.cpp; shared by the CPU
+// kernels (ops/max_pool.cpp, ops/avg_pool.cpp) and the CUDA glue (ops/cuda/pooling_ops.cpp), so
+// both backends accept the same windows, size the same outputs and fail with the same messages.
+// Internal: not part of the public API.
 #pragma once
 #include <cstdint>
 
@@ -36,6 +36,9 @@ struct WindowArgs {
   static WindowArgs normalise(const char* op, const IntList& k, const IntList& s, const IntList& p, const IntList& d,
                               bool ceil_mode);
 };
+
+// A public function's 1-or-2-value argument (`what` of `op`) as 2 values ({v} -> {v, v}).
+IntList pool_pair_arg(const char* op, const char* what, const IntList& v);
 
 // x is (N, C, H, W) with non-empty C, H and W.
 void check_planes(const char* op, const Shown& x);

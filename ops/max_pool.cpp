@@ -1,0 +1,380 @@
+// ops/max_pool.cpp — max_pool2d, max_pool2d_with_indices and their gradient ops
+// max_pool2d_backward (from saved indices) and max_pool2d_input_backward (from the saved input).
+//
+// Windows: rows i sH - pH + m dH, m < kH, clipped to [0, H); padding is -inf (never chosen); the
+// output size is ops/pool_geometry.cpp's. The index saved for backward is h W + w within the
+// plane (PyTorch's return_indices). Scan is row-major and a value replaces the running max if
+// greater or NaN: the first of equal maxima wins, NaN propagates. A window lying wholly in padding
+// (possible only with a dilation larger than the input) gives -inf and index -1 (no gradient).
+// Invariant: every path (the general loop, the 2x2 SSE2 and AVX-512 fast paths, the fused
+// argmax-and-gradient pass) picks the same tap for every window, so the forward value, the saved
+// index and the recomputed argmax of max_pool2d_input_backward always agree.
+// Numerics: 16-bit values are compared in f32 (f64 for f64 inputs) and stored exactly (a max is
+// one of the inputs); 16-bit gradients accumulate in an f32 plane and are rounded once.
+//
+// Gradient ops, each the adjoint of its forward (so every backward is differentiable again):
+//   max_pool2d_backward(g, idx):  zeros (N, C, H, W), plane[idx] += g   (scatter, accumulates
+//                                 where windows overlap);  its backward: gather G at idx
+//   max_pool2d_input_backward(g, x): the same scatter at the argmax recomputed from x; its
+//                                 backward: the same gather
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/cpu/max_pool_2x2_avx512.h"
+#include "ops/op_def.h"
+#include "ops/pool_geometry.h"
+#include "ops/pool_planes.h"
+#include "ops/pooling.h"
+
+namespace mixtape {
+using namespace pool_impl;  // the shared plane machinery (ops/pool_planes.h)
+namespace {
+
+// ---- max_pool2d ----
+// The taps of one window along one dim: first, end (exclusive), both inside [0, size).
+struct Taps {
+  int64_t lo, hi;
+};
+std::vector<Taps> max_taps(int64_t out, int64_t size, int64_t k, int64_t s, int64_t p, int64_t d) {
+  std::vector<Taps> t(static_cast<size_t>(out));
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t lo = o * s - p;
+    const int64_t hi = std::min(lo + (k - 1) * d + 1, size);
+    if (lo < 0) lo += (-lo + d - 1) / d * d;  // first tap inside the input
+    t[static_cast<size_t>(o)] = {lo, hi};
+  }
+  return t;
+}
+
+// The 2x2, stride-2 window of every small CNN, with all four taps inside the plane: the same
+// scan order and the same comparison as the general loop below (take a tap when it is greater
+// than the best so far, or NaN), without branches, 4 windows at a time with SSE2 where there
+// is SSE2 (a data-dependent branch per tap mispredicts on real activations).
+template <typename A>
+void max_pool_row_2x2_scalar(const A* r0, const A* r1, int64_t ow0, int64_t OW, A* out, int64_t* idx,
+                             int64_t row0_index, int64_t W) {
+  for (int64_t ow = ow0; ow < OW; ++ow) {
+    const A t[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+    A bv = t[0];  // the general loop starts at -inf: t[0] is taken, or is -inf itself
+    int code = 0;
+    for (int k = 1; k < 4; ++k)
+      if (t[k] > bv || t[k] != t[k]) bv = t[k], code = k;
+    if (out) out[ow] = bv;
+    if (idx) idx[ow] = row0_index + (code >> 1) * W + 2 * ow + (code & 1);
+  }
+}
+
+template <typename A>
+void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx) {
+  static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
+  if constexpr (std::is_same_v<A, float>)
+    if (g.H * g.W < (int64_t(1) << 31) && cpu::max_pool_2x2_avx512_available()) {
+      return cpu::max_pool_plane_2x2_avx512(in, g.OH, g.OW, g.W, out, idx);  // 16 windows at a time, same bits
+    }
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const int64_t row0_index = 2 * oh * g.W;
+    const A* r0 = in + row0_index;
+    const A* r1 = r0 + g.W;
+    A* orow = out ? out + oh * g.OW : nullptr;
+    int64_t* irow = idx ? idx + oh * g.OW : nullptr;
+    int64_t ow = 0;
+#if defined(__SSE2__)
+    if constexpr (std::is_same_v<A, float>) {
+      for (; ow + 4 <= g.OW; ow += 4) {
+        // Even and odd columns of 8 consecutive inputs: taps 0/1 (row 0) and 2/3 (row 1).
+        const __m128 a0 = _mm_loadu_ps(r0 + 2 * ow), a1 = _mm_loadu_ps(r0 + 2 * ow + 4);
+        const __m128 b0 = _mm_loadu_ps(r1 + 2 * ow), b1 = _mm_loadu_ps(r1 + 2 * ow + 4);
+        const __m128 taps[4] = {_mm_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1)),
+                                _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1))};
+        __m128 bv = taps[0];
+        __m128i code = _mm_setzero_si128();
+        for (int k = 1; k < 4; ++k) {
+          const __m128 t = taps[k];
+          const __m128 take = _mm_or_ps(_mm_cmpgt_ps(t, bv), _mm_cmpunord_ps(t, t));
+          bv = _mm_or_ps(_mm_and_ps(take, t), _mm_andnot_ps(take, bv));
+          const __m128i tk = _mm_castps_si128(take);
+          code = _mm_or_si128(_mm_and_si128(tk, _mm_set1_epi32(k)), _mm_andnot_si128(tk, code));
+        }
+        if (orow) _mm_storeu_ps(orow + ow, bv);
+        if (irow) {
+          alignas(16) int32_t c[4];
+          _mm_store_si128(reinterpret_cast<__m128i*>(c), code);
+          for (int j = 0; j < 4; ++j) irow[ow + j] = row0_index + (c[j] >> 1) * g.W + 2 * (ow + j) + (c[j] & 1);
+        }
+      }
+    }
+#endif
+    max_pool_row_2x2_scalar(r0, r1, ow, g.OW, orow, irow, row0_index, g.W);
+  }
+}
+
+// The 2x2, stride-2 window with every tap inside the plane (the fast paths above).
+bool is_2x2_fast(const PoolGeom& g) {
+  return g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1 &&
+         2 * g.OH <= g.H && 2 * g.OW <= g.W;
+}
+
+template <typename T>
+void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std::vector<Taps>& cols, const T* in,
+                    T* out, int64_t* idx) {
+  using A = acc_t<T>;
+  if (is_2x2_fast(g)) {
+    if constexpr (std::is_same_v<T, A>) return max_pool_plane_2x2<A>(g, in, out, idx);
+  }
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const Taps r = rows[static_cast<size_t>(oh)];
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      const Taps c = cols[static_cast<size_t>(ow)];
+      int64_t best = r.lo < r.hi && c.lo < c.hi ? r.lo * g.W + c.lo : -1;
+      A bv = -std::numeric_limits<A>::infinity();
+      for (int64_t h = r.lo; h < r.hi; h += g.dH) {
+        const T* row = in + h * g.W;
+        for (int64_t w = c.lo; w < c.hi; w += g.dW) {
+          const A v = static_cast<A>(row[w]);
+          const bool take = v > bv || v != v;  // greater, or NaN (which then sticks)
+          bv = take ? v : bv;
+          best = take ? h * g.W + w : best;
+        }
+      }
+      if (out) out[oh * g.OW + ow] = static_cast<T>(bv);
+      if (idx) idx[oh * g.OW + ow] = best;
+    }
+  }
+}
+
+// with_indices: (out, Int64 flat indices into each H*W plane); otherwise out only.
+TensorList max_pool2d_forward(const OpCall& call, bool with_indices) {
+  const Tensor& x = call.inputs[0];
+  const WindowArgs a = WindowArgs::from(call.attrs);
+  const PoolGeom g = window_geometry(call.name(), Shown::of(x), a);
+  check_floating(call.name(), "input", x);
+  Tensor xc = dense(x);
+  Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(x.dtype()));
+  Tensor idx = with_indices ? Tensor::empty(g.out_sizes(), TensorOptions(DType::Int64)) : Tensor();
+  visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+    const T* in = static_cast<const T*>(xc.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    int64_t* ix = with_indices ? idx.data_ptr<int64_t>() : nullptr;
+    const std::vector<Taps> rows = max_taps(g.OH, g.H, g.kH, g.sH, g.pH, g.dH);
+    const std::vector<Taps> cols = max_taps(g.OW, g.W, g.kW, g.sW, g.pW, g.dW);
+    using A = acc_t<T>;
+    // Per-thread widened planes (16-bit only): input, output.
+    std::vector<std::vector<A>> win(static_cast<size_t>(omp_get_max_threads())), wout(win.size());
+    for_each_plane(g.planes(), g.out_plane() * g.kH * g.kW, [&](int64_t p, int t) {
+      const A* src = widen(in + p * g.in_plane(), g.in_plane(), win[static_cast<size_t>(t)]);
+      int64_t* ixp = ix ? ix + p * g.out_plane() : nullptr;
+      if constexpr (std::is_same_v<T, A>) {
+        max_pool_plane<A>(g, rows, cols, src, o + p * g.out_plane(), ixp);
+      } else {
+        std::vector<A>& ob = wout[static_cast<size_t>(t)];
+        ob.resize(static_cast<size_t>(g.out_plane()));
+        max_pool_plane<A>(g, rows, cols, src, ob.data(), ixp);
+        narrow_into(ob.data(), o + p * g.out_plane(), g.out_plane());  // exact: values came from T
+      }
+    });
+  });
+  if (with_indices) return {out, idx};
+  return {out};
+}
+TensorList max_pool2d_cpu(const OpCall& call) { return max_pool2d_forward(call, false); }
+TensorList max_pool2d_with_indices_cpu(const OpCall& call) { return max_pool2d_forward(call, true); }
+
+// attrs: input_size (N, C, H, W)
+TensorList max_pool2d_backward_cpu(const OpCall& call) {
+  const Tensor& grad = call.inputs[0];
+  const Tensor& indices = call.inputs[1];
+  const IntList& in_size = call.attrs.get<IntList>("input_size");
+  check_planes(call.name(), Shown::shape(in_size));
+  check_floating(call.name(), "grad", grad);
+  MT_CHECK(grad.dim() == 4 && grad.size(0) == in_size[0] && grad.size(1) == in_size[1], call.name(),
+           ": expected grad (N, C, OH, OW) with N, C of input_size ", shape_str(in_size), ", got ", grad.describe());
+  MT_CHECK(indices.dtype() == DType::Int64 && indices.sizes() == grad.sizes(), call.name(),
+           ": expected Int64 indices of the grad's shape ", shape_str(grad.sizes()), ", got ", indices.describe());
+  const int64_t plane = in_size[2] * in_size[3], oplane = grad.size(2) * grad.size(3);
+  Tensor gc = dense(grad), ic = dense(indices);
+  Tensor out = Tensor::empty(in_size, TensorOptions(grad.dtype()));
+  std::atomic<int64_t> bad{0};
+  visit_floating(grad.dtype(), call.name(), [&]<typename T>() {
+    using A = acc_t<T>;
+    const T* gp = static_cast<const T*>(gc.data_ptr());
+    const int64_t* ip = ic.data_ptr<int64_t>();
+    T* o = static_cast<T*>(out.data_ptr());
+    GradPlanes<T> planes(plane);
+    for_each_plane(in_size[0] * in_size[1], oplane + plane, [&](int64_t p, int t) {
+      A* acc = planes.begin(o + p * plane, t);
+      const T* gpl = gp + p * oplane;
+      const int64_t* ipl = ip + p * oplane;
+      for (int64_t i = 0; i < oplane; ++i) {
+        const int64_t k = ipl[i];
+        if (k >= 0 && k < plane)
+          acc[k] += static_cast<A>(gpl[i]);
+        else if (k != -1)  // -1: a window wholly in padding
+          bad.store(k, std::memory_order_relaxed);
+      }
+      planes.finish(acc, o + p * plane);
+    });
+  });
+  MT_CHECK(bad.load() == 0, call.name(), ": index ", bad.load(), " is outside its ", in_size[2], "x", in_size[3],
+           " plane (indices must come from max_pool2d_with_indices on input_size ", shape_str(in_size), ")");
+  return {out};
+}
+
+TensorList max_pool2d_backward_backward(BackwardContext& c) {
+  // d/dgrad of a scatter is a gather: out[n, c, i] = G[n, c, idx[n, c, i]].
+  const IntList& gs = c.input_sizes(0);
+  const IntList& in = c.attrs.get<IntList>("input_size");
+  Tensor G = c.grad().reshape({in[0], in[1], in[2] * in[3]});
+  Tensor idx = c.input(1).reshape({gs[0], gs[1], gs[2] * gs[3]});
+  return {gather(G, 2, idx).reshape(gs), Tensor()};
+}
+
+const OpSchema& kMaxPoolBackward = define_op("max_pool2d_backward")
+                                       .save({1})
+                                       .grad(max_pool2d_backward_backward)
+                                       .kernel(DeviceType::CPU, max_pool2d_backward_cpu);
+
+TensorList max_pool2d_with_indices_backward(BackwardContext& c) {
+  return {dispatch1(kMaxPoolBackward, {c.grad(0), c.output(1)}, {{"input_size", c.input_sizes(0)}})};
+}
+const OpSchema& kMaxPoolWithIndices = define_op("max_pool2d_with_indices")
+                                          .save({}, {1})
+                                          .grad(max_pool2d_with_indices_backward)
+                                          .kernel(DeviceType::CPU, max_pool2d_with_indices_cpu);
+
+// max_pool2d keeps no indices: its backward op finds each window's argmax again in the saved
+// input, one plane at a time, and scatters the gradient there. In a CNN that input is a ReLU's
+// output, which the ReLU saves anyway, so nothing is kept for the pooling at all, where Int64
+// indices would cost twice an f32 output (four times an f16 one), and no index tensor is ever
+// materialised. attrs: the window arguments.
+TensorList max_pool2d_input_backward_cpu(const OpCall& call) {
+  const Tensor& grad = call.inputs[0];
+  const Tensor& x = call.inputs[1];
+  const WindowArgs a = WindowArgs::from(call.attrs);
+  const PoolGeom g = window_geometry(call.name(), Shown::of(x), a);
+  check_floating(call.name(), "grad", grad);
+  MT_CHECK(grad.dtype() == x.dtype() && grad.sizes() == g.out_sizes(), call.name(), ": expected grad ",
+           dtype_name(x.dtype()), shape_str(g.out_sizes()), " for input ", x.describe(), ", got ", grad.describe());
+  Tensor gc = dense(grad), xc = dense(x);
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
+  const int64_t plane = g.in_plane(), oplane = g.out_plane();
+  visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+    using A = acc_t<T>;
+    const T* gp = static_cast<const T*>(gc.data_ptr());
+    const T* in = static_cast<const T*>(xc.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    const std::vector<Taps> rows = max_taps(g.OH, g.H, g.kH, g.sH, g.pH, g.dH);
+    const std::vector<Taps> cols = max_taps(g.OW, g.W, g.kW, g.sW, g.pW, g.dW);
+    GradPlanes<T> planes(plane);
+    std::vector<std::vector<int64_t>> idx(static_cast<size_t>(omp_get_max_threads()));
+    std::vector<std::vector<A>> win(idx.size()), wgrad(idx.size());  // 16-bit only
+    // The 2x2 window on f32 values with AVX-512: argmax and gradient in one pass per row, no zero
+    // fill (but for the rows/columns no window covers) and no scatter; the same values.
+    const bool fused = std::is_same_v<A, float> && is_2x2_fast(g) && plane < (int64_t(1) << 31) &&
+                       cpu::max_pool_2x2_avx512_available();
+    const bool uncovered = 2 * g.OH < g.H || 2 * g.OW < g.W;
+    for_each_plane(g.planes(), oplane * g.kH * g.kW + plane, [&](int64_t p, int t) {
+      const size_t ts = static_cast<size_t>(t);
+      const A* xpl = widen(in + p * plane, plane, win[ts]);
+      const A* gpl = widen(gp + p * oplane, oplane, wgrad[ts]);
+      if constexpr (std::is_same_v<A, float>) {
+        if (fused) {
+          A* acc = planes.begin(o + p * plane, t, uncovered);
+          cpu::max_pool_plane_2x2_grad_avx512(xpl, g.OH, g.OW, g.W, gpl, acc);
+          planes.finish(acc, o + p * plane);
+          return;
+        }
+      }
+      std::vector<int64_t>& ix = idx[ts];
+      ix.resize(static_cast<size_t>(oplane));
+      max_pool_plane<A>(g, rows, cols, xpl, nullptr, ix.data());
+      A* acc = planes.begin(o + p * plane, t);
+      for (int64_t i = 0; i < oplane; ++i)
+        if (ix[static_cast<size_t>(i)] >= 0) acc[ix[static_cast<size_t>(i)]] += gpl[i];
+      planes.finish(acc, o + p * plane);
+    });
+  });
+  return {out};
+}
+
+// Its adjoint in grad: gather G at the argmax positions (recomputed; the input gets no gradient:
+// the argmax is piecewise constant).
+TensorList max_pool2d_input_backward_backward(BackwardContext& c) {
+  const IntList& gs = c.input_sizes(0);
+  const IntList& in = c.input_sizes(1);
+  Tensor idx;
+  {
+    NoGradGuard no_grad;
+    idx = dispatch(kMaxPoolWithIndices, {c.input(1).detach()}, c.attrs)[1];
+  }
+  Tensor G = c.grad().reshape({in[0], in[1], in[2] * in[3]});
+  return {gather(G, 2, idx.reshape({gs[0], gs[1], gs[2] * gs[3]})).reshape(gs), Tensor()};
+}
+
+const OpSchema& kMaxPoolInputBackward = define_op("max_pool2d_input_backward")
+                                            .grad(max_pool2d_input_backward_backward)
+                                            .kernel(DeviceType::CPU, max_pool2d_input_backward_cpu);
+
+TensorList max_pool2d_backward_fn(BackwardContext& c) {
+  return {dispatch1(kMaxPoolInputBackward, {c.grad(0), c.input(0)}, c.attrs)};
+}
+
+const OpSchema& kMaxPool = define_op("max_pool2d")
+                               .save({0})
+                               .grad(max_pool2d_backward_fn)
+                               .kernel(DeviceType::CPU, max_pool2d_cpu);
+
+// Checks x and the window, then calls `op` on x with a batch dimension (added when x is 3-D).
+TensorList call_max_pool(const OpSchema& op, const Tensor& x, const IntList& kernel_size, const IntList& stride,
+                         const IntList& padding, const IntList& dilation, bool ceil_mode) {
+  check_rank("max_pool2d", x);
+  WindowArgs a = WindowArgs::normalise("max_pool2d", kernel_size, stride, padding, dilation, ceil_mode);
+  Tensor xb = batched(x);
+  window_geometry("max_pool2d", Shown{&x, xb.sizes()}, a);  // shape errors name the caller's tensor
+  TensorList r = dispatch(op, {xb},
+                          {{"kernel_size", a.kernel},
+                           {"stride", a.stride},
+                           {"padding", a.padding},
+                           {"dilation", a.dilation},
+                           {"ceil_mode", a.ceil_mode}});
+  if (x.dim() == 3)
+    for (Tensor& t : r) t = t.squeeze(0);
+  return r;
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const IntList& kernel_size, const IntList& stride,
+                                                  const IntList& padding, const IntList& dilation, bool ceil_mode) {
+  TensorList r = call_max_pool(kMaxPoolWithIndices, x, kernel_size, stride, padding, dilation, ceil_mode);
+  return {r[0], r[1]};
+}
+
+Tensor max_pool2d(const Tensor& x, const IntList& kernel_size, const IntList& stride, const IntList& padding,
+                  const IntList& dilation, bool ceil_mode) {
+  return call_max_pool(kMaxPool, x, kernel_size, stride, padding, dilation, ceil_mode)[0];
+}
+
+Tensor max_pool2d_backward(const Tensor& grad, const Tensor& indices, const IntList& input_size) {
+  MT_CHECK(grad.defined() && indices.defined(), "max_pool2d_backward: grad and indices must be defined");
+  IntList size = batched_size("max_pool2d_backward", input_size);
+  const bool unbatched = input_size.size() == 3;
+  MT_CHECK(grad.dim() == static_cast<int64_t>(input_size.size()), "max_pool2d_backward: expected grad of rank ",
+           input_size.size(), " (input_size ", shape_str(input_size), "), got ", grad.describe());
+  Tensor r = dispatch1(kMaxPoolBackward, {unbatched ? grad.unsqueeze(0) : grad,
+                                          unbatched && indices.dim() == 3 ? indices.unsqueeze(0) : indices},
+                       {{"input_size", size}});
+  return unbatched ? r.squeeze(0) : r;
+}
+
+}  // namespace mixtape
