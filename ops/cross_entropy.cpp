@@ -1,9 +1,12 @@
-// ops/cross_entropy.cpp — cross_entropy: a composite of recorded ops (log_softmax, nll_loss and,
-// with label smoothing, the smoothing sums), so it runs on every device and autograd gives its
-// backward; torch 1.13's cross_entropy_loss_label_smoothing when label_smoothing > 0.
-// Invariant: no kernel of its own; with label_smoothing = 0 the result is exactly
-// nll_loss(log_softmax(logits, class dim)). AMP: fp32 as a whole (one decision for the
-// composite; its pieces then run on f32 inputs).
+// ops/cross_entropy.cpp — cross_entropy, in both of PyTorch's forms: class-index targets (Int64;
+// torch 1.13's cross_entropy_loss_label_smoothing when label_smoothing > 0) and class-probability
+// targets (floating, of the logits' shape; torch >= 1.10's cross_entropy_loss_prob_target).
+// Invariant: a composite of recorded ops (log_softmax, nll_loss, mul, sum, ...) with no kernel
+// of its own, so it runs on every device and autograd gives its backward (to the logits, and to
+// a probability target that requires grad); with label_smoothing = 0 the index form is exactly
+// nll_loss(log_softmax(logits, class dim)). The form is chosen by the target's dtype, and every
+// argument is checked before any op runs. AMP: fp32 as a whole (one decision for the composite,
+// which casts 16-bit logits, probability targets and weights; its pieces then run in f32).
 #include <vector>
 
 #include "ops/loss.h"
@@ -17,8 +20,54 @@ namespace mixtape {
 using namespace loss_impl;  // the shared loss helpers (ops/loss_util.h)
 namespace {
 
-// ---- cross_entropy(logits, target, weight?): a composite, PyTorch 1.13's
-// cross_entropy_loss_label_smoothing when label_smoothing > 0 ----
+// weight (C) shaped to multiply (N, C, d1, ...) log-probabilities along the class dim; a (C)
+// input takes it as it is.
+Tensor class_weight_view(const Tensor& weight, int64_t dim, int64_t cdim, int64_t classes) {
+  if (dim == 1) return weight;
+  IntList wshape(static_cast<size_t>(dim), 1);
+  wshape[static_cast<size_t>(cdim)] = classes;
+  return weight.reshape(wshape);
+}
+
+void check_label_smoothing(const char* op, double eps) {
+  MT_CHECK(eps >= 0.0 && eps <= 1.0, op, ": label_smoothing must be between 0.0 and 1.0, got ", eps);
+}
+
+// ---- class-probability targets ----
+// loss_p = -sum_c weight[c] t'[n, c, ...] logp[n, c, ...],  t' = t (1 - eps) + eps / C.
+// Mean divides the sum by the number of positions N d1 ... dk (numel / C), not by a sum of
+// weights as the index form does: PyTorch's definition, where a weight scales a class's term
+// without renormalising the mean. Targets are used as given (no check that they sum to 1 or lie
+// in [0, 1], as in PyTorch). The op order is PyTorch's, ((logp * t') * weight).sum(), so 16-bit
+// inputs (outside autocast) are rounded at the same steps as by PyTorch's ops.
+TensorList cross_entropy_prob(const char* op, const Tensor& logits, const Tensor& target, const Tensor& weight,
+                              int64_t ignore, Reduction red, double eps) {
+  MT_CHECK(target.sizes() == logits.sizes(), op, ": a floating target holds class probabilities and must have the "
+           "logits' shape ", shape_str(logits.sizes()), " (logits ", logits.describe(), "), got target ",
+           target.describe(), "; class indices must be Int64");
+  // PyTorch's rule: any negative ignore_index (the default -100 included) is accepted and unused.
+  MT_CHECK(ignore < 0, op, ": ignore_index ", ignore, " is not supported with class-probability targets (",
+           target.describe(), "): PyTorch accepts only a negative ignore_index here, such as the default -100");
+  const int64_t cdim = logits.dim() == 1 ? 0 : 1;
+  const int64_t classes = logits.sizes()[static_cast<size_t>(cdim)];
+  check_class_weight(op, weight, classes);
+  check_label_smoothing(op, eps);
+
+  Tensor logp = log_softmax(logits, cdim);
+  Tensor t = eps > 0.0 ? target * (1.0 - eps) + eps / static_cast<double>(classes) : target;
+  Tensor prod = logp * t;
+  if (weight.defined()) prod = prod * class_weight_view(weight, logits.dim(), cdim, classes);
+  switch (red) {
+    case Reduction::None: return {-sum(prod, IntList{cdim})};
+    case Reduction::Sum: return {-sum(prod)};
+    case Reduction::Mean: break;
+  }
+  // An empty input gives 0 / 0 = NaN, as PyTorch.
+  const int64_t positions = classes > 0 ? logits.numel() / classes : 0;
+  return {-sum(prod) / static_cast<double>(positions)};
+}
+
+// ---- cross_entropy(logits, target, weight?): a composite ----
 TensorList cross_entropy_composite(const OpCall& c) {
   const char* op = c.name();
   const Tensor& logits = c.inputs[0];
@@ -27,8 +76,20 @@ TensorList cross_entropy_composite(const OpCall& c) {
   const int64_t ignore = c.attrs.get<int64_t>("ignore_index");
   const Reduction red = loss_reduction(c.attrs, op);
   const double eps = c.attrs.get<double>("label_smoothing");
+  check_loss_floating(op, logits, "logits");
+  MT_CHECK(target.defined(), op, ": target is undefined");
+  MT_CHECK(logits.dim() >= 1, op, ": expected logits of shape (N, C), (N, C, d1, ...) or (C), got ",
+           logits.describe());
+  if (is_floating(target.dtype())) return cross_entropy_prob(op, logits, target, weight, ignore, red, eps);
+  // PyTorch reads a target of the logits' shape as probabilities whatever its dtype: say so
+  // rather than report a shape mismatch against the index form's (N, d1, ...).
+  MT_CHECK(target.sizes() != logits.sizes(), op, ": a target of the logits' shape ", shape_str(logits.sizes()),
+           " holds class probabilities and must be floating, got ", target.describe(),
+           " (class indices have shape ", shape_str(nll_geometry(logits.sizes()).target_shape), ")");
+
+  // ---- class-index targets: torch 1.13's cross_entropy_loss_label_smoothing when eps > 0 ----
   const NllGeom geo = nll_check(op, logits, target, weight, "logits");
-  MT_CHECK(eps >= 0.0 && eps <= 1.0, op, ": label_smoothing must be between 0.0 and 1.0, got ", eps);
+  check_label_smoothing(op, eps);
   const int64_t cdim = logits.dim() == 1 ? 0 : 1;
   Tensor logp = log_softmax(logits, cdim);
   Tensor nll = nll_loss(logp, target, weight, ignore, red);
@@ -39,9 +100,7 @@ TensorList cross_entropy_composite(const OpCall& c) {
   // kept positions are selected rather than multiplied by a 0/1 mask).
   Tensor smooth;
   if (weight.defined()) {
-    IntList wshape(static_cast<size_t>(logits.dim()), 1);
-    wshape[static_cast<size_t>(cdim)] = geo.c;
-    smooth = -sum(logp * weight.reshape(wshape), IntList{cdim});
+    smooth = -sum(logp * class_weight_view(weight, logits.dim(), cdim, geo.c), IntList{cdim});
   } else {
     smooth = -sum(logp, IntList{cdim});
   }

@@ -21,10 +21,19 @@ enum class Reduction { None, Mean, Sum };
 Tensor nll_loss(const Tensor& logp, const Tensor& target, const Tensor& weight = {}, int64_t ignore_index = -100,
                 Reduction reduction = Reduction::Mean);
 
-// log_softmax(logits, class dim) then nll_loss; with label_smoothing = eps in [0, 1]:
-//   (1 - eps) * nll + eps / C * smooth,  smooth_p = -sum_c weight[c] * logp[n, c, ...]
-// (0 at ignored positions; Mean divides by the same sum of weights as nll_loss), as torch 1.13.
-// logits: (N, C), (N, C, d1, ...) or (C); target: Int64 indices as for nll_loss.
+// cross_entropy, in PyTorch's two forms (torch.nn.functional.cross_entropy), chosen by the target:
+// logits: (N, C), (N, C, d1, ...) or (C); logp = log_softmax(logits, class dim); eps =
+// label_smoothing in [0, 1].
+// * Class indices (target Int64, shaped as for nll_loss): nll_loss(logp, target, weight,
+//   ignore_index); with eps > 0,
+//     (1 - eps) * nll + eps / C * smooth,  smooth_p = -sum_c weight[c] * logp[n, c, ...]
+//   (0 at ignored positions; Mean divides by the same sum of weights as nll_loss), as torch 1.13.
+// * Class probabilities (target floating, of the logits' shape, e.g. soft labels or mixup):
+//     loss_p = -sum_c weight[c] * t'[n, c, ...] * logp[n, c, ...],  t' = target (1 - eps) + eps / C
+//   per position p = (n, d1, ...); Mean divides the sum by the number of positions N d1 ... dk
+//   (not by a sum of weights). Targets are used as given (they need not sum to 1). ignore_index
+//   must be negative (the default -100 is; it has no effect), as in PyTorch. The result is in
+//   the promoted dtype of logits, target and weight; a target that requires grad gets a gradient.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, const Tensor& weight = {},
                      int64_t ignore_index = -100, Reduction reduction = Reduction::Mean,
                      double label_smoothing = 0.0);

@@ -99,12 +99,15 @@ NllGeom nll_check(const char* op, const Tensor& input, const Tensor& target, con
   NllGeom g = nll_geometry(input.sizes());
   MT_CHECK(target.sizes() == g.target_shape, op, ": expected target of shape ", shape_str(g.target_shape), " for ",
            input_name, " ", input.describe(), ", got ", target.describe());
-  if (weight.defined()) {
-    MT_CHECK(is_floating(weight.dtype()), op, ": expected a floating weight, got ", weight.describe());
-    MT_CHECK(weight.dim() == 1 && weight.sizes()[0] == g.c, op, ": weight must be 1-D of size C = ", g.c,
-             " (one weight per class), got ", weight.describe());
-  }
+  check_class_weight(op, weight, g.c);
   return g;
+}
+
+void check_class_weight(const char* op, const Tensor& weight, int64_t classes) {
+  if (!weight.defined()) return;
+  MT_CHECK(is_floating(weight.dtype()), op, ": expected a floating weight, got ", weight.describe());
+  MT_CHECK(weight.dim() == 1 && weight.sizes()[0] == classes, op, ": weight must be 1-D of size C = ", classes,
+           " (one weight per class), got ", weight.describe());
 }
 
 const char* reduction_name(Reduction r) {

@@ -37,6 +37,9 @@ NllGeom nll_geometry(const IntList& sizes);
 NllGeom nll_check(const char* op, const Tensor& input, const Tensor& target, const Tensor& weight,
                   const char* input_name);
 
+// A class weight, when defined: floating and 1-D of size `classes` (nll_loss, both cross_entropy forms).
+void check_class_weight(const char* op, const Tensor& weight, int64_t classes);
+
 // The messages of the two value checks (after "<op>: "), for a flat position in `shape`: the
 // CPU kernels raise them at once, the CUDA ones at the next synchronisation (deferred checks).
 std::string bad_target_message(int64_t value, int64_t position, const IntList& shape, int64_t classes,

@@ -89,6 +89,24 @@ MT_GRAD_SAMPLE("cross_entropy/spatial-sum", [] { return TensorList{leaf({2, 3, 4
                [](const TensorList& x) {
                  return TensorList{cross_entropy(x[0], i64({{0, 1, 2, 0}, {2, 2, 1, 0}}), Tensor(), -100, Reduction::Sum, 0.3)};
                });
+// Class-probability targets: the target is an input too (its gradient is -w t'/dt logp).
+MT_GRAD_SAMPLE("cross_entropy/prob-mean", [] { return TensorList{leaf({4, 5}, -2, 2), leaf({4, 5}, 0, 1, 2)}; },
+               [](const TensorList& x) { return TensorList{cross_entropy(x[0], x[1])}; });
+MT_GRAD_SAMPLE("cross_entropy/prob-weight-smoothing-none",
+               [] { return TensorList{leaf({4, 5}, -2, 2), leaf({4, 5}, 0, 1, 3)}; },
+               [](const TensorList& x) {
+                 return TensorList{
+                     cross_entropy(x[0], x[1], f64({1.0, 0.5, 2.0, 1.5, 0.25}), -100, Reduction::None, 0.2)};
+               });
+MT_GRAD_SAMPLE("cross_entropy/prob-spatial-weight-sum",
+               [] { return TensorList{leaf({2, 3, 2, 2}, -2, 2), leaf({2, 3, 2, 2}, 0, 1, 4)}; },
+               [](const TensorList& x) {
+                 return TensorList{cross_entropy(x[0], x[1], f64({0.5, 2.0, 1.0}), -100, Reduction::Sum, 0.1)};
+               });
+MT_GRAD_SAMPLE("cross_entropy/prob-1d-mean", [] { return TensorList{leaf({5}, -2, 2), leaf({5}, 0, 1, 5)}; },
+               [](const TensorList& x) {
+                 return TensorList{cross_entropy(x[0], x[1], Tensor(), -100, Reduction::Mean, 0.3)};
+               });
 
 MT_GRAD_SAMPLE("mse_loss/mean", [] { return TensorList{leaf({3, 4}), leaf({3, 4}, -1, 1, 2)}; },
                [](const TensorList& x) { return TensorList{mse_loss(x[0], x[1])}; });
@@ -411,6 +429,139 @@ TEST(CrossEntropy, OnHalfLogits) {
   EXPECT_EQ(cross_entropy(x16.to(DType::Float32), t).dtype(), DType::Float32);
 }
 
+// -sum_c w_c t'_c logp_c per row of (N, C) f64 logits, t' = t (1 - eps) + eps / C: the
+// definition, written out with scalars.
+std::vector<double> prob_rows_by_hand(const Tensor& x, const Tensor& t, const std::vector<double>& w, double eps) {
+  const int64_t n = x.size(0), c = x.size(1);
+  const std::vector<double> lp = log_softmax(x, 1).to_vector<double>(), tv = t.to_vector<double>();
+  std::vector<double> rows(static_cast<size_t>(n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c; ++k) {
+      const size_t e = static_cast<size_t>(i * c + k);
+      const double tk = tv[e] * (1.0 - eps) + eps / static_cast<double>(c);
+      rows[static_cast<size_t>(i)] -= (w.empty() ? 1.0 : w[static_cast<size_t>(k)]) * tk * lp[e];
+    }
+  return rows;
+}
+
+TEST(CrossEntropy, ProbabilityTargetsByHand) {
+  Generator g(19);
+  Tensor x = randn({4, 3}, DType::Float64, &g) * 2.0;
+  Tensor t = softmax(randn({4, 3}, DType::Float64, &g), 1);
+  const std::vector<double> w = {2.0, 0.5, 1.0};
+  Tensor wt = tensor({2.0, 0.5, 1.0}, DType::Float64);
+  for (double eps : {0.0, 0.25}) {
+    for (bool weighted : {false, true}) {
+      const std::vector<double> rows = prob_rows_by_hand(x, t, weighted ? w : std::vector<double>{}, eps);
+      const Tensor wd = weighted ? wt : Tensor();
+      double total = 0;
+      for (double r : rows) total += r;
+      const std::vector<double> none = cross_entropy(x, t, wd, -100, Reduction::None, eps).to_vector<double>();
+      ASSERT_EQ(none.size(), rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) EXPECT_NEAR(none[i], rows[i], 1e-13) << i;
+      EXPECT_NEAR(cross_entropy(x, t, wd, -100, Reduction::Sum, eps).item<double>(), total, 1e-13);
+      // Mean divides by the number of rows whatever the weights (the index form divides by the
+      // targets' weight sum).
+      EXPECT_NEAR(cross_entropy(x, t, wd, -100, Reduction::Mean, eps).item<double>(), total / 4.0, 1e-13);
+    }
+  }
+  // (N, C, d): C is dim 1, one loss per (n, d) position; Mean divides by N * d.
+  Tensor xs = randn({2, 3, 4}, DType::Float64, &g), ts = softmax(randn({2, 3, 4}, DType::Float64, &g), 1);
+  Tensor none = cross_entropy(xs, ts, wt, -100, Reduction::None, 0.1);
+  EXPECT_EQ(none.sizes(), (IntList{2, 4}));
+  Tensor rows = cross_entropy(xs.permute({0, 2, 1}).reshape({8, 3}), ts.permute({0, 2, 1}).reshape({8, 3}), wt, -100,
+                              Reduction::None, 0.1);
+  const std::vector<double> a = none.to_vector<double>(), b = rows.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-13) << i;
+  EXPECT_NEAR(cross_entropy(xs, ts, wt, -100, Reduction::Mean, 0.1).item<double>(), sum(rows).item<double>() / 8.0,
+              1e-13);
+  // (C) logits with a (C) target: a 0-d loss for every reduction but None's (C) -> ().
+  Tensor x1 = tensor({0.5, -1.0, 2.0}, DType::Float64), t1 = tensor({0.2, 0.3, 0.5}, DType::Float64);
+  const double want1 = prob_rows_by_hand(x1.reshape({1, 3}), t1.reshape({1, 3}), w, 0.0)[0];
+  EXPECT_EQ(cross_entropy(x1, t1, wt, -100, Reduction::None).dim(), 0);
+  EXPECT_NEAR(cross_entropy(x1, t1, wt).item<double>(), want1, 1e-13);
+}
+
+TEST(CrossEntropy, OneHotProbabilitiesEqualClassIndices) {
+  Generator g(23);
+  Tensor x = randn({5, 4}, DType::Float64, &g);
+  Tensor idx = i64({3, 0, 2, 2, 1});
+  Tensor onehot = zeros({5, 4}, DType::Float64);
+  const std::vector<int64_t> iv = idx.to_vector<int64_t>();
+  for (size_t i = 0; i < iv.size(); ++i) set_element(onehot, static_cast<int64_t>(i) * 4 + iv[i], 1.0);
+  Tensor w = tensor({1.0, 0.5, 2.0, 1.5}, DType::Float64);
+  for (double eps : {0.0, 0.1}) {
+    for (Reduction r : {Reduction::None, Reduction::Sum, Reduction::Mean}) {
+      const std::vector<double> a = cross_entropy(x, onehot, Tensor(), -100, r, eps).to_vector<double>();
+      const std::vector<double> b = cross_entropy(x, idx, Tensor(), -100, r, eps).to_vector<double>();
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-13) << reduction_name(r) << " eps " << eps;
+    }
+    // With weights only Mean differs: the probability form divides by N, the index form by
+    // sum_n w[t_n] (PyTorch's two definitions).
+    const double sum_w = 1.5 + 1.0 + 2.0 + 2.0 + 0.5;
+    const double total = cross_entropy(x, idx, w, -100, Reduction::Sum, eps).item<double>();
+    EXPECT_NEAR(cross_entropy(x, onehot, w, -100, Reduction::Sum, eps).item<double>(), total, 1e-13);
+    EXPECT_NEAR(cross_entropy(x, onehot, w, -100, Reduction::Mean, eps).item<double>(), total / 5.0, 1e-13);
+    EXPECT_NEAR(cross_entropy(x, idx, w, -100, Reduction::Mean, eps).item<double>(), total / sum_w, 1e-13);
+  }
+}
+
+TEST(CrossEntropy, ProbabilityTargetsGradientsAndEdges) {
+  // d/dlogits = sum_c(w t') softmax - w t' (per row, / N for Mean); d/dtarget = -(1 - eps) w logp.
+  Generator g(29);
+  Tensor x = (randn({3, 4}, DType::Float64, &g)).requires_grad_();
+  Tensor t = softmax(randn({3, 4}, DType::Float64, &g), 1).requires_grad_();
+  Tensor w = tensor({1.0, 2.0, 0.5, 1.5}, DType::Float64);
+  const double eps = 0.2;
+  cross_entropy(x, t, w, -100, Reduction::Mean, eps).backward();
+  NoGradGuard no_grad;
+  Tensor ts = t.detach() * (1.0 - eps) + eps / 4.0;
+  Tensor wts = ts * w.reshape({1, 4});
+  Tensor gx = (softmax(x.detach(), 1) * sum(wts, IntList{1}, true) - wts) / 3.0;
+  Tensor gt = -(log_softmax(x.detach(), 1) * w.reshape({1, 4})) * ((1.0 - eps) / 3.0);
+  const std::vector<double> ax = x.grad().to_vector<double>(), bx = gx.to_vector<double>();
+  const std::vector<double> at = t.grad().to_vector<double>(), bt = gt.to_vector<double>();
+  for (size_t i = 0; i < ax.size(); ++i) EXPECT_NEAR(ax[i], bx[i], 1e-14) << i;
+  for (size_t i = 0; i < at.size(); ++i) EXPECT_NEAR(at[i], bt[i], 1e-14) << i;
+  // An empty batch: Mean is 0 / 0 = NaN (as PyTorch), Sum 0, None empty.
+  Tensor e = zeros({0, 4}, DType::Float64);
+  EXPECT_TRUE(std::isnan(cross_entropy(e, e).item<double>()));
+  EXPECT_EQ(cross_entropy(e, e, Tensor(), -100, Reduction::Sum).item<double>(), 0.0);
+  EXPECT_EQ(cross_entropy(e, e, Tensor(), -100, Reduction::None).sizes(), (IntList{0}));
+  // Any negative ignore_index is accepted and unused, as in PyTorch.
+  EXPECT_EQ(cross_entropy(x.detach(), t.detach(), Tensor(), -1).item<double>(),
+            cross_entropy(x.detach(), t.detach()).item<double>());
+  // Dtypes promote: f32 logits with an f64 target give f64.
+  EXPECT_EQ(cross_entropy(x.detach().to(DType::Float32), t.detach()).dtype(), DType::Float64);
+}
+
+TEST(CrossEntropy, ProbabilityTargetsUnderAutocastRunInFloat32) {
+  // cross_entropy is on the fp32 list: under autocast 16-bit logits, probability targets and
+  // weights are cast up and the loss is the f32 one on the cast values, bit for bit; the
+  // gradients come back to the 16-bit leaves in their own dtype.
+  Generator g(31);
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    Tensor x = (randn({6, 5}, {}, &g) * 3.0).to(dt).requires_grad_();
+    Tensor t = softmax(randn({6, 5}, {}, &g), 1).to(dt).requires_grad_();
+    Tensor w = (rand({5}, {}, &g) + 0.5).to(dt);
+    Tensor l;
+    {
+      amp::AutocastGuard ac(DeviceType::CPU, dt);
+      l = cross_entropy(x, t, w, -100, Reduction::Mean, 0.1);
+    }
+    EXPECT_EQ(l.dtype(), DType::Float32) << dtype_name(dt);
+    Tensor want = cross_entropy(x.detach().to(DType::Float32), t.detach().to(DType::Float32), w.to(DType::Float32),
+                                -100, Reduction::Mean, 0.1);
+    EXPECT_TRUE(bit_equal(l.detach(), want)) << dtype_name(dt);
+    l.backward();
+    EXPECT_EQ(x.grad().dtype(), dt);
+    EXPECT_EQ(t.grad().dtype(), dt);
+    EXPECT_TRUE(all_finite(x.grad()));
+    // Outside autocast the loss stays in the 16-bit dtype (each op rounds once).
+    EXPECT_EQ(cross_entropy(x.detach(), t.detach(), w).dtype(), dt);
+  }
+}
+
 TEST(MseLoss, Values) {
   Tensor x = tensor({1.0, 2.0, 3.0}), y = tensor({1.5, 2.0, 1.0});
   EXPECT_FLOAT_EQ(mse_loss(x, y).item<float>(), (0.25f + 0.0f + 4.0f) / 3.0f);
@@ -492,7 +643,8 @@ TEST(Losses, BadInputs) {
                "target 5 at position [1, 1] is out of bounds: expected a class in [0, 5)");
   expect_error([&] { cross_entropy(randn({3, 5}), i64({0, 5, 1})); }, "target 5 at position [1] is out of bounds");
   expect_error([&] { nll_loss(logp, tensor({0.0, 1.0, 2.0})); }, "nll_loss: target must hold Int64 class indices, got f32[3]");
-  expect_error([&] { cross_entropy(randn({3, 5}), rand({3, 5})); }, "class-probability targets are not supported");
+  expect_error([&] { nll_loss(logp, rand({3, 5})); }, "nll_loss: target must hold Int64 class indices, got f32[3, 5] "
+               "(class-probability targets are not supported)");
   expect_error([&] { nll_loss(logp, i64({0, 1})); }, "nll_loss: expected target of shape [3] for input f32[3, 5], got i64[2]");
   expect_error([&] { cross_entropy(randn({3, 5, 2}), i64({0, 1, 2})); }, "cross_entropy: expected target of shape [3, 2]");
   expect_error([&] { nll_loss(logp, i64({0, 1, 2}), ones({4})); }, "nll_loss: weight must be 1-D of size C = 5 (one weight per class), got f32[4]");
@@ -501,6 +653,31 @@ TEST(Losses, BadInputs) {
                "cross_entropy: label_smoothing must be between 0.0 and 1.0, got 1.5");
   expect_error([&] { nll_loss(logp, i64({0, 1, 2}), ones({5}).requires_grad_()); },
                "nll_loss: weight f32[5] requires grad, but nll_loss is not differentiable with respect to weight");
+  // cross_entropy with class-probability targets
+  expect_error([&] { cross_entropy(randn({3, 5}), tensor({0.0, 1.0, 2.0})); },
+               "cross_entropy: a floating target holds class probabilities and must have the logits' shape [3, 5] "
+               "(logits f32[3, 5]), got target f32[3]; class indices must be Int64");
+  expect_error([&] { cross_entropy(randn({3, 5, 2}), rand({3, 2, 5})); },
+               "must have the logits' shape [3, 5, 2] (logits f32[3, 5, 2]), got target f32[3, 2, 5]");
+  expect_error([&] { cross_entropy(randn({3, 5}), zeros({3, 5}, DType::Int64)); },
+               "cross_entropy: a target of the logits' shape [3, 5] holds class probabilities and must be floating, "
+               "got i64[3, 5] (class indices have shape [3])");
+  expect_error([&] { cross_entropy(randn({3, 5}), rand({3, 5}), Tensor(), 0); },
+               "cross_entropy: ignore_index 0 is not supported with class-probability targets (f32[3, 5])");
+  expect_error([&] { cross_entropy(randn({3, 5}), rand({3, 5}), ones({4})); },
+               "cross_entropy: weight must be 1-D of size C = 5 (one weight per class), got f32[4]");
+  expect_error([&] { cross_entropy(randn({3, 5}), rand({3, 5}), ones({1, 5})); },
+               "cross_entropy: weight must be 1-D of size C = 5 (one weight per class), got f32[1, 5]");
+  expect_error([&] { cross_entropy(randn({3, 5}), rand({3, 5}), ones({5}, DType::Int64)); },
+               "cross_entropy: expected a floating weight, got i64[5]");
+  expect_error([&] { cross_entropy(randn({3, 5}), rand({3, 5}), ones({5}).requires_grad_()); },
+               "cross_entropy: weight f32[5] requires grad");
+  expect_error([&] { cross_entropy(randn({3, 5}), rand({3, 5}), Tensor(), -100, Reduction::Mean, -0.1); },
+               "cross_entropy: label_smoothing must be between 0.0 and 1.0, got -0.1");
+  expect_error([&] { cross_entropy(zeros({3, 5}, DType::Int64), rand({3, 5})); },
+               "cross_entropy: expected a floating logits, got i64[3, 5]");
+  expect_error([&] { cross_entropy(scalar_tensor(1.0), scalar_tensor(0.5)); },
+               "cross_entropy: expected logits of shape (N, C), (N, C, d1, ...) or (C), got f32[]");
   expect_error([&] { mse_loss(randn({4, 1}), randn({4})); },
                "mse_loss: target f32[4] must have the same shape as input f32[4, 1]");
   expect_error([&] { mse_loss(randn({4}), tensor({1.0, 2.0, 3.0, 4.0}, DType::Int64)); }, "mse_loss: expected a floating target");

@@ -296,7 +296,7 @@ class TorchCase : public ::testing::TestWithParam<Case> {};
 
 MT_TORCH_FAMILY(TorchSoftmax, "softmax");            // dims 0, 1, -1; large logits; dtype=
 MT_TORCH_FAMILY(TorchNllLoss, "nll_loss");           // weight, ignore_index, (N, C, d1, d2)
-MT_TORCH_FAMILY(TorchCrossEntropy, "cross_entropy");  // label smoothing with weight and ignore_index
+MT_TORCH_FAMILY(TorchCrossEntropy, "cross_entropy");  // index and probability targets; smoothing, weight, ignore_index
 MT_TORCH_FAMILY(TorchMseLoss, "mse_loss");
 MT_TORCH_FAMILY(TorchBce, "bce");                    // with weight; target gradient
 MT_TORCH_FAMILY(TorchBceLogits, "bce_logits");       // weight and pos_weight; large logits
@@ -308,7 +308,12 @@ TEST(TorchSoftmaxLossFixture, LoadsAndCoversEveryFamily) {
   for (const char* family : {"softmax", "nll_loss", "cross_entropy", "mse_loss", "bce", "bce_logits", "shape", "half"})
     EXPECT_FALSE(cases_of(family).empty()) << "no cases for family " << family;
   std::map<std::string, int> seen;
-  for (const json& c : fixture().doc["cases"]) ++seen[c["name"].get<std::string>()];
+  int probability_targets = 0;  // cross_entropy's second form: a floating target of the logits' shape
+  for (const json& c : fixture().doc["cases"]) {
+    ++seen[c["name"].get<std::string>()];
+    if (c["op"] == "cross_entropy" && c["inputs"][1]["dtype"] != "i64") ++probability_targets;
+  }
+  EXPECT_GT(probability_targets, 0) << "no cross_entropy case with class-probability targets";
   for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << "duplicate case name " << name;
   for (const auto& [name, why] : known_bugs()) EXPECT_EQ(seen.count(name), 1u) << "known bug for missing case " << name;
 }
