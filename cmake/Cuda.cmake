@@ -4,7 +4,13 @@
 # Invariants (docs/CUDA.md explains them):
 #   - AUTO turns CUDA on exactly when an nvcc is found, so a machine without the toolkit builds
 #     the CPU-only configuration with no extra flags; ON without nvcc is a configure error.
-#   - Explicit architecture list (never "native": it fails on a machine without a GPU).
+#   - Explicit architecture list (never "native": it fails on a machine without a GPU). Each
+#     architecture is one more device compile (cicc, ptxas) of every .cu, so the default is one:
+#     the local GPU's (nvidia-smi's compute capability, e.g. 90, which also embeds its PTX) when
+#     one is found, else 80 (sm_80 code plus compute_80 PTX: runs on every GPU from A100 on,
+#     Hopper by JIT, and still puts every kernel through ptxas, so a build without a GPU, CI's,
+#     checks the whole device compile). -DCMAKE_CUDA_ARCHITECTURES=... or CUDAARCHS choose
+#     others, e.g. "80-real;90-real;90-virtual" for binaries meant for several GPU generations.
 #   - One cudart, the shared one; never the driver library (only a stub exists on CI machines
 #     and a binary linked to it does not start) — cudart loads the driver itself, at first use.
 #   - cuBLAS/cuBLASLt are not linked but loaded at first call (core/cuda/cublas_lazy.cpp), so
@@ -52,11 +58,53 @@ else()
   endif()
 endif()
 
+# mixtape_default_cuda_architecture(<arch var> <reason var>): the local GPU's architecture when
+# nvidia-smi answers with a compute capability this nvcc can compile for, else 80. With several
+# GPUs, all of their (distinct) architectures.
+function(mixtape_default_cuda_architecture out_arch out_why)
+  set(arch 80)
+  set(why "no GPU found (no nvidia-smi, or it answered no compute capability): sm_80 + compute_80 PTX")
+  find_program(MIXTAPE_NVIDIA_SMI nvidia-smi)
+  if(MIXTAPE_NVIDIA_SMI)
+    execute_process(COMMAND ${MIXTAPE_NVIDIA_SMI} --query-gpu=compute_cap --format=csv,noheader
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE caps ERROR_QUIET TIMEOUT 20)
+    string(REGEX MATCHALL "[0-9]+\\.[0-9]+" caps "${caps}")
+    list(REMOVE_DUPLICATES caps)
+    if(rc EQUAL 0 AND caps)
+      execute_process(COMMAND ${CMAKE_CUDA_COMPILER} --list-gpu-arch
+                      RESULT_VARIABLE nvcc_rc OUTPUT_VARIABLE supported ERROR_QUIET TIMEOUT 20)
+      set(found)
+      foreach(cap ${caps})
+        string(REPLACE "." "" a "${cap}")
+        if(NOT nvcc_rc EQUAL 0 OR supported MATCHES "compute_${a}([^0-9]|$)")
+          list(APPEND found ${a})
+        else()
+          message(WARNING "mixtape: the GPU's compute capability ${cap} is not one this nvcc compiles for "
+                          "(nvcc --list-gpu-arch), so it is left out of the default architectures (${arch} "
+                          "when no GPU is left); set -DCMAKE_CUDA_ARCHITECTURES to choose.")
+        endif()
+      endforeach()
+      list(REMOVE_DUPLICATES found)
+      if(found)
+        set(arch ${found})
+        set(why "the local GPU's (nvidia-smi: compute capability ${caps})")
+      else()
+        set(why "no GPU this nvcc compiles for (nvidia-smi: compute capability ${caps}): sm_80 + compute_80 PTX")
+      endif()
+    endif()
+  endif()
+  set(${out_arch} ${arch} PARENT_SCOPE)
+  set(${out_why} "${why}" PARENT_SCOPE)
+endfunction()
+
 if(MIXTAPE_WITH_CUDA)
-  # Each architecture adds a full device compile of every .cu; scripts/gpu-check.sh passes the
-  # local GPU's one. 90-virtual keeps PTX so newer GPUs can JIT it.
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 80-real 90-real 90-virtual CACHE STRING "CUDA architectures")
+  # One architecture by default (see the header): each more is another device compile of
+  # every .cu, and most builds (a newcomer's `make demo`, CI) run on no GPU at all.
+  # scripts/gpu-check.sh passes the local GPU's explicitly; CUDAARCHS is CMake's own variable.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES AND NOT DEFINED ENV{CUDAARCHS})
+    mixtape_default_cuda_architecture(_mixtape_arch _mixtape_arch_why)
+    set(CMAKE_CUDA_ARCHITECTURES ${_mixtape_arch} CACHE STRING "CUDA architectures (${_mixtape_arch_why})")
+    message(STATUS "mixtape: CUDA architecture ${_mixtape_arch}: ${_mixtape_arch_why}")
   endif()
   # CMake 3.25 knows no C++20 flag for nvcc: .cu files are C++17 (headers they include must be too).
   set(CMAKE_CUDA_STANDARD 17)

@@ -9,17 +9,21 @@
 //   1. computes one batch's gradients three ways on the same weights -- FP32, FP16 (autocast)
 //      without scaling, FP16 with the loss scaled by S -- and prints, per layer, the fraction of
 //      nonzero FP32 gradient values that FP16 flushed to zero; plus amp::GradStats' prediction
-//      from the FP32 activation gradients, and their log2 histograms (SVG);
+//      from the FP32 activation gradients, and their histograms on a log2 axis against FP16's
+//      underflow, subnormal and overflow ranges (SVG);
 //   2. trains the model three ways (FP32; FP16 without scaling; FP16 with amp::GradScaler) and
-//      prints the test accuracies side by side, with the loss-scale timeline (SVG).
+//      prints the test accuracies side by side, with the loss-scale timeline and its skipped
+//      steps (SVG).
 //
 //   build/examples/amp_underflow [--epochs 2] [--train 12000] [--out out/amp_underflow]
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "amp/grad_scaler.h"
 #include "mixtape/mixtape.h"
@@ -69,6 +73,15 @@ Data load(const Config& c, bool train) {
   const int64_t n = std::min<int64_t>(train ? c.train : c.test, ds->size());
   Tensor x = ds->data().narrow(0, 0, n).to(DType::Float32).reshape({n, 784});
   return {(x / 255.0 - 0.2860) / 0.3530, ds->targets().narrow(0, 0, n)};
+}
+
+// A loss scale as a label: 2^{16} for a power of two, else the number.
+std::string scale_text(double scale) {
+  int e = 0;
+  if (std::frexp(scale, &e) == 0.5) return "2^{" + std::to_string(e - 1) + "}";
+  std::ostringstream os;
+  os << scale;
+  return os.str();
 }
 
 // Forward + weighted loss, under autocast for the FP16 modes.
@@ -130,14 +143,21 @@ void measure_one_batch(const Config& c, const Data& train) {
   std::cout << "\namp::GradStats on the FP32 gradients (what storing them in FP16 would do):\n" << stats.table();
 
   std::ofstream(c.out_dir + "/grad_histograms.csv") << stats.histogram_csv();
-  svg::Plot p{"log2|gradient| of each layer's output (FP32 run)", "log2 |g|", "values", {}, true,
-              {{-24, "fp16 min subnormal"}, {-14, "fp16 min normal"}, {15.99, "fp16 max"},
-               {-24 - std::log2(c.scale), "min subnormal / S"}}};
+  // Magnitudes on a log2 axis against FP16's ranges (shaded): each binade [2^k, 2^(k+1)) drawn at
+  // its middle, 2^(k+1/2); empty binades leave gaps (a log axis has no 0).
+  svg::Plot p{"|gradient| of each layer's output (FP32 run, one batch)",
+              {"|g| (values counted per binade, 2^{k} ≤ |g| < 2^{k+1})", svg::Scale::Log2},
+              {"values", svg::Scale::Log10}};
+  // To 2^17: the whole of FP16's range shows, overflow included, to see how far below it they are.
+  p.x.hi = std::ldexp(1.0, 17);
+  svg::add_fp16_zones(p);
+  p.lines.push_back({std::ldexp(1.0, -24) / c.scale, "2^{-24} / S (S = " + scale_text(c.scale) +
+                                                         "): smaller\ngradients underflow even scaled"});
   for (const auto& s : stats.stats()) {
     if (!s.activation) continue;
     svg::Series ser{s.name, {}, {}};
     for (size_t i = 0; i < s.log2_histogram.size(); ++i) {
-      ser.x.push_back(amp::GradStats::kLog2Min + static_cast<double>(i));
+      ser.x.push_back(std::ldexp(std::sqrt(2.0), amp::GradStats::kLog2Min + static_cast<int>(i)));
       ser.y.push_back(static_cast<double>(s.log2_histogram[i]));
     }
     p.series.push_back(ser);
@@ -209,22 +229,27 @@ int main(int argc, char** argv) {
               << "\n";
     std::cout << std::left << std::setw(24) << "run" << std::right << std::setw(14) << "test accuracy"
               << std::setw(14) << "final loss" << std::setw(16) << "skipped steps" << "\n";
-    svg::Plot timeline{"GradScaler: loss scale per iteration", "iteration", "scale", {}, true, {}};
+    svg::Plot timeline{"GradScaler: the loss scale per iteration (growth interval 50)", {"iteration"},
+                       {"loss scale S", svg::Scale::Log2}};
     for (Mode m : {Mode::FP32, Mode::FP16, Mode::FP16Scaled}) {
       RunResult r = train_run(c, train, test, m);
       std::cout << std::left << std::setw(24) << mode_name(m) << std::right << std::fixed << std::setprecision(2)
                 << std::setw(13) << 100 * r.accuracy << "%" << std::setprecision(4) << std::setw(14) << r.final_loss
                 << std::setw(16) << r.skipped << std::defaultfloat << "\n";
       if (m == Mode::FP16Scaled) {
-        svg::Series s{"scale", {}, {}};
+        svg::Series s{"scale used", {}, {}, svg::Style::Steps, "#2ca02c"};
+        svg::Series skipped{"", {}, {}, svg::Style::Markers, "#d62728", 'x'};
         std::ofstream csv(c.out_dir + "/loss_scale.csv");
         csv << "iteration,scale,skipped\n";
         for (const auto& h : r.history) {
           s.x.push_back(static_cast<double>(h.iteration));
           s.y.push_back(h.scale);
+          if (h.skipped) skipped.x.push_back(static_cast<double>(h.iteration)), skipped.y.push_back(h.scale);
           csv << h.iteration << ',' << h.scale << ',' << h.skipped << '\n';
         }
-        timeline.series.push_back(s);
+        skipped.label = std::to_string(r.skipped) + " skipped (inf/NaN gradient;\nS is halved)";
+        timeline.series = {s, skipped};
+        if (!r.history.empty()) timeline.x.lo = 0, timeline.x.hi = static_cast<double>(r.history.back().iteration);
       }
     }
     svg::write(c.out_dir + "/loss_scale.svg", timeline);

@@ -1,7 +1,9 @@
 // examples/train_fashion_mnist.cpp — the main job: train a CNN on Fashion-MNIST from C++ and
 // report test accuracy. Reads Debian's dataset-fashion-mnist IDX files (or the ImageFolder
-// export_images makes of them); writes per-step metrics (CSV) and a summary (JSON); with --save,
-// a checkpoint after every epoch that --resume continues bit-identically (same thread count).
+// export_images makes of them); writes per-step metrics (CSV), a summary (JSON) and the curves
+// as a picture (SVG: train/test loss and accuracy per epoch, and under --amp fp16 the loss scale
+// with the skipped steps; svg_plot.h); with --save, a checkpoint after every epoch that --resume
+// continues bit-identically (same thread count).
 //
 //   train_fashion_mnist --model smallcnn --epochs 3 --batch-size 128 --lr 0.05 --momentum 0.9
 //   train_fashion_mnist --epochs 2 --save ck.safetensors && train_fashion_mnist --epochs 3 --resume ck.safetensors
@@ -25,6 +27,7 @@
 #include "amp/grad_scaler.h"
 #include "core/cuda_api.h"
 #include "ops/cpu/blas.h"
+#include "svg_plot.h"
 
 using namespace mixtape;
 using Clock = std::chrono::steady_clock;
@@ -46,6 +49,7 @@ struct Config {
   std::string data_dir = data::kFashionMnistDir;
   std::string metrics_file = "out/fashion_mnist/metrics.csv";
   std::string summary_file = "out/fashion_mnist/summary.json";
+  std::string curves_file;  // "" = curves.svg beside the metrics CSV
   int64_t limit_train = 0;  // 0 = all
   int64_t limit_test = 0;
   bool augment = false;
@@ -206,12 +210,94 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<D
   return {loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen)};
 }
 
+// --curves, or curves.svg in the metrics CSV's folder.
+std::string curves_path(const Config& c) {
+  if (!c.curves_file.empty()) return c.curves_file;
+  return (std::filesystem::path(c.metrics_file).parent_path() / "curves.svg").string();
+}
+
+// What the curves show of each optimizer step this process ran (the CSV has the same rows).
+struct StepRecord {
+  int64_t step;
+  double loss, scale;
+  bool skipped;
+};
+
+// The training curves: loss (every step this process ran, and per epoch train and test), accuracy
+// per epoch, and with a loss scaler the scale per step (log2 axis) with the skipped steps marked.
+// `epochs` is the per-epoch history, a resumed run's earlier epochs included.
+svg::Figure training_curves(const Config& c, const nlohmann::json& epochs, const std::vector<StepRecord>& steps,
+                            int64_t steps_per_epoch, bool scaler_on, double test_accuracy) {
+  std::ostringstream title;
+  title << c.model << " on Fashion-MNIST: " << c.epochs << (c.epochs == 1 ? " epoch, " : " epochs, ") << c.optimizer
+        << " lr " << c.lr
+        << (c.amp == "off" ? "" : ", AMP " + c.amp) << "; test accuracy " << std::fixed << std::setprecision(2)
+        << 100 * test_accuracy << "%";
+  svg::Figure f{title.str(), {}};
+  const double spe = static_cast<double>(steps_per_epoch);
+  const std::string train_color = "#1f77b4", test_color = "#d62728";
+
+  svg::Plot loss{"Loss", {"epoch"}, {"cross-entropy loss"}};
+  loss.x.lo = 0, loss.x.hi = c.epochs;
+  loss.y.include_zero = true;
+  svg::Series per_step{"train, per step", {}, {}, svg::Style::Line, train_color, 'o', 0.8, 0.35};
+  for (const StepRecord& r : steps) {
+    per_step.x.push_back(static_cast<double>(r.step) / spe);
+    per_step.y.push_back(r.loss);
+  }
+  svg::Series train_loss{"train, epoch mean", {}, {}, svg::Style::LineMarkers, train_color};
+  svg::Series test_loss{"test", {}, {}, svg::Style::LineMarkers, test_color, 's'};
+  svg::Plot acc{"Accuracy", {"epoch"}, {"accuracy (%)"}};
+  acc.x.lo = 0, acc.x.hi = c.epochs;
+  acc.height = 220;
+  svg::Series train_acc{"train (during the epoch)", {}, {}, svg::Style::LineMarkers, train_color};
+  svg::Series test_acc{"test (after the epoch)", {}, {}, svg::Style::LineMarkers, test_color, 's'};
+  for (const auto& e : epochs) {
+    const double x = e.value("epoch", 0);
+    train_loss.x.push_back(x), train_loss.y.push_back(e.value("train_loss", std::nan("")));
+    test_loss.x.push_back(x), test_loss.y.push_back(e.value("test_loss", std::nan("")));
+    train_acc.x.push_back(x), train_acc.y.push_back(100 * e.value("train_accuracy", std::nan("")));
+    test_acc.x.push_back(x), test_acc.y.push_back(100 * e.value("test_accuracy", std::nan("")));
+  }
+  loss.series = {per_step, train_loss, test_loss};
+  acc.series = {train_acc, test_acc};
+  f.plots = {loss, acc};
+
+  if (scaler_on) {
+    int64_t skipped = 0;
+    svg::Series scale{"loss scale S", {}, {}, svg::Style::Steps, "#2ca02c"};
+    svg::Series skips{"skipped step (inf/NaN gradient;\nS is halved)", {}, {}, svg::Style::Markers, test_color, 'x'};
+    for (const StepRecord& r : steps) {
+      scale.x.push_back(static_cast<double>(r.step)), scale.y.push_back(r.scale);
+      if (r.skipped) skips.x.push_back(static_cast<double>(r.step)), skips.y.push_back(r.scale), ++skipped;
+    }
+    svg::Plot sp{"Dynamic loss scaling (FP16): " + std::to_string(skipped) + " skipped " +
+                     (skipped == 1 ? "step" : "steps"),
+                 {"optimizer step"}, {"loss scale", svg::Scale::Log2}};
+    if (!steps.empty()) {
+      sp.x.lo = static_cast<double>(steps.front().step - 1);
+      sp.x.hi = static_cast<double>(steps.back().step);
+    }
+    sp.series = {scale, skips};
+    sp.height = 200;
+    f.plots.push_back(sp);
+  }
+  return f;
+}
+
 int run(const Config& c) {
   if (c.threads > 0) set_num_threads(c.threads);
   manual_seed(c.seed);
-  for (const std::string& f : {c.metrics_file, c.summary_file, c.save_path}) {
+  const std::string curves = curves_path(c);
+  for (const std::string& f : {c.metrics_file, c.summary_file, c.save_path, curves}) {
     auto parent = std::filesystem::path(f).parent_path();
     if (!f.empty() && !parent.empty()) std::filesystem::create_directories(parent);
+  }
+  // The picture is written last: a folder it cannot go to fails now, not after the training.
+  {
+    auto parent = std::filesystem::path(curves).parent_path();
+    MT_CHECK(::access(parent.empty() ? "." : parent.c_str(), W_OK) == 0, "cannot write --curves '", curves,
+             "': its folder is not writable");
   }
   // Read (not yet apply) the checkpoint first: a wrong file fails before minutes of data loading.
   std::optional<nn::Checkpoint> resume;
@@ -320,6 +406,8 @@ int run(const Config& c) {
   double train_seconds = 0;
   int64_t images = 0, steps_run = 0, skipped_steps = 0;
   Progress progress(c.log_every, total_steps);
+  std::vector<StepRecord> step_records;  // for the curves
+  step_records.reserve(static_cast<size_t>(std::max<int64_t>(total_steps - step, 0)));
   EvalResult last;
   if (!epochs.empty()) last = {epochs.back().value("test_loss", 0.0), epochs.back().value("test_accuracy", 0.0)};
   for (int epoch = start_epoch; epoch < c.epochs; ++epoch) {
@@ -378,6 +466,7 @@ int run(const Config& c) {
       double lr = opt->param_groups()[0].options.get("lr");
       csv << step << ',' << epoch << ',' << step_loss << ',' << lr << ',' << static_cast<double>(step_images) / dt
           << ',' << (scaler.is_enabled() ? scale_used : 1.0) << ',' << (stepped ? 0 : 1) << '\n';
+      step_records.push_back({step, step_loss, scaler.is_enabled() ? scale_used : 1.0, !stepped});
       double elapsed = train_seconds + std::chrono::duration<double>(Clock::now() - t_epoch).count();
       progress.update(epoch + 1, c.epochs, step_in_epoch, steps_per_epoch, step, step_loss, lr,
                       static_cast<double>(images) / elapsed, static_cast<double>(steps_run) / elapsed);
@@ -432,8 +521,11 @@ int run(const Config& c) {
                             {"resumed_from_epoch", start_epoch},
                             {"per_epoch", epochs}};
   std::ofstream(c.summary_file) << summary.dump(2) << "\n";
+  svg::write(curves, training_curves(c, epochs, step_records, steps_per_epoch, scaler.is_enabled(), last.accuracy));
   std::cout << "test accuracy " << std::fixed << std::setprecision(2) << 100 * last.accuracy << "% after " << c.epochs
             << " epochs (" << std::setprecision(1) << wall << " s); metrics in " << c.metrics_file << ", summary in " << c.summary_file << "\n";
+  std::cout << "curves (loss, accuracy" << (scaler.is_enabled() ? ", loss scale" : "") << "): " << curves
+            << "  (open it in a web browser)\n";
   return 0;
 }
 
@@ -461,6 +553,9 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", c.metrics_file, "per-step CSV: step, epoch, loss, lr, images/s, loss_scale, skipped (a resumed run writes the steps it runs)")->capture_default_str();
   app.add_option("--summary-json", c.summary_file, "final summary (accuracy, loss, images/s, peak bytes)")
       ->capture_default_str();
+  app.add_option("--curves", c.curves_file,
+                 "SVG of the training curves: train/test loss and accuracy, and under --amp fp16 the loss scale and "
+                 "skipped steps (default: curves.svg beside --metrics)");
   app.add_option("--limit,--limit-train", c.limit_train,
                  "use only N training images (0 = all): the first N, or every k-th of an ImageFolder");
   app.add_option("--limit-test", c.limit_test, "use only N test images (0 = all), chosen as for --limit");

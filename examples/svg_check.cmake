@@ -1,0 +1,71 @@
+# examples/svg_check.cmake — ctest driver (cmake -P): the SVG files the examples wrote exist and
+# are well-formed, and each holds the texts its figure must show.
+#   cmake [-DPYTHON=<python3>] -P svg_check.cmake <file>|<text>|<text>... <file>|...
+# One argument per file: its path, then texts that must occur in it literally, '|'-separated.
+# With PYTHON every file is also parsed as XML (xml.etree); without it the check is structural
+# (starts <svg, ends </svg>, as many <text elements opened as closed).
+# Every file must also be free of the labels the old plots had: numbers with four or more
+# decimals (0.50000001) and "1e" exponents (1e3.5). Tick choice itself is svg_plot_test.cpp's.
+# The arguments after the script's own path (cmake -P passes them through as CMAKE_ARGV<n>).
+set(checks)
+set(after_script OFF)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(after_script)
+    list(APPEND checks "${CMAKE_ARGV${i}}")
+  elseif(CMAKE_ARGV${i} MATCHES "svg_check\\.cmake$")
+    set(after_script ON)
+  endif()
+endforeach()
+if(NOT checks)
+  message(FATAL_ERROR "svg_check.cmake: pass <file>|<text>... arguments after the script")
+endif()
+set(files)
+foreach(entry ${checks})
+  string(REPLACE "|" ";" parts "${entry}")
+  list(POP_FRONT parts file)
+  list(APPEND files ${file})
+  if(NOT EXISTS "${file}")
+    message(FATAL_ERROR "${file} was not written")
+  endif()
+  file(READ "${file}" svg)
+  string(LENGTH "${svg}" n)
+  if(n EQUAL 0)
+    message(FATAL_ERROR "${file} is empty")
+  endif()
+  string(STRIP "${svg}" stripped)
+  if(NOT stripped MATCHES "^<svg " OR NOT stripped MATCHES "</svg>$")
+    message(FATAL_ERROR "${file} does not start with <svg and end with </svg>")
+  endif()
+  string(REGEX MATCHALL "<text[ >]" opened "${svg}")
+  string(REGEX MATCHALL "</text>" closed "${svg}")
+  list(LENGTH opened n_open)
+  list(LENGTH closed n_close)
+  if(NOT n_open EQUAL n_close OR n_open EQUAL 0)
+    message(FATAL_ERROR "${file}: ${n_open} <text> elements opened, ${n_close} closed")
+  endif()
+  foreach(text ${parts})
+    string(FIND "${svg}" "${text}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "${file} does not contain '${text}'")
+    endif()
+  endforeach()
+  if(svg MATCHES ">-?[0-9]+\\.[0-9][0-9][0-9][0-9]+<" OR svg MATCHES ">1e[-0-9.]+<")
+    message(FATAL_ERROR "${file} has a tick label with spurious digits or a 1e exponent: '${CMAKE_MATCH_0}'")
+  endif()
+  message(STATUS "${file}: ${n_open} texts, contains ${parts}")
+endforeach()
+
+if(PYTHON)
+  execute_process(COMMAND ${PYTHON} -c
+                          "import sys, xml.etree.ElementTree as E\nfor f in sys.argv[1:]: E.parse(f)"
+                          ${files}
+                  RESULT_VARIABLE rc ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "an SVG is not well-formed XML (${PYTHON} xml.etree):\n${err}")
+  endif()
+  list(LENGTH files n_files)
+  message(STATUS "all ${n_files} files parse as XML (${PYTHON})")
+else()
+  message(STATUS "no python3 found: the SVGs were checked structurally, not parsed as XML")
+endif()
