@@ -1,6 +1,7 @@
 // core/dispatcher.cpp — registry, layer selection, checks common to every op, tracing.
 #include "core/dispatcher.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,9 @@ Registry& registry() {
 }
 
 LayerFn g_handlers[3] = {nullptr, nullptr, nullptr};
+std::atomic<KernelObserver> g_kernel_observer{nullptr};
+// Set whenever an entry is created or gains a kernel; dispatch() then checks the registry again.
+std::atomic<bool> g_registry_changed{true};
 
 struct LayerTLS {
   uint32_t excluded = 0;
@@ -98,6 +102,7 @@ OpSchema& define_op(const char* name) {
     s->name = name;
     it = r.ops.emplace(name, std::move(s)).first;
   }
+  g_registry_changed.store(true, std::memory_order_release);  // its builder calls follow
   return *it->second;
 }
 
@@ -121,6 +126,46 @@ bool register_kernel(const char* op, DeviceType device, KernelFn fn) {
   return true;
 }
 
+std::vector<std::string> kernel_registry_problems() {
+  std::vector<std::string> problems;
+#if MIXTAPE_WITH_CUDA
+  for (const OpSchema* op : all_ops()) {
+    if (op->composite || op->any_device) continue;  // no kernel of their own on any device
+    const bool cpu = op->kernels[static_cast<int>(DeviceType::CPU)] != nullptr;
+    const bool gpu = op->kernels[static_cast<int>(DeviceType::CUDA)] != nullptr;
+    const bool cpu_only = !op->cpu_only_reason.empty();
+    if (cpu && !gpu && !cpu_only)
+      problems.push_back(op->name + ": a CPU kernel and no CUDA kernel (write one, see docs/adding-an-op.md, "
+                                    "or declare the op .cpu_only(\"why\"))");
+    if (gpu && !cpu) problems.push_back(op->name + ": a CUDA kernel and no CPU kernel (a misspelt register_kernel name?)");
+    if (gpu && cpu_only)
+      problems.push_back(op->name + ": declared cpu_only(\"" + op->cpu_only_reason + "\") but has a CUDA kernel");
+  }
+#endif
+  return problems;
+}
+
+namespace {
+// Throws while the registry has problems; checks again only after it changed.
+void check_registry() {
+  if (!g_registry_changed.load(std::memory_order_acquire)) return;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!g_registry_changed.load(std::memory_order_acquire)) return;
+  const std::vector<std::string> problems = kernel_registry_problems();
+  if (problems.empty()) {
+    g_registry_changed.store(false, std::memory_order_release);
+    return;
+  }
+  std::string all;
+  for (const std::string& p : problems) all += "\n  " + p;
+  MT_ERROR("the op registry is incomplete for the devices mixtape was built for (", problems.size(),
+           " problem", problems.size() == 1 ? "" : "s", "):", all);
+}
+}  // namespace
+
+void set_kernel_observer(KernelObserver fn) { g_kernel_observer.store(fn, std::memory_order_release); }
+
 void set_layer_handler(DispatchLayer layer, LayerFn fn) { g_handlers[static_cast<int>(layer)] = fn; }
 
 ExcludeLayerGuard::ExcludeLayerGuard(DispatchLayer layer) : prev_(tls.excluded) {
@@ -143,6 +188,7 @@ DeviceType device_type_of(const TensorList& inputs) {
 }
 
 TensorList dispatch(const OpSchema& op, TensorList inputs, Attrs attrs) {
+  check_registry();
   OpCall call{std::move(inputs), std::move(attrs), &op};
   // Input 0 is never optional (optional ones, like a bias, come later); fail here, not in a kernel.
   MT_CHECK(call.inputs.empty() || call.inputs[0].defined(), op.name, ": input 0 is an undefined tensor");
@@ -163,15 +209,15 @@ TensorList dispatch(const OpSchema& op, TensorList inputs, Attrs attrs) {
     return g_handlers[1](op, call);  // excludes itself, calls dispatch again, records the node
   }
   if (trace) trace_call(op, DispatchLayer::Backend, call, dev);
-  return redispatch(op, call);
+  return run_kernel(op, call);
 }
 
 TensorList dispatch_backend(const OpSchema& op, OpCall& call) {
   if (trace_enabled(TraceKind::Dispatch)) trace_call(op, DispatchLayer::Backend, call, call_device_type(call));
-  return redispatch(op, call);
+  return run_kernel(op, call);
 }
 
-TensorList redispatch(const OpSchema& op, OpCall& call) {
+TensorList run_kernel(const OpSchema& op, OpCall& call) {
   DeviceType dev = call_device_type(call);
   KernelFn fn = op.any_device ? op.any_device : op.kernels[static_cast<int>(dev)];
   if (!fn) {
@@ -179,6 +225,7 @@ TensorList redispatch(const OpSchema& op, OpCall& call) {
              ": no CUDA kernel (mixtape was built without CUDA, or this op has no CUDA kernel yet)");
     MT_ERROR(op.name, ": no kernel registered for device type ", device_type_name(dev));
   }
+  if (KernelObserver obs = g_kernel_observer.load(std::memory_order_acquire)) obs(op, dev);
   TensorList out = fn(call);
   if (op.inplace) call.inputs[0].bump_version();  // every alias now sees a newer version
   return out;

@@ -18,6 +18,7 @@
 #include "core/attrs.h"
 #include "core/autocast_state.h"
 #include "core/device.h"
+#include "core/op_sample.h"
 #include "core/tensor.h"
 
 namespace mixtape {
@@ -65,6 +66,9 @@ struct OpSchema {
   KernelFn kernels[kNumDeviceTypes] = {};
   KernelFn any_device = nullptr;  // device-independent kernel (views: metadata only)
   std::vector<std::string> arg_names;  // optional names of the inputs, for traces and errors
+  std::string cpu_only_reason;         // non-empty: has no CUDA kernel, on purpose (why)
+  bool pointwise = false;              // defined from a functor (ops/pointwise_op.h)
+  std::vector<OpSample> samples;       // the calls its derived tests run (core/op_sample.h)
 
   // Builder-style setters used by op definitions.
   OpSchema& policy(AmpPolicy p) { amp_policy = p; return *this; }
@@ -85,6 +89,20 @@ struct OpSchema {
   OpSchema& kernel(DeviceType d, KernelFn fn) { kernels[static_cast<int>(d)] = fn; return *this; }
   OpSchema& kernel_any_device(KernelFn fn) { any_device = fn; return *this; }
   OpSchema& args(std::initializer_list<const char*> names) { arg_names.assign(names.begin(), names.end()); return *this; }
+  // An op with a CPU kernel and no CUDA kernel must say so, with the reason: in a CUDA build an
+  // op that does not is a start-up error (kernel_registry_problems below).
+  OpSchema& cpu_only(std::string why) { cpu_only_reason = std::move(why); return *this; }
+  // A sample call for the derived tests: `args` made by the test, then dispatch(this op, args,
+  // attrs), or `fn(args)` when given (to go through the public function, or to test a pattern).
+  OpSchema& sample(const std::string& case_name, std::vector<SampleArg> args, Attrs attrs = {},
+                   SampleChecks checks = {}) {
+    samples.push_back({name + "/" + case_name, std::move(args), std::move(attrs), nullptr, checks});
+    return *this;
+  }
+  OpSchema& sample(const std::string& case_name, std::vector<SampleArg> args, SampleFn fn, SampleChecks checks = {}) {
+    samples.push_back({name + "/" + case_name, std::move(args), {}, std::move(fn), checks});
+    return *this;
+  }
 
   // "weight" when named by args(), else "input 1".
   std::string arg_name(size_t i) const {
@@ -103,10 +121,18 @@ std::vector<const OpSchema*> all_ops();  // sorted by name
 // One-line kernel registration from a backend's file (e.g. ops/cuda/*.cu).
 bool register_kernel(const char* op, DeviceType device, KernelFn fn);
 
+// What is wrong with the registry for the devices mixtape was built for, one line per op: in a
+// CUDA build, an op with a CPU kernel but no CUDA kernel that is not declared cpu_only(), a
+// CUDA kernel under a name no CPU kernel has (a typo in register_kernel), a cpu_only() op with a
+// CUDA kernel. Empty in a CPU-only build. dispatch() checks it before the first call after the
+// registry changed, and refuses every call while it is not empty: forgetting a CUDA kernel fails
+// at start-up, on every machine, not on a GPU later.
+std::vector<std::string> kernel_registry_problems();
+
 TensorList dispatch(const OpSchema& op, TensorList inputs, Attrs attrs = {});
 Tensor dispatch1(const OpSchema& op, TensorList inputs, Attrs attrs = {});
-// Continues a call below `layer` (layers use this after excluding themselves).
-TensorList redispatch(const OpSchema& op, OpCall& call);
+// Runs the kernel for the call's device type (the Backend layer; the layers above have run).
+TensorList run_kernel(const OpSchema& op, OpCall& call);
 // The Backend layer for a call the Autograd layer has taken (Autocast and composites come
 // before it, so nothing else is left): the trace line and the kernel, without passing the
 // inputs through dispatch() again — a copy of the call is most of a tiny op's cost.
@@ -114,6 +140,11 @@ TensorList dispatch_backend(const OpSchema& op, OpCall& call);
 
 // ---- layer plumbing (used by amp/ and autograd/) ----
 void set_layer_handler(DispatchLayer layer, LayerFn fn);
+
+// Called with each op and device type whose kernel run_kernel runs (null: none, the default).
+// For tests that derive coverage from what ran (tests/ops/op_coverage.cpp); process-wide.
+using KernelObserver = void (*)(const OpSchema& op, DeviceType device);
+void set_kernel_observer(KernelObserver fn);
 
 // RAII: skip `layer` on this thread until the guard ends.
 class ExcludeLayerGuard {

@@ -1,17 +1,19 @@
-// ops/activation.cpp — gelu, leaky_relu, clamp and where: definition, AMP policy (None for all:
-// no autocast list names them), backward and CPU kernel, each block in one place. Arithmetic
-// comes from ops/activation_functors.h (shared with CUDA); broadcasting, promotion and 16-bit
-// rounding from ops/cpu/elementwise.h.
+// ops/activation.cpp — relu, sigmoid, tanh, gelu, leaky_relu, clamp and where: definition, AMP
+// policy (None for all: no autocast list names them) and backward, each block in one place. The
+// pointwise ones take their kernels on every device from their functors
+// (ops/activation_functors.h) through define_unary / define_binary; where has its own kernels.
 //
-// Shapes: gelu, leaky_relu, clamp keep x's shape and dtype; where(cond, a, b) broadcasts all
-// three to one shape and promotes a with b.
+// Shapes: the activations keep x's shape and dtype; where(cond, a, b) broadcasts all three to one
+// shape and promotes a with b.
 // Gradients and conventions (PyTorch's):
+//   relu'      = 1 for x > 0, 0 elsewhere (so 0 at 0), from the output
+//   sigmoid'   = y (1 - y), tanh' = 1 - y^2, from the output y
 //   gelu'      = Phi(x) + x phi(x) ("none"), or the derivative of the tanh form ("tanh")
 //   leaky_relu' = 1 for x > 0, negative_slope for x <= 0 (so at 0 it is the slope)
 //   clamp'     = 1 for min <= x <= max (bounds included), 0 outside and for NaN
 //   where      : the gradient goes to a where cond is true, to b where it is false, each
 //                summed back over the dims it was broadcast along
-// gelu_grad / leaky_relu_grad / clamp_grad are ops of their own (like relu_grad) so the
+// relu_grad / gelu_grad / leaky_relu_grad / clamp_grad are ops of their own so the
 // backward is itself differentiable: d/dg of each is the same op applied to the incoming
 // gradient; d/dx of gelu_grad is g * gelu''(x) written with ops; d/dx of the other two is 0
 // almost everywhere.
@@ -28,37 +30,25 @@
 #include "ops/activation_functors.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
+#include "ops/pointwise_op.h"
 
 namespace mixtape {
 namespace {
-using cpu::TypeRule;
-
-void check_floating(const OpCall& call, size_t i) {
-  const Tensor& x = call.inputs[i];
-  MT_CHECK(is_floating(x.dtype()), call.name(), ": expected a floating tensor (f16, bf16, f32, f64), got ",
-           x.describe());
-}
 
 // Required tensor arguments must be defined (the dispatcher does not check).
 void check_defined(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> args) {
   for (const auto& [t, what] : args) MT_CHECK(t->defined(), op, ": ", what, " is an undefined tensor");
 }
 
-// Functors with their parameters read from the call's attributes.
-struct GeluF : fn::Gelu {
-  static GeluF from(const Attrs& a) { return GeluF{{a.get<bool>("tanh")}}; }
-};
-struct GeluGradF : fn::GeluGrad {
-  static GeluGradF from(const Attrs& a) { return GeluGradF{{a.get<bool>("tanh")}}; }
-};
-struct LeakyReluF : fn::LeakyRelu {
-  static LeakyReluF from(const Attrs& a) { return LeakyReluF{{a.get<double>("negative_slope")}}; }
-};
-struct LeakyReluGradF : fn::LeakyReluGrad {
-  static LeakyReluGradF from(const Attrs& a) { return LeakyReluGradF{{a.get<double>("negative_slope")}}; }
-};
+// The functors' parameters, from the call's attributes.
+fn::Gelu gelu_params(const Attrs& a, DType) { return fn::Gelu{a.get<bool>("tanh")}; }
+fn::GeluGrad gelu_grad_params(const Attrs& a, DType) { return fn::GeluGrad{a.get<bool>("tanh")}; }
+fn::LeakyRelu leaky_relu_params(const Attrs& a, DType) { return fn::LeakyRelu{a.get<double>("negative_slope")}; }
+fn::LeakyReluGrad leaky_relu_grad_params(const Attrs& a, DType) {
+  return fn::LeakyReluGrad{a.get<double>("negative_slope")};
+}
 template <typename F>
-F clamp_functor(const Attrs& a) {
+F clamp_bounds(const Attrs& a) {
   F f;
   f.has_lo = a.get<bool>("has_min");
   f.has_hi = a.get<bool>("has_max");
@@ -66,29 +56,66 @@ F clamp_functor(const Attrs& a) {
   f.hi = a.get<double>("max");
   return f;
 }
-struct ClampF : fn::Clamp {
-  static ClampF from(const Attrs& a) { return clamp_functor<ClampF>(a); }
-};
-struct ClampGradF : fn::ClampGrad {
-  static ClampGradF from(const Attrs& a) { return clamp_functor<ClampGradF>(a); }
-};
+fn::ClampGrad clamp_grad_params(const Attrs& a, DType) { return clamp_bounds<fn::ClampGrad>(a); }
+// Integral x: the bounds must be integers; a bound outside the dtype's range moves to the end
+// of the range (same result, and the functor never converts an out-of-range double).
+fn::Clamp clamp_params(const Attrs& a, DType dt) {
+  fn::Clamp f = clamp_bounds<fn::Clamp>(a);
+  if (is_floating(dt)) return f;
+  visit_dtype(dt, "clamp", [&]<typename T>() {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // The largest double below 2^63 (T = int64: max() itself rounds up to 2^63, out of range).
+      const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
+      const double hi = std::min(static_cast<double>(std::numeric_limits<T>::max()), 0x1.fffffffffffffp+62);
+      auto adjust = [&](bool has, double& v, const char* name) {
+        if (!has) return;
+        MT_CHECK(std::isfinite(v) && v == std::floor(v), "clamp: integer input of dtype ", dtype_name(dt),
+                 " needs integer bounds, got ", name, "=", v);
+        v = std::min(std::max(v, lo), hi);
+      };
+      adjust(f.has_lo, f.lo, "min");
+      adjust(f.has_hi, f.hi, "max");
+    }
+  });
+  return f;
+}
 
 Attrs clamp_attrs(std::optional<double> min, std::optional<double> max) {
   return {{"has_min", min.has_value()}, {"min", min.value_or(0.0)}, {"has_max", max.has_value()},
           {"max", max.value_or(0.0)}};
 }
 
-// ---- gelu ----
-TensorList gelu_cpu(const OpCall& call) {
-  check_floating(call, 0);
-  return cpu::unary_kernel<GeluF, TypeRule::Same>(call);
-}
-TensorList gelu_grad_cpu(const OpCall& call) {
-  check_floating(call, 0);
-  check_floating(call, 1);
-  return cpu::binary_kernel<GeluGradF>(call);
-}
+// ---- relu: out = max(x, 0); backward g * (out > 0) via relu_grad, itself differentiable in g ----
+TensorList relu_grad_backward(BackwardContext& c) { return {relu_grad(c.grad(), c.input(1)), Tensor()}; }
+const OpSchema& kReluGrad =
+    define_binary<fn::ReluGrad>("relu_grad")
+        .save({1})
+        .grad(relu_grad_backward)
+        .sample("double-backward", {arg({4}), values_arg({4}, {-1.0, 0.5, 2.0, -3.0}).constant()});
+TensorList relu_backward(BackwardContext& c) { return {relu_grad(c.grad(), c.output(0))}; }
+const OpSchema& kRelu = define_unary<fn::Relu>("relu")  // inputs away from the kink at 0
+                            .save({}, {0})
+                            .grad(relu_backward)
+                            .sample("no-zero", {values_arg({4}, {-1.5, -0.25, 0.5, 2.0})})
+                            .sample("strided", {arg({7, 5})}, [](const TensorList& x) { return TensorList{relu(x[0].t())}; });
 
+// ---- sigmoid: out = 1 / (1 + e^-x); d/dx = out (1 - out) ----
+TensorList sigmoid_backward(BackwardContext& c) {
+  Tensor y = c.output(0);
+  return {c.grad() * y * (1.0 - y)};
+}
+const OpSchema& kSigmoid =
+    define_unary<fn::Sigmoid>("sigmoid").save({}, {0}).grad(sigmoid_backward).sample("plain", {arg({3, 3}, -3, 3)});
+
+// ---- tanh: d/dx = 1 - out^2 ----
+TensorList tanh_backward(BackwardContext& c) {
+  Tensor y = c.output(0);
+  return {c.grad() * (1.0 - y * y)};
+}
+const OpSchema& kTanh =
+    define_unary<fn::Tanh>("tanh").save({}, {0}).grad(tanh_backward).sample("plain", {arg({3, 3}, -2, 2)});
+
+// ---- gelu ----
 // gelu''(x), with ops (so a third derivative is available too). Computed in f32 for 16-bit x.
 Tensor gelu_second_derivative(const Tensor& x_in, bool tanh_approx) {
   const Tensor x = is_reduced_float(x_in.dtype()) ? to_dtype(x_in, DType::Float32) : x_in;
@@ -114,67 +141,37 @@ TensorList gelu_grad_backward(BackwardContext& c) {
   if (c.needs_input_grad(1)) gx = c.grad() * c.input(0) * gelu_second_derivative(x, tanh_approx);
   return {gg, gx};
 }
-const OpSchema& kGeluGrad =
-    define_op("gelu_grad").grad(gelu_grad_backward).kernel(DeviceType::CPU, gelu_grad_cpu);
+const OpSchema& kGeluGrad = define_binary<fn::GeluGrad, gelu_grad_params>("gelu_grad")
+                                .grad(gelu_grad_backward)
+                                .sample("none", {arg({2, 5}), arg({2, 5}, -3, 3)}, {{"tanh", false}})
+                                .sample("tanh", {arg({2, 5}), arg({2, 5}, -3, 3)}, {{"tanh", true}});
 
 TensorList gelu_backward(BackwardContext& c) { return {gelu_grad(c.grad(), c.input(0), c.attrs.get<bool>("tanh"))}; }
-const OpSchema& kGelu = define_op("gelu").grad(gelu_backward).kernel(DeviceType::CPU, gelu_cpu);
+const OpSchema& kGelu = define_unary<fn::Gelu, gelu_params>("gelu")
+                            .grad(gelu_backward)
+                            .sample("none", {arg({3, 4}, -3, 3)}, {{"tanh", false}})
+                            .sample("tanh", {arg({3, 4}, -3, 3)}, {{"tanh", true}});
 
 // ---- leaky_relu ----
-TensorList leaky_relu_cpu(const OpCall& call) {
-  check_floating(call, 0);
-  return cpu::unary_kernel<LeakyReluF, TypeRule::Same>(call);
-}
-TensorList leaky_relu_grad_cpu(const OpCall& call) {
-  check_floating(call, 0);
-  check_floating(call, 1);
-  return cpu::binary_kernel<LeakyReluGradF>(call);
-}
 TensorList leaky_relu_grad_backward(BackwardContext& c) {
   return {leaky_relu_grad(c.grad(), c.input(1), c.attrs.get<double>("negative_slope")), Tensor()};
 }
-const OpSchema& kLeakyReluGrad = define_op("leaky_relu_grad")
-                                     .save({1})
-                                     .grad(leaky_relu_grad_backward)
-                                     .kernel(DeviceType::CPU, leaky_relu_grad_cpu);
+const OpSchema& kLeakyReluGrad =
+    define_binary<fn::LeakyReluGrad, leaky_relu_grad_params>("leaky_relu_grad")
+        .save({1})
+        .grad(leaky_relu_grad_backward)
+        .sample("double-backward", {arg({6}), values_arg({6}, {-1.0, 0.5, 2.0, -3.0, 0.25, -0.25}).constant()},
+                {{"negative_slope", 0.3}});
 TensorList leaky_relu_backward(BackwardContext& c) {
   return {leaky_relu_grad(c.grad(), c.input(0), c.attrs.get<double>("negative_slope"))};
 }
-const OpSchema& kLeakyRelu =
-    define_op("leaky_relu").grad(leaky_relu_backward).kernel(DeviceType::CPU, leaky_relu_cpu);
+const OpSchema& kLeakyRelu = define_unary<fn::LeakyRelu, leaky_relu_params>("leaky_relu")
+                                 .grad(leaky_relu_backward)
+                                 .sample("default-slope", {values_arg({4}, {-1.5, -0.25, 0.5, 2.0})},
+                                         {{"negative_slope", 0.01}})
+                                 .sample("slope-0.2", {arg({2, 3})}, {{"negative_slope", 0.2}});
 
 // ---- clamp ----
-// Integral x: the bounds must be integers; a bound outside the dtype's range moves to the end
-// of the range (same result, and the functor never converts an out-of-range double).
-OpCall clamp_call_for_dtype(const OpCall& call) {
-  const Tensor& x = call.inputs[0];
-  MT_CHECK(x.dtype() != DType::Bool, call.name(), ": bool tensors are not supported, got ", x.describe());
-  if (is_floating(x.dtype())) return call;
-  OpCall adjusted = call;
-  visit_dtype(x.dtype(), call.name(), [&]<typename T>() {
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      // The largest double below 2^63 (T = int64: max() itself rounds up to 2^63, out of range).
-      const double lo = static_cast<double>(std::numeric_limits<T>::lowest());
-      const double hi = std::min(static_cast<double>(std::numeric_limits<T>::max()), 0x1.fffffffffffffp+62);
-      for (auto [has, name] : {std::pair{"has_min", "min"}, std::pair{"has_max", "max"}}) {
-        if (!call.attrs.get<bool>(has)) continue;
-        const double v = call.attrs.get<double>(name);
-        MT_CHECK(std::isfinite(v) && v == std::floor(v), call.name(), ": integer input ", x.describe(),
-                 " needs integer bounds, got ", name, "=", v);
-        adjusted.attrs.set(name, std::min(std::max(v, lo), hi));
-      }
-    }
-  });
-  return adjusted;
-}
-TensorList clamp_cpu(const OpCall& call) {
-  return cpu::unary_kernel<ClampF, TypeRule::Same>(clamp_call_for_dtype(call));
-}
-TensorList clamp_grad_cpu(const OpCall& call) {
-  check_floating(call, 0);
-  check_floating(call, 1);
-  return cpu::binary_kernel<ClampGradF>(call);
-}
 std::optional<double> opt_attr(const Attrs& a, const char* has, const char* v) {
   return a.get<bool>(has) ? std::optional<double>(a.get<double>(v)) : std::nullopt;
 }
@@ -183,11 +180,20 @@ TensorList clamp_grad_backward(BackwardContext& c) {
           Tensor()};
 }
 const OpSchema& kClampGrad =
-    define_op("clamp_grad").save({1}).grad(clamp_grad_backward).kernel(DeviceType::CPU, clamp_grad_cpu);
+    define_binary<fn::ClampGrad, clamp_grad_params>("clamp_grad")
+        .save({1})
+        .grad(clamp_grad_backward)
+        .sample("double-backward", {arg({5}), values_arg({5}, {-2.0, -0.3, 0.1, 0.45, 1.7}).constant()},
+                clamp_attrs(-0.5, 0.5));
 TensorList clamp_backward(BackwardContext& c) {
   return {clamp_grad(c.grad(), c.input(0), opt_attr(c.attrs, "has_min", "min"), opt_attr(c.attrs, "has_max", "max"))};
 }
-const OpSchema& kClamp = define_op("clamp").grad(clamp_backward).kernel(DeviceType::CPU, clamp_cpu);
+const OpSchema& kClamp =  // inputs away from the bounds (kinks)
+    define_unary<fn::Clamp, clamp_params>("clamp")
+        .grad(clamp_backward)
+        .sample("both", {values_arg({7}, {-2.0, -0.6, -0.3, 0.1, 0.45, 0.9, 1.7})}, clamp_attrs(-0.5, 0.5))
+        .sample("min-only", {values_arg({5}, {-2.0, -0.6, -0.3, 0.1, 1.7})}, clamp_attrs(-0.5, std::nullopt))
+        .sample("max-only", {values_arg({5}, {-2.0, -0.6, 0.45, 0.9, 1.7})}, clamp_attrs(std::nullopt, 0.5));
 
 // ---- where ----
 // A byte copy per element (no arithmetic), so every dtype works and nothing is rounded twice:
@@ -232,7 +238,13 @@ TensorList where_backward(BackwardContext& c) {
   return {Tensor(), c.needs_input_grad(1) ? sum_to(where(cond, c.grad(), zero), c.input_sizes(1)) : Tensor(),
           c.needs_input_grad(2) ? sum_to(where(cond, zero, c.grad()), c.input_sizes(2)) : Tensor()};
 }
-const OpSchema& kWhere = define_op("where").save({0}).grad(where_backward).kernel(DeviceType::CPU, where_cpu);
+const OpSchema& kWhere = define_op("where")
+                             .save({0})
+                             .grad(where_backward)
+                             .kernel(DeviceType::CPU, where_cpu)
+                             .sample("broadcast", {bool_arg({3, 1}), arg({2, 3, 4}), arg({4})})
+                             .sample("scalar-branch", {bool_arg({2}), scalar_arg(0.5), arg({3, 2})}, Attrs{},
+                                     SampleChecks{.rounds_once_16 = true});
 
 }  // namespace
 
@@ -265,6 +277,10 @@ Tensor clamp_grad(const Tensor& g, const Tensor& x, std::optional<double> min, s
   MT_CHECK(min.has_value() || max.has_value(), "clamp_grad: at least one of min or max must be given, got neither");
   return dispatch1(kClampGrad, {g, x}, clamp_attrs(min, max));
 }
+Tensor relu(const Tensor& x) { return dispatch1(kRelu, {x}); }
+Tensor relu_grad(const Tensor& g, const Tensor& out) { return dispatch1(kReluGrad, {g, out}); }
+Tensor sigmoid(const Tensor& x) { return dispatch1(kSigmoid, {x}); }
+Tensor tanh(const Tensor& x) { return dispatch1(kTanh, {x}); }
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   check_defined("where", {{&cond, "condition"}, {&a, "input"}, {&b, "other"}});
   return dispatch1(kWhere, {cond, a, b});

@@ -1,4 +1,4 @@
-// ops/activation.h — activations and selection: gelu, leaky_relu, clamp, where.
+// ops/activation.h — activations and selection: relu, sigmoid, tanh, gelu, leaky_relu, clamp, where.
 // Elementwise: the output has the input's shape (where: the broadcast shape of its three
 // inputs) and dtype (where: the promoted dtype of a and b). 16-bit inputs compute in float and
 // round once on store. None of these is on an autocast list (they run in their inputs' dtypes).
@@ -10,6 +10,11 @@
 
 namespace mixtape {
 
+// max(x, 0); relu(NaN) = NaN. The gradient at 0 is 0 (PyTorch). Integral x computes in f32.
+Tensor relu(const Tensor& x);
+// 1 / (1 + e^-x).
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
 // x * Phi(x) (approximate = "none", via erf) or PyTorch's tanh form (approximate = "tanh").
 // x: any shape, floating.
 Tensor gelu(const Tensor& x, const std::string& approximate = "none");
@@ -24,6 +29,8 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // Backward helpers, exposed so they are themselves differentiable (double backward):
+// g * (out > 0), relu's backward from its output.
+Tensor relu_grad(const Tensor& g, const Tensor& out);
 // g * gelu'(x); tanh_approx selects the form. g and x have the same shape.
 Tensor gelu_grad(const Tensor& g, const Tensor& x, bool tanh_approx);
 // g * (x > 0 ? 1 : negative_slope).

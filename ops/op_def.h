@@ -4,6 +4,7 @@
 #include "autograd/backward_context.h"
 #include "autograd/grad_mode.h"
 #include "core/dispatcher.h"
+#include "ops/activation.h"
 #include "ops/cast.h"
 #include "ops/creation.h"
 #include "ops/indexing.h"

@@ -1,4 +1,5 @@
-// ops/pointwise.h — elementwise arithmetic with broadcasting and PyTorch's type promotion.
+// ops/pointwise.h — elementwise arithmetic with broadcasting and PyTorch's type promotion
+// (the activations relu, sigmoid, tanh, gelu, ... are in ops/activation.h).
 #pragma once
 #include "core/tensor.h"
 
@@ -20,14 +21,9 @@ Tensor log(const Tensor& x);
 Tensor sqrt(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor sign(const Tensor& x);  // not differentiable (zero gradient everywhere it exists)
-Tensor relu(const Tensor& x);
-Tensor sigmoid(const Tensor& x);
-Tensor tanh(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);  // self + value*t1*t2  // bool result, not differentiable
-// g * (out > 0): relu's backward, exposed so it is itself differentiable (double backward).
-Tensor relu_grad(const Tensor& g, const Tensor& out);
+Tensor eq(const Tensor& a, const Tensor& b);  // bool result, not differentiable
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, double value = 1.0);  // self + value*t1*t2
 
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);

@@ -1,6 +1,6 @@
-// ops/cpu/elementwise.h — generic CPU kernels for unary and binary pointwise ops, built from
-// ops/functors.h. Broadcasting, type promotion, wrapped scalars and 16-bit rounding live here
-// once, so an op file only names its functor.
+// ops/cpu/elementwise.h — the CPU loops of every pointwise op (ops/pointwise_op.h instantiates
+// them with the op's functor): broadcasting, strides, wrapped scalars and 16-bit rounding live
+// here once. The compute dtype comes in decided (ops/pointwise_op.cpp, shared with CUDA).
 #pragma once
 #include <algorithm>
 #include <type_traits>
@@ -15,29 +15,11 @@ Tensor cast_to(const Tensor& t, DType dtype);
 // Copies src (broadcastable to dst) into dst converting dtypes; dst is written in place.
 void copy_into(const Tensor& dst, const Tensor& src);
 
-// Functors with parameters read them from the call's attributes.
+// out = f(x) in compute dtype `dt` (x is converted to it first; ops/pointwise_op.cpp chose it).
 template <typename F>
-F make_functor(const Attrs& attrs) {
-  if constexpr (requires { F::from(attrs); })
-    return F::from(attrs);
-  else
-    return F{};
-}
-
-enum class TypeRule {
-  Same,          // output dtype = (promoted) input dtype; any dtype
-  FloatingOnly,  // integral inputs are computed as f32 (exp(int) -> f32)
-  Bool,          // compute in the promoted dtype, store bool (comparisons)
-};
-
-template <typename F, TypeRule rule = TypeRule::FloatingOnly>
-TensorList unary_kernel(const OpCall& call) {
-  Tensor x = call.inputs[0];
-  DType dt = x.dtype();
-  if (rule == TypeRule::FloatingOnly && !is_floating(dt)) dt = kDefaultFloat;
-  x = cast_to(x, dt);
+TensorList unary_loop(const OpCall& call, DType dt, const F& f) {
+  Tensor x = cast_to(call.inputs[0], dt);
   Tensor out = Tensor::empty(x.sizes(), TensorOptions(dt));
-  F f = make_functor<F>(call.attrs);
   visit_dtype(dt, call.name(), [&]<typename T>() {
     if constexpr (std::is_same_v<T, bool>) {
       MT_ERROR(call.name(), ": bool tensors are not supported, got ", x.describe());
@@ -66,23 +48,20 @@ TensorList unary_kernel(const OpCall& call) {
   return {out};
 }
 
-template <typename F, TypeRule rule = TypeRule::Same>
-TensorList binary_kernel(const OpCall& call) {
-  Tensor a = call.inputs[0], b = call.inputs[1];
-  MT_CHECK(b.defined(), call.name(), ": input 1 is an undefined tensor");
-  DType dt = result_type(a, b);
-  if (rule == TypeRule::FloatingOnly && !is_floating(dt)) dt = kDefaultFloat;
+// out = f(a, b) in compute dtype `dt`, broadcast; stored as dt, or as bool when kBool.
+template <bool kBool, typename F>
+TensorList binary_loop(const OpCall& call, DType dt, const F& f) {
+  const Tensor& a = call.inputs[0];
+  const Tensor& b = call.inputs[1];
   IntList shape = broadcast_shapes(a.sizes(), b.sizes(), call.name());
-  DType out_dt = rule == TypeRule::Bool ? DType::Bool : dt;
-  Tensor out = Tensor::empty(shape, TensorOptions(out_dt));
-  F f = make_functor<F>(call.attrs);
+  Tensor out = Tensor::empty(shape, TensorOptions(kBool ? DType::Bool : dt));
   visit_dtype(dt, call.name(), [&]<typename T>() {
     if constexpr (std::is_same_v<T, bool>) {
       MT_ERROR(call.name(), ": bool tensors are not supported, got ", a.describe(), " and ", b.describe());
     } else {
       using A = acc_t<T>;
       auto emit = [&](char* o, A v) {
-        if constexpr (rule == TypeRule::Bool) {
+        if constexpr (kBool) {
           bool bv = v != A(0);
           std::memcpy(o, &bv, 1);
         } else {
@@ -98,7 +77,7 @@ TensorList binary_kernel(const OpCall& call) {
         strided_loop<2>(shape, {{static_cast<char*>(out.data_ptr()), static_cast<char*>(t.data_ptr())},
                                 {broadcast_byte_strides(out, shape), broadcast_byte_strides(t, shape)}},
                         [&](std::array<char*, 2> p, std::array<int64_t, 2> st, int64_t n) {
-                          if constexpr (is_16bit_v<T> && rule != TypeRule::Bool) {
+                          if constexpr (is_16bit_v<T> && !kBool) {
                             float in[kBlock], out[kBlock];
                             for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
                               const int64_t m = std::min(kBlock, n - i0);
@@ -124,7 +103,7 @@ TensorList binary_kernel(const OpCall& call) {
                        {broadcast_byte_strides(out, shape), broadcast_byte_strides(ca, shape),
                         broadcast_byte_strides(cb, shape)}},
                       [&](std::array<char*, 3> p, std::array<int64_t, 3> st, int64_t n) {
-                        if constexpr (is_16bit_v<T> && rule != TypeRule::Bool) {
+                        if constexpr (is_16bit_v<T> && !kBool) {
                           float x[kBlock], y[kBlock];
                           for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
                             const int64_t m = std::min(kBlock, n - i0);

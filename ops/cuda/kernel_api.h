@@ -33,23 +33,7 @@ struct Operands {
   bool contiguous = false;
 };
 
-// Parameters of the functors that have some (ops/functors.h, ops/activation_functors.h).
-struct FunctorParams {
-  double p0 = 0, p1 = 0;               // pow: exponent; leaky_relu: slope; clamp: lo, hi
-  bool f0 = false, f1 = false;         // gelu: tanh; clamp: has_lo, has_hi
-};
-
-enum class UnaryOp : uint8_t { Neg, Exp, Log, Sqrt, Abs, Relu, Sigmoid, Tanh, Sign, Pow, Gelu, LeakyRelu, Clamp };
-enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Eq, ReluGrad, GeluGrad, LeakyReluGrad, ClampGrad };
-
-// out = f(in), both dtype `dt` (ops: operands 0 = out, 1 = in).
-cudaError_t launch_unary(UnaryOp op, DType dt, const Operands& ops, const FunctorParams& p, cudaStream_t s);
-// out = f(a, b): a, b of dtype `dt`; out of dtype `dt`, or bool when out_bool (comparisons).
-// scalar_side < 0: ops = (out, a, b). scalar_side 0/1: that operand is the wrapped number
-// `scalar`, kept in the compute type (PyTorch's opmath scalar, as ops/cpu/elementwise.h), and
-// ops = (out, the tensor operand).
-cudaError_t launch_binary(BinaryOp op, DType dt, bool out_bool, const Operands& ops, int scalar_side, double scalar,
-                          const FunctorParams& p, cudaStream_t s);
+// Pointwise ops launch through fn::CudaKernels<F> (ops/pointwise_functor.h), not through here.
 // out (dtype dst) = convert(in (dtype src)), with ops/cast.cpp's conversion rules.
 cudaError_t launch_copy(DType dst, DType src, const Operands& ops, cudaStream_t s);
 // Every element of operand 0 (dtype dt) = value, converted as ops/creation.cpp does.

@@ -515,13 +515,15 @@ const OpSchema& kCastInputsOp = define_op("test_custom_cast_inputs")
                                     .backward_under_forward_autocast()
                                     .save({})
                                     .grad(custom_scale_backward)
-                                    .kernel(CPU, custom_scale_cpu);
+                                    .kernel(CPU, custom_scale_cpu)
+                                    .cpu_only("a test of custom_fwd/custom_bwd on the CPU");
 // @custom_fwd (no cast_inputs) + @custom_bwd
 const OpSchema& kPlainOp = define_op("test_custom_plain")
                                .backward_under_forward_autocast()
                                .save({})
                                .grad(custom_scale_backward)
-                               .kernel(CPU, custom_scale_cpu);
+                               .kernel(CPU, custom_scale_cpu)
+                               .cpu_only("a test of custom_fwd/custom_bwd on the CPU");
 
 TensorList composite_body(const OpCall& c) {
   g_seen.composite_mm = mm(c.inputs[0], c.inputs[0]).dtype();

@@ -4,7 +4,10 @@
 # Invariant: the consumer sees the install, never the source or build tree — checked below
 # through mixtape_DIR and by the consumer's include paths (installed headers only).
 #
-# Inputs (-D): MIXTAPE_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, CONFIG, GENERATOR,
+# Also runs examples/custom_op the same way (ctest `example_custom_op`, EXE_NAME=custom_op).
+#
+# Inputs (-D): MIXTAPE_BUILD_DIR, CONSUMER_SOURCE_DIR, WORK_DIR, CONFIG, GENERATOR, EXE_NAME
+#   (the program the project builds, default consumer),
 #   MAKE_PROGRAM, CXX_COMPILER, BUILD_TYPE, CXX_FLAGS, EXE_LINKER_FLAGS (the last two carry
 #   the sanitizer flags in a MIXTAPE_SANITIZE build: an ASan-built libmixtape needs an
 #   ASan-linked executable, or the runtime is not first in the library list).
@@ -61,8 +64,11 @@ endif()
 
 step("build consumer" ${CMAKE_COMMAND} --build ${build} ${config_arg})
 
-set(exe ${build}/consumer)
+if(NOT EXE_NAME)
+  set(EXE_NAME consumer)
+endif()
+set(exe ${build}/${EXE_NAME})
 if(CONFIG AND NOT EXISTS ${exe})
-  set(exe ${build}/${CONFIG}/consumer)     # multi-config generators
+  set(exe ${build}/${CONFIG}/${EXE_NAME})     # multi-config generators
 endif()
 step("run ${exe}" ${exe})

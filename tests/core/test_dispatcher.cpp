@@ -100,3 +100,42 @@ TEST(Dispatcher, RegistryListsOpsInNameOrder) {
 
 }  // namespace
 }  // namespace mixtape
+
+namespace mixtape {
+namespace {
+
+[[maybe_unused]] bool mentions(const std::vector<std::string>& problems, const std::string& op) {
+  for (const std::string& p : problems)
+    if (p.rfind(op + ":", 0) == 0) return true;
+  return false;
+}
+
+// Forgetting a CUDA kernel is a start-up error of every CUDA build (not a failure on a GPU later):
+// the registry check names the op, dispatch refuses to run while the problem stands, and declaring
+// the op cpu_only(why) is the way out. A CPU-only build has nothing to check.
+TEST(Dispatcher, CpuKernelWithoutCudaKernelIsAnErrorUnlessDeclaredCpuOnly) {
+  EXPECT_TRUE(kernel_registry_problems().empty());
+  KernelFn noop = +[](const OpCall& c) -> TensorList { return {c.inputs[0]}; };
+  OpSchema& forgot = define_op("test_forgot_its_cuda_kernel").kernel(DeviceType::CPU, noop);
+  OpSchema& typo = define_op("test_cuda_kernel_of_no_op").kernel(DeviceType::CUDA, noop);
+#if MIXTAPE_WITH_CUDA
+  const std::vector<std::string> problems = kernel_registry_problems();
+  EXPECT_TRUE(mentions(problems, "test_forgot_its_cuda_kernel"));
+  EXPECT_TRUE(mentions(problems, "test_cuda_kernel_of_no_op"));
+  try {
+    add(ones({2}), ones({2}));
+    ADD_FAILURE() << "dispatch ran with an incomplete registry";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("test_forgot_its_cuda_kernel: a CPU kernel and no CUDA kernel"),
+              std::string::npos)
+        << e.what();
+  }
+#endif
+  forgot.cpu_only("a test op");
+  typo.kernel(DeviceType::CPU, noop);
+  EXPECT_TRUE(kernel_registry_problems().empty());
+  EXPECT_EQ(add(ones({2}), ones({2})).sum().item<float>(), 4.0f);  // dispatch runs again
+}
+
+}  // namespace
+}  // namespace mixtape

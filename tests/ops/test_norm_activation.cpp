@@ -30,45 +30,7 @@ Tensor nonzero_leaf(const IntList& sizes, uint64_t seed) {
 Tensor constant(const IntList& sizes, double lo, double hi, uint64_t seed) { return leaf(sizes, lo, hi, seed).detach(); }
 
 // ---- gradcheck samples (inputs away from kinks; the coverage test needs every op on a tape) ----
-MT_GRAD_SAMPLE("gelu/none", [] { return TensorList{leaf({3, 4}, -3, 3)}; },
-               [](const TensorList& x) { return TensorList{gelu(x[0])}; });
-MT_GRAD_SAMPLE("gelu/tanh", [] { return TensorList{leaf({3, 4}, -3, 3, 2)}; },
-               [](const TensorList& x) { return TensorList{gelu(x[0], "tanh")}; });
-MT_GRAD_SAMPLE("gelu_grad/double-backward-none", [] { return TensorList{leaf({2, 5}), leaf({2, 5}, -3, 3, 3)}; },
-               [](const TensorList& x) { return TensorList{gelu_grad(x[0], x[1], false)}; });
-MT_GRAD_SAMPLE("gelu_grad/double-backward-tanh", [] { return TensorList{leaf({2, 5}), leaf({2, 5}, -3, 3, 4)}; },
-               [](const TensorList& x) { return TensorList{gelu_grad(x[0], x[1], true)}; });
-MT_GRAD_SAMPLE("leaky_relu/default-slope", [] { return TensorList{nonzero_leaf({3, 4}, 5)}; },
-               [](const TensorList& x) { return TensorList{leaky_relu(x[0])}; });
-MT_GRAD_SAMPLE("leaky_relu/slope-0.2", [] { return TensorList{nonzero_leaf({2, 3}, 6)}; },
-               [](const TensorList& x) { return TensorList{leaky_relu(x[0], 0.2)}; });
-MT_GRAD_SAMPLE("leaky_relu_grad/double-backward", [] { return TensorList{leaf({6})}; },
-               [](const TensorList& x) {
-                 Tensor at = tensor({-1.0, 0.5, 2.0, -3.0, 0.25, -0.25}, F64);
-                 return TensorList{leaky_relu_grad(x[0], at, 0.3)};
-               });
 // Bounds at +-0.5; every input is >= 0.05 away from them.
-MT_GRAD_SAMPLE("clamp/both", [] { return TensorList{tensor({-2.0, -0.6, -0.3, 0.1, 0.45, 0.9, 1.7}, F64).requires_grad_()}; },
-               [](const TensorList& x) { return TensorList{clamp(x[0], -0.5, 0.5)}; });
-MT_GRAD_SAMPLE("clamp/min-only", [] { return TensorList{tensor({-2.0, -0.6, -0.3, 0.1, 1.7}, F64).requires_grad_()}; },
-               [](const TensorList& x) { return TensorList{clamp(x[0], -0.5, std::nullopt)}; });
-MT_GRAD_SAMPLE("clamp/max-only", [] { return TensorList{tensor({-2.0, -0.6, 0.45, 0.9, 1.7}, F64).requires_grad_()}; },
-               [](const TensorList& x) { return TensorList{clamp(x[0], std::nullopt, 0.5)}; });
-MT_GRAD_SAMPLE("clamp_grad/double-backward", [] { return TensorList{leaf({5})}; },
-               [](const TensorList& x) {
-                 Tensor at = tensor({-2.0, -0.3, 0.1, 0.45, 1.7}, F64);
-                 return TensorList{clamp_grad(x[0], at, -0.5, 0.5)};
-               });
-MT_GRAD_SAMPLE("where/broadcast", [] { return TensorList{leaf({2, 3, 4}), leaf({4}, -1, 1, 2)}; },
-               [](const TensorList& x) {
-                 Tensor cond = tensor({1.0, 0.0, 1.0}, {3, 1}, DType::Bool);
-                 return TensorList{where(cond, x[0], x[1])};
-               });
-MT_GRAD_SAMPLE("where/scalar-branch", [] { return TensorList{leaf({3, 2})}; },
-               [](const TensorList& x) {
-                 Tensor cond = tensor({1.0, 0.0}, DType::Bool);
-                 return TensorList{where(cond, wrapped_scalar(0.5), x[0]) * x[0]};
-               });
 
 // batch_norm: the running statistics are created inside the sample, so every evaluation
 // starts from the same ones (training updates them; the output does not depend on them).

@@ -1,6 +1,9 @@
 // tests/ops/test_reduced_precision.cpp — 16-bit kernels compute in f32 and round once on store.
 // For a pointwise op that means op16(x) == round16(op32(float(x))) bit for bit, which is what
-// these tests assert (no tolerance: any double rounding or f16 arithmetic would show up).
+// these tests assert (no tolerance: any double rounding or f16 arithmetic would show up). Every
+// pointwise op's own check runs over its declared samples (tests/ops/test_op_samples.cpp,
+// SampleRoundsOnce); this file keeps the paths a sample does not name: scalars, long and strided
+// rows, matmul, sums, pooling, bit copies.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -18,44 +21,6 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
 }
 
 class Reduced : public ::testing::TestWithParam<DType> {};
-
-TEST_P(Reduced, UnaryOpsRoundOnce) {
-  DType dt = GetParam();
-  Generator g(11);
-  Tensor x = (randn({257}, {}, &g) * 3.0).to(dt);             // odd length: vector tails too
-  Tensor pos = (rand({257}, {}, &g) * 10.0 + 0.01).to(dt);
-  auto check = [&](const char* name, auto op, const Tensor& in) {
-    Tensor got = op(in);
-    Tensor want = op(in.to(DType::Float32)).to(dt);
-    EXPECT_EQ(got.dtype(), dt) << name;
-    EXPECT_TRUE(bit_equal(got, want)) << name << " in " << dtype_name(dt);
-  };
-  check("neg", [](const Tensor& t) { return neg(t); }, x);
-  check("exp", [](const Tensor& t) { return exp(t); }, x);
-  check("log", [](const Tensor& t) { return log(t); }, pos);
-  check("sqrt", [](const Tensor& t) { return sqrt(t); }, pos);
-  check("abs", [](const Tensor& t) { return abs(t); }, x);
-  check("relu", [](const Tensor& t) { return relu(t); }, x);
-  check("sigmoid", [](const Tensor& t) { return sigmoid(t); }, x);
-  check("tanh", [](const Tensor& t) { return tanh(t); }, x);
-  check("pow", [](const Tensor& t) { return pow(t, 1.5); }, pos);
-}
-
-TEST_P(Reduced, BinaryOpsBroadcastAndRoundOnce) {
-  DType dt = GetParam();
-  Generator g(12);
-  Tensor a = randn({4, 1, 33}, {}, &g).to(dt), b = (randn({5, 33}, {}, &g) + 3.0).to(dt);
-  auto check = [&](const char* name, auto op) {
-    Tensor got = op(a, b);
-    Tensor want = op(a.to(DType::Float32), b.to(DType::Float32)).to(dt);
-    EXPECT_EQ(got.sizes(), (IntList{4, 5, 33})) << name;
-    EXPECT_TRUE(bit_equal(got, want)) << name << " in " << dtype_name(dt);
-  };
-  check("add", [](const Tensor& p, const Tensor& q) { return p + q; });
-  check("sub", [](const Tensor& p, const Tensor& q) { return p - q; });
-  check("mul", [](const Tensor& p, const Tensor& q) { return p * q; });
-  check("div", [](const Tensor& p, const Tensor& q) { return p / q; });
-}
 
 TEST_P(Reduced, ScalarOperandKeepsItsFloatValue) {
   // f16 * 0.1 multiplies by 0.1f (PyTorch's opmath scalar), not by the f16 nearest 0.1.
