@@ -112,7 +112,13 @@ TensorList matmul_backward(BackwardContext& c) {
 }
 
 const OpSchema& kMatmul =
-    define_op("matmul").args({"self", "other"}).policy(AmpPolicy::LowerPrecision).grad(matmul_backward).kernel(DeviceType::CPU, matmul_cpu);
+    define_op("matmul")
+        .args({"self", "other"})
+        .policy(AmpPolicy::LowerPrecision)
+        .grad(matmul_backward)
+        .kernel(DeviceType::CPU, matmul_cpu)
+        .sample("batched-broadcast", {arg({2, 1, 3, 4}), arg({3, 4, 2})},
+                [](const TensorList& x) { return TensorList{matmul(x[0], x[1])}; });
 
 }  // namespace
 

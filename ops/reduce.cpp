@@ -228,13 +228,23 @@ Tensor expand_reduced_grad(const Tensor& g, const BackwardContext& c) {
 
 TensorList sum_backward(BackwardContext& c) { return {expand_reduced_grad(c.grad(), c)}; }
 const OpSchema& kSum =
-    define_op("sum").args({"input"}).policy(AmpPolicy::FP32UnlessDtype).save({}).grad(sum_backward).kernel(DeviceType::CPU, sum_cpu);
+    define_op("sum")
+        .args({"input"})
+        .policy(AmpPolicy::FP32UnlessDtype)
+        .save({})
+        .grad(sum_backward)
+        .kernel(DeviceType::CPU, sum_cpu)
+        .sample("all", {arg({2, 3})}, [](const TensorList& x) { return TensorList{sum(x[0])}; })
+        .sample("dims-keepdim", {arg({2, 3, 4})}, [](const TensorList& x) { return TensorList{sum(x[0], {0, 2}, true)}; });
 
 TensorList mean_backward(BackwardContext& c) {
   int64_t n = numel_of(c.input_sizes(0)) / std::max<int64_t>(1, numel_of(c.grad().sizes()));
   return {expand_reduced_grad(c.grad() / static_cast<double>(n), c)};
 }
-const OpSchema& kMean = define_op("mean").save({}).grad(mean_backward).kernel(DeviceType::CPU, sum_cpu);
+const OpSchema& kMean =
+    define_op("mean").save({}).grad(mean_backward).kernel(DeviceType::CPU, sum_cpu).sample("dim", {arg({2, 3, 4})}, [](const TensorList& x) {
+      return TensorList{mean(x[0], {1})};
+    });
 
 // ---- max over one dim: (values, indices) ----
 TensorList max_cpu(const OpCall& call) {
@@ -285,7 +295,11 @@ TensorList max_backward(BackwardContext& c) {
   }
   return {scatter_add_into_zeros(g, dim, idx, c.input_sizes(0))};
 }
-const OpSchema& kMax = define_op("max").save({}, {1}).grad(max_backward).kernel(DeviceType::CPU, max_cpu);
+const OpSchema& kMax =
+    define_op("max").save({}, {1}).grad(max_backward).kernel(DeviceType::CPU, max_cpu).sample("dim", {arg({3, 5})}, [](const TensorList& x) {
+      auto [values, indices] = max(x[0], 1);
+      return TensorList{values, indices};
+    });
 
 // ---- amax over dims ----
 TensorList amax_cpu(const OpCall& call) {
@@ -321,7 +335,8 @@ TensorList amax_backward(BackwardContext& c) {
   Tensor count = expand_reduced_grad(sum(mask, c.attrs.get<IntList>("dims"), c.attrs.get<bool>("keepdim")), c);
   return {expand_reduced_grad(c.grad(), c) * mask / count};
 }
-const OpSchema& kAmax = define_op("amax").save({0}, {0}).grad(amax_backward).kernel(DeviceType::CPU, amax_cpu);
+const OpSchema& kAmax = define_op("amax").save({0}, {0}).grad(amax_backward).kernel(DeviceType::CPU, amax_cpu).sample(
+    "dims", {arg({3, 4, 2})}, [](const TensorList& x) { return TensorList{amax(x[0], {0, 2})}; });
 
 }  // namespace
 

@@ -206,7 +206,9 @@ const OpSchema& kSoftmax = define_op("softmax").args({"input"})
                                .policy(AmpPolicy::FP32UnlessDtype)
                                .save({}, {0})
                                .grad(softmax_grad_fn)
-                               .kernel(DeviceType::CPU, softmax_cpu<false>);
+                               .kernel(DeviceType::CPU, softmax_cpu<false>)
+                               .sample("dim1", {arg({3, 5}, -3, 3)},
+                                       [](const TensorList& x) { return TensorList{softmax(x[0], 1)}; });
 
 TensorList log_softmax_grad_fn(BackwardContext& c) {
   return {log_softmax_backward(c.grad(), c.output(0), dim_of(c))};
@@ -215,7 +217,9 @@ const OpSchema& kLogSoftmax = define_op("log_softmax").args({"input"})
                                   .policy(AmpPolicy::FP32UnlessDtype)
                                   .save({}, {0})
                                   .grad(log_softmax_grad_fn)
-                                  .kernel(DeviceType::CPU, softmax_cpu<true>);
+                                  .kernel(DeviceType::CPU, softmax_cpu<true>)
+                                  .sample("dim1", {arg({3, 5}, -3, 3)},
+                                          [](const TensorList& x) { return TensorList{log_softmax(x[0], 1)}; });
 
 Tensor call_softmax(const OpSchema& op, const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   MT_CHECK(x.defined(), op.name, ": input is undefined");
