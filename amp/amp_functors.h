@@ -1,5 +1,7 @@
-// amp/amp_functors.h — the arithmetic of dynamic loss scaling, written once for the CPU kernels
-// (amp/scaler_kernels.cpp) and a future CUDA kernel (MIXTAPE_HD, as ops/functors.h).
+// amp/amp_functors.h — the arithmetic of dynamic loss scaling, written once (MIXTAPE_HD, as
+// ops/functors.h) and run by the CPU kernels (amp/scaler_kernels.cpp), the CUDA kernels
+// (amp/cuda/scaler_kernels.cu) and, for update_scale, the GradScaler's host copy of the scale
+// (amp/grad_scaler.cpp). docs/AMP.md, "The kernels on the CPU and on CUDA".
 //
 // Two pieces, PyTorch's two AMP kernels (aten/src/ATen/native/cuda/AmpKernels.cu):
 //   UnscaleAndCheck  per gradient element: flag a non-finite value, multiply by 1/S
@@ -35,8 +37,8 @@ MIXTAPE_INLINE bool is_finite(A x) {
 //   found |= !finite(out)               mixtape's addition (b), pytorch#99640: with S < 1,
 //                                       inv_scale > 1 and a finite g can overflow here. With S >= 1
 //                                       |out| <= |g|, so this never fires and the rule is PyTorch's.
-// inv_scale is float(1 / double(S)); for f64 grads it is widened to double first, as torch's
-// opmath does (double(inv_f32), not 1 / S in double).
+// inv_scale: the inverse scale (docs/AMP.md#the-inverse-scale); for f64 grads the float widened to
+// double (A = double), as torch's opmath does.
 template <typename A>
 struct UnscaleAndCheck {
   A inv_scale;

@@ -1,6 +1,6 @@
 // amp/autocast_layer.cpp — the Autocast dispatch layer: decides, per op call, which inputs to
-// cast to which dtype (see amp/autocast.h for the rules and docs/autocast-policy.md for each op's
-// policy and its PyTorch source), casts them, and calls the op again below itself — with autocast
+// cast to which dtype (the rules: docs/AMP.md, "Autocast"; each op's policy and its PyTorch
+// source: docs/autocast-policy.md), casts them, and calls the op again below itself — with autocast
 // off for the call's device type when the op has a policy, as PyTorch's policy wrappers run it.
 // MIXTAPE_TRACE=amp prints one line per decision, e.g.
 //   autocast linear lower_precision(Float16): input f32->f16, weight f32->f16 (cache hit), bias f32->f16 (cached)

@@ -1,5 +1,5 @@
-// amp/grad_scaler.cpp — amp::GradScaler (the algorithm is explained in grad_scaler.h; the
-// arithmetic is in amp_functors.h, run by the ops of scaler_kernels.h).
+// amp/grad_scaler.cpp — amp::GradScaler (the algorithm: docs/AMP.md, "GradScaler: the algorithm";
+// the arithmetic is in amp_functors.h, run by the ops of scaler_kernels.h).
 #include "amp/grad_scaler.h"
 
 #include <cmath>
@@ -150,7 +150,8 @@ std::vector<Tensor> GradScaler::scale(const std::vector<Tensor>& outputs) {
 // parameters with masters may stay scaled: the optimizer applies inv as it widens them).
 void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool explicit_unscale) {
   autograd::NoGradGuard no_grad;
-  // inv = float(1 / double(S)), computed where the scale lives (no host round trip on a GPU).
+  // The inverse scale (docs/AMP.md#the-inverse-scale), computed where the scale lives: no host
+  // round trip on a GPU.
   const Tensor inv = to_dtype(rdiv(to_dtype(scale_, DType::Float64), 1.0), DType::Float32);
   struct Bucket {
     Device device;
@@ -201,7 +202,8 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool exp
     if (!grads.empty()) non_finite_check_and_unscale_(grads, found_inf, to_device(inv, b.device), unscale_count);
     st.found_inf_per_device.push_back(found_inf);
   }
-  // What step() still has to apply to the gradients left scaled: the check-only ones.
+  // What step() still has to apply to the gradients left scaled: the check-only ones. The same
+  // float as `inv`, from the host copy of S (docs/AMP.md#the-inverse-scale).
   st.inv_scale = explicit_unscale ? 1.0f : static_cast<float>(1.0 / static_cast<double>(scale_host_));
 }
 

@@ -1,76 +1,11 @@
-// amp/grad_scaler.h — dynamic loss scaling: PyTorch's torch.amp.GradScaler, with its defaults,
-// stages, errors and state_dict keys, plus four additions of mixtape's own (docs/AMP.md,
-// "mixtape's additions"). docs/AMP.md ("GradScaler: the algorithm") walks through it with numbers.
-//
-// ---- Why scale at all ----
-// FP16 keeps 5 exponent bits: values below 2^-24 ~ 6e-8 flush to 0, values above 65504 become inf.
-// Gradients are often tiny (1e-8 stored in FP16 is 0). Multiplying the loss by S multiplies every
-// gradient by S (backward is linear in the output gradient), lifting them into FP16's range; the
-// optimizer must then see g / S. Too large an S overflows to inf, so S is found at run time:
-//
-//   scaler.scale(loss).backward();   // loss * S: every gradient is S times the true one
-//   scaler.step(opt);                // unscale (g * 1/S) + inf/NaN check in one pass; skip if found
-//   scaler.update();                 // found inf: S *= backoff (0.5), else after growth_interval
-//                                    //   (2000) clean iterations S *= growth (2)
-//
-// ---- One iteration, per optimizer: READY -> UNSCALED -> STEPPED, reset to READY by update() ----
-//   unscale_(opt)   READY -> UNSCALED. inv = float(1 / double(S)) (the reciprocal in double, as
-//                   PyTorch, so it is the correctly rounded float of 1/S). The f32/f64 gradients of
-//                   the optimizer go through ONE dispatch of the fused multi-tensor op
-//                   _amp_foreach_non_finite_check_and_unscale_ (amp/scaler_kernels.h): found_inf = 1
-//                   if any element is inf/NaN, every element multiplied by inv in place.
-//                   16-bit parameters (model.to(Float16)) have FP32 gradients by default (the
-//                   optimizer sets their grad_dtype, optim/optimizer.h), so this is the same
-//                   in-place unscale and clip_grad_norm_(model.parameters()) then clips true
-//                   gradients. A 16-bit .grad (grad_dtype set to 16 bits, or an f32 parameter
-//                   carrying one): BF16 is unscaled in place, as PyTorch does; FP16 is refused with
-//                   PyTorch's "Attempting to unscale FP16 gradients." -- unscaling in place would
-//                   round the true gradient into FP16, exactly where it underflows.
-//                   Optional: call it only to see true gradients before the step (clipping).
-//   step(opt)       READY -> STEPPED (running the unscale itself) or UNSCALED -> STEPPED (no second
-//                   unscale). If any found_inf is set the optimizer's step() is NOT called:
-//                   parameters, masters and optimizer state stay bit-identical. Returns whether it
-//                   stepped (addition (a)): sched.step(scaler.step(opt)) keeps an LR schedule from
-//                   advancing on skipped steps (pytorch#44511).
-//                   On the READY path, 16-bit grads of parameters with masters (grad_dtype set to
-//                   16 bits) are only *checked* (in the same fused dispatch as the f32 grads,
-//                   without being written); the optimizer multiplies them by inv as it widens them
-//                   into FP32 inside its fused update (set_grad_scale_for_next_step).
-//   update()        Sums found_inf over every optimizer of the iteration and runs _amp_update_scale_
-//                   once (amp/amp_functors.h fn::update_scale), then resets every stage to READY.
-//                   update(new_scale) sets S instead (tracker untouched).
-// With several losses/optimizers: scale() each loss, step() each optimizer, ONE update(). With
-// gradient accumulation: scale(loss / N).backward() N times, then unscale_/step/update once (the
-// scale must not change while scaled gradients accumulate). Both in docs/AMP.md.
-//
-// ---- Additions beyond PyTorch (docs/AMP.md, "mixtape's additions") ----
-//   (a) step() returns whether it stepped (PyTorch needs return_found_inf=True).
-//   (b) When S < 1 (inv > 1), g * inv can overflow although g was finite (pytorch#99640): the fused
-//       kernel also checks the product, so such a step is skipped instead of writing inf.
-//   (c) GradScalerOptions::min_scale: when a backoff takes S below it, update() throws an error that
-//       explains why: at that scale gradient overflow is not the cause -- the inf/NaN comes from
-//       the forward pass or the loss, and halving S forever cannot fix it (NVIDIA/apex#715).
-//   (d) scale_history(): one ScaleRecord (iteration, scale used, skipped) per update(), for plots.
-//
-// ---- Where the state lives ----
-// The scale is a 0-d f32 tensor and the growth tracker a 0-d i32 tensor, both created lazily by
-// the first scale() on that tensor's device, and inv and found_inf are computed there too: the
-// arithmetic never leaves the device (PyTorch's design). step() reads found_inf on the host, the one
-// synchronisation PyTorch has per optimizer, and the only one here: the host keeps copies of the
-// scale and the tracker, advanced by the same fn::update_scale with the found_inf step() read, for
-// get_scale(), the inv the optimizer applies at its copy, and update()'s history, trace and
-// min_scale check. (update() after unscale_ without step(), and update(new_scale) before any
-// step(), read found_inf themselves.)
-//
-// ---- enabled = false: a clean off switch ----
-// scale() returns its input, unscale_/update are no-ops, step() is opt.step() (returns true),
-// get_scale() is 1, state_dict() is empty: a run with a disabled scaler is bit-identical to one
-// without a scaler.
-//
-// ---- BFloat16 needs no scaling ----
-// bf16 has FP32's 8 exponent bits (same range, 2^-133 .. 3.4e38): gradients that FP32 represents
-// do not underflow or overflow in bf16. The scaler accepts bf16 runs (masters, checks, skips all
-// work) but only adds a multiply; use enabled = false for bf16 (what HF accelerate/transformers do).
+// amp/grad_scaler.h — amp::GradScaler, dynamic loss scaling: PyTorch's torch.amp.GradScaler
+// (defaults, READY -> UNSCALED -> STEPPED stages per optimizer, errors, state_dict keys) plus
+// mixtape's four additions.
+// Invariant: an optimizer whose gradients hold an inf/NaN is not stepped, so its parameters,
+// masters and state stay bit-identical; the scale, the tracker, the inverse scale and found_inf
+// live on the loss's device, and step()'s read of found_inf is an ordinary iteration's one host sync.
+// The algorithm, with numbers, the additions and the stage errors: docs/AMP.md, "GradScaler: the
+// algorithm"; the behaviours and their tests: docs/amp-behaviours.md 15-31.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -120,9 +55,14 @@ class GradScaler {
   Tensor scale(const Tensor& outputs);
   std::vector<Tensor> scale(const std::vector<Tensor>& outputs);  // each one scaled
 
+  // Unscales the optimizer's gradients in place (by the inverse scale: docs/AMP.md#the-inverse-scale)
+  // and records whether any is inf/NaN, in one fused dispatch per device. Which 16-bit gradients
+  // are unscaled, refused or left to the optimizer: docs/AMP.md, "One iteration", step 2.
   void unscale_(optim::Optimizer& optimizer);
+  // Unscales first unless unscale_ ran; steps the optimizer only if no inf/NaN was found.
   // True if optimizer.step() ran; false if it was skipped because of inf/NaN gradients.
   bool step(optim::Optimizer& optimizer);
+  // Once per iteration, after every step(): backoff or growth of S, and every stage back to READY.
   void update();
   void update(double new_scale);             // S = float(new_scale), tracker unchanged
   void update(const Tensor& new_scale);      // a 1-element f32 tensor without requires_grad

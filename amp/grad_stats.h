@@ -15,6 +15,7 @@
 // Exact zeros (ReLU's dead units) are counted apart, as `exact_zero`, so they never look like
 // underflow. The histogram counts floor(log2 |g|) for nonzero finite g, next to FP16's limits:
 // 2^-24 (smallest subnormal), 2^-14 (smallest normal), 2^15 (largest binade).
+// In use, with numbers: docs/AMP.md, "Seeing underflow"; behaviour 34 (docs/amp-behaviours.md).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -6,8 +6,8 @@
 //       kernel launch on a GPU), each element through amp/amp_functors.h fn::UnscaleAndCheck.
 //   _amp_update_scale_(scale, growth_tracker, found_inf)
 //       The scale/tracker state machine, fn::update_scale.
-// Both are in place and never recorded by autograd. Kernels: CPU here (scaler_kernels.cpp);
-// a CUDA backend registers its own under the same op names, reusing the functors.
+// Both are in place and never recorded by autograd. Kernels: CPU here (scaler_kernels.cpp), CUDA
+// in amp/cuda/scaler_ops.cpp (same op names, same operand checks and functors).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +24,7 @@ namespace mixtape::amp {
 // GradScaler uses that for 16-bit grads of parameters with FP32 masters, which the optimizer
 // unscales at the copy into FP32 (optim/optimizer.h).
 //   found_inf: 1-element f32, zeroed by the caller, only ever set to 1 (so several calls OR together)
-//   inv_scale: 1-element f32 holding float(1 / double(S))
+//   inv_scale: 1-element f32 holding the inverse scale (docs/AMP.md#the-inverse-scale)
 // Undefined entries in grads are skipped (a parameter without a gradient). Non-contiguous grads
 // are handled through a contiguous copy written back.
 void non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf,

@@ -1,5 +1,6 @@
 // amp/weight_cast_cache.h — the lower-precision copies of model weights made in the current
-// autocast region (see amp/autocast.h for the rules). One cache per thread.
+// autocast region, one cache per thread. Invariant: an entry is never returned for another tensor
+// (a weak reference guards a recycled address). The rules: docs/AMP.md, "The weight-cast cache".
 #pragma once
 #include <cstddef>
 #include <map>

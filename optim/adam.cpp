@@ -1,6 +1,6 @@
 // optim/adam.cpp — Adam/AdamW options, checks, and their fused in-place op
 //   adam_step_(w, grad, model, exp_avg, exp_avg_sq, [max_exp_avg_sq]; lr, beta1, beta2, eps,
-//              weight_decay, amsgrad, decoupled, step, grad_scale, stochastic, seed, offset)
+//              weight_decay, amsgrad, decoupled, step, inv_scale, stochastic, seed, offset)
 // operands as optim/step_kernel.h describes, per-element math fn::AdamUpdate. `step` is the
 // parameter's update count including this one; the bias corrections are computed from it on the
 // host, in double, as Python computes them.

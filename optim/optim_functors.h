@@ -1,5 +1,6 @@
-// optim/optim_functors.h — the per-element arithmetic of every optimizer update, written once for
-// the CPU loops (optim/step_kernel.h) and a future CUDA kernel (MIXTAPE_HD).
+// optim/optim_functors.h — the per-element arithmetic of every optimizer update, written once
+// (MIXTAPE_HD) and run by the CPU loop (optim/step_kernel.h) and the CUDA kernels
+// (optim/cuda/step_kernels.cu: SGDUpdate, AdamUpdate, unscale, round_stochastic).
 //
 // Invariant: each functor performs exactly the IEEE operations, in exactly the order, that
 // PyTorch 1.13's single-tensor optimizers perform (torch/optim/sgd.py, adam.py, adamw.py), so an
@@ -173,8 +174,7 @@ MIXTAPE_HD inline float rounding_uniform(uint64_t seed, uint64_t offset, uint64_
 }
 
 // The scaler's unscale at the copy: a 16-bit (or f32) gradient value, widened exactly to float,
-// times inv_scale = float(1 / double(S)) -- one float multiply, so the result equals
-// PyTorch's in-place unscale_ of the same value held in an f32 .grad.
+// times the inverse scale in one float multiply (docs/AMP.md#the-inverse-scale).
 MIXTAPE_HD inline float unscale(float g, float inv_scale) { return inv_scale == 1.0f ? g : g * inv_scale; }
 
 }  // namespace mixtape::optim::fn

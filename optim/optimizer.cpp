@@ -1,5 +1,5 @@
 // optim/optimizer.cpp — parameter groups, masters, the step driver, zero_grad and state_dict of
-// every optimizer (header comment of optimizer.h explains master weights and the GradScaler).
+// every optimizer (docs/AMP.md, "The optimizers" and "Master weights").
 #include "optim/optimizer.h"
 
 #include <cmath>
@@ -114,7 +114,7 @@ void Optimizer::add_param_group(ParamGroup group) {
       s.master = Tensor::empty(p.sizes(), TensorOptions(DType::Float32).with_device(p.device()));
       copy_(s.master, p);
       s.synced_version = p.version();
-      // Gradients accumulate in FP32 unless the user chose otherwise (header comment).
+      // Gradients accumulate in FP32 unless the user chose otherwise (docs/AMP.md, "Master weights").
       if (!p.has_explicit_grad_dtype()) {
         const Tensor g = p.grad();
         if (g.defined() && is_reduced_float(g.dtype())) p.set_grad(to_dtype(g, DType::Float32));  // exact
@@ -184,7 +184,7 @@ std::vector<Tensor> Optimizer::master_params() const {
 void Optimizer::set_grad_scale_for_next_step(float inv_scale) {
   MT_CHECK(std::isfinite(inv_scale), name_, ".set_grad_scale_for_next_step: the inverse scale must be finite, got ",
            inv_scale);
-  pending_grad_scale_ = inv_scale;
+  pending_inv_scale_ = inv_scale;
 }
 
 void Optimizer::set_stochastic_rounding(bool on, uint64_t seed) {
@@ -222,12 +222,12 @@ void Optimizer::sync_master(const ParamState& s) const {
   s.needs_check = false;
 }
 
-// ---- step ----// ---- step ----
+// ---- step ----
 
 void Optimizer::run_fused_step(const OpSchema& op, const ParamUpdate& u, Attrs attrs) {
   TensorList inputs{u.w, u.grad, u.model};
   for (const Tensor& s : u.state) inputs.push_back(s);
-  attrs.set("grad_scale", u.grad_scale);
+  attrs.set("inv_scale", u.inv_scale);
   for (auto& [n, v] : u.rounding.items()) attrs.set(n, v);
   dispatch(op, std::move(inputs), std::move(attrs));  // bumps u.w
   if (u.model.defined()) u.model.bump_version();
@@ -241,7 +241,7 @@ void Optimizer::step() {
   struct Work {
     size_t index, group;
     Tensor grad;
-    double grad_scale;
+    double inv_scale;
   };
   std::vector<Work> work;
   size_t k = 0;
@@ -258,7 +258,7 @@ void Optimizer::step() {
       if (!grad.defined()) continue;  // no gradient: skipped, as PyTorch
       // A 16-bit .grad (grad_dtype set to 16 bits by the user) still carries the loss scale: the
       // fused update multiplies it by the pending inverse scale as it widens it.
-      const double scale = is_reduced_float(grad.dtype()) ? pending_grad_scale_ : 1.0;
+      const double inv_scale = is_reduced_float(grad.dtype()) ? pending_inv_scale_ : 1.0;
       MT_CHECK(grad.sizes() == p.sizes(), name_, ": the grad of ", describe_param(k), " has shape ",
                shape_str(grad.sizes()), ", expected the parameter's shape ", shape_str(p.sizes()));
       MT_CHECK(grad.device() == p.device(), name_, ": the grad of ", describe_param(k), " is on ", grad.device(),
@@ -266,7 +266,7 @@ void Optimizer::step() {
       const bool dtype_ok = grad.dtype() == p.dtype() || (s.master.defined() && grad.dtype() == DType::Float32);
       MT_CHECK(dtype_ok, name_, ": the grad of ", describe_param(k), " is ", dtype_name(grad.dtype()),
                ", expected ", dtype_name(p.dtype()), is_reduced_float(p.dtype()) ? " (or Float32)" : "");
-      work.push_back({k, g, grad.is_contiguous() ? grad : contiguous(grad), scale});
+      work.push_back({k, g, grad.is_contiguous() ? grad : contiguous(grad), inv_scale});
     }
   }
   // A write to a 16-bit parameter since the optimizer last wrote it re-seeds its master.
@@ -282,7 +282,7 @@ void Optimizer::step() {
     u.w = w_copy ? contiguous(w) : w;
     if (s.master.defined()) u.model = s.param.is_contiguous() ? s.param : contiguous(s.param);
     u.grad = item.grad;
-    u.grad_scale = item.grad_scale;
+    u.inv_scale = item.inv_scale;
     u.step = s.step + 1;
     for (const std::string& n : state_names(options)) {
       auto it = s.buffers.find(n);
@@ -307,7 +307,7 @@ void Optimizer::step() {
       s.written_stochastically = stochastic;
     }
   }
-  pending_grad_scale_ = 1.0f;
+  pending_inv_scale_ = 1.0f;
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -324,7 +324,7 @@ void Optimizer::zero_grad(bool set_to_none) {
       }
     }
   }
-  pending_grad_scale_ = 1.0f;
+  pending_inv_scale_ = 1.0f;
 }
 
 // ---- state ----
@@ -492,7 +492,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   }
   stochastic_rounding_ = rounding[0] != 0;
   rounding_gen_.set_state(static_cast<uint64_t>(rounding[1]), static_cast<uint64_t>(rounding[2]));
-  pending_grad_scale_ = 1.0f;
+  pending_inv_scale_ = 1.0f;
 }
 
 }  // namespace mixtape::optim

@@ -1,58 +1,13 @@
 // optim/optimizer.h — the base of every optimizer: parameter groups with per-group
 // hyperparameters, per-parameter state created on a parameter's first update, FP32 master weights
-// for 16-bit parameters, zero_grad, and a state_dict that resumes bit-exactly.
-//
-// ---- Parameter groups (PyTorch's param_groups) ----
-// Each group holds its tensors and its own hyperparameters, by name, as PyTorch's param_group
-// dict does: group.options.get("momentum"), group.set_lr(0.01). An optimizer's typed options
-// (SGDOptions{.lr = 0.1, .momentum = 0.9}) are the defaults; a group given to the constructor or to
-// add_param_group overrides any subset of them:
-//   SGD opt({ParamGroup(backbone), ParamGroup(head, {{"lr", 0.1}})}, {.lr = 0.01, .momentum = 0.9});
-// A name the optimizer does not know is an error (a typo never silently does nothing). Bool options
-// (nesterov, amsgrad) are stored as 0/1. Change hyperparameters through param_groups() at any time
-// (LR schedulers do); the tensors of a group are fixed once added (step() checks).
-//
-// ---- Master weights: one code path (docs/AMP.md, "Master weights") ----
-// Every parameter has a master: the FP32/FP64 tensor the update is applied to.
-//   * f32 / f64 parameter (a normal model, or BatchNorm kept in FP32): it is its own master and is
-//     updated in place; its state (momentum, Adam moments) has its dtype.
-//   * f16 / bf16 parameter (after model.to(Float16)): the optimizer creates an FP32 master from the
-//     parameter's values when the group is added (exact: every 16-bit value is a float) and keeps
-//     its state in FP32. The update runs on the master; the parameter is written as RNE(master) in
-//     the same pass, so after every step  param == RNE(master)  bit for bit (or stochastically
-//     rounded: see set_stochastic_rounding; off by default). Small updates that RNE would lose in
-//     16 bits accumulate in the master.
-// Gradients of 16-bit parameters are FP32: add_param_group sets grad_dtype = Float32 on them
-// (core/tensor.h; unless the user set a grad_dtype first), so backward widens each 16-bit
-// gradient and accumulates it in FP32 -- N micro-batches of loss/N add up as one FP32 sum, as
-// NVIDIA Apex's O2 master gradients do -- and clip_grad_norm_(model.parameters()) after
-// scaler.unscale_(opt) sees the true FP32 gradients, exactly PyTorch's documented pattern.
-// A user who sets grad_dtype to the 16-bit dtype (half the gradient memory, 16-bit accumulation)
-// gets a 16-bit .grad; step() then widens it to float and multiplies it by the pending inverse loss
-// scale (set_grad_scale_for_next_step) inside the fused update.
-// The model wins: the model's weights are authoritative, as in PyTorch, where an optimizer holds
-// no weights. Before the next step(), state_dict() or master(), every master entry whose 16-bit
-// parameter no longer holds round(master) -- after a write since the optimizer's own (copy_, a
-// model load_state_dict, re-initialisation; found by the parameter's version counter), or after
-// this optimizer's load_state_dict -- is re-seeded from the parameter (exactly: every 16-bit value
-// is a float); entries that still agree keep their finer FP32 value. So model and optimizer
-// checkpoints load in either order (the saved master rounds to the saved parameter), and other
-// weights loaded into the model before or after the optimizer are what training continues
-// from. Optimizer state (momentum, moments, step counts) is kept, as when PyTorch loads model
-// weights under an existing optimizer. The check is device ops only, run for a parameter only
-// after such a write: no host synchronisation. master(p) returns the master (p itself for
-// f32/f64); masters, state and the stochastic-rounding stream are part of state_dict(), so a
-// resumed run continues bit-identically.
-//
-// ---- How the GradScaler plugs in (amp/grad_scaler.h) ----
-// Gradients are scaled by S; inv = float(1 / double(S)) as PyTorch computes it.
-//   f32/f64 .grad (every parameter by default): PyTorch's unscale_: check, then g *= inv in place.
-//   16-bit .grad of a parameter with a master (grad_dtype set to 16 bits): on scaler.step() alone
-//     the values are only checked for inf/NaN, and step() applies inv at the copy into FP32
-//     (opt.set_grad_scale_for_next_step(inv); no FP32 copy of the gradient); an explicit
-//     scaler.unscale_ unscales BF16 in place (PyTorch's rule) and refuses FP16, whose true values
-//     underflow in 16 bits.
-// The pending scale is consumed by step() and cleared by zero_grad(); call it right before step().
+// for 16-bit parameters (with FP32 gradients), zero_grad, and a state_dict that resumes bit-exactly.
+// Invariant: every parameter has a master, the tensor the update is applied to (itself for
+// f32/f64; an FP32 copy for f16/bf16), and after every step a 16-bit parameter holds round(master);
+// before a master is used again, its entries that a write to the parameter left disagreeing with
+// it are re-seeded from the parameter ("the model wins").
+// Groups, masters and the fused steps: docs/AMP.md, "The optimizers"; the 16-bit paths
+// (accumulation, clipping, loading) and the GradScaler's part: docs/AMP.md, "Master weights" and
+// "GradScaler: the algorithm"; the behaviours and their tests: docs/amp-behaviours.md 25-27, 32, 33.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -124,13 +79,15 @@ class Optimizer {
   const std::string& name() const { return name_; }
   std::vector<Tensor> parameters() const;  // every parameter, group by group
 
-  // ---- master weights (see the header comment) ----
+  // ---- master weights (docs/AMP.md, "Master weights") ----
   bool has_master(const Tensor& param) const;   // true for 16-bit parameters
   Tensor master(const Tensor& param) const;     // the FP32 master, or param itself for f32/f64
   std::vector<Tensor> master_params() const;    // master(p) for every parameter, in order
-  // The inverse loss scale the next step() multiplies 16-bit gradients by (1 = none).
+  // The inverse loss scale (docs/AMP.md#the-inverse-scale) the next step() multiplies 16-bit
+  // gradients by at the copy into FP32 (1 = none); GradScaler::step sets it. Consumed by step(),
+  // dropped by zero_grad().
   void set_grad_scale_for_next_step(float inv_scale);
-  float grad_scale_for_next_step() const { return pending_grad_scale_; }
+  float grad_scale_for_next_step() const { return pending_inv_scale_; }
   // Stochastic rounding of the master -> 16-bit write-back, from a Philox stream seeded here.
   void set_stochastic_rounding(bool on, uint64_t seed = 0x5eed);
   bool stochastic_rounding() const { return stochastic_rounding_; }
@@ -162,7 +119,7 @@ class Optimizer {
     Tensor w;                   // updated in place: the master, or the f32/f64 param itself
     Tensor grad;                // same shape: the param's grad (f32/f64, or 16-bit when opted in)
     Tensor model;               // 16-bit param receiving round(w); undefined when w is the param
-    double grad_scale = 1.0;    // multiplier for a 16-bit grad (the pending inverse loss scale)
+    double inv_scale = 1.0;     // multiplier for a 16-bit grad: the pending inverse loss scale
     int64_t step = 0;           // 1 on this parameter's first update
     bool fresh_state = false;   // the buffers below were created (zeroed) for this update
     std::vector<Tensor> state;  // the buffers named by state_names(group), in that order
@@ -203,7 +160,7 @@ class Optimizer {
   std::string describe_param(size_t index) const;                // "param 3 'fc.weight' (f16[4, 2])"
   void check_structure() const;                                  // groups still hold what was added
   // Re-seeds the master entries whose 16-bit parameter was written since the optimizer last
-  // wrote it and no longer holds round(master) (header comment, "The model wins").
+  // wrote it and no longer holds round(master) (docs/AMP.md, "Master weights", "The model wins").
   void sync_master(const ParamState& s) const;
 
   std::string name_;
@@ -212,7 +169,7 @@ class Optimizer {
   std::vector<size_t> group_sizes_;   // params per group when added
   std::vector<ParamState> states_;    // one per parameter, group by group
   std::map<const TensorImpl*, size_t> index_;
-  float pending_grad_scale_ = 1.0f;
+  float pending_inv_scale_ = 1.0f;
   bool stochastic_rounding_ = false;
   Generator rounding_gen_;
 };

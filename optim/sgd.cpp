@@ -1,6 +1,6 @@
 // optim/sgd.cpp — SGD's options, checks, and its fused in-place op
 //   sgd_step_(w, grad, model, [momentum_buffer]; lr, momentum, dampening, weight_decay, nesterov,
-//             first, grad_scale, stochastic, seed, offset)
+//             first, inv_scale, stochastic, seed, offset)
 // operands as optim/step_kernel.h describes, per-element math fn::SGDUpdate.
 #include "optim/sgd.h"
 

@@ -4,13 +4,14 @@
 //   0  w       the tensor the update is applied to, written: an FP32 master, or an f32/f64 param
 //              that is its own master. Its dtype W (float or double) is the compute type.
 //   1  grad    the gradient, read: dtype W, or (W = float) a 16-bit gradient that is widened to
-//              float and multiplied by attr "grad_scale" on the way in (the GradScaler's unscale at
+//              float and multiplied by attr "inv_scale" on the way in (the GradScaler's unscale at
 //              the copy, optim_functors.h fn::unscale)
 //   2  model   the 16-bit parameter that receives round(w) after the update, written; undefined
 //              when w is the parameter itself
 //   3… state   optimizer buffers (momentum, Adam moments), dtype W, written
-// Attrs common to every fused step: grad_scale (double, an exact float), stochastic (bool),
-// seed, offset (int64, the Philox stream of stochastic rounding).
+// Attrs common to every fused step: inv_scale (a double holding the float inverse loss scale,
+// docs/AMP.md#the-inverse-scale; 1 = none), stochastic (bool), seed, offset (int64, the Philox
+// stream of stochastic rounding).
 // The dispatcher bumps input 0's version; Optimizer::run_fused_step bumps model and state.
 //
 // Invariant: one pass over memory (in chunks that stay in cache); each element's master value is
@@ -60,7 +61,7 @@ void fused_step_loop(const OpCall& call, Update&& update) {
   W* wp = static_cast<W*>(w.data_ptr());
   std::array<W*, NS> state{};
   for (size_t k = 0; k < NS; ++k) state[k] = static_cast<W*>(call.inputs[3 + k].data_ptr());
-  const float grad_scale = static_cast<float>(call.attrs.get<double>("grad_scale"));
+  const float inv_scale = static_cast<float>(call.attrs.get<double>("inv_scale"));
   const bool stochastic = call.attrs.get_or<bool>("stochastic", false);
   const auto seed = static_cast<uint64_t>(call.attrs.get_or<int64_t>("seed", 0));
   const auto offset = static_cast<uint64_t>(call.attrs.get_or<int64_t>("offset", 0));
@@ -80,7 +81,7 @@ void fused_step_loop(const OpCall& call, Update&& update) {
           convert_half_to_float(static_cast<const Half*>(grad.data_ptr()) + base, gbuf, static_cast<size_t>(m));
         else
           convert_bfloat16_to_float(static_cast<const BFloat16*>(grad.data_ptr()) + base, gbuf, static_cast<size_t>(m));
-        for (int64_t j = 0; j < m; ++j) gbuf[j] = fn::unscale(gbuf[j], grad_scale);
+        for (int64_t j = 0; j < m; ++j) gbuf[j] = fn::unscale(gbuf[j], inv_scale);
       }
       for (int64_t j = 0; j < m; ++j) update(wp[base + j], g[j], state, base + j);
       if constexpr (std::is_same_v<W, float>) {

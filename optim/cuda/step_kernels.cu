@@ -26,7 +26,7 @@ __device__ __forceinline__ W load_grad(const FusedStepArgs& a, int64_t i) {
   if (a.grad_dtype == a.w_dtype) return static_cast<const W*>(a.grad)[i];  // arrives unscaled
   float g = a.grad_dtype == DType::Float16 ? float(static_cast<const Half*>(a.grad)[i])
                                            : float(static_cast<const BFloat16*>(a.grad)[i]);
-  return static_cast<W>(fn::unscale(g, a.grad_scale));
+  return static_cast<W>(fn::unscale(g, a.inv_scale));
 }
 
 template <typename W>

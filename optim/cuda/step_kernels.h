@@ -1,7 +1,7 @@
 // optim/cuda/step_kernels.h — the device side of the fused optimizer steps and of the two helper
 // ops optimizers use (optim/cuda/step_ops.cpp is the glue): plain pointers, C++17, no Tensor.
 // Operand layout as optim/step_kernel.h: w (f32/f64 master or param, written), grad (W, or a
-// 16-bit grad unscaled by grad_scale on the way in), model (16-bit copy written from w, or null),
+// 16-bit grad unscaled by inv_scale on the way in), model (16-bit copy written from w, or null),
 // state buffers of dtype W.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -21,7 +21,7 @@ struct FusedStepArgs {
   DType model_dtype = DType::Float16;
   void* state[3] = {nullptr, nullptr, nullptr};
   int64_t n = 0;
-  float grad_scale = 1.0f;
+  float inv_scale = 1.0f;  // the inverse loss scale (docs/AMP.md#the-inverse-scale)
   bool stochastic = false;
   uint64_t seed = 0, offset = 0;
 };

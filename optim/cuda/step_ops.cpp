@@ -29,7 +29,7 @@ FusedStepArgs fused_args(const OpCall& c, size_t num_state) {
     a.model_dtype = model.dtype();
   }
   for (size_t k = 0; k < num_state; ++k) a.state[k] = c.inputs[3 + k].data_ptr();
-  a.grad_scale = static_cast<float>(c.attrs.get<double>("grad_scale"));
+  a.inv_scale = static_cast<float>(c.attrs.get<double>("inv_scale"));
   a.stochastic = c.attrs.get_or<bool>("stochastic", false);
   a.seed = static_cast<uint64_t>(c.attrs.get_or<int64_t>("seed", 0));
   a.offset = static_cast<uint64_t>(c.attrs.get_or<int64_t>("offset", 0));

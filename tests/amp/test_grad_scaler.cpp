@@ -274,8 +274,8 @@ TEST(GradScaler, B20_NoGrowthToInf) {
 
 // ---- 21: unscale arithmetic and detection, PyTorch's "perfect storm" style ----
 TEST(GradScaler, B21_UnscaleIsExactInverseAndFindsEveryNonFinite) {
-  // S = 3: float(1 / double(3)) is the correctly rounded reciprocal, and g * inv is one float
-  // multiply -- compared with host arithmetic bit for bit, for f32 and f64 grads.
+  // S = 3, not a power of two, so the inverse scale rounds (docs/AMP.md#the-inverse-scale): every
+  // unscaled gradient is compared with host arithmetic bit for bit, for f32 and f64 grads.
   GradScaler scaler;
   Generator gen(21);
   std::vector<Tensor> params;

@@ -1,14 +1,15 @@
 // tests/amp/test_grad_scaler_training.cpp — the GradScaler inside small real training steps
 // (models::MLP, mse_loss, cross_entropy): behaviours 26 (gradient accumulation, also of a 16-bit
-// model with FP32 masters), 27 (clip after
-// unscale), 28 (multiple optimizers), 29 (multiple losses) and the scaling part of 34 (FP16
-// underflow/overflow numbers). References are runs without a scaler.
+// model with FP32 masters), 27 (clip after unscale), 28 (multiple optimizers), 29 (multiple losses)
+// and the scaling part of 34 (FP16 underflow/overflow numbers). References are runs without a
+// scaler.
 //
 // Why many comparisons here are bit-exact: S is a power of two, and multiplying by a power of two
 // commutes with IEEE rounding (barring overflow/underflow), so backward of S * loss yields exactly S
-// times the gradients of loss, and multiplying by float(1/S) = 2^-k recovers them exactly. A scaled
-// FP32 run therefore equals the unscaled FP32 run bit for bit; only where reductions run in a
-// different order (accumulation over micro-batches) is a tolerance needed, derived at that test.
+// times the gradients of loss, and the inverse scale, exactly 2^-k, recovers them exactly
+// (docs/AMP.md#the-inverse-scale). A scaled FP32 run therefore equals the unscaled FP32 run bit for
+// bit; only where reductions run in a different order (accumulation over micro-batches) is a
+// tolerance needed, derived at that test.
 #include <cmath>
 #include <limits>
 

@@ -80,12 +80,12 @@ TEST(CudaOptimParity, FusedSgdAndAdamStepsAreBitIdentical) {
     Tensor w = random_input(rng, {n}, wdt, 0.01, 1.0);
     Tensor model = master ? to_dtype(w, model_dt) : Tensor();
     Tensor grad = random_input(rng, {n}, master ? model_dt : wdt, 0.001, 2.0);
-    const double grad_scale = master ? 1.0 / 512.0 : 1.0;
+    const double inv_scale = master ? 1.0 / 512.0 : 1.0;  // the inverse of the loss scale 512
     if (master) grad = to_dtype(to_dtype(grad, DType::Float32) * 512.0, model_dt);
     const std::string t = short_name(model_dt);
     for (bool stochastic : {false, true}) {
       if (stochastic && !master) continue;
-      Attrs common{{"grad_scale", grad_scale}, {"stochastic", stochastic}, {"seed", int64_t(seed & 0xffffff)},
+      Attrs common{{"inv_scale", inv_scale}, {"stochastic", stochastic}, {"seed", int64_t(seed & 0xffffff)},
                    {"offset", int64_t(7)}};
       for (bool momentum : {false, true}) {
         Attrs a = common;

@@ -124,8 +124,10 @@ size_t run_optimizer_case(const json& c) {
   std::vector<Tensor> params;
   for (const json& e : c["init"]) params.push_back(decode(e).requires_grad_(true));
   auto opt = make_optimizer(c, params);
+  // The fixture's "grad_scale" is the loss scale S the 16-bit gradients were produced under (not
+  // its inverse: gen_optim.py); the inverse is the GradScaler's, docs/AMP.md#the-inverse-scale.
   const double scale = c["grad_scale"].get<double>();
-  const float inv_scale = static_cast<float>(1.0 / scale);  // GradScaler: float(1 / double(S))
+  const float inv_scale = static_cast<float>(1.0 / scale);
   for (size_t k = 0; k < c["steps"].size(); ++k) {
     const json& s = c["steps"][k];
     for (size_t i = 0; i < params.size(); ++i)
