@@ -57,8 +57,10 @@ Registry& registry() {
 
 LayerFn g_handlers[3] = {nullptr, nullptr, nullptr};
 std::atomic<KernelObserver> g_kernel_observer{nullptr};
-// Set whenever an entry is created or gains a kernel; dispatch() then checks the registry again.
-std::atomic<bool> g_registry_changed{true};
+// Bumped whenever an entry is created, gains a kernel or is declared CPU-only; dispatch() checks
+// the registry again while the generation it last found complete is older.
+std::atomic<uint64_t> g_registry_generation{1};
+std::atomic<uint64_t> g_checked_generation{0};
 
 struct LayerTLS {
   uint32_t excluded = 0;
@@ -102,7 +104,7 @@ OpSchema& define_op(const char* name) {
     s->name = name;
     it = r.ops.emplace(name, std::move(s)).first;
   }
-  g_registry_changed.store(true, std::memory_order_release);  // its builder calls follow
+  mark_registry_changed();  // and each builder call that follows
   return *it->second;
 }
 
@@ -148,13 +150,16 @@ std::vector<std::string> kernel_registry_problems() {
 namespace {
 // Throws while the registry has problems; checks again only after it changed.
 void check_registry() {
-  if (!g_registry_changed.load(std::memory_order_acquire)) return;
+  if (g_checked_generation.load(std::memory_order_acquire) == g_registry_generation.load(std::memory_order_acquire))
+    return;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  if (!g_registry_changed.load(std::memory_order_acquire)) return;
+  // Read before the scan: a change during the scan bumps the generation, so it is checked next time.
+  const uint64_t generation = g_registry_generation.load(std::memory_order_acquire);
+  if (g_checked_generation.load(std::memory_order_acquire) == generation) return;
   const std::vector<std::string> problems = kernel_registry_problems();
   if (problems.empty()) {
-    g_registry_changed.store(false, std::memory_order_release);
+    g_checked_generation.store(generation, std::memory_order_release);
     return;
   }
   std::string all;
@@ -163,6 +168,8 @@ void check_registry() {
            " problem", problems.size() == 1 ? "" : "s", "):", all);
 }
 }  // namespace
+
+void mark_registry_changed() { g_registry_generation.fetch_add(1, std::memory_order_acq_rel); }
 
 void set_kernel_observer(KernelObserver fn) { g_kernel_observer.store(fn, std::memory_order_release); }
 

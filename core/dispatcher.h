@@ -39,6 +39,8 @@ enum class DispatchLayer : uint8_t { Autocast = 0, Autograd = 1, Backend = 2 };
 const char* layer_name(DispatchLayer l);
 
 struct OpSchema;
+// Tells dispatch() to check the registry again (kernel_registry_problems) before its next call.
+void mark_registry_changed();
 struct OpCall {
   TensorList inputs;  // undefined entries are absent optional inputs (e.g. no bias)
   Attrs attrs;
@@ -86,12 +88,12 @@ struct OpSchema {
   OpSchema& save(std::initializer_list<int> inputs, std::initializer_list<int> outputs = {});
   OpSchema& grad(BackwardFn fn) { backward = fn; return *this; }
   OpSchema& composite_of_ops(KernelFn fn) { composite = fn; return *this; }
-  OpSchema& kernel(DeviceType d, KernelFn fn) { kernels[static_cast<int>(d)] = fn; return *this; }
+  OpSchema& kernel(DeviceType d, KernelFn fn) { kernels[static_cast<int>(d)] = fn; mark_registry_changed(); return *this; }
   OpSchema& kernel_any_device(KernelFn fn) { any_device = fn; return *this; }
   OpSchema& args(std::initializer_list<const char*> names) { arg_names.assign(names.begin(), names.end()); return *this; }
   // An op with a CPU kernel and no CUDA kernel must say so, with the reason: in a CUDA build an
   // op that does not is a start-up error (kernel_registry_problems below).
-  OpSchema& cpu_only(std::string why) { cpu_only_reason = std::move(why); return *this; }
+  OpSchema& cpu_only(std::string why) { cpu_only_reason = std::move(why); mark_registry_changed(); return *this; }
   // A sample call for the derived tests: `args` made by the test, then dispatch(this op, args,
   // attrs), or `fn(args)` when given (to go through the public function, or to test a pattern).
   OpSchema& sample(const std::string& case_name, std::vector<SampleArg> args, Attrs attrs = {},
@@ -142,7 +144,7 @@ TensorList dispatch_backend(const OpSchema& op, OpCall& call);
 void set_layer_handler(DispatchLayer layer, LayerFn fn);
 
 // Called with each op and device type whose kernel run_kernel runs (null: none, the default).
-// For tests that derive coverage from what ran (tests/ops/op_coverage.cpp); process-wide.
+// For tests that derive coverage from what ran (tests/cuda_ops/test_sample_parity.cpp); process-wide.
 using KernelObserver = void (*)(const OpSchema& op, DeviceType device);
 void set_kernel_observer(KernelObserver fn);
 

@@ -243,7 +243,11 @@ const OpSchema& kWhere = define_op("where")
                              .grad(where_backward)
                              .kernel(DeviceType::CPU, where_cpu)
                              .sample("broadcast", {bool_arg({3, 1}), arg({2, 3, 4}), arg({4})})
-                             .sample("scalar-branch", {bool_arg({2}), scalar_arg(0.5), arg({3, 2})}, Attrs{},
+                             .sample("scalar-branch", {arg({3, 2})},
+                                     [](const TensorList& x) {  // a fixed condition: both branches taken
+                                       const Tensor cond = tensor({1.0, 0.0}, DType::Bool).to(x[0].device());
+                                       return TensorList{where(cond, wrapped_scalar(0.5), x[0])};
+                                     },
                                      SampleChecks{.rounds_once_16 = true});
 
 }  // namespace

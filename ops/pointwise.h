@@ -2,6 +2,7 @@
 // (the activations relu, sigmoid, tanh, gelu, ... are in ops/activation.h).
 #pragma once
 #include "core/tensor.h"
+#include "ops/activation.h"  // relu, sigmoid, tanh lived here before; code that included this still works
 
 namespace mixtape {
 

@@ -25,7 +25,8 @@ int main() {
   // 1. Backward against central differences, in float64, on the op's declared samples.
   const OpSchema* op = find_op("example_softplus");
   check(op != nullptr && op->samples.size() == 2, "the op and its two samples are in the registry");
-  for (const OpSample& s : op->samples) {
+  if (!op) return 1;
+  for (const OpSample& s : op->samples) {  // both samples are a Float argument in (lo, hi)
     Generator g(7);
     Tensor x = (rand(s.args[0].sizes, DType::Float64, &g) * (s.args[0].hi - s.args[0].lo) + s.args[0].lo);
     autograd::GradcheckResult r = autograd::gradcheck(

@@ -135,6 +135,17 @@ TEST(Dispatcher, CpuKernelWithoutCudaKernelIsAnErrorUnlessDeclaredCpuOnly) {
   typo.kernel(DeviceType::CPU, noop);
   EXPECT_TRUE(kernel_registry_problems().empty());
   EXPECT_EQ(add(ones({2}), ones({2})).sum().item<float>(), 4.0f);  // dispatch runs again
+
+  // A kernel added after the registry was last found complete is checked too (the review found
+  // that only define_op marked the registry as changed).
+  OpSchema& late = define_op("test_kernel_added_later");
+  EXPECT_EQ(add(ones({2}), ones({2})).sum().item<float>(), 4.0f);  // no kernels yet: nothing to miss
+  late.kernel(DeviceType::CPU, noop);
+#if MIXTAPE_WITH_CUDA
+  EXPECT_THROW(add(ones({2}), ones({2})), Error);
+#endif
+  late.cpu_only("a test op");
+  EXPECT_EQ(add(ones({2}), ones({2})).sum().item<float>(), 4.0f);
 }
 
 }  // namespace
