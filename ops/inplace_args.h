@@ -1,7 +1,7 @@
 // ops/inplace_args.h — the checks of the in-place writes copy_, add_ and mul_: the source or
 // other operand broadcasts to self, and the result dtype can be written back into self. Shared
 // by the CPU kernels (ops/creation.cpp, where they are defined) and the CUDA glue
-// (ops/cuda/pointwise_ops.cpp), so both backends fail with the same messages. Internal: not part
+// (ops/cuda/creation_ops.cpp), so both backends fail with the same messages. Internal: not part
 // of the public API.
 #pragma once
 #include "core/tensor.h"

@@ -1,5 +1,5 @@
 // ops/cpu/max_pool_2x2_avx512.h — max_pool2d's 2x2, stride-2 window (every small CNN's) on f32
-// planes, 16 windows at a time in AVX-512. The same scan order and comparison as ops/pooling.cpp's
+// planes, 16 windows at a time in AVX-512. The same scan order and comparison as ops/max_pool.cpp's
 // SSE2 and scalar loops (taps in row-major order; take a tap when it is greater than the best so
 // far, or NaN), so values and indices are bit-identical to theirs. Measured: the SSE2 loops were
 // 13% of a SmallCNN fp32 training step (forward, and the backward's recomputed argmax).

@@ -1,5 +1,5 @@
 // ops/cuda/loss_norm.cu — mse_loss, binary_cross_entropy (+ backward), binary_cross_entropy_with_logits
-// and layer_norm on the device, each element's arithmetic written as ops/loss.cpp and
+// and layer_norm on the device, each element's arithmetic written as ops/bce_loss.cpp, ops/mse_loss.cpp and
 // ops/normalization.cpp write it (same operations in acc_t, same clamps). Reduced losses sum the
 // terms in f64 (block partials, then one fold): the order differs from the CPU's sequential sum by
 // f64 rounding only. layer_norm walks each row in one thread in the CPU's order: statistics are

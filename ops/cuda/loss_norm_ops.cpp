@@ -1,5 +1,5 @@
 // ops/cuda/loss_norm_ops.cpp — CUDA kernels of mse_loss, binary_cross_entropy (+ backward),
-// binary_cross_entropy_with_logits and layer_norm: dtypes and attributes as ops/loss.cpp and
+// binary_cross_entropy_with_logits and layer_norm: dtypes and attributes as ops/bce_loss.cpp, ops/mse_loss.cpp and
 // ops/normalization.cpp, whose checks they call (ops/loss_args.h, ops/normalization_args.h), kernels in
 // loss_norm.cu. Weights are broadcast to the input's shape and materialised in the compute dtype
 // (f32, f64 for f64), as the CPU does.

@@ -1,6 +1,6 @@
 // ops/cuda/pooling.cu — avg_pool2d / adaptive_avg_pool2d and their gradients (mean pooling, at the
 // end of the file), max_pool2d forward (with or without indices) and its two gradient ops on
-// the device, with ops/pooling.cpp's window rules: taps clipped to the plane, padding never
+// the device, with ops/max_pool.cpp's and ops/avg_pool.cpp's window rules: taps clipped to the plane, padding never
 // chosen, row-major scan where a value wins if greater or NaN (first of equal maxima, NaN sticks),
 // -1 for a window wholly in padding. Gradients are gathers, not scatters: one thread per input
 // pixel visits the windows that can contain it in output order and adds the gradient of those
@@ -90,7 +90,7 @@ __global__ void max_pool_backward_kernel(PoolGeom g, const T* grad_out, const in
 }
 
 // One dim of a mean-pooling window of output o: taps [lo, hi) inside the input and this dim's
-// factor of the divisor (ops/pooling.cpp's avg_spans / adaptive_spans).
+// factor of the divisor (ops/avg_pool.cpp's avg_spans / adaptive_spans).
 __device__ __forceinline__ void mean_span(bool adaptive, bool include_pad, int64_t o, int64_t out, int64_t size,
                                           int64_t k, int64_t s, int64_t p, int64_t& lo, int64_t& hi, int64_t& count) {
   if (adaptive) {

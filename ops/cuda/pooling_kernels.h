@@ -8,7 +8,7 @@
 
 namespace mixtape::cuda {
 
-// ops/pooling.cpp's PoolGeom: planes = N * C, each H x W in, OH x OW out; window k, stride s,
+// ops/pool_geometry.h's PoolGeom: planes = N * C, each H x W in, OH x OW out; window k, stride s,
 // padding p, dilation d per dim.
 struct PoolGeom {
   int64_t planes, H, W, OH, OW;

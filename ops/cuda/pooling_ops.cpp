@@ -1,6 +1,6 @@
 // ops/cuda/pooling_ops.cpp — CUDA kernels of max_pool2d, max_pool2d_with_indices,
 // max_pool2d_backward, max_pool2d_input_backward, avg_pool2d, adaptive_avg_pool2d and their
-// backward ops: attributes and checks as ops/pooling.cpp, whose window geometry they call
+// backward ops: attributes and checks as ops/max_pool.cpp and ops/avg_pool.cpp, whose window geometry they call
 // (ops/pool_geometry.h, same messages), kernels in pooling.cu. Inputs are (N, C, H, W) (the public
 // functions reshape 3-D inputs before dispatch), made dense on the device.
 #include "ops/cuda/pooling_kernels.h"

@@ -1,6 +1,6 @@
 // ops/cuda/softmax_loss_ops.cpp — CUDA kernels of softmax, log_softmax, their backward ops, nll_loss
 // and nll_loss_backward (cross_entropy is a composite of log_softmax and nll_loss, so it runs on
-// CUDA through them). Checks, attributes and semantics as ops/softmax.cpp and ops/loss.cpp (shared
+// CUDA through them). Checks, attributes and semantics as ops/softmax.cpp, ops/nll_loss.cpp and ops/cross_entropy.cpp (shared
 // checks in ops/softmax_args.h, ops/loss_args.h); device
 // side in softmax_loss.cu. The targets of nll are validated on the device and reported at the
 // next synchronisation (core/cuda/deferred_check.h): a located mixtape::Error, never a device
@@ -56,7 +56,7 @@ TensorList softmax_grad_cuda(const OpCall& c) {
 int reduction_of(const OpCall& c) { return static_cast<int>(loss_reduction(c.attrs, c.name())); }
 // Targets are checked on the device without stopping the host (core/cuda/deferred_check.h): the
 // kernels record the first target that is neither a class in [0, C) nor ignore_index, and the
-// next synchronisation reports it with ops/loss.cpp's message.
+// next synchronisation reports it with ops/nll_loss.cpp's message.
 DeferredCheck target_check(const char* op, const IntList& target_shape, int64_t classes, int64_t ignore) {
   return DeferredCheck(op, [target_shape, classes, ignore](uint64_t position, uint64_t value) {
     return bad_target_message(static_cast<int64_t>(value), static_cast<int64_t>(position), target_shape, classes,
