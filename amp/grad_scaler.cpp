@@ -245,7 +245,7 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   const bool stepped = found == 0.0f;
   if (stepped) {
     // 16-bit grads left scaled (check-only) are multiplied by inv at the copy into FP32.
-    optimizer.set_grad_scale_for_next_step(st.inv_scale);
+    optimizer.set_inv_scale_for_next_step(st.inv_scale);
     optimizer.step();
   }
   st.stage = OptState::STEPPED;

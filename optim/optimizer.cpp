@@ -181,8 +181,8 @@ std::vector<Tensor> Optimizer::master_params() const {
   return out;
 }
 
-void Optimizer::set_grad_scale_for_next_step(float inv_scale) {
-  MT_CHECK(std::isfinite(inv_scale), name_, ".set_grad_scale_for_next_step: the inverse scale must be finite, got ",
+void Optimizer::set_inv_scale_for_next_step(float inv_scale) {
+  MT_CHECK(std::isfinite(inv_scale), name_, ".set_inv_scale_for_next_step: the inverse scale must be finite, got ",
            inv_scale);
   pending_inv_scale_ = inv_scale;
 }

@@ -86,8 +86,8 @@ class Optimizer {
   // The inverse loss scale (docs/AMP.md#the-inverse-scale) the next step() multiplies 16-bit
   // gradients by at the copy into FP32 (1 = none); GradScaler::step sets it. Consumed by step(),
   // dropped by zero_grad().
-  void set_grad_scale_for_next_step(float inv_scale);
-  float grad_scale_for_next_step() const { return pending_inv_scale_; }
+  void set_inv_scale_for_next_step(float inv_scale);
+  float inv_scale_for_next_step() const { return pending_inv_scale_; }
   // Stochastic rounding of the master -> 16-bit write-back, from a Philox stream seeded here.
   void set_stochastic_rounding(bool on, uint64_t seed = 0x5eed);
   bool stochastic_rounding() const { return stochastic_rounding_; }

@@ -57,7 +57,7 @@ TEST(CudaMasterPaths, AWriteToTheModelReseedsTheMasterOnTheDevice) {
     copy_(w, full({4}, 3.0, TensorOptions(DType::Float32).with_device(cuda_test::gpu())));  // new values: the master follows the model
   }
   w.set_grad(zeros({4}, TensorOptions(DType::Float32).with_device(cuda_test::gpu())));
-  opt.set_grad_scale_for_next_step(1.0f);
+  opt.set_inv_scale_for_next_step(1.0f);
   opt.step();
   EXPECT_EQ(host(w), std::vector<float>(4, 3.0f));
   EXPECT_EQ(host(opt.master(w)), std::vector<float>(4, 3.0f));

@@ -98,7 +98,7 @@ TEST(Behaviour32, SameNumbersThroughTheLossScaleAtTheCopy) {
   SGD opt({p}, {.lr = 1.0});
   for (int i = 0; i < 100; ++i) {
     p.set_grad(half_tensor(0x468E));
-    opt.set_grad_scale_for_next_step(static_cast<float>(1.0 / 65536.0));
+    opt.set_inv_scale_for_next_step(static_cast<float>(1.0 / 65536.0));
     opt.step();
   }
   EXPECT_EQ(float_bits(opt.master(p)), 0x3F7D7088u);
@@ -154,7 +154,7 @@ TEST_P(Behaviour33, ModelIsRneOfMasterAfterEveryStep) {
     for (int step = 0; step < 20; ++step) {
       set_grads(n, gen, S);
       Tensor bn_before = n.bn32.detach().clone();
-      opt->set_grad_scale_for_next_step(static_cast<float>(1.0 / S));
+      opt->set_inv_scale_for_next_step(static_cast<float>(1.0 / S));
       opt->step();
       expect_model_is_rne_of_master(*opt, n.w16);
       expect_model_is_rne_of_master(*opt, n.b16);
@@ -242,26 +242,26 @@ TEST(UnscaleAtCopy, EqualsPyTorchInPlaceUnscaleOfAnF32Grad) {
   SGD opt({p, p32}, {.lr = 1.0});
   p.set_grad(g16);
   p32.set_grad(ones({3}));
-  opt.set_grad_scale_for_next_step(inv);
-  EXPECT_EQ(opt.grad_scale_for_next_step(), inv);
+  opt.set_inv_scale_for_next_step(inv);
+  EXPECT_EQ(opt.inv_scale_for_next_step(), inv);
   opt.step();
   // PyTorch: grad32 = g16.float(); grad32.mul_(inv_scale) (the in-place unscale of an f32 .grad).
   Tensor expect = g16.to(DType::Float32);
   mul_(expect, Scalar(inv));
   EXPECT_TRUE(same_bits(neg(opt.master(p)), expect));
   EXPECT_TRUE(same_bits(p32, full({3}, -1.0))) << "f32/f64 grads are the scaler's to unscale in place";
-  EXPECT_EQ(opt.grad_scale_for_next_step(), 1.0f) << "consumed by step()";
-  opt.set_grad_scale_for_next_step(0.5f);
+  EXPECT_EQ(opt.inv_scale_for_next_step(), 1.0f) << "consumed by step()";
+  opt.set_inv_scale_for_next_step(0.5f);
   opt.zero_grad();
-  EXPECT_EQ(opt.grad_scale_for_next_step(), 1.0f) << "cleared by zero_grad()";
-  expect_error([&] { opt.set_grad_scale_for_next_step(INFINITY); }, {"set_grad_scale_for_next_step", "finite"});
+  EXPECT_EQ(opt.inv_scale_for_next_step(), 1.0f) << "cleared by zero_grad()";
+  expect_error([&] { opt.set_inv_scale_for_next_step(INFINITY); }, {"set_inv_scale_for_next_step", "finite"});
 }
 
 TEST(UnscaleAtCopy, Fp32GradOnA16BitParamIsUsedAsIs) {
   Tensor p = zeros({4}, TensorOptions(DType::BFloat16)).requires_grad_(true);
   SGD opt({p}, {.lr = 1.0});
   p.set_grad(full({4}, 1e-3));  // f32 grad (e.g. accumulated in FP32)
-  opt.set_grad_scale_for_next_step(0.5f);
+  opt.set_inv_scale_for_next_step(0.5f);
   opt.step();
   EXPECT_EQ(opt.master(p).to_vector<float>(), std::vector<float>(4, -1e-3f));
   // A third dtype: set_grad refuses it (the optimizer gave p grad_dtype Float32), and a grad that

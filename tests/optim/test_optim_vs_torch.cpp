@@ -132,7 +132,7 @@ size_t run_optimizer_case(const json& c) {
     const json& s = c["steps"][k];
     for (size_t i = 0; i < params.size(); ++i)
       params[i].set_grad(s["grads"][i].is_null() ? Tensor() : decode(s["grads"][i]));
-    if (master && scale != 1.0) opt->set_grad_scale_for_next_step(inv_scale);
+    if (master && scale != 1.0) opt->set_inv_scale_for_next_step(inv_scale);
     opt->step();
     for (size_t i = 0; i < params.size(); ++i) {
       EXPECT_TRUE(same_bits(params[i], decode(s["params"][i]))) << "step " << k << ", parameter " << i;
