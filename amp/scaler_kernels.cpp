@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <type_traits>
 
 #include "amp/amp_functors.h"
@@ -126,10 +127,47 @@ TensorList update_scale_cpu(const OpCall& c) {
   return {scale};
 }
 
-const OpSchema& kCheckAndUnscale = define_op("_amp_foreach_non_finite_check_and_unscale_")
-                                       .in_place()
-                                       .kernel(DeviceType::CPU, foreach_non_finite_check_and_unscale_cpu);
-const OpSchema& kUpdateScale = define_op("_amp_update_scale_").in_place().kernel(DeviceType::CPU, update_scale_cpu);
+// Samples: gradients of the sample's dtype (the second one of another length, the last only
+// checked: unscale_count 2), a 1-element f32 found_inf and inv_scale made on their device.
+Tensor f32_scalar(float v, Device d) { return to_device(full({1}, v, TensorOptions(DType::Float32)), d); }
+TensorList check_and_unscale_sample(const TensorList& x) {
+  std::vector<Tensor> grads;
+  for (const Tensor& g : x) grads.push_back(g.detach().clone());
+  const Device d = x[0].device();
+  Tensor found_inf = f32_scalar(0, d);
+  non_finite_check_and_unscale_(grads, found_inf, f32_scalar(1.0f / 1024.0f, d), 2);
+  TensorList out(grads.begin(), grads.end());
+  out.push_back(found_inf);
+  return out;
+}
+const OpSchema& kCheckAndUnscale =
+    define_op("_amp_foreach_non_finite_check_and_unscale_")
+        .in_place()
+        .kernel(DeviceType::CPU, foreach_non_finite_check_and_unscale_cpu)
+        .sample("finite", {arg({1500}, -3000, 3000), arg({7}, -3000, 3000), arg({300}, -3000, 3000)},
+                check_and_unscale_sample, no_gradcheck())
+        .sample("inf-in-unchecked-grad", {arg({1500}, -3000, 3000), arg({7}), values_arg({3}, {1.0, INFINITY, -2.0})},
+                check_and_unscale_sample, no_gradcheck())
+        .sample("nan", {arg({1500}, -3000, 3000), values_arg({3}, {1.0, NAN, -2.0})}, check_and_unscale_sample,
+                no_gradcheck());
+// Growth interval 3 over a run of found_inf flags that grows, backs off (inf and NaN) and resets.
+const OpSchema& kUpdateScale = define_op("_amp_update_scale_")
+                                   .in_place()
+                                   .kernel(DeviceType::CPU, update_scale_cpu)
+                                   .sample("growth-and-backoff", {arg({1})},
+                                           [](const TensorList& x) {
+                                             const Device d = x[0].device();
+                                             Tensor scale = f32_scalar(65536.0f, d);
+                                             Tensor tracker = to_device(zeros({1}, TensorOptions(DType::Int32)), d);
+                                             TensorList out;
+                                             for (float f : {0.f, 0.f, 0.f, 1.f, 0.f, NAN, 0.f, 0.f, 0.f, INFINITY}) {
+                                               update_scale_(scale, tracker, f32_scalar(f, d), 2.0, 0.5, 3);
+                                               out.push_back(scale.clone());
+                                               out.push_back(tracker.clone());
+                                             }
+                                             return out;
+                                           },
+                                           no_gradcheck());
 
 }  // namespace
 

@@ -56,11 +56,32 @@ struct SampleChecks {
   // op16(x) == round16(op32(x)) bit for bit; default: yes for pointwise ops (define_unary /
   // define_binary), no for the others.
   std::optional<bool> rounds_once_16;
-  double gradcheck_atol = 1e-5;
+  // The float64 gradcheck's step and tolerances (autograd/gradcheck.h; its defaults).
+  double gradcheck_eps = 1e-6, gradcheck_atol = 1e-5, gradcheck_rtol = 1e-3;
   // CUDA vs CPU: the number of roundings (or transcendental calls, 4 each) by which the two may
   // differ beyond the final store; tests/cuda_ops/test_sample_parity.cpp turns it into a bound.
   double parity_roundings = 4;
+  // CUDA vs CPU: intermediate values the CUDA kernel rounds to the storage dtype where the CPU
+  // kernel keeps them in the accumulation type (cuDNN's 16-bit conv + bias rounds the convolution
+  // before adding the bias); each may differ by one storage rounding of a value ~ the output's.
+  double storage_roundings = 0;
 };
+
+// The checks of a sample whose outputs are sums of up to `terms` products (GEMM, convolution,
+// pooling windows): the CPU and CUDA kernels add them in other orders, so they may differ by up
+// to `terms` roundings.
+inline SampleChecks sums_of(double terms) {
+  SampleChecks c;
+  c.parity_roundings = terms;
+  return c;
+}
+// The checks of a sample that has no gradient to check (a non-differentiable or in-place op, or
+// a call whose outputs are an invariant of a random op).
+inline SampleChecks no_gradcheck() {
+  SampleChecks c;
+  c.gradcheck = false;
+  return c;
+}
 
 using SampleFn = std::function<TensorList(const TensorList& inputs)>;
 struct OpSample {

@@ -153,10 +153,19 @@ Attrs avg_attrs(const WindowArgs& a, bool count_include_pad) {
 }
 
 TensorList avg_pool2d_backward_backward(BackwardContext& c);
-const OpSchema& kAvgPoolBackward = define_op("avg_pool2d_backward")
-                                       .save({})
-                                       .grad(avg_pool2d_backward_backward)
-                                       .kernel(DeviceType::CPU, avg_pool2d_backward_cpu);
+// Samples: sums_of(window area) bounds the CPU/CUDA difference of a window's mean (and of the
+// gradient's sum over the windows an input lies in).
+const OpSchema& kAvgPoolBackward =
+    define_op("avg_pool2d_backward")
+        .save({})
+        .grad(avg_pool2d_backward_backward)
+        .kernel(DeviceType::CPU, avg_pool2d_backward_cpu)
+        // grad: avg_pool2d's output for a (1, 2, 6, 5) input (ceil: 4 x 3 windows)
+        .sample("ceil-padding", {arg({1, 2, 4, 3})},
+                [](const TensorList& x) {
+                  return TensorList{avg_pool2d_backward(x[0], {1, 2, 6, 5}, {3}, {2}, {1}, true, false)};
+                },
+                sums_of(9));
 
 TensorList avg_pool2d_backward_fn(BackwardContext& c) {
   Attrs a = avg_attrs(WindowArgs::from(c.attrs), c.attrs.get<bool>("count_include_pad"));
@@ -164,7 +173,22 @@ TensorList avg_pool2d_backward_fn(BackwardContext& c) {
   return {dispatch1(kAvgPoolBackward, {c.grad()}, std::move(a))};
 }
 const OpSchema& kAvgPool =
-    define_op("avg_pool2d").save({}).grad(avg_pool2d_backward_fn).kernel(DeviceType::CPU, avg_pool2d_cpu);
+    define_op("avg_pool2d")
+        .save({})
+        .grad(avg_pool2d_backward_fn)
+        .kernel(DeviceType::CPU, avg_pool2d_cpu)
+        .sample("2x2", {arg({2, 3, 6, 6})}, [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {2, 2})}; })
+        .sample("padding-include", {arg({1, 2, 6, 5})},
+                [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {2}, {1}, false, true)}; }, sums_of(9))
+        .sample("padding-exclude", {arg({1, 2, 6, 5})},
+                [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {2}, {1}, false, false)}; },
+                sums_of(9))
+        .sample("ceil-include", {arg({1, 2, 6, 5})},
+                [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, true)}; })
+        .sample("ceil-exclude", {arg({1, 2, 6, 5})},
+                [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, false)}; })
+        .sample("unbatched-overlap", {arg({2, 5, 5})},
+                [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {1})}; }, sums_of(9));
 
 TensorList avg_pool2d_backward_backward(BackwardContext& c) {
   // avg_pool2d is linear, and avg_pool2d_backward its adjoint: the adjoint's adjoint is avg_pool2d.
@@ -194,18 +218,29 @@ TensorList adaptive_avg_pool2d_backward_cpu(const OpCall& call) {
 }
 
 TensorList adaptive_avg_pool2d_backward_backward(BackwardContext& c);
-const OpSchema& kAdaptiveBackward = define_op("adaptive_avg_pool2d_backward")
-                                        .save({})
-                                        .grad(adaptive_avg_pool2d_backward_backward)
-                                        .kernel(DeviceType::CPU, adaptive_avg_pool2d_backward_cpu);
+const OpSchema& kAdaptiveBackward =
+    define_op("adaptive_avg_pool2d_backward")
+        .save({})
+        .grad(adaptive_avg_pool2d_backward_backward)
+        .kernel(DeviceType::CPU, adaptive_avg_pool2d_backward_cpu)
+        .sample("5x7-to-3x4", {arg({1, 2, 3, 4})},
+                [](const TensorList& x) { return TensorList{adaptive_avg_pool2d_backward(x[0], {1, 2, 5, 7})}; },
+                sums_of(6));
 
 TensorList adaptive_avg_pool2d_backward_fn(BackwardContext& c) {
   return {dispatch1(kAdaptiveBackward, {c.grad()}, {{"input_size", c.input_sizes(0)}})};
 }
-const OpSchema& kAdaptive = define_op("adaptive_avg_pool2d")
-                                .save({})
-                                .grad(adaptive_avg_pool2d_backward_fn)
-                                .kernel(DeviceType::CPU, adaptive_avg_pool2d_cpu);
+const OpSchema& kAdaptive =
+    define_op("adaptive_avg_pool2d")
+        .save({})
+        .grad(adaptive_avg_pool2d_backward_fn)
+        .kernel(DeviceType::CPU, adaptive_avg_pool2d_cpu)
+        .sample("5x7-to-3x4", {arg({2, 2, 5, 7})},
+                [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {3, 4})}; }, sums_of(9))
+        .sample("global", {arg({2, 3, 4, 5})},
+                [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {1})}; }, sums_of(20))
+        .sample("upsample-unbatched", {arg({2, 3, 3})},
+                [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {5, 4})}; });
 
 TensorList adaptive_avg_pool2d_backward_backward(BackwardContext& c) {
   const IntList& gs = c.input_sizes(0);

@@ -113,9 +113,31 @@ TensorList bce_backward_grad(BackwardContext& c) {
   if (c.needs_input_grad(2)) dt = -(hw * gs / d);
   return {dg, dp, dt, Tensor()};
 }
-const OpSchema& kBceBackward = define_op("binary_cross_entropy_backward")
-                                   .grad(bce_backward_grad)
-                                   .kernel(DeviceType::CPU, bce_backward_cpu);
+// Samples (double backward of binary_cross_entropy: g, p and t differentiated), p in (0.1, 0.9)
+// so the clamp of p (1 - p) is inactive. Parity: g (p - t) / max(p (1 - p), eps) w is one
+// rounding per operation on both (no a b + c to contract): bit-identical forward. Its gradient
+// with respect to g for Mean sums the 12 terms (a sum op, in another order on the device): 12.
+const OpSchema& kBceBackward =
+    define_op("binary_cross_entropy_backward")
+        .grad(bce_backward_grad)
+        .kernel(DeviceType::CPU, bce_backward_cpu)
+        .sample("double",
+                {arg({3, 4}), arg({3, 4}, 0.1, 0.9), arg({3, 4}, 0, 1), values_arg({4}, {0.5, 1.0, 2.0, 1.5}).constant()},
+                [](const TensorList& x) {
+                  return TensorList{binary_cross_entropy_backward(x[0], x[1], x[2], x[3], Reduction::None)};
+                },
+                SampleChecks{.parity_roundings = 0})
+        .sample("double-mean", {arg({}), arg({3, 4}, 0.1, 0.9), arg({3, 4}, 0, 1)},
+                [](const TensorList& x) {
+                  return TensorList{binary_cross_entropy_backward(x[0], x[1], x[2], Tensor(), Reduction::Mean)};
+                },
+                sums_of(12));
+
+// Parity of the samples: a term costs log and log1p (4 roundings each) and the contraction of
+// (t - 1) log(1 - p) - t log(p) into an FMA on the device (1): 9; both of its parts are >= 0, so
+// no cancellation. Mean and Sum add the `terms` terms in f64 in another order (block partials),
+// which only an f64 result can show: `terms` more.
+SampleChecks bce_parity(double terms) { return SampleChecks{.parity_roundings = 9 + terms}; }
 
 // d/dp via the gradient op; d/dt = g w (log(1 - p) - log(p)) (/ n), unclamped as in PyTorch.
 TensorList bce_grad(BackwardContext& c) {
@@ -144,7 +166,21 @@ const OpSchema& kBce =
             "into the loss, is numerically stable, and is safe to autocast (it runs in float32). Or compute "
             "this loss outside the autocast region on float32 probabilities.")
         .grad(bce_grad)
-        .kernel(DeviceType::CPU, bce_cpu);
+        .kernel(DeviceType::CPU, bce_cpu)
+        // p in (0.1, 0.9): the log clamp and the gradient's clamp are inactive; t is differentiated.
+        .sample("mean", {arg({3, 4}, 0.1, 0.9), arg({3, 4}, 0, 1)},
+                [](const TensorList& x) { return TensorList{binary_cross_entropy(x[0], x[1])}; }, bce_parity(12))
+        .sample("sum-weight",
+                {arg({3, 4}, 0.1, 0.9), arg({3, 4}, 0, 1), values_arg({4}, {0.5, 1.0, 2.0, 1.5}).constant()},
+                [](const TensorList& x) {
+                  return TensorList{binary_cross_entropy(x[0], x[1], x[2], Reduction::Sum)};
+                },
+                bce_parity(12))
+        .sample("none-weight", {arg({3, 4}, 0.1, 0.9), arg({3, 4}, 0, 1), arg({3, 1}, 0.5, 2).constant()},
+                [](const TensorList& x) {
+                  return TensorList{binary_cross_entropy(x[0], x[1], x[2], Reduction::None)};
+                },
+                bce_parity(0));
 
 // ---- binary_cross_entropy_with_logits(x, t, weight?, pos_weight?) ----
 TensorList bce_logits_cpu(const OpCall& c) {
@@ -185,6 +221,12 @@ TensorList bce_logits_cpu(const OpCall& c) {
   return {out};
 }
 
+// Parity of the samples: a term costs exp and log1p (4 roundings each) and two contractions
+// into FMAs on the device (1 + (pw - 1) t, and (1 - t) x + lw softplus(-x)): 10; where those two
+// parts cancel (x < 0) the error stays that of the parts, within the bound's (max|out| + 1) term.
+// Mean and Sum add the `terms` terms in f64 in another order: `terms` more.
+SampleChecks bce_logits_parity(double terms) { return SampleChecks{.parity_roundings = 10 + terms}; }
+
 // d/dx = g w ((pw t + 1 - t) sigmoid(x) - pw t)   (pw = 1: g w (sigmoid(x) - t))
 // d/dt = g w ((pw - 1) softplus(-x) - x)          (pw = 1: -g w x)     (/ n for Mean)
 TensorList bce_logits_grad(BackwardContext& c) {
@@ -218,7 +260,28 @@ TensorList bce_logits_grad(BackwardContext& c) {
 const OpSchema& kBceLogits = define_op("binary_cross_entropy_with_logits").args({"input", "target", "weight", "pos_weight"})
                                  .policy(AmpPolicy::FP32)
                                  .grad(bce_logits_grad)
-                                 .kernel(DeviceType::CPU, bce_logits_cpu);
+                                 .kernel(DeviceType::CPU, bce_logits_cpu)
+                                 .sample("mean", {arg({3, 4}, -3, 3), arg({3, 4}, 0, 1)},
+                                         [](const TensorList& x) {
+                                           return TensorList{binary_cross_entropy_with_logits(x[0], x[1])};
+                                         },
+                                         bce_logits_parity(12))
+                                 .sample("weight-pos_weight",
+                                         {arg({3, 4}, -3, 3), arg({3, 4}, 0, 1),
+                                          values_arg({4}, {0.5, 1.0, 2.0, 1.5}).constant(),
+                                          values_arg({4}, {3.0, 0.5, 1.0, 2.0}).constant()},
+                                         [](const TensorList& x) {
+                                           return TensorList{
+                                               binary_cross_entropy_with_logits(x[0], x[1], x[2], x[3], Reduction::Sum)};
+                                         },
+                                         bce_logits_parity(12))
+                                 .sample("none-pos_weight",
+                                         {arg({3, 4}, -3, 3), arg({3, 4}, 0, 1), values_arg({4}, {3.0, 0.5, 1.0, 2.0}).constant()},
+                                         [](const TensorList& x) {
+                                           return TensorList{binary_cross_entropy_with_logits(x[0], x[1], Tensor(), x[2],
+                                                                                              Reduction::None)};
+                                         },
+                                         bce_logits_parity(0));
 
 }  // namespace
 

@@ -530,19 +530,76 @@ TensorList conv2d_weight_grad_backward(BackwardContext& c) {
   return {dx, dg};
 }
 
-const OpSchema& kConv2d = define_op("conv2d").args({"input", "weight", "bias"})
-                              .policy(AmpPolicy::LowerPrecision)
-                              .save({0, 1})
-                              .grad(conv2d_backward)
-                              .kernel(DeviceType::CPU, conv2d_cpu);
-const OpSchema& kConv2dInputGrad = define_op("conv2d_input_grad")
-                                       .save({0, 1})
-                                       .grad(conv2d_input_grad_backward)
-                                       .kernel(DeviceType::CPU, conv2d_input_grad_cpu);
-const OpSchema& kConv2dWeightGrad = define_op("conv2d_weight_grad")
-                                        .save({0, 1})
-                                        .grad(conv2d_weight_grad_backward)
-                                        .kernel(DeviceType::CPU, conv2d_weight_grad_cpu);
+// Samples: sums_of(K) bounds the CPU/cuDNN difference by the longest sum (K = C/G kH kW for an
+// output; the gradients sum over N OH OW or O/G kH kW terms); with a bias, cuDNN rounds a 16-bit
+// convolution before adding it, the CPU once after (with_bias).
+SampleChecks with_bias(double terms) {
+  SampleChecks c = sums_of(terms);
+  c.storage_roundings = 1;
+  return c;
+}
+const OpSchema& kConv2d =
+    define_op("conv2d")
+        .args({"input", "weight", "bias"})
+        .policy(AmpPolicy::LowerPrecision)
+        .save({0, 1})
+        .grad(conv2d_backward)
+        .kernel(DeviceType::CPU, conv2d_cpu)
+        .sample("bias", {arg({2, 3, 5, 5}), arg({4, 3, 3, 3}), arg({4})},
+                [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2])}; }, with_bias(50))
+        .sample("stride-padding", {arg({1, 2, 7, 6}), arg({3, 2, 3, 2})},
+                [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {2, 1}, {1, 2})}; },
+                sums_of(42))
+        .sample("dilation", {arg({1, 2, 7, 7}), arg({2, 2, 3, 3}), arg({2})},
+                [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2], {1, 1}, {2, 1}, {2, 1})}; },
+                with_bias(35))
+        .sample("groups", {arg({2, 4, 5, 5}), arg({6, 2, 3, 3}), arg({6})},
+                [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2], {1}, {1}, {1}, 2)}; },
+                with_bias(50))
+        // stride 3: rows 6-7 and column 6 are never read, their gradient is 0.
+        .sample("depthwise-stride-unread-rows", {arg({1, 3, 8, 7}), arg({3, 1, 3, 3})},
+                [](const TensorList& x) {
+                  return TensorList{conv2d(x[0], x[1], Tensor(), {3, 3}, {0, 0}, {1, 1}, 3)};
+                })
+        .sample("non-contiguous", {arg({2, 3, 6, 5}), arg({3, 4, 3, 3})},
+                [](const TensorList& x) {
+                  return TensorList{conv2d(x[0].transpose(2, 3), x[1].transpose(0, 1), Tensor(), {1, 1}, {1, 0})};
+                },
+                sums_of(60))
+        .sample("1x1", {arg({2, 3, 4, 4}), arg({5, 3, 1, 1}), arg({5})},
+                [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2])}; }, with_bias(32))
+        .sample("1x1-stride2-groups", {arg({1, 4, 5, 5}), arg({2, 2, 1, 1})},
+                [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {2}, {0}, {1}, 2)}; },
+                sums_of(9))
+        .sample("unbatched", {arg({2, 5, 4}), arg({3, 2, 3, 3})},
+                [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {1}, {1})}; }, sums_of(27));
+// The gradient ops on their own: their backward formulas are conv2d's double backward.
+const OpSchema& kConv2dInputGrad =
+    define_op("conv2d_input_grad")
+        .save({0, 1})
+        .grad(conv2d_input_grad_backward)
+        .kernel(DeviceType::CPU, conv2d_input_grad_cpu)
+        .sample("stride", {arg({2, 4, 2, 2}), arg({4, 3, 3, 3})},
+                [](const TensorList& x) { return TensorList{conv2d_input_grad(x[0], x[1], {2, 3, 7, 7}, {3, 3})}; },
+                sums_of(36))
+        .sample("groups-dilation-padding", {arg({1, 4, 6, 6}), arg({4, 2, 2, 2})},
+                [](const TensorList& x) {
+                  return TensorList{conv2d_input_grad(x[0], x[1], {1, 4, 6, 6}, {1, 1}, {1, 1}, {2, 2}, 2)};
+                },
+                sums_of(36));
+const OpSchema& kConv2dWeightGrad =
+    define_op("conv2d_weight_grad")
+        .save({0, 1})
+        .grad(conv2d_weight_grad_backward)
+        .kernel(DeviceType::CPU, conv2d_weight_grad_cpu)
+        .sample("stride", {arg({2, 3, 7, 7}), arg({2, 4, 2, 2})},
+                [](const TensorList& x) { return TensorList{conv2d_weight_grad(x[0], x[1], {4, 3, 3, 3}, {3, 3})}; },
+                sums_of(36))
+        .sample("groups-dilation-padding", {arg({1, 4, 6, 6}), arg({1, 4, 6, 6})},
+                [](const TensorList& x) {
+                  return TensorList{conv2d_weight_grad(x[0], x[1], {4, 2, 2, 2}, {1, 1}, {1, 1}, {2, 2}, 2)};
+                },
+                sums_of(36));
 
 ConvArgs public_args(const char* op, const IntList& stride, const IntList& padding, const IntList& dilation,
                      int64_t groups) {

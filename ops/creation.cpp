@@ -49,14 +49,25 @@ TensorList fill_cpu(const OpCall& c) {
   fill_cpu_raw(c.inputs[0], c.attrs.get<double>("value"));
   return {c.inputs[0]};
 }
-const OpSchema& kFill = define_op("fill_").in_place().kernel(DeviceType::CPU, fill_cpu);
+// Samples of the in-place ops write into a copy of their first input and return it.
+Tensor written_copy(const Tensor& x) { return x.detach().clone(); }
+const OpSchema& kFill = define_op("fill_").in_place().kernel(DeviceType::CPU, fill_cpu).sample(
+    "0.1", {arg({3, 7})},
+    [](const TensorList& x) {
+      Tensor t = written_copy(x[0]);
+      return TensorList{fill_(t, 0.1)};
+    },
+    no_gradcheck());
 
 TensorList full_like_cpu(const OpCall& c) {
   Tensor out = Tensor::empty(c.inputs[0].sizes(), TensorOptions(c.inputs[0].dtype()));
   fill_cpu_raw(out, c.attrs.get<double>("value"));
   return {out};
 }
-const OpSchema& kFullLike = define_op("full_like").not_differentiable().kernel(DeviceType::CPU, full_like_cpu);
+const OpSchema& kFullLike = define_op("full_like")
+                                 .not_differentiable()
+                                 .kernel(DeviceType::CPU, full_like_cpu)
+                                 .sample("-2.5", {arg({3, 7})}, {{"value", -2.5}}, no_gradcheck());
 
 TensorList copy_cpu(const OpCall& c) {
   const Tensor& dst = c.inputs[0];
@@ -65,7 +76,13 @@ TensorList copy_cpu(const OpCall& c) {
   cpu::copy_into(dst, src);
   return {dst};
 }
-const OpSchema& kCopy = define_op("copy_").in_place().kernel(DeviceType::CPU, copy_cpu);
+const OpSchema& kCopy = define_op("copy_").in_place().kernel(DeviceType::CPU, copy_cpu).sample(
+    "broadcast-into-strided", {arg({8, 6}), arg({8})},
+    [](const TensorList& x) {
+      Tensor dst = written_copy(x[0]).t();  // (6, 8), strided
+      return TensorList{copy_(dst, x[1])};
+    },
+    no_gradcheck());
 
 // In-place a op= b: computed out of place in the promoted dtype, then written back with one
 // rounding; same-dtype operands take a direct loop. Checks in ops/inplace_args.h.
@@ -79,7 +96,13 @@ TensorList add_inplace_cpu(const OpCall& c) {
   cpu::copy_into(self, r);
   return {self};
 }
-const OpSchema& kAddInplace = define_op("add_").in_place().kernel(DeviceType::CPU, add_inplace_cpu);
+const OpSchema& kAddInplace = define_op("add_").in_place().kernel(DeviceType::CPU, add_inplace_cpu).sample(
+    "alpha-broadcast", {arg({4, 9}), arg({9})},
+    [](const TensorList& x) {
+      Tensor t = written_copy(x[0]);
+      return TensorList{add_(t, x[1], 0.5)};
+    },
+    no_gradcheck());
 
 TensorList mul_inplace_cpu(const OpCall& c) {
   const Tensor& self = c.inputs[0];
@@ -88,7 +111,13 @@ TensorList mul_inplace_cpu(const OpCall& c) {
   cpu::copy_into(self, r);
   return {self};
 }
-const OpSchema& kMulInplace = define_op("mul_").in_place().kernel(DeviceType::CPU, mul_inplace_cpu);
+const OpSchema& kMulInplace = define_op("mul_").in_place().kernel(DeviceType::CPU, mul_inplace_cpu).sample(
+    "broadcast", {arg({4, 9}), arg({9})},
+    [](const TensorList& x) {
+      Tensor t = written_copy(x[0]);
+      return TensorList{mul_(t, x[1])};
+    },
+    no_gradcheck());
 
 // Random fills: element i uses words of the Philox stream at (seed, offset) — independent of
 // how the loop is split.
@@ -114,7 +143,17 @@ TensorList rand_cpu(const OpCall& c) {
   });
   return {t};
 }
-const OpSchema& kRandFill = define_op("random_fill_").in_place().kernel(DeviceType::CPU, rand_cpu);
+// The same seed gives the same Philox words on every device: rand is bit-identical, randn within
+// the rounding of its transcendentals.
+const OpSchema& kRandFill = define_op("random_fill_").in_place().kernel(DeviceType::CPU, rand_cpu).sample(
+    "uniform-normal", {arg({1000})},
+    [](const TensorList& x) {
+      const TensorOptions opts = TensorOptions(x[0].dtype()).with_device(x[0].device());
+      Generator g(20261202);
+      Tensor u = rand({1000}, opts, &g);
+      return TensorList{u, randn({1000}, opts, &g)};
+    },
+    no_gradcheck());
 
 Tensor random_tensor(const IntList& sizes, TensorOptions opts, Generator* gen, bool normal) {
   MT_CHECK(is_floating(opts.dtype), normal ? "randn" : "rand", ": expected a floating dtype, got ",

@@ -127,8 +127,71 @@ TensorList cross_entropy_composite(const OpCall& c) {
   if (red == Reduction::Mean) smooth_red = smooth_red / wsum;  // the same denominator as nll_loss
   return {nll * (1.0 - eps) + smooth_red * (eps / static_cast<double>(geo.c))};
 }
+// ---- samples ----
+// Class-index targets of a sample: exact Int64 values on the device of the logits (an Index
+// sample argument draws uniform classes; these cases need ignore_index at given positions).
+Tensor sample_targets(const Tensor& like, const IntList& sizes, const std::vector<double>& v) {
+  return tensor(v, sizes, TensorOptions(DType::Int64)).to(like.device());
+}
+SampleArg sample_class_weight(std::vector<double> w) {
+  const auto c = static_cast<int64_t>(w.size());
+  return values_arg({c}, std::move(w)).constant();  // cross_entropy refuses a weight that requires grad
+}
+// Parity: log_softmax's 8 roundings (ops/softmax.cpp), then nll_loss (bit-identical on the
+// device), so what remains are the sums this composite runs as sum ops, whose device kernel adds in
+// another order: `terms` more roundings (the class sum of the smoothing or probability term plus
+// the reduction's sum; all their terms have one sign: no cancellation).
+SampleChecks ce_parity(double terms) { return SampleChecks{.parity_roundings = 8 + terms}; }
+
+// Logits in (-2, 2); probability targets in (0, 1) are an input too (their gradient is
+// -w t'/dt logp). The smoothing cases with an ignored target run index_select and its backward.
 const OpSchema& kCrossEntropy =
-    define_op("cross_entropy").args({"input", "target", "weight"}).policy(AmpPolicy::FP32).composite_of_ops(cross_entropy_composite);
+    define_op("cross_entropy")
+        .args({"input", "target", "weight"})
+        .policy(AmpPolicy::FP32)
+        .composite_of_ops(cross_entropy_composite)
+        .sample("mean", {arg({4, 5}, -2, 2)},
+                [](const TensorList& x) {
+                  return TensorList{cross_entropy(x[0], sample_targets(x[0], {4}, {4, 0, 2, 2}))};
+                },
+                ce_parity(0))
+        .sample("smoothing-weight-ignore", {arg({4, 5}, -2, 2), sample_class_weight({1.0, 0.5, 2.0, 1.5, 0.25})},
+                [](const TensorList& x) {
+                  return TensorList{cross_entropy(x[0], sample_targets(x[0], {4}, {4, -100, 2, 1}), x[1], -100,
+                                                  Reduction::Mean, 0.2)};
+                },
+                ce_parity(5 + 3))
+        .sample("smoothing-none", {arg({4, 5}, -2, 2)},
+                [](const TensorList& x) {
+                  return TensorList{cross_entropy(x[0], sample_targets(x[0], {4}, {4, 3, 2, 1}), Tensor(), 3,
+                                                  Reduction::None, 0.1)};
+                },
+                ce_parity(5))
+        .sample("spatial-sum", {arg({2, 3, 4}, -2, 2)},
+                [](const TensorList& x) {
+                  return TensorList{cross_entropy(x[0], sample_targets(x[0], {2, 4}, {0, 1, 2, 0, 2, 2, 1, 0}),
+                                                  Tensor(), -100, Reduction::Sum, 0.3)};
+                },
+                ce_parity(3 + 8))
+        .sample("prob-mean", {arg({4, 5}, -2, 2), arg({4, 5}, 0, 1)},
+                [](const TensorList& x) { return TensorList{cross_entropy(x[0], x[1])}; }, ce_parity(20))
+        .sample("prob-weight-smoothing-none",
+                {arg({4, 5}, -2, 2), arg({4, 5}, 0, 1), sample_class_weight({1.0, 0.5, 2.0, 1.5, 0.25})},
+                [](const TensorList& x) {
+                  return TensorList{cross_entropy(x[0], x[1], x[2], -100, Reduction::None, 0.2)};
+                },
+                ce_parity(5))
+        .sample("prob-spatial-weight-sum",
+                {arg({2, 3, 2, 2}, -2, 2), arg({2, 3, 2, 2}, 0, 1), sample_class_weight({0.5, 2.0, 1.0})},
+                [](const TensorList& x) {
+                  return TensorList{cross_entropy(x[0], x[1], x[2], -100, Reduction::Sum, 0.1)};
+                },
+                ce_parity(24))
+        .sample("prob-1d-mean", {arg({5}, -2, 2), arg({5}, 0, 1)},
+                [](const TensorList& x) {
+                  return TensorList{cross_entropy(x[0], x[1], Tensor(), -100, Reduction::Mean, 0.3)};
+                },
+                ce_parity(5));
 
 }  // namespace
 

@@ -42,6 +42,17 @@ void walk(const Tensor& index, int64_t dim, const IntList& data_strides, int64_t
   }
 }
 
+// ---- samples ----
+// The index of the samples, (3, 2) along dim 1 of a (3, 4) tensor with a repeated index in row 1:
+// exact Int64 values on the device of the sample's input (an Index sample argument draws uniform
+// values; this case needs the repeat at a given place).
+Tensor sample_index(const Tensor& like) {
+  return tensor({0.0, 3.0, 1.0, 1.0, 2.0, 0.0}, {3, 2}, TensorOptions(DType::Int64)).to(like.device());
+}
+// Parity: gather moves values; scatter_add adds at most two values into each zero here (a + b =
+// b + a, so the device's atomic order cannot show), forward and backward: bit-identical, 0.
+constexpr SampleChecks kIndexingParity{.parity_roundings = 0};
+
 TensorList gather_cpu(const OpCall& c) {
   const Tensor& x = c.inputs[0];
   const Tensor& index = c.inputs[1];
@@ -59,7 +70,13 @@ TensorList gather_backward(BackwardContext& c) {
   int64_t dim = wrap_dim(c.attrs.get<int64_t>("dim"), static_cast<int64_t>(c.input_sizes(0).size()), "gather");
   return {scatter_add_into_zeros(c.grad(), dim, c.input(1), c.input_sizes(0)), Tensor()};
 }
-const OpSchema& kGather = define_op("gather").save({1}).grad(gather_backward).kernel(DeviceType::CPU, gather_cpu);
+const OpSchema& kGather = define_op("gather")
+                             .save({1})
+                             .grad(gather_backward)
+                             .kernel(DeviceType::CPU, gather_cpu)
+                             .sample("repeated-index", {arg({3, 4})},
+                                     [](const TensorList& x) { return TensorList{gather(x[0], 1, sample_index(x[0]))}; },
+                                     kIndexingParity);
 
 TensorList scatter_add_cpu(const OpCall& c) {
   const Tensor& src = c.inputs[0];
@@ -93,7 +110,12 @@ const OpSchema& kScatterAdd = define_op("scatter_add")
                                   .policy(AmpPolicy::Promote)  // PyTorch's CUDA promote list
                                   .save({1})
                                   .grad(scatter_add_backward)
-                                  .kernel(DeviceType::CPU, scatter_add_cpu);
+                                  .kernel(DeviceType::CPU, scatter_add_cpu)
+                                  .sample("repeated-index", {arg({3, 2})},
+                                          [](const TensorList& x) {
+                                            return TensorList{scatter_add_into_zeros(x[0], 1, sample_index(x[0]), {3, 4})};
+                                          },
+                                          kIndexingParity);
 
 }  // namespace
 

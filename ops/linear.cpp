@@ -133,11 +133,25 @@ TensorList linear_backward(BackwardContext& c) {
   return {gx, gw, gb};
 }
 
-const OpSchema& kLinear = define_op("linear").args({"input", "weight", "bias"})
-                              .policy(AmpPolicy::LowerPrecision)
-                              .save({0, 1})
-                              .grad(linear_backward)
-                              .kernel(DeviceType::CPU, linear_cpu);
+const OpSchema& kLinear =
+    define_op("linear")
+        .args({"input", "weight", "bias"})
+        .policy(AmpPolicy::LowerPrecision)
+        .save({0, 1})
+        .grad(linear_backward)
+        .kernel(DeviceType::CPU, linear_cpu)
+        .sample("1d", {arg({4}), arg({3, 4}), arg({3})},
+                [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; })
+        .sample("2d", {arg({5, 4}), arg({3, 4}), arg({3})},
+                [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; }, sums_of(5))
+        .sample("3d", {arg({2, 3, 4}), arg({5, 4}), arg({5})},
+                [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; }, sums_of(6))
+        .sample("no-bias", {arg({5, 4}), arg({3, 4})},
+                [](const TensorList& x) { return TensorList{linear(x[0], x[1])}; }, sums_of(5))
+        .sample("transposed-operands", {arg({4, 5}), arg({4, 3})},
+                [](const TensorList& x) { return TensorList{linear(x[0].t(), x[1].t())}; }, sums_of(5))
+        .sample("3d-non-contiguous", {arg({4, 3, 2}), arg({3, 4})},
+                [](const TensorList& x) { return TensorList{linear(x[0].permute({2, 1, 0}), x[1])}; }, sums_of(6));
 
 }  // namespace
 

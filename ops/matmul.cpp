@@ -118,7 +118,13 @@ const OpSchema& kMatmul =
         .grad(matmul_backward)
         .kernel(DeviceType::CPU, matmul_cpu)
         .sample("batched-broadcast", {arg({2, 1, 3, 4}), arg({3, 4, 2})},
-                [](const TensorList& x) { return TensorList{matmul(x[0], x[1])}; });
+                [](const TensorList& x) { return TensorList{matmul(x[0], x[1])}; })
+        .sample("2d", {arg({4, 5}), arg({5, 3})}, [](const TensorList& x) { return TensorList{matmul(x[0], x[1])}; },
+                sums_of(5))
+        .sample("transposed-operand", {arg({5, 4}), arg({5, 3})},
+                [](const TensorList& x) { return TensorList{matmul(x[0].t(), x[1])}; }, sums_of(5))
+        .sample("vectors", {arg({4}), arg({4, 3}), arg({3})},
+                [](const TensorList& x) { return TensorList{matmul(matmul(x[0], x[1]), x[2])}; }, sums_of(4));
 
 }  // namespace
 

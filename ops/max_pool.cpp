@@ -240,18 +240,32 @@ TensorList max_pool2d_backward_backward(BackwardContext& c) {
   return {gather(G, 2, idx).reshape(gs), Tensor()};
 }
 
-const OpSchema& kMaxPoolBackward = define_op("max_pool2d_backward")
-                                       .save({1})
-                                       .grad(max_pool2d_backward_backward)
-                                       .kernel(DeviceType::CPU, max_pool2d_backward_cpu);
+// Samples: random inputs have no ties within the gradcheck's step, so each window's argmax is
+// stable. In 16 bits ties do occur; the CPU and CUDA kernels both take the first maximum in window
+// order (PyTorch's rule), so they still agree.
+const OpSchema& kMaxPoolBackward =
+    define_op("max_pool2d_backward")
+        .save({1})
+        .grad(max_pool2d_backward_backward)
+        .kernel(DeviceType::CPU, max_pool2d_backward_cpu)
+        // The indices of max_pool2d_with_indices on a second, constant input.
+        .sample("overlap", {arg({1, 2, 5, 5}), arg({1, 2, 5, 5}).constant()}, [](const TensorList& x) {
+          Tensor idx = max_pool2d_with_indices(x[1], {3}, {1}, {1}).second;
+          return TensorList{max_pool2d_backward(x[0], idx, {1, 2, 5, 5})};
+        });
 
 TensorList max_pool2d_with_indices_backward(BackwardContext& c) {
   return {dispatch1(kMaxPoolBackward, {c.grad(0), c.output(1)}, {{"input_size", c.input_sizes(0)}})};
 }
-const OpSchema& kMaxPoolWithIndices = define_op("max_pool2d_with_indices")
-                                          .save({}, {1})
-                                          .grad(max_pool2d_with_indices_backward)
-                                          .kernel(DeviceType::CPU, max_pool2d_with_indices_cpu);
+const OpSchema& kMaxPoolWithIndices =
+    define_op("max_pool2d_with_indices")
+        .save({}, {1})
+        .grad(max_pool2d_with_indices_backward)
+        .kernel(DeviceType::CPU, max_pool2d_with_indices_cpu)
+        .sample("overlap", {arg({1, 2, 5, 6})}, [](const TensorList& x) {
+          auto [y, idx] = max_pool2d_with_indices(x[0], {3}, {1}, {1});
+          return TensorList{y, idx};
+        });
 
 // max_pool2d keeps no indices: its backward op finds each window's argmax again in the saved
 // input, one plane at a time, and scatters the gradient there. In a CNN that input is a ReLU's
@@ -322,18 +336,38 @@ TensorList max_pool2d_input_backward_backward(BackwardContext& c) {
   return {gather(G, 2, idx.reshape({gs[0], gs[1], gs[2] * gs[3]})).reshape(gs), Tensor()};
 }
 
-const OpSchema& kMaxPoolInputBackward = define_op("max_pool2d_input_backward")
-                                            .grad(max_pool2d_input_backward_backward)
-                                            .kernel(DeviceType::CPU, max_pool2d_input_backward_cpu);
+// max_pool2d's own backward op (argmax found again in the input), differentiable in its grad.
+const OpSchema& kMaxPoolInputBackward =
+    define_op("max_pool2d_input_backward")
+        .grad(max_pool2d_input_backward_backward)
+        .kernel(DeviceType::CPU, max_pool2d_input_backward_cpu)
+        .sample("overlap", {arg({1, 2, 5, 5}), arg({1, 2, 5, 5}).constant()},
+                {{"kernel_size", IntList{3, 3}},
+                 {"stride", IntList{1, 1}},
+                 {"padding", IntList{1, 1}},
+                 {"dilation", IntList{1, 1}},
+                 {"ceil_mode", false}},
+                sums_of(9));
 
 TensorList max_pool2d_backward_fn(BackwardContext& c) {
   return {dispatch1(kMaxPoolInputBackward, {c.grad(0), c.input(0)}, c.attrs)};
 }
 
-const OpSchema& kMaxPool = define_op("max_pool2d")
-                               .save({0})
-                               .grad(max_pool2d_backward_fn)
-                               .kernel(DeviceType::CPU, max_pool2d_cpu);
+const OpSchema& kMaxPool =
+    define_op("max_pool2d")
+        .save({0})
+        .grad(max_pool2d_backward_fn)
+        .kernel(DeviceType::CPU, max_pool2d_cpu)
+        .sample("2x2", {arg({2, 3, 6, 6})}, [](const TensorList& x) { return TensorList{max_pool2d(x[0], {2, 2})}; })
+        // stride 1 < kernel 3: one input can win several windows, its gradient accumulates
+        .sample("overlap-padding", {arg({1, 2, 5, 6})},
+                [](const TensorList& x) { return TensorList{max_pool2d(x[0], {3}, {1}, {1})}; }, sums_of(9))
+        .sample("dilation-ceil", {arg({1, 2, 9, 8})},
+                [](const TensorList& x) { return TensorList{max_pool2d(x[0], {3, 2}, {2, 3}, {1, 1}, {2, 1}, true)}; })
+        .sample("ceil", {arg({1, 2, 5, 7})},
+                [](const TensorList& x) { return TensorList{max_pool2d(x[0], {2}, {2}, {0}, {1}, true)}; })
+        .sample("unbatched-non-contiguous", {arg({5, 2, 5})},
+                [](const TensorList& x) { return TensorList{max_pool2d(x[0].transpose(0, 1), {3}, {2})}; });
 
 // Checks x and the window, then calls `op` on x with a batch dimension (added when x is 3-D).
 TensorList call_max_pool(const OpSchema& op, const Tensor& x, const IntList& kernel_size, const IntList& stride,

@@ -45,8 +45,23 @@ TensorList mse_loss_grad(BackwardContext& c) {
   Tensor gx = (x - t) * (c.grad() * scale);
   return {c.needs_input_grad(0) ? gx : Tensor(), c.needs_input_grad(1) ? -gx : Tensor()};
 }
+// Samples: input and target both differentiated. Parity: each term (x - t)^2 is the same two
+// roundings on the device (no a b + c to contract), and so is the backward (x - t) (g scale), op by
+// op: reduction None is bit-identical (0). Mean and Sum add the 12 terms in f64 in another order
+// (block partials): 12 roundings of the accumulator, which only the f64 result can show.
 const OpSchema& kMseLoss =
-    define_op("mse_loss").args({"input", "target"}).policy(AmpPolicy::FP32).grad(mse_loss_grad).kernel(DeviceType::CPU, mse_loss_cpu);
+    define_op("mse_loss")
+        .args({"input", "target"})
+        .policy(AmpPolicy::FP32)
+        .grad(mse_loss_grad)
+        .kernel(DeviceType::CPU, mse_loss_cpu)
+        .sample("mean", {arg({3, 4}), arg({3, 4})},
+                [](const TensorList& x) { return TensorList{mse_loss(x[0], x[1])}; }, sums_of(12))
+        .sample("sum", {arg({3, 4}), arg({3, 4})},
+                [](const TensorList& x) { return TensorList{mse_loss(x[0], x[1], Reduction::Sum)}; }, sums_of(12))
+        .sample("none", {arg({2, 3}), arg({2, 3})},
+                [](const TensorList& x) { return TensorList{mse_loss(x[0], x[1], Reduction::None)}; },
+                SampleChecks{.parity_roundings = 0});
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 // ignore_index) before reading through it, and Mean divides by the same total weight.
 // Dtypes: ops/loss_util.h's contract; the weights are read in f64.
 #include <cstring>
+#include <vector>
 
 #include "ops/loss.h"
 #include "ops/loss_args.h"
@@ -124,18 +125,77 @@ TensorList nll_loss_backward_grad(BackwardContext& c) {
                    loss_reduction(c.attrs, "nll_loss_backward")),
           Tensor(), Tensor()};
 }
-const OpSchema& kNllLossBackward = define_op("nll_loss_backward")
-                                       .save({1, 2})
-                                       .grad(nll_loss_backward_grad)
-                                       .kernel(DeviceType::CPU, nll_loss_backward_cpu);
+// ---- samples ----
+// Targets of a sample: exact Int64 values on the device of the sample's input (an Index sample
+// argument draws uniform classes; these cases need ignore_index at given positions).
+Tensor sample_targets(const Tensor& like, const IntList& sizes, const std::vector<double>& v) {
+  return tensor(v, sizes, TensorOptions(DType::Int64)).to(like.device());
+}
+// The class weights of the samples: a constant input (nll_loss refuses a weight that requires grad).
+SampleArg sample_class_weight() { return values_arg({4}, {0.5, 2.0, 1.0, 3.0}).constant(); }
+// Parity: the device selects the same values, multiplies them by the same weights (read in f64)
+// and folds the reduction sequentially in the CPU's order (ops/cuda/softmax_loss.cu), forward and
+// backward: bit-identical, 0 roundings.
+constexpr SampleChecks kNllParity{.parity_roundings = 0};
+
+const OpSchema& kNllLossBackward =
+    define_op("nll_loss_backward")
+        .save({1, 2})
+        .grad(nll_loss_backward_grad)
+        .kernel(DeviceType::CPU, nll_loss_backward_cpu)
+        // With respect to g (nll_loss's double backward), per position and for the mean.
+        .sample("double", {arg({5}), sample_class_weight()},
+                [](const TensorList& x) {
+                  return TensorList{nll_loss_backward(x[0], sample_targets(x[0], {5}, {0, 3, 1, 2, -100}), x[1], -100,
+                                                      Reduction::None, {5, 4})};
+                },
+                kNllParity)
+        .sample("double-mean", {arg({}), sample_class_weight()},
+                [](const TensorList& x) {
+                  return TensorList{nll_loss_backward(x[0], sample_targets(x[0], {5}, {0, 3, 1, 2, -100}), x[1], -100,
+                                                      Reduction::Mean, {5, 4})};
+                },
+                kNllParity);
 
 TensorList nll_loss_grad(BackwardContext& c) {
   return {nll_loss_backward(c.grad(), c.input(1), optional_input(c, 2), c.attrs.get<int64_t>("ignore_index"),
                             loss_reduction(c.attrs, "nll_loss"), c.input_sizes(0)),
           Tensor(), Tensor()};
 }
+// Samples: logp need not be normalised for the gradient of a function linear in it.
 const OpSchema& kNllLoss =
-    define_op("nll_loss").args({"input", "target", "weight"}).policy(AmpPolicy::FP32).save({1, 2}).grad(nll_loss_grad).kernel(DeviceType::CPU, nll_loss_cpu);
+    define_op("nll_loss")
+        .args({"input", "target", "weight"})
+        .policy(AmpPolicy::FP32)
+        .save({1, 2})
+        .grad(nll_loss_grad)
+        .kernel(DeviceType::CPU, nll_loss_cpu)
+        .sample("mean", {arg({5, 4})},
+                [](const TensorList& x) { return TensorList{nll_loss(x[0], sample_targets(x[0], {5}, {0, 3, 1, 2, 3}))}; },
+                kNllParity)
+        .sample("sum-weight", {arg({5, 4}), sample_class_weight()},
+                [](const TensorList& x) {
+                  return TensorList{
+                      nll_loss(x[0], sample_targets(x[0], {5}, {0, 3, 1, 2, 3}), x[1], -100, Reduction::Sum)};
+                },
+                kNllParity)
+        .sample("none-ignore", {arg({5, 4})},
+                [](const TensorList& x) {
+                  return TensorList{
+                      nll_loss(x[0], sample_targets(x[0], {5}, {0, 1, 1, 2, 3}), Tensor(), 1, Reduction::None)};
+                },
+                kNllParity)
+        .sample("mean-weight-ignore", {arg({5, 4}), sample_class_weight()},
+                [](const TensorList& x) {
+                  return TensorList{
+                      nll_loss(x[0], sample_targets(x[0], {5}, {0, -100, 1, 2, 3}), x[1], -100, Reduction::Mean)};
+                },
+                kNllParity)
+        .sample("spatial", {arg({3, 4, 2}), sample_class_weight()},
+                [](const TensorList& x) {
+                  return TensorList{nll_loss(x[0], sample_targets(x[0], {3, 2}, {0, 3, 2, 2, 1, -100}), x[1])};
+                },
+                kNllParity);
 
 }  // namespace
 

@@ -384,10 +384,45 @@ TensorList batch_norm_backward_backward(BackwardContext& c) {
   return {d_gO, d_x, d_w, Tensor(), Tensor()};
 }
 
-const OpSchema& kBatchNormBackward = define_op("batch_norm_backward")
-                                         .save({0, 1, 2, 3, 4})
-                                         .grad(batch_norm_backward_backward)
-                                         .kernel(DeviceType::CPU, batch_norm_backward_cpu);
+// Samples: batch_norm_backward differentiated directly (double backward). Inputs g, x, then the
+// weight when `affine`, then (eval) the running mean and variance (constants). In training the
+// statistics are computed from x inside the call, as the forward computes them, so the finite
+// differences see the same dependence on x that the analytic total derivative includes.
+// Parity: the device sums each channel's M = N L values (sum g, sum g (x - mean)) in another
+// order (a block tree; the CPU sums in lanes), and the training statistics come from mean ops
+// (the same): M roundings; plus the pow of the invstd the call computes (4): M + 4.
+TensorList bnb_sample(const TensorList& in, bool training, bool affine) {
+  const Tensor &g = in[0], &x = in[1];
+  const Tensor w = affine ? in[2] : Tensor();
+  const double eps = 1e-5;
+  IntList red{0};
+  for (int64_t d = 2; d < x.dim(); ++d) red.push_back(d);
+  Tensor m, invstd;
+  if (training) {
+    m = mean(x, red, false);
+    Tensor xm = x - mean(x, red, true);
+    invstd = pow(mean(xm * xm, red, false) + eps, -0.5);
+  } else {
+    const size_t s = affine ? 3 : 2;
+    m = in[s];
+    invstd = pow(in[s + 1] + eps, -0.5);
+  }
+  auto [gx, gw, gb] = batch_norm_backward(g, x, w, m, invstd, training, eps);
+  return {gx, gw, gb};
+}
+const OpSchema& kBatchNormBackward =
+    define_op("batch_norm_backward")
+        .save({0, 1, 2, 3, 4})
+        .grad(batch_norm_backward_backward)
+        .kernel(DeviceType::CPU, batch_norm_backward_cpu)
+        .sample("train-NCL", {arg({3, 2, 2}), arg({3, 2, 2}), arg({2}, 0.5, 2)},
+                [](const TensorList& x) { return bnb_sample(x, true, true); }, sums_of(6 + 4))
+        .sample("train-NC-noaffine", {arg({4, 3}), arg({4, 3})},
+                [](const TensorList& x) { return bnb_sample(x, true, false); }, sums_of(4 + 4))
+        .sample("eval-NCL",
+                {arg({3, 2, 2}), arg({3, 2, 2}), arg({2}, 0.5, 2), arg({2}, -0.5, 0.5).constant(),
+                 arg({2}, 0.5, 2.0).constant()},
+                [](const TensorList& x) { return bnb_sample(x, false, true); }, sums_of(6 + 4));
 
 TensorList batch_norm_backward_op_call(const Tensor& g, const Tensor& x, const Tensor& w, const Tensor& mean,
                                        const Tensor& invstd, bool training, double eps) {
@@ -403,10 +438,48 @@ TensorList batch_norm_backward_fn(BackwardContext& c) {
   return {c.needs_input_grad(0) ? r[0] : Tensor(), Tensor(), Tensor(),
           has_w && c.needs_input_grad(3) ? r[1] : Tensor(), c.needs_input_grad(4) ? r[2] : Tensor()};
 }
-const OpSchema& kBatchNorm = define_op("batch_norm").args({"input", "running_mean", "running_var", "weight", "bias"})
-                                 .save({0, 3}, {1, 2})
-                                 .grad(batch_norm_backward_fn)
-                                 .kernel(DeviceType::CPU, batch_norm_cpu);
+// Samples: inputs x, then weight (0.5, 2) and bias when `affine`, then the running mean and
+// variance when `track` (constants, cloned by the call: a training call updates its copies in
+// place, so every evaluation starts from the same statistics; training's output does not depend
+// on them). Parity: the device sums each channel's M = N S values in another order (a block
+// tree; the CPU sums in lanes), for the statistics in training and for the weight and bias
+// gradients in both modes (batch_norm_backward): M roundings; the affine transform is one
+// contraction, covered by them.
+TensorList bn_sample(const TensorList& in, bool training, bool affine, bool track) {
+  size_t i = 1;
+  Tensor w, b, rm, rv;
+  if (affine) {
+    w = in[i++];
+    b = in[i++];
+  }
+  if (track) {
+    rm = clone(in[i++]);
+    rv = clone(in[i++]);
+  }
+  return {batch_norm(in[0], rm, rv, w, b, training, 0.1, 1e-5)};
+}
+SampleArg bn_running_mean(int64_t c) { return arg({c}, -0.5, 0.5).constant(); }
+SampleArg bn_running_var(int64_t c) { return arg({c}, 0.5, 2.0).constant(); }
+const OpSchema& kBatchNorm =
+    define_op("batch_norm")
+        .args({"input", "running_mean", "running_var", "weight", "bias"})
+        .save({0, 3}, {1, 2})
+        .grad(batch_norm_backward_fn)
+        .kernel(DeviceType::CPU, batch_norm_cpu)
+        .sample("train-affine-NC", {arg({6, 3}), arg({3}, 0.5, 2), arg({3}), bn_running_mean(3), bn_running_var(3)},
+                [](const TensorList& x) { return bn_sample(x, true, true, true); }, sums_of(6))
+        .sample("train-affine-NCHW",
+                {arg({2, 3, 2, 2}), arg({3}, 0.5, 2), arg({3}), bn_running_mean(3), bn_running_var(3)},
+                [](const TensorList& x) { return bn_sample(x, true, true, true); }, sums_of(8))
+        .sample("train-noaffine-NCHW", {arg({2, 3, 2, 2}), bn_running_mean(3), bn_running_var(3)},
+                [](const TensorList& x) { return bn_sample(x, true, false, true); }, sums_of(8))
+        .sample("train-noaffine-NC-untracked", {arg({5, 2})},
+                [](const TensorList& x) { return bn_sample(x, true, false, false); }, sums_of(5))
+        .sample("eval-affine-NCHW",
+                {arg({2, 3, 2, 2}), arg({3}, 0.5, 2), arg({3}), bn_running_mean(3), bn_running_var(3)},
+                [](const TensorList& x) { return bn_sample(x, false, true, true); }, sums_of(8))
+        .sample("eval-noaffine-NC", {arg({4, 3}), bn_running_mean(3), bn_running_var(3)},
+                [](const TensorList& x) { return bn_sample(x, false, false, true); }, sums_of(4));
 
 // ---- layer_norm ----
 // inputs: x, weight, bias; attrs: normalized_shape, eps
@@ -485,11 +558,28 @@ TensorList layer_norm_backward(BackwardContext& c) {
   if (c.needs_input_grad(2)) db = sum_lead(g);
   return {dx, dw, db};
 }
-const OpSchema& kLayerNorm = define_op("layer_norm").args({"input", "weight", "bias"})
-                                 .policy(AmpPolicy::FP32)
-                                 .save({0, 1}, {1, 2})
-                                 .grad(layer_norm_backward)
-                                 .kernel(DeviceType::CPU, layer_norm_cpu);
+// Samples: weight in (0.5, 2). Parity: the device walks each row in the CPU's order (one thread
+// per row, the same functor) but may contract the M steps of the sum of squares into FMAs (M
+// roundings of the f64 statistics, visible in f64 results only) and the two affine steps
+// x scale + shift and y w + b (2): M + 2. The backward (written with ops) sums over M and over
+// the rows in another order on the device, within the doubled bound of gradients.
+const OpSchema& kLayerNorm =
+    define_op("layer_norm")
+        .args({"input", "weight", "bias"})
+        .policy(AmpPolicy::FP32)
+        .save({0, 1}, {1, 2})
+        .grad(layer_norm_backward)
+        .kernel(DeviceType::CPU, layer_norm_cpu)
+        .sample("1-dim-affine", {arg({3, 4}), arg({4}, 0.5, 2), arg({4})},
+                [](const TensorList& x) { return TensorList{layer_norm(x[0], {4}, x[1], x[2])}; }, sums_of(4 + 2))
+        .sample("1-dim-noaffine", {arg({2, 3, 5})},
+                [](const TensorList& x) { return TensorList{layer_norm(x[0], {5})}; }, sums_of(5 + 2))
+        .sample("2-dims-affine", {arg({2, 3, 4}), arg({3, 4}, 0.5, 2), arg({3, 4})},
+                [](const TensorList& x) { return TensorList{layer_norm(x[0], {3, 4}, x[1], x[2])}; },
+                sums_of(12 + 2))
+        // No leading dims: one row; the constant factor weights its outputs differently.
+        .sample("2-dims-noaffine-no-lead", {arg({3, 4}), arg({3, 4}).constant()},
+                [](const TensorList& x) { return TensorList{layer_norm(x[0], {3, 4}) * x[1]}; }, sums_of(12 + 2));
 
 }  // namespace
 

@@ -75,7 +75,8 @@ std::pair<Tensor, int64_t> reduced_last_view(const Tensor& x, const IntList& rdi
 
 SumArgs sum_args(const OpCall& call, const Tensor& x) {
   SumArgs a;
-  a.is_mean = call.attrs.get_or<bool>("mean", false);
+  // The op says which: sum and mean share the kernels, and an attribute could be left out.
+  a.is_mean = call.op != nullptr && call.op->name == "mean";
   a.rdims = reduced_dims(x, call.attrs.get<IntList>("dims"), call.name());
   a.keepdim = call.attrs.get<bool>("keepdim");
   a.out_dtype = call.attrs.get_dtype("dtype").value_or(is_integral(x.dtype(), true) ? DType::Int64 : x.dtype());
@@ -235,16 +236,19 @@ const OpSchema& kSum =
         .grad(sum_backward)
         .kernel(DeviceType::CPU, sum_cpu)
         .sample("all", {arg({2, 3})}, [](const TensorList& x) { return TensorList{sum(x[0])}; })
-        .sample("dims-keepdim", {arg({2, 3, 4})}, [](const TensorList& x) { return TensorList{sum(x[0], {0, 2}, true)}; });
+        .sample("dims-keepdim", {arg({2, 3, 4})}, [](const TensorList& x) { return TensorList{sum(x[0], {0, 2}, true)}; })
+        .sample("last-dim", {arg({2, 3, 4})}, [](const TensorList& x) { return TensorList{sum(x[0], {-1})}; });
 
 TensorList mean_backward(BackwardContext& c) {
   int64_t n = numel_of(c.input_sizes(0)) / std::max<int64_t>(1, numel_of(c.grad().sizes()));
   return {expand_reduced_grad(c.grad() / static_cast<double>(n), c)};
 }
-const OpSchema& kMean =
-    define_op("mean").save({}).grad(mean_backward).kernel(DeviceType::CPU, sum_cpu).sample("dim", {arg({2, 3, 4})}, [](const TensorList& x) {
-      return TensorList{mean(x[0], {1})};
-    });
+const OpSchema& kMean = define_op("mean")
+                            .save({})
+                            .grad(mean_backward)
+                            .kernel(DeviceType::CPU, sum_cpu)
+                            .sample("dim", {arg({2, 3, 4})}, [](const TensorList& x) { return TensorList{mean(x[0], {1})}; })
+                            .sample("all", {arg({2, 3})}, [](const TensorList& x) { return TensorList{mean(x[0])}; });
 
 // ---- max over one dim: (values, indices) ----
 TensorList max_cpu(const OpCall& call) {
@@ -295,11 +299,17 @@ TensorList max_backward(BackwardContext& c) {
   }
   return {scatter_add_into_zeros(g, dim, idx, c.input_sizes(0))};
 }
-const OpSchema& kMax =
-    define_op("max").save({}, {1}).grad(max_backward).kernel(DeviceType::CPU, max_cpu).sample("dim", {arg({3, 5})}, [](const TensorList& x) {
-      auto [values, indices] = max(x[0], 1);
-      return TensorList{values, indices};
-    });
+const OpSchema& kMax = define_op("max")
+                           .save({}, {1})
+                           .grad(max_backward)
+                           .kernel(DeviceType::CPU, max_cpu)
+                           .sample("dim", {arg({3, 5})},
+                                   [](const TensorList& x) {
+                                     auto [values, indices] = max(x[0], 1);
+                                     return TensorList{values, indices};
+                                   })
+                           .sample("keepdim", {arg({3, 4, 2})},
+                                   [](const TensorList& x) { return TensorList{max(x[0], 1, true).first}; });
 
 // ---- amax over dims ----
 TensorList amax_cpu(const OpCall& call) {
@@ -335,8 +345,16 @@ TensorList amax_backward(BackwardContext& c) {
   Tensor count = expand_reduced_grad(sum(mask, c.attrs.get<IntList>("dims"), c.attrs.get<bool>("keepdim")), c);
   return {expand_reduced_grad(c.grad(), c) * mask / count};
 }
-const OpSchema& kAmax = define_op("amax").save({0}, {0}).grad(amax_backward).kernel(DeviceType::CPU, amax_cpu).sample(
-    "dims", {arg({3, 4, 2})}, [](const TensorList& x) { return TensorList{amax(x[0], {0, 2})}; });
+// Ties make amax non-differentiable; with a step of 1e-6 a central difference sees slope 1/2 for
+// each tied entry: exactly PyTorch's even split, which the "ties" sample checks.
+const OpSchema& kAmax =
+    define_op("amax")
+        .save({0}, {0})
+        .grad(amax_backward)
+        .kernel(DeviceType::CPU, amax_cpu)
+        .sample("dims", {arg({3, 4, 2})}, [](const TensorList& x) { return TensorList{amax(x[0], {0, 2})}; })
+        .sample("ties", {values_arg({2, 3}, {1.0, 3.0, 3.0, 2.0, 0.0, -1.0})},
+                [](const TensorList& x) { return TensorList{amax(x[0], 1)}; });
 
 }  // namespace
 
@@ -348,7 +366,7 @@ Tensor sum(const Tensor& x, const IntList& dims, bool keepdim, std::optional<DTy
 }
 Tensor mean(const Tensor& x) { return mean(x, IntList{}, false); }
 Tensor mean(const Tensor& x, const IntList& dims, bool keepdim) {
-  return dispatch1(kMean, {x}, {{"dims", dims}, {"keepdim", keepdim}, {"mean", true}});
+  return dispatch1(kMean, {x}, {{"dims", dims}, {"keepdim", keepdim}});
 }
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
   TensorList r = dispatch(kMax, {x}, {{"dim", dim}, {"keepdim", keepdim}});

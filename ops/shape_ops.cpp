@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "ops/argmax_args.h"
 #include "ops/cpu/elementwise.h"
@@ -91,6 +92,18 @@ Tensor dense(const Tensor& t, DType dt) {
   return out;
 }
 
+// ---- samples ----
+// An index of a sample: exact Int64 values on the device of the sample's input (an Index sample
+// argument draws uniform values; these cases need repeated indices at given places).
+Tensor sample_index(const Tensor& like, const IntList& sizes, const std::vector<double>& v) {
+  return tensor(v, sizes, TensorOptions(DType::Int64)).to(like.device());
+}
+// Parity of the copying ops (cat, stack, index_select and their gradients): values are moved, not
+// computed, and the samples' scatter-adds add at most two values into each zero (a + b = b + a, so
+// the device's atomic order cannot show); the constant factors are one multiply on both:
+// bit-identical, 0 roundings.
+constexpr SampleChecks kMovesValues{.parity_roundings = 0};
+
 // ---- cat ----
 // PyTorch's legacy rule: a 1-D empty tensor joins any cat (its shape is not checked).
 bool legacy_empty(const IntList& s) { return s.size() == 1 && s[0] == 0; }
@@ -168,7 +181,19 @@ TensorList cat_backward(BackwardContext& c) {
 }
 // AMP policy none: cat is on no CUDA autocast list, so it promotes its inputs itself
 // (docs/autocast-policy.md).
-const OpSchema& kCat = define_op("cat").save({}).grad(cat_backward).kernel(DeviceType::CPU, cat_cpu);
+// Samples: the products with a constant make every output element's weight in the gradcheck
+// distinct; stack is unsqueeze + cat, so its case is one of cat's.
+const OpSchema& kCat =
+    define_op("cat")
+        .save({})
+        .grad(cat_backward)
+        .kernel(DeviceType::CPU, cat_cpu)
+        .sample("middle-dim", {arg({2, 1, 3}), arg({2, 4, 3}), arg({2, 2, 3}), arg({2, 7, 3}).constant()},
+                [](const TensorList& x) { return TensorList{cat({x[0], x[1], x[2]}, 1) * x[3]}; }, kMovesValues)
+        .sample("legacy-empty", {arg({0}), arg({2, 3})},
+                [](const TensorList& x) { return TensorList{cat({x[0], x[1]}, -1) * 2.0}; }, kMovesValues)
+        .sample("stack-dim1", {arg({2, 3}), arg({2, 3}), arg({2, 2, 3}).constant()},
+                [](const TensorList& x) { return TensorList{stack({x[0], x[1]}, 1) * x[2]}; }, kMovesValues);
 
 // ---- argmax ----
 TensorList argmax_cpu(const OpCall& c) {
@@ -207,7 +232,22 @@ TensorList argmax_cpu(const OpCall& c) {
   });
   return {out};
 }
-const OpSchema& kArgmax = define_op("argmax").not_differentiable().kernel(DeviceType::CPU, argmax_cpu);
+// Samples (no gradient): distinct integers, so no rounding to a 16-bit dtype makes a tie, along
+// each dim and over all elements; then ties and NaNs on purpose: the first largest index wins,
+// the first NaN before any number, on both devices. The outputs are Int64: compared exactly.
+const OpSchema& kArgmax =
+    define_op("argmax")
+        .not_differentiable()
+        .kernel(DeviceType::CPU, argmax_cpu)
+        .sample("distinct", {values_arg({3, 5}, {-7, 0, 7, -1, 6, -2, 5, -3, 4, -4, 3, -5, 2, -6, 1})},
+                [](const TensorList& x) {
+                  return TensorList{argmax(x[0], 1), argmax(x[0], 0, true), argmax(x[0]), argmax(x[0], -1, true)};
+                },
+                no_gradcheck())
+        .sample("ties-nan-first-wins",
+                {values_arg({3, 4}, {1, 3, 3, 0, std::nan(""), 2, std::nan(""), 5, 2, 2, 2, 2})},
+                [](const TensorList& x) { return TensorList{argmax(x[0], 1), argmax(x[0], 0), argmax(x[0])}; },
+                no_gradcheck());
 
 // ---- index_select / index_select_backward ----
 // Checks index (1-D or 0-d Int64, values in [0, n)) and returns it contiguous.
@@ -277,16 +317,35 @@ TensorList index_select_backward_cpu(const OpCall& c) {
 TensorList index_select_backward_grad(BackwardContext& c) {
   return {index_select(c.grad(), c.attrs.get<int64_t>("dim"), c.input(1)), Tensor()};
 }
-const OpSchema& kIndexSelectBackward = define_op("index_select_backward")
-                                           .save({1})
-                                           .grad(index_select_backward_grad)
-                                           .kernel(DeviceType::CPU, index_select_backward_cpu);
+// Sample: with respect to g (index_select's double backward); repeated indices accumulate.
+const OpSchema& kIndexSelectBackward =
+    define_op("index_select_backward")
+        .save({1})
+        .grad(index_select_backward_grad)
+        .kernel(DeviceType::CPU, index_select_backward_cpu)
+        .sample("double", {arg({2, 5})},
+                [](const TensorList& x) {
+                  return TensorList{index_select_backward(x[0], {2, 3}, 1, sample_index(x[0], {5}, {0, 2, 2, 1, 0}))};
+                },
+                kMovesValues);
 
 TensorList index_select_grad(BackwardContext& c) {
   return {index_select_backward(c.grad(), c.input_sizes(0), c.attrs.get<int64_t>("dim"), c.input(1)), Tensor()};
 }
+// Samples: repeated indices (their gradients accumulate), along the first and the last dim.
 const OpSchema& kIndexSelect =
-    define_op("index_select").save({1}).grad(index_select_grad).kernel(DeviceType::CPU, index_select_cpu);
+    define_op("index_select")
+        .save({1})
+        .grad(index_select_grad)
+        .kernel(DeviceType::CPU, index_select_cpu)
+        .sample("repeated-dim0", {arg({4, 3})},
+                [](const TensorList& x) {
+                  return TensorList{index_select(x[0], 0, sample_index(x[0], {5}, {0, 2, 2, 3, 0}))};
+                },
+                kMovesValues)
+        .sample("repeated-dim-1", {arg({2, 3, 4})},
+                [](const TensorList& x) { return TensorList{index_select(x[0], -1, sample_index(x[0], {3}, {3, 1, 3}))}; },
+                kMovesValues);
 
 }  // namespace
 

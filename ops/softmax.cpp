@@ -180,10 +180,19 @@ TensorList softmax_backward_backward(BackwardContext& c) {
   return {c.needs_input_grad(0) ? softmax_backward(h, y, dim) : Tensor(),
           c.needs_input_grad(1) ? h * (g - sum_dim(g * y, dim)) - g * sum_dim(h * y, dim) : Tensor()};
 }
+// Samples (the gradient op with respect to both inputs: softmax's double backward). Parity: the
+// device walks each row in the CPU's order, but may contract each step of the row sum
+// s += g y into an FMA: len = 3 roundings here; 4 leaves room for the sums of 3 terms the
+// double backward adds in another order (the bound doubles r for gradients).
 const OpSchema& kSoftmaxBackward = define_op("softmax_backward")
                                        .save({0, 1})
                                        .grad(softmax_backward_backward)
-                                       .kernel(DeviceType::CPU, softmax_grad_cpu<false>);
+                                       .kernel(DeviceType::CPU, softmax_grad_cpu<false>)
+                                       .sample("double", {arg({2, 3, 4}), arg({2, 3, 4}, 0.1, 0.9)},
+                                               [](const TensorList& x) {
+                                                 return TensorList{softmax_backward(x[0], x[1], 1)};
+                                               },
+                                               SampleChecks{.parity_roundings = 4});
 
 // ---- log_softmax_backward(g, y) = g - exp(y) sum(g); VJP with upstream h:
 //   d/dg = h - sum(h exp(y)),  d/dy = -h exp(y) sum(g) ----
@@ -194,13 +203,27 @@ TensorList log_softmax_backward_backward(BackwardContext& c) {
   return {c.needs_input_grad(0) ? h - sum_dim(h * e, dim) : Tensor(),
           c.needs_input_grad(1) ? -(h * e * sum_dim(g, dim)) : Tensor()};
 }
+// Samples (double backward of log_softmax), y in (-2, -0.1) as log-probabilities are. Parity:
+// the row sum of g is the same additions in the same order on both; then one exp (4 roundings)
+// and g - exp(y) s, which the device may contract into an FMA (1): 5.
 const OpSchema& kLogSoftmaxBackward = define_op("log_softmax_backward")
                                           .save({0, 1})
                                           .grad(log_softmax_backward_backward)
-                                          .kernel(DeviceType::CPU, softmax_grad_cpu<true>);
+                                          .kernel(DeviceType::CPU, softmax_grad_cpu<true>)
+                                          .sample("double", {arg({2, 3, 4}), arg({2, 3, 4}, -2.0, -0.1)},
+                                                  [](const TensorList& x) {
+                                                    return TensorList{log_softmax_backward(x[0], x[1], -1)};
+                                                  },
+                                                  SampleChecks{.parity_roundings = 5});
 
 // ---- softmax / log_softmax: AMP fp32 unless the caller passed dtype (PyTorch's fp32_set_opt_dtype; docs/AMP.md, "The policies").
 // The gradient comes back in the output's dtype; the tape casts it to x's dtype. ----
+// Samples: every dim of a 3-d input (so the rows are strided: inner > 1), and a transposed
+// (non-contiguous) input. Parity: the device walks each row in the CPU's order (ops/cuda/
+// softmax_loss.cu), so the two differ only by their exp/log calls (libdevice vs glibc, 4
+// roundings each); an output depends on two of them (its own exp and the row sum's exps; for
+// log_softmax the sum's exps and the log): 8 roundings.
+constexpr SampleChecks kSoftmaxParity{.parity_roundings = 8};
 TensorList softmax_grad_fn(BackwardContext& c) { return {softmax_backward(c.grad(), c.output(0), dim_of(c))}; }
 const OpSchema& kSoftmax = define_op("softmax").args({"input"})
                                .policy(AmpPolicy::FP32UnlessDtype)
@@ -208,7 +231,17 @@ const OpSchema& kSoftmax = define_op("softmax").args({"input"})
                                .grad(softmax_grad_fn)
                                .kernel(DeviceType::CPU, softmax_cpu<false>)
                                .sample("dim1", {arg({3, 5}, -3, 3)},
-                                       [](const TensorList& x) { return TensorList{softmax(x[0], 1)}; });
+                                       [](const TensorList& x) { return TensorList{softmax(x[0], 1)}; },
+                                       kSoftmaxParity)
+                               .sample("dim0", {arg({2, 3, 4}, -2, 2)},
+                                       [](const TensorList& x) { return TensorList{softmax(x[0], 0)}; },
+                                       kSoftmaxParity)
+                               .sample("dim-1", {arg({2, 3, 4}, -2, 2)},
+                                       [](const TensorList& x) { return TensorList{softmax(x[0], -1)}; },
+                                       kSoftmaxParity)
+                               .sample("non-contiguous", {arg({4, 3}, -2, 2)},
+                                       [](const TensorList& x) { return TensorList{softmax(x[0].t(), 1)}; },
+                                       kSoftmaxParity);
 
 TensorList log_softmax_grad_fn(BackwardContext& c) {
   return {log_softmax_backward(c.grad(), c.output(0), dim_of(c))};
@@ -219,7 +252,14 @@ const OpSchema& kLogSoftmax = define_op("log_softmax").args({"input"})
                                   .grad(log_softmax_grad_fn)
                                   .kernel(DeviceType::CPU, softmax_cpu<true>)
                                   .sample("dim1", {arg({3, 5}, -3, 3)},
-                                          [](const TensorList& x) { return TensorList{log_softmax(x[0], 1)}; });
+                                          [](const TensorList& x) { return TensorList{log_softmax(x[0], 1)}; },
+                                          kSoftmaxParity)
+                                  .sample("dim0", {arg({2, 3, 4}, -2, 2)},
+                                          [](const TensorList& x) { return TensorList{log_softmax(x[0], 0)}; },
+                                          kSoftmaxParity)
+                                  .sample("dim-1", {arg({2, 3, 4}, -2, 2)},
+                                          [](const TensorList& x) { return TensorList{log_softmax(x[0], -1)}; },
+                                          kSoftmaxParity);
 
 Tensor call_softmax(const OpSchema& op, const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   MT_CHECK(x.defined(), op.name, ": input is undefined");

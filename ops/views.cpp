@@ -41,7 +41,15 @@ TensorList view_kernel(const OpCall& c) {
   return {x.as_strided_alias(sizes, contiguous_strides(sizes), x.storage_offset())};
 }
 TensorList view_backward(BackwardContext& c) { return {reshape(c.grad(), c.input_sizes(0))}; }
-const OpSchema& kView = define_op("view").save({}).grad(view_backward).kernel_any_device(view_kernel);
+// The view samples multiply by a constant input so the gradient is not all ones.
+const OpSchema& kView = define_op("view")
+                            .save({})
+                            .grad(view_backward)
+                            .kernel_any_device(view_kernel)
+                            .sample("infer", {arg({2, 6}), arg({4}).constant()},
+                                    [](const TensorList& x) { return TensorList{x[0].view({3, -1}) * x[1]}; })
+                            .sample("reshape-non-contiguous", {arg({3, 4})},
+                                    [](const TensorList& x) { return TensorList{x[0].t().reshape({2, 6}) * 2.0}; });
 
 // ---- permute / transpose ----
 TensorList permute_kernel(const OpCall& c) {
@@ -67,7 +75,13 @@ TensorList permute_backward(BackwardContext& c) {
     inv[static_cast<size_t>(wrap_dim(dims[i], static_cast<int64_t>(dims.size()), "permute"))] = static_cast<int64_t>(i);
   return {permute(c.grad(), inv)};
 }
-const OpSchema& kPermute = define_op("permute").save({}).grad(permute_backward).kernel_any_device(permute_kernel);
+const OpSchema& kPermute =
+    define_op("permute")
+        .save({})
+        .grad(permute_backward)
+        .kernel_any_device(permute_kernel)
+        .sample("3d", {arg({2, 3, 4}), arg({4, 2, 3}).constant()},
+                [](const TensorList& x) { return TensorList{x[0].permute({2, 0, 1}) * x[1]}; });
 
 // ---- expand ----
 TensorList expand_kernel(const OpCall& c) {
@@ -94,7 +108,12 @@ TensorList expand_kernel(const OpCall& c) {
   return {x.as_strided_alias(sizes, strides, x.storage_offset())};
 }
 TensorList expand_backward(BackwardContext& c) { return {sum_to(c.grad(), c.input_sizes(0))}; }
-const OpSchema& kExpand = define_op("expand").save({}).grad(expand_backward).kernel_any_device(expand_kernel);
+const OpSchema& kExpand = define_op("expand")
+                              .save({})
+                              .grad(expand_backward)
+                              .kernel_any_device(expand_kernel)
+                              .sample("new-and-broadcast-dims", {arg({3, 1}), arg({2, 3, 4}).constant()},
+                                      [](const TensorList& x) { return TensorList{x[0].expand({2, 3, 4}) * x[1]}; });
 
 // ---- squeeze / unsqueeze of one dim (always views, whatever the strides) ----
 TensorList squeeze_kernel(const OpCall& c) {
@@ -114,7 +133,8 @@ TensorList unsqueeze_kernel(const OpCall& c) {
   strides.insert(strides.begin() + d, st);
   return {x.as_strided_alias(sizes, strides, x.storage_offset())};
 }
-const OpSchema& kSqueeze = define_op("squeeze").save({}).grad(view_backward).kernel_any_device(squeeze_kernel);
+const OpSchema& kSqueeze = define_op("squeeze").save({}).grad(view_backward).kernel_any_device(squeeze_kernel).sample(
+    "then-unsqueeze", {arg({3, 1, 2})}, [](const TensorList& x) { return TensorList{x[0].squeeze(1).unsqueeze(0) * 3.0}; });
 const OpSchema& kUnsqueeze =
     define_op("unsqueeze").save({}).grad(view_backward).kernel_any_device(unsqueeze_kernel);
 
@@ -147,7 +167,16 @@ TensorList slice_grad(BackwardContext& c) {
   return {slice_backward(c.grad(), c.input_sizes(0), c.attrs.get<int64_t>("dim"), c.attrs.get<int64_t>("start"),
                          c.attrs.get<int64_t>("end"), c.attrs.get<int64_t>("step"))};
 }
-const OpSchema& kSlice = define_op("slice").save({}).grad(slice_grad).kernel_any_device(slice_kernel);
+const OpSchema& kSlice =
+    define_op("slice")
+        .save({})
+        .grad(slice_grad)
+        .kernel_any_device(slice_kernel)
+        .sample("step", {arg({4, 7})},
+                [](const TensorList& x) { return TensorList{x[0].slice(1, 1, 7, 2) * x[0].slice(1, -3, 100)}; })
+        .sample("select-narrow", {arg({4, 5})}, [](const TensorList& x) {
+          return TensorList{x[0].select(0, -1) * x[0].narrow(0, 1, 1).squeeze(0)};
+        });
 
 // slice_backward(g, sizes, ...): zeros(sizes) with the slice region set to g.
 TensorList slice_backward_cpu(const OpCall& c) {
@@ -163,7 +192,12 @@ TensorList slice_backward_backward(BackwardContext& c) {
                 c.attrs.get<int64_t>("step"))};
 }
 const OpSchema& kSliceBackward =
-    define_op("slice_backward").save({}).grad(slice_backward_backward).kernel(DeviceType::CPU, slice_backward_cpu);
+    define_op("slice_backward")
+        .save({})
+        .grad(slice_backward_backward)
+        .kernel(DeviceType::CPU, slice_backward_cpu)
+        .sample("double", {arg({2, 2})}, {{"sizes", IntList{5, 2}}, {"dim", int64_t(0)}, {"start", int64_t(1)},
+                                          {"end", int64_t(5)}, {"step", int64_t(2)}});
 
 }  // namespace
 

@@ -37,7 +37,24 @@ TensorList adam_step_cpu(const OpCall& c) {
     run.template operator()<float>();
   return {c.inputs[0]};
 }
-const OpSchema& kAdamStep = define_op("adam_step_").in_place().kernel(DeviceType::CPU, adam_step_cpu);
+Attrs sample_attrs(bool amsgrad, bool decoupled) {
+  return {{"lr", 1e-3},        {"beta1", 0.9},       {"beta2", 0.999},          {"eps", 1e-8},
+          {"weight_decay", 0.01}, {"amsgrad", amsgrad}, {"decoupled", decoupled}, {"step", int64_t(5)}};
+}
+// 3001 elements: more than two of the loop's chunks. The second moments are positive.
+const OpSchema& kAdamStep =
+    define_op("adam_step_")
+        .in_place()
+        .kernel(DeviceType::CPU, adam_step_cpu)
+        .sample("adam",
+                {arg({3001}, 0.01, 1), arg({3001}, 0.001, 2), arg({3001}, 0.001, 0.1), arg({3001}, 1e-6, 1e-3)},
+                [](const TensorList& x) { return detail::run_step_sample(kAdamStep, x, sample_attrs(false, false), false); },
+                no_gradcheck())
+        .sample("adamw-amsgrad-stochastic",
+                {arg({3001}, 0.01, 1), arg({3001}, 0.001, 2), arg({3001}, 0.001, 0.1), arg({3001}, 1e-6, 1e-3),
+                 arg({3001}, 1e-6, 1e-3)},
+                [](const TensorList& x) { return detail::run_step_sample(kAdamStep, x, sample_attrs(true, true), true); },
+                no_gradcheck());
 
 HyperParams adam_hyper_params(double lr, std::pair<double, double> betas, double eps, double wd, bool amsgrad) {
   return {{"lr", lr}, {"beta1", betas.first}, {"beta2", betas.second}, {"eps", eps}, {"weight_decay", wd},

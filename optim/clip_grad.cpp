@@ -41,7 +41,14 @@ TensorList norm_pow_sum_cpu(const OpCall& c) {
   *out.data_ptr<double>() = acc;
   return {out};
 }
-const OpSchema& kNormPowSum = define_op("norm_pow_sum").not_differentiable().kernel(DeviceType::CPU, norm_pow_sum_cpu);
+// A double sum of n terms in another order on CUDA: sums_of(n); |x|^3 adds a pow per term.
+const OpSchema& kNormPowSum = define_op("norm_pow_sum")
+                                  .not_differentiable()
+                                  .kernel(DeviceType::CPU, norm_pow_sum_cpu)
+                                  .sample("p1", {arg({3001}, -3, 3)}, {{"p", 1.0}}, sums_of(3001))
+                                  .sample("p2", {arg({3001}, -3, 3)}, {{"p", 2.0}}, sums_of(3001))
+                                  .sample("p3", {arg({3001}, -3, 3)}, {{"p", 3.0}}, sums_of(2 * 3001))
+                                  .sample("inf", {arg({3001}, -3, 3)}, {{"p", double(INFINITY)}});
 
 }  // namespace
 

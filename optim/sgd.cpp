@@ -35,7 +35,21 @@ TensorList sgd_step_cpu(const OpCall& c) {
     run.template operator()<float>();
   return {c.inputs[0]};
 }
-const OpSchema& kSGDStep = define_op("sgd_step_").in_place().kernel(DeviceType::CPU, sgd_step_cpu);
+Attrs sample_attrs(double momentum) {
+  return {{"lr", 0.05}, {"momentum", momentum}, {"dampening", 0.1}, {"weight_decay", 1e-2},
+          {"nesterov", false}, {"first", false}};
+}
+// 3001 elements: more than two of the loop's chunks.
+const OpSchema& kSGDStep =
+    define_op("sgd_step_")
+        .in_place()
+        .kernel(DeviceType::CPU, sgd_step_cpu)
+        .sample("plain", {arg({3001}, 0.01, 1), arg({3001}, 0.001, 2)},
+                [](const TensorList& x) { return detail::run_step_sample(kSGDStep, x, sample_attrs(0.0), false); },
+                no_gradcheck())
+        .sample("momentum-stochastic", {arg({3001}, 0.01, 1), arg({3001}, 0.001, 2), arg({3001}, 0.01, 1)},
+                [](const TensorList& x) { return detail::run_step_sample(kSGDStep, x, sample_attrs(0.9), true); },
+                no_gradcheck());
 
 }  // namespace
 

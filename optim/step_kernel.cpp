@@ -3,6 +3,9 @@
 
 #include <atomic>
 
+#include "ops/cast.h"
+#include "ops/pointwise.h"
+
 namespace mixtape::optim::detail {
 
 namespace {
@@ -53,6 +56,23 @@ int64_t check_fused_step(const OpCall& call, size_t num_state) {
              " tensor, got ", s.defined() ? s.describe() : "undefined");
   }
   return w.numel();
+}
+
+TensorList run_step_sample(const OpSchema& op, const TensorList& x, Attrs attrs, bool stochastic) {
+  const DType dt = x[0].dtype();
+  const bool master = is_reduced_float(dt);
+  const DType wdt = dt == DType::Float64 ? DType::Float64 : DType::Float32;
+  TensorList ops{clone(to_dtype(x[0].detach(), wdt)),
+                 master ? to_dtype(to_dtype(x[1].detach(), DType::Float32) * 512.0, dt) : x[1].detach(),
+                 master ? clone(x[0].detach()) : Tensor()};
+  for (size_t i = 2; i < x.size(); ++i) ops.push_back(clone(to_dtype(x[i].detach(), wdt)));
+  attrs.set("inv_scale", master ? 1.0 / 512.0 : 1.0);
+  attrs.set("stochastic", master && stochastic).set("seed", int64_t(20261202)).set("offset", int64_t(7));
+  dispatch(op, ops, std::move(attrs));
+  TensorList written{ops[0]};
+  for (size_t i = 2; i < ops.size(); ++i)
+    if (ops[i].defined()) written.push_back(ops[i]);
+  return written;
 }
 
 }  // namespace mixtape::optim::detail

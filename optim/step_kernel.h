@@ -30,6 +30,13 @@ namespace mixtape::optim::detail {
 // Checks the operand layout above; returns the number of elements.
 int64_t check_fused_step(const OpCall& call, size_t num_state);
 
+// The body of a fused step's sample (core/op_sample.h): from the sample's inputs in its dtype
+// (x[0] the parameter, x[1] its gradient, x[2]... the state) it makes the operands an optimizer
+// would pass — a 16-bit dtype gets an FP32 master (the parameter widened), a gradient scaled by 512
+// and inv_scale 1/512, with stochastic rounding when `stochastic`; f32/f64 update the parameter
+// itself — runs `op` on them with `attrs` and returns what it wrote: w, the model copy, the state.
+TensorList run_step_sample(const OpSchema& op, const TensorList& x, Attrs attrs, bool stochastic);
+
 // True when the CPU has fused multiply-add in hardware. The element loop then runs inside a
 // function compiled for it, where fn::madd's std::fma is one instruction instead of a libm call.
 // Both give the same bits (fma is exactly rounded): this is speed only. (core/convert.cpp picks

@@ -101,7 +101,7 @@ TensorList argmax_cuda(const OpCall& call) {
 
 const bool kRegistered = [] {
   register_kernel("sum", DeviceType::CUDA, sum_cuda);
-  register_kernel("mean", DeviceType::CUDA, sum_cuda);  // attr mean = true, as the CPU kernel
+  register_kernel("mean", DeviceType::CUDA, sum_cuda);  // sum_args: the op is mean
   register_kernel("max", DeviceType::CUDA, max_cuda);
   register_kernel("amax", DeviceType::CUDA, amax_cuda);
   register_kernel("argmax", DeviceType::CUDA, argmax_cuda);

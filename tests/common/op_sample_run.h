@@ -85,7 +85,9 @@ inline autograd::GradcheckResult gradcheck_sample(const OpSchema& op, const OpSa
       wrt.push_back(all[i]);
       where.push_back(i);
     }
+  opts.eps = s.checks.gradcheck_eps;
   opts.atol = s.checks.gradcheck_atol;
+  opts.rtol = s.checks.gradcheck_rtol;
   return autograd::gradcheck(
       [&](const TensorList& x) {
         TensorList in = all;

@@ -1,6 +1,7 @@
-// tests/ops/test_conv_pool_linear.cpp — conv2d, pooling and linear: Float64 gradcheck samples
-// (every op and every gradient op on some tape, see test_gradcheck.cpp's coverage test), 16-bit
-// round-once checks, hand-checked semantics (padding = -inf, divisors, NaN) and bad-input errors.
+// tests/ops/test_conv_pool_linear.cpp — conv2d, pooling and linear beyond their declared samples
+// (the ops' own gradchecks, in ops/conv.cpp, ops/linear.cpp, ops/max_pool.cpp, ops/avg_pool.cpp):
+// the SmallCNN chain's gradcheck, 16-bit round-once checks, hand-checked semantics (padding =
+// -inf, divisors, NaN) and bad-input errors.
 // Values against PyTorch live in test_conv_pool_linear_vs_torch.cpp.
 #include <gtest/gtest.h>
 
@@ -11,7 +12,7 @@
 #include <string>
 
 #include "autograd/op_calls.h"
-#include "op_samples.h"
+#include "leaf.h"
 #include "ops/conv.h"
 #include "ops/linear.h"
 #include "ops/pooling.h"
@@ -19,138 +20,19 @@
 namespace mixtape::testing {
 namespace {
 
-// A seeded f64 leaf shaped like f(zeros(in_sizes)): the gradient input of a gradient op.
-Tensor leaf_like_output(const std::function<Tensor(const Tensor&)>& f, const IntList& in_sizes, uint64_t seed) {
-  return leaf(f(zeros(in_sizes, DType::Float64)).sizes(), -1, 1, seed);
-}
-
-// ---- linear ----
-MT_GRAD_SAMPLE("linear/1d", [] { return TensorList{leaf({4}), leaf({3, 4}, -1, 1, 2), leaf({3}, -1, 1, 3)}; },
-               [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; });
-MT_GRAD_SAMPLE("linear/2d", [] { return TensorList{leaf({5, 4}), leaf({3, 4}, -1, 1, 2), leaf({3}, -1, 1, 3)}; },
-               [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; });
-MT_GRAD_SAMPLE("linear/3d", [] { return TensorList{leaf({2, 3, 4}), leaf({5, 4}, -1, 1, 2), leaf({5}, -1, 1, 3)}; },
-               [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2])}; });
-MT_GRAD_SAMPLE("linear/no-bias", [] { return TensorList{leaf({5, 4}), leaf({3, 4}, -1, 1, 2)}; },
-               [](const TensorList& x) { return TensorList{linear(x[0], x[1])}; });
-MT_GRAD_SAMPLE("linear/transposed-operands", [] { return TensorList{leaf({4, 5}), leaf({4, 3}, -1, 1, 2)}; },
-               [](const TensorList& x) { return TensorList{linear(x[0].t(), x[1].t())}; });
-MT_GRAD_SAMPLE("linear/3d-non-contiguous", [] { return TensorList{leaf({4, 3, 2}), leaf({3, 4}, -1, 1, 2)}; },
-               [](const TensorList& x) { return TensorList{linear(x[0].permute({2, 1, 0}), x[1])}; });
-
-// ---- conv2d ----
-MT_GRAD_SAMPLE("conv2d/bias", [] { return TensorList{leaf({2, 3, 5, 5}), leaf({4, 3, 3, 3}, -1, 1, 2), leaf({4}, -1, 1, 3)}; },
-               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2])}; });
-MT_GRAD_SAMPLE("conv2d/stride-padding", [] { return TensorList{leaf({1, 2, 7, 6}), leaf({3, 2, 3, 2}, -1, 1, 2)}; },
-               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {2, 1}, {1, 2})}; });
-MT_GRAD_SAMPLE("conv2d/dilation", [] { return TensorList{leaf({1, 2, 7, 7}), leaf({2, 2, 3, 3}, -1, 1, 2), leaf({2}, -1, 1, 3)}; },
-               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2], {1, 1}, {2, 1}, {2, 1})}; });
-MT_GRAD_SAMPLE("conv2d/groups", [] { return TensorList{leaf({2, 4, 5, 5}), leaf({6, 2, 3, 3}, -1, 1, 2), leaf({6}, -1, 1, 3)}; },
-               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2], {1}, {1}, {1}, 2)}; });
-MT_GRAD_SAMPLE("conv2d/depthwise-stride-unread-rows",
-               [] { return TensorList{leaf({1, 3, 8, 7}), leaf({3, 1, 3, 3}, -1, 1, 2)}; },
-               // stride 3: rows 6-7 and column 6 are never read, their gradient is 0.
-               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {3, 3}, {0, 0}, {1, 1}, 3)}; });
-MT_GRAD_SAMPLE("conv2d/non-contiguous", [] { return TensorList{leaf({2, 3, 6, 5}), leaf({3, 4, 3, 3}, -1, 1, 2)}; },
-               [](const TensorList& x) {
-                 return TensorList{conv2d(x[0].transpose(2, 3), x[1].transpose(0, 1), Tensor(), {1, 1}, {1, 0})};
-               });
-MT_GRAD_SAMPLE("conv2d/1x1", [] { return TensorList{leaf({2, 3, 4, 4}), leaf({5, 3, 1, 1}, -1, 1, 2), leaf({5}, -1, 1, 3)}; },
-               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], x[2])}; });
-MT_GRAD_SAMPLE("conv2d/1x1-stride2-groups", [] { return TensorList{leaf({1, 4, 5, 5}), leaf({2, 2, 1, 1}, -1, 1, 2)}; },
-               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {2}, {0}, {1}, 2)}; });
-MT_GRAD_SAMPLE("conv2d/unbatched", [] { return TensorList{leaf({2, 5, 4}), leaf({3, 2, 3, 3}, -1, 1, 2)}; },
-               [](const TensorList& x) { return TensorList{conv2d(x[0], x[1], Tensor(), {1}, {1})}; });
-// The gradient ops on their own: their backward formulas are conv2d's double backward.
-MT_GRAD_SAMPLE("conv2d_input_grad/stride",
-               [] { return TensorList{leaf({2, 4, 2, 2}), leaf({4, 3, 3, 3}, -1, 1, 2)}; },
-               [](const TensorList& x) { return TensorList{conv2d_input_grad(x[0], x[1], {2, 3, 7, 7}, {3, 3})}; });
-MT_GRAD_SAMPLE("conv2d_input_grad/groups-dilation-padding",
-               [] { return TensorList{leaf({1, 4, 6, 6}), leaf({4, 2, 2, 2}, -1, 1, 2)}; },
-               [](const TensorList& x) {
-                 return TensorList{conv2d_input_grad(x[0], x[1], {1, 4, 6, 6}, {1, 1}, {1, 1}, {2, 2}, 2)};
-               });
-MT_GRAD_SAMPLE("conv2d_weight_grad/stride",
-               [] { return TensorList{leaf({2, 3, 7, 7}), leaf({2, 4, 2, 2}, -1, 1, 2)}; },
-               [](const TensorList& x) { return TensorList{conv2d_weight_grad(x[0], x[1], {4, 3, 3, 3}, {3, 3})}; });
-MT_GRAD_SAMPLE("conv2d_weight_grad/groups-dilation-padding",
-               [] { return TensorList{leaf({1, 4, 6, 6}), leaf({1, 4, 6, 6}, -1, 1, 2)}; },
-               [](const TensorList& x) {
-                 return TensorList{conv2d_weight_grad(x[0], x[1], {4, 2, 2, 2}, {1, 1}, {1, 1}, {2, 2}, 2)};
-               });
-
-// ---- max_pool2d (random inputs: no ties within 1e-6, so the argmax is stable under eps) ----
-MT_GRAD_SAMPLE("max_pool2d/2x2", [] { return TensorList{leaf({2, 3, 6, 6})}; },
-               [](const TensorList& x) { return TensorList{max_pool2d(x[0], {2, 2})}; });
-MT_GRAD_SAMPLE("max_pool2d/overlap-padding", [] { return TensorList{leaf({1, 2, 5, 6})}; },
-               // stride 1 < kernel 3: one input can win several windows, its gradient accumulates
-               [](const TensorList& x) { return TensorList{max_pool2d(x[0], {3}, {1}, {1})}; });
-MT_GRAD_SAMPLE("max_pool2d/dilation-ceil", [] { return TensorList{leaf({1, 2, 9, 8})}; },
-               [](const TensorList& x) { return TensorList{max_pool2d(x[0], {3, 2}, {2, 3}, {1, 1}, {2, 1}, true)}; });
-MT_GRAD_SAMPLE("max_pool2d/ceil", [] { return TensorList{leaf({1, 2, 5, 7})}; },
-               [](const TensorList& x) { return TensorList{max_pool2d(x[0], {2}, {2}, {0}, {1}, true)}; });
-MT_GRAD_SAMPLE("max_pool2d/unbatched-non-contiguous", [] { return TensorList{leaf({5, 2, 5})}; },
-               [](const TensorList& x) { return TensorList{max_pool2d(x[0].transpose(0, 1), {3}, {2})}; });
-MT_GRAD_SAMPLE("max_pool2d_with_indices/overlap", [] { return TensorList{leaf({1, 2, 5, 6})}; },
-               [](const TensorList& x) { return TensorList{max_pool2d_with_indices(x[0], {3}, {1}, {1}).first}; });
-// max_pool2d's own backward op (argmax found again in the input), differentiable in its grad.
-MT_GRAD_SAMPLE("max_pool2d_input_backward/overlap",
-               [] { return TensorList{leaf_like_output([](const Tensor& t) { return max_pool2d(t, {3}, {1}, {1}); }, {1, 2, 5, 5}, 4)}; },
-               [](const TensorList& x) {
-                 Attrs a{{"kernel_size", IntList{3, 3}}, {"stride", IntList{1, 1}}, {"padding", IntList{1, 1}},
-                         {"dilation", IntList{1, 1}}, {"ceil_mode", false}};
-                 return autograd::op_calls::call("max_pool2d_input_backward", {x[0], leaf({1, 2, 5, 5}, -1, 1, 7).detach()}, a);
-               });
-MT_GRAD_SAMPLE("max_pool2d_backward/overlap",
-               [] { return TensorList{leaf_like_output([](const Tensor& t) { return max_pool2d(t, {3}, {1}, {1}); }, {1, 2, 5, 5}, 4)}; },
-               [](const TensorList& x) {
-                 Tensor idx = max_pool2d_with_indices(leaf({1, 2, 5, 5}, -1, 1, 7).detach(), {3}, {1}, {1}).second;
-                 return TensorList{max_pool2d_backward(x[0], idx, {1, 2, 5, 5})};
-               });
-
-// ---- avg_pool2d ----
-MT_GRAD_SAMPLE("avg_pool2d/2x2", [] { return TensorList{leaf({2, 3, 6, 6})}; },
-               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {2, 2})}; });
-MT_GRAD_SAMPLE("avg_pool2d/padding-include", [] { return TensorList{leaf({1, 2, 6, 5})}; },
-               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {2}, {1}, false, true)}; });
-MT_GRAD_SAMPLE("avg_pool2d/padding-exclude", [] { return TensorList{leaf({1, 2, 6, 5})}; },
-               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {2}, {1}, false, false)}; });
-MT_GRAD_SAMPLE("avg_pool2d/ceil-include", [] { return TensorList{leaf({1, 2, 6, 5})}; },
-               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, true)}; });
-MT_GRAD_SAMPLE("avg_pool2d/ceil-exclude", [] { return TensorList{leaf({1, 2, 6, 5})}; },
-               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, false)}; });
-MT_GRAD_SAMPLE("avg_pool2d/unbatched-overlap", [] { return TensorList{leaf({2, 5, 5})}; },
-               [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {1})}; });
-MT_GRAD_SAMPLE("avg_pool2d_backward/ceil-padding",
-               [] {
-                 return TensorList{leaf_like_output(
-                     [](const Tensor& t) { return avg_pool2d(t, {3}, {2}, {1}, true, false); }, {1, 2, 6, 5}, 4)};
-               },
-               [](const TensorList& x) {
-                 return TensorList{avg_pool2d_backward(x[0], {1, 2, 6, 5}, {3}, {2}, {1}, true, false)};
-               });
-
-// ---- adaptive_avg_pool2d ----
-MT_GRAD_SAMPLE("adaptive_avg_pool2d/5x7-to-3x4", [] { return TensorList{leaf({2, 2, 5, 7})}; },
-               [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {3, 4})}; });
-MT_GRAD_SAMPLE("adaptive_avg_pool2d/global", [] { return TensorList{leaf({2, 3, 4, 5})}; },
-               [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {1})}; });
-MT_GRAD_SAMPLE("adaptive_avg_pool2d/upsample-unbatched", [] { return TensorList{leaf({2, 3, 3})}; },
-               [](const TensorList& x) { return TensorList{adaptive_avg_pool2d(x[0], {5, 4})}; });
-MT_GRAD_SAMPLE("adaptive_avg_pool2d_backward/5x7-to-3x4", [] { return TensorList{leaf({1, 2, 3, 4}, -1, 1, 4)}; },
-               [](const TensorList& x) { return TensorList{adaptive_avg_pool2d_backward(x[0], {1, 2, 5, 7})}; });
-
 // ---- the SmallCNN path, end to end: conv -> relu -> pool -> conv -> pool -> linear ----
-MT_GRAD_SAMPLE("composite/small-cnn",
-               [] {
-                 return TensorList{leaf({2, 1, 8, 8}), leaf({3, 1, 3, 3}, -1, 1, 2), leaf({3}, -1, 1, 3),
-                                   leaf({4, 3, 3, 3}, -1, 1, 4), leaf({2, 16}, -1, 1, 5), leaf({2}, -1, 1, 6)};
-               },
-               [](const TensorList& x) {
-                 Tensor h = max_pool2d(tanh(conv2d(x[0], x[1], x[2], {1}, {1})), {2});
-                 h = avg_pool2d(conv2d(h, x[3], Tensor(), {1}, {1}), {2});
-                 return TensorList{linear(h.flatten(1), x[4], x[5])};
-               });
+TEST(Gradcheck, SmallCnnChain) {
+  const TensorList in{leaf({2, 1, 8, 8}), leaf({3, 1, 3, 3}, -1, 1, 2), leaf({3}, -1, 1, 3),
+                      leaf({4, 3, 3, 3}, -1, 1, 4), leaf({2, 16}, -1, 1, 5), leaf({2}, -1, 1, 6)};
+  const auto r = autograd::gradcheck(
+      [](const TensorList& x) {
+        Tensor h = max_pool2d(tanh(conv2d(x[0], x[1], x[2], {1}, {1})), {2});
+        h = avg_pool2d(conv2d(h, x[3], Tensor(), {1}, {1}), {2});
+        return TensorList{linear(h.flatten(1), x[4], x[5])};
+      },
+      in);
+  EXPECT_TRUE(r.ok) << r.report;
+}
 
 // ---- 16-bit: the result is the f32 computation on the widened inputs, rounded once ----
 bool bit_equal(const Tensor& a, const Tensor& b) {

@@ -1,9 +1,9 @@
 // tests/ops/test_norm_activation.cpp — gelu, leaky_relu, clamp, where, batch_norm, layer_norm,
-// dropout: Float64 gradchecks (first proof; the coverage test reads them), double-backward
-// checks against finite differences of the first derivative, 16-bit round-once checks, the
-// running-statistics and AMP-dtype behaviour of batch_norm (docs/amp-behaviours.md behaviour 4),
-// dropout's statistics and determinism, and every bad-input error. PyTorch values: see
-// test_norm_activation_vs_torch.cpp.
+// dropout: double-backward checks against finite differences of the first derivative, 16-bit
+// round-once checks, the running-statistics and AMP-dtype behaviour of batch_norm
+// (docs/amp-behaviours.md behaviour 4), dropout's statistics and determinism, and every bad-input
+// error. The Float64 gradchecks derive from the samples the ops declare with their definitions
+// (tests/ops/test_op_samples.cpp). PyTorch values: see test_norm_activation_vs_torch.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +11,7 @@
 #include <functional>
 #include <omp.h>
 
-#include "op_samples.h"
+#include "leaf.h"
 #include "ops/activation.h"
 #include "ops/dropout.h"
 #include "ops/normalization.h"
@@ -28,77 +28,6 @@ Tensor nonzero_leaf(const IntList& sizes, uint64_t seed) {
   return t.detach().requires_grad_();
 }
 Tensor constant(const IntList& sizes, double lo, double hi, uint64_t seed) { return leaf(sizes, lo, hi, seed).detach(); }
-
-// ---- gradcheck samples (inputs away from kinks; the coverage test needs every op on a tape) ----
-// Bounds at +-0.5; every input is >= 0.05 away from them.
-
-// batch_norm: the running statistics are created inside the sample, so every evaluation
-// starts from the same ones (training updates them; the output does not depend on them).
-TensorList bn_sample(const TensorList& x, bool training, bool affine, bool track) {
-  const int64_t C = x[0].size(1);
-  Tensor rm = track ? constant({C}, -0.5, 0.5, 21) : Tensor();
-  Tensor rv = track ? constant({C}, 0.5, 2.0, 22) : Tensor();
-  return {batch_norm(x[0], rm, rv, affine ? x[1] : Tensor(), affine ? x[2] : Tensor(), training, 0.1, 1e-5)};
-}
-MT_GRAD_SAMPLE("batch_norm/train-affine-NC", [] { return TensorList{leaf({6, 3}), leaf({3}, 0.5, 2, 2), leaf({3}, -1, 1, 3)}; },
-               [](const TensorList& x) { return bn_sample(x, true, true, true); });
-MT_GRAD_SAMPLE("batch_norm/train-affine-NCHW", [] { return TensorList{leaf({2, 3, 2, 2}), leaf({3}, 0.5, 2, 2), leaf({3}, -1, 1, 3)}; },
-               [](const TensorList& x) { return bn_sample(x, true, true, true); });
-MT_GRAD_SAMPLE("batch_norm/train-noaffine-NCHW", [] { return TensorList{leaf({2, 3, 2, 2})}; },
-               [](const TensorList& x) { return bn_sample(x, true, false, true); });
-MT_GRAD_SAMPLE("batch_norm/train-noaffine-NC-untracked", [] { return TensorList{leaf({5, 2})}; },
-               [](const TensorList& x) { return bn_sample(x, true, false, false); });
-MT_GRAD_SAMPLE("batch_norm/eval-affine-NCHW", [] { return TensorList{leaf({2, 3, 2, 2}), leaf({3}, 0.5, 2, 2), leaf({3}, -1, 1, 3)}; },
-               [](const TensorList& x) { return bn_sample(x, false, true, true); });
-MT_GRAD_SAMPLE("batch_norm/eval-noaffine-NC", [] { return TensorList{leaf({4, 3})}; },
-               [](const TensorList& x) { return bn_sample(x, false, false, true); });
-// batch_norm_backward differentiated directly (double backward). In training the statistics
-// are computed from x inside the function, as the forward computes them, so the finite
-// differences see the same dependence on x that the analytic total derivative includes.
-TensorList bnb_sample(const TensorList& in, bool training, bool affine) {
-  const Tensor &g = in[0], &x = in[1];
-  const double eps = 1e-5;
-  IntList red{0};
-  for (int64_t d = 2; d < x.dim(); ++d) red.push_back(d);
-  Tensor m, invstd;
-  if (training) {
-    m = mean(x, red, false);
-    Tensor xm = x - mean(x, red, true);
-    invstd = pow(mean(xm * xm, red, false) + eps, -0.5);
-  } else {
-    m = constant({x.size(1)}, -0.5, 0.5, 23);
-    invstd = pow(constant({x.size(1)}, 0.5, 2.0, 24) + eps, -0.5);
-  }
-  auto [gx, gw, gb] = batch_norm_backward(g, x, affine ? in[2] : Tensor(), m, invstd, training, eps);
-  return {gx, gw, gb};
-}
-MT_GRAD_SAMPLE("batch_norm_backward/train-NCL",
-               [] { return TensorList{leaf({3, 2, 2}, -1, 1, 5), leaf({3, 2, 2}, -1, 1, 6), leaf({2}, 0.5, 2, 7)}; },
-               [](const TensorList& x) { return bnb_sample(x, true, true); });
-MT_GRAD_SAMPLE("batch_norm_backward/train-NC-noaffine",
-               [] { return TensorList{leaf({4, 3}, -1, 1, 5), leaf({4, 3}, -1, 1, 6)}; },
-               [](const TensorList& x) { return bnb_sample(x, true, false); });
-MT_GRAD_SAMPLE("batch_norm_backward/eval-NCL",
-               [] { return TensorList{leaf({3, 2, 2}, -1, 1, 5), leaf({3, 2, 2}, -1, 1, 6), leaf({2}, 0.5, 2, 7)}; },
-               [](const TensorList& x) { return bnb_sample(x, false, true); });
-
-MT_GRAD_SAMPLE("layer_norm/1-dim-affine", [] { return TensorList{leaf({3, 4}), leaf({4}, 0.5, 2, 2), leaf({4}, -1, 1, 3)}; },
-               [](const TensorList& x) { return TensorList{layer_norm(x[0], {4}, x[1], x[2])}; });
-MT_GRAD_SAMPLE("layer_norm/1-dim-noaffine", [] { return TensorList{leaf({2, 3, 5})}; },
-               [](const TensorList& x) { return TensorList{layer_norm(x[0], {5})}; });
-MT_GRAD_SAMPLE("layer_norm/2-dims-affine", [] { return TensorList{leaf({2, 3, 4}), leaf({3, 4}, 0.5, 2, 2), leaf({3, 4}, -1, 1, 3)}; },
-               [](const TensorList& x) { return TensorList{layer_norm(x[0], {3, 4}, x[1], x[2])}; });
-MT_GRAD_SAMPLE("layer_norm/2-dims-noaffine-no-lead", [] { return TensorList{leaf({3, 4})}; },
-               [](const TensorList& x) { return TensorList{layer_norm(x[0], {3, 4}) * leaf({3, 4}, -1, 1, 9).detach()}; });
-
-// A generator made inside the function with a fixed seed: every evaluation uses the same mask.
-MT_GRAD_SAMPLE("dropout/p0.3", [] { return TensorList{leaf({4, 5})}; },
-               [](const TensorList& x) {
-                 Generator g(1234);
-                 return TensorList{dropout(x[0], 0.3, true, &g)};
-               });
-MT_GRAD_SAMPLE("dropout/p1", [] { return TensorList{leaf({3})}; },
-               [](const TensorList& x) { return TensorList{dropout(x[0], 1.0, true) + x[0]}; });
 
 // ---- helpers ----
 std::string error_of(const std::function<void()>& f) {
