@@ -41,17 +41,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <map>
-#include <ostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/torch_fixture.h"
 #include "mixtape/mixtape.h"
 #include "ops/conv.h"
 #include "ops/linear.h"
@@ -61,83 +57,16 @@ namespace mixtape {
 namespace {
 
 using nlohmann::json;
+using testing::decode;
+using testing::fixture_dtype;
+using testing::FixtureCase;
+constexpr auto& ints = testing::int_list;
 
-// ---- the fixture ----
-std::string fixture_path() {
-  std::string here = __FILE__;
-  return here.substr(0, here.find_last_of("/\\")) + "/../fixtures/conv_pool_linear.json";
-}
-
-struct Fixture {
-  json doc;
-  std::string error;  // why loading failed; empty on success
-};
-
-const Fixture& fixture() {
-  static const Fixture f = [] {
-    Fixture r;
-    std::ifstream in(fixture_path());
-    if (!in) {
-      r.error = "cannot open " + fixture_path() + " (run /usr/bin/python3 tests/fixtures/gen_conv_pool_linear.py)";
-      return r;
-    }
-    try {
-      r.doc = json::parse(in);
-    } catch (const std::exception& e) {
-      r.error = "cannot parse " + fixture_path() + ": " + e.what();
-    }
-    return r;
-  }();
+const testing::TorchFixture& fixture() {
+  static const testing::TorchFixture f("conv_pool_linear.json", "gen_conv_pool_linear.py");
   return f;
 }
-
-struct Case {
-  const json* j;  // one element of fixture().doc["cases"]
-  std::string name() const { return (*j)["name"].get<std::string>(); }
-};
-
-std::vector<Case> cases_of(const std::string& op) {
-  std::vector<Case> out;
-  const Fixture& f = fixture();
-  if (!f.error.empty()) return out;
-  for (const json& c : f.doc["cases"])
-    if (c["op"] == op) out.push_back(Case{&c});
-  return out;
-}
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name(); }
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
-
-// ---- decoding ----
-DType dtype_from(const std::string& s) {
-  if (s == "f64") return DType::Float64;
-  if (s == "f32") return DType::Float32;
-  if (s == "f16") return DType::Float16;
-  if (s == "bf16") return DType::BFloat16;
-  if (s == "i64") return DType::Int64;
-  throw std::runtime_error("fixture: unknown dtype " + s);
-}
-
-IntList ints(const json& v) { return IntList(v.get<std::vector<int64_t>>()); }
-
-std::vector<double> values_of(const json& t) {
-  DType dt = dtype_from(t["dtype"]);
-  std::vector<double> v;
-  v.reserve(t["data"].size());
-  for (const json& e : t["data"]) {
-    if (dt == DType::Float64 || dt == DType::Float32)
-      v.push_back(std::strtod(e.get<std::string>().c_str(), nullptr));
-    else if (dt == DType::Float16)
-      v.push_back(static_cast<float>(Half::from_bits(e.get<uint16_t>())));
-    else if (dt == DType::BFloat16)
-      v.push_back(static_cast<float>(BFloat16::from_bits(e.get<uint16_t>())));
-    else
-      v.push_back(static_cast<double>(e.get<int64_t>()));
-  }
-  return v;
-}
-
-Tensor decode(const json& t) { return tensor(values_of(t), ints(t["shape"]), TensorOptions(dtype_from(t["dtype"]))); }
+std::vector<FixtureCase> cases_of(const std::string& op) { return fixture().cases_where("op", op); }
 
 // ---- mixtape's side (the same calls as gen_conv_pool_linear.py's apply) ----
 TensorList apply(const std::string& op, const json& p, const TensorList& xs) {
@@ -164,70 +93,19 @@ TensorList apply(const std::string& op, const json& p, const TensorList& xs) {
 }
 
 // ---- comparison (tolerances derived at the top of the file) ----
-uint16_t bits16(double v, DType dt) {
-  const float f = static_cast<float>(v);  // exact: v came from a 16-bit value
-  return dt == DType::Float16 ? float_to_half_bits(f) : float_to_bfloat16_bits(f);
-}
-
-// The spacing of 16-bit values at magnitude |v| (subnormal spacing below the normal range).
-double ulp16(double v, DType dt) {
-  const int mantissa_bits = dt == DType::Float16 ? 10 : 7, min_exp = dt == DType::Float16 ? -14 : -126;
-  const int e = v == 0 ? min_exp : std::max(min_exp, std::ilogb(v));
-  return std::ldexp(1.0, e - mantissa_bits);
-}
-
-// scale: the f64 error scale tensor (null: compare exactly); k: its term count.
+// scale: the f64 error scale tensor (null: compare exactly); k: its term count. The bound per
+// element is 8 sqrt(k) eps S_i; a 16-bit value passes with the same bits or within that bound
+// plus one 16-bit ulp; no scale means the same value (the same bits for 16-bit values).
 void expect_matches(const Tensor& got, const json& ref, const json* scale, int64_t k, const std::string& what,
                     const std::string& case_name) {
-  ASSERT_TRUE(got.defined()) << what << ": mixtape produced no tensor";
-  const DType dt = dtype_from(ref["dtype"]);
-  ASSERT_EQ(got.dtype(), dt) << what << ": dtype";
-  ASSERT_EQ(shape_str(got.sizes()), shape_str(ints(ref["shape"]))) << what << ": shape";
-  const std::vector<double> want = values_of(ref);
-  const std::vector<double> s = scale ? values_of(*scale) : std::vector<double>();
+  const DType dt = fixture_dtype(ref["dtype"]);
   const double eps = dt == DType::Float64 ? 0x1p-52 : 0x1p-23;  // 16-bit: the f32 they are computed in
   const double factor = 8.0 * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1))) * eps;
-  Tensor g = got.contiguous();
-  int failures = 0;
-  double worst = 0;
-  size_t worst_i = 0;
-  std::ostringstream first;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double gv = get_element(g, static_cast<int64_t>(i)), wv = want[i];
-    bool ok;
-    double ratio = 0;
-    if (dt == DType::Int64) {
-      ok = gv == wv;
-      ratio = ok ? 0 : INFINITY;
-    } else if (dt == DType::Float16 || dt == DType::BFloat16) {
-      const bool same_bits = bits16(gv, dt) == ref["data"][i].get<uint16_t>();
-      const double diff = std::abs(gv - wv);
-      const double tol = s.empty() ? 0 : factor * s.at(i) + ulp16(std::max(std::abs(gv), std::abs(wv)), dt);
-      ok = same_bits || diff <= tol;
-      ratio = same_bits ? 0 : tol > 0 ? diff / tol : INFINITY;
-    } else if (s.empty()) {
-      ok = gv == wv;
-      ratio = ok ? 0 : INFINITY;
-    } else {
-      const double tol = factor * s.at(i);
-      const double diff = std::abs(gv - wv);
-      ok = diff <= tol;
-      ratio = tol > 0 ? diff / tol : (diff == 0 ? 0 : INFINITY);
-    }
-    if (ratio > worst) {
-      worst = ratio;
-      worst_i = i;
-    }
-    if (!ok && failures++ == 0)
-      first << "element " << i << ": got " << std::hexfloat << gv << " (" << std::defaultfloat << gv << "), torch "
-            << std::hexfloat << wv << " (" << std::defaultfloat << wv << ")";
-  }
-  EXPECT_EQ(failures, 0) << what << " (" << dtype_name(dt) << " " << shape_str(got.sizes()) << ", k " << k << "): "
-                         << failures << " of " << want.size() << " elements differ; first: " << first.str()
-                         << "; worst |diff|/tol = " << worst;
-  if (std::getenv("MT_TORCH_VERBOSE"))
-    std::printf("  %-36s %-16s worst/tol %.3g (element %zu: got %.9g, torch %.9g)\n", case_name.c_str(), what.c_str(),
-                worst, worst_i, get_element(g, static_cast<int64_t>(worst_i)), want.empty() ? 0.0 : want[worst_i]);
+  std::vector<double> bounds;
+  if (scale)
+    for (double s : testing::values_of(*scale)) bounds.push_back(factor * s);
+  testing::Tolerance tol{.abs = scale ? &bounds : nullptr, .exact_bits16 = true, .detail = "k " + std::to_string(k)};
+  testing::expect_matches(got, ref, tol, what, case_name);
 }
 
 void run_case(const json& c) {
@@ -250,27 +128,14 @@ void run_case(const json& c) {
                    "output " + std::to_string(i), name);
   }
   if (!with_grad) return;
-  Tensor loss;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    if (c["weights"][i].is_null()) continue;
-    Tensor term = (outs[i] * decode(c["weights"][i])).sum();
-    loss = loss.defined() ? loss + term : term;
-  }
-  ASSERT_TRUE(loss.defined());
-  loss.backward();
+  testing::backward_weighted(outs, c["weights"]);
   for (size_t i = 0; i < xs.size(); ++i)
     expect_matches(xs[i].grad(), c["grads"][i], &c["grad_scales"][i], c["k_grad"][i], "grad of input " + std::to_string(i),
                    name);
 }
 
 // ---- one suite per op ----
-class TorchCase : public ::testing::TestWithParam<Case> {};
-
-#define MT_TORCH_OP(Suite, op)                                                              \
-  class Suite : public TorchCase {};                                                        \
-  TEST_P(Suite, MatchesTorch) { run_case(*GetParam().j); }                                  \
-  INSTANTIATE_TEST_SUITE_P(Fixture, Suite, ::testing::ValuesIn(cases_of(op)), case_name);   \
-  GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Suite)
+#define MT_TORCH_OP(Suite, op) MT_TORCH_FIXTURE_SUITE(Suite, cases_of(op), run_case)
 
 MT_TORCH_OP(TorchConv2d, "conv2d");                     // stride, padding, dilation, groups, 1x1, no bias,
                                                         // transposed input, unbatched, batch-parallel path
@@ -284,12 +149,10 @@ TEST(TorchConvPoolLinearFixture, LoadsAndCoversEveryOp) {
   for (const char* op : {"conv2d", "linear", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"}) {
     EXPECT_FALSE(cases_of(op).empty()) << "no cases for " << op;
     bool has16 = false;
-    for (const Case& c : cases_of(op)) has16 = has16 || (*c.j)["reference"] == "torch_f32_round_once";
+    for (const FixtureCase& c : cases_of(op)) has16 = has16 || (*c.j)["reference"] == "torch_f32_round_once";
     EXPECT_TRUE(has16) << "no 16-bit case for " << op;
   }
-  std::map<std::string, int> seen;
-  for (const json& c : fixture().doc["cases"]) ++seen[c["name"].get<std::string>()];
-  for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << "duplicate case name " << name;
+  for (const auto& [name, n] : fixture().name_counts()) EXPECT_EQ(n, 1) << "duplicate case name " << name;
 }
 
 }  // namespace

@@ -23,24 +23,23 @@
 //        The losses accumulate Mean/Sum in f64 here, which only shrinks our side's k u.
 //   16-bit: ulps16 = 0 for ops that only move or compare values (cat, stack, index_select,
 //        argmax); 1 for one op computed in f32 and rounded once ("torch_f32_round_once", and
-//        torch's own bf16 kernels): the two f32 results differ by far less than a 16-bit ulp
+//        torch's own bf16 kernels where they are round-once -- not log_softmax over the innermost
+//        dim, see gen_softmax_loss.py): the two f32 results differ by far less than a 16-bit ulp
 //        but may straddle a rounding boundary, so the roundings can land one ulp apart; 2 for
 //        cross_entropy's per-op replay ("torch_f32_per_op"), where a one-ulp difference in an
 //        intermediate (a log-probability) can move the final rounding by one more.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "common/torch_fixture.h"
 #include "mixtape/mixtape.h"
 #include "ops/loss.h"
 #include "ops/shape_ops.h"
@@ -50,6 +49,10 @@ namespace mixtape {
 namespace {
 
 using nlohmann::json;
+using testing::decode;
+using testing::fixture_dtype;
+using testing::FixtureCase;
+using testing::Tolerance;
 
 // Known mismatches with PyTorch, by case name: skipped (not silently passed) until fixed. Each
 // entry must carry a "// KNOWN BUG:" comment naming op, inputs, expected, got.
@@ -58,82 +61,11 @@ const std::map<std::string, std::string>& known_bugs() {
   return kKnownBugs;
 }
 
-// ---- the fixture ----
-std::string fixture_path() {
-  std::string here = __FILE__;
-  return here.substr(0, here.find_last_of("/\\")) + "/../fixtures/softmax_loss.json";
-}
-
-struct Fixture {
-  json doc;
-  std::string error;  // why loading failed; empty on success
-};
-
-const Fixture& fixture() {
-  static const Fixture f = [] {
-    Fixture r;
-    std::ifstream in(fixture_path());
-    if (!in) {
-      r.error = "cannot open " + fixture_path() + " (run /usr/bin/python3 tests/fixtures/gen_softmax_loss.py)";
-      return r;
-    }
-    try {
-      r.doc = json::parse(in);
-    } catch (const std::exception& e) {
-      r.error = "cannot parse " + fixture_path() + ": " + e.what();
-    }
-    return r;
-  }();
+const testing::TorchFixture& fixture() {
+  static const testing::TorchFixture f("softmax_loss.json", "gen_softmax_loss.py");
   return f;
 }
-
-struct Case {
-  const json* j;
-  std::string name() const { return (*j)["name"].get<std::string>(); }
-};
-
-std::vector<Case> cases_of(const std::string& family) {
-  std::vector<Case> out;
-  const Fixture& f = fixture();
-  if (!f.error.empty()) return out;
-  for (const json& c : f.doc["cases"])
-    if (c["family"] == family) out.push_back(Case{&c});
-  return out;
-}
-
-std::string case_name(const ::testing::TestParamInfo<Case>& info) { return info.param.name(); }
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
-
-// ---- decoding ----
-DType dtype_from(const std::string& s) {
-  if (s == "f64") return DType::Float64;
-  if (s == "f32") return DType::Float32;
-  if (s == "f16") return DType::Float16;
-  if (s == "bf16") return DType::BFloat16;
-  if (s == "i64") return DType::Int64;
-  throw std::runtime_error("fixture: unknown dtype " + s);
-}
-
-double hex_double(const json& v) { return std::strtod(v.get<std::string>().c_str(), nullptr); }
-IntList int_list(const json& v) { return IntList(v.get<std::vector<int64_t>>()); }
-
-std::vector<double> values_of(const json& t) {
-  const DType dt = dtype_from(t["dtype"]);
-  std::vector<double> v;
-  for (const json& e : t["data"]) {
-    if (dt == DType::Float64 || dt == DType::Float32)
-      v.push_back(hex_double(e));
-    else if (dt == DType::Float16)
-      v.push_back(static_cast<float>(Half::from_bits(e.get<uint16_t>())));
-    else if (dt == DType::BFloat16)
-      v.push_back(static_cast<float>(BFloat16::from_bits(e.get<uint16_t>())));
-    else
-      v.push_back(static_cast<double>(e.get<int64_t>()));
-  }
-  return v;
-}
-
-Tensor decode(const json& t) { return tensor(values_of(t), int_list(t["shape"]), TensorOptions(dtype_from(t["dtype"]))); }
+std::vector<FixtureCase> cases_of(const std::string& family) { return fixture().cases_where("family", family); }
 
 Reduction reduction_from(const json& r) {
   const std::string s = r;
@@ -147,7 +79,7 @@ Reduction reduction_from(const json& r) {
 TensorList apply(const std::string& op, const json& p, const TensorList& xs) {
   if (op == "softmax" || op == "log_softmax") {
     std::optional<DType> dt;
-    if (p.contains("dtype")) dt = dtype_from(p["dtype"]);
+    if (p.contains("dtype")) dt = fixture_dtype(p["dtype"]);
     const int64_t dim = p["dim"];
     return {op == "softmax" ? softmax(xs[0], dim, dt) : log_softmax(xs[0], dim, dt)};
   }
@@ -179,80 +111,20 @@ TensorList apply(const std::string& op, const json& p, const TensorList& xs) {
 }
 
 // ---- comparison ----
-int32_t ordered16(uint16_t b) { return (b & 0x8000u) ? -static_cast<int32_t>(b & 0x7FFFu) : static_cast<int32_t>(b); }
-
-uint16_t bits16(double v, DType dt) {
-  const float f = static_cast<float>(v);  // exact: v came from a 16-bit value
-  return dt == DType::Float16 ? float_to_half_bits(f) : float_to_bfloat16_bits(f);
-}
-
-struct Tolerance {
-  double rtol;  // f32 / f64
-  int ulps16;   // f16 / bf16
-};
-
 // See the derivation at the top of the file.
 Tolerance tolerance_for(const json& c, DType dt) {
-  if (dt == DType::Int64) return {0, 0};
-  if (dt == DType::Float64 && c["params"].contains("precision")) dt = dtype_from(c["params"]["precision"]);
+  if (dt == DType::Int64) return {};
+  if (dt == DType::Float64 && c["params"].contains("precision")) dt = fixture_dtype(c["params"]["precision"]);
   const double k = static_cast<double>(std::max<int64_t>(1, c["k"].get<int64_t>()));
-  if (dt == DType::Float64) return {1e-12, 0};
-  if (dt == DType::Float32) return {(k + 16.0) * 0x1p-23, 0};
+  if (dt == DType::Float64) return {.rtol = 1e-12};
+  if (dt == DType::Float32) return {.rtol = (k + 16.0) * 0x1p-23};
   const std::string op = c["op"], ref = c["reference"];
-  if (op == "cat" || op == "stack" || op == "index_select" || op == "argmax") return {0, 0};
-  return {0, ref == "torch_f32_per_op" ? 2 : 1};
+  if (op == "cat" || op == "stack" || op == "index_select" || op == "argmax") return {};
+  return {.ulps16 = ref == "torch_f32_per_op" ? 2 : 1};
 }
 
 void expect_matches(const Tensor& got, const json& ref, const json& c, const std::string& what) {
-  ASSERT_TRUE(got.defined()) << what << ": mixtape produced no tensor";
-  const DType dt = dtype_from(ref["dtype"]);
-  const IntList shape = int_list(ref["shape"]);
-  ASSERT_EQ(got.dtype(), dt) << what << ": dtype";
-  ASSERT_EQ(shape_str(got.sizes()), shape_str(shape)) << what << ": shape";
-  const std::vector<double> want = values_of(ref);
-  ASSERT_EQ(static_cast<int64_t>(want.size()), got.numel()) << what;
-  const Tolerance tol = tolerance_for(c, dt);
-  double scale = 0;
-  for (double w : want)
-    if (std::isfinite(w)) scale = std::max(scale, std::abs(w));
-  int failures = 0;
-  double worst = 0;  // in units of the tolerance
-  std::ostringstream first;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = get_element(got, static_cast<int64_t>(i)), w = want[i];
-    bool ok;
-    double ratio = 0;
-    if (dt == DType::Int64) {
-      ok = g == w;
-    } else if (dt == DType::Float16 || dt == DType::BFloat16) {
-      if (std::isnan(w)) {
-        ok = std::isnan(g);
-      } else {
-        const int d = std::abs(ordered16(bits16(g, dt)) - ordered16(ref["data"][i].get<uint16_t>()));
-        ok = d <= tol.ulps16;
-        ratio = tol.ulps16 ? static_cast<double>(d) / tol.ulps16 : d;
-      }
-    } else if (!std::isfinite(w)) {
-      ok = std::isnan(w) ? std::isnan(g) : g == w;
-    } else {
-      const double bound = tol.rtol * (std::abs(w) + scale);
-      ok = std::abs(g - w) <= bound;
-      ratio = bound > 0 ? std::abs(g - w) / bound : (g == w ? 0 : INFINITY);
-    }
-    worst = std::max(worst, ratio);
-    if (!ok && failures++ == 0) {
-      first << "element " << i << ": got " << std::hexfloat << g << " (" << std::defaultfloat << g << "), torch "
-            << std::hexfloat << w << " (" << std::defaultfloat << w << ")";
-      if (dt == DType::Float16 || dt == DType::BFloat16)
-        first << " bits got 0x" << std::hex << bits16(g, dt) << " torch 0x" << ref["data"][i].get<uint16_t>()
-              << std::dec;
-    }
-  }
-  EXPECT_EQ(failures, 0) << what << " (" << dtype_name(dt) << " " << shape_str(shape) << ", rtol " << tol.rtol
-                         << ", ulps16 " << tol.ulps16 << "): " << failures << " of " << want.size()
-                         << " elements differ; first: " << first.str() << "; worst |diff|/tol = " << worst;
-  if (std::getenv("MT_TORCH_VERBOSE"))
-    std::printf("  %-44s %-18s worst/tol %.3g\n", c["name"].get<std::string>().c_str(), what.c_str(), worst);
+  testing::expect_matches(got, ref, tolerance_for(c, fixture_dtype(ref["dtype"])), what, c["name"]);
 }
 
 void run_case(const json& c) {
@@ -271,28 +143,14 @@ void run_case(const json& c) {
   ASSERT_EQ(outs.size(), c["outputs"].size()) << "number of outputs";
   for (size_t i = 0; i < outs.size(); ++i) expect_matches(outs[i], c["outputs"][i], c, "output " + std::to_string(i));
   if (!with_grad) return;
-
-  Tensor loss;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    if (c["weights"][i].is_null()) continue;
-    Tensor term = (outs[i] * decode(c["weights"][i])).sum();
-    loss = loss.defined() ? loss + term : term;
-  }
-  ASSERT_TRUE(loss.defined());
-  loss.backward();
+  testing::backward_weighted(outs, c["weights"]);
   for (size_t i = 0; i < xs.size(); ++i) {
     if (c["grads"][i].is_null()) continue;
     expect_matches(xs[i].grad(), c["grads"][i], c, "grad of input " + std::to_string(i));
   }
 }
 
-class TorchCase : public ::testing::TestWithParam<Case> {};
-
-#define MT_TORCH_FAMILY(Suite, family)                                                        \
-  class Suite : public TorchCase {};                                                          \
-  TEST_P(Suite, MatchesTorch) { run_case(*GetParam().j); }                                    \
-  INSTANTIATE_TEST_SUITE_P(Fixture, Suite, ::testing::ValuesIn(cases_of(family)), case_name); \
-  GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Suite)
+#define MT_TORCH_FAMILY(Suite, family) MT_TORCH_FIXTURE_SUITE(Suite, cases_of(family), run_case)
 
 MT_TORCH_FAMILY(TorchSoftmax, "softmax");            // dims 0, 1, -1; large logits; dtype=
 MT_TORCH_FAMILY(TorchNllLoss, "nll_loss");           // weight, ignore_index, (N, C, d1, d2)
@@ -307,12 +165,10 @@ TEST(TorchSoftmaxLossFixture, LoadsAndCoversEveryFamily) {
   ASSERT_TRUE(fixture().error.empty()) << fixture().error;
   for (const char* family : {"softmax", "nll_loss", "cross_entropy", "mse_loss", "bce", "bce_logits", "shape", "half"})
     EXPECT_FALSE(cases_of(family).empty()) << "no cases for family " << family;
-  std::map<std::string, int> seen;
+  const std::map<std::string, int> seen = fixture().name_counts();
   int probability_targets = 0;  // cross_entropy's second form: a floating target of the logits' shape
-  for (const json& c : fixture().doc["cases"]) {
-    ++seen[c["name"].get<std::string>()];
+  for (const json& c : fixture().doc["cases"])
     if (c["op"] == "cross_entropy" && c["inputs"][1]["dtype"] != "i64") ++probability_targets;
-  }
   EXPECT_GT(probability_targets, 0) << "no cross_entropy case with class-probability targets";
   for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << "duplicate case name " << name;
   for (const auto& [name, why] : known_bugs()) EXPECT_EQ(seen.count(name), 1u) << "known bug for missing case " << name;
