@@ -12,8 +12,13 @@
 // b / (1 - a) and never reaches denormals or infinity, which would slow the pipes down.
 // Each run times `iters` iterations on every thread at once (OpenMP); the figure is the median
 // of `runs` runs and the spread is their min..max. On a CPU with AVX-512F the same chains run
-// 16 lanes wide too (JSON key "avx512"): the ceiling of mixtape's AVX-512 SGEMM. Needs AVX2 + FMA (checked at run time;
-// without them it prints n/a and exits 0, since the rest of the suite still means something).
+// 16 lanes wide too (JSON key "avx512"): the ceiling of mixtape's AVX-512 SGEMM. On a CPU with
+// AVX512_BF16, chains of vdpbf16ps zmm (32 bf16 pair products into 16 fp32 lanes, counted as 64
+// flops) give the ceiling of mixtape's BF16 GEMM (ops/cpu/bgemm_avx512bf16.h; JSON key
+// "avx512_bf16"), with 12, 16 and 24 chains: its latency is not the FMA's, so the number of chains
+// that fills the pipes is measured rather than assumed; the best N-thread median is the peak.
+// Needs AVX2 + FMA (checked at run time; without them it prints n/a and exits 0, since the rest
+// of the suite still means something).
 #include <omp.h>
 
 #include <algorithm>
@@ -65,13 +70,37 @@ __attribute__((target("avx512f"))) float fma_chains512(long iters, float seed) {
   _mm512_storeu_ps(out, s);
   return out[0] + out[15];
 }
+// kChains chains of vdpbf16ps zmm. acc starts at 1 and each instruction adds two products of
+// 2^-20 x 2^-20: far below half an ulp of 1, so acc stays 1 (normal, never denormal or inf) and
+// every instruction still does its full work.
+template <int kChains>
+__attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(long iters, float seed) {
+  (void)seed;
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3580), b = a;  // 2^-20 in bf16
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(1.0f);
+  for (long it = 0; it < iters; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  return out[0] + out[15];
+}
 bool have_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 bool have_avx512f() { return __builtin_cpu_supports("avx512f"); }
+// GCC's check includes the OS's XSAVE support for ZMM state, like avx512f's.
+bool have_avx512_bf16() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16"); }
 #else
 float fma_chains(long, float) { return 0.f; }
 float fma_chains512(long, float) { return 0.f; }
+template <int kChains>
+float dpbf16_chains(long, float) { return 0.f; }
 bool have_avx2_fma() { return false; }
 bool have_avx512f() { return false; }
+bool have_avx512_bf16() { return false; }
 #endif
 
 struct Stat {
@@ -81,8 +110,8 @@ struct Stat {
 using Chains = float (*)(long, float);
 
 // GFLOP/s of `runs` runs on `threads` threads, each thread doing `iters` iterations of `chains`
-// (`lanes` wide).
-Stat measure(Chains chains, int lanes, int threads, long iters, int runs) {
+// (`flop_per_iter` flops per iteration).
+Stat measure_flops(Chains chains, double flop_per_iter, int threads, long iters, int runs) {
   std::vector<double> g;
   volatile float sink = 0.f;
   for (int r = 0; r < runs; ++r) {
@@ -93,10 +122,34 @@ Stat measure(Chains chains, int lanes, int threads, long iters, int runs) {
     const auto t1 = std::chrono::steady_clock::now();
     sink = sink + total;
     const double s = std::chrono::duration<double>(t1 - t0).count();
-    g.push_back(threads * kAcc * lanes * 2.0 * static_cast<double>(iters) / s * 1e-9);
+    g.push_back(threads * flop_per_iter * static_cast<double>(iters) / s * 1e-9);
   }
   std::sort(g.begin(), g.end());
   return {g[g.size() / 2], g.front(), g.back()};
+}
+// kAcc FMA chains `lanes` wide.
+Stat measure(Chains chains, int lanes, int threads, long iters, int runs) {
+  return measure_flops(chains, kAcc * lanes * 2.0, threads, iters, runs);
+}
+
+// The vdpbf16ps peak: one and `threads` threads for each chain count.
+struct Bf16Peak {
+  int chains[3] = {12, 16, 24};
+  Stat one[3], all[3];
+  int best = 0;  // index of the chain count with the best `threads`-thread median
+};
+Bf16Peak measure_bf16(int threads, long iters, int runs) {
+  const Chains fns[3] = {dpbf16_chains<12>, dpbf16_chains<16>, dpbf16_chains<24>};
+  Bf16Peak p;
+  // Half the instructions of an FMA run per run (they issue at the FMA's rate: about half its
+  // duration), so the three chain counts together add about 3 FMA runs' time.
+  for (int c = 0; c < 3; ++c) {
+    const long it = std::max(1L, iters * kAcc / p.chains[c] / 2);
+    p.one[c] = measure_flops(fns[c], p.chains[c] * 64.0, 1, it, runs);
+    p.all[c] = measure_flops(fns[c], p.chains[c] * 64.0, threads, it, runs);
+    if (p.all[c].median > p.all[p.best].median) p.best = c;
+  }
+  return p;
 }
 
 }  // namespace
@@ -147,6 +200,15 @@ int main(int argc, char** argv) {
     std::printf("  1 thread : %8.1f GFLOP/s  (%.1f..%.1f)\n", one512.median, one512.min, one512.max);
     std::printf("  %d threads: %8.1f GFLOP/s  (%.1f..%.1f)\n", threads, all512.median, all512.min, all512.max);
   }
+  const bool bf = have_avx512_bf16();
+  const Bf16Peak bp = bf ? measure_bf16(threads, iters, runs) : Bf16Peak{};
+  if (bf) {
+    std::printf("AVX512_BF16 vdpbf16ps zmm (64 flops each), by independent chains per thread:\n");
+    for (int c = 0; c < 3; ++c)
+      std::printf("  %2d chains: 1 thread %8.1f GFLOP/s (%.1f..%.1f), %d threads %8.1f GFLOP/s (%.1f..%.1f)%s\n",
+                  bp.chains[c], bp.one[c].median, bp.one[c].min, bp.one[c].max, threads, bp.all[c].median,
+                  bp.all[c].min, bp.all[c].max, c == bp.best ? "  <- peak" : "");
+  }
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (!f) {
@@ -163,6 +225,15 @@ int main(int argc, char** argv) {
                    ",\n \"avx512\": {\"one\": {\"threads\": 1, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f},\n"
                    "            \"all\": {\"threads\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}}",
                    one512.median, one512.min, one512.max, threads, all512.median, all512.min, all512.max);
+    if (bf) {
+      const int c = bp.best;
+      std::fprintf(f,
+                   ",\n \"avx512_bf16\": {\"chains\": %d, \"flops_per_instruction\": 64,\n"
+                   "            \"one\": {\"threads\": 1, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f},\n"
+                   "            \"all\": {\"threads\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}}",
+                   bp.chains[c], bp.one[c].median, bp.one[c].min, bp.one[c].max, threads, bp.all[c].median,
+                   bp.all[c].min, bp.all[c].max);
+    }
     std::fprintf(f, "}\n");
     std::fclose(f);
   }

@@ -1,0 +1,337 @@
+// ops/cpu/bgemm_avx512bf16.cpp — the AVX512_BF16 GEMM (see bgemm_avx512bf16.h for the algorithm,
+// the determinism rule and the numerics). Only the functions marked MT_BF16 contain AVX-512
+// instructions; the entry point is baseline x86-64 and checks the CPU before calling them, so the
+// library still runs (and this path throws) on any x86-64.
+#include "ops/cpu/bgemm_avx512bf16.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+
+#include "core/error.h"
+#include "ops/cpu/cpu_features.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MIXTAPE_HAVE_BF16_GEMM 1
+#define MT_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+// GCC 12's shuffle intrinsics start from an undefined vector (a self-initialised variable) that
+// -W(maybe-)uninitialized reports in every caller, depending on -O; the value is never read.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#else
+#define MIXTAPE_HAVE_BF16_GEMM 0
+#define MT_BF16
+#endif
+
+namespace mixtape::cpu {
+namespace {
+
+constexpr int64_t kMr = 8;          // rows of a micro-tile (A panel width)
+constexpr int64_t kNr = 32;         // columns of a micro-tile: two zmm of FP32 accumulators
+constexpr int64_t kKc = kBgemmKc;   // depth slice, in BF16 elements: A panel 8 KiB, B panel 32 KiB (L1)
+constexpr int64_t kMc = 128;        // rows of an A block (128 KiB at kKc, in L2)
+constexpr int64_t kNc = 512;        // columns of a B block (512 KiB at kKc, in L2)
+// Below this many multiply-adds a GEMM runs on one thread: a team costs more than it saves.
+constexpr int64_t kParallelMacs = int64_t(1) << 21;
+static_assert(kKc % 32 == 0, "the packers move 16 depth pairs at a time; a slice is whole groups of them");
+
+// A uint16_t buffer aligned to 64 bytes, grown on demand, one per calling thread.
+struct AlignedBuffer {
+  struct Free {
+    void operator()(uint16_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint16_t, Free> data;
+  int64_t size = 0;
+  uint16_t* get(int64_t n) {
+    if (n > size) {
+      const size_t bytes = (static_cast<size_t>(n) * sizeof(uint16_t) + 63) / 64 * 64;
+      data.reset(static_cast<uint16_t*>(std::aligned_alloc(64, bytes)));
+      if (!data) throw std::bad_alloc();
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+#if MIXTAPE_HAVE_BF16_GEMM
+
+// The low `n` of 32 16-bit lanes (n <= 32): masked loads touch no memory past them.
+MT_BF16 inline __mmask32 low_lanes(int64_t n) {
+  return n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+}
+
+// Transposes the 16 x 16 block of 32-bit words r[row][col] in registers: afterwards r[col] holds
+// column col, rows 0..15 in its lanes. Rounds: 32-bit interleave of row pairs, 64-bit interleave
+// (lane L of u[4g + e] then holds rows 4g..4g+3 of column 4L + e), then two rounds of 128-bit
+// lane selection gathering the four row groups of each column.
+MT_BF16 inline void transpose16x16_epi32(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {  // t[e]: lanes 0, 2 of r[e], r[4+e]; t[4+e]: lanes 1, 3; same for rows 8-15
+    t[e] = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x88);
+    t[4 + e] = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xDD);
+    t[8 + e] = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x88);
+    t[12 + e] = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xDD);
+  }
+  for (int e = 0; e < 4; ++e) {
+    r[e] = _mm512_shuffle_i32x4(t[e], t[8 + e], 0x88);
+    r[8 + e] = _mm512_shuffle_i32x4(t[e], t[8 + e], 0xDD);
+    r[4 + e] = _mm512_shuffle_i32x4(t[4 + e], t[12 + e], 0x88);
+    r[12 + e] = _mm512_shuffle_i32x4(t[4 + e], t[12 + e], 0xDD);
+  }
+}
+
+// Loads the depth run [p, p + 32) of `rows` (<= 16) rows base + q stride (each a row whose depth
+// pairs are contiguous), zero past depth kc and for q >= rows, and transposes the 32-bit pairs:
+// r[q] = pair p / 2 + q of the 16 rows, one per lane. Returns how many of the 16 pairs are in the
+// slice. (A function, not a lambda taking a store: lambdas do not inherit MT_BF16.)
+MT_BF16 inline int64_t load_pairs_transposed(const uint16_t* base, int64_t stride, int64_t rows, int64_t p,
+                                             int64_t kc, __m512i r[16]) {
+  const __mmask32 mask = low_lanes(kc - p);
+  for (int q = 0; q < 16; ++q)
+    r[q] = q < rows ? _mm512_maskz_loadu_epi16(mask, base + q * stride + p) : _mm512_setzero_si512();
+  transpose16x16_epi32(r);
+  return std::min<int64_t>(16, (kc - p + 1) / 2);
+}
+
+// Packs op(A) rows [i0, i0 + mc), depth [p0, p0 + kc) into panels of kMr rows: panel r, pair p2,
+// row ii holds the 32-bit word (op(A)[i0 + r kMr + ii, p0 + 2 p2], op(A)[.., p0 + 2 p2 + 1]) at
+// dst + r kMr kc2 2 + (p2 kMr + ii) 2, zero past row mc and past depth kc.
+MT_BF16 void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                    uint16_t* dst) {
+  const int64_t kc2 = (kc + 1) / 2, panel = kMr * kc2 * 2, panels = (mc + kMr - 1) / kMr;
+  if (!ta) {
+    // Rows of op(A) are rows of A: each pair is one 32-bit word already, so 16 rows (two panels)
+    // x 16 pairs at a time are one 32-bit transpose; lane halves go to the two panels.
+    for (int64_t r = 0; r < panels; r += 2) {
+      const int64_t rows = std::min<int64_t>(16, mc - r * kMr);
+      const uint16_t* base = a + (i0 + r * kMr) * lda + p0;
+      uint16_t* d0 = dst + r * panel;
+      uint16_t* d1 = d0 + panel;
+      const bool second = rows > kMr;
+      __m512i v[16];
+      for (int64_t p = 0; p < kc; p += 32) {
+        const int64_t pairs = load_pairs_transposed(base, lda, rows, p, kc, v);
+        for (int64_t q = 0; q < pairs; ++q) {
+          const int64_t at = (p / 2 + q) * kMr * 2;
+          _mm256_store_si256(reinterpret_cast<__m256i*>(d0 + at), _mm512_castsi512_si256(v[q]));
+          if (second) _mm256_store_si256(reinterpret_cast<__m256i*>(d1 + at), _mm512_extracti64x4_epi64(v[q], 1));
+        }
+      }
+    }
+    return;
+  }
+  // op(A)[i, p] = A[p, i]: depths p and p + 1 are two rows of A; interleave 8 columns of each.
+  for (int64_t r = 0; r < panels; ++r) {
+    const int64_t rows = std::min(kMr, mc - r * kMr);
+    const __mmask8 mask = static_cast<__mmask8>((1u << rows) - 1);
+    uint16_t* d = dst + r * panel;
+    for (int64_t p2 = 0; p2 < kc2; ++p2) {
+      const uint16_t* src = a + (p0 + 2 * p2) * lda + i0 + r * kMr;
+      const __m128i lo = _mm_maskz_loadu_epi16(mask, src);
+      const __m128i hi = 2 * p2 + 1 < kc ? _mm_maskz_loadu_epi16(mask, src + lda) : _mm_setzero_si128();
+      _mm_store_si128(reinterpret_cast<__m128i*>(d + p2 * kMr * 2), _mm_unpacklo_epi16(lo, hi));
+      _mm_store_si128(reinterpret_cast<__m128i*>(d + p2 * kMr * 2 + 8), _mm_unpackhi_epi16(lo, hi));
+    }
+  }
+}
+
+// Packs the op(B) panel of columns [j0, j0 + cols), depth [p0, p0 + kc): pair p2, column jj holds
+// (op(B)[p0 + 2 p2, j0 + jj], op(B)[p0 + 2 p2 + 1, ..]) at dst + (p2 kNr + jj) 2, zero past cols
+// and past depth kc. dst is 64-byte aligned.
+MT_BF16 void pack_b_panel(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0, int64_t kc,
+                          uint16_t* dst) {
+  const int64_t kc2 = (kc + 1) / 2;
+  if (!tb) {
+    // Depths p and p + 1 are two rows of B: interleave their 32 columns word by word.
+    alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                     8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    const __m512i lo_idx = _mm512_load_si512(kLo);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+    const __mmask32 mask = low_lanes(cols);
+    for (int64_t p2 = 0; p2 < kc2; ++p2) {
+      const uint16_t* src = b + (p0 + 2 * p2) * ldb + j0;
+      const __m512i r0 = _mm512_maskz_loadu_epi16(mask, src);
+      const __m512i r1 = 2 * p2 + 1 < kc ? _mm512_maskz_loadu_epi16(mask, src + ldb) : _mm512_setzero_si512();
+      _mm512_store_si512(dst + p2 * kNr * 2, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+      _mm512_store_si512(dst + p2 * kNr * 2 + 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+    }
+    return;
+  }
+  // op(B)[p, j] = B[j, p]: a pair is one 32-bit word of row j of B; 16 columns x 16 pairs at a
+  // time are one 32-bit transpose.
+  for (int64_t j16 = 0; j16 < kNr; j16 += 16) {
+    const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(16, cols - j16));
+    const uint16_t* base = rows > 0 ? b + (j0 + j16) * ldb + p0 : b;  // no rows: zeros, nothing read
+    __m512i v[16];
+    for (int64_t p = 0; p < kc; p += 32) {
+      const int64_t pairs = load_pairs_transposed(base, ldb, rows, p, kc, v);
+      for (int64_t q = 0; q < pairs; ++q) _mm512_store_si512(dst + ((p / 2 + q) * kNr + j16) * 2, v[q]);
+    }
+  }
+}
+
+// The micro-kernel: the 8 x 32 tile T = sum over the kc2 pairs of Ap and Bp in order (one
+// vdpbf16ps chain per accumulator, from +0); then c[i, j] = T (beta == 0) or fma(beta, c, T),
+// for the full tile with row stride ldc.
+MT_BF16 void micro_kernel(int64_t kc2, const uint16_t* __restrict ap, const uint16_t* __restrict bp, float* c,
+                          int64_t ldc, float beta) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t p2 = 0; p2 < kc2; ++p2) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(bp), b1 = (__m512bh)_mm512_load_si512(bp + 32);
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, ap + 2 * i, sizeof pair);
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], b0, a);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], b1, a);
+    }
+    ap += kMr * 2;
+    bp += kNr * 2;
+  }
+  if (beta == 0.0f) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) {
+      _mm512_storeu_ps(c + i * ldc, acc[i][0]);
+      _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
+    }
+  } else {
+    const __m512 vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) {
+      float* row = c + i * ldc;
+      _mm512_storeu_ps(row, _mm512_fmadd_ps(vb, _mm512_loadu_ps(row), acc[i][0]));
+      _mm512_storeu_ps(row + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(row + 16), acc[i][1]));
+    }
+  }
+}
+
+// One micro-tile of the product with rows x cols valid elements, element (i, j) at c[i rs + j cs]:
+// straight into C when full and row-major (cs == 1), else through a scratch tile, merged with the
+// same single-rounding fma(beta, c, t) the full tile uses.
+MT_BF16 void tile(int64_t kc2, const uint16_t* ap, const uint16_t* bp, float* c, int64_t rs, int64_t cs,
+                  int64_t rows, int64_t cols, float beta) {
+  if (rows == kMr && cols == kNr && cs == 1) return micro_kernel(kc2, ap, bp, c, rs, beta);
+  alignas(64) float t[kMr * kNr];
+  micro_kernel(kc2, ap, bp, t, kNr, 0.0f);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float& dst = c[i * rs + j * cs];
+      dst = beta == 0.0f ? t[i * kNr + j] : std::fma(beta, dst, t[i * kNr + j]);
+    }
+}
+
+// The blocked loops on the calling thread (m, n, k > 0); element (i, j) of the product goes to
+// c[i rs + j cs].
+MT_BF16 void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t rs, int64_t cs) {
+  thread_local AlignedBuffer a_buf, b_buf;
+  const int64_t kc2_max = (std::min(k, kKc) + 1) / 2;
+  uint16_t* ap = a_buf.get((std::min(m, kMc) + kMr - 1) / kMr * kMr * kc2_max * 2);
+  uint16_t* bp = b_buf.get((std::min(n, kNc) + kNr - 1) / kNr * kNr * kc2_max * 2);
+  for (int64_t jc = 0; jc < n; jc += kNc) {
+    const int64_t nc = std::min(kNc, n - jc), b_panels = (nc + kNr - 1) / kNr;
+    for (int64_t pc = 0; pc < k; pc += kKc) {
+      const int64_t kc = std::min(kKc, k - pc), kc2 = (kc + 1) / 2;
+      const float slice_beta = pc == 0 ? beta : 1.0f;  // later slices add onto the first
+      for (int64_t jr = 0; jr < b_panels; ++jr)
+        pack_b_panel(tb, b, ldb, jc + jr * kNr, std::min(kNr, nc - jr * kNr), pc, kc, bp + jr * kNr * kc2 * 2);
+      for (int64_t ic = 0; ic < m; ic += kMc) {
+        const int64_t mc = std::min(kMc, m - ic), a_panels = (mc + kMr - 1) / kMr;
+        pack_a(ta, a, lda, ic, mc, pc, kc, ap);
+        for (int64_t jr = 0; jr < b_panels; ++jr)  // a B panel stays in L1 while the A panels stream
+          for (int64_t ir = 0; ir < a_panels; ++ir)
+            tile(kc2, ap + ir * kMr * kc2 * 2, bp + jr * kNr * kc2 * 2,
+                 c + (ic + ir * kMr) * rs + (jc + jr * kNr) * cs, rs, cs, std::min(kMr, mc - ir * kMr),
+                 std::min(kNr, nc - jr * kNr), slice_beta);
+      }
+    }
+  }
+}
+
+// The fraction of the micro-tiles' lanes an (m, n) product fills.
+double tile_fill(int64_t m, int64_t n) {
+  return double(m) / double((m + kMr - 1) / kMr * kMr) * double(n) / double((n + kNr - 1) / kNr * kNr);
+}
+
+#endif  // MIXTAPE_HAVE_BF16_GEMM
+
+}  // namespace
+
+bool bgemm_avx512bf16_available() {
+#if MIXTAPE_HAVE_BF16_GEMM
+  static const bool has = can_run_bf16_native(cpu_features());
+  return has;
+#else
+  return false;
+#endif
+}
+
+void bgemm_avx512bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a_bf, int64_t lda,
+                      const BFloat16* b_bf, int64_t ldb, float beta, float* c, int64_t ldc) {
+  MT_CHECK(MIXTAPE_HAVE_BF16_GEMM, "bgemm_avx512bf16: this build has no AVX512_BF16 kernel (x86-64 GCC/clang only)");
+  MT_CHECK(bgemm_avx512bf16_available(), "bgemm_avx512bf16: this CPU lacks ", bf16_native_missing(cpu_features()),
+           " (check bf16_native_gemm() first)");
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // C = beta C, and beta == 0 reads nothing
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
+#if MIXTAPE_HAVE_BF16_GEMM
+  // BFloat16 is a standard-layout wrapper of its uint16_t bits (core/bfloat16.h asserts it).
+  const uint16_t* a = &a_bf->bits;
+  const uint16_t* b = &b_bf->bits;
+  int64_t rs = ldc, cs = 1;  // where element (i, j) of the computed product goes: c[i rs + j cs]
+  if (tile_fill(n, m) > tile_fill(m, n)) {
+    // A thin C (conv1's weight gradient is 32 x 9) fills 8 x 32 tiles better as C^T = op(B)^T
+    // op(A)^T, stored transposed. Each element is the same sum in the same order (the products of
+    // a pair commute exactly), so the bits do not depend on this choice.
+    std::swap(m, n), std::swap(a, b), std::swap(lda, ldb), std::swap(rs, cs);
+    const bool t = ta;
+    ta = !tb, tb = !t;
+  }
+  const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
+  if (nt == 1) return bgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, rs, cs);
+  // Threads take disjoint ranges of C's columns (or rows, when C is taller than wide), in whole
+  // tiles, and run the serial loops on them: no barrier, and each element is summed exactly as
+  // on one thread, so the result does not depend on the thread count.
+  const bool by_cols = n >= m;
+  const int64_t extent = by_cols ? n : m, unit = by_cols ? kNr : kMr;
+  const int64_t units = (extent + unit - 1) / unit;
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t lo = std::min(extent, units * t / T * unit), hi = std::min(extent, units * (t + 1) / T * unit);
+    if (hi > lo) {
+      if (by_cols)
+        bgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo * cs, rs, cs);
+      else
+        bgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * rs, rs, cs);
+    }
+  }
+#endif
+}
+
+}  // namespace mixtape::cpu
