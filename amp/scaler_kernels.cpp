@@ -127,8 +127,8 @@ TensorList update_scale_cpu(const OpCall& c) {
   return {scale};
 }
 
-// Samples: gradients of the sample's dtype (the second one of another length, the last only
-// checked: unscale_count 2), a 1-element f32 found_inf and inv_scale made on their device.
+// Samples: gradients of the sample's dtype (of several lengths; the third only checked, not
+// unscaled: unscale_count 2), a 1-element f32 found_inf and inv_scale made on their device.
 Tensor f32_scalar(float v, Device d) { return to_device(full({1}, v, TensorOptions(DType::Float32)), d); }
 TensorList check_and_unscale_sample(const TensorList& x) {
   std::vector<Tensor> grads;
@@ -146,7 +146,7 @@ const OpSchema& kCheckAndUnscale =
         .kernel(DeviceType::CPU, foreach_non_finite_check_and_unscale_cpu)
         .sample("finite", {arg({1500}, -3000, 3000), arg({7}, -3000, 3000), arg({300}, -3000, 3000)},
                 check_and_unscale_sample, no_gradcheck())
-        .sample("inf-in-unchecked-grad", {arg({1500}, -3000, 3000), arg({7}), values_arg({3}, {1.0, INFINITY, -2.0})},
+        .sample("inf-in-check-only-grad", {arg({1500}, -3000, 3000), arg({7}), values_arg({3}, {1.0, INFINITY, -2.0})},
                 check_and_unscale_sample, no_gradcheck())
         .sample("nan", {arg({1500}, -3000, 3000), values_arg({3}, {1.0, NAN, -2.0})}, check_and_unscale_sample,
                 no_gradcheck());

@@ -184,9 +184,9 @@ const OpSchema& kAvgPool =
                 [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {2}, {1}, false, false)}; },
                 sums_of(9))
         .sample("ceil-include", {arg({1, 2, 6, 5})},
-                [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, true)}; })
+                [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, true)}; }, sums_of(6))
         .sample("ceil-exclude", {arg({1, 2, 6, 5})},
-                [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, false)}; })
+                [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3, 2}, {2, 2}, {1, 1}, true, false)}; }, sums_of(6))
         .sample("unbatched-overlap", {arg({2, 5, 5})},
                 [](const TensorList& x) { return TensorList{avg_pool2d(x[0], {3}, {1})}; }, sums_of(9));
 

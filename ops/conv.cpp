@@ -560,7 +560,8 @@ const OpSchema& kConv2d =
         .sample("depthwise-stride-unread-rows", {arg({1, 3, 8, 7}), arg({3, 1, 3, 3})},
                 [](const TensorList& x) {
                   return TensorList{conv2d(x[0], x[1], Tensor(), {3, 3}, {0, 0}, {1, 1}, 3)};
-                })
+                },
+                sums_of(9))
         .sample("non-contiguous", {arg({2, 3, 6, 5}), arg({3, 4, 3, 3})},
                 [](const TensorList& x) {
                   return TensorList{conv2d(x[0].transpose(2, 3), x[1].transpose(0, 1), Tensor(), {1, 1}, {1, 0})};

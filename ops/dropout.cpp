@@ -62,9 +62,8 @@ TensorList dropout_backward(BackwardContext& c) {
 // gradcheck, each device) draws the same Philox words, and the CUDA kernel reads element i from
 // word i as the CPU does (ops/cuda/dropout_ops.cpp), so CPU and CUDA drop the same elements.
 // Parity: a kept value is one multiply by the same scale, rounded once; the backward g mask scale
-// is ops of one rounding each: bit-identical (0). The invariant sample holds whatever the mask:
-// every output is 0 or x / (1 - p) (p = 0.5: the scale 2 is exact in every dtype), over a
-// tensor that spans several CUDA blocks and ends in a partial Philox block (2145 = 4 * 536 + 1).
+// is ops of one rounding each: bit-identical (0). "several-blocks" spans several CUDA blocks and
+// ends in a partial Philox block (2145 = 4 * 536 + 1); p = 0.5: the scale 2 is exact in every dtype.
 const OpSchema& kDropout =
     define_op("dropout")
         .save({}, {1})
@@ -78,14 +77,12 @@ const OpSchema& kDropout =
                 SampleChecks{.parity_roundings = 0})
         .sample("p1", {arg({3})}, [](const TensorList& x) { return TensorList{dropout(x[0], 1.0, true) + x[0]}; },
                 SampleChecks{.parity_roundings = 0})
-        .sample("keeps-or-zeros", {arg({65, 33})},
+        .sample("several-blocks", {arg({65, 33})},
                 [](const TensorList& x) {
                   Generator g(4321);
-                  const Tensor out = dropout(x[0], 0.5, true, &g);
-                  const Tensor dropped = eq(out, zeros_like(out)), kept = eq(out, x[0] * 2.0);
-                  return TensorList{where(dropped, dropped, kept)};  // dropped or kept: all true
+                  return TensorList{dropout(x[0], 0.5, true, &g)};
                 },
-                no_gradcheck());
+                SampleChecks{.gradcheck = false, .parity_roundings = 0});
 
 }  // namespace
 

@@ -172,7 +172,7 @@ void for_each_run(int64_t runs, int64_t len, F&& fn) {
   for (int64_t i = 0; i < runs; ++i) fn(i);
 }
 
-// attrs: dims (IntList, empty = all), keepdim (bool), dtype (optional), mean (bool)
+// attrs: dims (IntList, empty = all), keepdim (bool), dtype (optional); the op (sum or mean) decides the rest
 TensorList sum_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const SumArgs a = sum_args(call, x);

@@ -23,7 +23,7 @@ IntList reduced_shape(const Tensor& x, const IntList& rdims, bool keepdim);
 // output element reduces one run; returns (view, run length). The caller makes it contiguous.
 std::pair<Tensor, int64_t> reduced_last_view(const Tensor& x, const IntList& rdims);
 
-// sum / mean (one kernel, attr mean): dims (empty = all), keepdim, dtype (optional), mean.
+// sum / mean (one kernel; the op says which): dims (empty = all), keepdim, dtype (optional).
 struct SumArgs {
   IntList rdims;     // reduced_dims of attr dims
   bool keepdim;

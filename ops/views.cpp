@@ -135,8 +135,12 @@ TensorList unsqueeze_kernel(const OpCall& c) {
 }
 const OpSchema& kSqueeze = define_op("squeeze").save({}).grad(view_backward).kernel_any_device(squeeze_kernel).sample(
     "then-unsqueeze", {arg({3, 1, 2})}, [](const TensorList& x) { return TensorList{x[0].squeeze(1).unsqueeze(0) * 3.0}; });
-const OpSchema& kUnsqueeze =
-    define_op("unsqueeze").save({}).grad(view_backward).kernel_any_device(unsqueeze_kernel);
+const OpSchema& kUnsqueeze = define_op("unsqueeze")
+                                 .save({})
+                                 .grad(view_backward)
+                                 .kernel_any_device(unsqueeze_kernel)
+                                 .sample("middle", {arg({3, 2}), arg({3, 1, 2}).constant()},
+                                         [](const TensorList& x) { return TensorList{x[0].unsqueeze(1) * x[1]}; });
 
 // ---- slice(dim, start, end, step) ----
 struct SliceArgs {

@@ -26,7 +26,7 @@ DType reduce_acc_dtype(DType t) {
   return DType::Int64;
 }
 
-// attrs: dims (empty = all), keepdim, dtype (optional), mean (bool)
+// attrs: dims (empty = all), keepdim, dtype (optional); the op (sum or mean) decides the rest
 TensorList sum_cuda(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const SumArgs a = sum_args(call, x);

@@ -1,8 +1,8 @@
 // tests/cuda_ops/test_sample_parity.cpp — every declared sample (OpSchema::sample, core/op_sample.h)
 // run on the CPU and on CUDA in f32, f16, bf16 and f64, forward and backward, and compared: the
 // CPU kernel is the reference. No list of op names: an op's samples are its parity test.
-// EveryCudaKernelRunsInASample then proves the samples reach every CUDA kernel of the registry
-// (watched through set_kernel_observer), backward kernels included.
+// EveryCudaKernelRunsInASample then proves every CUDA kernel of the registry runs in a sample of
+// its own op (watched through set_kernel_observer).
 // Tolerance, for a sample that declares r roundings and q intermediate roundings to the storage
 // dtype (SampleChecks::parity_roundings, storage_roundings; see the derivation in
 // cuda_test_util.h): |cuda - cpu| <= (2 u(storage) + 16 r u(acc)) |cpu| + (16 r u(acc) +
@@ -41,17 +41,20 @@ std::string name_of(const ::testing::TestParamInfo<SampleRef>& info) { return gt
     const double v = std::fabs(get_element(c, i));
     if (std::isfinite(v)) peak = std::max(peak, v);
   }
-  const double ua = cuda_test::acc_roundoff(dt);
+  // 16-bit operands: tensor-core FP32 accumulation need not round to nearest throughout (the
+  // factor the hand-written GEMM and conv parity tests use).
+  const double ua = cuda_test::acc_roundoff(dt) * (is_reduced_float(dt) ? 4 : 1);
   const double us = cuda_test::unit_roundoff(dt);
   return cuda_test::close(cpu, dev, (16 * r * ua + 2 * q * us) * (peak + 1), 2 * us + 16 * r * ua, what);
 }
 
-// EveryCudaKernelRunsInASample counts a kernel only while a sample's own call or its backward
-// runs: not while the test makes inputs or output gradients.
-std::atomic<bool> g_watching{false};
+// EveryCudaKernelRunsInASample counts an op's CUDA kernel only when it runs in one of the op's
+// own samples (its call or its backward): not in another op's sample (a clone or mul a sample
+// makes its operands with), and not while the test makes inputs or output gradients.
+std::atomic<const OpSchema*> g_watching{nullptr};
 struct WatchScope {
-  WatchScope() { g_watching = true; }
-  ~WatchScope() { g_watching = false; }
+  explicit WatchScope(const OpSchema& op) { g_watching = &op; }
+  ~WatchScope() { g_watching = nullptr; }
 };
 
 struct SampleRun {
@@ -63,7 +66,7 @@ SampleRun run_on(const OpSchema& op, const OpSample& s, DType dt, Device device)
   SampleRun r;
   r.inputs = make_sample_inputs(s, dt, device, op.differentiable);
   {
-    WatchScope watch;
+    WatchScope watch(op);
     r.outputs = run_sample(op, s, r.inputs);
   }
   TensorList roots, seeds;
@@ -75,7 +78,7 @@ SampleRun run_on(const OpSchema& op, const OpSample& s, DType dt, Device device)
   }
   if (roots.empty()) return r;
   {
-    WatchScope watch;
+    WatchScope watch(op);
     autograd::backward(roots, seeds);
   }
   for (const Tensor& x : r.inputs) r.grads.push_back(x.requires_grad() ? x.grad() : Tensor());
@@ -108,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(Declared, SampleParity, ::testing::ValuesIn(parity_samp
 std::mutex g_seen_mu;
 std::set<std::string> g_seen;
 void observe(const OpSchema& op, DeviceType device) {
-  if (device != DeviceType::CUDA || !g_watching) return;
+  if (device != DeviceType::CUDA || g_watching.load() != &op) return;
   std::lock_guard<std::mutex> lock(g_seen_mu);
   g_seen.insert(op.name);
 }
