@@ -3,13 +3,14 @@
 //   AMP: lower precision. x, w, b share one floating dtype (f32, f64, f16, bf16).
 //
 // CPU kernel: the leading dims of x are flattened to M rows, and the product is ONE GEMM
-//   C (M, out) = x2 (M, in) @ w^T (in, out)    (sgemm for f32/f16/bf16, dgemm for f64)
+//   C (M, out) = x2 (M, in) @ w^T (in, out)    (sgemm for f32/f16, the BF16 GEMM for bf16, dgemm for f64)
 // with the bias folded into it: C's rows are first set to b, then the GEMM runs with beta = 1,
 // so BLAS adds the product onto the bias as it writes C (no broadcast add afterwards; the same
 // trick as PyTorch's addmm). x and w are handed to BLAS in place when they are row- or
 // column-major (w.t() views, transposed 2-D x); other layouts are copied once.
-// 16-bit: x, w, b are widened to f32, the f32 result (bias included) is rounded once on store —
-// so a 16-bit linear equals the f32 linear of the widened inputs, rounded, bit for bit.
+// 16-bit: f16 x and w are widened to f32, bf16 ones go to the BF16 GEMM as they are, b is widened;
+// the f32 result (bias included) is rounded once on store — so an f16 linear (and a bf16 one on the
+// emulated BF16 path) equals the f32 linear of the widened inputs, rounded, bit for bit.
 //
 // Backward, written with ops (so double backward works; g: (*, out)):
 //   grad_x = g @ w                           (*, in)
@@ -88,6 +89,7 @@ TensorList linear_cpu(const OpCall& call) {
            " rows of ", in, " -> ", out_f, " features");
 
   const DType ct = dt == DType::Float64 ? DType::Float64 : DType::Float32;
+  const DType ot = dt == DType::BFloat16 ? dt : ct;  // operands: bf16 stays bf16 (cpu::gemm's BF16 GEMM)
   Tensor oc = ct == dt ? out : Tensor::empty(out_shape, TensorOptions(ct));
   // x as an (M, in) matrix: a 1-D or 2-D x keeps its layout when BLAS can read it.
   Tensor x2;
@@ -95,7 +97,7 @@ TensorList linear_cpu(const OpCall& call) {
     x2 = x.dim() == 2 ? x : x.as_strided_alias({1, in}, {x.stride(0) * std::max<int64_t>(in, 1), x.stride(0)},
                                                  x.storage_offset());
   } else {
-    Tensor xd = dense(x, ct);
+    Tensor xd = dense(x, ot);
     x2 = xd.as_strided_alias({m, in}, {in, 1}, xd.storage_offset());
   }
   Tensor bc = b.defined() ? dense(b, ct) : Tensor();
@@ -110,8 +112,15 @@ TensorList linear_cpu(const OpCall& call) {
         if (!bc.defined()) std::fill(c, c + m * out_f, T(0));
         return;
       }
-      BlasMatrix xa = blas_matrix(x2, ct), wa = blas_matrix(w, ct);
+      BlasMatrix xa = blas_matrix(x2, ot), wa = blas_matrix(w, ot);
       // y = x2 @ w^T: w^T is w with its transposition flag flipped.
+      if constexpr (std::is_same_v<T, float>) {
+        if (ot == DType::BFloat16) {
+          cpu::gemm(xa.trans, !wa.trans, m, out_f, in, static_cast<const BFloat16*>(xa.t.data_ptr()), xa.ld,
+                    static_cast<const BFloat16*>(wa.t.data_ptr()), wa.ld, bc.defined() ? 1.0f : 0.0f, c, out_f);
+          return;
+        }
+      }
       cpu::gemm(xa.trans, !wa.trans, m, out_f, in, static_cast<const T*>(xa.t.data_ptr()), xa.ld,
                 static_cast<const T*>(wa.t.data_ptr()), wa.ld, bc.defined() ? T(1) : T(0), c, out_f);
     }

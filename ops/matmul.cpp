@@ -1,9 +1,10 @@
 // ops/matmul.cpp — the batched matrix product primitive.
 //   matmul(a: (*A, n, k), b: (*B, k, m)) -> (broadcast(*A, *B), n, m)
 //   backward: ga = g @ b^T summed to a's shape; gb = a^T @ g summed to b's shape.
-// CPU kernel: sgemm/dgemm (ops/cpu/blas.h) per batch entry. 16-bit operands are widened to f32
-// with the bulk converter, multiplied with f32 accumulation, and the f32 result rounded once —
-// the numbers a tensor core with f32 accumulation produces (a dot of 4096 f16 ones is 4096).
+// CPU kernel: cpu::gemm (ops/cpu/blas.h) per batch entry, f32 accumulation for 16-bit operands and
+// the f32 result rounded once — the numbers a tensor core with f32 accumulation produces (a dot
+// of 4096 f16 ones is 4096). f16 operands are widened to f32 with the bulk converter; bf16 ones go
+// to the BF16 GEMM as they are (native vdpbf16ps, or widened there: docs/CPU.md, "BF16 GEMM").
 #include "ops/matmul.h"
 
 #include "core/convert.h"
@@ -61,18 +62,20 @@ TensorList matmul_cpu(const OpCall& call) {
   int64_t nb = numel_of(batch);
   if (out.numel() == 0) return {out};
 
-  // Compute type: f64 stays f64, everything else runs in f32.
+  // Compute type: f64 stays f64, everything else accumulates in f32. Operands: BF16 stays BF16
+  // (cpu::gemm's BF16 GEMM), f16 is widened to f32.
   const DType ct = dt == DType::Float64 ? DType::Float64 : DType::Float32;
-  Tensor ac = cpu::cast_to(a, ct), bc = cpu::cast_to(b, ct);
+  const DType ot = dt == DType::BFloat16 ? dt : ct;
+  Tensor ac = cpu::cast_to(a, ot), bc = cpu::cast_to(b, ot);
   Tensor oc = ct == dt ? out : Tensor::empty(out_shape, TensorOptions(ct));
   // Matrices whose strides BLAS can't take are made contiguous first.
   BlasOperand la{}, lb{};
   if (!blas_layout(n, k, ac.stride(-2), ac.stride(-1), la)) {
-    ac = cpu::cast_to(clone(ac.detach()), ct);
+    ac = cpu::cast_to(clone(ac.detach()), ot);
     blas_layout(n, k, ac.stride(-2), ac.stride(-1), la);
   }
   if (!blas_layout(k, m, bc.stride(-2), bc.stride(-1), lb)) {
-    bc = cpu::cast_to(clone(bc.detach()), ct);
+    bc = cpu::cast_to(clone(bc.detach()), ot);
     blas_layout(k, m, bc.stride(-2), bc.stride(-1), lb);
   }
   IntList as = cpu::broadcast_byte_strides(ac.as_strided_alias(abatch, IntList(ac.strides().begin(), ac.strides().end() - 2),
@@ -93,6 +96,13 @@ TensorList matmul_cpu(const OpCall& call) {
           rem /= batch[d];
           aoff += idx * as[d];
           boff += idx * bs[d];
+        }
+        if constexpr (std::is_same_v<T, float>) {
+          if (ot == DType::BFloat16) {
+            cpu::gemm(la.trans, lb.trans, n, m, k, reinterpret_cast<const BFloat16*>(ap + aoff), la.ld,
+                      reinterpret_cast<const BFloat16*>(bp + boff), lb.ld, 0.0f, op + i * n * m, m);
+            continue;
+          }
         }
         cpu::gemm(la.trans, lb.trans, n, m, k, reinterpret_cast<const T*>(ap + aoff), la.ld,
                   reinterpret_cast<const T*>(bp + boff), lb.ld, T(0), op + i * n * m, m);

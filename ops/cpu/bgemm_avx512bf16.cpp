@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <new>
 #include <utility>
@@ -23,6 +24,8 @@
 #define MT_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 // GCC 12's shuffle intrinsics start from an undefined vector (a self-initialised variable) that
 // -W(maybe-)uninitialized reports in every caller, depending on -O; the value is never read.
+// The pragmas below are pushed here and popped at the end of the kernels' section.
+#pragma GCC diagnostic push
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -275,6 +278,7 @@ double tile_fill(int64_t m, int64_t n) {
   return double(m) / double((m + kMr - 1) / kMr * kMr) * double(n) / double((n + kNr - 1) / kNr * kNr);
 }
 
+#pragma GCC diagnostic pop
 #endif  // MIXTAPE_HAVE_BF16_GEMM
 
 }  // namespace
@@ -293,6 +297,11 @@ void bgemm_avx512bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const B
   MT_CHECK(MIXTAPE_HAVE_BF16_GEMM, "bgemm_avx512bf16: this build has no AVX512_BF16 kernel (x86-64 GCC/clang only)");
   MT_CHECK(bgemm_avx512bf16_available(), "bgemm_avx512bf16: this CPU lacks ", bf16_native_missing(cpu_features()),
            " (check bf16_native_gemm() first)");
+  // cblas's rule: each leading dimension at least its stored row's length (else rows overlap).
+  MT_CHECK(ldc >= std::max<int64_t>(n, 1) && lda >= std::max<int64_t>(ta ? m : k, 1) &&
+               ldb >= std::max<int64_t>(tb ? k : n, 1),
+           "bgemm_avx512bf16: leading dimensions too small for m=", m, " n=", n, " k=", k, " (ta=", ta, ", tb=", tb,
+           "): lda ", lda, ", ldb ", ldb, ", ldc ", ldc);
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {  // C = beta C, and beta == 0 reads nothing
     for (int64_t i = 0; i < m; ++i)
@@ -320,17 +329,26 @@ void bgemm_avx512bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const B
   const bool by_cols = n >= m;
   const int64_t extent = by_cols ? n : m, unit = by_cols ? kNr : kMr;
   const int64_t units = (extent + unit - 1) / unit;
+  // A failed buffer allocation must not leave the parallel region (that terminates the process):
+  // the first one is kept and rethrown after it.
+  std::exception_ptr failure;
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t lo = std::min(extent, units * t / T * unit), hi = std::min(extent, units * (t + 1) / T * unit);
-    if (hi > lo) {
-      if (by_cols)
-        bgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo * cs, rs, cs);
-      else
-        bgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * rs, rs, cs);
+    try {
+      if (hi > lo) {
+        if (by_cols)
+          bgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo * cs, rs, cs);
+        else
+          bgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * rs, rs, cs);
+      }
+    } catch (...) {
+#pragma omp critical(mixtape_bgemm_failure)
+      if (!failure) failure = std::current_exception();
     }
   }
+  if (failure) std::rethrow_exception(failure);
 #endif
 }
 

@@ -18,11 +18,15 @@
 #include <cblas.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
 
+#include "core/convert.h"
 #include "core/error.h"
+#include "ops/cpu/bgemm_avx512bf16.h"
+#include "ops/cpu/cpu_features.h"
 #include "ops/cpu/sgemm_avx512.h"
 
 #ifndef MIXTAPE_OPENBLAS_OPENMP_LIBRARY
@@ -124,6 +128,25 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, in
                int(ldc));
 }
 
+namespace {
+// op(X) (rows, cols), stored row-major with leading dimension ld (transposed when tr), widened
+// into a dense row-major (stored rows, stored cols) float matrix: the layout flag is kept.
+std::vector<float> widen(bool tr, int64_t rows, int64_t cols, const BFloat16* x, int64_t ld) {
+  const int64_t sr = tr ? cols : rows, sc = tr ? rows : cols;  // stored shape
+  std::vector<float> out(static_cast<size_t>(sr * sc));
+  for (int64_t i = 0; i < sr; ++i) convert_bfloat16_to_float(x + i * ld, out.data() + i * sc, static_cast<size_t>(sc));
+  return out;
+}
+}  // namespace
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (bf16_native_gemm()) return bgemm_avx512bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  const std::vector<float> af = widen(ta, m, k, a, lda), bf = widen(tb, k, n, b, ldb);
+  gemm(ta, tb, m, n, k, af.data(), ta ? std::max<int64_t>(m, 1) : std::max<int64_t>(k, 1), bf.data(),
+       tb ? std::max<int64_t>(k, 1) : std::max<int64_t>(n, 1), beta, c, ldc);
+}
+
 void blas_set_num_threads(int n) {
   if (blas().set_num_threads) blas().set_num_threads(n);
 }
@@ -132,7 +155,8 @@ BlasInfo blas_info() { return blas().info; }
 
 std::string blas_info_line() {
   const BlasInfo i = blas_info();
-  return (native_sgemm() ? std::string("f32 GEMM: mixtape AVX-512; f64 GEMM: ") : std::string()) +
+  return "bf16 GEMM: " + bf16_gemm_description() + "; " +
+         (native_sgemm() ? std::string("f32 GEMM: mixtape AVX-512; f64 GEMM: ") : std::string()) +
          (i.core == "?" ? std::string("CBLAS") : "OpenBLAS (" + i.threading + ") " + i.core) + ", " + i.library;
 }
 
@@ -145,8 +169,9 @@ int single_saved = 1;
 BlasSingleThreaded::BlasSingleThreaded(bool active) : active_(false) {
   // Resolve the configuration here, on the calling thread: a bad MIXTAPE_GEMM or a BLAS that
   // cannot be loaded throws now, not inside the caller's parallel region (where an exception
-  // would terminate the process).
+  // would terminate the process). MIXTAPE_CPU_BF16 likewise.
   native_sgemm();
+  bf16_native_gemm();
   const Blas& b = blas();
   active_ = active && b.info.threading == "pthread" && b.set_num_threads && b.get_num_threads;
   if (!active_) return;

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/bfloat16.h"
+
 namespace mixtape::cpu {
 
 // Row-major C (m, n) = op(A) (m, k) @ op(B) (k, n) + beta C, op = transpose when ta / tb.
@@ -22,6 +24,14 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int
           float beta, float* c, int64_t ldc);
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
           int64_t ldb, double beta, double* c, int64_t ldc);
+
+// BF16 operands, FP32 C (the contract of a tensor core with FP32 accumulation): the native kernel
+// (ops/cpu/bgemm_avx512bf16.h) when bf16_native_gemm() (ops/cpu/cpu_features.h,
+// MIXTAPE_CPU_BF16), else op(A) and op(B) widened exactly to FP32 and the float gemm above — the
+// emulated path, whose bits are those of the float gemm on the widened operands. The two agree
+// to within FP32 summation error; docs/CPU.md, "BF16 GEMM".
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
+          int64_t ldb, float beta, float* c, int64_t ldc);
 
 // BLAS's own thread count (ops/threads.cpp keeps it equal to OpenMP's).
 void blas_set_num_threads(int n);

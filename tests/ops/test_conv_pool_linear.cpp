@@ -11,9 +11,9 @@
 #include <limits>
 #include <string>
 
-#include "autograd/op_calls.h"
 #include "leaf.h"
 #include "ops/conv.h"
+#include "ops/cpu/cpu_features.h"
 #include "ops/linear.h"
 #include "ops/pooling.h"
 
@@ -88,6 +88,9 @@ TEST_P(ConvPoolLinear16, Conv2dAndGradientOps) {
 }
 
 TEST_P(ConvPoolLinear16, Linear) {
+  // The bit-for-bit contract of the widened path; the native BF16 GEMM's own is
+  // tests/ops/test_bf16_gemm_ops.cpp.
+  cpu::Bf16GemmOverride widened(cpu::Bf16GemmPath::Emulated);
   const IntList xs[] = {{7}, {5, 7}, {2, 3, 7}};
   uint64_t seed = 200;
   for (const IntList& s : xs) {

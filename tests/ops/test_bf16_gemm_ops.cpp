@@ -1,0 +1,129 @@
+// tests/ops/test_bf16_gemm_ops.cpp — matmul and linear on BF16 operands through both paths of the
+// BF16 GEMM (ops/cpu/blas.h, MIXTAPE_CPU_BF16): the emulated one (BF16 widened to FP32, FP32 GEMM)
+// is bit for bit the f32 op on the widened inputs, rounded (test_reduced_precision.cpp,
+// test_conv_pool_linear.cpp); here the native one (vdpbf16ps) against it.
+// Bound, per output element: both paths compute an FP32 sum s of the same k exact products (a
+// BF16 product is exact in FP32), in other orders, each within k u sum|a b| of the exact sum
+// (u = 2^-24), so |s_native - s_emulated| <= 2 k u (|A| @ |B|); rounding each to BF16 adds at most
+// one BF16 step, <= 2^-7 |result| (8 significant bits). Exact where every product and partial sum
+// is an integer below 2^24 (small integers): then both paths give the same bits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <iostream>
+
+#include <mixtape/mixtape.h>
+
+#include "ops/cpu/cpu_features.h"
+
+namespace mixtape {
+namespace {
+
+bool native_available() { return cpu::can_run_bf16_native(cpu::cpu_features()); }
+#define MT_REQUIRE_NATIVE_BF16()                                                                          \
+  if (!native_available())                                                                                \
+  GTEST_SKIP() << "this CPU lacks " << cpu::bf16_native_missing(cpu::cpu_features())                      \
+               << ": only the emulated BF16 GEMM can run here"
+
+Tensor with_path(cpu::Bf16GemmPath path, const std::function<Tensor()>& f) {
+  cpu::Bf16GemmOverride o(path);
+  return f();
+}
+
+// |native - emulated| <= 2 k u bound + 2^-7 |emulated|, element by element; `abs_product` is
+// the op on |inputs| in f64.
+::testing::AssertionResult within_bound(const Tensor& native, const Tensor& emulated, const Tensor& abs_product,
+                                        int64_t k) {
+  const Tensor n = native.to(DType::Float64).contiguous(), e = emulated.to(DType::Float64).contiguous();
+  const Tensor p = abs_product.contiguous();
+  if (n.sizes() != e.sizes()) return ::testing::AssertionFailure() << "shapes differ";
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n.numel(); ++i) {
+    const double a = get_element(n, i), b = get_element(e, i);
+    const double tol = 2.0 * double(k) * std::ldexp(1.0, -24) * get_element(p, i) + std::ldexp(std::fabs(b), -7);
+    if (!(std::fabs(a - b) <= tol) && bad++ < 3)
+      std::cerr << "  [" << i << "] native " << a << " emulated " << b << " tol " << tol << "\n";
+  }
+  if (bad) return ::testing::AssertionFailure() << bad << " of " << n.numel() << " elements outside the bound";
+  return ::testing::AssertionSuccess();
+}
+
+Tensor bf16_randn(const IntList& sizes, uint64_t seed) {
+  Generator g(seed);
+  return randn(sizes, {}, &g).to(DType::BFloat16);
+}
+Tensor abs64(const Tensor& t) { return abs(t.to(DType::Float64)); }
+
+TEST(Bf16GemmOps, MatmulNativeWithinTheBoundOfTheWidenedPath) {
+  MT_REQUIRE_NATIVE_BF16();
+  struct Case {
+    IntList a, b;
+    bool ta, tb;
+  };
+  // Sizes off every tile edge, odd and long depths, batches with broadcast, transposed views.
+  const Case cases[] = {{{37, 301}, {301, 45}, false, false},  {{2, 7, 64}, {64, 5}, false, false},
+                        {{3, 1, 17, 9}, {2, 9, 33}, false, false}, {{129, 40}, {40, 70}, true, false},
+                        {{20, 1030}, {1030, 18}, false, true},     {{1, 513}, {513, 1}, false, false}};
+  uint64_t seed = 1;
+  for (const Case& c : cases) {
+    Tensor a = bf16_randn(c.a, seed++), b = bf16_randn(c.b, seed++);
+    if (c.ta) a = a.transpose(-1, -2).contiguous().transpose(-1, -2);
+    if (c.tb) b = b.transpose(-1, -2).contiguous().transpose(-1, -2);
+    const Tensor n = with_path(cpu::Bf16GemmPath::Native, [&] { return matmul(a, b); });
+    const Tensor e = with_path(cpu::Bf16GemmPath::Emulated, [&] { return matmul(a, b); });
+    EXPECT_EQ(n.dtype(), DType::BFloat16);
+    EXPECT_TRUE(within_bound(n, e, matmul(abs64(a), abs64(b)), a.size(-1))) << shape_str(c.a) << " @ " << shape_str(c.b);
+  }
+}
+
+TEST(Bf16GemmOps, LinearForwardAndBackwardNativeWithinTheBound) {
+  MT_REQUIRE_NATIVE_BF16();
+  const Tensor x0 = bf16_randn({4, 9, 200}, 11), w0 = bf16_randn({70, 200}, 12), b0 = bf16_randn({70}, 13);
+  const Tensor gy = bf16_randn({4, 9, 70}, 14);
+  auto run = [&](cpu::Bf16GemmPath path) {
+    cpu::Bf16GemmOverride o(path);
+    Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+    Tensor y = linear(x, w, b);
+    y.backward(gy);
+    return TensorList{y, x.grad(), w.grad()};
+  };
+  const TensorList n = run(cpu::Bf16GemmPath::Native), e = run(cpu::Bf16GemmPath::Emulated);
+  // y = x w^T + b: the bias enters the FP32 sum as its first term.
+  EXPECT_TRUE(within_bound(n[0], e[0], linear(abs64(x0), abs64(w0), abs64(b0)), 201)) << "y";
+  EXPECT_TRUE(within_bound(n[1], e[1], matmul(abs64(gy), abs64(w0)), 70)) << "grad x";
+  EXPECT_TRUE(within_bound(n[2], e[2], matmul(abs64(gy).reshape({-1, 70}).t(), abs64(x0).reshape({-1, 200})), 36))
+      << "grad w";
+}
+
+TEST(Bf16GemmOps, SmallIntegersGiveTheSameBitsOnBothPaths) {
+  MT_REQUIRE_NATIVE_BF16();
+  // Integers in [-8, 8]: every product and partial sum (|.| <= 64 k) is exact in FP32, and BF16
+  // holds the results (|.| <= 192 < 256) exactly.
+  auto ints = [](int64_t rows, int64_t cols, int64_t seed) {
+    Tensor t = Tensor::empty({rows, cols}, TensorOptions(DType::Float32));
+    for (int64_t i = 0; i < t.numel(); ++i) set_element(t, i, double((i * 7 + seed * 13 + i * i) % 17 - 8));
+    return t.to(DType::BFloat16);
+  };
+  const Tensor a = ints(33, 3, 1), b = ints(3, 40, 2);
+  const Tensor n = with_path(cpu::Bf16GemmPath::Native, [&] { return matmul(a, b); });
+  const Tensor e = with_path(cpu::Bf16GemmPath::Emulated, [&] { return matmul(a, b); });
+  EXPECT_EQ(std::memcmp(n.contiguous().data_ptr(), e.contiguous().data_ptr(), n.nbytes()), 0);
+}
+
+// The native path really runs in matmul: vdpbf16ps treats subnormal inputs as zero, where the
+// widened FP32 GEMM keeps them (docs/CPU.md, "BF16 GEMM").
+TEST(Bf16GemmOps, MatmulReachesTheNativeKernel) {
+  MT_REQUIRE_NATIVE_BF16();
+  const double tiny = std::ldexp(1.0, -130);  // a BF16 subnormal
+  const Tensor a = full({16, 16}, tiny, TensorOptions(DType::BFloat16));
+  const Tensor b = full({16, 16}, 1.0, TensorOptions(DType::BFloat16));
+  const Tensor n = with_path(cpu::Bf16GemmPath::Native, [&] { return matmul(a, b); });
+  const Tensor e = with_path(cpu::Bf16GemmPath::Emulated, [&] { return matmul(a, b); });
+  EXPECT_EQ(get_element(n, 0), 0.0);
+  EXPECT_EQ(get_element(e, 0), 16 * tiny);
+}
+
+}  // namespace
+}  // namespace mixtape
