@@ -34,11 +34,13 @@ DEMO_TARGETS ?= train_fashion_mnist
 
 CMAKE_ARGS ?=
 CTEST_ARGS ?=
-# Sanitizer runs skip gpu and slow tests (slow ones run 2-5x slower under ASan and already
-# run in the Release build); `make asan ASAN_EXCLUDE=gpu` runs them too.
+# Sanitizer runs skip gpu, slow and install tests (slow ones run 2-5x slower under ASan and already
+# run in the Release build; the install tests configure and build outside projects, which is
+# packaging, not memory safety, and run in the Release build too); `make asan ASAN_EXCLUDE=gpu`
+# runs them as well. The sanitizer build makes one ctest per test binary (tests/CMakeLists.txt).
 # The sanitizer build is the CPU-only configuration (-DMIXTAPE_CUDA=OFF): nvcc takes no
 # sanitizer flags, and CI must build and pass mixtape without CUDA too — this is where it does.
-ASAN_EXCLUDE ?= gpu|slow
+ASAN_EXCLUDE ?= gpu|slow|install
 ASAN_ENV   ?= UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # -g1 (line tables) is all a sanitizer report needs for file:line stacks, and builds much faster
 # than full debug info. -O1 (ASan's recommendation) compiles ~40% faster than -O2 under the
