@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "ops/cpu/aligned_buffer.h"
 #include "ops/cpu/cpu_features.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -47,23 +48,6 @@ constexpr int64_t kNc = 512;        // columns of a B block (512 KiB at kKc, in 
 constexpr int64_t kParallelMacs = int64_t(1) << 21;
 static_assert(kKc % 32 == 0, "the packers move 16 depth pairs at a time; a slice is whole groups of them");
 
-// A uint16_t buffer aligned to 64 bytes, grown on demand, one per calling thread.
-struct AlignedBuffer {
-  struct Free {
-    void operator()(uint16_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint16_t, Free> data;
-  int64_t size = 0;
-  uint16_t* get(int64_t n) {
-    if (n > size) {
-      const size_t bytes = (static_cast<size_t>(n) * sizeof(uint16_t) + 63) / 64 * 64;
-      data.reset(static_cast<uint16_t*>(std::aligned_alloc(64, bytes)));
-      if (!data) throw std::bad_alloc();
-      size = n;
-    }
-    return data.get();
-  }
-};
 
 #if MIXTAPE_HAVE_BF16_GEMM
 
@@ -249,7 +233,7 @@ MT_BF16 void tile(int64_t kc2, const uint16_t* ap, const uint16_t* bp, float* c,
 // c[i rs + j cs].
 MT_BF16 void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                           const uint16_t* b, int64_t ldb, float beta, float* c, int64_t rs, int64_t cs) {
-  thread_local AlignedBuffer a_buf, b_buf;
+  thread_local AlignedBuffer<uint16_t> a_buf, b_buf;
   const int64_t kc2_max = (std::min(k, kKc) + 1) / 2;
   uint16_t* ap = a_buf.get((std::min(m, kMc) + kMr - 1) / kMr * kMr * kc2_max * 2);
   uint16_t* bp = b_buf.get((std::min(n, kNc) + kNr - 1) / kNr * kNr * kc2_max * 2);

@@ -11,6 +11,8 @@
 #include <memory>
 #include <new>
 
+#include "ops/cpu/aligned_buffer.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MIXTAPE_HAVE_AVX512_GEMM 1
@@ -34,23 +36,6 @@ constexpr int64_t kNc = 512;  // columns of a B block (512 KiB at kKc, in L2)
 // Below this many multiply-adds a GEMM runs on one thread: a team costs more than it saves.
 constexpr int64_t kParallelMacs = int64_t(1) << 21;
 
-// A float buffer aligned to 64 bytes, grown on demand, one per calling thread.
-struct AlignedBuffer {
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> data;
-  int64_t size = 0;
-  float* get(int64_t n) {
-    if (n > size) {
-      const size_t bytes = (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64;
-      data.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
-      if (!data) throw std::bad_alloc();
-      size = n;
-    }
-    return data.get();
-  }
-};
 
 // op(A)[i, p] for i < m, p < k, with op(A) = A (m, k) or A^T (A stored (k, m)).
 inline const float* a_at(bool ta, const float* a, int64_t lda, int64_t i, int64_t p) {
@@ -205,7 +190,7 @@ void tile(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, i
 // The blocked loops on the calling thread (k > 0, m > 0, n > 0).
 void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float beta, float* c, int64_t ldc) {
-  thread_local AlignedBuffer a_buf, b_buf;
+  thread_local AlignedBuffer<float> a_buf, b_buf;
   const int64_t kc_max = std::min(k, kKc);
   float* ap = a_buf.get((std::min(m, kMc) + kMr - 1) / kMr * kMr * kc_max);
   float* bp = b_buf.get((std::min(n, kNc) + kNr - 1) / kNr * kNr * kc_max);
