@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "ops/cpu/blas.h"
+#include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/linear_args.h"
 #include "ops/matmul.h"
@@ -89,7 +90,8 @@ TensorList linear_cpu(const OpCall& call) {
            " rows of ", in, " -> ", out_f, " features");
 
   const DType ct = dt == DType::Float64 ? DType::Float64 : DType::Float32;
-  const DType ot = dt == DType::BFloat16 ? dt : ct;  // operands: bf16 stays bf16 (cpu::gemm's BF16 GEMM)
+  // Operands: bf16 stays bf16 on the native BF16 GEMM; else (and f16) widened, as matmul does.
+  const DType ot = dt == DType::BFloat16 && cpu::bf16_native_gemm() ? dt : ct;
   Tensor oc = ct == dt ? out : Tensor::empty(out_shape, TensorOptions(ct));
   // x as an (M, in) matrix: a 1-D or 2-D x keeps its layout when BLAS can read it.
   Tensor x2;

@@ -9,6 +9,7 @@
 
 #include "core/convert.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/matmul_args.h"
 #include "ops/op_def.h"
@@ -63,9 +64,11 @@ TensorList matmul_cpu(const OpCall& call) {
   if (out.numel() == 0) return {out};
 
   // Compute type: f64 stays f64, everything else accumulates in f32. Operands: BF16 stays BF16
-  // (cpu::gemm's BF16 GEMM), f16 is widened to f32.
+  // on the native BF16 GEMM (cpu::gemm's BF16 overload), else (and f16) is widened to f32.
   const DType ct = dt == DType::Float64 ? DType::Float64 : DType::Float32;
-  const DType ot = dt == DType::BFloat16 ? dt : ct;
+  // (Emulated BF16 widens here, as always: cpu::gemm's BF16 overload would keep transposed
+  // layouts, which can change OpenBLAS's small-matrix kernel and so the last bits.)
+  const DType ot = dt == DType::BFloat16 && cpu::bf16_native_gemm() ? dt : ct;
   Tensor ac = cpu::cast_to(a, ot), bc = cpu::cast_to(b, ot);
   Tensor oc = ct == dt ? out : Tensor::empty(out_shape, TensorOptions(ct));
   // Matrices whose strides BLAS can't take are made contiguous first.

@@ -19,8 +19,9 @@ struct AlignedBuffer {
   T* get(int64_t n) {
     if (n > size) {
       const size_t bytes = (static_cast<size_t>(n) * sizeof(T) + 63) / 64 * 64;
-      data.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
-      if (!data) throw std::bad_alloc();
+      T* p = static_cast<T*>(std::aligned_alloc(64, bytes));
+      if (!p) throw std::bad_alloc();  // the old block stays: a later smaller get() still works
+      data.reset(p);
       size = n;
     }
     return data.get();

@@ -27,9 +27,10 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, in
 
 // BF16 operands, FP32 C (the contract of a tensor core with FP32 accumulation): the native kernel
 // (ops/cpu/bgemm_avx512bf16.h) when bf16_native_gemm() (ops/cpu/cpu_features.h,
-// MIXTAPE_CPU_BF16), else op(A) and op(B) widened exactly to FP32 and the float gemm above — the
-// emulated path, whose bits are those of the float gemm on the widened operands. The two agree
-// to within FP32 summation error; docs/CPU.md, "BF16 GEMM".
+// MIXTAPE_CPU_BF16), else op(A) and op(B) widened exactly to FP32, keeping their layouts, and
+// the float gemm above. The two agree to within FP32 summation error; docs/CPU.md, "BF16 GEMM".
+// (matmul and linear call it only on the native path: on the emulated one they widen whole
+// operands as they always did, so their bits do not change.)
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
           int64_t ldb, float beta, float* c, int64_t ldc);
 
@@ -43,7 +44,8 @@ struct BlasInfo {
 };
 // Loads the library if needed and describes it (examples and benchmarks print it).
 BlasInfo blas_info();
-// e.g. "f32 GEMM: mixtape AVX-512; f64 GEMM: OpenBLAS (openmp) Haswell, /usr/lib/.../libopenblas.so.0"
+// e.g. "bf16 GEMM: native (AVX512_BF16 vdpbf16ps); f32 GEMM: mixtape AVX-512; f64 GEMM: OpenBLAS
+// (openmp) Haswell, /usr/lib/.../libopenblas.so.0"
 std::string blas_info_line();
 
 // While alive and `active`, a threaded BLAS that does not follow OpenMP's nesting (the pthread

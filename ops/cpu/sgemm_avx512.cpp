@@ -12,6 +12,7 @@
 #include <new>
 
 #include "ops/cpu/aligned_buffer.h"
+#include "ops/cpu/tile_threads.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -238,23 +239,16 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
   }
   const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
   if (nt == 1) return sgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-  // Threads take disjoint ranges of C's columns (or rows, when C is taller than wide), in whole
-  // tiles, and run the serial loops on them: no barrier, and each element is summed exactly as
-  // on one thread, so the result does not depend on the thread count.
+  // Threads take C's columns (or rows, when C is taller than wide) in whole tiles:
+  // ops/cpu/tile_threads.h.
   const bool by_cols = n >= m;
   const int64_t extent = by_cols ? n : m, unit = by_cols ? kNr : kMr;
-  const int64_t units = (extent + unit - 1) / unit;
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    const int64_t lo = std::min(extent, units * t / T * unit), hi = std::min(extent, units * (t + 1) / T * unit);
-    if (hi > lo) {
-      if (by_cols)
-        sgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc);
-      else
-        sgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc);
-    }
-  }
+  for_tile_ranges(nt, extent, unit, [&](int64_t lo, int64_t hi) {
+    if (by_cols)
+      sgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc);
+    else
+      sgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc);
+  });
 }
 
 }  // namespace mixtape::cpu

@@ -16,6 +16,7 @@
 
 #include <mixtape/mixtape.h>
 
+#include "ops/cpu/blas.h"
 #include "ops/cpu/cpu_features.h"
 
 namespace mixtape {
@@ -38,7 +39,7 @@ Tensor with_path(cpu::Bf16GemmPath path, const std::function<Tensor()>& f) {
                                         int64_t k) {
   const Tensor n = native.to(DType::Float64).contiguous(), e = emulated.to(DType::Float64).contiguous();
   const Tensor p = abs_product.contiguous();
-  if (n.sizes() != e.sizes()) return ::testing::AssertionFailure() << "shapes differ";
+  if (n.sizes() != e.sizes() || p.sizes() != n.sizes()) return ::testing::AssertionFailure() << "shapes differ";
   int64_t bad = 0;
   for (int64_t i = 0; i < n.numel(); ++i) {
     const double a = get_element(n, i), b = get_element(e, i);
@@ -110,6 +111,32 @@ TEST(Bf16GemmOps, SmallIntegersGiveTheSameBitsOnBothPaths) {
   const Tensor n = with_path(cpu::Bf16GemmPath::Native, [&] { return matmul(a, b); });
   const Tensor e = with_path(cpu::Bf16GemmPath::Emulated, [&] { return matmul(a, b); });
   EXPECT_EQ(std::memcmp(n.contiguous().data_ptr(), e.contiguous().data_ptr(), n.nbytes()), 0);
+}
+
+// cpu::gemm's BF16 overload on its emulated path: the operands widened with their layouts (padded
+// leading dimensions, transposes), beta kept, k = 0 touching no operand: the float gemm's bits.
+TEST(Bf16GemmOps, EmulatedOverloadIsTheFloatGemmOnWidenedOperands) {
+  cpu::Bf16GemmOverride emulated(cpu::Bf16GemmPath::Emulated);
+  const int64_t m = 19, n = 23, k = 37, pad = 5;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 1.0f}) {
+        const int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+        const Tensor a = bf16_randn({ta ? k : m, lda}, 40 + ta), b = bf16_randn({tb ? n : k, ldb}, 50 + tb);
+        const Tensor a32 = a.to(DType::Float32), b32 = b.to(DType::Float32);
+        const Tensor c0 = bf16_randn({m, ldc}, 60).to(DType::Float32);
+        Tensor got = c0.clone(), want = c0.clone();
+        cpu::gemm(ta, tb, m, n, k, static_cast<const BFloat16*>(a.data_ptr()), lda,
+                  static_cast<const BFloat16*>(b.data_ptr()), ldb, beta, got.data_ptr<float>(), ldc);
+        cpu::gemm(ta, tb, m, n, k, a32.data_ptr<float>(), lda, b32.data_ptr<float>(), ldb, beta, want.data_ptr<float>(),
+                  ldc);
+        EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), got.nbytes()), 0) << "ta " << ta << " tb " << tb
+                                                                                 << " beta " << beta;
+      }
+  Tensor c = full({2, 3}, 2.0, TensorOptions(DType::Float32));
+  cpu::gemm(false, false, 2, 3, 0, static_cast<const BFloat16*>(nullptr), 1, static_cast<const BFloat16*>(nullptr), 3,
+            0.5f, c.data_ptr<float>(), 3);
+  EXPECT_EQ(get_element(c, 0), 1.0) << "k = 0: C = beta C";
 }
 
 // The native path really runs in matmul: vdpbf16ps treats subnormal inputs as zero, where the
