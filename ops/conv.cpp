@@ -10,7 +10,10 @@
 // AMP: lower precision for all three. Dtypes f32, f64, f16, bf16; 16-bit operands are widened
 // to f32 one image at a time (never the whole batch: no full-size f32 copy), multiplied by the
 // f32 GEMM and the result rounded once — a 16-bit conv equals the f32 conv of the widened
-// operands, rounded, bit for bit (the same f32 code runs).
+// operands, rounded, bit for bit (the same f32 code runs). Except BF16 on the native BF16 GEMM
+// (cpu::bf16_native_gemm(), MIXTAPE_CPU_BF16): there im2col and the GEMM's operands stay BF16
+// and the GEMM accumulates in FP32 (vdpbf16ps), then one rounding — the same products in another
+// order, within FP32 summation error of the widened path (docs/CPU.md, "BF16 GEMM").
 //
 // CPU algorithm: im2col + GEMM, one image at a time.
 //   col: (K, L) row-major, K = C kH kW, L = OH OW. Row r = (c kH + ki) kW + kj, column l = i OW + j:
@@ -56,6 +59,7 @@
 #include "core/convert.h"
 #include "ops/conv_args.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
 
@@ -267,13 +271,17 @@ void col2im(T* col, const ConvGeom& g, T* x) {
 }
 
 // x (N, C, H, W), w (O, K/G), b (O) or null -> y (N, O, L)
-// Storage S (the tensors' dtype) and compute T (float for f32/f16/bf16, double for f64). With
-// S != T each thread widens one image at a time into its own buffer and rounds each output image
-// once on store (F16C where available): 16-bit tensors are never widened whole, so a 16-bit conv
-// needs no full-size f32 copy, and computes exactly what the f32 conv of the widened tensors does.
+// Types: storage S (the tensors' dtype), compute T (the GEMM's accumulator and result: float for
+// f32/f16/bf16, double for f64) and GEMM operand A (T, or BFloat16 itself on the native BF16 GEMM:
+// then x, gy, w and col stay BF16 and half the bytes move). With A != S each thread widens one
+// image at a time into its own buffer; with T != S it rounds each output image once on store
+// (F16C where available): 16-bit tensors are never widened whole, so a 16-bit conv needs no
+// full-size f32 copy, and (A = T) computes exactly what the f32 conv of the widened tensors does.
 template <typename S, typename T>
 void load(const S* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<S, Half>)
+  if constexpr (std::is_same_v<S, T>)
+    std::copy(src, src + n, dst);
+  else if constexpr (std::is_same_v<S, Half>)
     convert_half_to_float(src, dst, static_cast<size_t>(n));
   else if constexpr (std::is_same_v<S, BFloat16>)
     convert_bfloat16_to_float(src, dst, static_cast<size_t>(n));
@@ -289,38 +297,51 @@ void store(const T* src, S* dst, int64_t n) {
   else
     std::copy(src, src + n, dst);
 }
-// Per-thread T buffers of `per_thread` elements, only when S needs widening.
+// Per-thread images of S seen as T: the S data itself when S == T, else widened (or rounded) into
+// this thread's buffer of `per_thread` elements.
 template <typename S, typename T>
-struct WidenBuffers {
+struct Staging {
   static constexpr bool needed = !std::is_same_v<S, T>;
   std::vector<T> data;
   int64_t per_thread;
-  WidenBuffers(int nt, int64_t n) : data(needed ? static_cast<size_t>(nt * n) : 0), per_thread(n) {}
+  Staging(int nt, int64_t n) : data(needed ? static_cast<size_t>(nt * n) : 0), per_thread(n) {}
   T* of(int t) { return data.data() + static_cast<int64_t>(t) * per_thread; }
+  // The n elements at src as T (read-only).
+  const T* read(int t, const S* src, int64_t n) {
+    if constexpr (!needed) {
+      return src;
+    } else {
+      load(src, of(t), n);
+      return of(t);
+    }
+  }
+  // Where to compute an output that ends at dst: dst itself, or this thread's buffer (then store).
+  T* write_to(int t, S* dst) {
+    if constexpr (!needed)
+      return dst;
+    else
+      return of(t);
+  }
+  void store_back(int t, S* dst, int64_t n) {
+    if constexpr (needed) store(of(t), dst, n);  // the one rounding
+  }
 };
 
-template <typename S, typename T>
-void conv_forward(const ConvGeom& g, const S* x, const T* w, const T* b, S* y) {
+template <typename S, typename T, typename A>
+void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();
-  std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
-  WidenBuffers<S, T> xbuf(nt, g.image()), ybuf(nt, g.O * L);
+  std::vector<A> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
+  Staging<S, A> xbuf(nt, g.image());
+  Staging<S, T> ybuf(nt, g.O * L);
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int64_t n = 0; n < g.N; ++n) {
     const int t = omp_get_thread_num();
-    T* col = cols.data() + static_cast<int64_t>(t) * K * L;
-    const T* src;
-    T* yn;
-    if constexpr (WidenBuffers<S, T>::needed) {
-      load(x + n * g.image(), xbuf.of(t), g.image());
-      src = xbuf.of(t);
-      yn = ybuf.of(t);
-    } else {
-      src = x + n * g.image();
-      yn = y + n * g.O * L;
-    }
+    const A* src = xbuf.read(t, x + n * g.image(), g.image());
+    T* yn = ybuf.write_to(t, y + n * g.O * L);
     if (!g.direct()) {
+      A* col = cols.data() + static_cast<int64_t>(t) * K * L;
       im2col(src, g, col);
       src = col;
     }
@@ -332,31 +353,24 @@ void conv_forward(const ConvGeom& g, const S* x, const T* w, const T* b, S* y) {
       for (int64_t gr = 0; gr < g.G; ++gr)
         cpu::gemm(false, false, Og, L, Kg, w + gr * Og * Kg, Kg, src + gr * Kg * L, L, b ? T(1) : T(0),
                   yn + gr * Og * L, L);
-    if constexpr (WidenBuffers<S, T>::needed) store(yn, y + n * g.O * L, g.O * L);  // the one rounding
+    ybuf.store_back(t, y + n * g.O * L, g.O * L);
   }
 }
 
 // gy (N, O, L), w (O, K/G) -> gx (N, C, H, W)
-template <typename S, typename T>
-void conv_input_grad(const ConvGeom& g, const S* gy, const T* w, S* gx) {
+template <typename S, typename T, typename A>
+void conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();
   std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
-  WidenBuffers<S, T> gybuf(nt, g.O * L), gxbuf(nt, g.image());
+  Staging<S, A> gybuf(nt, g.O * L);
+  Staging<S, T> gxbuf(nt, g.image());
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
   for (int64_t n = 0; n < g.N; ++n) {
     const int t = omp_get_thread_num();
-    const T* gyn;
-    T* gxn;
-    if constexpr (WidenBuffers<S, T>::needed) {
-      load(gy + n * g.O * L, gybuf.of(t), g.O * L);
-      gyn = gybuf.of(t);
-      gxn = gxbuf.of(t);
-    } else {
-      gyn = gy + n * g.O * L;
-      gxn = gx + n * g.image();
-    }
+    const A* gyn = gybuf.read(t, gy + n * g.O * L, g.O * L);
+    T* gxn = gxbuf.write_to(t, gx + n * g.image());
     if (Og == 0 || Kg == 0) {
       std::fill(gxn, gxn + g.image(), T(0));
     } else {
@@ -369,18 +383,18 @@ void conv_input_grad(const ConvGeom& g, const S* gy, const T* w, S* gx) {
         col2im(col, g, gxn);
       }
     }
-    if constexpr (WidenBuffers<S, T>::needed) store(gxn, gx + n * g.image(), g.image());
+    gxbuf.store_back(t, gx + n * g.image(), g.image());
   }
 }
 
 // x (N, C, H, W), gy (N, O, L) -> gw (O, K/G), summed over n
-template <typename S, typename T>
+template <typename S, typename T, typename A>
 void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og(), wsize = g.O * Kg;
-  std::vector<T> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
-  WidenBuffers<S, T> xbuf(nt, g.image()), gybuf(nt, g.O * L);
+  std::vector<A> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
+  Staging<S, A> xbuf(nt, g.image()), gybuf(nt, g.O * L);
   // Thread t accumulates into acc[t]; with one thread that is gw itself.
   std::vector<T> acc(nt > 1 ? static_cast<size_t>(nt * wsize) : 0, T(0));
   std::fill(gw, gw + wsize, T(0));
@@ -389,20 +403,11 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   {
     const int t = omp_get_thread_num();
     T* mine = nt > 1 ? acc.data() + t * wsize : gw;
-    T* col = cols.data() + static_cast<int64_t>(t) * K * L;
+    A* col = cols.data() + static_cast<int64_t>(t) * K * L;
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.N; ++n) {
-      const T* src;
-      const T* gyn;
-      if constexpr (WidenBuffers<S, T>::needed) {
-        load(x + n * g.image(), xbuf.of(t), g.image());
-        load(gy + n * g.O * L, gybuf.of(t), g.O * L);
-        src = xbuf.of(t);
-        gyn = gybuf.of(t);
-      } else {
-        src = x + n * g.image();
-        gyn = gy + n * g.O * L;
-      }
+      const A* src = xbuf.read(t, x + n * g.image(), g.image());
+      const A* gyn = gybuf.read(t, gy + n * g.O * L, g.O * L);
       if (!g.direct()) {
         im2col(src, g, col);
         src = col;
@@ -416,16 +421,27 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
       for (int64_t i = 0; i < wsize; ++i) gw[i] += acc[static_cast<size_t>(t * wsize + i)];
 }
 
-// Runs fn<S, T>() for storage S and compute T: (float, float), (double, double), (Half, float),
-// (BFloat16, float).
+// Runs fn<S, T, A>() for storage S, compute T and GEMM operand A: (float, float, float),
+// (double, double, double), (Half, float, float), and for BFloat16 (BFloat16, float, BFloat16)
+// on the native BF16 GEMM (`native_bf16`: cpu::bf16_native_gemm(), read once per call by the
+// caller, which also gave w that dtype), else (BFloat16, float, float).
 template <typename F>
-void visit_storage(DType dt, F&& fn) {
+void visit_types(DType dt, bool native_bf16, F&& fn) {
   switch (dt) {
-    case DType::Float64: fn.template operator()<double, double>(); break;
-    case DType::Float16: fn.template operator()<Half, float>(); break;
-    case DType::BFloat16: fn.template operator()<BFloat16, float>(); break;
-    default: fn.template operator()<float, float>(); break;
+    case DType::Float64: fn.template operator()<double, double, double>(); break;
+    case DType::Float16: fn.template operator()<Half, float, float>(); break;
+    case DType::BFloat16:
+      if (native_bf16)
+        fn.template operator()<BFloat16, float, BFloat16>();
+      else
+        fn.template operator()<BFloat16, float, float>();
+      break;
+    default: fn.template operator()<float, float, float>(); break;
   }
+}
+// The GEMM operand dtype visit_types picks for storage dt.
+DType operand_type(DType dt, bool native_bf16) {
+  return dt == DType::BFloat16 && native_bf16 ? dt : compute_type(dt);
 }
 
 // The weight gradient in the compute type: `out` itself, or a (small) f32 buffer rounded into it.
@@ -447,9 +463,11 @@ TensorList conv2d_cpu(const OpCall& call) {
   Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(x.dtype()));
   if (out.numel() == 0) return {out};
   const DType ct = compute_type(x.dtype());
-  Tensor xc = dense(x, x.dtype()), wc = dense(w, ct), bc = b.defined() ? dense(b, ct) : Tensor();
-  visit_storage(x.dtype(), [&]<typename S, typename T>() {
-    conv_forward<S, T>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const T*>(wc.data_ptr()),
+  const bool native = cpu::bf16_native_gemm();
+  Tensor xc = dense(x, x.dtype()), wc = dense(w, operand_type(x.dtype(), native));
+  Tensor bc = b.defined() ? dense(b, ct) : Tensor();
+  visit_types(x.dtype(), native, [&]<typename S, typename T, typename A>() {
+    conv_forward<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const A*>(wc.data_ptr()),
                        bc.defined() ? static_cast<const T*>(bc.data_ptr()) : nullptr, static_cast<S*>(out.data_ptr()));
   });
   return {out};
@@ -466,10 +484,10 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
   check_conv_dtypes(call.name(), "grad", gy, "weight", w);
   Tensor out = Tensor::empty(in_size, TensorOptions(gy.dtype()));
   if (out.numel() == 0) return {out};
-  const DType ct = compute_type(gy.dtype());
-  Tensor gc = dense(gy, gy.dtype()), wc = dense(w, ct);
-  visit_storage(gy.dtype(), [&]<typename S, typename T>() {
-    conv_input_grad<S, T>(g, static_cast<const S*>(gc.data_ptr()), static_cast<const T*>(wc.data_ptr()),
+  const bool native = cpu::bf16_native_gemm();
+  Tensor gc = dense(gy, gy.dtype()), wc = dense(w, operand_type(gy.dtype(), native));
+  visit_types(gy.dtype(), native, [&]<typename S, typename T, typename A>() {
+    conv_input_grad<S, T, A>(g, static_cast<const S*>(gc.data_ptr()), static_cast<const A*>(wc.data_ptr()),
                           static_cast<S*>(out.data_ptr()));
   });
   return {out};
@@ -489,8 +507,8 @@ TensorList conv2d_weight_grad_cpu(const OpCall& call) {
   const DType ct = compute_type(x.dtype());
   Tensor xc = dense(x, x.dtype()), gc = dense(gy, gy.dtype());
   Tensor oc = compute_buffer(out, ct);
-  visit_storage(x.dtype(), [&]<typename S, typename T>() {
-    conv_weight_grad<S, T>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const S*>(gc.data_ptr()),
+  visit_types(x.dtype(), cpu::bf16_native_gemm(), [&]<typename S, typename T, typename A>() {
+    conv_weight_grad<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const S*>(gc.data_ptr()),
                            static_cast<T*>(oc.data_ptr()));
   });
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16

@@ -10,8 +10,8 @@
 // side by side in one 32-bit word), zero-padded past odd k and at the tile edges; an 8 x 32
 // micro-kernel (16 zmm FP32 accumulators) runs one vdpbf16ps per row, 16 columns and depth pair,
 // with op(A)'s pair broadcast. Edge tiles go through a scratch tile. A thin C that fills the
-// tiles better transposed (conv1's weight gradient, 32 x 9) is computed as C^T = op(B)^T op(A)^T
-// and stored transposed; the sums are the same. Threads as in sgemm_avx512: with more than one
+// tiles over 25% better transposed (conv1's weight gradient, 32 x 9) is computed as
+// C^T = op(B)^T op(A)^T and stored transposed; the sums are the same. Threads as in sgemm_avx512: with more than one
 // OpenMP thread, outside a parallel region and enough work, each thread computes its own range of
 // C's columns (or rows) in whole tiles with the serial loops.
 //

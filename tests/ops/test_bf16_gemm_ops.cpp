@@ -1,4 +1,4 @@
-// tests/ops/test_bf16_gemm_ops.cpp — matmul and linear on BF16 operands through both paths of the
+// tests/ops/test_bf16_gemm_ops.cpp — matmul, linear and conv2d (forward and both gradients) on BF16 operands through both paths of the
 // BF16 GEMM (ops/cpu/blas.h, MIXTAPE_CPU_BF16): the emulated one (BF16 widened to FP32, FP32 GEMM)
 // is bit for bit the f32 op on the widened inputs, rounded (test_reduced_precision.cpp,
 // test_conv_pool_linear.cpp); here the native one (vdpbf16ps) against it.
@@ -29,6 +29,10 @@ bool native_available() { return cpu::can_run_bf16_native(cpu::cpu_features()); 
                << ": only the emulated BF16 GEMM can run here"
 
 Tensor with_path(cpu::Bf16GemmPath path, const std::function<Tensor()>& f) {
+  cpu::Bf16GemmOverride o(path);
+  return f();
+}
+TensorList with_path_list(cpu::Bf16GemmPath path, const std::function<TensorList()>& f) {
   cpu::Bf16GemmOverride o(path);
   return f();
 }
@@ -96,6 +100,99 @@ TEST(Bf16GemmOps, LinearForwardAndBackwardNativeWithinTheBound) {
   EXPECT_TRUE(within_bound(n[1], e[1], matmul(abs64(gy), abs64(w0)), 70)) << "grad x";
   EXPECT_TRUE(within_bound(n[2], e[2], matmul(abs64(gy).reshape({-1, 70}).t(), abs64(x0).reshape({-1, 200})), 36))
       << "grad w";
+}
+
+// conv2d and its two gradient ops: im2col, packing and GEMM all in BF16 on the native path. Each
+// output is a sum of K = C/G kH kW (forward), O/G kH kW (input grad; the col2im adds are exact
+// FP32 additions of at most kH kW partial sums, within the same bound) or N OH OW (weight grad,
+// slices of one image each) products; the bound is the op on |inputs| in f64. Geometries: the
+// plane-shift im2col (3x3, pad 1), strides, dilation, groups, 1x1 (direct: no col), odd K, a
+// batch big enough for the batch threads.
+TEST(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
+  MT_REQUIRE_NATIVE_BF16();
+  struct Cfg {
+    const char* name;
+    IntList x, w;
+    IntList stride, padding, dilation;
+    int64_t groups;
+  };
+  const Cfg cfgs[] = {
+      {"3x3-same", {16, 32, 14, 14}, {64, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      {"stride-padding", {3, 5, 9, 8}, {7, 5, 3, 2}, {2, 1}, {1, 2}, {1, 1}, 1},
+      {"dilation-groups", {2, 6, 11, 11}, {9, 2, 3, 3}, {1, 1}, {2, 1}, {2, 3}, 3},
+      {"1x1", {4, 40, 6, 6}, {33, 40, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
+      {"one-channel", {8, 1, 28, 28}, {32, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+  };
+  uint64_t seed = 70;
+  for (const Cfg& c : cfgs) {
+    SCOPED_TRACE(c.name);
+    const Tensor x = bf16_randn(c.x, seed++), w = bf16_randn(c.w, seed++), b = bf16_randn({c.w[0]}, seed++);
+    auto conv = [&](const Tensor& xx, const Tensor& ww, const Tensor& bb) {
+      return conv2d(xx, ww, bb, c.stride, c.padding, c.dilation, c.groups);
+    };
+    const Tensor gy = bf16_randn(conv(x, w, b).sizes(), seed++);
+    auto input_grad = [&](const Tensor& g, const Tensor& ww) {
+      return conv2d_input_grad(g, ww, c.x, c.stride, c.padding, c.dilation, c.groups);
+    };
+    auto weight_grad = [&](const Tensor& xx, const Tensor& g) {
+      return conv2d_weight_grad(xx, g, c.w, c.stride, c.padding, c.dilation, c.groups);
+    };
+    const int64_t khw = c.w[2] * c.w[3];
+    const Tensor yn = with_path(cpu::Bf16GemmPath::Native, [&] { return conv(x, w, b); });
+    const Tensor ye = with_path(cpu::Bf16GemmPath::Emulated, [&] { return conv(x, w, b); });
+    EXPECT_EQ(yn.dtype(), DType::BFloat16);
+    EXPECT_TRUE(within_bound(yn, ye, conv(abs64(x), abs64(w), abs64(b)), c.w[1] * khw + 1)) << "y";
+    const Tensor gxn = with_path(cpu::Bf16GemmPath::Native, [&] { return input_grad(gy, w); });
+    const Tensor gxe = with_path(cpu::Bf16GemmPath::Emulated, [&] { return input_grad(gy, w); });
+    EXPECT_TRUE(within_bound(gxn, gxe, input_grad(abs64(gy), abs64(w)), c.w[0] / c.groups * khw)) << "grad x";
+    const Tensor gwn = with_path(cpu::Bf16GemmPath::Native, [&] { return weight_grad(x, gy); });
+    const Tensor gwe = with_path(cpu::Bf16GemmPath::Emulated, [&] { return weight_grad(x, gy); });
+    EXPECT_TRUE(within_bound(gwn, gwe, weight_grad(abs64(x), abs64(gy)), gy.numel() / gy.size(1))) << "grad w";
+  }
+}
+
+// Small integers through every conv op: all products and partial sums are exact in FP32, so both
+// paths give the same bits (and the native one equals the rounded f32 conv).
+TEST(Bf16GemmOps, Conv2dSmallIntegersGiveTheSameBitsOnBothPaths) {
+  MT_REQUIRE_NATIVE_BF16();
+  auto ints = [](const IntList& sizes, int64_t seed) {
+    Tensor t = Tensor::empty(sizes, TensorOptions(DType::Float32));
+    for (int64_t i = 0; i < t.numel(); ++i) set_element(t, i, double((i * 5 + seed * 11 + i * i) % 7 - 3));
+    return t.to(DType::BFloat16);
+  };
+  const Tensor x = ints({4, 6, 7, 7}, 1), w = ints({5, 6, 3, 3}, 2), gy = ints({4, 5, 7, 7}, 3);
+  const IntList one{1, 1};
+  auto all = [&] {
+    return TensorList{conv2d(x, w, Tensor(), one, one), conv2d_input_grad(gy, w, x.sizes(), one, one),
+                      conv2d_weight_grad(x, gy, w.sizes(), one, one)};
+  };
+  const TensorList n = with_path_list(cpu::Bf16GemmPath::Native, all);
+  const TensorList e = with_path_list(cpu::Bf16GemmPath::Emulated, all);
+  for (size_t i = 0; i < n.size(); ++i)
+    EXPECT_EQ(std::memcmp(n[i].contiguous().data_ptr(), e[i].contiguous().data_ptr(), n[i].nbytes()), 0) << i;
+}
+
+// The native path really runs in conv2d and both gradients: a BF16 subnormal input counts as 0
+// there, where the widened FP32 GEMM keeps it.
+TEST(Bf16GemmOps, Conv2dReachesTheNativeKernel) {
+  MT_REQUIRE_NATIVE_BF16();
+  const double tiny = std::ldexp(1.0, -130);  // a BF16 subnormal
+  const Tensor x = full({2, 4, 5, 5}, tiny, TensorOptions(DType::BFloat16));
+  const Tensor w = full({3, 4, 3, 3}, 1.0, TensorOptions(DType::BFloat16));
+  const Tensor gy = full({2, 3, 5, 5}, tiny, TensorOptions(DType::BFloat16));
+  const Tensor ones = full({2, 3, 5, 5}, 1.0, TensorOptions(DType::BFloat16));
+  const IntList one{1, 1};
+  auto all = [&] {
+    return TensorList{conv2d(x, w, Tensor(), one, one), conv2d_input_grad(gy, w, x.sizes(), one, one),
+                      conv2d_weight_grad(x, ones, w.sizes(), one, one)};
+  };
+  const TensorList n = with_path_list(cpu::Bf16GemmPath::Native, all);
+  const TensorList e = with_path_list(cpu::Bf16GemmPath::Emulated, all);
+  for (size_t i = 0; i < n.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(get_element(n[i], 0), 0.0);
+    EXPECT_GT(get_element(e[i], 0), 0.0);
+  }
 }
 
 TEST(Bf16GemmOps, SmallIntegersGiveTheSameBitsOnBothPaths) {

@@ -56,6 +56,9 @@ class ConvPoolLinear16 : public ::testing::TestWithParam<DType> {
 };
 
 TEST_P(ConvPoolLinear16, Conv2dAndGradientOps) {
+  // The bit-for-bit contract of the widened path; the native BF16 GEMM's own is
+  // tests/ops/test_bf16_gemm_ops.cpp.
+  cpu::Bf16GemmOverride widened(cpu::Bf16GemmPath::Emulated);
   struct Cfg {
     const char* name;
     IntList x, w;
