@@ -6,8 +6,8 @@
 // plane (PyTorch's return_indices). Scan is row-major and a value replaces the running max if
 // greater or NaN: the first of equal maxima wins, NaN propagates. A window lying wholly in padding
 // (possible only with a dilation larger than the input) gives -inf and index -1 (no gradient).
-// Invariant: every path (the general loop, the 2x2 SSE2 and AVX-512 fast paths, the fused
-// argmax-and-gradient pass) picks the same tap for every window, so the forward value, the saved
+// Invariant: every path (the general loop, the 2x2 SSE2 and AVX-512 fast paths, f32 and BF16, the
+// fused argmax-and-gradient pass) picks the same tap for every window, so the forward value, the saved
 // index and the recomputed argmax of max_pool2d_input_backward always agree.
 // Numerics: 16-bit values are compared in f32 (f64 for f64 inputs) and stored exactly (a max is
 // one of the inputs); 16-bit gradients accumulate in an f32 plane and are rounded once.
@@ -172,9 +172,15 @@ TensorList max_pool2d_forward(const OpCall& call, bool with_indices) {
     using A = acc_t<T>;
     // Per-thread widened planes (16-bit only): input, output.
     std::vector<std::vector<A>> win(static_cast<size_t>(omp_get_max_threads())), wout(win.size());
+    const bool bf16_2x2 = std::is_same_v<T, BFloat16> && is_2x2_fast(g) && g.in_plane() < (int64_t(1) << 31) &&
+                          cpu::max_pool_2x2_avx512_available();
     for_each_plane(g.planes(), g.out_plane() * g.kH * g.kW, [&](int64_t p, int t) {
-      const A* src = widen(in + p * g.in_plane(), g.in_plane(), win[static_cast<size_t>(t)]);
       int64_t* ixp = ix ? ix + p * g.out_plane() : nullptr;
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (bf16_2x2)  // widened in registers, the same bits as the widened plane's
+          return cpu::max_pool_plane_2x2_avx512(in + p * g.in_plane(), g.OH, g.OW, g.W, o + p * g.out_plane(), ixp);
+      }
+      const A* src = widen(in + p * g.in_plane(), g.in_plane(), win[static_cast<size_t>(t)]);
       if constexpr (std::is_same_v<T, A>) {
         max_pool_plane<A>(g, rows, cols, src, o + p * g.out_plane(), ixp);
       } else {
@@ -300,6 +306,13 @@ TensorList max_pool2d_input_backward_cpu(const OpCall& call) {
     const bool uncovered = 2 * g.OH < g.H || 2 * g.OW < g.W;
     for_each_plane(g.planes(), oplane * g.kH * g.kW + plane, [&](int64_t p, int t) {
       const size_t ts = static_cast<size_t>(t);
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (fused) {  // BF16 read and written directly: the taps are 0 + g, exact in BF16
+          T* gx = o + p * plane;
+          if (uncovered) std::fill(gx, gx + plane, T(0.0f));
+          return cpu::max_pool_plane_2x2_grad_avx512(in + p * plane, g.OH, g.OW, g.W, gp + p * oplane, gx);
+        }
+      }
       const A* xpl = widen(in + p * plane, plane, win[ts]);
       const A* gpl = widen(gp + p * oplane, oplane, wgrad[ts]);
       if constexpr (std::is_same_v<A, float>) {

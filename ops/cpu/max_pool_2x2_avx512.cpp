@@ -1,15 +1,16 @@
-// ops/cpu/max_pool_2x2_avx512.cpp — see ops/cpu/max_pool_2x2_avx512.h. Only the MT_AVX512
-// function holds AVX-512 instructions; it runs only after max_pool_2x2_avx512_available().
+// ops/cpu/max_pool_2x2_avx512.cpp — see ops/cpu/max_pool_2x2_avx512.h. Only the MT_AVX512*
+// functions hold AVX-512 instructions; they run only after max_pool_2x2_avx512_available().
 #include "ops/cpu/max_pool_2x2_avx512.h"
 
 #include <algorithm>
 
-#include "ops/cpu/sgemm_avx512.h"
+#include "ops/cpu/cpu_features.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MIXTAPE_HAVE_AVX512_POOL 1
 #define MT_AVX512 __attribute__((target("avx512f")))
+#define MT_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl")))
 // GCC 12's permute/blend intrinsics start from _mm512_undefined_*(); see ops/cpu/sgemm_avx512.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #else
@@ -18,7 +19,10 @@
 
 namespace mixtape::cpu {
 
-bool max_pool_2x2_avx512_available() { return MIXTAPE_HAVE_AVX512_POOL && sgemm_avx512_available(); }
+bool max_pool_2x2_avx512_available() {
+  const CpuFeatures& f = cpu_features();
+  return MIXTAPE_HAVE_AVX512_POOL && f.avx512f && f.avx512bw && f.avx512vl && f.os_zmm_state;
+}
 
 #if MIXTAPE_HAVE_AVX512_POOL
 namespace {
@@ -37,10 +41,33 @@ struct Chunk {
   __m512 best;   // each window's max tap
   __m512i code;  // its tap: 0, 1 (row 0, even/odd column), 2, 3 (row 1)
 };
+// The 2n inputs of a chunk's row (n <= 16 windows) as two vectors of 16 floats: inputs [0, 16) and
+// [16, 32), zero past 2n. BF16 is widened exactly (its bits are a float's upper half).
+struct RowPair {
+  __m512 lo, hi;
+};
+MT_AVX512 inline RowPair load_row(const float* r, const ChunkShape& cs) {
+  return {_mm512_maskz_loadu_ps(cs.lo, r), _mm512_maskz_loadu_ps(cs.hi, r + 16)};
+}
+MT_AVX512_BW inline __m512 widen_bf16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+MT_AVX512_BW inline RowPair load_row(const BFloat16* r, const ChunkShape& cs) {
+  const __m512i v = _mm512_maskz_loadu_epi16(__mmask32(cs.lo) | (__mmask32(cs.hi) << 16), r);
+  return {widen_bf16(_mm512_castsi512_si256(v)), widen_bf16(_mm512_extracti64x4_epi64(v, 1))};
+}
+// Stores the lanes of `m` of 16 floats at dst; BF16 keeps each float's upper half, exact for
+// floats widened from BF16 (every value these kernels store: a tap, or 0 + a BF16 gradient).
+MT_AVX512 inline void store_lanes(float* dst, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(dst, m, v); }
+MT_AVX512_BW inline void store_lanes(BFloat16* dst, __mmask16 m, __m512 v) {
+  _mm256_mask_storeu_epi16(dst, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+}
+
 // The windows of chunk columns [2 ow, 2 ow + 2n) of input rows r0, r1.
-MT_AVX512 inline Chunk window_max(const float* r0, const float* r1, const ChunkShape& cs, __m512i even, __m512i odd) {
-  const __m512 a0 = _mm512_maskz_loadu_ps(cs.lo, r0), a1 = _mm512_maskz_loadu_ps(cs.hi, r0 + 16);
-  const __m512 b0 = _mm512_maskz_loadu_ps(cs.lo, r1), b1 = _mm512_maskz_loadu_ps(cs.hi, r1 + 16);
+template <typename E>
+MT_AVX512_BW inline Chunk window_max(const E* r0, const E* r1, const ChunkShape& cs, __m512i even, __m512i odd) {
+  const RowPair a = load_row(r0, cs), b = load_row(r1, cs);
+  const __m512 a0 = a.lo, a1 = a.hi, b0 = b.lo, b1 = b.hi;
   const __m512 taps[4] = {_mm512_permutex2var_ps(a0, even, a1), _mm512_permutex2var_ps(a0, odd, a1),
                           _mm512_permutex2var_ps(b0, even, b1), _mm512_permutex2var_ps(b0, odd, b1)};
   Chunk c{taps[0], _mm512_setzero_si512()};
@@ -53,8 +80,9 @@ MT_AVX512 inline Chunk window_max(const float* r0, const float* r1, const ChunkS
   return c;
 }
 
-MT_AVX512 void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, float* out,
-                                         int64_t* idx) {
+namespace {
+template <typename E>
+MT_AVX512_BW void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W, E* out, int64_t* idx) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -63,9 +91,9 @@ MT_AVX512 void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW
     // 2 (ow + lane): the window's first input column; the tap adds (code >> 1) W + (code & 1).
     const __m512i col0 = _mm512_slli_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(int(ow))), 1);
     for (int64_t oh = 0; oh < OH; ++oh) {
-      const float* r0 = in + 2 * oh * W + 2 * ow;
+      const E* r0 = in + 2 * oh * W + 2 * ow;
       const Chunk c = window_max(r0, r0 + W, cs, even, odd);
-      if (out) _mm512_mask_storeu_ps(out + oh * OW + ow, cs.m, c.best);
+      if (out) store_lanes(out + oh * OW + ow, cs.m, c.best);
       if (idx) {  // flat index in the plane, in 32 bits (the plane is < 2^31), stored as 64
         const __m512i at = _mm512_add_epi32(
             _mm512_add_epi32(_mm512_set1_epi32(int(2 * oh * W)), _mm512_mullo_epi32(_mm512_srli_epi32(c.code, 1),
@@ -79,8 +107,8 @@ MT_AVX512 void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW
   }
 }
 
-MT_AVX512 void max_pool_plane_2x2_grad_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, const float* g,
-                                              float* gx) {
+template <typename E>
+MT_AVX512_BW void pool_grad_plane(const E* in, int64_t OH, int64_t OW, int64_t W, const E* g, E* gx) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   // Lane j of an interleaved row takes window j / 2 (low half) or 8 + j / 2 (high half).
@@ -92,21 +120,39 @@ MT_AVX512 void max_pool_plane_2x2_grad_avx512(const float* in, int64_t OH, int64
     for (int64_t oh = 0; oh < OH; ++oh) {
       const int64_t at = 2 * oh * W + 2 * ow;
       const Chunk c = window_max(in + at, in + at + W, cs, even, odd);
-      const __m512 gv = _mm512_add_ps(zero, _mm512_maskz_loadu_ps(cs.m, g + oh * OW + ow));  // 0 + g
+      const RowPair gr = load_row(g + oh * OW + ow, ChunkShape{cs.m, 0, cs.m});  // n gradients, one a window
+      const __m512 gv = _mm512_add_ps(zero, gr.lo);  // 0 + g
       __m512 tap[4];
       for (int k = 0; k < 4; ++k)
         tap[k] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(c.code, _mm512_set1_epi32(k)), gv);
       // Interleave even/odd columns back: row 0 = tap 0, tap 1 alternating; row 1 = tap 2, tap 3.
-      _mm512_mask_storeu_ps(gx + at, cs.lo, _mm512_permutex2var_ps(tap[0], lo_half, tap[1]));
-      _mm512_mask_storeu_ps(gx + at + 16, cs.hi, _mm512_permutex2var_ps(tap[0], hi_half, tap[1]));
-      _mm512_mask_storeu_ps(gx + at + W, cs.lo, _mm512_permutex2var_ps(tap[2], lo_half, tap[3]));
-      _mm512_mask_storeu_ps(gx + at + W + 16, cs.hi, _mm512_permutex2var_ps(tap[2], hi_half, tap[3]));
+      store_lanes(gx + at, cs.lo, _mm512_permutex2var_ps(tap[0], lo_half, tap[1]));
+      store_lanes(gx + at + 16, cs.hi, _mm512_permutex2var_ps(tap[0], hi_half, tap[1]));
+      store_lanes(gx + at + W, cs.lo, _mm512_permutex2var_ps(tap[2], lo_half, tap[3]));
+      store_lanes(gx + at + W + 16, cs.hi, _mm512_permutex2var_ps(tap[2], hi_half, tap[3]));
     }
   }
+}
+}  // namespace
+
+void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, float* out, int64_t* idx) {
+  pool_plane(in, OH, OW, W, out, idx);
+}
+void max_pool_plane_2x2_grad_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, const float* g, float* gx) {
+  pool_grad_plane(in, OH, OW, W, g, gx);
+}
+void max_pool_plane_2x2_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, BFloat16* out, int64_t* idx) {
+  pool_plane(in, OH, OW, W, out, idx);
+}
+void max_pool_plane_2x2_grad_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, const BFloat16* g,
+                                    BFloat16* gx) {
+  pool_grad_plane(in, OH, OW, W, g, gx);
 }
 #else
 void max_pool_plane_2x2_avx512(const float*, int64_t, int64_t, int64_t, float*, int64_t*) {}
 void max_pool_plane_2x2_grad_avx512(const float*, int64_t, int64_t, int64_t, const float*, float*) {}
+void max_pool_plane_2x2_avx512(const BFloat16*, int64_t, int64_t, int64_t, BFloat16*, int64_t*) {}
+void max_pool_plane_2x2_grad_avx512(const BFloat16*, int64_t, int64_t, int64_t, const BFloat16*, BFloat16*) {}
 #endif
 
 }  // namespace mixtape::cpu

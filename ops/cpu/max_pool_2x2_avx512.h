@@ -1,14 +1,18 @@
 // ops/cpu/max_pool_2x2_avx512.h — max_pool2d's 2x2, stride-2 window (every small CNN's) on f32
-// planes, 16 windows at a time in AVX-512. The same scan order and comparison as ops/max_pool.cpp's
+// and BF16 planes, 16 windows at a time in AVX-512 (BF16 widened exactly in registers, compared
+// in f32 and stored exactly: no widened plane, no rounding pass; the bits of the f32 kernel on
+// the widened plane, rounded). The same scan order and comparison as ops/max_pool.cpp's
 // SSE2 and scalar loops (taps in row-major order; take a tap when it is greater than the best so
 // far, or NaN), so values and indices are bit-identical to theirs. Measured: the SSE2 loops were
 // 13% of a SmallCNN fp32 training step (forward, and the backward's recomputed argmax).
 #pragma once
 #include <cstdint>
 
+#include "core/bfloat16.h"
+
 namespace mixtape::cpu {
 
-// True when this CPU has AVX-512F.
+// True when this CPU (and OS) has AVX-512F, BW and VL (every AVX-512 CPU since Skylake-X).
 bool max_pool_2x2_avx512_available();
 
 // One plane: in (H, W) with 2 OH <= H, 2 OW <= W and H W < 2^31 -> out (OH, OW) the maxima (when
@@ -20,5 +24,10 @@ void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW, int64_t 
 // window's other taps +0. Writes rows [0, 2 OH), columns [0, 2 OW) of gx (H, W); the rest is the
 // caller's.
 void max_pool_plane_2x2_grad_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, const float* g, float* gx);
+
+// The same on BF16 planes; the gradient plane's taps are BF16(0 + g) (exactly g, -0 as +0) and +0.
+void max_pool_plane_2x2_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, BFloat16* out, int64_t* idx);
+void max_pool_plane_2x2_grad_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, const BFloat16* g,
+                                    BFloat16* gx);
 
 }  // namespace mixtape::cpu

@@ -161,19 +161,22 @@ TEST(ConvPoolLinear, MaxPool2x2MatchesAWindowScanWithTiesNaNAndInf) {
   // a plain scan: ties keep the first tap in row-major order, a NaN takes over (a later NaN too,
   // as PyTorch), -inf is an ordinary value; an odd H or W drops the last row or column. Many
   // ties: values are small integers. Widths 10, 37 and 70: 5, 18 and 35 windows per row (one
-  // partial chunk; a full one and a partial; two full and a partial).
+  // partial chunk; a full one and a partial; two full and a partial). In f32 and in BF16 (its own
+  // AVX-512 kernels, widening in registers; the values are exact in BF16).
+  for (const DType dt : {DType::Float32, DType::BFloat16})
   for (const int64_t W : {10, 37, 70}) {
-    SCOPED_TRACE("W = " + std::to_string(W));
+    SCOPED_TRACE("W = " + std::to_string(W) + " in " + std::string(dtype_name(dt)));
     const int64_t H = 9, OH = H / 2, OW = W / 2, planes = 6;
     Generator g(21);
     std::vector<float> v = (rand({2, 3, H, W}, {}, &g) * 4.0).to_vector<float>();
     for (float& e : v) e = std::floor(e);
     for (size_t k : {7, 40, 41, 150, 151}) v[k] = NAN;
     for (size_t k : {100, 101, 110, 111, 300, 301, 302, 303}) v[k] = -INFINITY;
-    Tensor x = tensor(std::vector<double>(v.begin(), v.end()), {2, 3, H, W});
+    Tensor x = tensor(std::vector<double>(v.begin(), v.end()), {2, 3, H, W}).to(dt);
     auto [y, idx] = max_pool2d_with_indices(x, {2});
     ASSERT_EQ(y.sizes(), (IntList{2, 3, OH, OW}));
-    std::vector<float> got = y.to_vector<float>();
+    ASSERT_EQ(y.dtype(), dt);
+    std::vector<float> got = y.to(DType::Float32).to_vector<float>();
     std::vector<int64_t> got_i = idx.to_vector<int64_t>();
     for (int64_t p = 0; p < planes; ++p)
       for (int64_t oh = 0; oh < OH; ++oh)
@@ -192,17 +195,18 @@ TEST(ConvPoolLinear, MaxPool2x2MatchesAWindowScanWithTiesNaNAndInf) {
           else
             ASSERT_EQ(got[o], best);
         }
-    // The backward (f32: the fused AVX-512 pass where the CPU has it) equals the f64 backward
-    // (the generic argmax + scatter into zeros) on the same values, bit for bit: each window's
-    // gradient lands on its argmax as 0 + g (so -0 becomes +0), everything else, the dropped
-    // last row/column included, is +0.
-    Tensor gout64 = randn({2, 3, OH, OW}, DType::Float64, &g).to(DType::Float32).to(DType::Float64);
+    // The backward (f32, BF16: the fused AVX-512 pass where the CPU has it) equals the f64
+    // backward (the generic argmax + scatter into zeros) on the same values, bit for bit: each
+    // window's gradient lands on its argmax as 0 + g (so -0 becomes +0), everything else, the
+    // dropped last row/column included, is +0.
+    Tensor gout64 = randn({2, 3, OH, OW}, DType::Float64, &g).to(dt).to(DType::Float64);
     gout64.data_ptr<double>()[0] = -0.0;
     gout64.data_ptr<double>()[3] = -0.0;
-    Tensor x64 = x.to(DType::Float64).requires_grad_(), x32 = x.detach().requires_grad_();
-    (max_pool2d(x64, {2}) * gout64).sum().backward();
-    (max_pool2d(x32, {2}) * gout64.to(DType::Float32)).sum().backward();
-    EXPECT_TRUE(bit_equal(x32.grad(), x64.grad().to(DType::Float32)));
+    gout64.data_ptr<double>()[5] = NAN;
+    Tensor x64 = x.to(DType::Float64).requires_grad_(), xt = x.detach().requires_grad_();
+    max_pool2d(x64, {2}).backward(gout64);
+    max_pool2d(xt, {2}).backward(gout64.to(dt));
+    EXPECT_TRUE(bit_equal(xt.grad(), x64.grad().to(dt)));
   }
 }
 
