@@ -11,8 +11,10 @@
 # (train_throughput vs torch_suite.py throughput); (b) SmallCNN's layers forward and backward
 # (bench_layers vs torch_suite.py layers); (c) per-op overhead on 1-element tensors
 # (bench_op_overhead vs libtorch's bench_torch_op_overhead when libtorch-dev is there, and PyTorch
-# from Python); (d) GFLOP/s as a fraction of the measured FMA peak (fma_peak); (e) peak
-# memory of a training step by dtype (amp_step). bench/README.md says what every column means.
+# from Python); (d) GFLOP/s as a fraction of the measured FMA peak and, for BF16 on mixtape's
+# native kernel, of the measured vdpbf16ps peak (fma_peak); (e) peak memory of a training step by
+# dtype (amp_step). Where the CPU has AVX512_BF16, each round of (a) also runs mixtape's bf16 with
+# MIXTAPE_CPU_BF16=emulated (every GEMM widened to FP32: what other CPUs get). bench/README.md says what every column means.
 #
 # Environment: BUILD_DIR (default build-bench), JOBS (build parallelism, default 2), PYTHON
 # (default /usr/bin/python3, Debian's, which has python3-torch). The raw outputs (JSON, logs)
@@ -26,7 +28,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "suite.sh: unknown option '$1' (--quick, --threads N, --out DIR, --rounds N)" >&2; exit 2 ;;
   esac
 done
@@ -112,6 +114,8 @@ step() {
 to_file() { local f=$1; shift; "$@" >"$f"; }  # stdout to a file the report parses
 torch_run() { "$python" bench/torch_suite.py "$@" --threads "$threads"; }
 
+native_bf16=0
+grep -qw avx512_bf16 /proc/cpuinfo && native_bf16=1
 step "(d) FMA peak" "$b/fma_peak" --threads "$threads" "${fma[@]}" --json "$out/fma.json"
 for model in smallcnn resnet8; do
   for r in $(seq 1 "$rounds"); do
@@ -119,6 +123,10 @@ for model in smallcnn resnet8; do
       --threads "$threads" "${tp[@]}" --json "$out/tp_mixtape_${model}_r$r.json"
     [ $have_torch = 0 ] || step "(a) $model throughput: torch (round $r/$rounds)" torch_run throughput \
       --model "$model" "${tp[@]}" --json "$out/tp_torch_${model}_r$r.json"
+    # What a CPU without AVX512_BF16 gets: the bf16 run with every GEMM widened to FP32.
+    [ $native_bf16 = 0 ] || step "(a) $model throughput: mixtape bf16 emulated (round $r/$rounds)" \
+      env MIXTAPE_CPU_BF16=emulated "$b/train_throughput" --model "$model" --threads "$threads" "${tp[@]}" \
+      --modes bf16 --json "$out/tp_mixtape-emulated_${model}_r$r.json"
   done
 done
 step "(b) layers: mixtape" to_file "$out/layers_mixtape.txt" "$b/bench_layers" "${gb[@]}" \

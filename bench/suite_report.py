@@ -268,24 +268,31 @@ def report(out):
     wide = (fma or {}).get("avx512")
     peak = (wide["all"] if wide else fma["all"])["median"] if fma and fma.get("available") else None
     peak_isa = "AVX-512" if wide else "AVX2"
+    # The BF16 dot-product peak (vdpbf16ps), the ceiling of mixtape's native BF16 GEMM.
+    bf16_peak = ((fma or {}).get("avx512_bf16") or {}).get("all", {}).get("median")
     sc_fwd, sc_bwd = flops(SMALLCNN)
     r8_fwd, r8_bwd = flops(RESNET8)
     per_image = {"smallcnn": sc_fwd + sc_bwd, "resnet8": r8_fwd + r8_bwd}
 
     # (a)
-    tp = {(fw, m): merge_rounds(load_rounds(out, fw, m)) for fw in ("mixtape", "torch") for m in ("smallcnn", "resnet8")}
+    tp = {(fw, m): merge_rounds(load_rounds(out, fw, m))
+          for fw in ("mixtape", "torch", "mixtape-emulated") for m in ("smallcnn", "resnet8")}
     first = next((v for v in tp.values() if v), None)
     desc = (f"batch 128, {threads} threads, data: {first['data']}; {first['warmup']} warm-up steps, then the median "
             f"of {first['windows']} windows of {first['steps']} steps; {first['rounds']} round(s), mixtape and torch "
             "run back to back in each: a cell is the median of the rounds' medians (min..max of all windows), a ratio "
             "the median of the per-round ratios") if first else "no data"
     L += ["## (a) Training throughput, images/s", "", desc + ".", "",
-          f"| model | mode | mixtape | {torch_label} | mixtape / torch | mixtape / own fp32 | mixtape GFLOP/s | % of {peak_isa} FMA peak |",
+          f"| model | mode | mixtape | {torch_label} | mixtape / torch | mixtape / own fp32 | mixtape GFLOP/s | % of peak |",
           "|---|---|---:|---:|---:|---:|---:|---:|"]
     for model in ("smallcnn", "resnet8"):
-        mt, tt = tp[("mixtape", model)], tp[("torch", model)]
-        for mode in ("fp32", "fp16", "bf16"):
-            md = (mt or {}).get("modes", {}).get(mode)
+        mt, tt, et = tp[("mixtape", model)], tp[("torch", model)], tp[("mixtape-emulated", model)]
+        native = "bf16 GEMM: native" in (mt or {}).get("blas", "")
+        rows = [("fp32", mt, "fp32"), ("fp16", mt, "fp16"), ("bf16", mt, "bf16")]
+        if et:  # the same bf16 run with MIXTAPE_CPU_BF16=emulated: what a CPU without AVX512_BF16 gets
+            rows.append(("bf16 emulated", et, "bf16"))
+        for label, src, mode in rows:
+            md = (src or {}).get("modes", {}).get(mode)
             td = (tt or {}).get("modes", {}).get(mode)
             if td is None:
                 td = {"na": NA_FP16} if mode == "fp16" and torch_ver else {"na": "not run" if torch_ver else "no torch"}
@@ -293,13 +300,15 @@ def report(out):
             if md and "images_per_s" in md:
                 if "images_per_s" in td:
                     ratio = f"{round_ratio(md, td):.2f}x"
-                base = mt["modes"].get("fp32") or {}
+                base = ((mt or {}).get("modes") or {}).get("fp32") or {}
                 if "images_per_s" in base:
                     own = f"{round_ratio(md, base):.2f}x"
                 g = md["images_per_s"] * per_image[model] / 1e9
                 gf = f"{g:.1f}"
-                pct = f"{100 * g / peak:.1f}%" if peak else "—"
-            L.append(f"| {model} | {mode} | {fmt_rate(md)} | {fmt_rate(td)} | {ratio} | {own} | {gf} | {pct} |")
+                # BF16 on the native kernel against the vdpbf16ps peak, everything else the FMA's.
+                ceiling = bf16_peak if label == "bf16" and native and bf16_peak else peak
+                pct = f"{100 * g / ceiling:.1f}%" if ceiling else "—"
+            L.append(f"| {model} | {label} | {fmt_rate(md)} | {fmt_rate(td)} | {ratio} | {own} | {gf} | {pct} |")
     used = {f"{fw} {m}: {v['threads']}" for (fw, m), v in tp.items() if v and str(v.get("threads")) != str(threads)}
     if used:
         L += ["", f"**Warning**: thread counts differ from --threads {threads}: {', '.join(sorted(used))}."]
@@ -310,6 +319,17 @@ def report(out):
             tgf.append(f"{model} {td * per_image[model] / 1e9:.1f} GFLOP/s = {100 * td * per_image[model] / 1e9 / peak:.1f}%")
     if tgf:
         L += ["", f"PyTorch fp32 for the same FLOP counts: {'; '.join(tgf)} of the {peak_isa} FMA peak."]
+    tbf = []
+    for model in ("smallcnn", "resnet8"):
+        td = ((tp[("torch", model)] or {}).get("modes", {}).get("bf16") or {}).get("images_per_s")
+        if td and bf16_peak:
+            tbf.append(f"{model} {td * per_image[model] / 1e9:.1f} GFLOP/s = {100 * td * per_image[model] / 1e9 / bf16_peak:.1f}%")
+    if tbf:
+        L += ["", f"PyTorch bf16 for the same FLOP counts: {'; '.join(tbf)} of the vdpbf16ps peak."]
+    L += ["", f"% of peak: of the {peak_isa} FMA peak, except bf16 on mixtape's native BF16 GEMM (`bf16 GEMM: native` "
+          f"in train_throughput's BLAS line): of the vdpbf16ps peak{f' ({bf16_peak:.1f} GFLOP/s, table (d))' if bf16_peak else ''}. "
+          "`bf16 emulated`: the bf16 run again with MIXTAPE_CPU_BF16=emulated (BF16 widened to FP32 for every GEMM), "
+          "in the same rounds, where the CPU has AVX512_BF16."]
     L.append("")
 
     # (b)
@@ -381,6 +401,11 @@ def report(out):
               "| threads | AVX2 |" + (" AVX-512 |" if wide else ""), "|---:|---:|" + ("---:|" if wide else ""),
               f"| 1 | {st(fma['one'])} |" + (f" {st(wide['one'])} |" if wide else ""),
               f"| {fma['all']['threads']} | {st(fma['all'])} |" + (f" {st(wide['all'])} |" if wide else ""),
+              *([f"", f"AVX512_BF16 `vdpbf16ps` zmm (32 BF16 pair products into 16 FP32 lanes, 64 flops), "
+                     f"{fma['avx512_bf16']['chains']} chains per thread: 1 thread {st(fma['avx512_bf16']['one'])}, "
+                     f"{fma['avx512_bf16']['all']['threads']} threads {st(fma['avx512_bf16']['all'])} GFLOP/s: the "
+                     "ceiling of mixtape's native BF16 GEMM (table (a)'s bf16 rows divide by its multi-thread median)."]
+                if fma.get("avx512_bf16") else []),
               "", f"Table (a)'s % of peak divides by the {fma['all']['threads']}-thread {peak_isa} median"
               + (": mixtape's f32 GEMMs run on AVX-512 here (ops/cpu/sgemm_avx512.h); its other loops use at most AVX2, "
                  "and PyTorch's oneDNN uses AVX-512 too." if wide else ".")]

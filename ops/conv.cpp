@@ -21,7 +21,9 @@
 //   Row r's order is w's memory order, so group g's rows are the block [g K/G, (g+1) K/G) and
 //   w_g = w[g O/G : (g+1) O/G] viewed as (O/G, K/G) multiplies it directly:
 //     forward      y_n[g] (O/G, L) = w_g (O/G, K/G) @ col_g (K/G, L)   (y_n prefilled with b, beta = 1)
-//     input grad   col_g = w_g^T @ g_n[g], then col2im (the adjoint of im2col) adds col into zeros
+//     input grad   col_g = w_g^T @ g_n[g], then col2im (the adjoint of im2col) adds col into zeros;
+//                  with unit strides and O <= C instead the forward conv of g_n with w transposed
+//                  and flipped (input_grad_is_a_conv)
 //     weight grad  w_g += g_n[g] (O/G, L) @ col_g^T (L, K/G), summed over the images
 //   1x1 kernels with stride 1 and no padding need no col: it is x_n itself, (C, H W).
 //   Rows/columns of the image a window never reaches (stride > 1) get zero gradient.
@@ -421,6 +423,39 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
       for (int64_t i = 0; i < wsize; ++i) gw[i] += acc[static_cast<size_t>(t * wsize + i)];
 }
 
+// With unit strides and padding within the kernel's reach, the input gradient is itself a
+// convolution: gx[c, h, w] = sum_{o, ki, kj} gy[o, h + pH - ki dH, w + pW - kj dW] w[o, c, ki, kj]
+// is conv2d(gy, w^T flipped) with padding (k - 1) d - p, whose output is H x W again. As a forward
+// conv it is one GEMM of depth O/G kH kW on im2col(gy) (O kH kW rows, in the operand type) instead
+// of a GEMM of depth O/G into an FP32 col of C kH kW rows that col2im scatter-adds into zeros.
+// Taken when it copies no more rows than it saves (O <= C: ResNet's 3x3 convs, where it measured
+// 1.12-1.30x faster at 16 and 32 channels, FP32 and BF16, and level at 64 on 7x7, batch 128, 2
+// threads); SmallCNN's conv2 (32 -> 64) measured no gain in BF16 and 8% slower in FP32 that way.
+bool input_grad_is_a_conv(const ConvGeom& g) {
+  return g.sH == 1 && g.sW == 1 && g.pH <= (g.kH - 1) * g.dH && g.pW <= (g.kW - 1) * g.dW && g.Og() > 0 &&
+         g.Kg() > 0 && g.O <= g.C && !g.direct();
+}
+// The geometry of that conv: input gy (N, O, OH, OW), weight (C, O/G, kH, kW), output (N, C, H, W).
+ConvGeom input_grad_conv_geometry(const ConvGeom& g) {
+  ConvGeom t = g;
+  t.C = g.O, t.H = g.OH, t.W = g.OW, t.O = g.C;
+  t.pH = (g.kH - 1) * g.dH - g.pH, t.pW = (g.kW - 1) * g.dW - g.pW;
+  t.OH = g.H, t.OW = g.W;
+  return t;
+}
+// Its weight: wt[gr C/G + c, o, kH - 1 - ki, kW - 1 - kj] = w[gr O/G + o, c, ki, kj] (in group gr).
+template <typename A>
+void flip_transpose_weight(const ConvGeom& g, const A* w, A* wt) {
+  const int64_t Og = g.Og(), Cg = g.C / g.G;
+  for (int64_t gr = 0; gr < g.G; ++gr)
+    for (int64_t o = 0; o < Og; ++o)
+      for (int64_t c = 0; c < Cg; ++c)
+        for (int64_t ki = 0; ki < g.kH; ++ki)
+          for (int64_t kj = 0; kj < g.kW; ++kj)
+            wt[(((gr * Cg + c) * Og + o) * g.kH + (g.kH - 1 - ki)) * g.kW + (g.kW - 1 - kj)] =
+                w[(((gr * Og + o) * Cg + c) * g.kH + ki) * g.kW + kj];
+}
+
 // Runs fn<S, T, A>() for storage S, compute T and GEMM operand A: (float, float, float),
 // (double, double, double), (Half, float, float), and for BFloat16 (BFloat16, float, BFloat16)
 // on the native BF16 GEMM (`native_bf16`: cpu::bf16_native_gemm(), read once per call by the
@@ -486,9 +521,18 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
   if (out.numel() == 0) return {out};
   const bool native = cpu::bf16_native_gemm();
   Tensor gc = dense(gy, gy.dtype()), wc = dense(w, operand_type(gy.dtype(), native));
+  const bool as_conv = input_grad_is_a_conv(g);
+  Tensor wt = as_conv ? Tensor::empty({g.C, g.Og(), g.kH, g.kW}, TensorOptions(wc.dtype())) : Tensor();
   visit_types(gy.dtype(), native, [&]<typename S, typename T, typename A>() {
-    conv_input_grad<S, T, A>(g, static_cast<const S*>(gc.data_ptr()), static_cast<const A*>(wc.data_ptr()),
-                          static_cast<S*>(out.data_ptr()));
+    const S* gp = static_cast<const S*>(gc.data_ptr());
+    const A* wp = static_cast<const A*>(wc.data_ptr());
+    if (as_conv) {
+      flip_transpose_weight(g, wp, static_cast<A*>(wt.data_ptr()));
+      conv_forward<S, T, A>(input_grad_conv_geometry(g), gp, static_cast<const A*>(wt.data_ptr()), nullptr,
+                            static_cast<S*>(out.data_ptr()));
+    } else {
+      conv_input_grad<S, T, A>(g, gp, wp, static_cast<S*>(out.data_ptr()));
+    }
   });
   return {out};
 }

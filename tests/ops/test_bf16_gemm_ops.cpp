@@ -107,7 +107,7 @@ TEST(Bf16GemmOps, LinearForwardAndBackwardNativeWithinTheBound) {
 // FP32 additions of at most kH kW partial sums, within the same bound) or N OH OW (weight grad,
 // slices of one image each) products; the bound is the op on |inputs| in f64. Geometries: the
 // plane-shift im2col (3x3, pad 1), strides, dilation, groups, 1x1 (direct: no col), odd K, a
-// batch big enough for the batch threads.
+// batch big enough for the batch threads; O <= C, where the input gradient is a forward conv.
 TEST(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
   MT_REQUIRE_NATIVE_BF16();
   struct Cfg {
@@ -118,6 +118,8 @@ TEST(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
   };
   const Cfg cfgs[] = {
       {"3x3-same", {16, 32, 14, 14}, {64, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
+      // O <= C: the input gradient runs as a forward conv of gy (ResNet's blocks)
+      {"3x3-resnet", {8, 32, 14, 14}, {32, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
       {"stride-padding", {3, 5, 9, 8}, {7, 5, 3, 2}, {2, 1}, {1, 2}, {1, 1}, 1},
       {"dilation-groups", {2, 6, 11, 11}, {9, 2, 3, 3}, {1, 1}, {2, 1}, {2, 3}, 3},
       {"1x1", {4, 40, 6, 6}, {33, 40, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},

@@ -73,6 +73,9 @@ TEST_P(ConvPoolLinear16, Conv2dAndGradientOps) {
       {"1x1", {2, 8, 5, 5}, {4, 8, 1, 1}, true, {1, 1}, {0, 0}, {1, 1}, 1},
       // large enough for the batch-parallel path (N K L >= cpu::kParallelGrain)
       {"parallel", {16, 8, 10, 10}, {16, 8, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 1},
+      // O <= C with unit strides: the input gradient runs as a forward conv of gy
+      {"in-grad-as-conv", {3, 8, 7, 7}, {8, 8, 3, 3}, true, {1, 1}, {1, 1}, {1, 1}, 1},
+      {"in-grad-as-conv-groups-dilation", {2, 6, 9, 8}, {4, 3, 3, 2}, false, {1, 1}, {2, 0}, {2, 3}, 2},
   };
   uint64_t seed = 100;
   for (const Cfg& c : cfgs) {

@@ -1,0 +1,56 @@
+# examples/bf16_accuracy_check.cmake — ctest driver (cmake -P): "no loss of accuracy" for BF16.
+# Runs the main job (make demo's command: SmallCNN, 3 epochs of Fashion-MNIST, SGD 0.05 momentum
+# 0.9, cosine schedule, batch 128) in FP32 and with --amp bf16, for seeds 0 and 1, and requires
+# each seed's BF16 test accuracy to be within 0.5 points of its FP32 one. On a CPU with
+# AVX512_BF16 the BF16 runs compute on vdpbf16ps; MIXTAPE_CPU_BF16=emulated checks the widened path.
+# Inputs: -DTRAIN=<train_fashion_mnist> -DWORK=<scratch dir>
+cmake_minimum_required(VERSION 3.19)  # string(JSON)
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+set(main_job --model smallcnn --epochs 3 --batch-size 128 --lr 0.05 --momentum 0.9 --schedule cosine
+             --threads 2 --log-every 100000)
+
+function(accuracy out amp seed)
+  set(name ${amp}_seed${seed})
+  execute_process(COMMAND ${TRAIN} ${main_job} --amp ${amp} --seed ${seed} --metrics ${WORK}/${name}.csv
+                          --summary-json ${WORK}/${name}.json
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE log ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "train_fashion_mnist --amp ${amp} --seed ${seed} failed (${rc}):\n${log}\n${err}")
+  endif()
+  file(READ ${WORK}/${name}.json summary)
+  string(JSON acc GET "${summary}" test_accuracy)
+  set(${out} ${acc} PARENT_SCOPE)
+endfunction()
+
+# A test accuracy (a fraction of the 10,000 test images, printed round-trip exact, e.g. 0.9141)
+# in hundredths of a point: cmake's math is integer-only.
+function(basis_points out fraction)
+  if(NOT fraction MATCHES "^([01])(\\.([0-9]+))?$")
+    message(FATAL_ERROR "unexpected test_accuracy '${fraction}'")
+  endif()
+  set(whole ${CMAKE_MATCH_1})
+  string(SUBSTRING "${CMAKE_MATCH_3}0000" 0 4 digits)  # (math reads "0805" as decimal 805)
+  math(EXPR bp "${whole} * 10000 + ${digits}")
+  set(${out} ${bp} PARENT_SCOPE)
+endfunction()
+
+set(failures "")
+foreach(seed 0 1)
+  accuracy(fp32 off ${seed})
+  accuracy(bf16 bf16 ${seed})
+  basis_points(a ${fp32})
+  basis_points(b ${bf16})
+  math(EXPR gap "${a} - ${b}")
+  if(gap LESS 0)
+    math(EXPR gap "-${gap}")
+  endif()
+  message(STATUS "seed ${seed}: test accuracy FP32 ${fp32}, BF16 ${bf16}, gap ${gap} hundredths of a point")
+  if(gap GREATER 50)
+    string(APPEND failures "seed ${seed}: FP32 ${fp32} vs BF16 ${bf16}, more than 0.5 points apart\n")
+  endif()
+endforeach()
+if(failures)
+  message(FATAL_ERROR "BF16 lost accuracy:\n${failures}")
+endif()
+message(STATUS "BF16 within 0.5 points of FP32 on seeds 0 and 1")
