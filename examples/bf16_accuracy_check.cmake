@@ -23,15 +23,16 @@ function(accuracy out amp seed)
   set(${out} ${acc} PARENT_SCOPE)
 endfunction()
 
-# A test accuracy (a fraction of the 10,000 test images, printed round-trip exact, e.g. 0.9141)
-# in hundredths of a point: cmake's math is integer-only.
+# A test accuracy (a fraction of the 10,000 test images, e.g. 0.9141) in hundredths of a point:
+# cmake's math is integer-only. string(JSON) gives the double with 17 digits (0.8805 reads
+# 0.88049999999999995), so six digits are taken and rounded to four.
 function(basis_points out fraction)
   if(NOT fraction MATCHES "^([01])(\\.([0-9]+))?$")
     message(FATAL_ERROR "unexpected test_accuracy '${fraction}'")
   endif()
   set(whole ${CMAKE_MATCH_1})
-  string(SUBSTRING "${CMAKE_MATCH_3}0000" 0 4 digits)  # (math reads "0805" as decimal 805)
-  math(EXPR bp "${whole} * 10000 + ${digits}")
+  string(SUBSTRING "${CMAKE_MATCH_3}000000" 0 6 digits)  # (math reads "080500" as decimal 80500)
+  math(EXPR bp "${whole} * 10000 + (${digits} + 50) / 100")
   set(${out} ${bp} PARENT_SCOPE)
 endfunction()
 

@@ -428,12 +428,17 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
 // is conv2d(gy, w^T flipped) with padding (k - 1) d - p, whose output is H x W again. As a forward
 // conv it is one GEMM of depth O/G kH kW on im2col(gy) (O kH kW rows, in the operand type) instead
 // of a GEMM of depth O/G into an FP32 col of C kH kW rows that col2im scatter-adds into zeros.
+// (Like the forward's im2col, it multiplies gy's zero padding by the weights, so an infinite or NaN
+// weight makes NaN gradients at the border where col2im left them finite.)
 // Taken when it copies no more rows than it saves (O <= C: ResNet's 3x3 convs, where it measured
 // 1.12-1.30x faster at 16 and 32 channels, FP32 and BF16, and level at 64 on 7x7, batch 128, 2
 // threads); SmallCNN's conv2 (32 -> 64) measured no gain in BF16 and 8% slower in FP32 that way.
 bool input_grad_is_a_conv(const ConvGeom& g) {
+  // im2col(gy) is (O kH kW, H W), the old col (C kH kW, OH OW): the new one must be no larger. With
+  // little padding H W exceeds OH OW (a 7x7 kernel on a 7x7 input without padding: 49x), and the
+  // extra columns would be GEMM work on padding zeros. "Same" convolutions have H W == OH OW.
   return g.sH == 1 && g.sW == 1 && g.pH <= (g.kH - 1) * g.dH && g.pW <= (g.kW - 1) * g.dW && g.Og() > 0 &&
-         g.Kg() > 0 && g.O <= g.C && !g.direct();
+         g.Kg() > 0 && !g.direct() && g.O * g.H * g.W <= g.C * g.OH * g.OW && g.H * g.W <= INT_MAX;
 }
 // The geometry of that conv: input gy (N, O, OH, OW), weight (C, O/G, kH, kW), output (N, C, H, W).
 ConvGeom input_grad_conv_geometry(const ConvGeom& g) {
@@ -649,7 +654,14 @@ const OpSchema& kConv2dInputGrad =
                 [](const TensorList& x) {
                   return TensorList{conv2d_input_grad(x[0], x[1], {1, 4, 6, 6}, {1, 1}, {1, 1}, {2, 2}, 2)};
                 },
-                sums_of(36));
+                sums_of(36))
+        // "Same" padding, O <= C, a non-square kernel, groups and dilation: run as the forward conv
+        // of the gradient with the flipped, transposed weight (input_grad_is_a_conv).
+        .sample("as-a-conv-non-square-groups", {arg({1, 4, 6, 7}), arg({4, 2, 3, 5})},
+                [](const TensorList& x) {
+                  return TensorList{conv2d_input_grad(x[0], x[1], {1, 4, 6, 7}, {1, 1}, {2, 2}, {2, 1}, 2)};
+                },
+                sums_of(30));
 const OpSchema& kConv2dWeightGrad =
     define_op("conv2d_weight_grad")
         .save({0, 1})

@@ -56,11 +56,15 @@ MT_AVX512_BW inline RowPair load_row(const BFloat16* r, const ChunkShape& cs) {
   const __m512i v = _mm512_maskz_loadu_epi16(__mmask32(cs.lo) | (__mmask32(cs.hi) << 16), r);
   return {widen_bf16(_mm512_castsi512_si256(v)), widen_bf16(_mm512_extracti64x4_epi64(v, 1))};
 }
-// Stores the lanes of `m` of 16 floats at dst; BF16 keeps each float's upper half, exact for
-// floats widened from BF16 (every value these kernels store: a tap, or 0 + a BF16 gradient).
+// Stores the lanes of `m` of 16 floats at dst. BF16 keeps each float's upper half, exact for
+// floats widened from BF16 (every value these kernels store: a tap, or 0 + a BF16 gradient), and
+// sets a NaN's quiet bit as the rounding conversion (float_to_bfloat16_bits) does, so a
+// signalling NaN comes out quiet on every path.
 MT_AVX512 inline void store_lanes(float* dst, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(dst, m, v); }
 MT_AVX512_BW inline void store_lanes(BFloat16* dst, __mmask16 m, __m512 v) {
-  _mm256_mask_storeu_epi16(dst, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+  __m512i hi = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
+  hi = _mm512_mask_or_epi32(hi, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), hi, _mm512_set1_epi32(0x0040));
+  _mm256_mask_storeu_epi16(dst, m, _mm512_cvtepi32_epi16(hi));
 }
 
 // The windows of chunk columns [2 ow, 2 ow + 2n) of input rows r0, r1.
