@@ -153,6 +153,40 @@ TEST(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
   }
 }
 
+// The BF16 im2col of "same" convolutions (ops/cpu/im2col_bf16_avx512.h: 32 columns per masked
+// load) against the generic loops: the same conv on an input zero-padded by hand along W (padding
+// 0 there, so OW != W) takes them. Forward and weight gradient see the same col values at the same
+// GEMM positions: the same bits. Planes of one partial chunk to several, OH != H, dilation, groups.
+TEST(Bf16GemmOps, Conv2dBf16Im2colEqualsTheGeneralLoopsBitForBit) {
+  MT_REQUIRE_NATIVE_BF16();
+  cpu::Bf16GemmOverride native(cpu::Bf16GemmPath::Native);
+  struct Case {
+    IntList x, w, padding, dilation;
+    int64_t groups;
+  };
+  uint64_t seed = 90;
+  for (const Case& c : {Case{{2, 3, 6, 7}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1},
+                        Case{{1, 2, 7, 5}, {3, 2, 3, 3}, {2, 1}, {2, 1}, 1},
+                        Case{{2, 4, 5, 9}, {6, 2, 5, 5}, {2, 2}, {1, 1}, 2},
+                        Case{{1, 2, 9, 10}, {3, 2, 3, 3}, {0, 1}, {1, 1}, 1},
+                        Case{{2, 5, 14, 14}, {8, 5, 3, 3}, {1, 1}, {1, 1}, 1},
+                        Case{{1, 3, 28, 28}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1}}) {
+    SCOPED_TRACE("x " + shape_str(c.x) + " w " + shape_str(c.w));
+    const Tensor x = bf16_randn(c.x, seed++), w = bf16_randn(c.w, seed++);
+    const Tensor y1 = conv2d(x, w, Tensor(), {1, 1}, c.padding, c.dilation, c.groups);
+    const Tensor gy = bf16_randn(y1.sizes(), seed++);
+    const int64_t P = c.padding[1];
+    const Tensor side = zeros({c.x[0], c.x[1], c.x[2], P}, DType::BFloat16);
+    const Tensor xp = P > 0 ? cat({side, x, side}, 3) : x;
+    const IntList general_pad{c.padding[0], 0};
+    const Tensor y2 = conv2d(xp, w, Tensor(), {1, 1}, general_pad, c.dilation, c.groups);
+    EXPECT_EQ(std::memcmp(y1.contiguous().data_ptr(), y2.contiguous().data_ptr(), y1.nbytes()), 0) << "forward";
+    const Tensor gw1 = conv2d_weight_grad(x, gy, c.w, {1, 1}, c.padding, c.dilation, c.groups);
+    const Tensor gw2 = conv2d_weight_grad(xp, gy, c.w, {1, 1}, general_pad, c.dilation, c.groups);
+    EXPECT_EQ(std::memcmp(gw1.data_ptr(), gw2.data_ptr(), gw1.nbytes()), 0) << "weight gradient";
+  }
+}
+
 // Small integers through every conv op: all products and partial sums are exact in FP32, so both
 // paths give the same bits (and the native one equals the rounded f32 conv).
 TEST(Bf16GemmOps, Conv2dSmallIntegersGiveTheSameBitsOnBothPaths) {
