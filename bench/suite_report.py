@@ -312,20 +312,16 @@ def report(out):
     used = {f"{fw} {m}: {v['threads']}" for (fw, m), v in tp.items() if v and str(v.get("threads")) != str(threads)}
     if used:
         L += ["", f"**Warning**: thread counts differ from --threads {threads}: {', '.join(sorted(used))}."]
-    tgf = []
-    for model in ("smallcnn", "resnet8"):
-        td = ((tp[("torch", model)] or {}).get("modes", {}).get("fp32") or {}).get("images_per_s")
-        if td and peak:
-            tgf.append(f"{model} {td * per_image[model] / 1e9:.1f} GFLOP/s = {100 * td * per_image[model] / 1e9 / peak:.1f}%")
-    if tgf:
-        L += ["", f"PyTorch fp32 for the same FLOP counts: {'; '.join(tgf)} of the {peak_isa} FMA peak."]
-    tbf = []
-    for model in ("smallcnn", "resnet8"):
-        td = ((tp[("torch", model)] or {}).get("modes", {}).get("bf16") or {}).get("images_per_s")
-        if td and bf16_peak:
-            tbf.append(f"{model} {td * per_image[model] / 1e9:.1f} GFLOP/s = {100 * td * per_image[model] / 1e9 / bf16_peak:.1f}%")
-    if tbf:
-        L += ["", f"PyTorch bf16 for the same FLOP counts: {'; '.join(tbf)} of the vdpbf16ps peak."]
+    def torch_against(mode, ceiling, what):
+        """PyTorch's `mode` throughput as GFLOP/s and % of `ceiling`, one line for both models."""
+        cells = []
+        for model in ("smallcnn", "resnet8"):
+            td = ((tp[("torch", model)] or {}).get("modes", {}).get(mode) or {}).get("images_per_s")
+            if td and ceiling:
+                g = td * per_image[model] / 1e9
+                cells.append(f"{model} {g:.1f} GFLOP/s = {100 * g / ceiling:.1f}%")
+        return ["", f"PyTorch {mode} for the same FLOP counts: {'; '.join(cells)} of the {what}."] if cells else []
+    L += torch_against("fp32", peak, f"{peak_isa} FMA peak") + torch_against("bf16", bf16_peak, "vdpbf16ps peak")
     L += ["", f"% of peak: of the {peak_isa} FMA peak, except bf16 on mixtape's native BF16 GEMM (`bf16 GEMM: native` "
           f"in train_throughput's BLAS line): of the vdpbf16ps peak{f' ({bf16_peak:.1f} GFLOP/s, table (d))' if bf16_peak else ''}. "
           "`bf16 emulated`: the bf16 run again with MIXTAPE_CPU_BF16=emulated (BF16 widened to FP32 for every GEMM), "

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <utility>
 
 #include <mixtape/mixtape.h>
 
@@ -35,6 +36,17 @@ Tensor with_path(cpu::Bf16GemmPath path, const std::function<Tensor()>& f) {
 TensorList with_path_list(cpu::Bf16GemmPath path, const std::function<TensorList()>& f) {
   cpu::Bf16GemmOverride o(path);
   return f();
+}
+// conv2d(x, w), conv2d_input_grad(gx_of, w) and conv2d_weight_grad(x, gw_of) (3x3, padding 1) on
+// the native and on the emulated path: {native results, emulated results}.
+std::pair<TensorList, TensorList> conv_ops_both_paths(const Tensor& x, const Tensor& w, const Tensor& gx_of,
+                                                      const Tensor& gw_of) {
+  const IntList one{1, 1};
+  auto all = [&] {
+    return TensorList{conv2d(x, w, Tensor(), one, one), conv2d_input_grad(gx_of, w, x.sizes(), one, one),
+                      conv2d_weight_grad(x, gw_of, w.sizes(), one, one)};
+  };
+  return {with_path_list(cpu::Bf16GemmPath::Native, all), with_path_list(cpu::Bf16GemmPath::Emulated, all)};
 }
 
 // |native - emulated| <= 2 k u bound + 2^-7 |emulated|, element by element; `abs_product` is
@@ -197,13 +209,7 @@ TEST(Bf16GemmOps, Conv2dSmallIntegersGiveTheSameBitsOnBothPaths) {
     return t.to(DType::BFloat16);
   };
   const Tensor x = ints({4, 6, 7, 7}, 1), w = ints({5, 6, 3, 3}, 2), gy = ints({4, 5, 7, 7}, 3);
-  const IntList one{1, 1};
-  auto all = [&] {
-    return TensorList{conv2d(x, w, Tensor(), one, one), conv2d_input_grad(gy, w, x.sizes(), one, one),
-                      conv2d_weight_grad(x, gy, w.sizes(), one, one)};
-  };
-  const TensorList n = with_path_list(cpu::Bf16GemmPath::Native, all);
-  const TensorList e = with_path_list(cpu::Bf16GemmPath::Emulated, all);
+  const auto [n, e] = conv_ops_both_paths(x, w, gy, gy);
   for (size_t i = 0; i < n.size(); ++i)
     EXPECT_EQ(std::memcmp(n[i].contiguous().data_ptr(), e[i].contiguous().data_ptr(), n[i].nbytes()), 0) << i;
 }
@@ -217,13 +223,7 @@ TEST(Bf16GemmOps, Conv2dReachesTheNativeKernel) {
   const Tensor w = full({3, 4, 3, 3}, 1.0, TensorOptions(DType::BFloat16));
   const Tensor gy = full({2, 3, 5, 5}, tiny, TensorOptions(DType::BFloat16));
   const Tensor ones = full({2, 3, 5, 5}, 1.0, TensorOptions(DType::BFloat16));
-  const IntList one{1, 1};
-  auto all = [&] {
-    return TensorList{conv2d(x, w, Tensor(), one, one), conv2d_input_grad(gy, w, x.sizes(), one, one),
-                      conv2d_weight_grad(x, ones, w.sizes(), one, one)};
-  };
-  const TensorList n = with_path_list(cpu::Bf16GemmPath::Native, all);
-  const TensorList e = with_path_list(cpu::Bf16GemmPath::Emulated, all);
+  const auto [n, e] = conv_ops_both_paths(x, w, gy, ones);
   for (size_t i = 0; i < n.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(get_element(n[i], 0), 0.0);
