@@ -63,7 +63,7 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
-#include "ops/cpu/im2col_bf16_avx512.h"
+#include "ops/cpu/im2col_avx512.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
@@ -195,9 +195,9 @@ void set_border_columns(const ConvGeom& g, const Shift& sh, T v, T* row) {
 template <typename T>
 void im2col(const T* x, const ConvGeom& g, T* col) {
   const int64_t L = g.L();
-  if constexpr (std::is_same_v<T, BFloat16>) {
-    if (plane_shift(g) && cpu::im2col_bf16_avx512_available())  // the same bits, 32 columns a load
-      return cpu::im2col_plane_shift_bf16_avx512(x, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH, col);
+  if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, float>) {
+    if (plane_shift(g) && cpu::im2col_avx512_available())  // the same bits, 16 or 32 columns a load
+      return cpu::im2col_plane_shift_avx512(x, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH, col);
   }
   if (plane_shift(g)) {
     for_each_shifted_row(g, col, [&](int64_t c, const Shift& sh, T* row) {

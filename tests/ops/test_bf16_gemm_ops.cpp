@@ -165,7 +165,7 @@ TEST(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
   }
 }
 
-// The BF16 im2col of "same" convolutions (ops/cpu/im2col_bf16_avx512.h: 32 columns per masked
+// The BF16 im2col of "same" convolutions (ops/cpu/im2col_avx512.h: 32 columns per masked
 // load) against the generic loops: the same conv on an input zero-padded by hand along W (padding
 // 0 there, so OW != W) takes them. Forward and weight gradient see the same col values at the same
 // GEMM positions: the same bits. Planes of one partial chunk to several, OH != H, dilation, groups.
