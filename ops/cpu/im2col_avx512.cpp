@@ -55,13 +55,15 @@ MT_AVX512_BW void im2col_plane_shift(const typename V::E* x, int64_t C, int64_t 
   constexpr int64_t N = V::kLanes;
   const int64_t L = OH * W, chunks = (L + N - 1) / N;
   // For column offset kj: bit l % N of chunk l / N is set when output column l % W reads inside
-  // the image, i.e. 0 <= l % W + kj - pW < W.
-  std::vector<uint32_t> cols(static_cast<size_t>(kW * chunks), 0);
-  for (int64_t kj = 0; kj < kW; ++kj)
-    for (int64_t l = 0; l < L; ++l) {
-      const int64_t j = l % W + kj - pW;
-      if (j >= 0 && j < W) cols[static_cast<size_t>(kj * chunks + l / N)] |= uint32_t(1) << (l % N);
-    }
+  // the image, i.e. 0 <= l % W + kj - pW < W. Built per call (once per image and thread: the
+  // buffer is the thread's own, and the loop divides nothing, so a 1-channel conv pays little).
+  thread_local std::vector<uint32_t> cols;
+  cols.assign(static_cast<size_t>(kW * chunks), 0);
+  for (int64_t kj = 0; kj < kW; ++kj) {
+    uint32_t* bits = cols.data() + kj * chunks;
+    for (int64_t l = 0, j = 0; l < L; ++l, j = j + 1 == W ? 0 : j + 1)  // j = l % W
+      if (j + kj - pW >= 0 && j + kj - pW < W) bits[l / N] |= uint32_t(1) << (l & (N - 1));
+  }
   const uint32_t all = bit_range(0, N), tail = bit_range(0, L - (chunks - 1) * N);
   for (int64_t c = 0; c < C; ++c) {
     const typename V::E* plane = x + c * H * W;

@@ -177,7 +177,8 @@ TEST(Bf16GemmOps, Conv2dBf16Im2colEqualsTheGeneralLoopsBitForBit) {
     int64_t groups;
   };
   uint64_t seed = 90;
-  for (const Case& c : {Case{{2, 3, 6, 7}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1},
+  for (const Case& c : {Case{{1, 2, 4, 5}, {3, 2, 3, 3}, {1, 1}, {1, 1}, 1},  // L = 20: one partial chunk
+                        Case{{2, 3, 6, 7}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1},
                         Case{{1, 2, 7, 5}, {3, 2, 3, 3}, {2, 1}, {2, 1}, 1},
                         Case{{2, 4, 5, 9}, {6, 2, 5, 5}, {2, 2}, {1, 1}, 2},
                         Case{{1, 2, 9, 10}, {3, 2, 3, 3}, {0, 1}, {1, 1}, 1},

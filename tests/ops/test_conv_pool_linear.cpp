@@ -307,7 +307,9 @@ TEST(ConvPoolLinear, PlaneShiftIm2colEqualsTheGeneralLoopsBitForBit) {
     for (const Case& c : {Case{{2, 3, 6, 7}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1},
                           Case{{1, 2, 7, 5}, {3, 2, 3, 3}, {2, 1}, {2, 1}, 1},
                           Case{{2, 4, 5, 9}, {6, 2, 5, 5}, {2, 2}, {1, 1}, 2},
-                          Case{{1, 2, 4, 6}, {2, 2, 1, 3}, {0, 1}, {1, 1}, 1}}) {
+                          Case{{1, 2, 4, 6}, {2, 2, 1, 3}, {0, 1}, {1, 1}, 1},
+                          Case{{1, 2, 9, 10}, {3, 2, 3, 3}, {0, 1}, {1, 1}, 1},    // OH = H - 2
+                          Case{{2, 3, 14, 14}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1}}) {  // L = 196: 13 chunks of 16
       SCOPED_TRACE(std::string(dtype_name(dt)) + " x " + shape_str(c.x) + " w " + shape_str(c.w));
       Generator gen(17);
       Tensor x = randn(c.x, dt, &gen).requires_grad_(), w = randn(c.w, dt, &gen).requires_grad_();
