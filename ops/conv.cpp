@@ -22,8 +22,9 @@
 //   w_g = w[g O/G : (g+1) O/G] viewed as (O/G, K/G) multiplies it directly:
 //     forward      y_n[g] (O/G, L) = w_g (O/G, K/G) @ col_g (K/G, L)   (y_n prefilled with b, beta = 1)
 //     input grad   col_g = w_g^T @ g_n[g], then col2im (the adjoint of im2col) adds col into zeros;
-//                  with unit strides and O <= C instead the forward conv of g_n with w transposed
-//                  and flipped (input_grad_is_a_conv)
+//                  with unit strides and an im2col(g_n) no larger than col ("same" convs with
+//                  O <= C) instead the forward conv of g_n with w transposed and flipped
+//                  (input_grad_is_a_conv)
 //     weight grad  w_g += g_n[g] (O/G, L) @ col_g^T (L, K/G), summed over the images
 //   1x1 kernels with stride 1 and no padding need no col: it is x_n itself, (C, H W).
 //   Rows/columns of the image a window never reaches (stride > 1) get zero gradient.
@@ -286,9 +287,7 @@ void col2im(T* col, const ConvGeom& g, T* x) {
 // full-size f32 copy, and (A = T) computes exactly what the f32 conv of the widened tensors does.
 template <typename S, typename T>
 void load(const S* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<S, T>)
-    std::copy(src, src + n, dst);
-  else if constexpr (std::is_same_v<S, Half>)
+  if constexpr (std::is_same_v<S, Half>)
     convert_half_to_float(src, dst, static_cast<size_t>(n));
   else if constexpr (std::is_same_v<S, BFloat16>)
     convert_bfloat16_to_float(src, dst, static_cast<size_t>(n));

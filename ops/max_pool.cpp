@@ -74,11 +74,21 @@ void max_pool_row_2x2_scalar(const A* r0, const A* r1, int64_t ow0, int64_t OW, 
   }
 }
 
+// The 2x2, stride-2 window with every tap inside the plane (the fast paths below).
+bool is_2x2_fast(const PoolGeom& g) {
+  return g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1 &&
+         2 * g.OH <= g.H && 2 * g.OW <= g.W;
+}
+// ... and on this CPU the AVX-512 kernels take it (f32 and BF16; their indices are 32-bit).
+bool is_2x2_avx512(const PoolGeom& g) {
+  return is_2x2_fast(g) && g.in_plane() < (int64_t(1) << 31) && cpu::max_pool_2x2_avx512_available();
+}
+
 template <typename A>
 void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx) {
   static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
   if constexpr (std::is_same_v<A, float>)
-    if (g.H * g.W < (int64_t(1) << 31) && cpu::max_pool_2x2_avx512_available()) {
+    if (is_2x2_avx512(g)) {
       return cpu::max_pool_plane_2x2_avx512(in, g.OH, g.OW, g.W, out, idx);  // 16 windows at a time, same bits
     }
   for (int64_t oh = 0; oh < g.OH; ++oh) {
@@ -120,11 +130,6 @@ void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx) {
   }
 }
 
-// The 2x2, stride-2 window with every tap inside the plane (the fast paths above).
-bool is_2x2_fast(const PoolGeom& g) {
-  return g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1 &&
-         2 * g.OH <= g.H && 2 * g.OW <= g.W;
-}
 
 template <typename T>
 void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std::vector<Taps>& cols, const T* in,
@@ -172,8 +177,7 @@ TensorList max_pool2d_forward(const OpCall& call, bool with_indices) {
     using A = acc_t<T>;
     // Per-thread widened planes (16-bit only): input, output.
     std::vector<std::vector<A>> win(static_cast<size_t>(omp_get_max_threads())), wout(win.size());
-    const bool bf16_2x2 = std::is_same_v<T, BFloat16> && is_2x2_fast(g) && g.in_plane() < (int64_t(1) << 31) &&
-                          cpu::max_pool_2x2_avx512_available();
+    const bool bf16_2x2 = std::is_same_v<T, BFloat16> && is_2x2_avx512(g);
     for_each_plane(g.planes(), g.out_plane() * g.kH * g.kW, [&](int64_t p, int t) {
       int64_t* ixp = ix ? ix + p * g.out_plane() : nullptr;
       if constexpr (std::is_same_v<T, BFloat16>) {
@@ -301,8 +305,7 @@ TensorList max_pool2d_input_backward_cpu(const OpCall& call) {
     std::vector<std::vector<A>> win(idx.size()), wgrad(idx.size());  // 16-bit only
     // The 2x2 window on f32 values with AVX-512: argmax and gradient in one pass per row, no zero
     // fill (but for the rows/columns no window covers) and no scatter; the same values.
-    const bool fused = std::is_same_v<A, float> && is_2x2_fast(g) && plane < (int64_t(1) << 31) &&
-                       cpu::max_pool_2x2_avx512_available();
+    const bool fused = std::is_same_v<A, float> && is_2x2_avx512(g);
     const bool uncovered = 2 * g.OH < g.H || 2 * g.OW < g.W;
     for_each_plane(g.planes(), oplane * g.kH * g.kW + plane, [&](int64_t p, int t) {
       const size_t ts = static_cast<size_t>(t);
