@@ -77,6 +77,7 @@ void train_step(benchmark::State& state, const std::string& model_name, Mode mod
     scaler.scale(loss).backward();
     scaler.step(opt);
     scaler.update();
+    profiler::step();  // MIXTAPE_PROFILE=1: the table's per-step column
   };
   step();  // warm-up: optimizer state, cuDNN algorithm choices, allocator cache
   cuda::synchronize();

@@ -107,6 +107,7 @@ Result run(const Config& c, const std::string& mode, const std::vector<data::Bat
     scaler.scale(loss).backward();
     scaler.step(opt);
     scaler.update();
+    profiler::step();  // MIXTAPE_PROFILE=1: the table's per-step column
   };
   for (int i = 0; i < c.warmup; ++i) step();
   reset_peak_memory();

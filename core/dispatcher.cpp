@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/profiler.h"
 #include "core/trace.h"
 
 namespace mixtape {
@@ -233,6 +234,7 @@ TensorList run_kernel(const OpSchema& op, OpCall& call) {
     MT_ERROR(op.name, ": no kernel registered for device type ", device_type_name(dev));
   }
   if (KernelObserver obs = g_kernel_observer.load(std::memory_order_acquire)) obs(op, dev);
+  profiler::KernelScope profiled(op, call, dev);
   TensorList out = fn(call);
   if (op.inplace) call.inputs[0].bump_version();  // every alias now sees a newer version
   return out;

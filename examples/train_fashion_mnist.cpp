@@ -457,6 +457,7 @@ int run(const Config& c) {
       const double scale_used = scaler.get_scale();
       const bool stepped = scaler.step(*opt);  // skipped when a gradient is inf/NaN
       scaler.update();
+      profiler::step();  // MIXTAPE_PROFILE=1: the table's per-step column
       if (sched) sched->step(stepped);          // a skipped step does not advance the schedule
       if (!stepped) ++skipped_steps;
       double dt = std::chrono::duration<double>(Clock::now() - t_step).count();

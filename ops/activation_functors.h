@@ -8,6 +8,7 @@
 // C++17-clean: ops/cuda/pointwise.cu includes this header.
 #pragma once
 #include <cmath>
+#include <cstdint>
 
 #include "ops/pointwise_functor.h"
 
@@ -17,12 +18,27 @@ namespace mixtape::fn {
 struct Relu {
   static constexpr PointwiseDtypes kDtypes = PointwiseDtypes::ToFloat;
   template <typename A> MIXTAPE_HD A operator()(A a) const { return a < A(0) ? A(0) : a; }
+  // BFloat16 storage: the bits widen -> operator() -> round gives, decided on the 16 bits (the
+  // CPU loop uses it for contiguous rows: half the bytes of f32, nothing converted). -0 stays -0
+  // (-0 < 0 is false), NaN comes back quiet (as rounding a NaN makes it), a negative becomes +0.
+  static constexpr uint16_t bf16_bits(uint16_t b) {
+    const uint16_t mag = b & 0x7FFFu;
+    const uint16_t kept = mag > 0x7F80u ? uint16_t(b | 0x0040u) : b;
+    return (b & 0x8000u) && mag != 0 && mag <= 0x7F80u ? uint16_t(0) : kept;
+  }
 };
 MT_CUDA_KERNELS(Relu);
 // g * (out > 0): relu's backward, from its output.
 struct ReluGrad {
   static constexpr PointwiseDtypes kDtypes = PointwiseDtypes::Numeric;
   template <typename A> MIXTAPE_HD A operator()(A g, A out) const { return out > A(0) ? g : A(0); }
+  // BFloat16 storage, as Relu::bf16_bits: out > 0 (sign clear, not zero, not NaN) keeps g (a NaN g
+  // quiet), anything else gives +0.
+  static constexpr uint16_t bf16_bits(uint16_t g, uint16_t out) {
+    const bool positive = (out & 0x8000u) == 0 && out != 0 && out <= 0x7F80u;
+    const uint16_t kept = (g & 0x7FFFu) > 0x7F80u ? uint16_t(g | 0x0040u) : g;
+    return positive ? kept : uint16_t(0);
+  }
 };
 MT_CUDA_KERNELS(ReluGrad);
 struct Sigmoid {

@@ -15,12 +15,17 @@
 #include <type_traits>
 #include <utility>
 
+namespace mixtape::profiler {
+void count_launch();  // core/profiler.h, which .cu files (C++17) cannot include
+}  // namespace mixtape::profiler
+
 namespace mixtape::cuda {
 
 template <typename... P, typename... A>
 cudaError_t launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                           A&&... args) {
   static_assert(sizeof...(P) == sizeof...(A), "launch_kernel: argument count differs from the kernel's");
+  ::mixtape::profiler::count_launch();  // MIXTAPE_PROFILE's launches per op and per step
 #if defined(MIXTAPE_CUDA_EMULATOR)
   // The emulator may run the grid later (stream order), so the arguments are kept alive with it.
   auto params = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(args)...);

@@ -6,6 +6,7 @@
 #include "core/dispatcher.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/profiler.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
 #include "core/state_dict.h"

@@ -15,6 +15,20 @@ Tensor cast_to(const Tensor& t, DType dtype);
 // Copies src (broadcastable to dst) into dst converting dtypes; dst is written in place.
 void copy_into(const Tensor& dst, const Tensor& src);
 
+// A functor with a static bf16_bits(uint16_t...) (ops/activation_functors.h's Relu) computes a
+// BF16 result from BF16 bits, the same bits as widening, operator() and rounding: contiguous BF16
+// rows then run on the 16-bit patterns (a loop the compiler vectorizes), with no conversion.
+template <typename F, typename T, int Arity>
+inline constexpr bool has_bf16_bits = std::is_same_v<T, BFloat16> && [] {
+  if constexpr (Arity == 1) return requires { F::bf16_bits(uint16_t{}); };
+  else return requires { F::bf16_bits(uint16_t{}, uint16_t{}); };
+}();
+template <typename F, typename... In>
+void bf16_rows(const F&, int64_t n, char* out, In*... in) {
+  uint16_t* o = reinterpret_cast<uint16_t*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = F::bf16_bits(reinterpret_cast<const uint16_t*>(in)[i]...);
+}
+
 // out = f(x) in compute dtype `dt` (x is converted to it first; ops/pointwise_op.cpp chose it).
 template <typename F>
 TensorList unary_loop(const OpCall& call, DType dt, const F& f) {
@@ -27,6 +41,9 @@ TensorList unary_loop(const OpCall& call, DType dt, const F& f) {
       strided_loop<2>(x.sizes(), {{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
                                   {broadcast_byte_strides(out, x.sizes()), broadcast_byte_strides(x, x.sizes())}},
                       [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+                        if constexpr (has_bf16_bits<F, T, 1>) {
+                          if (s[0] == 2 && s[1] == 2) return bf16_rows(f, n, p[0], p[1]);
+                        }
                         if constexpr (is_16bit_v<T>) {
                           float in[kBlock], out[kBlock];
                           for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
@@ -103,6 +120,9 @@ TensorList binary_loop(const OpCall& call, DType dt, const F& f) {
                        {broadcast_byte_strides(out, shape), broadcast_byte_strides(ca, shape),
                         broadcast_byte_strides(cb, shape)}},
                       [&](std::array<char*, 3> p, std::array<int64_t, 3> st, int64_t n) {
+                        if constexpr (has_bf16_bits<F, T, 2> && !kBool) {
+                          if (st[0] == 2 && st[1] == 2 && st[2] == 2) return bf16_rows(f, n, p[0], p[1], p[2]);
+                        }
                         if constexpr (is_16bit_v<T> && !kBool) {
                           float x[kBlock], y[kBlock];
                           for (int64_t i0 = 0; i0 < n; i0 += kBlock) {

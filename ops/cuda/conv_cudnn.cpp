@@ -20,6 +20,7 @@
 
 #include "core/cuda/handles.h"
 #include "core/cuda/scratch.h"
+#include "core/profiler.h"
 #include "ops/conv_args.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/tensor_iter.h"
@@ -186,6 +187,7 @@ TensorList conv2d_cuda(const OpCall& call) {
                           call.name());
   Scratch ws(c.workspace);
   const Scaling s(dt);
+  profiler::count_library_call();
   MT_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(), xd.d, xc.data_ptr(), wd.d, wc.data_ptr(), cd.d,
                                          static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws.data(), c.workspace,
                                          s.zero(), yd.d, out.data_ptr()),
@@ -193,6 +195,7 @@ TensorList conv2d_cuda(const OpCall& call) {
   if (b.defined()) {  // y += b[o] broadcast over (N, ., OH, OW)
     const Tensor bc = dense(b, call.name());
     TensorDesc bd(dt, {1, ys[1], 1, 1}, call.name());
+    profiler::count_library_call();
     MT_CUDNN_CHECK(cudnnAddTensor(h, s.one(), bd.d, bc.data_ptr(), s.one(), yd.d, out.data_ptr()), call.name());
   }
   return {out};
@@ -220,6 +223,7 @@ TensorList conv2d_input_grad_cuda(const OpCall& call) {
                           cache_key(Kind::BackwardData, dt, in_size, w.sizes(), a), call.name());
   Scratch ws(c.workspace);
   const Scaling s(dt);
+  profiler::count_library_call();
   MT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(), wd.d, wc.data_ptr(), yd.d, gc.data_ptr(), cd.d,
                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.data(),
                                               c.workspace, s.zero(), xd.d, out.data_ptr()),
@@ -249,6 +253,7 @@ TensorList conv2d_weight_grad_cuda(const OpCall& call) {
                           cache_key(Kind::BackwardFilter, dt, x.sizes(), w_size, a), call.name());
   Scratch ws(c.workspace);
   const Scaling s(dt);
+  profiler::count_library_call();
   MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(), xd.d, xc.data_ptr(), yd.d, gc.data_ptr(), cd.d,
                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.data(),
                                                 c.workspace, s.zero(), wd.d, out.data_ptr()),

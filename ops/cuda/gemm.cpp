@@ -13,6 +13,7 @@
 #include <climits>
 
 #include "core/cuda/handles.h"
+#include "core/profiler.h"
 #include "ops/creation.h"
 #include "ops/cuda/tensor_iter.h"
 #include "ops/linear_args.h"
@@ -73,6 +74,7 @@ void gemm(const GemmArgs& g, const char* op) {
   // Column-major C^T (m, n) = op(B)^T (m, k) @ op(A)^T (k, n): B's buffer goes first.
   const cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cudaDataType_t abt = cuda_type(g.ab_dt, op), ct = cuda_type(g.c_dt, op);
+  profiler::count_library_call();
   if (g.batch == 1) {
     MT_CUBLAS_CHECK(cublasGemmEx(h, opb, opa, int(g.m), int(g.n), int(g.k), alpha, g.b, abt, int(g.ldb), g.a, abt,
                                  int(g.lda), beta, g.c, ct, int(g.ldc), compute, CUBLAS_GEMM_DEFAULT),

@@ -132,6 +132,30 @@ TEST(Reduced16, StridedCopiesKeepEveryBitPatternSignallingNaNsIncluded) {
   }
 }
 
+// relu and relu_grad run contiguous BF16 rows on the 16-bit patterns (Relu::bf16_bits): every
+// pattern, NaNs of both signs, -0 and subnormals included, gives the bits of the f32 op rounded.
+Tensor bf16_from_bits(const std::vector<uint16_t>& bits) {
+  Tensor t = Tensor::empty({int64_t(bits.size())}, TensorOptions(DType::BFloat16));
+  std::memcpy(t.data_ptr(), bits.data(), bits.size() * sizeof(uint16_t));
+  return t;
+}
+TEST(Reduced16, Bf16ReluOfEveryBitPatternIsTheRoundedF32Relu) {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = uint16_t(i);
+  const Tensor x = bf16_from_bits(all);
+  EXPECT_TRUE(bit_equal(relu(x), relu(x.to(DType::Float32)).to(DType::BFloat16)));
+  // relu_grad(g, out): every g against out values of every kind, and every out against such g.
+  const std::vector<uint16_t> kinds = {0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0080, 0x3F80, 0xBF80, 0x7F7F,
+                                       0xFF7F, 0x7F80, 0xFF80, 0x7F81, 0xFF81, 0x7FC0, 0xFFC0, 0x7FFF, 0xFFFF};
+  for (uint16_t k : kinds) {
+    SCOPED_TRACE(k);
+    const Tensor other = bf16_from_bits(std::vector<uint16_t>(all.size(), k));
+    const Tensor x32 = x.to(DType::Float32), other32 = other.to(DType::Float32);
+    EXPECT_TRUE(bit_equal(relu_grad(x, other), relu_grad(x32, other32).to(DType::BFloat16)));
+    EXPECT_TRUE(bit_equal(relu_grad(other, x), relu_grad(other32, x32).to(DType::BFloat16)));
+  }
+}
+
 TEST(Reduced16, SumWithDtypeAccumulatesWide) {
   Tensor x = full({10000}, 1.0, DType::Float16);
   Tensor s = sum(x, DType::Float32);

@@ -1,0 +1,114 @@
+// core/profiler.h — where a step's time goes, per op: self time, calls, kernel launches.
+// Switched on by MIXTAPE_PROFILE=1 in the environment (the table is printed on stderr at exit)
+// or by a profiler::Profile guard in code (the caller asks for the report).
+// Invariant: switched off it costs one relaxed atomic load per kernel and per launch. Switched
+// on, every kernel run_kernel() runs is timed once: a CPU kernel by the wall clock around it, a
+// CUDA kernel by two CUDA events on the current stream (device time, not launch time); an op's
+// time is its self time — a kernel that dispatches other ops does not count their time twice.
+// docs/profiling.md says how to read the table.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace mixtape {
+struct OpSchema;
+struct OpCall;
+}  // namespace mixtape
+
+namespace mixtape::profiler {
+
+// One row: an op on one device type with the dtype of its first input.
+struct OpRecord {
+  std::string op;
+  DeviceType device = DeviceType::CPU;
+  std::string dtype;  // of the first input ("f32"), "-" for an op without inputs
+  int64_t calls = 0;
+  double self_ms = 0;         // CPU: wall time; CUDA: device time between the op's events
+  int64_t launches = 0;       // mixtape's own kernel launches (cuda::launch_kernel)
+  int64_t library_calls = 0;  // cuBLAS / cuDNN calls (each launches one or more kernels)
+};
+
+struct Report {
+  std::vector<OpRecord> ops;  // by self time, largest first
+  int64_t steps = 0;          // profiler::step() calls
+  double wall_ms = 0;         // from enable (or reset) to the report
+  int64_t launches_outside_ops = 0;
+  int64_t library_calls_outside_ops = 0;
+  double total_self_ms() const;
+  int64_t total_launches() const;       // inside and outside ops
+  int64_t total_library_calls() const;  // inside and outside ops
+  // The table MIXTAPE_PROFILE prints: one line per row, then totals and per-step figures.
+  std::string table() const;
+};
+
+bool enabled();
+// Process-wide. The wall clock runs from start-up or the last reset().
+void set_enabled(bool on);
+// Forgets everything recorded (pending CUDA events included) and restarts the wall clock.
+void reset();
+// Everything recorded so far; waits for the CUDA events still pending (synchronises).
+Report report();
+// Marks the end of a training step (like torch.profiler's step()): the table's per-step column
+// divides by the number of marks. Also resolves the CUDA events already completed, so a long
+// profiled run keeps a bounded number of them.
+void step();
+
+// Called by cuda::launch_kernel and by the cuBLAS / cuDNN call sites.
+void count_launch();
+void count_library_call();
+
+// RAII: profiling on (recording from zero) for a scope; restores the previous state on exit.
+class Profile {
+ public:
+  Profile();
+  ~Profile();
+  Profile(const Profile&) = delete;
+  Profile& operator=(const Profile&) = delete;
+
+ private:
+  bool was_enabled_;
+};
+
+// ---- used by the dispatcher and the CUDA backend ----
+
+// RAII around one kernel (run_kernel): times it when profiling is on; nothing otherwise.
+class KernelScope {
+ public:
+  KernelScope(const OpSchema& op, const OpCall& call, DeviceType device);
+  ~KernelScope();
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  void begin(const OpSchema& op, const OpCall& call, DeviceType device);
+  void end();
+  bool active_ = false;
+  int entry_ = -1;
+  DeviceType device_ = DeviceType::CPU;
+  int64_t start_ns_ = 0;
+  int64_t launches_ = 0;
+  int64_t library_calls_ = 0;
+  void* device_token_ = nullptr;
+  uint64_t generation_ = 0;  // reset() count at begin: a kernel straddling a reset records nothing
+  KernelScope* parent_ = nullptr;
+  friend void count_launch();
+  friend void count_library_call();
+};
+
+// How a device backend times a kernel on the device: start() before it (returns a token),
+// stop(token) after it; elapsed_ms(token, wait) gives its device time once known (wait: block
+// until it is; else -1 while it is not), release(token) recycles it. Registered by the CUDA
+// backend at start-up (core/cuda/profiler_events.cpp); without one, device kernels are timed by
+// the host clock.
+struct DeviceTimer {
+  void* (*start)() = nullptr;
+  void (*stop)(void* token) = nullptr;
+  double (*elapsed_ms)(void* token, bool wait) = nullptr;
+  void (*release)(void* token) = nullptr;
+};
+void set_device_timer(DeviceType device, DeviceTimer timer);
+
+}  // namespace mixtape::profiler
