@@ -16,9 +16,12 @@
 #include "core/cuda_api.h"
 #include "core/dispatcher.h"
 #include "core/error.h"
+#include "core/profiler.h"
 #include "core/tensor.h"
+#include "ops/activation.h"
 #include "ops/cast.h"
 #include "ops/creation.h"
+#include "ops/matmul.h"
 #include "ops/pointwise.h"
 
 #if defined(MIXTAPE_WITH_CUDA)
@@ -402,6 +405,37 @@ TEST(CudaCheck, CublasIsLoadedAtFirstUse) {
     EXPECT_NE(st, CUBLAS_STATUS_SUCCESS);
   }
 #endif
+}
+
+// The profiler on CUDA kernels: device time from events, mixtape's own launches counted per op,
+// cuBLAS calls counted as library calls, and the launch columns in the table (docs/profiling.md).
+TEST(CudaProfiler, TimesKernelsWithEventsAndCountsLaunches) {
+  REQUIRE_GPU();
+  const Tensor a = ones({64, 64}).to(Device::CUDA());
+  (void)matmul(a, a);  // handles and workspaces made before the profiled part
+  profiler::Profile on;
+  for (int i = 0; i < 3; ++i) {
+    (void)relu(matmul(a, a));
+    profiler::step();
+  }
+  const profiler::Report r = profiler::report();
+  const profiler::OpRecord *mm = nullptr, *rl = nullptr;
+  for (const auto& row : r.ops) {
+    if (row.op == "matmul" && row.device == DeviceType::CUDA) mm = &row;
+    if (row.op == "relu" && row.device == DeviceType::CUDA) rl = &row;
+  }
+  ASSERT_NE(mm, nullptr) << r.table();
+  ASSERT_NE(rl, nullptr) << r.table();
+  EXPECT_EQ(mm->calls, 3);
+  EXPECT_EQ(rl->calls, 3);
+  EXPECT_GE(mm->library_calls, 3) << r.table();  // one cuBLAS GEMM per call
+  EXPECT_GE(rl->launches, 3) << r.table();       // one pointwise kernel per call
+  EXPECT_GE(mm->self_ms, 0.0);
+  EXPECT_GT(rl->self_ms + mm->self_ms, 0.0) << r.table();
+  EXPECT_EQ(r.steps, 3);
+  const std::string t = r.table();
+  EXPECT_NE(t.find("launches"), std::string::npos) << t;
+  EXPECT_NE(t.find("kernel launches, "), std::string::npos) << t;  // the per-step launch figure
 }
 
 }  // namespace
