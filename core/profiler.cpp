@@ -284,12 +284,14 @@ std::string Report::table() const {
   const bool any_device_work = total_launches() + total_library_calls() > 0;
   std::string out = "mixtape profile: " + std::to_string(steps) + " step(s), " + fixed(wall_ms, 1) + " ms wall, " +
                     fixed(in_ops, 1) + " ms self time in " + std::to_string(ops.size()) + " op row(s)\n";
-  out += pad("op", 34, false) + pad("device", 7, false) + pad("dtype", 6, false) + pad("calls", 9, true) +
+  size_t name_width = 24;
+  for (const OpRecord& r : ops) name_width = std::max(name_width, r.op.size() + 2);
+  out += pad("op", name_width, false) + pad("device", 7, false) + pad("dtype", 6, false) + pad("calls", 9, true) +
          pad("self ms", 11, true) + pad("share", 8, true) + pad("us/call", 10, true);
   if (any_device_work) out += pad("launches", 10, true) + pad("lib calls", 11, true);
   out += '\n';
   for (const OpRecord& r : ops) {
-    out += pad(r.op, 34, false) + pad(device_type_name(r.device), 7, false) + pad(r.dtype, 6, false) +
+    out += pad(r.op, name_width, false) + pad(device_type_name(r.device), 7, false) + pad(r.dtype, 6, false) +
            pad(std::to_string(r.calls), 9, true) + pad(fixed(r.self_ms, 2), 11, true) +
            pad(fixed(in_ops > 0 ? 100.0 * r.self_ms / in_ops : 0.0, 1) + "%", 8, true) +
            pad(fixed(r.calls ? 1000.0 * r.self_ms / double(r.calls) : 0.0, 1), 10, true);

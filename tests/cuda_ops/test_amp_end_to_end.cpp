@@ -16,6 +16,8 @@
 //     50% or more);
 //   - over the whole model, CUDA's AMP masters are no further from the FP32 run's than twice the
 //     CPU's AMP masters are: the CUDA path is as accurate as the CPU path.
+#include <iostream>
+
 #include "cuda_test_util.h"
 #include "amp/grad_scaler.h"
 #include "models/nn.h"
@@ -162,6 +164,53 @@ TEST(CudaAmpEndToEnd, TheStepSynchronisesTheHostOnlyInGradScalerStep) {
     ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   }
 #endif
+}
+
+// Kernel launches per ResNet-20 AMP FP16 training step (forward, loss, backward, GradScaler step
+// and update), counted by the profiler (docs/profiling.md): the figure the GPU's fast paths
+// (fused batch norm, a multi-tensor optimizer step) are to bring down. The count does not depend
+// on the batch size, so batch 2 keeps the emulator quick; it must be the same in every step, and
+// the table's total must be the sum of its rows. The table is printed: the test log records it.
+TEST(CudaAmpEndToEnd, LaunchesPerResNet20AmpStepAreCountedTheSameEveryStep) {
+  MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "the CPU standing in for the device launches no kernels";
+  auto model = std::make_shared<models::ResNet>(20, 10, 3);
+  model->to(gpu());
+  const Tensor x = on_cuda(randn({2, 3, 32, 32}, TensorOptions(DType::Float32)));
+  const Tensor y = on_cuda(arange(2, TensorOptions(DType::Int64)));
+  optim::SGD opt(model->parameters(), optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+  amp::GradScaler scaler;
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss;
+    {
+      amp::AutocastGuard autocast(DeviceType::CUDA, DType::Float16);
+      loss = cross_entropy((*model)(x), y);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    profiler::step();
+  };
+  step();  // optimizer state, cuDNN choices, the weight-cast cache's first fill
+  std::vector<int64_t> launches, library_calls;
+  for (int i = 0; i < 2; ++i) {
+    profiler::Profile on;
+    step();
+    const profiler::Report r = profiler::report();
+    int64_t in_rows = 0;
+    for (const auto& row : r.ops) in_rows += row.launches;
+    EXPECT_EQ(r.total_launches(), in_rows + r.launches_outside_ops);
+    launches.push_back(r.total_launches());
+    library_calls.push_back(r.total_library_calls());
+    if (i == 0) std::cout << r.table();
+  }
+  EXPECT_GT(launches[0], 0);
+  EXPECT_GT(library_calls[0], 0);  // the convolutions and the linear layer
+  EXPECT_EQ(launches[0], launches[1]);
+  EXPECT_EQ(library_calls[0], library_calls[1]);
+  std::cout << "ResNet-20 AMP FP16 step: " << launches[0] << " kernel launches, " << library_calls[0]
+            << " cuBLAS/cuDNN calls\n";
 }
 
 }  // namespace
