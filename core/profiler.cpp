@@ -59,11 +59,18 @@ State& state() {
 
 void print_at_exit();
 
-std::atomic<bool> g_enabled{[] {
-  bool on = env_enabled();
-  if (on) std::atexit(print_at_exit);
+}  // namespace
+
+std::atomic<bool> detail::enabled_flag{[] {
+  const bool on = env_enabled();
+  if (on) {
+    (void)state();  // the wall clock starts now, at start-up
+    std::atexit(print_at_exit);
+  }
   return on;
 }()};
+
+namespace {
 std::atomic<int64_t> g_launches_outside{0};
 std::atomic<int64_t> g_library_calls_outside{0};
 std::atomic<bool> g_printed{false};
@@ -79,16 +86,25 @@ void print_at_exit() {
 }
 
 // Reads the device times that are known (all of them with `wait`), oldest first. Caller holds mu.
+// A pair whose events cannot be read (a device error) is dropped before the error goes on, so it
+// is reported once, not by every later step() and report().
 void resolve_locked(State& s, bool wait) {
   while (!s.pending.empty()) {
-    Pending& p = s.pending.front();
+    const Pending p = s.pending.front();
     const DeviceTimer& t = s.timers[static_cast<int>(p.device)];
-    double ms = t.elapsed_ms(p.token, wait);
+    double ms = 0;
+    try {
+      ms = t.elapsed_ms(p.token, wait);
+    } catch (...) {
+      s.pending.pop_front();
+      t.release(p.token);
+      throw;
+    }
     if (ms < 0) return;  // not done yet; later ones are not read before it
     s.records[p.entry].self_ms += ms;
     if (p.parent_entry >= 0) s.records[p.parent_entry].self_ms -= ms;
-    t.release(p.token);
     s.pending.pop_front();
+    t.release(p.token);
   }
 }
 
@@ -109,8 +125,7 @@ std::string pad(const std::string& s, size_t width, bool right) {
 
 }  // namespace
 
-bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
-void set_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+void set_enabled(bool on) { detail::enabled_flag.store(on, std::memory_order_relaxed); }
 
 void reset() {
   State& s = state();
@@ -130,7 +145,7 @@ void step() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   ++s.steps;
-  resolve_locked(s, /*wait=*/s.pending.size() > 16384);
+  resolve_locked(s, /*wait=*/false);
 }
 
 Report report() {
@@ -177,12 +192,7 @@ Profile::Profile() : was_enabled_(enabled()) {
 }
 Profile::~Profile() { set_enabled(was_enabled_); }
 
-KernelScope::KernelScope(const OpSchema& op, const OpCall& call, DeviceType device) {
-  if (enabled()) begin(op, call, device);
-}
-
-KernelScope::~KernelScope() {
-  if (!active_) return;
+void KernelScope::finish() {
   try {
     end();
   } catch (const std::exception& e) {  // a failing event call must not end the program here
@@ -190,11 +200,20 @@ KernelScope::~KernelScope() {
   }
 }
 
+namespace {
+// The device of a CUDA kernel's tensors: events go on that device's stream, whatever the thread's
+// current device is (a kernel sets it itself, inside). -1: none (the current device).
+int device_index_of(const OpCall& call) {
+  for (const Tensor& t : call.inputs)
+    if (t.defined() && t.device().type() != DeviceType::CPU) return t.device().index();
+  return -1;
+}
+}  // namespace
+
 void KernelScope::begin(const OpSchema& op, const OpCall& call, DeviceType device) {
   State& s = state();
   const bool has_input = !call.inputs.empty() && call.inputs[0].defined();
   const int dtype = has_input ? static_cast<int>(call.inputs[0].dtype()) : -1;
-  DeviceTimer timer;
   {
     std::lock_guard<std::mutex> lock(s.mu);
     auto key = std::make_tuple(&op, static_cast<int>(device), dtype);
@@ -209,15 +228,12 @@ void KernelScope::begin(const OpSchema& op, const OpCall& call, DeviceType devic
     }
     entry_ = it->second;
     generation_ = s.generation;
-    timer = s.timers[static_cast<int>(device)];
+    timer_ = s.timers[static_cast<int>(device)];
   }
-  active_ = true;
   device_ = device;
-  parent_ = tls_current;
-  tls_current = this;
-  if (device != DeviceType::CPU && timer.start) {
+  if (device != DeviceType::CPU && timer_.start) {
     try {
-      device_token_ = timer.start();
+      device_token_ = timer_.start(device_index_of(call));
     } catch (const std::exception&) {
       // No usable device: the kernel itself reports why; it is timed by the host clock.
       device_token_ = nullptr;
@@ -231,17 +247,24 @@ void KernelScope::begin(const OpSchema& op, const OpCall& call, DeviceType devic
   } else {
     start_ns_ = now_ns();
   }
+  parent_ = tls_current;
+  tls_current = this;  // last: nothing above may leave it pointing at a scope that never began
+  active_ = true;
 }
 
 void KernelScope::end() {
   tls_current = parent_;
   State& s = state();
   if (device_token_) {
-    const DeviceTimer& timer = s.timers[static_cast<int>(device_)];
-    timer.stop(device_token_);
+    try {
+      timer_.stop(device_token_);
+    } catch (...) {
+      timer_.release(device_token_);
+      throw;
+    }
     std::lock_guard<std::mutex> lock(s.mu);
     if (generation_ != s.generation) {
-      timer.release(device_token_);
+      timer_.release(device_token_);
       return;
     }
     OpRecord& r = s.records[entry_];
@@ -250,6 +273,8 @@ void KernelScope::end() {
     r.library_calls += library_calls_;
     const int parent_entry = parent_ && parent_->device_token_ && parent_->generation_ == generation_ ? parent_->entry_ : -1;
     s.pending.push_back({entry_, parent_entry, device_, device_token_});
+    // Bounded without step(): read what has completed every 4096 pairs; wait past 65536.
+    if (s.pending.size() % 4096 == 0) resolve_locked(s, /*wait=*/s.pending.size() >= 65536);
     return;
   }
   const double ms = double(now_ns() - start_ns_) / 1e6;

@@ -3,10 +3,12 @@
 // or by a profiler::Profile guard in code (the caller asks for the report).
 // Invariant: switched off it costs one relaxed atomic load per kernel and per launch. Switched
 // on, every kernel run_kernel() runs is timed once: a CPU kernel by the wall clock around it, a
-// CUDA kernel by two CUDA events on the current stream (device time, not launch time); an op's
-// time is its self time — a kernel that dispatches other ops does not count their time twice.
+// CUDA kernel by two CUDA events on its device's current stream (stream time between them); an
+// op's time is its self time — a kernel that dispatches other ops timed the same way does not
+// count their time twice.
 // docs/profiling.md says how to read the table.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,7 +36,7 @@ struct OpRecord {
 struct Report {
   std::vector<OpRecord> ops;  // by self time, largest first
   int64_t steps = 0;          // profiler::step() calls
-  double wall_ms = 0;         // from enable (or reset) to the report
+  double wall_ms = 0;         // from start-up (or the last reset) to the report
   int64_t launches_outside_ops = 0;
   int64_t library_calls_outside_ops = 0;
   double total_self_ms() const;
@@ -44,7 +46,10 @@ struct Report {
   std::string table() const;
 };
 
-bool enabled();
+namespace detail {
+extern std::atomic<bool> enabled_flag;
+}
+inline bool enabled() { return detail::enabled_flag.load(std::memory_order_relaxed); }
 // Process-wide. The wall clock runs from start-up or the last reset().
 void set_enabled(bool on);
 // Forgets everything recorded (pending CUDA events included) and restarts the wall clock.
@@ -52,15 +57,16 @@ void reset();
 // Everything recorded so far; waits for the CUDA events still pending (synchronises).
 Report report();
 // Marks the end of a training step (like torch.profiler's step()): the table's per-step column
-// divides by the number of marks. Also resolves the CUDA events already completed, so a long
-// profiled run keeps a bounded number of them.
+// divides by the number of marks. Also reads the CUDA events already completed (the kernels
+// themselves do so every 4096 pending pairs, so a run that never marks a step stays bounded too).
 void step();
 
 // Called by cuda::launch_kernel and by the cuBLAS / cuDNN call sites.
 void count_launch();
 void count_library_call();
 
-// RAII: profiling on (recording from zero) for a scope; restores the previous state on exit.
+// RAII: profiling on (recording from zero: under MIXTAPE_PROFILE the table printed at exit then
+// covers only what came after the last guard began) for a scope; restores the switch on exit.
 class Profile {
  public:
   Profile();
@@ -74,16 +80,34 @@ class Profile {
 
 // ---- used by the dispatcher and the CUDA backend ----
 
+// How a device backend times a kernel on the device: start(device) before it (returns a token),
+// stop(token) after it; elapsed_ms(token, wait) gives its device time once known (wait: block
+// until it is; else -1 while it is not), release(token) recycles it. Registered by the CUDA
+// backend at start-up (core/cuda/profiler_events.cpp); without one, device kernels are timed by
+// the host clock.
+struct DeviceTimer {
+  void* (*start)(int device) = nullptr;
+  void (*stop)(void* token) = nullptr;
+  double (*elapsed_ms)(void* token, bool wait) = nullptr;
+  void (*release)(void* token) = nullptr;
+};
+void set_device_timer(DeviceType device, DeviceTimer timer);
+
 // RAII around one kernel (run_kernel): times it when profiling is on; nothing otherwise.
 class KernelScope {
  public:
-  KernelScope(const OpSchema& op, const OpCall& call, DeviceType device);
-  ~KernelScope();
+  KernelScope(const OpSchema& op, const OpCall& call, DeviceType device) {
+    if (enabled()) begin(op, call, device);
+  }
+  ~KernelScope() {
+    if (active_) finish();
+  }
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;
 
  private:
   void begin(const OpSchema& op, const OpCall& call, DeviceType device);
+  void finish();  // end(), reporting (not throwing) what fails
   void end();
   bool active_ = false;
   int entry_ = -1;
@@ -91,24 +115,12 @@ class KernelScope {
   int64_t start_ns_ = 0;
   int64_t launches_ = 0;
   int64_t library_calls_ = 0;
+  DeviceTimer timer_;  // the device's, copied at begin (used when device_token_ is set)
   void* device_token_ = nullptr;
   uint64_t generation_ = 0;  // reset() count at begin: a kernel straddling a reset records nothing
   KernelScope* parent_ = nullptr;
   friend void count_launch();
   friend void count_library_call();
 };
-
-// How a device backend times a kernel on the device: start() before it (returns a token),
-// stop(token) after it; elapsed_ms(token, wait) gives its device time once known (wait: block
-// until it is; else -1 while it is not), release(token) recycles it. Registered by the CUDA
-// backend at start-up (core/cuda/profiler_events.cpp); without one, device kernels are timed by
-// the host clock.
-struct DeviceTimer {
-  void* (*start)() = nullptr;
-  void (*stop)(void* token) = nullptr;
-  double (*elapsed_ms)(void* token, bool wait) = nullptr;
-  void (*release)(void* token) = nullptr;
-};
-void set_device_timer(DeviceType device, DeviceTimer timer);
 
 }  // namespace mixtape::profiler

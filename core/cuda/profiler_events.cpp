@@ -1,9 +1,10 @@
 // core/cuda/profiler_events.cpp — the profiler's device timer for CUDA kernels: a pair of timed
-// events recorded on the current stream around the kernel (core/profiler.h, DeviceTimer).
+// events recorded on the kernel's device's current stream around it (core/profiler.h, DeviceTimer).
 // Invariant: registering touches no CUDA runtime call (it only stores function pointers); events
 // are created at the first profiled CUDA kernel and recycled through a free list per device.
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -21,31 +22,46 @@ struct EventPair {
 };
 
 std::mutex g_mu;
-std::vector<EventPair*>& free_pairs() {
-  static auto* pairs = new std::vector<EventPair*>;  // never destroyed: read by the at-exit table
+// Never destroyed: the at-exit table may still read and release pairs.
+std::map<int, std::vector<EventPair*>>& free_pairs() {
+  static auto* pairs = new std::map<int, std::vector<EventPair*>>;
   return *pairs;
 }
 
-void* start_timer() {
-  const int device = current_device();
+void release(void* token) {
+  auto* p = static_cast<EventPair*>(token);
+  std::lock_guard<std::mutex> lock(g_mu);
+  free_pairs()[p->device].push_back(p);
+}
+
+void* start_timer(int device) {
+  if (device < 0) device = current_device();
+  DeviceGuard guard(device);
   EventPair* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    auto& pairs = free_pairs();
-    for (size_t i = 0; i < pairs.size(); ++i) {
-      if (pairs[i]->device != device) continue;
-      p = pairs[i];
-      pairs.erase(pairs.begin() + static_cast<std::ptrdiff_t>(i));
-      break;
+    auto& pairs = free_pairs()[device];
+    if (!pairs.empty()) {
+      p = pairs.back();
+      pairs.pop_back();
     }
   }
   if (!p) {
     p = new EventPair;
     p->device = device;
-    MT_CUDA_CHECK(cudaEventCreate(&p->start), "profiler");
-    MT_CUDA_CHECK(cudaEventCreate(&p->stop), "profiler");
+    const cudaError_t a = cudaEventCreate(&p->start);
+    const cudaError_t b = a == cudaSuccess ? cudaEventCreate(&p->stop) : a;
+    if (b != cudaSuccess) {
+      if (p->start) (void)cudaEventDestroy(p->start);
+      delete p;
+      MT_CUDA_CHECK(b, "profiler");
+    }
   }
-  MT_CUDA_CHECK(cudaEventRecord(p->start, current_stream(device)), "profiler");
+  const cudaError_t status = cudaEventRecord(p->start, current_stream(device));
+  if (status != cudaSuccess) {
+    release(p);
+    MT_CUDA_CHECK(status, "profiler");
+  }
   return p;
 }
 
@@ -62,7 +78,8 @@ double elapsed_ms(void* token, bool wait) {
   } else {
     const cudaError_t status = cudaEventQuery(p->stop);
     if (status == cudaErrorNotReady) {
-      (void)cudaGetLastError();  // not an error: clear the thread's last-error state
+      // Not an error; clear the thread's last-error state only if this query set it.
+      if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
       return -1;
     }
     MT_CUDA_CHECK(status, "profiler");
@@ -70,11 +87,6 @@ double elapsed_ms(void* token, bool wait) {
   float ms = 0.f;
   MT_CUDA_CHECK(cudaEventElapsedTime(&ms, p->start, p->stop), "profiler");
   return ms;
-}
-
-void release(void* token) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  free_pairs().push_back(static_cast<EventPair*>(token));
 }
 
 const bool g_registered = [] {

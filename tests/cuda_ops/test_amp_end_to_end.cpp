@@ -16,8 +16,6 @@
 //     50% or more);
 //   - over the whole model, CUDA's AMP masters are no further from the FP32 run's than twice the
 //     CPU's AMP masters are: the CUDA path is as accurate as the CPU path.
-#include <iostream>
-
 #include "cuda_test_util.h"
 #include "amp/grad_scaler.h"
 #include "models/nn.h"
@@ -169,8 +167,8 @@ TEST(CudaAmpEndToEnd, TheStepSynchronisesTheHostOnlyInGradScalerStep) {
 // Kernel launches per ResNet-20 AMP FP16 training step (forward, loss, backward, GradScaler step
 // and update), counted by the profiler (docs/profiling.md): the figure the GPU's fast paths
 // (fused batch norm, a multi-tensor optimizer step) are to bring down. The count does not depend
-// on the batch size, so batch 2 keeps the emulator quick; it must be the same in every step, and
-// the table's total must be the sum of its rows. The table is printed: the test log records it.
+// on the batch size, so batch 2 keeps the emulator quick; it must be the same in every step. The
+// table is printed: the test log records it.
 TEST(CudaAmpEndToEnd, LaunchesPerResNet20AmpStepAreCountedTheSameEveryStep) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "the CPU standing in for the device launches no kernels";
@@ -188,7 +186,8 @@ TEST(CudaAmpEndToEnd, LaunchesPerResNet20AmpStepAreCountedTheSameEveryStep) {
       loss = cross_entropy((*model)(x), y);
     }
     scaler.scale(loss).backward();
-    scaler.step(opt);
+    // A skipped step launches no SGD kernels: the counts below compare steps that all stepped.
+    EXPECT_TRUE(scaler.step(opt)) << "an FP16 overflow skipped the step";
     scaler.update();
     profiler::step();
   };
@@ -198,9 +197,7 @@ TEST(CudaAmpEndToEnd, LaunchesPerResNet20AmpStepAreCountedTheSameEveryStep) {
     profiler::Profile on;
     step();
     const profiler::Report r = profiler::report();
-    int64_t in_rows = 0;
-    for (const auto& row : r.ops) in_rows += row.launches;
-    EXPECT_EQ(r.total_launches(), in_rows + r.launches_outside_ops);
+    EXPECT_EQ(r.steps, 1);
     launches.push_back(r.total_launches());
     library_calls.push_back(r.total_library_calls());
     if (i == 0) std::cout << r.table();

@@ -11,7 +11,9 @@
 
 #include <mixtape/mixtape.h>
 
+#include "ops/activation_functors.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/elementwise.h"
 
 namespace mixtape {
 namespace {
@@ -139,6 +141,8 @@ Tensor bf16_from_bits(const std::vector<uint16_t>& bits) {
   std::memcpy(t.data_ptr(), bits.data(), bits.size() * sizeof(uint16_t));
   return t;
 }
+// The op's loops take the bits path (a refactor that lost it would still pass the values below).
+static_assert(cpu::has_bf16_bits<fn::Relu, BFloat16, 1> && cpu::has_bf16_bits<fn::ReluGrad, BFloat16, 2>);
 TEST(Reduced16, Bf16ReluOfEveryBitPatternIsTheRoundedF32Relu) {
   std::vector<uint16_t> all(65536);
   for (size_t i = 0; i < all.size(); ++i) all[i] = uint16_t(i);
