@@ -6,6 +6,7 @@
 // cudaErrorStubLibrary with the stub on the path) and leaves its output untouched.
 #include "core/cuda_api.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "core/error.h"
@@ -20,6 +21,12 @@
 #endif
 
 namespace mixtape::cuda {
+
+namespace {
+std::atomic<bool> g_cudnn_deterministic{true};
+}  // namespace
+void set_cudnn_deterministic(bool on) { g_cudnn_deterministic.store(on); }
+bool cudnn_deterministic() { return g_cudnn_deterministic.load(); }
 
 #if defined(MIXTAPE_WITH_CUDA)
 namespace {

@@ -33,6 +33,14 @@ void check_available(const char* op);
 // "<op>: cuda:<index> does not exist (<n> CUDA device(s))".
 void check_device(int index, const char* op);
 
+// cuDNN's convolution algorithms, like torch.backends.cudnn.deterministic but on by default: true
+// (the default) lets only algorithms cuDNN reports deterministic run, so a CUDA training step gives
+// the same bits on every run; false lets the heuristics' first choice run even when it is not
+// (backward algorithms that accumulate with atomics; sometimes faster). Process-wide, any build;
+// a choice is cached per shape and per setting.
+void set_cudnn_deterministic(bool on);
+bool cudnn_deterministic();
+
 // The CUDA caching allocator's statistics for one device (all zero without a GPU);
 // memory_stats(Device::CUDA()) gives the sum over devices.
 AllocatorStats memory_stats(int device);

@@ -6,13 +6,17 @@
 // (CUDNN_TENSOR_OP_MATH), f32 is exact FP32 (CUDNN_FMA_MATH: no TF32) unless
 // cuda::set_allow_tf32(true), f64 in double. One difference from the CPU, stated: a 16-bit conv with
 // a bias rounds twice (the conv result, then + bias, as PyTorch's CUDA conv does), the CPU once.
-// Algorithms: cuDNN's heuristics (Get*_v7), the first that succeeds within a workspace cap, cached
-// per (op, dtype, shapes, arguments, device) so a training loop asks once per layer shape.
+// Algorithms: cuDNN's heuristics (Get*_v7), the first that succeeds within a workspace cap and is
+// deterministic (unless cuda::set_cudnn_deterministic(false)), run with the math type cuDNN ranked
+// it under; cached per (op, dtype, shapes, arguments, device, flags) so a training loop asks once
+// per layer shape.
 // Workspaces come from the caching allocator (core/cuda/scratch.h).
 #include <cudnn.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -20,6 +24,7 @@
 
 #include "core/cuda/handles.h"
 #include "core/cuda/scratch.h"
+#include "core/cuda_api.h"
 #include "core/profiler.h"
 #include "ops/conv_args.h"
 #include "ops/cuda/gemm.h"
@@ -92,7 +97,22 @@ IntList conv_out_shape(const char* op, const Shown& x, const Shown& w, const Con
   const ConvGeom g = check_conv_geometry(op, x, w, a.stride, a.padding, a.dilation, a.groups);
   for (int64_t v : {g.N, g.C, g.H, g.W, g.O})
     MT_CHECK(v <= INT_MAX, op, ": cuDNN takes int dimensions, got input ", x.str(), " and weight ", w.str());
-  return g.out_sizes();
+  // The 4-D descriptors' strides are ints too (the batch stride is C H W), and cuDNN indexes each
+  // operand's elements with them: every operand's element count must fit (each dimension
+  // fitting is not enough: 65536 images of 64 x 32 x 32 do not).
+  const IntList ys = g.out_sizes();
+  auto count = [](std::initializer_list<int64_t> dims) {  // saturating: dims are <= INT_MAX, four of them may not be
+    int64_t n = 1;
+    for (int64_t d : dims) n = d != 0 && n > INT64_MAX / d ? INT64_MAX : n * d;
+    return n;
+  };
+  const int64_t counts[3] = {count({g.N, g.C, g.H, g.W}), count({g.O, g.C / g.G, g.kH, g.kW}),
+                             count({ys[0], ys[1], ys[2], ys[3]})};
+  for (int64_t n : counts)
+    MT_CHECK(n <= INT_MAX, op, ": cuDNN indexes a tensor with int strides, and an operand has ", n,
+             " elements (more than 2^31 - 1): input ", x.str(), ", weight ", w.str(), ", output ", shape_str(ys),
+             ". Split the batch into smaller ones");
+  return ys;
 }
 
 // ---- the algorithm cache ----
@@ -100,11 +120,13 @@ enum class Kind { Forward, BackwardData, BackwardFilter };
 struct Choice {
   int algo;
   size_t workspace;
+  cudnnMathType_t math;  // the suggestion's math type: set on the descriptor before the call
 };
 std::string cache_key(Kind k, DType dt, const IntList& xs, const IntList& ws, const ConvArgs& a) {
   std::ostringstream os;
   os << int(k) << ' ' << int(dt) << ' ' << current_device() << ' ' << shape_str(xs) << shape_str(ws)
-     << shape_str(a.stride) << shape_str(a.padding) << shape_str(a.dilation) << a.groups << ' ' << allow_tf32();
+     << shape_str(a.stride) << shape_str(a.padding) << shape_str(a.dilation) << a.groups << ' ' << allow_tf32()
+     << cudnn_deterministic();
   return os.str();
 }
 std::mutex g_cache_mu;
@@ -113,41 +135,56 @@ std::map<std::string, Choice>& cache() {
   return c;
 }
 
-// Asks cuDNN's heuristics for the ranked algorithms of `kind`, keeps the first that succeeded with
-// a workspace under the cap; cached.
+// Whether a ranked suggestion may run: it succeeded, its workspace is under the cap, it is
+// deterministic unless cudnn_deterministic() is off, and it keeps FP32 exact when TF32 is off (a
+// suggestion may come with a math type that converts to TF32; cuDNN's ranking and workspace were
+// for that math type, so it is the one the call sets — PyTorch's Conv_v7.cpp does the same).
+template <class Perf>
+bool usable(const Perf& p, bool fp32_exact) {
+  return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kWorkspaceCap &&
+         (!cudnn_deterministic() || p.determinism == CUDNN_DETERMINISTIC) &&
+         !(fp32_exact && p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+}
+template <class Perf>
+Choice first_usable(const Perf* perf, int n, bool fp32_exact) {
+  for (int i = 0; i < n; ++i)
+    if (usable(perf[i], fp32_exact)) return {int(perf[i].algo), perf[i].memory, perf[i].mathType};
+  return {-1, 0, CUDNN_DEFAULT_MATH};
+}
+
+// Asks cuDNN's heuristics for the ranked algorithms of `kind`, keeps the first usable one; cached.
 Choice choose(Kind kind, cudnnHandle_t h, const TensorDesc& x, const FilterDesc& w, const ConvDesc& conv,
-              const TensorDesc& y, const std::string& key, const char* op) {
+              const TensorDesc& y, const std::string& key, DType dt, const char* op) {
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     auto it = cache().find(key);
     if (it != cache().end()) return it->second;
   }
-  Choice chosen{-1, 0};
+  Choice chosen{-1, 0, CUDNN_DEFAULT_MATH};
+  const bool fp32_exact = dt == DType::Float32 && !allow_tf32();
   int n = 0;
   if (kind == Kind::Forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x.d, w.d, conv.d, y.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
                                                           perf),
                    op);
-    for (int i = 0; i < n && chosen.algo < 0; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceCap) chosen = {int(perf[i].algo), perf[i].memory};
+    chosen = first_usable(perf, n, fp32_exact);
   } else if (kind == Kind::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w.d, y.d, conv.d, x.d,
                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf),
                    op);
-    for (int i = 0; i < n && chosen.algo < 0; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceCap) chosen = {int(perf[i].algo), perf[i].memory};
+    chosen = first_usable(perf, n, fp32_exact);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x.d, y.d, conv.d, w.d,
                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf),
                    op);
-    for (int i = 0; i < n && chosen.algo < 0; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceCap) chosen = {int(perf[i].algo), perf[i].memory};
+    chosen = first_usable(perf, n, fp32_exact);
   }
-  MT_CHECK(chosen.algo >= 0, op, ": cuDNN offered no algorithm for input ", key, " within a ", kWorkspaceCap >> 20,
-           " MiB workspace");
+  MT_CHECK(chosen.algo >= 0, op, ": cuDNN offered no ", cudnn_deterministic() ? "deterministic " : "",
+           "algorithm for input ", key, " within a ", kWorkspaceCap >> 20, " MiB workspace",
+           cudnn_deterministic() ? " (cuda::set_cudnn_deterministic(false) admits non-deterministic ones)" : "");
   std::lock_guard<std::mutex> lock(g_cache_mu);
   cache()[key] = chosen;
   return chosen;
@@ -184,7 +221,8 @@ TensorList conv2d_cuda(const OpCall& call) {
   ConvDesc cd(a, dt, call.name());
   cudnnHandle_t h = cudnn_handle();
   const Choice c = choose(Kind::Forward, h, xd, wd, cd, yd, cache_key(Kind::Forward, dt, x.sizes(), w.sizes(), a),
-                          call.name());
+                          dt, call.name());
+  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math), call.name());
   Scratch ws(c.workspace);
   const Scaling s(dt);
   profiler::count_library_call();
@@ -220,7 +258,8 @@ TensorList conv2d_input_grad_cuda(const OpCall& call) {
   ConvDesc cd(a, dt, call.name());
   cudnnHandle_t h = cudnn_handle();
   const Choice c = choose(Kind::BackwardData, h, xd, wd, cd, yd,
-                          cache_key(Kind::BackwardData, dt, in_size, w.sizes(), a), call.name());
+                          cache_key(Kind::BackwardData, dt, in_size, w.sizes(), a), dt, call.name());
+  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math), call.name());
   Scratch ws(c.workspace);
   const Scaling s(dt);
   profiler::count_library_call();
@@ -250,7 +289,8 @@ TensorList conv2d_weight_grad_cuda(const OpCall& call) {
   ConvDesc cd(a, dt, call.name());
   cudnnHandle_t h = cudnn_handle();
   const Choice c = choose(Kind::BackwardFilter, h, xd, wd, cd, yd,
-                          cache_key(Kind::BackwardFilter, dt, x.sizes(), w_size, a), call.name());
+                          cache_key(Kind::BackwardFilter, dt, x.sizes(), w_size, a), dt, call.name());
+  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math), call.name());
   Scratch ws(c.workspace);
   const Scaling s(dt);
   profiler::count_library_call();

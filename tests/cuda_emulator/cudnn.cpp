@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -232,13 +233,28 @@ int algo_count(Op op) {
   }
 }
 
+// The test knobs and records of emulator.h (cudnn_last_run and friends).
+std::mutex g_knob_mu;
+bool g_nondeterministic_first = false;
+int g_report_math = -1;
+emu::CudnnRun g_last_run[3];
+
 // The implemented algorithms of a direction, best first: the first needs a workspace.
 struct Algo {
   int id;
   bool workspace;
   cudnnDeterminism_t determinism;
 };
+std::vector<Algo> ranked_algos(Op op);
 std::vector<Algo> algos(Op op) {
+  std::vector<Algo> list = ranked_algos(op);
+  std::lock_guard<std::mutex> lock(g_knob_mu);
+  if (g_nondeterministic_first)
+    std::stable_partition(list.begin(), list.end(),
+                          [](const Algo& a) { return a.determinism == CUDNN_NON_DETERMINISTIC; });
+  return list;
+}
+std::vector<Algo> ranked_algos(Op op) {
   switch (op) {
     case Op::Forward:
       return {{CUDNN_CONVOLUTION_FWD_ALGO_GEMM, true, CUDNN_DETERMINISTIC},
@@ -284,7 +300,10 @@ cudnnStatus_t heuristics(Op op, cudnnHandle_t h, const cudnnTensorStruct* x, con
     r.time = -1.0f;
     if (st == CUDNN_STATUS_SUCCESS) workspace_for(p, a.id, &r.memory);
     r.determinism = a.determinism;
-    r.mathType = c->math;
+    {
+      std::lock_guard<std::mutex> lock(g_knob_mu);
+      r.mathType = g_report_math >= 0 ? static_cast<cudnnMathType_t>(g_report_math) : c->math;
+    }
     list.push_back(r);
     listed[size_t(a.id)] = true;
   }
@@ -441,6 +460,10 @@ cudnnStatus_t convolve(Op op, const char* call, const char* const operands[3], c
   require_on(h, workspace, workspace_bytes, call, "workSpace");
   double a = 0, b = 0;
   read_scaling(call, p.type, alpha, beta, &a, &b);
+  {
+    std::lock_guard<std::mutex> lock(g_knob_mu);
+    g_last_run[int(op)] = {algo, int(cd->math)};
+  }
 
   // The convolution runs in the handle's stream order; descriptors and scalars are captured now
   // (the caller may destroy them as soon as this returns).
@@ -828,3 +851,18 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
   });
   return CUDNN_STATUS_SUCCESS;
 }
+
+namespace mixtape::cuda_emulator {
+CudnnRun cudnn_last_run(int direction) {
+  std::lock_guard<std::mutex> lock(g_knob_mu);
+  return direction >= 0 && direction < 3 ? g_last_run[direction] : CudnnRun{};
+}
+void cudnn_rank_nondeterministic_first(bool on) {
+  std::lock_guard<std::mutex> lock(g_knob_mu);
+  g_nondeterministic_first = on;
+}
+void cudnn_report_math(int math) {
+  std::lock_guard<std::mutex> lock(g_knob_mu);
+  g_report_math = math;
+}
+}  // namespace mixtape::cuda_emulator

@@ -58,6 +58,19 @@ uint64_t host_waits();
 // tests that observe stream order skip under `immediate`.
 bool streams_deferred();
 
+// cuDNN (cudnn.cpp): what the last convolution of a direction (0 forward, 1 backward data, 2
+// backward filter) ran with: its algorithm and the descriptor's math type (-1 before any). And two
+// knobs for tests of how mixtape chooses among the heuristics' suggestions, process-wide: rank the
+// non-deterministic algorithm first (as cuDNN may), and report `math` as every suggestion's math
+// type (-1: the descriptor's, the default).
+struct CudnnRun {
+  int algo = -1;
+  int math = -1;
+};
+CudnnRun cudnn_last_run(int direction);
+void cudnn_rank_nondeterministic_first(bool on);
+void cudnn_report_math(int math);
+
 // Device memory is readable and writable while at least one DeviceAccess object lives on any
 // thread (a process-wide count; the emulator is serialised by one lock, taken by each scope).
 class DeviceAccess {

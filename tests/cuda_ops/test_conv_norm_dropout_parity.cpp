@@ -12,7 +12,11 @@
 //     rounding to f32 but one f32 ulp either way: rtol 2 u(f32)); the transform x a + b is one
 //     contraction (FMA on the GPU), values O(10) here: atol 64 u(acc), rtol 2 u(storage) + 16 u(acc).
 //   dropout: the same Philox words decide the same elements, one multiply: exact.
+#include "common/error_of.h"
 #include "cuda_test_util.h"
+#if defined(MIXTAPE_CUDA_EMULATOR)
+#include <cudnn.h>
+#endif
 
 namespace mixtape {
 namespace {
@@ -57,6 +61,74 @@ TEST(CudaConvParity, ForwardInputGradWeightGradEveryDtypeAndGeometry) {
                          agw * (8 * Kw * u) + abs(f64(gw)) * (4 * us) + 1e-300, "conv2d_weight_grad " + what));
     }
   }
+}
+
+// How conv_cudnn.cpp picks among cuDNN's ranked suggestions (emulator only: its knobs rank the
+// non-deterministic backward algorithms first, as cuDNN may, and report another math type than
+// the descriptor's). Deterministic algorithms by default, the heuristics' first with
+// set_cudnn_deterministic(false); every call runs with the math type its suggestion was ranked
+// under; with TF32 off an f32 conv takes no suggestion that converts to TF32.
+TEST(CudaConvAlgorithm, DeterministicByDefaultAndRunWithTheSuggestedMathType) {
+  MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "cuDNN's choices exist on the device side only";
+#if !defined(MIXTAPE_CUDA_EMULATOR)
+  GTEST_SKIP() << "needs the CUDA emulator's cuDNN knobs";
+#else
+  namespace emu = cuda_emulator;
+  struct Knobs {  // restored whatever the test does
+    Knobs() {
+      emu::cudnn_rank_nondeterministic_first(true);
+      emu::cudnn_report_math(CUDNN_FMA_MATH);
+    }
+    ~Knobs() {
+      emu::cudnn_rank_nondeterministic_first(false);
+      emu::cudnn_report_math(-1);
+      cuda::set_cudnn_deterministic(true);
+    }
+  } knobs;
+  ASSERT_TRUE(cuda::cudnn_deterministic()) << "deterministic is the default";
+  // Shapes no other test uses: the algorithm cache holds no earlier choice for them.
+  auto run = [](DType dt) {
+    const Tensor x = on_cuda(randn({1, 3, 7, 9}).to(dt)).requires_grad_(true);
+    const Tensor w = on_cuda(randn({5, 3, 3, 3}).to(dt)).requires_grad_(true);
+    conv2d(x, w, Tensor(), {1, 1}, {1, 1}, {1, 1}, 1).sum().backward();
+    cuda::synchronize();
+  };
+  run(DType::Float16);
+  EXPECT_EQ(emu::cudnn_last_run(1).algo, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1);
+  EXPECT_EQ(emu::cudnn_last_run(2).algo, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1);
+  for (int direction = 0; direction < 3; ++direction)
+    EXPECT_EQ(emu::cudnn_last_run(direction).math, CUDNN_FMA_MATH)
+        << "direction " << direction << " ran with the descriptor's math type, not its suggestion's";
+  cuda::set_cudnn_deterministic(false);
+  run(DType::Float16);
+  EXPECT_EQ(emu::cudnn_last_run(1).algo, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0);
+  EXPECT_EQ(emu::cudnn_last_run(2).algo, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0);
+  cuda::set_cudnn_deterministic(true);
+  // FP32 with TF32 off (the default): a suggestion that converts to TF32 is not taken.
+  emu::cudnn_report_math(CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+  try {
+    run(DType::Float32);
+    ADD_FAILURE() << "an f32 conv ran a TF32 suggestion with TF32 off";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuDNN offered no deterministic algorithm"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+// cuDNN's descriptors take int strides: an operand of more than 2^31 - 1 elements is refused with
+// the op and the shapes named (not handed to cuDNN, which would index it wrongly). The input is a
+// broadcast view of one element, so nothing of that size is allocated before the check.
+TEST(CudaConvParity, OperandsOfMoreThanIntMaxElementsAreRefused) {
+  MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "the CPU conv has no int limit: it would compute the 2^32-element conv";
+  const Tensor x = on_cuda(randn({1, 1, 1, 1})).expand({65536, 64, 32, 32});  // 2^32 elements, each dim small
+  const Tensor w = on_cuda(randn({8, 64, 3, 3}));
+  const std::string e = ::mixtape::testing::error_of([&] { (void)conv2d(x, w, Tensor(), {1, 1}, {1, 1}, {1, 1}, 1); });
+  EXPECT_NE(e.find("conv2d: cuDNN indexes a tensor with int strides, and an operand has 4294967296 elements"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("Split the batch"), std::string::npos) << e;
 }
 
 TEST(CudaNormParity, BatchNormTrainingEvalAndBackward) {

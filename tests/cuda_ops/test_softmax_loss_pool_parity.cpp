@@ -102,6 +102,9 @@ TEST(CudaLossParity, DeferredChecksAreReportedOnceWithTheValueTheKernelSaw) {
   Tensor bad = Tensor::empty({1}, TensorOptions(DType::Int64));
   set_element(bad, 0, 5);
   Tensor target = on_cuda(bad);
+  // The uploads went to the legacy default stream, which a non-blocking stream does not wait for
+  // (and a copy from pageable memory may return before its DMA is done): finish them first.
+  cuda::synchronize();
   using ::mixtape::testing::error_of;
   {  // the stream is gone before the read
     Tensor loss;

@@ -255,13 +255,11 @@ TEST(CudaAllocator, EmptyCacheGivesMemoryBackToTheDriver) {
   int64_t reserved0 = memory_stats(Device::CUDA()).reserved_bytes;
   { Tensor big = Tensor::empty({int64_t(64) << 20}, TensorOptions(DType::UInt8).with_device(Device::CUDA())); }
   EXPECT_GE(memory_stats(Device::CUDA()).reserved_bytes, reserved0 + (int64_t(64) << 20)) << "still cached";
-  size_t free_before = 0, total = 0;
-  ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
   cuda::empty_cache();
   EXPECT_EQ(memory_stats(Device::CUDA()).reserved_bytes, reserved0);
-  size_t free_after = 0;
-  ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
-  EXPECT_GE(free_after, free_before + (size_t(60) << 20));
+  // Not checked: the driver's device-wide free memory (cudaMemGetInfo) before and after. Other
+  // processes share the device (ctest -j runs several GPU test binaries at once), so it moves by
+  // their allocations too; the allocator's own reserved bytes are this process's, and exact.
 }
 
 TEST(CudaAllocator, ScratchComesFromTheCache) {
