@@ -1,5 +1,7 @@
 // core/caching_allocator.cpp — the caching allocator's bookkeeping (rules in the header).
-// Invariants: every Block is either in in_use_ (allocated) or in exactly one free list; the
+// Invariants: every Block is in in_use_ (allocated), in pending_frees_ (freed, waiting for the
+// events of the streams recorded on it; still marked allocated, so no neighbour merges into it), or
+// in exactly one free list; the
 // blocks of a segment tile it without gaps, linked by prev/next, and two free neighbours never
 // stay unmerged; reserved_ is the sum of live segment sizes.
 #include "core/caching_allocator.h"
@@ -24,6 +26,11 @@ CachingAllocator::~CachingAllocator() {
   // Blocks still in use belong to tensors that outlive the allocator (process exit): their
   // segments are left to the process teardown, their bookkeeping is dropped.
   for (auto& [ptr, block] : in_use_) delete block;
+  for (PendingFree& p : pending_frees_) {
+    for (void* e : p.events)
+      if (e) backend_.destroy_event(e);
+    delete p.block;
+  }
   for (Block* b : small_free_) delete b;
   for (Block* b : large_free_) delete b;
 }
@@ -67,10 +74,12 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
   const size_t segment = small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
 
   std::lock_guard<std::mutex> lock(mu_);
+  process_pending_frees();
   Block* b = find_free(size, small, stream);
   if (!b) b = new_segment(segment, small, stream);
   if (!b) {
     // Out of memory: give the cache back and try once more before failing.
+    process_pending_frees();
     release_free_segments();
     b = new_segment(segment, small, stream);
     if (!b) throw_oom(nbytes, size, segment);
@@ -94,6 +103,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
 
   b->allocated = true;
   b->requested = nbytes;
+  b->recorded.clear();
   in_use_.emplace(b->ptr, b);
   current_ += static_cast<int64_t>(nbytes);
   ++count_;
@@ -110,9 +120,59 @@ void CachingAllocator::deallocate(void* ptr) {
   Block* b = it->second;
   in_use_.erase(it);
   current_ -= static_cast<int64_t>(b->requested);
-  b->allocated = false;
   b->requested = 0;
+  if (!b->recorded.empty() && backend_.record_event) {
+    // Work queued on the recorded streams may still use it: reusable once their events complete.
+    PendingFree p{b, {}};
+    try {
+      for (StreamId s : b->recorded) p.events.push_back(backend_.record_event(s));
+    } catch (...) {
+      // Called from a Storage's destructor: nothing may escape. An event that cannot be recorded
+      // leaves the block's reuse unsafe forever: it stays pending (a null event never completes).
+      p.events.push_back(nullptr);
+    }
+    pending_frees_.push_back(std::move(p));
+    return;
+  }
+  free_block(b);
+}
 
+void CachingAllocator::record_stream(void* ptr, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = in_use_.find(ptr);
+  MT_CHECK(it != in_use_.end(), name_, " caching allocator: record_stream of a pointer it did not allocate (", ptr,
+           ") or that was freed already");
+  Block* b = it->second;
+  if (stream == b->stream) return;
+  for (StreamId s : b->recorded)
+    if (s == stream) return;
+  b->recorded.push_back(stream);
+}
+
+void CachingAllocator::process_pending_frees() {
+  for (size_t i = 0; i < pending_frees_.size();) {
+    PendingFree& p = pending_frees_[i];
+    bool done = true;
+    for (void* e : p.events) done = done && e && backend_.event_done(e);
+    if (!done) {
+      ++i;
+      continue;
+    }
+    for (void* e : p.events) backend_.destroy_event(e);  // all non-null: all completed
+    Block* b = p.block;
+    pending_frees_.erase(pending_frees_.begin() + static_cast<std::ptrdiff_t>(i));
+    free_block(b);
+  }
+}
+
+int64_t CachingAllocator::pending_free_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(pending_frees_.size());
+}
+
+void CachingAllocator::free_block(Block* b) {
+  b->allocated = false;
+  b->recorded.clear();
   FreeList& list = pool(b->small);
   // Merge with free neighbours (they are in the same pool and stream: a segment never mixes).
   if (b->prev && !b->prev->allocated) {
@@ -159,6 +219,7 @@ void CachingAllocator::release_free_segments() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  process_pending_frees();
   release_free_segments();
 }
 
@@ -188,6 +249,7 @@ int64_t CachingAllocator::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t used = 0;
   for (auto& [ptr, b] : in_use_) used += static_cast<int64_t>(b->size);
+  for (const PendingFree& p : pending_frees_) used += static_cast<int64_t>(p.block->size);  // not reusable yet
   return reserved_ - used;
 }
 

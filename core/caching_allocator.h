@@ -12,8 +12,10 @@
 //     freed block merges with free neighbours of its segment.
 //   - Streams: every segment belongs to the stream it was first allocated for, and its blocks are
 //     reused only by requests on that stream. A freed block is reusable at once, because later
-//     work on the same stream runs after the work that used it. A block used on another stream
-//     must be synchronised with that stream (an Event) before it is freed.
+//     work on the same stream runs after the work that used it. A block also used on other
+//     streams is declared with record_stream(ptr, stream) (PyTorch's Tensor.record_stream): when
+//     it is freed, an event is recorded on each of those streams, and the block is reused only
+//     once every event has completed (checked at each allocate and empty_cache).
 //   - empty_cache() returns every segment with no block in use to the backend.
 //   - Out of memory (the backend returns nullptr): free the cache and retry once; then throw
 //     mixtape::Error with the requested size and the statistics.
@@ -28,6 +30,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/allocator.h"
 
@@ -36,6 +39,11 @@ namespace mixtape {
 struct RawBackend {
   std::function<void*(size_t)> alloc;  // nullptr when out of memory; may throw on other errors
   std::function<void(void*)> free;
+  // Events for record_stream (optional: without them a recorded block waits for nothing):
+  // record one on a stream, ask whether it has completed, destroy it.
+  std::function<void*(uintptr_t stream)> record_event;
+  std::function<bool(void* event)> event_done;
+  std::function<void(void* event)> destroy_event;
 };
 
 class CachingAllocator {
@@ -57,7 +65,11 @@ class CachingAllocator {
   // ptr must come from allocate() (nullptr is ignored); throws on a pointer it never gave out.
   void deallocate(void* ptr);
   bool owns(void* ptr) const;
+  // The block at ptr (from allocate(), in use) is also used by work on `stream`: when it is freed,
+  // it is not reused before that work is done. A no-op for the block's own stream.
+  void record_stream(void* ptr, StreamId stream);
   void empty_cache();
+  int64_t pending_free_count() const;  // freed blocks still waiting for their recorded streams
 
   AllocatorStats stats() const;
   void reset_peak();
@@ -77,6 +89,11 @@ class CachingAllocator {
     bool allocated = false;
     Block* prev = nullptr;  // neighbours within the same segment
     Block* next = nullptr;
+    std::vector<StreamId> recorded;  // other streams that use it (record_stream)
+  };
+  struct PendingFree {
+    Block* block;
+    std::vector<void*> events;  // one per recorded stream
   };
   struct BlockLess {
     bool operator()(const Block* a, const Block* b) const;
@@ -87,6 +104,8 @@ class CachingAllocator {
   Block* find_free(size_t size, bool small, StreamId stream);
   Block* new_segment(size_t size, bool small, StreamId stream);  // nullptr when the backend is out
   void release_free_segments();                                   // the cache, lock held
+  void free_block(Block* b);                                      // into its free list, merged; lock held
+  void process_pending_frees();                                   // frees those whose events completed; lock held
   [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment) const;
 
   RawBackend backend_;
@@ -94,6 +113,7 @@ class CachingAllocator {
   mutable std::mutex mu_;
   FreeList small_free_, large_free_;
   std::unordered_map<void*, Block*> in_use_;
+  std::vector<PendingFree> pending_frees_;
   int64_t current_ = 0, peak_ = 0, count_ = 0, reserved_ = 0, segments_ = 0, backend_allocs_ = 0;
 };
 

@@ -16,6 +16,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
+#include "core/tensor.h"
 
 namespace mixtape::cuda::detail {
 namespace {
@@ -37,6 +38,26 @@ RawBackend cuda_backend(int device) {
     DeviceGuard guard(device);
     MT_CUDA_CHECK(cudaFree(p), "cuda allocator");
   };
+  // record_stream's events: timing off (the cheapest kind), on this device.
+  b.record_event = [device](uintptr_t stream) -> void* {
+    DeviceGuard guard(device);
+    cudaEvent_t e = nullptr;
+    MT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cuda allocator");
+    const cudaError_t status = cudaEventRecord(e, reinterpret_cast<cudaStream_t>(stream));
+    if (status != cudaSuccess) (void)cudaEventDestroy(e);
+    MT_CUDA_CHECK(status, "cuda allocator");
+    return e;
+  };
+  b.event_done = [](void* e) {
+    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(e));
+    if (status == cudaErrorNotReady) {
+      if (cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+      return false;
+    }
+    MT_CUDA_CHECK(status, "cuda allocator");
+    return true;
+  };
+  b.destroy_event = [](void* e) { (void)cudaEventDestroy(static_cast<cudaEvent_t>(e)); };
   return b;
 }
 
@@ -115,6 +136,17 @@ void device_free(void* ptr) {
   }
 }
 
+void record_stream(void* ptr, cudaStream_t stream) {
+  if (!ptr || !made()) return;
+  for (CachingAllocator* a : devices().per_device) {
+    if (a->owns(ptr)) {
+      a->record_stream(ptr, reinterpret_cast<CachingAllocator::StreamId>(stream));
+      return;
+    }
+  }
+  MT_ERROR("cuda::record_stream: the tensor's memory does not come from mixtape's CUDA allocator");
+}
+
 void empty_device_caches() {
   if (!made()) return;
   for (CachingAllocator* a : devices().per_device) a->empty_cache();
@@ -126,3 +158,11 @@ AllocatorStats device_memory_stats(int device) {
 }
 
 }  // namespace mixtape::cuda::detail
+
+namespace mixtape::cuda {
+void record_stream(const Tensor& t, cudaStream_t stream) {
+  MT_CHECK(t.defined() && t.device().is_cuda(), "cuda::record_stream: expected a CUDA tensor, got ",
+           t.defined() ? t.describe() : std::string("an undefined tensor"));
+  detail::record_stream(t.storage()->data(), stream);
+}
+}  // namespace mixtape::cuda

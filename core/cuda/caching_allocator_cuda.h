@@ -3,6 +3,8 @@
 // get_allocator(DeviceType::CUDA) by a static initialiser that only stores a pointer; CUDA is
 // first touched by the first CUDA allocation (CUDA builds only; C++17-clean).
 #pragma once
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 
 #include "core/allocator.h"
@@ -12,6 +14,8 @@ namespace mixtape::cuda::detail {
 // Device memory on `device` for the current stream (what Storage and Scratch use).
 void* device_alloc(int device, size_t nbytes);
 void device_free(void* ptr);
+// ptr (a storage's base, from device_alloc) is also used by work on `stream` (cuda::record_stream).
+void record_stream(void* ptr, cudaStream_t stream);
 void empty_device_caches();
 AllocatorStats device_memory_stats(int device);
 

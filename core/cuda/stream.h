@@ -10,6 +10,10 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+namespace mixtape {
+class Tensor;
+}
+
 namespace mixtape::cuda {
 
 // The calling thread's current device (checked; throws when no device is usable).
@@ -84,5 +88,11 @@ class Event {
   cudaEvent_t event_ = nullptr;
   int device_ = 0;
 };
+
+// Tells the caching allocator that t's memory is also used by work on `stream`, not only on the
+// stream it was allocated for (PyTorch's Tensor.record_stream): when that memory is freed, it is
+// handed out again only after the work queued on `stream` until then has run. Without it, memory
+// freed while another stream still reads or writes it can be reused and overwritten under it.
+void record_stream(const Tensor& t, cudaStream_t stream);
 
 }  // namespace mixtape::cuda

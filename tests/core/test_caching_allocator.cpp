@@ -269,6 +269,89 @@ TEST(CachingAllocator, ThreadsShareItSafely) {
   EXPECT_TRUE(fb.live.empty());
 }
 
+// record_stream: a block also used on another stream is reused only after an event recorded on
+// that stream at free time has completed. Fake events: a flag per event the test sets.
+struct FakeEvents {
+  std::map<void*, std::pair<uintptr_t, bool>> events;  // event -> (stream, done)
+  int recorded = 0, destroyed = 0;
+  void attach(RawBackend& b) {
+    b.record_event = [this](uintptr_t stream) -> void* {
+      void* e = new char;
+      events[e] = {stream, false};
+      ++recorded;
+      return e;
+    };
+    b.event_done = [this](void* e) { return events.at(e).second; };
+    b.destroy_event = [this](void* e) {
+      events.erase(e);
+      ++destroyed;
+      delete static_cast<char*>(e);
+    };
+  }
+  void complete_all() {
+    for (auto& [e, v] : events) v.second = true;
+  }
+};
+
+TEST(CachingAllocator, RecordedStreamDelaysReuseUntilItsEventCompletes) {
+  FakeBackend fb;
+  FakeEvents ev;
+  RawBackend rb = fb.backend();
+  ev.attach(rb);
+  CachingAllocator a(rb, "fake");
+  const CachingAllocator::StreamId s1 = 1, s2 = 2;
+  void* p = a.allocate(4096, s1);
+  a.record_stream(p, s2);
+  a.record_stream(p, s2);  // once per stream
+  a.record_stream(p, s1);  // its own stream: nothing to wait for
+  a.deallocate(p);
+  EXPECT_EQ(ev.recorded, 1);
+  ASSERT_EQ(ev.events.size(), 1u);
+  EXPECT_EQ(ev.events.begin()->second.first, s2) << "the event goes on the stream that used the block";
+  EXPECT_EQ(a.pending_free_count(), 1);
+  EXPECT_EQ(a.stats().current_bytes, 0) << "freed: no longer counted as requested";
+  void* q = a.allocate(4096, s1);
+  EXPECT_NE(q, p) << "reused while stream 2 may still use it";
+  a.empty_cache();
+  EXPECT_EQ(a.pending_free_count(), 1) << "empty_cache does not free a block still in use on stream 2";
+  ev.complete_all();
+  void* r = a.allocate(4096, s1);
+  EXPECT_EQ(r, p) << "reusable once the event completed";
+  EXPECT_EQ(a.pending_free_count(), 0);
+  EXPECT_EQ(ev.destroyed, 1);
+  a.deallocate(q);
+  a.deallocate(r);  // no record_stream this time: free at once, no event
+  EXPECT_EQ(ev.recorded, 1);
+  EXPECT_EQ(a.pending_free_count(), 0);
+}
+
+TEST(CachingAllocator, WithoutRecordStreamAFreedBlockIsReusedAtOnce) {
+  // The other half of the contract: same-stream reuse needs no event.
+  FakeBackend fb;
+  FakeEvents ev;
+  RawBackend rb = fb.backend();
+  ev.attach(rb);
+  CachingAllocator a(rb, "fake");
+  void* p = a.allocate(4096, 1);
+  a.deallocate(p);
+  EXPECT_EQ(a.allocate(4096, 1), p);
+  EXPECT_EQ(ev.recorded, 0);
+}
+
+TEST(CachingAllocator, RecordStreamOfAForeignPointerIsAnError) {
+  FakeBackend fb;
+  CachingAllocator a(fb.backend(), "fake");
+  int x = 0;
+  try {
+    a.record_stream(&x, 2);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fake caching allocator: record_stream of a pointer it did not allocate"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CachingAllocator, FreeingAForeignPointerIsAnError) {
   FakeBackend fb;
   CachingAllocator a(fb.backend(), "fake");

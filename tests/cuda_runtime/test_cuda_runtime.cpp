@@ -31,6 +31,9 @@
 #include "core/cuda/handles.h"
 #include "core/cuda/scratch.h"
 #include "core/cuda/stream.h"
+#if defined(MIXTAPE_CUDA_EMULATOR)
+#include "tests/cuda_emulator/emulator.h"
+#endif
 #endif
 
 namespace mixtape {
@@ -260,6 +263,37 @@ TEST(CudaAllocator, EmptyCacheGivesMemoryBackToTheDriver) {
   // Not checked: the driver's device-wide free memory (cudaMemGetInfo) before and after. Other
   // processes share the device (ctest -j runs several GPU test binaries at once), so it moves by
   // their allocations too; the allocator's own reserved bytes are this process's, and exact.
+}
+
+// cuda::record_stream: memory a tensor shares with another stream is not handed out again until
+// that stream has run the work queued on it when the tensor was freed. Observable only where
+// queued work waits (the emulator's deferred streams); on a GPU the kernel may already be done.
+TEST(CudaAllocator, RecordStreamKeepsFreedMemoryUntilTheOtherStreamIsDone) {
+  REQUIRE_GPU();
+#if !defined(MIXTAPE_CUDA_EMULATOR)
+  GTEST_SKIP() << "a GPU may finish queued work at any time: only the CUDA emulator can observe stream order";
+#else
+  if (!cuda_emulator::streams_deferred()) GTEST_SKIP() << "MIXTAPE_CUDA_EMULATOR_STREAMS=immediate";
+  const TensorOptions on_gpu = TensorOptions(DType::Float32).with_device(Device::CUDA());
+  cuda::synchronize();
+  cuda::OwnedStream side;
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({1024}, on_gpu);  // allocated for the current (legacy) stream
+    first = t.data_ptr();
+    {
+      cuda::StreamGuard guard(side.get());
+      fill_(t, 1.0);  // queued on the side stream, not run yet
+    }
+    cuda::record_stream(t, side.get());
+  }  // freed while the side stream's fill is still queued
+  Tensor u = Tensor::empty({1024}, on_gpu);
+  EXPECT_NE(u.data_ptr(), first) << "handed out again while the side stream may still write it";
+  ASSERT_EQ(cudaStreamSynchronize(side.get()), cudaSuccess);
+  Tensor w = Tensor::empty({1024}, on_gpu);
+  EXPECT_EQ(w.data_ptr(), first) << "reusable once the side stream's work has run";
+  EXPECT_THROW(cuda::record_stream(ones({2}), side.get()), Error) << "a CPU tensor";
+#endif
 }
 
 TEST(CudaAllocator, ScratchComesFromTheCache) {
