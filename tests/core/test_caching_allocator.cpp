@@ -291,14 +291,18 @@ struct FakeEvents {
   void complete_all() {
     for (auto& [e, v] : events) v.second = true;
   }
+  // An allocator over fb's memory and these events.
+  CachingAllocator allocator(FakeBackend& fb) {
+    RawBackend rb = fb.backend();
+    attach(rb);
+    return CachingAllocator(rb, "fake");
+  }
 };
 
 TEST(CachingAllocator, RecordedStreamDelaysReuseUntilItsEventCompletes) {
   FakeBackend fb;
   FakeEvents ev;
-  RawBackend rb = fb.backend();
-  ev.attach(rb);
-  CachingAllocator a(rb, "fake");
+  CachingAllocator a = ev.allocator(fb);
   const CachingAllocator::StreamId s1 = 1, s2 = 2;
   void* p = a.allocate(4096, s1);
   a.record_stream(p, s2);
@@ -329,9 +333,7 @@ TEST(CachingAllocator, WithoutRecordStreamAFreedBlockIsReusedAtOnce) {
   // The other half of the contract: same-stream reuse needs no event.
   FakeBackend fb;
   FakeEvents ev;
-  RawBackend rb = fb.backend();
-  ev.attach(rb);
-  CachingAllocator a(rb, "fake");
+  CachingAllocator a = ev.allocator(fb);
   void* p = a.allocate(4096, 1);
   a.deallocate(p);
   EXPECT_EQ(a.allocate(4096, 1), p);
