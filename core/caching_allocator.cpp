@@ -78,11 +78,15 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
   Block* b = find_free(size, small, stream);
   if (!b) b = new_segment(segment, small, stream);
   if (!b) {
-    // Out of memory: give the cache back and try once more before failing.
-    process_pending_frees();
-    release_free_segments();
-    b = new_segment(segment, small, stream);
-    if (!b) throw_oom(nbytes, size, segment);
+    // Out of memory: wait for the blocks other streams still use (one may fit), then give the
+    // cache back and try once more before failing.
+    process_pending_frees(/*wait=*/true);
+    b = find_free(size, small, stream);
+    if (!b) {
+      release_free_segments();
+      b = new_segment(segment, small, stream);
+      if (!b) throw_oom(nbytes, size, segment);
+    }
   }
 
   // Split off the tail when it is worth keeping in this block's pool.
@@ -149,11 +153,14 @@ void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   b->recorded.push_back(stream);
 }
 
-void CachingAllocator::process_pending_frees() {
+void CachingAllocator::process_pending_frees(bool wait) {
   for (size_t i = 0; i < pending_frees_.size();) {
     PendingFree& p = pending_frees_[i];
     bool done = true;
-    for (void* e : p.events) done = done && e && backend_.event_done(e);
+    for (void* e : p.events) {
+      if (e && wait && backend_.wait_event) backend_.wait_event(e);
+      done = done && e && backend_.event_done(e);
+    }
     if (!done) {
       ++i;
       continue;

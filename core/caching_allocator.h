@@ -15,7 +15,8 @@
 //     work on the same stream runs after the work that used it. A block also used on other
 //     streams is declared with record_stream(ptr, stream) (PyTorch's Tensor.record_stream): when
 //     it is freed, an event is recorded on each of those streams, and the block is reused only
-//     once every event has completed (checked at each allocate and empty_cache).
+//     once every event has completed (checked at each allocate and empty_cache; out of memory,
+//     the allocator waits for them before giving the cache back).
 //   - empty_cache() returns every segment with no block in use to the backend.
 //   - Out of memory (the backend returns nullptr): free the cache and retry once; then throw
 //     mixtape::Error with the requested size and the statistics.
@@ -40,9 +41,10 @@ struct RawBackend {
   std::function<void*(size_t)> alloc;  // nullptr when out of memory; may throw on other errors
   std::function<void(void*)> free;
   // Events for record_stream (optional: without them a recorded block waits for nothing):
-  // record one on a stream, ask whether it has completed, destroy it.
+  // record one on a stream, ask whether it has completed, wait until it has, destroy it.
   std::function<void*(uintptr_t stream)> record_event;
   std::function<bool(void* event)> event_done;
+  std::function<void(void* event)> wait_event;
   std::function<void(void* event)> destroy_event;
 };
 
@@ -105,7 +107,8 @@ class CachingAllocator {
   Block* new_segment(size_t size, bool small, StreamId stream);  // nullptr when the backend is out
   void release_free_segments();                                   // the cache, lock held
   void free_block(Block* b);                                      // into its free list, merged; lock held
-  void process_pending_frees();                                   // frees those whose events completed; lock held
+  void process_pending_frees(bool wait = false);                  // frees those whose events completed (or, with
+                                                                  // wait, waits for them first); lock held
   [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment) const;
 
   RawBackend backend_;

@@ -57,6 +57,7 @@ RawBackend cuda_backend(int device) {
     MT_CUDA_CHECK(status, "cuda allocator");
     return true;
   };
+  b.wait_event = [](void* e) { MT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "cuda allocator"); };
   b.destroy_event = [](void* e) { (void)cudaEventDestroy(static_cast<cudaEvent_t>(e)); };
   return b;
 }

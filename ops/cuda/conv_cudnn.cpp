@@ -122,11 +122,11 @@ struct Choice {
   size_t workspace;
   cudnnMathType_t math;  // the suggestion's math type: set on the descriptor before the call
 };
-std::string cache_key(Kind k, DType dt, const IntList& xs, const IntList& ws, const ConvArgs& a) {
+std::string cache_key(Kind k, DType dt, const IntList& xs, const IntList& ws, const ConvArgs& a, bool deterministic) {
   std::ostringstream os;
   os << int(k) << ' ' << int(dt) << ' ' << current_device() << ' ' << shape_str(xs) << shape_str(ws)
      << shape_str(a.stride) << shape_str(a.padding) << shape_str(a.dilation) << a.groups << ' ' << allow_tf32()
-     << cudnn_deterministic();
+     << deterministic;
   return os.str();
 }
 std::mutex g_cache_mu;
@@ -135,56 +135,66 @@ std::map<std::string, Choice>& cache() {
   return c;
 }
 
-// Whether a ranked suggestion may run: it succeeded, its workspace is under the cap, it is
-// deterministic unless cudnn_deterministic() is off, and it keeps FP32 exact when TF32 is off (a
-// suggestion may come with a math type that converts to TF32; cuDNN's ranking and workspace were
-// for that math type, so it is the one the call sets — PyTorch's Conv_v7.cpp does the same).
+// What a suggestion must be to run: it succeeded, its workspace is under the cap, it is
+// deterministic unless cudnn_deterministic() is off, and its math type keeps the data type's
+// precision: exact FP32 (CUDNN_FMA_MATH only, as PyTorch's Conv_v7.cpp asserts) unless TF32 is
+// allowed, and never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (FP32 data converted down to FP16/BF16)
+// for FP32 or FP64. The math type is the one the call then sets: cuDNN ranked the suggestion,
+// and sized its workspace, for it.
+struct Requirements {
+  bool deterministic;
+  bool fp32_exact;   // f32 data, TF32 not allowed
+  bool no_downcast;  // f32 or f64 data
+};
 template <class Perf>
-bool usable(const Perf& p, bool fp32_exact) {
-  return p.status == CUDNN_STATUS_SUCCESS && p.memory <= kWorkspaceCap &&
-         (!cudnn_deterministic() || p.determinism == CUDNN_DETERMINISTIC) &&
-         !(fp32_exact && p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+bool usable(const Perf& p, const Requirements& r) {
+  if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceCap) return false;
+  if (r.deterministic && p.determinism != CUDNN_DETERMINISTIC) return false;
+  if (r.fp32_exact && p.mathType != CUDNN_FMA_MATH) return false;
+  return !(r.no_downcast && p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
 }
 template <class Perf>
-Choice first_usable(const Perf* perf, int n, bool fp32_exact) {
+Choice first_usable(const Perf* perf, int n, const Requirements& r) {
   for (int i = 0; i < n; ++i)
-    if (usable(perf[i], fp32_exact)) return {int(perf[i].algo), perf[i].memory, perf[i].mathType};
+    if (usable(perf[i], r)) return {int(perf[i].algo), perf[i].memory, perf[i].mathType};
   return {-1, 0, CUDNN_DEFAULT_MATH};
 }
 
 // Asks cuDNN's heuristics for the ranked algorithms of `kind`, keeps the first usable one; cached.
 Choice choose(Kind kind, cudnnHandle_t h, const TensorDesc& x, const FilterDesc& w, const ConvDesc& conv,
-              const TensorDesc& y, const std::string& key, DType dt, const char* op) {
+              const TensorDesc& y, const std::string& key, DType dt, bool deterministic, const char* op) {
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     auto it = cache().find(key);
     if (it != cache().end()) return it->second;
   }
   Choice chosen{-1, 0, CUDNN_DEFAULT_MATH};
-  const bool fp32_exact = dt == DType::Float32 && !allow_tf32();
+  const Requirements req{deterministic, dt == DType::Float32 && !allow_tf32(),
+                         dt == DType::Float32 || dt == DType::Float64};
   int n = 0;
   if (kind == Kind::Forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x.d, w.d, conv.d, y.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
                                                           perf),
                    op);
-    chosen = first_usable(perf, n, fp32_exact);
+    chosen = first_usable(perf, n, req);
   } else if (kind == Kind::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w.d, y.d, conv.d, x.d,
                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf),
                    op);
-    chosen = first_usable(perf, n, fp32_exact);
+    chosen = first_usable(perf, n, req);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x.d, y.d, conv.d, w.d,
                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf),
                    op);
-    chosen = first_usable(perf, n, fp32_exact);
+    chosen = first_usable(perf, n, req);
   }
-  MT_CHECK(chosen.algo >= 0, op, ": cuDNN offered no ", cudnn_deterministic() ? "deterministic " : "",
-           "algorithm for input ", key, " within a ", kWorkspaceCap >> 20, " MiB workspace",
-           cudnn_deterministic() ? " (cuda::set_cudnn_deterministic(false) admits non-deterministic ones)" : "");
+  MT_CHECK(chosen.algo >= 0, op, ": cuDNN offered no algorithm that succeeds within a ", kWorkspaceCap >> 20,
+           " MiB workspace", req.deterministic ? ", is deterministic (cuda::set_cudnn_deterministic(false) lifts this)" : "",
+           req.fp32_exact ? ", and computes in exact FP32 (cuda::set_allow_tf32(true) admits TF32)" : "",
+           " for ", key);
   std::lock_guard<std::mutex> lock(g_cache_mu);
   cache()[key] = chosen;
   return chosen;
@@ -220,8 +230,9 @@ TensorList conv2d_cuda(const OpCall& call) {
   FilterDesc wd(dt, w.sizes(), call.name());
   ConvDesc cd(a, dt, call.name());
   cudnnHandle_t h = cudnn_handle();
-  const Choice c = choose(Kind::Forward, h, xd, wd, cd, yd, cache_key(Kind::Forward, dt, x.sizes(), w.sizes(), a),
-                          dt, call.name());
+  const bool det = cudnn_deterministic();  // read once: the key and the choice agree
+  const Choice c = choose(Kind::Forward, h, xd, wd, cd, yd, cache_key(Kind::Forward, dt, x.sizes(), w.sizes(), a, det),
+                          dt, det, call.name());
   MT_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math), call.name());
   Scratch ws(c.workspace);
   const Scaling s(dt);
@@ -257,8 +268,9 @@ TensorList conv2d_input_grad_cuda(const OpCall& call) {
   FilterDesc wd(dt, w.sizes(), call.name());
   ConvDesc cd(a, dt, call.name());
   cudnnHandle_t h = cudnn_handle();
+  const bool det = cudnn_deterministic();
   const Choice c = choose(Kind::BackwardData, h, xd, wd, cd, yd,
-                          cache_key(Kind::BackwardData, dt, in_size, w.sizes(), a), dt, call.name());
+                          cache_key(Kind::BackwardData, dt, in_size, w.sizes(), a, det), dt, det, call.name());
   MT_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math), call.name());
   Scratch ws(c.workspace);
   const Scaling s(dt);
@@ -288,8 +300,9 @@ TensorList conv2d_weight_grad_cuda(const OpCall& call) {
   FilterDesc wd(dt, w_size, call.name());
   ConvDesc cd(a, dt, call.name());
   cudnnHandle_t h = cudnn_handle();
+  const bool det = cudnn_deterministic();
   const Choice c = choose(Kind::BackwardFilter, h, xd, wd, cd, yd,
-                          cache_key(Kind::BackwardFilter, dt, x.sizes(), w_size, a), dt, call.name());
+                          cache_key(Kind::BackwardFilter, dt, x.sizes(), w_size, a, det), dt, det, call.name());
   MT_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math), call.name());
   Scratch ws(c.workspace);
   const Scaling s(dt);

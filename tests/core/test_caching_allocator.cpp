@@ -273,7 +273,7 @@ TEST(CachingAllocator, ThreadsShareItSafely) {
 // that stream at free time has completed. Fake events: a flag per event the test sets.
 struct FakeEvents {
   std::map<void*, std::pair<uintptr_t, bool>> events;  // event -> (stream, done)
-  int recorded = 0, destroyed = 0;
+  int recorded = 0, destroyed = 0, waited = 0;
   void attach(RawBackend& b) {
     b.record_event = [this](uintptr_t stream) -> void* {
       void* e = new char;
@@ -282,6 +282,10 @@ struct FakeEvents {
       return e;
     };
     b.event_done = [this](void* e) { return events.at(e).second; };
+    b.wait_event = [this](void* e) {
+      events.at(e).second = true;  // "the stream ran up to it"
+      ++waited;
+    };
     b.destroy_event = [this](void* e) {
       events.erase(e);
       ++destroyed;
@@ -327,6 +331,25 @@ TEST(CachingAllocator, RecordedStreamDelaysReuseUntilItsEventCompletes) {
   a.deallocate(r);  // no record_stream this time: free at once, no event
   EXPECT_EQ(ev.recorded, 1);
   EXPECT_EQ(a.pending_free_count(), 0);
+}
+
+TEST(CachingAllocator, OutOfMemoryWaitsForBlocksOtherStreamsStillUse) {
+  FakeBackend fb;
+  fb.capacity = 4 * MiB;
+  FakeEvents ev;
+  CachingAllocator a = ev.allocator(fb);
+  void* p = a.allocate(4 * MiB, 1);  // the whole capacity, in one large segment
+  a.record_stream(p, 2);
+  a.deallocate(p);
+  EXPECT_EQ(a.pending_free_count(), 1);
+  // Stream 2 may still use the segment; nothing else fits. The allocator waits for stream 2's
+  // event instead of reporting out of memory, then reuses the segment.
+  void* q = a.allocate(4 * MiB, 1);
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(fb.allocs, 1) << "the waited-for segment was reused, not returned and allocated again";
+  EXPECT_EQ(ev.waited, 1);
+  EXPECT_EQ(a.pending_free_count(), 0);
+  a.deallocate(q);
 }
 
 TEST(CachingAllocator, WithoutRecordStreamAFreedBlockIsReusedAtOnce) {

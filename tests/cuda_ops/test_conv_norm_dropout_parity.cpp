@@ -105,14 +105,24 @@ TEST(CudaConvAlgorithm, DeterministicByDefaultAndRunWithTheSuggestedMathType) {
   EXPECT_EQ(emu::cudnn_last_run(1).algo, CUDNN_CONVOLUTION_BWD_DATA_ALGO_0);
   EXPECT_EQ(emu::cudnn_last_run(2).algo, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0);
   cuda::set_cudnn_deterministic(true);
-  // FP32 with TF32 off (the default): a suggestion that converts to TF32 is not taken.
-  emu::cudnn_report_math(CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
-  try {
-    run(DType::Float32);
-    ADD_FAILURE() << "an f32 conv ran a TF32 suggestion with TF32 off";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cuDNN offered no deterministic algorithm"), std::string::npos) << e.what();
+  // FP32 with TF32 off (the default): only CUDNN_FMA_MATH suggestions run (DEFAULT and TENSOR_OP
+  // math may use TF32 on sm80+; ALLOW_CONVERSION converts FP32 down to FP16/BF16).
+  for (cudnnMathType_t m : {CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION}) {
+    emu::cudnn_report_math(m);
+    try {
+      run(DType::Float32);
+      ADD_FAILURE() << "an f32 conv ran a suggestion of math type " << int(m) << " with TF32 off";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("conv2d: cuDNN offered no algorithm that succeeds within a 1024 MiB "
+                                           "workspace, is deterministic"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("computes in exact FP32"), std::string::npos) << e.what();
+    }
   }
+  emu::cudnn_report_math(CUDNN_FMA_MATH);
+  EXPECT_NO_THROW(run(DType::Float32));
+  EXPECT_EQ(emu::cudnn_last_run(0).math, CUDNN_FMA_MATH);
 #endif
 }
 
