@@ -47,6 +47,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ -n "$logdir" ] || { echo "gpu-check: missing LOGDIR" >&2; usage >&2; exit 2; }
+# Bad arguments exit 2 here, before the table (set up below) could report a FAIL for them.
+if [ -n "$arch" ] && [[ ! "$arch" =~ ^[0-9]+$ ]]; then
+  echo "gpu-check: --arch must be digits, e.g. 90 (got '$arch')" >&2; exit 2
+fi
+[[ "$jobs" =~ ^[0-9]+$ ]] || { echo "gpu-check: --jobs must be a number (got '$jobs')" >&2; exit 2; }
 mkdir -p "$logdir"
 logdir=$(cd "$logdir" && pwd)
 summary="$logdir/summary.txt"

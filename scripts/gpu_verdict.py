@@ -7,8 +7,9 @@ PASS only when all of these hold:
      --min-gpu-tests cases, none failed, and every case that skipped gave a reason a healthy
      one-GPU machine gives (ALLOWED_SKIPS: needs two GPUs, observable only on the emulator, ...).
      A skip for any other reason ("no usable GPU: ...", a crash before the test body) fails;
-  3. the GPU benchmark produced figures: a Google Benchmark JSON file with at least one entry
-     without error (the ResNet-20 FP32 / AMP FP16 step ratio is printed when both are there).
+  3. the GPU benchmark produced figures: a Google Benchmark JSON file with training-step entries
+     (resnet20_step/*, smallcnn_step/*) without error (the ResNet-20 FP32 / AMP FP16 step ratio is
+     printed when both are there).
 Otherwise FAIL, with every reason. Stage failures (build, timeouts) are the shell's and are
 passed in with --stage-failure.
 
@@ -57,6 +58,8 @@ def read_junit(path):
         out = tc.findtext("system-out") or ""
         if tc.find("failure") is not None or tc.find("error") is not None or tc.get("status") == "fail":
             cases.append((name, "failed", ""))
+        elif tc.get("status") == "disabled":
+            cases.append((name, "skipped", "disabled (DISABLED_ prefix or the DISABLED property)"))
         elif tc.find("skipped") is not None or tc.get("status") == "notrun":
             cases.append((name, "skipped", skip_reason(out)))
         else:
@@ -107,6 +110,8 @@ def verdict(gpu_visible, gpu_junit, bench_jsons, min_gpu_tests, stage_failures):
                 figures[b["name"]] = b
     if not figures:
         reasons.append("the GPU benchmark produced no figures")
+    elif not any(n.startswith(("resnet20_step/", "smallcnn_step/")) for n in figures):
+        reasons.append("the GPU benchmark produced no training-step figures (resnet20_step/*, smallcnn_step/*)")
     else:
         notes.append(f"benchmark figures: {len(figures)}")
         fp32 = next((b for n, b in figures.items() if n.startswith("resnet20_step/fp32")), None)
@@ -133,6 +138,7 @@ def self_test():
         ("a skip for another reason", True, "odd_skip.xml", ["bench.json"], False,
          "gpu test skipped: CudaStream.GuardsSetAndRestoreDeviceAndStream: (no reason printed"),
         ("no benchmark figures", True, "healthy.xml", ["bench_empty.json"], False, "produced no figures"),
+        ("GEMM figures only", True, "healthy.xml", ["bench_gemm_only.json"], False, "no training-step figures"),
         ("no JUnit file (the stage timed out)", True, "missing.xml", ["bench.json"], False, "no JUnit results"),
     ]
     ok = True
