@@ -40,7 +40,7 @@ struct Config {
   int64_t batch = 128;
   int warmup = 3, windows = 5, steps = 8, threads = 0;
   std::vector<std::string> modes = {"fp32", "fp16", "bf16"};
-  std::string data_dir = data::kFashionMnistDir;
+  std::string data_dir = data::default_fashion_mnist_dir();
   bool synthetic = false;
   std::string json;
 };

@@ -118,8 +118,12 @@ if(MIXTAPE_WITH_CUDA)
   find_package(CUDAToolkit REQUIRED)
 
   # cuDNN sits beside the toolkit here but a bare find_library misses it: hint the toolkit dirs.
-  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV CUDNN_ROOT PATH_SUFFIXES include)
-  find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} ENV CUDNN_ROOT PATH_SUFFIXES lib lib64)
+  # CUDNN_ROOT (a CMake or environment variable) names another root: NVIDIA's pip wheel
+  # (site-packages/nvidia/cudnn) ships only the versioned libcudnn.so.9, hence the second name.
+  find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib lib64)
   if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
     message(FATAL_ERROR "CUDA is on (${MIXTAPE_CUDA_REASON}) but cuDNN was not found "
                         "(cudnn.h: ${CUDNN_INCLUDE_DIR}, libcudnn: ${CUDNN_LIBRARY}); set CUDNN_ROOT "
@@ -133,8 +137,13 @@ if(MIXTAPE_WITH_CUDA)
   endif()
   # cuBLAS/cuBLASLt are not linked: core/cuda/cublas_lazy.cpp loads them at first use (linking
   # libcublasLt costs every process ~0.4 CPU-s at start, GPU or not). It needs their soversion.
-  get_target_property(_mixtape_cublas_lib CUDA::cublas IMPORTED_LOCATION)
-  file(REAL_PATH "${_mixtape_cublas_lib}" _mixtape_cublas_real)
+  # A toolkit without cuBLAS's library (a pip-wheel machine) has no CUDA::cublas: the soversion is
+  # then the toolkit's major version, as cuBLAS's always is.
+  set(_mixtape_cublas_real "")
+  if(TARGET CUDA::cublas)
+    get_target_property(_mixtape_cublas_lib CUDA::cublas IMPORTED_LOCATION)
+    file(REAL_PATH "${_mixtape_cublas_lib}" _mixtape_cublas_real)
+  endif()
   if(_mixtape_cublas_real MATCHES "libcublas\\.so\\.([0-9]+)")
     set(MIXTAPE_CUBLAS_SOVERSION ${CMAKE_MATCH_1})
   else()

@@ -1,6 +1,7 @@
 // data/fashion_mnist.cpp — loading the IDX pair and checking they belong together.
 #include "data/fashion_mnist.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "data/idx.h"
@@ -19,6 +20,11 @@ std::string find_file(const std::string& dir, const std::string& stem) {
            "' exists (on Debian: apt-get install dataset-fashion-mnist)");
 }
 }  // namespace
+
+std::string default_fashion_mnist_dir() {
+  const char* env = std::getenv("MIXTAPE_FASHION_MNIST");
+  return env && *env ? std::string(env) : std::string(kFashionMnistDir);
+}
 
 std::shared_ptr<TensorDataset> load_mnist_format(const std::string& dir, bool train) {
   std::string prefix = train ? "train" : "t10k";

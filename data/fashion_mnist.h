@@ -11,6 +11,11 @@ namespace mixtape::data {
 // Where Debian's dataset-fashion-mnist package installs the files.
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
+// The default data folder of the programs and tests: $MIXTAPE_FASHION_MNIST when set and not
+// empty (a machine without the package: scripts/gpu-check.sh points it at its bundle), else
+// kFashionMnistDir.
+std::string default_fashion_mnist_dir();
+
 // Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir`: images (N, 28, 28)
 // UInt8, labels (N) Int64. Errors name the missing file and how to install the package.
 std::shared_ptr<TensorDataset> load_mnist_format(const std::string& dir, bool train);

@@ -34,7 +34,7 @@ using namespace mixtape;
 namespace {
 
 struct Config {
-  std::string data_dir = data::kFashionMnistDir;
+  std::string data_dir = data::default_fashion_mnist_dir();
   std::string out_dir = "out/amp_underflow";
   int epochs = 2;
   int64_t train = 12000, test = 2000, batch = 128;

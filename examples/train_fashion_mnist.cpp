@@ -46,7 +46,7 @@ struct Config {
   double weight_decay = 0.0;
   uint64_t seed = 0;
   int threads = 0;
-  std::string data_dir = data::kFashionMnistDir;
+  std::string data_dir = data::default_fashion_mnist_dir();
   std::string metrics_file = "out/fashion_mnist/metrics.csv";
   std::string summary_file = "out/fashion_mnist/summary.json";
   std::string curves_file;  // "" = curves.svg beside the metrics CSV

@@ -16,13 +16,17 @@
 #   options: --build-dir DIR (default build-gpu)   --arch NN (skip nvidia-smi, e.g. 90)
 #            --jobs N (default nproc)               --skip-build (reuse the build dir)
 #            --no-cpu-tests (the GPU stages only: a rerun, or a rehearsal without a GPU)
+#            --bundle DIR (default gpu-bundle): what scripts/gpu-bundle.sh gathered on the Debian
+#                          machine, used for each dependency this machine lacks (scripts/gpu-deps.sh)
 # Environment: GPU_CHECK_COMPUTE_CAP overrides what nvidia-smi reports (e.g. "9.0");
 #              GPU_CHECK_CTEST_ARGS adds ctest arguments to the CPU tests' stage;
-#              GPU_CHECK_BUDGET_S (default 480): no stage runs past this many seconds from the start.
+#              GPU_CHECK_BUDGET_S (default 480): no stage runs past this many seconds from the start;
+#              GPU_CHECK_BUILD_S (300), GPU_CHECK_CPU_TESTS_S (240): those stages' own caps (a slow
+#              machine's rehearsal, scripts/gpu-rehearse.sh, raises all three).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
 
 logdir=""
 build_dir=build-gpu
@@ -31,6 +35,7 @@ jobs=$(nproc 2>/dev/null || echo 4)
 dry_run=0
 skip_build=0
 cpu_tests=1
+bundle=gpu-bundle
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
     --build-dir) build_dir=${2:?--build-dir needs a value}; shift ;;
     --arch) arch=${2:?--arch needs a value}; shift ;;
     --jobs) jobs=${2:?--jobs needs a value}; shift ;;
+    --bundle) bundle=${2:?--bundle needs a value}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "gpu-check: unknown option '$1'" >&2; usage >&2; exit 2 ;;
     *) [ -z "$logdir" ] || { echo "gpu-check: one LOGDIR only (got '$logdir' and '$1')" >&2; exit 2; }
@@ -67,6 +73,8 @@ bench_rows=()
 gpu_visible=no                       # nvidia-smi listed a GPU
 gpu_junit="$logdir/gpu-junit.xml"   # ctest -L gpu's results: the verdict reads them
 bench_jsons=()
+deps_report=()
+deps_cmake_args=()
 
 record() {  # record NAME STATUS SECONDS
   stages+=("$1"); stage_status[$1]=$2; stage_time[$1]=$3
@@ -146,6 +154,7 @@ print_table() {
     echo "GPU:        ${gpu_name:-unknown} (compute capability ${compute_cap:-?}, arch ${arch:-?})"
     echo "Build dir:  $build_dir    Logs: $logdir"
     echo "Wall time:  $((SECONDS - t_start)) s (budget $budget_s s)"
+    if [ ${#deps_report[@]} -gt 0 ]; then printf 'Dependency: %s\n' "${deps_report[@]}"; fi
     echo
     printf '%-22s %-12s %8s\n' "stage" "status" "seconds"
     for s in "${stages[@]}"; do printf '%-22s %-12s %8s\n' "$s" "${stage_status[$s]}" "${stage_time[$s]}"; done
@@ -216,18 +225,32 @@ fi
 [ $dry_run = 1 ] && gpu_visible=yes
 record gpu ok 0
 
-# ---- 2. configure and build for this arch only ----
+# ---- 2. dependencies: the machine's own, else the bundle's (a bare GPU machine has none of ours) ----
+# shellcheck source=scripts/gpu-deps.sh
+source scripts/gpu-deps.sh
+mkdir -p "$build_dir"
+resolve_gpu_deps "$bundle" "$(cd "$build_dir" && pwd)/bundle-prefix" >"$logdir/deps.log" 2>&1 || deps_missing=$((deps_missing + 1))
+printf '%s\n' "${deps_report[@]}" >>"$logdir/deps.log"
+if [ "$deps_missing" -gt 0 ]; then
+  echo "gpu-check: $deps_missing dependencies missing (above; $logdir/deps.log)" >&2
+  record deps "MISSING($deps_missing)" 0
+  exit 1
+fi
+record deps ok 0
+
+# ---- 3. configure and build for this arch only ----
 if [ $skip_build = 0 ]; then
   run_stage configure 120 "$logdir/configure.log" \
     cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=ON \
-      "-DCMAKE_CUDA_ARCHITECTURES=$arch" -DMIXTAPE_BUILD_BENCH=ON -DMIXTAPE_BUILD_TESTS=ON || exit 1
-  run_stage build 300 "$logdir/build.log" cmake --build "$build_dir" -j "$jobs" || exit 1
+      "-DCMAKE_CUDA_ARCHITECTURES=$arch" -DMIXTAPE_BUILD_BENCH=ON -DMIXTAPE_BUILD_TESTS=ON \
+      "${deps_cmake_args[@]}" || exit 1
+  run_stage build "${GPU_CHECK_BUILD_S:-300}" "$logdir/build.log" cmake --build "$build_dir" -j "$jobs" || exit 1
 else
   record configure skipped 0
   record build skipped 0
 fi
 
-# ---- 3. the gpu-labelled tests first: the reason the machine was lent ----
+# ---- 4. the gpu-labelled tests first: the reason the machine was lent ----
 rm -f "$gpu_junit" "$logdir/bench_gpu_step.json" "$logdir/cpu-junit.xml"  # a reused LOGDIR's old results
 run_stage gpu-tests 150 "$logdir/gpu-tests.log" \
   ctest --test-dir "$build_dir" -L '^gpu$' --output-on-failure -j "$jobs" --timeout 120 --no-tests=error \
@@ -238,7 +261,7 @@ if [ $dry_run = 1 ]; then
 fi
 if [ -f "$gpu_junit" ]; then parse_junit "$gpu_junit" || true; fi
 
-# ---- 4. the GPU benchmark, then one profiled ResNet-20 AMP step ----
+# ---- 5. the GPU benchmark, then one profiled ResNet-20 AMP step ----
 bench_dir="$build_dir/bench"
 if [ $dry_run = 1 ]; then
   echo "=== [bench_gpu_step] $bench_dir/bench_gpu_step --benchmark_out=$logdir/bench_gpu_step.json (timeout 120s)"
@@ -270,7 +293,7 @@ else
   record bench_gpu_step FAILED 0
 fi
 
-# ---- 5. PyTorch eager on the same GPU, when it is installed (side by side with the above) ----
+# ---- 6. PyTorch eager on the same GPU, when it is installed (side by side with the above) ----
 torch_script=bench/gpu_torch_step.py
 if [ $dry_run = 0 ] && timeout 60 python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
   if run_stage pytorch 120 "$logdir/pytorch.log" python3 "$torch_script"; then
@@ -280,7 +303,7 @@ else
   record pytorch skipped 0
 fi
 
-# ---- 6. the CPU tests, last, within what is left of the budget ----
+# ---- 7. the CPU tests, last, within what is left of the budget ----
 # Left out: the gpu tests (done above) and every label whose tests set a long TIMEOUT of their own
 # (slow: the exhaustive conversion, the BF16 accuracy run; install: the consumer build; examples:
 # the training runs; gpu_selfcheck), which ctest's --timeout does not cap. The rest stops at
@@ -292,7 +315,7 @@ if [ $cpu_tests = 0 ]; then
 fi
 cpu_junit="$logdir/cpu-junit.xml"
 cpu_limit=$((budget_s - (SECONDS - t_start) - 15))
-[ "$cpu_limit" -gt 240 ] && cpu_limit=240
+[ "$cpu_limit" -gt "${GPU_CHECK_CPU_TESTS_S:-240}" ] && cpu_limit=${GPU_CHECK_CPU_TESTS_S:-240}
 stop_at=""
 if [ "$cpu_limit" -gt 30 ]; then
   stop_at=$(TZ=UTC0 date -d "+$((cpu_limit - 15)) seconds" +%H:%M:%S 2>/dev/null || echo "")

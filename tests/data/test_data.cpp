@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -83,9 +84,23 @@ TEST(Idx, CorruptFilesGiveErrorsWithOffsets) {
   fs::remove_all(dir);
 }
 
+// $MIXTAPE_FASHION_MNIST moves the default folder (a machine without the Debian package); unset or
+// empty, it is the package's.
+TEST(FashionMnist, DefaultDirFollowsTheEnvironment) {
+  const char* saved = std::getenv("MIXTAPE_FASHION_MNIST");
+  const std::string restore = saved ? saved : "";
+  ::setenv("MIXTAPE_FASHION_MNIST", "/somewhere/else", 1);
+  EXPECT_EQ(default_fashion_mnist_dir(), "/somewhere/else");
+  ::setenv("MIXTAPE_FASHION_MNIST", "", 1);
+  EXPECT_EQ(default_fashion_mnist_dir(), kFashionMnistDir);
+  ::unsetenv("MIXTAPE_FASHION_MNIST");
+  EXPECT_EQ(default_fashion_mnist_dir(), kFashionMnistDir);
+  if (saved) ::setenv("MIXTAPE_FASHION_MNIST", restore.c_str(), 1);
+}
+
 TEST(FashionMnist, RealFilesLoad) {
-  auto train = load_mnist_format(kFashionMnistDir, true);
-  auto test = load_mnist_format(kFashionMnistDir, false);
+  auto train = load_mnist_format(default_fashion_mnist_dir(), true);
+  auto test = load_mnist_format(default_fashion_mnist_dir(), false);
   EXPECT_EQ(train->data().sizes(), (IntList{60000, 28, 28}));
   EXPECT_EQ(test->data().sizes(), (IntList{10000, 28, 28}));
   // Fashion-MNIST is balanced: 6000 / 1000 images per class.
@@ -260,8 +275,9 @@ TEST(FashionMnist, ImageFolderSplitLoadsAndLimitKeepsEveryClass) {
   auto two = load_fashion_mnist(dir.string(), false, 2);
   EXPECT_EQ(two->targets().to_vector<int64_t>(), (std::vector<int64_t>{0, 1}));
   // IDX files in the folder: the first N, as before.
-  auto idx = load_fashion_mnist(kFashionMnistDir, false, 5);
-  EXPECT_TRUE(bit_equal_u8(idx->data(), load_mnist_format(kFashionMnistDir, false)->data().narrow(0, 0, 5)));
+  const std::string data_dir = default_fashion_mnist_dir();
+  auto idx = load_fashion_mnist(data_dir, false, 5);
+  EXPECT_TRUE(bit_equal_u8(idx->data(), load_mnist_format(data_dir, false)->data().narrow(0, 0, 5)));
   EXPECT_NE(error_of([] { load_fashion_mnist("/nonexistent", true); }).find("apt-get install dataset-fashion-mnist"),
             std::string::npos);
   fs::remove_all(dir);
