@@ -53,8 +53,14 @@ root=$work/root
 # Not needed there: documentation, and the libraries we do not use (mixtape reads stb's headers
 # only; it calls OpenBLAS's cblas, not the reference BLAS/LAPACK shims; libopenblas.a is 30 MB).
 rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/lintian" "$root/usr/share/bug"
-find "$root" \( -name 'libstb.so*' -o -name 'liblapack.so*' -o -name 'libblas.so*' -o -name 'libopenblas*.a' \) \
+find "$root" \( -name 'libstb.so*' -o -name 'liblapack.so*' -o -name 'libblas.so*' -o -name 'libopenblas*.a' -o -name 'libz.a' \) \
   -exec rm -f {} +
+# Debian 12's zlib1g still ships /lib/<arch>/libz.so.1: merge /lib into /usr/lib (the tarball
+# holds usr/ only), as a usrmerged system has it.
+if [ -d "$root/lib" ]; then
+  cp -a "$root/lib/." "$root/usr/lib/"
+  rm -rf "$root/lib"
+fi
 # Absolute symlinks would point into the GPU machine's own /: make them relative where the target
 # is inside the bundle (libz.so -> /lib/.../libz.so.1.2.13: Debian's usrmerge puts it in /usr/lib).
 while IFS= read -r link; do
@@ -68,6 +74,9 @@ while IFS= read -r link; do
   echo "gpu-bundle: $link -> $target points outside the bundle" >&2
   exit 1
 done < <(find "$root" -type l -lname '/*')
+
+# Links left dangling by what was dropped (libblas.a -> ..., /usr/src/gtest -> googletest's sources).
+find "$root" -xtype l -delete
 
 data_src=$root/usr/share/datasets/fashion-mnist
 [ -f "$data_src/train-images-idx3-ubyte.gz" ] || { echo "gpu-bundle: the dataset package had no IDX files" >&2; exit 1; }

@@ -94,7 +94,7 @@ resolve_gpu_deps() {
     "-Dnlohmann_json_DIR=$prefix/share/cmake/nlohmann_json"
   take CLI11 "$(_system_header CLI/CLI.hpp)" "$prefix/include/CLI/CLI.hpp" "-DCLI11_INCLUDE_DIR=$prefix/include"
   take stb "$(_system_header stb/stb_image.h)" "$prefix/include/stb/stb_image.h" "-DSTB_INCLUDE_DIR=$prefix/include"
-  take zlib "$(_system_header zlib.h)" "$prefix/include/zlib.h" "-DZLIB_ROOT=$prefix"
+  take zlib "$(_system_header zlib.h)" "$libdir/libz.so" "-DZLIB_INCLUDE_DIR=$prefix/include" "-DZLIB_LIBRARY=$libdir/libz.so"
   local blas_sys=""
   _first_file "/usr/lib/$arch/libopenblas.so" "/usr/lib/$arch"/openblas*/libopenblas.so /usr/local/lib/libopenblas.so \
     >/dev/null && blas_sys=$(_system_header cblas.h)
