@@ -1,13 +1,15 @@
 // ops/normalization.cpp — batch_norm (+ its backward op) and layer_norm: definition, AMP
 // policy, backward and CPU kernel, each block in one place.
 //
-// batch_norm(x (N, C, *), running_mean (C)?, running_var (C)?, weight (C)?, bias (C)?)
+// batch_norm(x (N, C, *), running_mean (C)?, running_var (C)?, weight (C)?, bias (C)?,
+//            num_batches_tracked (i64, one element)?)
 //   -> out (x's shape and dtype), save_mean (C), save_invstd (C)   [the last two internal]
 //   AMP None: x may be f16/bf16 with f32 parameters and statistics (docs/amp-behaviours.md behaviour 4).
-//   Training updates the running statistics in the kernel, in place: below autograd, so the
-//   write is never recorded, and the kernel bumps their version counters (a CUDA kernel must
-//   do the same). Backward: the batch_norm_backward op (a kernel), whose own backward is
-//   written with ops (double backward, PyTorch's batchnorm_double_backward, re-derived in
+//   Training updates the running statistics, and adds 1 to the batch counter when given, in the
+//   kernel, in place: below autograd, so the write is never recorded, and the kernel bumps their
+//   version counters (a CUDA kernel must do the same; there the counter costs no launch of its
+//   own). Backward: the batch_norm_backward op (a kernel), whose own backward is written with
+//   ops (double backward, PyTorch's batchnorm_double_backward, re-derived in
 //   bn_double_backward below) and recomputes the batch statistics from x with ops, so a third
 //   derivative is right as well.
 // layer_norm(x (*, normalized_shape), weight?, bias?) -> out, mean, rstd  [last two internal,
@@ -61,7 +63,7 @@ ChannelView channel_view(const Tensor& x) {
 }  // namespace
 
 ChannelView check_batch_norm_args(const char* op, const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w,
-                                  const Tensor& b, bool training, double eps) {
+                                  const Tensor& b, bool training, double eps, const Tensor& num_batches_tracked) {
   check_bn_input(op, x);
   const ChannelView v = channel_view(x);
   check_channel_param(op, "running_mean", rm, v.C);
@@ -75,6 +77,9 @@ ChannelView check_batch_norm_args(const char* op, const Tensor& x, const Tensor&
   MT_CHECK(!training || v.M() > 1, op, ": expected more than 1 value per channel when training, got input ",
            x.describe());
   MT_CHECK(eps >= 0, op, ": eps must be non-negative, got ", eps);
+  const Tensor& nbt = num_batches_tracked;
+  MT_CHECK(!nbt.defined() || (nbt.dtype() == DType::Int64 && nbt.numel() == 1), op,
+           ": num_batches_tracked must be an i64 tensor of one element, got ", nbt.describe());
   return v;
 }
 
@@ -182,17 +187,19 @@ void affine_per_channel(const Tensor& xc, Tensor& out, const ChannelView& v, con
   }
 }
 
-// inputs: x, running_mean, running_var, weight, bias; attrs: training, momentum, eps
+// inputs: x, running_mean, running_var, weight, bias, num_batches_tracked; attrs: training,
+// momentum, eps
 TensorList batch_norm_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& rm = call.inputs[1];
   const Tensor& rv = call.inputs[2];
   const Tensor& w = call.inputs[3];
   const Tensor& b = call.inputs[4];
+  const Tensor counter = call.inputs.size() > 5 ? call.inputs[5] : Tensor();
   const bool training = call.attrs.get<bool>("training");
   const double momentum = call.attrs.get<double>("momentum");
   const double eps = call.attrs.get<double>("eps");
-  const ChannelView v = check_batch_norm_args(call.name(), x, rm, rv, w, b, training, eps);
+  const ChannelView v = check_batch_norm_args(call.name(), x, rm, rv, w, b, training, eps, counter);
 
   const auto C = static_cast<size_t>(v.C);
   const Tensor xc = contiguous_as(x, x.dtype());
@@ -251,6 +258,10 @@ TensorList batch_norm_cpu(const OpCall& call) {
     cpu::copy_into(rv, from_doubles(rvv, {v.C}, DType::Float64));
     rm.bump_version();
     rv.bump_version();
+  }
+  if (training && counter.defined()) {  // the same in-place write, for the batch counter
+    ++*static_cast<int64_t*>(counter.data_ptr());
+    counter.bump_version();
   }
   const DType sd = norm_stat_dtype(x.dtype());
   return {out, from_doubles(mean, {v.C}, sd), from_doubles(invstd, {v.C}, sd)};
@@ -389,8 +400,8 @@ TensorList batch_norm_backward_backward(BackwardContext& c) {
 // statistics are computed from x inside the call, as the forward computes them, so the finite
 // differences see the same dependence on x that the analytic total derivative includes.
 // Parity: the device sums each channel's M = N L values (sum g, sum g (x - mean)) in another
-// order (a block tree; the CPU sums in lanes), and the training statistics come from mean ops
-// (the same): M roundings; plus the pow of the invstd the call computes (4): M + 4.
+// order (chunk partials, each a block tree; the CPU sums in lanes), and the training statistics
+// come from mean ops (the same): M roundings; plus the pow of the invstd the call computes (4): M + 4.
 TensorList bnb_sample(const TensorList& in, bool training, bool affine) {
   const Tensor &g = in[0], &x = in[1];
   const Tensor w = affine ? in[2] : Tensor();
@@ -435,19 +446,22 @@ TensorList batch_norm_backward_fn(BackwardContext& c) {
                                              c.output(2), c.attrs.get<bool>("training"), c.attrs.get<double>("eps"));
   // Gradients reaching the statistics outputs are ignored: they never leave batch_norm()
   // (batch_norm_backward's own backward returns none for them).
-  return {c.needs_input_grad(0) ? r[0] : Tensor(), Tensor(), Tensor(),
-          has_w && c.needs_input_grad(3) ? r[1] : Tensor(), c.needs_input_grad(4) ? r[2] : Tensor()};
+  TensorList grads{c.needs_input_grad(0) ? r[0] : Tensor(), Tensor(), Tensor(),
+                   has_w && c.needs_input_grad(3) ? r[1] : Tensor(), c.needs_input_grad(4) ? r[2] : Tensor()};
+  grads.resize(c.num_inputs());  // none for the batch counter (an i64 input, when given)
+  return grads;
 }
 // Samples: inputs x, then weight (0.5, 2) and bias when `affine`, then the running mean and
 // variance when `track` (constants, cloned by the call: a training call updates its copies in
 // place, so every evaluation starts from the same statistics; training's output does not depend
-// on them). Parity: the device sums each channel's M = N S values in another order (a block
-// tree; the CPU sums in lanes), for the statistics in training and for the weight and bias
-// gradients in both modes (batch_norm_backward): M roundings; the affine transform is one
-// contraction, covered by them.
-TensorList bn_sample(const TensorList& in, bool training, bool affine, bool track) {
+// on them). Parity: the device sums each channel's M = N S values in another order (chunk
+// partials, each a block tree; the CPU sums in lanes), for the statistics in training and for
+// the weight and bias gradients in both modes (batch_norm_backward): M roundings; the affine
+// transform is one contraction, covered by them.
+// `counted`: with a fresh batch counter (the sixth input) on x's device as well.
+TensorList bn_sample(const TensorList& in, bool training, bool affine, bool track, bool counted = false) {
   size_t i = 1;
-  Tensor w, b, rm, rv;
+  Tensor w, b, rm, rv, counter;
   if (affine) {
     w = in[i++];
     b = in[i++];
@@ -456,13 +470,14 @@ TensorList bn_sample(const TensorList& in, bool training, bool affine, bool trac
     rm = clone(in[i++]);
     rv = clone(in[i++]);
   }
-  return {batch_norm(in[0], rm, rv, w, b, training, 0.1, 1e-5)};
+  if (counted) counter = zeros({}, TensorOptions(DType::Int64).with_device(in[0].device()));
+  return {batch_norm(in[0], rm, rv, w, b, training, 0.1, 1e-5, counter)};
 }
 SampleArg bn_running_mean(int64_t c) { return arg({c}, -0.5, 0.5).constant(); }
 SampleArg bn_running_var(int64_t c) { return arg({c}, 0.5, 2.0).constant(); }
 const OpSchema& kBatchNorm =
     define_op("batch_norm")
-        .args({"input", "running_mean", "running_var", "weight", "bias"})
+        .args({"input", "running_mean", "running_var", "weight", "bias", "num_batches_tracked"})
         .save({0, 3}, {1, 2})
         .grad(batch_norm_backward_fn)
         .kernel(DeviceType::CPU, batch_norm_cpu)
@@ -471,6 +486,9 @@ const OpSchema& kBatchNorm =
         .sample("train-affine-NCHW",
                 {arg({2, 3, 2, 2}), arg({3}, 0.5, 2), arg({3}), bn_running_mean(3), bn_running_var(3)},
                 [](const TensorList& x) { return bn_sample(x, true, true, true); }, sums_of(8))
+        .sample("train-affine-NCHW-counted",
+                {arg({2, 3, 2, 2}), arg({3}, 0.5, 2), arg({3}), bn_running_mean(3), bn_running_var(3)},
+                [](const TensorList& x) { return bn_sample(x, true, true, true, true); }, sums_of(8))
         .sample("train-noaffine-NCHW", {arg({2, 3, 2, 2}), bn_running_mean(3), bn_running_var(3)},
                 [](const TensorList& x) { return bn_sample(x, true, false, true); }, sums_of(8))
         .sample("train-noaffine-NC-untracked", {arg({5, 2})},
@@ -584,10 +602,11 @@ const OpSchema& kLayerNorm =
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
-                  bool training, double momentum, double eps) {
+                  bool training, double momentum, double eps, Tensor num_batches_tracked) {
   MT_CHECK(x.defined(), "batch_norm: input is an undefined tensor");
-  return dispatch(kBatchNorm, {x, running_mean, running_var, weight, bias},
-                  {{"training", training}, {"momentum", momentum}, {"eps", eps}})[0];
+  TensorList in{x, running_mean, running_var, weight, bias};
+  if (num_batches_tracked.defined()) in.push_back(num_batches_tracked);
+  return dispatch(kBatchNorm, in, {{"training", training}, {"momentum", momentum}, {"eps", eps}})[0];
 }
 
 std::tuple<Tensor, Tensor, Tensor> batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,

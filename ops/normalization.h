@@ -17,8 +17,10 @@ namespace mixtape {
 // weight, bias: (C) or undefined (no affine). x may be f16/bf16 while weight, bias and the
 // running statistics are f32 (docs/amp-behaviours.md behaviour 4): the output has x's dtype and the
 // statistics stay f32. AMP policy None (on no autocast list).
+// num_batches_tracked (an i64 tensor of one element, nn::BatchNorm2d's buffer) or undefined: a
+// training call adds 1 to it in place, in the same kernel (version bumped; eval leaves it).
 Tensor batch_norm(const Tensor& x, Tensor running_mean, Tensor running_var, const Tensor& weight, const Tensor& bias,
-                  bool training, double momentum = 0.1, double eps = 1e-5);
+                  bool training, double momentum = 0.1, double eps = 1e-5, Tensor num_batches_tracked = {});
 
 // The gradient of batch_norm for grad_out (x's shape): (grad_x, grad_weight, grad_bias), the
 // last two (C) in the statistics dtype (f64 for f64 x, else f32). save_mean / save_invstd (C)

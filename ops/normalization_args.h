@@ -21,10 +21,10 @@ struct ChannelView {
 
 // batch_norm: checks x (N, C, *) floating, the (C) running_mean / running_var / weight / bias
 // (each optional), the running pair and eval-mode rules, more than one value per channel when
-// training, eps >= 0. Returns x's channel view.
+// training, eps >= 0, the batch counter (optional) i64 of one element. Returns x's channel view.
 ChannelView check_batch_norm_args(const char* op, const Tensor& x, const Tensor& running_mean,
                                   const Tensor& running_var, const Tensor& weight, const Tensor& bias, bool training,
-                                  double eps);
+                                  double eps, const Tensor& num_batches_tracked = Tensor());
 
 // batch_norm_backward: grad_out has x's shape; weight (C) optional; save_mean / save_invstd (C)
 // required; more than one value per channel when training. Returns x's channel view.

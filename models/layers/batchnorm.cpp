@@ -52,18 +52,25 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   double factor = options.momentum.value_or(0.0);
   // A checkpointed segment rerun in backward already updated the statistics in its forward.
   const bool recompute = autograd::in_checkpoint_recompute();
+  // The batch counter, counted where the buffer lives, without reading it back (on a GPU a read
+  // would stop the host at every batch-norm layer): batch_norm adds 1 to it in the kernel that
+  // updates the running statistics, so counting costs no launch. Only momentum=None (a
+  // cumulative average, whose factor is 1 / count) needs the count first and reads it, as
+  // PyTorch does.
+  Tensor counter;
   if (is_training() && options.track_running_stats && !recompute) {
-    NoGradGuard no_grad;
-    // Counted where the buffer lives, without reading it back: on a GPU a read would stop the
-    // host at every batch-norm layer. Only momentum=None (a cumulative average, whose factor is
-    // 1 / count) reads the count, as PyTorch does.
-    num_batches_tracked.add_(ones({}, TensorOptions(DType::Int64).with_device(num_batches_tracked.device())));
-    if (!options.momentum) factor = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
+    if (options.momentum) {
+      counter = num_batches_tracked;
+    } else {
+      NoGradGuard no_grad;
+      num_batches_tracked.add_(ones({}, TensorOptions(DType::Int64).with_device(num_batches_tracked.device())));
+      factor = 1.0 / static_cast<double>(num_batches_tracked.item<int64_t>());
+    }
   }
   // Batch statistics in training, or in eval when there are no running statistics.
   bool use_batch_stats = is_training() || !options.track_running_stats;
   if (use_batch_stats && recompute) return batch_norm(x, {}, {}, weight, bias, true, factor, options.eps);
-  return batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, factor, options.eps);
+  return batch_norm(x, running_mean, running_var, weight, bias, use_batch_stats, factor, options.eps, counter);
 }
 
 std::string BatchNorm2d::extra_repr() const {

@@ -310,6 +310,39 @@ TEST(Module, BatchNormTrainUsesBatchStatisticsAndUpdatesRunningStats) {
   EXPECT_NE(error_of([&] { bn(zeros({2, 3})); }).find("4-D"), std::string::npos);
 }
 
+// The batch counter is counted by batch_norm itself (in the kernel that updates the running
+// statistics: no launch of its own on a GPU), once per training forward, from whatever it holds.
+TEST(Module, BatchNormCountsTrainingBatchesInTheOp) {
+  nn::BatchNorm2d bn(3);
+  manual_seed(3);
+  const Tensor x = randn({2, 3, 4, 4});
+  const uint32_t v0 = bn.num_batches_tracked.version();
+  bn(x);
+  bn(x);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 2);
+  EXPECT_EQ(bn.num_batches_tracked.version(), v0 + 2) << "an in-place write bumps the version";
+  fill_(bn.num_batches_tracked, 41);  // e.g. a loaded checkpoint's count
+  bn(x);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 42);
+  bn.eval();
+  bn(x);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 42) << "eval does not count";
+  // momentum=None reads the count before the call (factor 1 / count), and counts once.
+  nn::BatchNorm2d cumulative(3, {.momentum = std::nullopt});
+  cumulative(x);
+  cumulative(x);
+  EXPECT_EQ(cumulative.num_batches_tracked.item<int64_t>(), 2);
+  // The op's argument: a one-element i64 tensor.
+  const Tensor c3 = ones({3});
+  EXPECT_NE(error_of([&] { batch_norm(x, c3, c3, c3, c3, true, 0.1, 1e-5, zeros({})); })
+                .find("batch_norm: num_batches_tracked must be an i64 tensor of one element, got f32[]"),
+            std::string::npos);
+  Tensor counter = zeros({}, DType::Int64);
+  batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, counter);
+  batch_norm(x, c3.clone(), c3.clone(), Tensor(), Tensor(), false, 0.1, 1e-5, counter);
+  EXPECT_EQ(counter.item<int64_t>(), 1) << "training calls count, eval calls do not";
+}
+
 TEST(Module, DropoutDependsOnMode) {
   auto seq = std::make_shared<nn::Sequential>(std::make_shared<nn::Linear>(8, 8), std::make_shared<nn::Dropout>(0.25));
   auto drop = seq->at<nn::Dropout>(1);
