@@ -24,9 +24,12 @@ namespace mixtape::cuda {
 
 namespace {
 std::atomic<bool> g_cudnn_deterministic{true};
+std::atomic<bool> g_cudnn_benchmark{false};
 }  // namespace
 void set_cudnn_deterministic(bool on) { g_cudnn_deterministic.store(on); }
 bool cudnn_deterministic() { return g_cudnn_deterministic.load(); }
+void set_cudnn_benchmark(bool on) { g_cudnn_benchmark.store(on); }
+bool cudnn_benchmark() { return g_cudnn_benchmark.load(); }
 
 #if defined(MIXTAPE_WITH_CUDA)
 namespace {

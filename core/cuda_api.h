@@ -40,6 +40,13 @@ void check_device(int index, const char* op);
 // a choice is cached per shape and per setting.
 void set_cudnn_deterministic(bool on);
 bool cudnn_deterministic();
+// Like torch.backends.cudnn.benchmark, off by default: true makes the first call of each
+// convolution shape time cuDNN's algorithms on the call's own operands (cudnnFind*AlgorithmEx) and
+// keep the fastest one that meets the requirements above (determinism included) instead of
+// taking the heuristics' ranking. Costs a few milliseconds per new shape; pays off when shapes
+// repeat (a training loop). Process-wide, any build; cached per shape and per setting.
+void set_cudnn_benchmark(bool on);
+bool cudnn_benchmark();
 
 // The CUDA caching allocator's statistics for one device (all zero without a GPU);
 // memory_stats(Device::CUDA()) gives the sum over devices.

@@ -6,10 +6,12 @@
 // (CUDNN_TENSOR_OP_MATH), f32 is exact FP32 (CUDNN_FMA_MATH: no TF32) unless
 // cuda::set_allow_tf32(true), f64 in double. One difference from the CPU, stated: a 16-bit conv with
 // a bias rounds twice (the conv result, then + bias, as PyTorch's CUDA conv does), the CPU once.
-// Algorithms: cuDNN's heuristics (Get*_v7), the first that succeeds within a workspace cap and is
+// Algorithms: cuDNN's heuristics (Get*_v7), or with cuda::set_cudnn_benchmark(true) its timing of
+// them on the call's operands (Find*Ex), the first that succeeds within a workspace cap and is
 // deterministic (unless cuda::set_cudnn_deterministic(false)), run with the math type cuDNN ranked
-// it under; cached per (op, dtype, shapes, arguments, device, flags) so a training loop asks once
-// per layer shape.
+// it under. A "plan" (descriptors + choice) is built once per (direction, dtype, shapes, geometry,
+// device, settings) and then looked up by a hash of plain values under a shared lock: a training
+// loop's call creates no descriptor and formats no string.
 // Workspaces come from the caching allocator (core/cuda/scratch.h).
 #include <cudnn.h>
 
@@ -17,10 +19,13 @@
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
-#include <map>
+#include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <sstream>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "core/cuda/handles.h"
 #include "core/cuda/scratch.h"
@@ -115,24 +120,95 @@ IntList conv_out_shape(const char* op, const Shown& x, const Shown& w, const Con
   return ys;
 }
 
-// ---- the algorithm cache ----
-enum class Kind { Forward, BackwardData, BackwardFilter };
+// ---- plans: a configuration's descriptors and chosen algorithm, built once ----
+enum class Kind : uint8_t { Forward, BackwardData, BackwardFilter };
+const char* kind_name(Kind k) {
+  return k == Kind::Forward ? "forward" : k == Kind::BackwardData ? "backward data" : "backward filter";
+}
+
+// Everything a plan depends on, as plain values: hashed and compared on every call, formatted
+// only for an error message.
+struct PlanKey {
+  int64_t x[4], w[4], stride[2], padding[2], dilation[2], groups;
+  int device;
+  Kind kind;
+  DType dtype;
+  bool tf32, deterministic, benchmark;  // the process-wide settings, read once per call
+  bool operator==(const PlanKey&) const = default;
+};
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields' values
+    auto mix = [&h](int64_t v) {
+      for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ uint64_t(v & 0xff)) * 1099511628211ull;
+    };
+    for (int i = 0; i < 4; ++i) mix(k.x[i]), mix(k.w[i]);
+    for (int i = 0; i < 2; ++i) mix(k.stride[i]), mix(k.padding[i]), mix(k.dilation[i]);
+    mix(k.groups);
+    mix(k.device);
+    mix(int64_t(k.kind) | int64_t(k.dtype) << 8 | int64_t(k.tf32) << 16 | int64_t(k.deterministic) << 17 |
+        int64_t(k.benchmark) << 18);
+    return size_t(h);
+  }
+};
+PlanKey make_key(Kind kind, DType dt, const IntList& xs, const IntList& ws, const ConvArgs& a) {
+  PlanKey k{};
+  for (int i = 0; i < 4; ++i) k.x[i] = xs[size_t(i)], k.w[i] = ws[size_t(i)];
+  for (int i = 0; i < 2; ++i)
+    k.stride[i] = a.stride[size_t(i)], k.padding[i] = a.padding[size_t(i)], k.dilation[i] = a.dilation[size_t(i)];
+  k.groups = a.groups;
+  k.device = current_device();
+  k.kind = kind;
+  k.dtype = dt;
+  k.tf32 = allow_tf32();
+  k.deterministic = cudnn_deterministic();
+  k.benchmark = cudnn_benchmark();
+  return k;
+}
+std::string describe(const PlanKey& k) {
+  std::ostringstream os;
+  os << kind_name(k.kind) << " " << dtype_name(k.dtype) << " convolution of input " << shape_str({k.x[0], k.x[1], k.x[2], k.x[3]})
+     << " and weight " << shape_str({k.w[0], k.w[1], k.w[2], k.w[3]}) << ", stride " << shape_str({k.stride[0], k.stride[1]})
+     << ", padding " << shape_str({k.padding[0], k.padding[1]}) << ", dilation "
+     << shape_str({k.dilation[0], k.dilation[1]}) << ", groups " << k.groups << " on cuda:" << k.device;
+  return os.str();
+}
+
 struct Choice {
   int algo;
   size_t workspace;
-  cudnnMathType_t math;  // the suggestion's math type: set on the descriptor before the call
+  cudnnMathType_t math;  // the suggestion's math type: set on the plan's descriptor
 };
-std::string cache_key(Kind k, DType dt, const IntList& xs, const IntList& ws, const ConvArgs& a, bool deterministic) {
-  std::ostringstream os;
-  os << int(k) << ' ' << int(dt) << ' ' << current_device() << ' ' << shape_str(xs) << shape_str(ws)
-     << shape_str(a.stride) << shape_str(a.padding) << shape_str(a.dilation) << a.groups << ' ' << allow_tf32()
-     << deterministic;
-  return os.str();
-}
-std::mutex g_cache_mu;
-std::map<std::string, Choice>& cache() {
-  static std::map<std::string, Choice> c;
-  return c;
+// One configuration's descriptors (the convolution descriptor carries the chosen math type) and
+// algorithm. Built once, then only read, by any thread: cuDNN reads descriptors, never writes them.
+struct Plan {
+  TensorDesc x, y;
+  FilterDesc w;
+  ConvDesc conv;
+  TensorDesc bias;  // (1, O, 1, 1): forward's cudnnAddTensor
+  Choice choice{-1, 0, CUDNN_DEFAULT_MATH};
+  Plan(const PlanKey& k, const IntList& ys, const ConvArgs& a, const char* op)
+      : x(k.dtype, {k.x[0], k.x[1], k.x[2], k.x[3]}, op),
+        y(k.dtype, ys, op),
+        w(k.dtype, {k.w[0], k.w[1], k.w[2], k.w[3]}, op),
+        conv(a, k.dtype, op),
+        bias(k.dtype, {1, ys[1], 1, 1}, op) {}
+};
+
+// One suggestion, whichever direction and source (heuristics or timing) it came from.
+struct Candidate {
+  int algo;
+  cudnnStatus_t status;
+  size_t memory;
+  cudnnDeterminism_t determinism;
+  cudnnMathType_t math;
+};
+template <class Perf>
+std::vector<Candidate> candidates(const Perf* perf, int n) {
+  std::vector<Candidate> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back({int(perf[i].algo), perf[i].status, perf[i].memory, perf[i].determinism, perf[i].mathType});
+  return out;
 }
 
 // What a suggestion must be to run: it succeeded, its workspace is under the cap, it is
@@ -141,63 +217,118 @@ std::map<std::string, Choice>& cache() {
 // allowed, and never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION (FP32 data converted down to FP16/BF16)
 // for FP32 or FP64. The math type is the one the call then sets: cuDNN ranked the suggestion,
 // and sized its workspace, for it.
-struct Requirements {
-  bool deterministic;
-  bool fp32_exact;   // f32 data, TF32 not allowed
-  bool no_downcast;  // f32 or f64 data
-};
-template <class Perf>
-bool usable(const Perf& p, const Requirements& r) {
-  if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kWorkspaceCap) return false;
-  if (r.deterministic && p.determinism != CUDNN_DETERMINISTIC) return false;
-  if (r.fp32_exact && p.mathType != CUDNN_FMA_MATH) return false;
-  return !(r.no_downcast && p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
-}
-template <class Perf>
-Choice first_usable(const Perf* perf, int n, const Requirements& r) {
-  for (int i = 0; i < n; ++i)
-    if (usable(perf[i], r)) return {int(perf[i].algo), perf[i].memory, perf[i].mathType};
-  return {-1, 0, CUDNN_DEFAULT_MATH};
+bool usable(const Candidate& c, const PlanKey& k) {
+  if (c.status != CUDNN_STATUS_SUCCESS || c.memory > kWorkspaceCap) return false;
+  if (k.deterministic && c.determinism != CUDNN_DETERMINISTIC) return false;
+  if (k.dtype == DType::Float32 && !k.tf32 && c.math != CUDNN_FMA_MATH) return false;
+  const bool no_downcast = k.dtype == DType::Float32 || k.dtype == DType::Float64;
+  return !(no_downcast && c.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
 }
 
-// Asks cuDNN's heuristics for the ranked algorithms of `kind`, keeps the first usable one; cached.
-Choice choose(Kind kind, cudnnHandle_t h, const TensorDesc& x, const FilterDesc& w, const ConvDesc& conv,
-              const TensorDesc& y, const std::string& key, DType dt, bool deterministic, const char* op) {
-  {
-    std::lock_guard<std::mutex> lock(g_cache_mu);
-    auto it = cache().find(key);
-    if (it != cache().end()) return it->second;
-  }
-  Choice chosen{-1, 0, CUDNN_DEFAULT_MATH};
-  const Requirements req{deterministic, dt == DType::Float32 && !allow_tf32(),
-                         dt == DType::Float32 || dt == DType::Float64};
+// cuDNN's heuristics: its ranking of the algorithms for the plan's configuration.
+std::vector<Candidate> heuristics(const PlanKey& k, cudnnHandle_t h, const Plan& p, const char* op) {
   int n = 0;
-  if (kind == Kind::Forward) {
+  if (k.kind == Kind::Forward) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, x.d, w.d, conv.d, y.d, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
-                                                          perf),
+    MT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x.d, p.w.d, p.conv.d, p.y.d,
+                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf),
                    op);
-    chosen = first_usable(perf, n, req);
-  } else if (kind == Kind::BackwardData) {
+    return candidates(perf, n);
+  }
+  if (k.kind == Kind::BackwardData) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, w.d, y.d, conv.d, x.d,
+    MT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w.d, p.y.d, p.conv.d, p.x.d,
                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf),
                    op);
-    chosen = first_usable(perf, n, req);
-  } else {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x.d, y.d, conv.d, w.d,
-                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf),
-                   op);
-    chosen = first_usable(perf, n, req);
+    return candidates(perf, n);
   }
-  MT_CHECK(chosen.algo >= 0, op, ": cuDNN offered no algorithm that succeeds within a ", kWorkspaceCap >> 20,
-           " MiB workspace", req.deterministic ? ", is deterministic (cuda::set_cudnn_deterministic(false) lifts this)" : "",
-           req.fp32_exact ? ", and computes in exact FP32 (cuda::set_allow_tf32(true) admits TF32)" : "",
-           " for ", key);
-  std::lock_guard<std::mutex> lock(g_cache_mu);
-  cache()[key] = chosen;
-  return chosen;
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  MT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x.d, p.y.d, p.conv.d, p.w.d,
+                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf),
+                 op);
+  return candidates(perf, n);
+}
+
+// The call's operands, by role: Find*Ex runs every algorithm on them, writing the output one
+// (forward: y; backward data: x; backward filter: w), which the real call overwrites next.
+struct Operands {
+  void* x;
+  void* w;
+  void* y;
+};
+
+// Benchmark mode: cuDNN times the algorithms on the operands (cudnnFind*AlgorithmEx), fastest
+// first, with a workspace as large as the largest usable heuristic suggestion needs.
+std::vector<Candidate> measured(const PlanKey& k, cudnnHandle_t h, const Plan& p, const Operands& o,
+                                const std::vector<Candidate>& suggested, const char* op) {
+  size_t bytes = 0;
+  for (const Candidate& c : suggested)
+    if (c.status == CUDNN_STATUS_SUCCESS && c.memory <= kWorkspaceCap) bytes = std::max(bytes, c.memory);
+  Scratch ws(bytes);
+  int n = 0;
+  profiler::count_library_call();
+  if (k.kind == Kind::Forward) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    MT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x.d, o.x, p.w.d, o.w, p.conv.d, p.y.d, o.y,
+                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws.data(), bytes),
+                   op);
+    return candidates(perf, n);
+  }
+  if (k.kind == Kind::BackwardData) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    MT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w.d, o.w, p.y.d, o.y, p.conv.d, p.x.d, o.x,
+                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf,
+                                                               ws.data(), bytes),
+                   op);
+    return candidates(perf, n);
+  }
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  MT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x.d, o.x, p.y.d, o.y, p.conv.d, p.w.d, o.w,
+                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf,
+                                                               ws.data(), bytes),
+                 op);
+  return candidates(perf, n);
+}
+
+// Builds the plan: descriptors, then the first usable algorithm of the heuristics' ranking (or of
+// the timing's, in benchmark mode), whose math type goes on the convolution descriptor.
+std::unique_ptr<Plan> build_plan(const PlanKey& k, const IntList& ys, const ConvArgs& a, const Operands& o,
+                                 cudnnHandle_t h, const char* op) {
+  auto p = std::make_unique<Plan>(k, ys, a, op);
+  std::vector<Candidate> list = heuristics(k, h, *p, op);
+  if (k.benchmark) list = measured(k, h, *p, o, list, op);
+  for (const Candidate& c : list)
+    if (usable(c, k)) {
+      p->choice = {c.algo, c.memory, c.math};
+      break;
+    }
+  MT_CHECK(p->choice.algo >= 0, op, ": cuDNN offered no algorithm that succeeds within a ", kWorkspaceCap >> 20,
+           " MiB workspace",
+           k.deterministic ? ", is deterministic (cuda::set_cudnn_deterministic(false) lifts this)" : "",
+           k.dtype == DType::Float32 && !k.tf32 ? ", and computes in exact FP32 (cuda::set_allow_tf32(true) admits TF32)"
+                                                : "",
+           " for the ", describe(k));
+  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv.d, p->choice.math), op);
+  return p;
+}
+
+// The plan cache: a shared lock and a hash lookup per call. Plans live as long as the process
+// (never destroyed: no cuDNN call at exit, after the library may be gone).
+std::shared_mutex g_plans_mu;
+std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash>& plans() {
+  static auto* m = new std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash>();
+  return *m;
+}
+const Plan& plan_for(const PlanKey& k, const IntList& ys, const ConvArgs& a, const Operands& o, cudnnHandle_t h,
+                     const char* op) {
+  {
+    std::shared_lock<std::shared_mutex> lock(g_plans_mu);
+    auto it = plans().find(k);
+    if (it != plans().end()) return *it->second;
+  }
+  std::unique_ptr<Plan> p = build_plan(k, ys, a, o, h, op);  // outside the lock: may take milliseconds
+  std::unique_lock<std::shared_mutex> lock(g_plans_mu);
+  return *plans().try_emplace(k, std::move(p)).first->second;  // another thread's, if it came first
 }
 
 // Scaling factors: float for every data type except double (cuDNN's rule).
@@ -209,6 +340,7 @@ struct Scaling {
   const void* one() const { return dbl ? static_cast<const void*>(&d1) : static_cast<const void*>(&f1); }
   const void* zero() const { return dbl ? static_cast<const void*>(&d0) : static_cast<const void*>(&f0); }
 };
+
 
 TensorList conv2d_cuda(const OpCall& call) {
   const Tensor& x = call.inputs[0];
@@ -226,26 +358,20 @@ TensorList conv2d_cuda(const OpCall& call) {
   Tensor out = empty_on(ys, dt, x.device());
   if (out.numel() == 0) return {out};
   const Tensor xc = dense(x, call.name()), wc = dense(w, call.name());
-  TensorDesc xd(dt, x.sizes(), call.name()), yd(dt, ys, call.name());
-  FilterDesc wd(dt, w.sizes(), call.name());
-  ConvDesc cd(a, dt, call.name());
   cudnnHandle_t h = cudnn_handle();
-  const bool det = cudnn_deterministic();  // read once: the key and the choice agree
-  const Choice c = choose(Kind::Forward, h, xd, wd, cd, yd, cache_key(Kind::Forward, dt, x.sizes(), w.sizes(), a, det),
-                          dt, det, call.name());
-  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math), call.name());
-  Scratch ws(c.workspace);
+  const Plan& p = plan_for(make_key(Kind::Forward, dt, x.sizes(), w.sizes(), a), ys, a,
+                           {xc.data_ptr(), wc.data_ptr(), out.data_ptr()}, h, call.name());
+  Scratch ws(p.choice.workspace);
   const Scaling s(dt);
   profiler::count_library_call();
-  MT_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(), xd.d, xc.data_ptr(), wd.d, wc.data_ptr(), cd.d,
-                                         static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws.data(), c.workspace,
-                                         s.zero(), yd.d, out.data_ptr()),
+  MT_CUDNN_CHECK(cudnnConvolutionForward(h, s.one(), p.x.d, xc.data_ptr(), p.w.d, wc.data_ptr(), p.conv.d,
+                                         static_cast<cudnnConvolutionFwdAlgo_t>(p.choice.algo), ws.data(),
+                                         p.choice.workspace, s.zero(), p.y.d, out.data_ptr()),
                  call.name());
   if (b.defined()) {  // y += b[o] broadcast over (N, ., OH, OW)
     const Tensor bc = dense(b, call.name());
-    TensorDesc bd(dt, {1, ys[1], 1, 1}, call.name());
     profiler::count_library_call();
-    MT_CUDNN_CHECK(cudnnAddTensor(h, s.one(), bd.d, bc.data_ptr(), s.one(), yd.d, out.data_ptr()), call.name());
+    MT_CUDNN_CHECK(cudnnAddTensor(h, s.one(), p.bias.d, bc.data_ptr(), s.one(), p.y.d, out.data_ptr()), call.name());
   }
   return {out};
 }
@@ -264,20 +390,15 @@ TensorList conv2d_input_grad_cuda(const OpCall& call) {
   Tensor out = empty_on(in_size, dt, gy.device());
   if (out.numel() == 0) return {out};
   const Tensor gc = dense(gy, call.name()), wc = dense(w, call.name());
-  TensorDesc xd(dt, in_size, call.name()), yd(dt, ys, call.name());
-  FilterDesc wd(dt, w.sizes(), call.name());
-  ConvDesc cd(a, dt, call.name());
   cudnnHandle_t h = cudnn_handle();
-  const bool det = cudnn_deterministic();
-  const Choice c = choose(Kind::BackwardData, h, xd, wd, cd, yd,
-                          cache_key(Kind::BackwardData, dt, in_size, w.sizes(), a, det), dt, det, call.name());
-  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math), call.name());
-  Scratch ws(c.workspace);
+  const Plan& p = plan_for(make_key(Kind::BackwardData, dt, in_size, w.sizes(), a), ys, a,
+                           {out.data_ptr(), wc.data_ptr(), gc.data_ptr()}, h, call.name());
+  Scratch ws(p.choice.workspace);
   const Scaling s(dt);
   profiler::count_library_call();
-  MT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(), wd.d, wc.data_ptr(), yd.d, gc.data_ptr(), cd.d,
-                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws.data(),
-                                              c.workspace, s.zero(), xd.d, out.data_ptr()),
+  MT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, s.one(), p.w.d, wc.data_ptr(), p.y.d, gc.data_ptr(), p.conv.d,
+                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(p.choice.algo), ws.data(),
+                                              p.choice.workspace, s.zero(), p.x.d, out.data_ptr()),
                  call.name());
   return {out};
 }
@@ -296,20 +417,15 @@ TensorList conv2d_weight_grad_cuda(const OpCall& call) {
   Tensor out = empty_on(w_size, dt, x.device());
   if (out.numel() == 0) return {out};
   const Tensor xc = dense(x, call.name()), gc = dense(gy, call.name());
-  TensorDesc xd(dt, x.sizes(), call.name()), yd(dt, ys, call.name());
-  FilterDesc wd(dt, w_size, call.name());
-  ConvDesc cd(a, dt, call.name());
   cudnnHandle_t h = cudnn_handle();
-  const bool det = cudnn_deterministic();
-  const Choice c = choose(Kind::BackwardFilter, h, xd, wd, cd, yd,
-                          cache_key(Kind::BackwardFilter, dt, x.sizes(), w_size, a, det), dt, det, call.name());
-  MT_CUDNN_CHECK(cudnnSetConvolutionMathType(cd.d, c.math), call.name());
-  Scratch ws(c.workspace);
+  const Plan& p = plan_for(make_key(Kind::BackwardFilter, dt, x.sizes(), w_size, a), ys, a,
+                           {xc.data_ptr(), out.data_ptr(), gc.data_ptr()}, h, call.name());
+  Scratch ws(p.choice.workspace);
   const Scaling s(dt);
   profiler::count_library_call();
-  MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(), xd.d, xc.data_ptr(), yd.d, gc.data_ptr(), cd.d,
-                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws.data(),
-                                                c.workspace, s.zero(), wd.d, out.data_ptr()),
+  MT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, s.one(), p.x.d, xc.data_ptr(), p.y.d, gc.data_ptr(), p.conv.d,
+                                                static_cast<cudnnConvolutionBwdFilterAlgo_t>(p.choice.algo), ws.data(),
+                                                p.choice.workspace, s.zero(), p.w.d, out.data_ptr()),
                  call.name());
   return {out};
 }

@@ -24,8 +24,9 @@
 //     workspace is checked (size and device memory) and scribbled over, so a workspace shared
 //     with an operand shows up as corrupted data.
 //   - Not supported (CUDNN_STATUS_NOT_SUPPORTED): TRUE_HALF_CONFIG (half compute), INT8 and the
-//     other data types, N-d descriptors and the _Nd_/Find/fused entry points (not defined at all),
-//     negative strides, overlapping output tensors, CUDNN_TENSOR_NCHW_VECT_C.
+//     other data types, N-d descriptors and the _Nd_, non-Ex Find and fused entry points (not
+//     defined at all), negative strides, overlapping output tensors, CUDNN_TENSOR_NCHW_VECT_C.
+//   - Find*AlgorithmEx (benchmark mode) ranks without timing (find_ex below says how).
 // Arguments are checked at the call, the work runs in the handle's stream order (emulator.h);
 // every tensor must be device memory of the
 // extent its descriptor implies, on the handle's device, or the call faults (see emulator.h).
@@ -238,6 +239,12 @@ std::mutex g_knob_mu;
 bool g_nondeterministic_first = false;
 int g_report_math = -1;
 emu::CudnnRun g_last_run[3];
+uint64_t g_find_calls = 0;           // cudnnFind*AlgorithmEx calls
+uint64_t g_descriptors_created = 0;  // tensor, filter and convolution descriptors
+void count_descriptor() {
+  std::lock_guard<std::mutex> lock(g_knob_mu);
+  ++g_descriptors_created;
+}
 
 // The implemented algorithms of a direction, best first: the first needs a workspace.
 struct Algo {
@@ -487,6 +494,52 @@ cudnnStatus_t convolve(Op op, const char* call, const char* const operands[3], c
   return CUDNN_STATUS_SUCCESS;
 }
 
+// The Find*AlgorithmEx entry points: cuDNN runs every algorithm on the caller's operands and
+// returns them fastest first. The emulator times nothing: it ranks the workspace-free algorithm
+// first (time 1 ms, the workspace one 2 ms: the reverse of its heuristics, so a test tells the two
+// rankings apart), reports an algorithm whose workspace exceeds the given one as ALLOC_FAILED,
+// and, as the real runs do, overwrites the output operand (scribbled, in stream order): a caller
+// that passed an input there sees it corrupted.
+template <class Perf, class AlgoEnum>
+cudnnStatus_t find_ex(Op op, const char* call, const char* const operands[3], cudnnHandle_t h,
+                      const cudnnTensorStruct* xd, const void* x, const cudnnFilterStruct* wd, const void* w,
+                      const cudnnConvolutionStruct* cd, const cudnnTensorStruct* yd, const void* y, int requested,
+                      int* returned, Perf* perf, void* workspace, size_t workspace_bytes) {
+  if (!h || !x || !w || !y || !returned || !perf || requested <= 0) return CUDNN_STATUS_BAD_PARAM;
+  Conv p{};
+  if (cudnnStatus_t st = make_conv(op, xd, wd, cd, yd, &p); st != CUDNN_STATUS_SUCCESS) return st;
+  require_on(h, x, extent_bytes(p.x, p.type), call, operands[0]);
+  require_on(h, w, extent_bytes(p.w, p.type), call, operands[1]);
+  require_on(h, y, extent_bytes(p.y, p.type), call, operands[2]);
+  require_on(h, workspace, workspace_bytes, call, "workSpace");
+  std::vector<Algo> list = ranked_algos(op);
+  std::stable_partition(list.begin(), list.end(), [](const Algo& a) { return !a.workspace; });
+  int n = 0;
+  for (const Algo& a : list) {
+    if (n == requested) break;
+    Perf r{};
+    r.algo = static_cast<AlgoEnum>(a.id);
+    workspace_for(p, a.id, &r.memory);
+    r.status = r.memory <= workspace_bytes ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_ALLOC_FAILED;
+    r.time = a.workspace ? 2.0f : 1.0f;
+    r.determinism = a.determinism;
+    r.mathType = cd->math;
+    perf[n++] = r;
+  }
+  *returned = n;
+  {
+    std::lock_guard<std::mutex> lock(g_knob_mu);
+    ++g_find_calls;
+  }
+  void* out = const_cast<void*>(op == Op::Forward ? y : op == Op::BackwardData ? x : w);
+  const size_t out_bytes = extent_bytes(op == Op::Forward ? p.y : op == Op::BackwardData ? p.x : p.w, p.type);
+  emu::enqueue(h->stream, [=] {
+    emu::DeviceAccess access;
+    std::memset(out, 0xA5, out_bytes);
+  });
+  return CUDNN_STATUS_SUCCESS;
+}
+
 // C = alpha * A + beta * C, A broadcast along its size-1 dimensions.
 template <class T, class S>
 void run_add(const Layout& la, const T* A, const Layout& lc, T* C, S alpha, S beta) {
@@ -599,6 +652,7 @@ const char* cudnnGetErrorString(cudnnStatus_t status) {
 cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* desc) {
   if (!desc) return CUDNN_STATUS_BAD_PARAM;
   *desc = new cudnnTensorStruct;
+  count_descriptor();
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
@@ -634,6 +688,7 @@ cudnnStatus_t cudnnSetTensor4dDescriptorEx(cudnnTensorDescriptor_t desc, cudnnDa
 cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* desc) {
   if (!desc) return CUDNN_STATUS_BAD_PARAM;
   *desc = new cudnnFilterStruct;
+  count_descriptor();
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
@@ -664,6 +719,7 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t desc, cudnnData
 cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* desc) {
   if (!desc) return CUDNN_STATUS_BAD_PARAM;
   *desc = new cudnnConvolutionStruct;
+  count_descriptor();
   return CUDNN_STATUS_SUCCESS;
 }
 cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {
@@ -782,6 +838,45 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handl
 
 // ---- the operations ----
 
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                     const void* x, const cudnnFilterDescriptor_t wDesc, const void* w,
+                                                     const cudnnConvolutionDescriptor_t convDesc,
+                                                     const cudnnTensorDescriptor_t yDesc, void* y,
+                                                     const int requestedAlgoCount, int* returnedAlgoCount,
+                                                     cudnnConvolutionFwdAlgoPerf_t* perfResults, void* workSpace,
+                                                     size_t workSpaceSizeInBytes) {
+  static const char* const names[3] = {"x", "w", "y"};
+  return find_ex<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(
+      Op::Forward, "cudnnFindConvolutionForwardAlgorithmEx", names, handle, xDesc, x, wDesc, w, convDesc, yDesc, y,
+      requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes);
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
+                                                          const void* w, const cudnnTensorDescriptor_t dyDesc,
+                                                          const void* dy, const cudnnConvolutionDescriptor_t convDesc,
+                                                          const cudnnTensorDescriptor_t dxDesc, void* dx,
+                                                          const int requestedAlgoCount, int* returnedAlgoCount,
+                                                          cudnnConvolutionBwdDataAlgoPerf_t* perfResults,
+                                                          void* workSpace, size_t workSpaceSizeInBytes) {
+  static const char* const names[3] = {"dx", "w", "dy"};
+  return find_ex<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
+      Op::BackwardData, "cudnnFindConvolutionBackwardDataAlgorithmEx", names, handle, dxDesc, dx, wDesc, w, convDesc,
+      dyDesc, dy, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes);
+}
+
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                            const void* x, const cudnnTensorDescriptor_t dyDesc,
+                                                            const void* y, const cudnnConvolutionDescriptor_t convDesc,
+                                                            const cudnnFilterDescriptor_t dwDesc, void* dw,
+                                                            const int requestedAlgoCount, int* returnedAlgoCount,
+                                                            cudnnConvolutionBwdFilterAlgoPerf_t* perfResults,
+                                                            void* workSpace, size_t workSpaceSizeInBytes) {
+  static const char* const names[3] = {"x", "dw", "dy"};
+  return find_ex<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+      Op::BackwardFilter, "cudnnFindConvolutionBackwardFilterAlgorithmEx", names, handle, xDesc, x, dwDesc, dw,
+      convDesc, dyDesc, y, requestedAlgoCount, returnedAlgoCount, perfResults, workSpace, workSpaceSizeInBytes);
+}
+
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t xDesc,
                                       const void* x, const cudnnFilterDescriptor_t wDesc, const void* w,
                                       const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionFwdAlgo_t algo,
@@ -864,5 +959,13 @@ void cudnn_rank_nondeterministic_first(bool on) {
 void cudnn_report_math(int math) {
   std::lock_guard<std::mutex> lock(g_knob_mu);
   g_report_math = math;
+}
+uint64_t cudnn_find_calls() {
+  std::lock_guard<std::mutex> lock(g_knob_mu);
+  return g_find_calls;
+}
+uint64_t cudnn_descriptors_created() {
+  std::lock_guard<std::mutex> lock(g_knob_mu);
+  return g_descriptors_created;
 }
 }  // namespace mixtape::cuda_emulator

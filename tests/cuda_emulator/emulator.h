@@ -70,6 +70,10 @@ struct CudnnRun {
 CudnnRun cudnn_last_run(int direction);
 void cudnn_rank_nondeterministic_first(bool on);
 void cudnn_report_math(int math);
+// Counters: cudnnFind*AlgorithmEx calls (benchmark mode), and tensor/filter/convolution
+// descriptors created, since the process started.
+uint64_t cudnn_find_calls();
+uint64_t cudnn_descriptors_created();
 
 // Device memory is readable and writable while at least one DeviceAccess object lives on any
 // thread (a process-wide count; the emulator is serialised by one lock, taken by each scope).
