@@ -1,9 +1,12 @@
-// optim/adam.cpp — Adam/AdamW options, checks, and their fused in-place op
+// optim/adam.cpp — Adam/AdamW options, checks, and their fused in-place ops
 //   adam_step_(w, grad, model, exp_avg, exp_avg_sq, [max_exp_avg_sq]; lr, beta1, beta2, eps,
 //              weight_decay, amsgrad, decoupled, step, inv_scale, stochastic, seed, offset)
+//   adam_step_multi_(w..., grad..., model..., exp_avg..., exp_avg_sq..., [max_exp_avg_sq...];
+//              count, the same attrs with step, seed, offset one per tensor)
 // operands as optim/step_kernel.h describes, per-element math fn::AdamUpdate. `step` is the
 // parameter's update count including this one; the bias corrections are computed from it on the
-// host, in double, as Python computes them.
+// host, in double, as Python computes them. The multi-tensor op runs, tensor by tensor, exactly
+// what the single op runs (one launch for all of them on CUDA).
 #include "optim/adam.h"
 
 #include <cmath>
@@ -13,30 +16,46 @@
 namespace mixtape::optim {
 namespace {
 
-TensorList adam_step_cpu(const OpCall& c) {
-  const bool amsgrad = c.attrs.get<bool>("amsgrad");
+// One tensor's update on the CPU at update count `step`: the body of both ops' CPU kernels.
+void adam_step_one(const detail::FusedOperands& o, const Attrs& a, int64_t step) {
+  const bool amsgrad = a.get<bool>("amsgrad");
   auto run = [&]<typename W>() {
-    const auto f = fn::AdamUpdate<W>::make(c.attrs.get<double>("lr"), c.attrs.get<double>("beta1"),
-                                           c.attrs.get<double>("beta2"), c.attrs.get<double>("eps"),
-                                           c.attrs.get<double>("weight_decay"), amsgrad,
-                                           c.attrs.get<bool>("decoupled"), c.attrs.get<int64_t>("step"));
+    const auto f = fn::AdamUpdate<W>::make(a.get<double>("lr"), a.get<double>("beta1"), a.get<double>("beta2"),
+                                           a.get<double>("eps"), a.get<double>("weight_decay"), amsgrad,
+                                           a.get<bool>("decoupled"), step);
     if (amsgrad) {
       detail::fused_step_loop<W, 3>(
-          c, [&](W& w, W g, std::array<W*, 3>& s, int64_t i) __attribute__((always_inline)) { f(w, g, s[0][i], s[1][i], s[2][i]); });
+          o, [&](W& w, W g, std::array<W*, 3>& s, int64_t i) __attribute__((always_inline)) { f(w, g, s[0][i], s[1][i], s[2][i]); });
     } else {
-      detail::fused_step_loop<W, 2>(c, [&](W& w, W g, std::array<W*, 2>& s, int64_t i) __attribute__((always_inline)) {
+      detail::fused_step_loop<W, 2>(o, [&](W& w, W g, std::array<W*, 2>& s, int64_t i) __attribute__((always_inline)) {
         W unused = W(0);
         f(w, g, s[0][i], s[1][i], unused);
       });
     }
   };
-  MT_CHECK(c.attrs.get<int64_t>("step") >= 1, c.name(), ": step must be >= 1, got ", c.attrs.get<int64_t>("step"));
-  if (c.inputs[0].dtype() == DType::Float64)
+  if (o.w.dtype() == DType::Float64)
     run.template operator()<double>();
   else
     run.template operator()<float>();
+}
+
+TensorList adam_step_cpu(const OpCall& c) {
+  const int64_t step = c.attrs.get<int64_t>("step");
+  MT_CHECK(step >= 1, c.name(), ": step must be >= 1, got ", step);
+  adam_step_one(detail::fused_operands(c, c.attrs.get<bool>("amsgrad") ? 3 : 2), c.attrs, step);
   return {c.inputs[0]};
 }
+
+// Every tensor is checked before the first is written.
+TensorList adam_step_multi_cpu(const OpCall& c) {
+  const std::vector<detail::FusedOperands> ops = detail::fused_operands_multi(c, c.attrs.get<bool>("amsgrad") ? 3 : 2);
+  const IntList& steps = detail::per_tensor_attr(c, "step", ops.size());
+  for (size_t k = 0; k < ops.size(); ++k)
+    MT_CHECK(steps[k] >= 1, c.name(), ": step must be >= 1, got ", steps[k], " (tensor ", k, ")");
+  for (size_t k = 0; k < ops.size(); ++k) adam_step_one(ops[k], c.attrs, steps[k]);
+  return {c.inputs[0]};
+}
+
 Attrs sample_attrs(bool amsgrad, bool decoupled) {
   return {{"lr", 1e-3},        {"beta1", 0.9},       {"beta2", 0.999},          {"eps", 1e-8},
           {"weight_decay", 0.01}, {"amsgrad", amsgrad}, {"decoupled", decoupled}, {"step", int64_t(5)}};
@@ -54,6 +73,37 @@ const OpSchema& kAdamStep =
                 {arg({3001}, 0.01, 1), arg({3001}, 0.001, 2), arg({3001}, 0.001, 0.1), arg({3001}, 1e-6, 1e-3),
                  arg({3001}, 1e-6, 1e-3)},
                 [](const TensorList& x) { return detail::run_step_sample(kAdamStep, x, sample_attrs(true, true), true); },
+                no_gradcheck());
+
+// Tensors of 3001 (more than one CUDA chunk), 1, 0 and 300 elements at different update counts
+// (their bias corrections differ).
+Attrs multi_sample_attrs(bool amsgrad, bool decoupled) {
+  return sample_attrs(amsgrad, decoupled).set("step", IntList{5, 1, 2, 40});
+}
+std::vector<SampleArg> multi_sample_args(bool amsgrad) {
+  std::vector<SampleArg> out;
+  for (int64_t n : {3001, 1, 0, 300}) {
+    out.push_back(arg({n}, 0.01, 1));
+    out.push_back(arg({n}, 0.001, 2));
+    out.push_back(arg({n}, 0.001, 0.1));
+    out.push_back(arg({n}, 1e-6, 1e-3));
+    if (amsgrad) out.push_back(arg({n}, 1e-6, 1e-3));
+  }
+  return out;
+}
+const OpSchema& kAdamStepMulti =
+    define_op("adam_step_multi_")
+        .in_place()
+        .kernel(DeviceType::CPU, adam_step_multi_cpu)
+        .sample("adam", multi_sample_args(false),
+                [](const TensorList& x) {
+                  return detail::run_multi_step_sample(kAdamStepMulti, x, 4, multi_sample_attrs(false, false), false);
+                },
+                no_gradcheck())
+        .sample("adamw-amsgrad-stochastic", multi_sample_args(true),
+                [](const TensorList& x) {
+                  return detail::run_multi_step_sample(kAdamStepMulti, x, 5, multi_sample_attrs(true, true), true);
+                },
                 no_gradcheck());
 
 HyperParams adam_hyper_params(double lr, std::pair<double, double> betas, double eps, double wd, bool amsgrad) {
@@ -100,16 +150,24 @@ void Adam::check_options(const HyperParams& o) const {
   MT_CHECK(wd >= 0.0, name(), ": invalid weight_decay value ", wd, " (must be >= 0)");
 }
 
+Attrs Adam::step_attrs(const HyperParams& o) const {
+  return {{"lr", o.get("lr")},
+          {"beta1", o.get("beta1")},
+          {"beta2", o.get("beta2")},
+          {"eps", o.get("eps")},
+          {"weight_decay", o.get("weight_decay")},
+          {"amsgrad", o.get_bool("amsgrad")},
+          {"decoupled", decoupled_}};
+}
+
 void Adam::update(const ParamUpdate& u, const HyperParams& o) {
-  run_fused_step(kAdamStep, u,
-                 {{"lr", o.get("lr")},
-                  {"beta1", o.get("beta1")},
-                  {"beta2", o.get("beta2")},
-                  {"eps", o.get("eps")},
-                  {"weight_decay", o.get("weight_decay")},
-                  {"amsgrad", o.get_bool("amsgrad")},
-                  {"decoupled", decoupled_},
-                  {"step", u.step}});
+  run_fused_step(kAdamStep, u, step_attrs(o).set("step", u.step));
+}
+
+void Adam::update_many(const std::vector<const ParamUpdate*>& us, const HyperParams& o) {
+  IntList steps;
+  for (const ParamUpdate* u : us) steps.push_back(u->step);
+  run_fused_step_multi(kAdamStepMulti, us, step_attrs(o).set("step", std::move(steps)));
 }
 
 }  // namespace mixtape::optim

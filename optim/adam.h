@@ -45,8 +45,10 @@ class Adam : public Optimizer {
   std::vector<std::string> all_state_names() const override { return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}; }
   void check_options(const HyperParams& group) const override;
   void update(const ParamUpdate& u, const HyperParams& group) override;
+  void update_many(const std::vector<const ParamUpdate*>& updates, const HyperParams& group) override;
 
  private:
+  Attrs step_attrs(const HyperParams& group) const;  // the attrs every tensor of a group shares
   bool decoupled_;
 };
 

@@ -91,6 +91,8 @@ struct SGDUpdate {
 //   vmax = max(vmax, v)                         (amsgrad; NaN propagates like torch.maximum)
 //   denom = sqrt(amsgrad ? vmax : v) / sqrt(1 - beta2^t) + eps     (eps outside the sqrt)
 //   w = w + (-(lr / (1 - beta1^t)) * m) / denom
+// neg_step_size and bias_correction2_sqrt are the only fields that depend on t: a multi-tensor
+// CUDA launch shares one functor and sets those two per tensor (optim/cuda/step_kernels.cu).
 template <typename A>
 struct AdamUpdate {
   A beta1, one_minus_beta1, beta2, one_minus_beta2, weight_decay, decay_factor, neg_step_size,

@@ -2,6 +2,7 @@
 // every optimizer (docs/AMP.md, "The optimizers" and "Master weights").
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -234,6 +235,39 @@ void Optimizer::run_fused_step(const OpSchema& op, const ParamUpdate& u, Attrs a
   for (const Tensor& s : u.state) s.bump_version();
 }
 
+void Optimizer::run_fused_step_multi(const OpSchema& op, const std::vector<const ParamUpdate*>& us, Attrs attrs) {
+  MT_CHECK(!us.empty(), op.name, ": no parameters to update");
+  const ParamUpdate& u0 = *us[0];
+  const size_t n = us.size(), lists = 3 + u0.state.size();
+  TensorList inputs(lists * n);
+  IntList seeds, offsets;
+  for (size_t k = 0; k < n; ++k) {
+    const ParamUpdate& u = *us[k];
+    // One inv_scale and one rounding mode per call: step() puts only parameters with the same
+    // grad and model dtypes together, which fix both.
+    MT_CHECK(u.inv_scale == u0.inv_scale && u.state.size() == u0.state.size() &&
+                 u.rounding.get<bool>("stochastic") == u0.rounding.get<bool>("stochastic"),
+             op.name, ": parameter ", k, " of one multi-tensor update differs from parameter 0 in inv_scale, state "
+             "buffers or rounding");
+    inputs[k] = u.w;
+    inputs[n + k] = u.grad;
+    inputs[2 * n + k] = u.model;
+    for (size_t j = 0; j < u.state.size(); ++j) inputs[(3 + j) * n + k] = u.state[j];
+    seeds.push_back(u.rounding.get_or<int64_t>("seed", 0));
+    offsets.push_back(u.rounding.get_or<int64_t>("offset", 0));
+  }
+  attrs.set("count", static_cast<int64_t>(n)).set("inv_scale", u0.inv_scale);
+  attrs.set("stochastic", u0.rounding.get<bool>("stochastic"));
+  attrs.set("seed", std::move(seeds)).set("offset", std::move(offsets));
+  dispatch(op, std::move(inputs), std::move(attrs));  // bumps input 0 only
+  for (size_t k = 0; k < n; ++k) {
+    const ParamUpdate& u = *us[k];
+    if (k > 0) u.w.bump_version();
+    if (u.model.defined()) u.model.bump_version();
+    for (const Tensor& s : u.state) s.bump_version();
+  }
+}
+
 void Optimizer::step() {
   autograd::NoGradGuard no_grad;
   check_structure();
@@ -271,18 +305,22 @@ void Optimizer::step() {
   }
   // A write to a 16-bit parameter since the optimizer last wrote it re-seeds its master.
   for (ParamState& s : states_) sync_master(s);
-  for (Work& item : work) {
-    ParamState& s = states_[item.index];
-    const HyperParams& options = groups_[item.group].options;
-    ParamUpdate u;
+  // Every update's operands, in parameter order: state buffers are created and the rounding
+  // stream is reserved in the order of one update after another.
+  std::vector<ParamUpdate> updates(work.size());
+  std::vector<bool> w_copy(work.size());
+  for (size_t i = 0; i < work.size(); ++i) {
+    ParamState& s = states_[work[i].index];
+    const HyperParams& options = groups_[work[i].group].options;
+    ParamUpdate& u = updates[i];
     // The master is always contiguous; a non-contiguous f32 parameter (or 16-bit model copy) is
     // updated through a contiguous copy written back afterwards.
     Tensor w = s.master.defined() ? s.master : s.param;
-    const bool w_copy = !w.is_contiguous();
-    u.w = w_copy ? contiguous(w) : w;
+    w_copy[i] = !w.is_contiguous();
+    u.w = w_copy[i] ? contiguous(w) : w;
     if (s.master.defined()) u.model = s.param.is_contiguous() ? s.param : contiguous(s.param);
-    u.grad = item.grad;
-    u.inv_scale = item.inv_scale;
+    u.grad = work[i].grad;
+    u.inv_scale = work[i].inv_scale;
     u.step = s.step + 1;
     for (const std::string& n : state_names(options)) {
       auto it = s.buffers.find(n);
@@ -298,16 +336,56 @@ void Optimizer::step() {
       auto r = rounding_gen_.reserve(static_cast<uint64_t>(w.numel()));
       u.rounding.set("seed", static_cast<int64_t>(r.seed)).set("offset", static_cast<int64_t>(r.offset));
     }
-    update(u, options);
-    s.step = u.step;
-    if (w_copy) copy_(s.param, u.w);
-    if (u.model.defined() && !u.model.is_same(s.param)) copy_(s.param, u.model);
-    if (s.master.defined()) {
-      s.synced_version = s.param.version();
-      s.written_stochastically = stochastic;
+  }
+  // The parameters of a group that share device and dtypes (w, grad, model) are updated by one
+  // update_many (one multi-tensor dispatch, one launch on CUDA); a parameter alone in its bucket
+  // by update(). Updates of different parameters are independent, so the grouping changes no bit.
+  struct Bucket {
+    size_t group;
+    Device device;
+    DType w, grad;
+    int model;  // the model copy's dtype, -1 when w is the parameter
+    std::vector<size_t> items;
+  };
+  std::vector<Bucket> buckets;
+  for (size_t i = 0; i < work.size(); ++i) {
+    const ParamUpdate& u = updates[i];
+    const Bucket key{work[i].group, u.w.device(), u.w.dtype(), u.grad.dtype(),
+                     u.model.defined() ? static_cast<int>(u.model.dtype()) : -1, {}};
+    auto same = [&](const Bucket& b) {
+      return b.group == key.group && b.device == key.device && b.w == key.w && b.grad == key.grad &&
+             b.model == key.model;
+    };
+    auto it = std::find_if(buckets.begin(), buckets.end(), same);
+    if (it == buckets.end()) it = buckets.insert(buckets.end(), key);
+    it->items.push_back(i);
+  }
+  for (const Bucket& b : buckets) {
+    const HyperParams& options = groups_[b.group].options;
+    if (b.items.size() == 1) {
+      update(updates[b.items[0]], options);
+    } else {
+      std::vector<const ParamUpdate*> us;
+      for (size_t i : b.items) us.push_back(&updates[i]);
+      update_many(us, options);
+    }
+    for (size_t i : b.items) {
+      ParamState& s = states_[work[i].index];
+      const ParamUpdate& u = updates[i];
+      s.step = u.step;
+      if (w_copy[i]) copy_(s.param, u.w);
+      if (u.model.defined() && !u.model.is_same(s.param)) copy_(s.param, u.model);
+      if (s.master.defined()) {
+        s.synced_version = s.param.version();
+        s.written_stochastically = u.rounding.get<bool>("stochastic");
+      }
     }
   }
   pending_inv_scale_ = 1.0f;
+}
+
+void Optimizer::update_many(const std::vector<const ParamUpdate*>& updates, const HyperParams& group) {
+  for (const ParamUpdate* u : updates) update(*u, group);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

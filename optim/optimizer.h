@@ -5,7 +5,8 @@
 // f32/f64; an FP32 copy for f16/bf16), and after every step a 16-bit parameter holds round(master);
 // before a master is used again, its entries that a write to the parameter left disagreeing with
 // it are re-seeded from the parameter ("the model wins").
-// Groups, masters and the fused steps: docs/AMP.md, "The optimizers"; the 16-bit paths
+// Groups, masters and the fused steps (one multi-tensor dispatch per group and dtype
+// combination): docs/AMP.md, "The optimizers"; the 16-bit paths
 // (accumulation, clipping, loading) and the GradScaler's part: docs/AMP.md, "Master weights" and
 // "GradScaler: the algorithm"; the behaviours and their tests: docs/amp-behaviours.md 25-27, 32, 33.
 #pragma once
@@ -138,9 +139,18 @@ class Optimizer {
   virtual void check_options(const HyperParams& group) const = 0;
   // Applies one update, normally one dispatch of the optimizer's fused op via run_fused_step.
   virtual void update(const ParamUpdate& u, const HyperParams& group) = 0;
+  // Applies the updates of two or more parameters of one group that share device, w/grad/model
+  // dtypes and state names (step() groups them so), normally one dispatch of the optimizer's
+  // multi-tensor op via run_fused_step_multi: one kernel launch on CUDA instead of one per
+  // parameter. Each parameter's result must be what update() gives it, bit for bit. The
+  // default calls update() for each.
+  virtual void update_many(const std::vector<const ParamUpdate*>& updates, const HyperParams& group);
   // Dispatches a fused in-place step op (optim/step_kernel.h layout) and bumps the version of
   // every tensor it writes (the dispatcher bumps input 0 only).
   static void run_fused_step(const OpSchema& op, const ParamUpdate& u, Attrs attrs);
+  // The same for a multi-tensor step op: the operands of `updates` as lists (step_kernel.h),
+  // attrs count, inv_scale, stochastic, seed and offset added to the op's own.
+  static void run_fused_step_multi(const OpSchema& op, const std::vector<const ParamUpdate*>& updates, Attrs attrs);
 
  private:
   struct ParamState {

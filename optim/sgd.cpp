@@ -1,7 +1,10 @@
-// optim/sgd.cpp — SGD's options, checks, and its fused in-place op
+// optim/sgd.cpp — SGD's options, checks, and its fused in-place ops
 //   sgd_step_(w, grad, model, [momentum_buffer]; lr, momentum, dampening, weight_decay, nesterov,
 //             first, inv_scale, stochastic, seed, offset)
-// operands as optim/step_kernel.h describes, per-element math fn::SGDUpdate.
+//   sgd_step_multi_(w..., grad..., model..., [momentum_buffer...]; count, the same attrs with
+//             first, seed, offset one per tensor)
+// operands as optim/step_kernel.h describes, per-element math fn::SGDUpdate. The multi-tensor op
+// runs, tensor by tensor, exactly what the single op runs (one launch for all of them on CUDA).
 #include "optim/sgd.h"
 
 #include <cmath>
@@ -11,30 +14,45 @@
 namespace mixtape::optim {
 namespace {
 
-TensorList sgd_step_cpu(const OpCall& c) {
-  const double momentum = c.attrs.get<double>("momentum");
-  const size_t num_state = c.inputs.size() > 3 ? 1 : 0;
-  MT_CHECK((momentum != 0.0) == (num_state == 1), c.name(), ": momentum ", momentum,
-           num_state ? " needs no buffer" : " needs a momentum buffer (input 3)");
+// One tensor's update on the CPU: the body of both ops' CPU kernels.
+void sgd_step_one(const detail::FusedOperands& o, const Attrs& a, bool first) {
+  const double momentum = a.get<double>("momentum");
   auto run = [&]<typename W>() {
-    const auto f = fn::SGDUpdate<W>::make(c.attrs.get<double>("lr"), momentum, c.attrs.get<double>("dampening"),
-                                          c.attrs.get<double>("weight_decay"), c.attrs.get<bool>("nesterov"),
-                                          c.attrs.get<bool>("first"));
-    if (num_state == 1) {
-      detail::fused_step_loop<W, 1>(c, [&](W& w, W g, std::array<W*, 1>& s, int64_t i) __attribute__((always_inline)) { f(w, g, s[0][i]); });
+    const auto f = fn::SGDUpdate<W>::make(a.get<double>("lr"), momentum, a.get<double>("dampening"),
+                                          a.get<double>("weight_decay"), a.get<bool>("nesterov"), first);
+    if (momentum != 0.0) {
+      detail::fused_step_loop<W, 1>(o, [&](W& w, W g, std::array<W*, 1>& s, int64_t i) __attribute__((always_inline)) { f(w, g, s[0][i]); });
     } else {
-      detail::fused_step_loop<W, 0>(c, [&](W& w, W g, std::array<W*, 0>&, int64_t) __attribute__((always_inline)) {
+      detail::fused_step_loop<W, 0>(o, [&](W& w, W g, std::array<W*, 0>&, int64_t) __attribute__((always_inline)) {
         W unused = W(0);
         f(w, g, unused);
       });
     }
   };
-  if (c.inputs[0].dtype() == DType::Float64)
+  if (o.w.dtype() == DType::Float64)
     run.template operator()<double>();
   else
     run.template operator()<float>();
+}
+
+TensorList sgd_step_cpu(const OpCall& c) {
+  const double momentum = c.attrs.get<double>("momentum");
+  const size_t num_state = c.inputs.size() > 3 ? 1 : 0;
+  MT_CHECK((momentum != 0.0) == (num_state == 1), c.name(), ": momentum ", momentum,
+           num_state ? " needs no buffer" : " needs a momentum buffer (input 3)");
+  sgd_step_one(detail::fused_operands(c, num_state), c.attrs, c.attrs.get<bool>("first"));
   return {c.inputs[0]};
 }
+
+// Every tensor is checked before the first is written.
+TensorList sgd_step_multi_cpu(const OpCall& c) {
+  const size_t num_state = c.attrs.get<double>("momentum") != 0.0 ? 1 : 0;  // a momentum buffer list
+  const std::vector<detail::FusedOperands> ops = detail::fused_operands_multi(c, num_state);
+  const IntList& first = detail::per_tensor_attr(c, "first", ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) sgd_step_one(ops[k], c.attrs, first[k] != 0);
+  return {c.inputs[0]};
+}
+
 Attrs sample_attrs(double momentum) {
   return {{"lr", 0.05}, {"momentum", momentum}, {"dampening", 0.1}, {"weight_decay", 1e-2},
           {"nesterov", false}, {"first", false}};
@@ -49,6 +67,37 @@ const OpSchema& kSGDStep =
                 no_gradcheck())
         .sample("momentum-stochastic", {arg({3001}, 0.01, 1), arg({3001}, 0.001, 2), arg({3001}, 0.01, 1)},
                 [](const TensorList& x) { return detail::run_step_sample(kSGDStep, x, sample_attrs(0.9), true); },
+                no_gradcheck());
+
+// Tensors of 3001 (more than one CUDA chunk), 1, 0 and 300 elements; with momentum, the second
+// creates its buffer (first = 1) and the others continue theirs, and nesterov is on.
+Attrs multi_sample_attrs(double momentum) {
+  Attrs a = sample_attrs(momentum);
+  if (momentum != 0.0) a.set("dampening", 0.0).set("nesterov", true);
+  return a.set("first", IntList{0, 1, 0, 0});
+}
+std::vector<SampleArg> multi_sample_args(bool momentum) {
+  std::vector<SampleArg> out;
+  for (int64_t n : {3001, 1, 0, 300}) {
+    out.push_back(arg({n}, 0.01, 1));
+    out.push_back(arg({n}, 0.001, 2));
+    if (momentum) out.push_back(arg({n}, 0.01, 1));
+  }
+  return out;
+}
+const OpSchema& kSGDStepMulti =
+    define_op("sgd_step_multi_")
+        .in_place()
+        .kernel(DeviceType::CPU, sgd_step_multi_cpu)
+        .sample("plain", multi_sample_args(false),
+                [](const TensorList& x) {
+                  return detail::run_multi_step_sample(kSGDStepMulti, x, 2, multi_sample_attrs(0.0), false);
+                },
+                no_gradcheck())
+        .sample("nesterov-stochastic", multi_sample_args(true),
+                [](const TensorList& x) {
+                  return detail::run_multi_step_sample(kSGDStepMulti, x, 3, multi_sample_attrs(0.9), true);
+                },
                 no_gradcheck());
 
 }  // namespace
@@ -85,14 +134,24 @@ void SGD::check_options(const HyperParams& o) const {
            dampening, ")");
 }
 
+namespace {
+Attrs sgd_attrs(const HyperParams& o) {
+  return {{"lr", o.get("lr")},
+          {"momentum", o.get("momentum")},
+          {"dampening", o.get("dampening")},
+          {"weight_decay", o.get("weight_decay")},
+          {"nesterov", o.get_bool("nesterov")}};
+}
+}  // namespace
+
 void SGD::update(const ParamUpdate& u, const HyperParams& o) {
-  run_fused_step(kSGDStep, u,
-                 {{"lr", o.get("lr")},
-                  {"momentum", o.get("momentum")},
-                  {"dampening", o.get("dampening")},
-                  {"weight_decay", o.get("weight_decay")},
-                  {"nesterov", o.get_bool("nesterov")},
-                  {"first", u.fresh_state}});
+  run_fused_step(kSGDStep, u, sgd_attrs(o).set("first", u.fresh_state));
+}
+
+void SGD::update_many(const std::vector<const ParamUpdate*>& us, const HyperParams& o) {
+  IntList first;
+  for (const ParamUpdate* u : us) first.push_back(u->fresh_state ? 1 : 0);
+  run_fused_step_multi(kSGDStepMulti, us, sgd_attrs(o).set("first", std::move(first)));
 }
 
 }  // namespace mixtape::optim

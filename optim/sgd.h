@@ -36,6 +36,7 @@ class SGD : public Optimizer {
   std::vector<std::string> required_state_names(const HyperParams&) const override { return {}; }
   void check_options(const HyperParams& group) const override;
   void update(const ParamUpdate& u, const HyperParams& group) override;
+  void update_many(const std::vector<const ParamUpdate*>& updates, const HyperParams& group) override;
 };
 
 }  // namespace mixtape::optim

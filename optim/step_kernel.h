@@ -1,4 +1,5 @@
-// optim/step_kernel.h — the CPU loop every fused optimizer kernel shares (sgd_step_, adam_step_).
+// optim/step_kernel.h — the CPU loop every fused optimizer kernel shares (sgd_step_, adam_step_
+// and their multi-tensor forms sgd_step_multi_, adam_step_multi_), and their operand checks.
 //
 // A fused step op's inputs are, in this order (shapes all equal, every tensor contiguous):
 //   0  w       the tensor the update is applied to, written: an FP32 master, or an f32/f64 param
@@ -14,12 +15,26 @@
 // stream of stochastic rounding).
 // The dispatcher bumps input 0's version; Optimizer::run_fused_step bumps model and state.
 //
+// A multi-tensor step op takes the same operands for n >= 1 tensors as 3 + NS lists of n inputs,
+// one list after another (list-major):
+//   w_0 … w_{n-1}, grad_0 … grad_{n-1}, model_0 … model_{n-1}, state0_0 … state0_{n-1}, …
+// each tensor checked as above, and besides: the models all defined or all undefined, and one w
+// dtype, one grad dtype and one model dtype for the whole call (one kernel runs every tensor:
+// a caller groups tensors by dtypes, as Optimizer::step does); one device (the dispatcher's check).
+// Attrs: count (int64, n: the length of every list), inv_scale and stochastic shared; seed and
+// offset are lists (IntList) with one entry per tensor, and so are the op's own per-tensor attrs
+// (sgd: first, adam: step). Tensor k's update is exactly the single op's on tensor k's operands
+// with the k-th entries (same bits). Every tensor is checked before the first is written.
+// The dispatcher bumps w_0's version; Optimizer::run_fused_step_multi bumps the others.
+//
 // Invariant: one pass over memory (in chunks that stay in cache); each element's master value is
 // updated in place and the model copy is rounded from it, so model == round(master) after every step.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/convert.h"
 #include "core/dispatcher.h"
@@ -27,8 +42,23 @@
 
 namespace mixtape::optim::detail {
 
-// Checks the operand layout above; returns the number of elements.
-int64_t check_fused_step(const OpCall& call, size_t num_state);
+// One tensor's operands of a fused step, checked: what the loop below (and the CUDA glue) reads.
+struct FusedOperands {
+  Tensor w, grad, model;        // model undefined when w is the parameter itself
+  std::array<Tensor, 3> state;  // the first num_state are defined
+  int64_t n = 0;                // elements
+  float inv_scale = 1.0f;
+  bool stochastic = false;
+  uint64_t seed = 0, offset = 0;
+};
+
+// A single-tensor step's operands (layout above), checked; errors name the op.
+FusedOperands fused_operands(const OpCall& call, size_t num_state);
+// A multi-tensor step's operands, one per tensor (layout above), all checked before any is
+// returned; errors name the op, the tensor's index and list, what was expected and what came.
+std::vector<FusedOperands> fused_operands_multi(const OpCall& call, size_t num_state);
+// A multi-tensor op's per-tensor attr `name`: an IntList with exactly `count` entries (error otherwise).
+const IntList& per_tensor_attr(const OpCall& call, const char* name, size_t count);
 
 // The body of a fused step's sample (core/op_sample.h): from the sample's inputs in its dtype
 // (x[0] the parameter, x[1] its gradient, x[2]... the state) it makes the operands an optimizer
@@ -36,6 +66,12 @@ int64_t check_fused_step(const OpCall& call, size_t num_state);
 // and inv_scale 1/512, with stochastic rounding when `stochastic`; f32/f64 update the parameter
 // itself — runs `op` on them with `attrs` and returns what it wrote: w, the model copy, the state.
 TensorList run_step_sample(const OpSchema& op, const TensorList& x, Attrs attrs, bool stochastic);
+// The same for a multi-tensor op: x holds `per_tensor` arguments (parameter, gradient, state...)
+// for each tensor, one tensor after another; each tensor's operands are made as above, tensor k
+// rounding stochastically (when `stochastic`) from offset 7 + 4096 k. `attrs` carries the op's
+// own per-tensor lists. Returns every w, then every model copy, then the state, list by list.
+TensorList run_multi_step_sample(const OpSchema& op, const TensorList& x, size_t per_tensor, Attrs attrs,
+                                 bool stochastic);
 
 // True when the CPU has fused multiply-add in hardware. The element loop then runs inside a
 // function compiled for it, where fn::madd's std::fma is one instruction instead of a libm call.
@@ -54,24 +90,24 @@ __attribute__((target("fma"))) void run_with_fma(const F& f) {
 }
 #endif
 
-// Calls update(w[i], g, state, i) for every element i, with g the gradient loaded as W (a 16-bit
+// Calls update(w[i], g, state, i) for every element i of one tensor's operands, with g the gradient loaded as W (a 16-bit
 // one widened exactly and unscaled), then writes model[i] = round(w[i]). Update is
 // (W& w, W g, std::array<W*, NS>& state, int64_t i) and should be always_inline, so that it is
 // compiled into the FMA loop. 16-bit grads and model copies move through core/convert.h's bulk
 // converters in chunks (bit-identical to the scalar conversions, F16C where the CPU has it).
 template <typename W, size_t NS, typename Update>
-void fused_step_loop(const OpCall& call, Update&& update) {
-  const int64_t n = check_fused_step(call, NS);
-  const Tensor& w = call.inputs[0];
-  const Tensor& grad = call.inputs[1];
-  const Tensor& model = call.inputs[2];
+void fused_step_loop(const FusedOperands& op, Update&& update) {
+  const int64_t n = op.n;
+  const Tensor& w = op.w;
+  const Tensor& grad = op.grad;
+  const Tensor& model = op.model;
   W* wp = static_cast<W*>(w.data_ptr());
   std::array<W*, NS> state{};
-  for (size_t k = 0; k < NS; ++k) state[k] = static_cast<W*>(call.inputs[3 + k].data_ptr());
-  const float inv_scale = static_cast<float>(call.attrs.get<double>("inv_scale"));
-  const bool stochastic = call.attrs.get_or<bool>("stochastic", false);
-  const auto seed = static_cast<uint64_t>(call.attrs.get_or<int64_t>("seed", 0));
-  const auto offset = static_cast<uint64_t>(call.attrs.get_or<int64_t>("offset", 0));
+  for (size_t k = 0; k < NS; ++k) state[k] = static_cast<W*>(op.state[k].data_ptr());
+  const float inv_scale = op.inv_scale;
+  const bool stochastic = op.stochastic;
+  const uint64_t seed = op.seed;
+  const uint64_t offset = op.offset;
   const DType gt = grad.dtype(), mt = model.defined() ? model.dtype() : w.dtype();
   const bool wide_grad = gt == w.dtype();  // f32/f64 grads arrive unscaled (the scaler unscales them in place)
   constexpr int64_t kChunk = 1024;

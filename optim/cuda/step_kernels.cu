@@ -4,6 +4,9 @@
 // fused multiply-add with madd() (__fmaf_rn / __fma_rn here, std::fma there) and every other
 // operation is one IEEE operation. One pass per element: load the grad (widening a 16-bit one and
 // unscaling it), update master and state in registers, store them and the 16-bit model copy.
+// Two forms: one launch per tensor (sgd_step_, adam_step_), and multi-tensor launches that update
+// many tensors at once (sgd_step_multi_, adam_step_multi_: see "multi-tensor steps" below) with the
+// same per-element code, so both give the same bits.
 // Also norm_pow_sum (clip_grad_norm_'s reduction, in double).
 #include "core/cuda/launch.cuh"
 #include "optim/cuda/step_kernels.h"
@@ -21,58 +24,237 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b);
 }
 
-template <typename W>
-__device__ __forceinline__ W load_grad(const FusedStepArgs& a, int64_t i) {
-  if (a.grad_dtype == a.w_dtype) return static_cast<const W*>(a.grad)[i];  // arrives unscaled
-  float g = a.grad_dtype == DType::Float16 ? float(static_cast<const Half*>(a.grad)[i])
-                                           : float(static_cast<const BFloat16*>(a.grad)[i]);
-  return static_cast<W>(fn::unscale(g, a.inv_scale));
+// What one element's load and store need besides its tensor's pointers: the same for every
+// tensor of a multi-tensor launch.
+struct ElementIO {
+  DType w_dtype, grad_dtype, model_dtype;
+  float inv_scale;
+  bool stochastic;
+  uint64_t seed;
+};
+ElementIO io_of(const FusedStepArgs& a) {
+  return {a.w_dtype, a.grad_dtype, a.model_dtype, a.inv_scale, a.stochastic, a.seed};
 }
 
 template <typename W>
-__device__ __forceinline__ void store_model(const FusedStepArgs& a, W w, int64_t i) {
+__device__ __forceinline__ W load_grad(const ElementIO& io, const void* grad, int64_t i) {
+  if (io.grad_dtype == io.w_dtype) return static_cast<const W*>(grad)[i];  // arrives unscaled
+  float g = io.grad_dtype == DType::Float16 ? float(static_cast<const Half*>(grad)[i])
+                                            : float(static_cast<const BFloat16*>(grad)[i]);
+  return static_cast<W>(fn::unscale(g, io.inv_scale));
+}
+
+// i: the element's index in its tensor (the stochastic rounding draw depends on it and offset).
+template <typename W>
+__device__ __forceinline__ void store_model(const ElementIO& io, void* model, uint64_t offset, W w, int64_t i) {
   if constexpr (std::is_same<W, float>::value) {
-    if (!a.model) return;
-    if (a.model_dtype == DType::Float16) {
-      static_cast<Half*>(a.model)[i] =
-          a.stochastic ? fn::round_stochastic<Half>(w, fn::rounding_uniform(a.seed, a.offset, uint64_t(i))) : Half(w);
+    if (!model) return;
+    if (io.model_dtype == DType::Float16) {
+      static_cast<Half*>(model)[i] =
+          io.stochastic ? fn::round_stochastic<Half>(w, fn::rounding_uniform(io.seed, offset, uint64_t(i))) : Half(w);
     } else {
-      static_cast<BFloat16*>(a.model)[i] =
-          a.stochastic ? fn::round_stochastic<BFloat16>(w, fn::rounding_uniform(a.seed, a.offset, uint64_t(i)))
-                       : BFloat16(w);
+      static_cast<BFloat16*>(model)[i] =
+          io.stochastic ? fn::round_stochastic<BFloat16>(w, fn::rounding_uniform(io.seed, offset, uint64_t(i)))
+                        : BFloat16(w);
     }
   }
 }
 
+// One element of an SGD / Adam step: the single-tensor and the multi-tensor kernels both run these.
 template <typename W>
-__global__ void sgd_kernel(FusedStepArgs a, fn::SGDUpdate<W> f, bool has_buf) {
-  W* w = static_cast<W*>(a.w);
-  W* buf = static_cast<W*>(a.state[0]);
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += int64_t(blockDim.x) * gridDim.x) {
-    W wi = w[i];
-    W b = has_buf ? buf[i] : W(0);
-    f(wi, load_grad<W>(a, i), b);
-    w[i] = wi;
-    if (has_buf) buf[i] = b;
-    store_model<W>(a, wi, i);
-  }
+__device__ __forceinline__ void sgd_element(const fn::SGDUpdate<W>& f, const ElementIO& io, W* w, const void* grad,
+                                            void* model, W* buf, uint64_t offset, int64_t i) {
+  W wi = w[i];
+  W b = buf ? buf[i] : W(0);
+  f(wi, load_grad<W>(io, grad, i), b);
+  w[i] = wi;
+  if (buf) buf[i] = b;
+  store_model<W>(io, model, offset, wi, i);
+}
+template <typename W>
+__device__ __forceinline__ void adam_element(const fn::AdamUpdate<W>& f, const ElementIO& io, W* w, const void* grad,
+                                             void* model, W* m, W* v, W* vmax, uint64_t offset, int64_t i) {
+  W wi = w[i], mi = m[i], vi = v[i], vm = vmax ? vmax[i] : W(0);
+  f(wi, load_grad<W>(io, grad, i), mi, vi, vm);
+  w[i] = wi;
+  m[i] = mi;
+  v[i] = vi;
+  if (vmax) vmax[i] = vm;
+  store_model<W>(io, model, offset, wi, i);
 }
 
 template <typename W>
-__global__ void adam_kernel(FusedStepArgs a, fn::AdamUpdate<W> f) {
+__global__ void sgd_kernel(FusedStepArgs a, ElementIO io, fn::SGDUpdate<W> f) {
+  W* w = static_cast<W*>(a.w);
+  W* buf = static_cast<W*>(a.state[0]);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += int64_t(blockDim.x) * gridDim.x)
+    sgd_element<W>(f, io, w, a.grad, a.model, buf, a.offset, i);
+}
+
+template <typename W>
+__global__ void adam_kernel(FusedStepArgs a, ElementIO io, fn::AdamUpdate<W> f) {
   W* w = static_cast<W*>(a.w);
   W* m = static_cast<W*>(a.state[0]);
   W* v = static_cast<W*>(a.state[1]);
   W* vmax = static_cast<W*>(a.state[2]);
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += int64_t(blockDim.x) * gridDim.x) {
-    W wi = w[i], mi = m[i], vi = v[i], vm = vmax ? vmax[i] : W(0);
-    f(wi, load_grad<W>(a, i), mi, vi, vm);
-    w[i] = wi;
-    m[i] = mi;
-    v[i] = vi;
-    if (vmax) vmax[i] = vm;
-    store_model<W>(a, wi, i);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += int64_t(blockDim.x) * gridDim.x)
+    adam_element<W>(f, io, w, a.grad, a.model, m, v, vmax, a.offset, i);
+}
+
+// ---- multi-tensor steps ----
+// One launch updates up to a table's worth of tensors. The table (every tensor's pointers, size,
+// rounding offset and per-tensor functor values) travels as the kernel's one parameter: no
+// host->device copy, nothing to keep alive, no synchronisation. The work is cut into block tasks
+// of kMultiChunk elements of one tensor; tensor k owns tasks [slots[k-1].chunk_end,
+// slots[k].chunk_end), so a block finds its tensor by binary search and strides over tasks.
+// Each element runs sgd_element / adam_element with its index in its own tensor: the single-
+// tensor kernel's bits. Empty tensors get no slot (every slot owns at least one task).
+
+// The kernel-parameter limit every CUDA toolkit, driver and GPU accepts (12.1+ on Volta+ takes
+// 32 KiB; 4 KiB keeps to the common limit). A table is sized to fit it.
+constexpr size_t kParamBytes = 4096;
+constexpr int64_t kMultiChunk = 8 * kThreads;      // elements per block task
+constexpr uint32_t kMaxTasks = 1u << 31;           // per launch: task indices stay in uint32
+constexpr uint32_t kMaxMultiBlocks = 65535u * 4u;  // blocks per launch (they stride over tasks)
+
+struct SgdSlot {
+  void* w;
+  const void* grad;
+  void* model;  // null: w is the parameter
+  void* buf;    // null: no momentum
+  int64_t n;
+  uint64_t offset;     // the stochastic rounding stream's offset
+  uint32_t chunk_end;  // one past this tensor's last task
+  bool first;          // fn::SGDUpdate::first: the momentum buffer is being created
+};
+template <typename W>
+struct AdamSlot {
+  void* w;
+  const void* grad;
+  void* model;
+  void* m;
+  void* v;
+  void* vmax;  // null without amsgrad
+  int64_t n;
+  uint64_t offset;
+  uint32_t chunk_end;
+  // The fields of fn::AdamUpdate that depend on the tensor's step (the bias corrections),
+  // computed on the host by AdamUpdate::make as for a single-tensor launch.
+  W neg_step_size, bias_correction2_sqrt;
+};
+template <typename F, typename Slot>
+struct MultiTable {
+  static constexpr int kCapacity = int((kParamBytes - sizeof(ElementIO) - sizeof(F) - 32) / sizeof(Slot));
+  ElementIO io;
+  F f;  // the functor every tensor shares, but for the fields its slot sets
+  int count;
+  uint32_t tasks;  // slots[count - 1].chunk_end
+  Slot slots[kCapacity];
+};
+
+template <typename Slot>
+__device__ __forceinline__ int slot_of(const Slot* slots, int count, uint32_t task) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (slots[mid].chunk_end > task)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
+  return lo;
+}
+// The element range [begin, end) of `task` in slot k's tensor.
+template <typename Slot>
+__device__ __forceinline__ void task_range(const Slot* slots, int k, uint32_t task, int64_t& begin, int64_t& end) {
+  begin = int64_t(task - (k > 0 ? slots[k - 1].chunk_end : 0u)) * kMultiChunk;
+  end = slots[k].n - begin < kMultiChunk ? slots[k].n : begin + kMultiChunk;
+}
+
+template <typename W>
+__global__ void sgd_multi_kernel(MultiTable<fn::SGDUpdate<W>, SgdSlot> t) {
+  for (uint32_t task = blockIdx.x; task < t.tasks; task += gridDim.x) {
+    const int k = slot_of(t.slots, t.count, task);
+    const SgdSlot& s = t.slots[k];
+    int64_t begin, end;
+    task_range(t.slots, k, task, begin, end);
+    fn::SGDUpdate<W> f = t.f;
+    f.first = s.first;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      sgd_element<W>(f, t.io, static_cast<W*>(s.w), s.grad, s.model, static_cast<W*>(s.buf), s.offset, i);
+  }
+}
+
+template <typename W>
+__global__ void adam_multi_kernel(MultiTable<fn::AdamUpdate<W>, AdamSlot<W>> t) {
+  for (uint32_t task = blockIdx.x; task < t.tasks; task += gridDim.x) {
+    const int k = slot_of(t.slots, t.count, task);
+    const AdamSlot<W>& s = t.slots[k];
+    int64_t begin, end;
+    task_range(t.slots, k, task, begin, end);
+    fn::AdamUpdate<W> f = t.f;
+    f.neg_step_size = s.neg_step_size;
+    f.bias_correction2_sqrt = s.bias_correction2_sqrt;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
+      adam_element<W>(f, t.io, static_cast<W*>(s.w), s.grad, s.model, static_cast<W*>(s.m), static_cast<W*>(s.v),
+                      static_cast<W*>(s.vmax), s.offset, i);
+  }
+}
+
+// Whether tensor a can share a launch with tensor b: the same dtypes, buffers, unscale and rounding.
+bool same_launch_kind(const FusedStepArgs& a, const FusedStepArgs& b) {
+  bool same = a.w_dtype == b.w_dtype && a.grad_dtype == b.grad_dtype && (a.model == nullptr) == (b.model == nullptr) &&
+              (a.model == nullptr || a.model_dtype == b.model_dtype) && a.inv_scale == b.inv_scale &&
+              a.stochastic == b.stochastic && a.n > 0;
+  for (int j = 0; j < 3; ++j) same = same && (a.state[j] == nullptr) == (b.state[j] == nullptr);
+  return same;
+}
+
+// Packs the non-empty tensors into tables (a new one when the table is full, or where the rounding
+// seed changes) and launches `kernel` on each; fill(slot, k) writes tensor k's slot but for its
+// chunk_end. Checks every non-empty tensor before the first launch (negative sizes are refused).
+template <typename F, typename Slot, typename Fill>
+cudaError_t launch_multi(void (*kernel)(MultiTable<F, Slot>), const FusedStepArgs* ts, int count, const F& f,
+                         Fill&& fill, cudaStream_t stream) {
+  using Table = MultiTable<F, Slot>;
+  static_assert(sizeof(Table) <= kParamBytes, "a multi-tensor table must fit the kernel-parameter limit");
+  static_assert(Table::kCapacity >= 32, "a multi-tensor table holds too few tensors to be worth a launch");
+  // The first non-empty tensor is the reference (an empty tensor's pointers may be null).
+  int ref = 0;
+  while (ref < count && ts[ref].n == 0) ++ref;
+  if (ref == count) return cudaSuccess;
+  for (int k = 0; k < count; ++k) {
+    if (ts[k].n == 0) continue;
+    if (!same_launch_kind(ts[k], ts[ref])) return cudaErrorInvalidValue;
+    if ((ts[k].n + kMultiChunk - 1) / kMultiChunk >= int64_t(kMaxTasks)) return cudaErrorInvalidValue;
+  }
+  Table t{};
+  t.io = io_of(ts[ref]);
+  t.f = f;
+  auto flush = [&]() -> cudaError_t {
+    if (t.count == 0) return cudaSuccess;
+    const unsigned blocks = t.tasks < kMaxMultiBlocks ? t.tasks : kMaxMultiBlocks;
+    const cudaError_t e = launch_kernel(kernel, blocks, kThreads, 0, stream, t);
+    t.count = 0;
+    t.tasks = 0;
+    return e;
+  };
+  for (int k = 0; k < count; ++k) {
+    const FusedStepArgs& a = ts[k];
+    if (a.n == 0) continue;
+    const auto tasks = static_cast<uint32_t>((a.n + kMultiChunk - 1) / kMultiChunk);
+    const bool full =
+        t.count == Table::kCapacity || tasks > kMaxTasks - t.tasks || (a.stochastic && a.seed != t.io.seed);
+    if (t.count > 0 && full) {
+      if (const cudaError_t e = flush(); e != cudaSuccess) return e;
+    }
+    if (t.count == 0) t.io.seed = a.seed;
+    Slot& s = t.slots[t.count++];
+    fill(s, k);
+    t.tasks += tasks;
+    s.chunk_end = t.tasks;
+  }
+  return flush();
 }
 
 constexpr int kNormBlocks = 256;
@@ -112,13 +294,12 @@ __global__ void norm_final_kernel(const double* partials, int count, double p, d
 
 cudaError_t launch_sgd_step(const FusedStepArgs& a, const SGDParams& p, cudaStream_t s) {
   if (a.n == 0) return cudaSuccess;
-  const bool has_buf = a.state[0] != nullptr;
   if (a.w_dtype == DType::Float64) {
     const auto f = fn::SGDUpdate<double>::make(p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, p.first);
-    return launch_kernel(sgd_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, f, has_buf);
+    return launch_kernel(sgd_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
   } else {
     const auto f = fn::SGDUpdate<float>::make(p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, p.first);
-    return launch_kernel(sgd_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, f, has_buf);
+    return launch_kernel(sgd_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
   }
 }
 
@@ -127,12 +308,65 @@ cudaError_t launch_adam_step(const FusedStepArgs& a, const AdamParams& p, cudaSt
   if (a.w_dtype == DType::Float64) {
     const auto f = fn::AdamUpdate<double>::make(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.amsgrad, p.decoupled,
                                                 p.step);
-    return launch_kernel(adam_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, f);
+    return launch_kernel(adam_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
   } else {
     const auto f = fn::AdamUpdate<float>::make(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.amsgrad, p.decoupled,
                                                p.step);
-    return launch_kernel(adam_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, f);
+    return launch_kernel(adam_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
   }
+}
+
+namespace {
+template <typename W>
+cudaError_t sgd_multi(const FusedStepArgs* ts, const bool* first, int count, const SGDParams& p, cudaStream_t s) {
+  const auto f = fn::SGDUpdate<W>::make(p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, false);
+  return launch_multi<fn::SGDUpdate<W>, SgdSlot>(
+      sgd_multi_kernel<W>, ts, count, f,
+      [&](SgdSlot& slot, int k) {
+        const FusedStepArgs& a = ts[k];
+        slot = SgdSlot{a.w, a.grad, a.model, a.state[0], a.n, a.offset, 0u, first[k]};
+      },
+      s);
+}
+template <typename W>
+cudaError_t adam_multi(const FusedStepArgs* ts, const int64_t* step, int count, const AdamParams& p, cudaStream_t s) {
+  auto make = [&](int64_t t) {
+    return fn::AdamUpdate<W>::make(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.amsgrad, p.decoupled, t);
+  };
+  return launch_multi<fn::AdamUpdate<W>, AdamSlot<W>>(
+      adam_multi_kernel<W>, ts, count, make(1),
+      [&](AdamSlot<W>& slot, int k) {
+        const FusedStepArgs& a = ts[k];
+        const fn::AdamUpdate<W> fk = make(step[k]);
+        slot = AdamSlot<W>{a.w, a.grad, a.model, a.state[0], a.state[1], a.state[2], a.n, a.offset, 0u,
+                           fk.neg_step_size, fk.bias_correction2_sqrt};
+      },
+      s);
+}
+}  // namespace
+
+cudaError_t launch_sgd_step_multi(const FusedStepArgs* ts, const bool* first, int count, const SGDParams& p,
+                                  cudaStream_t s) {
+  if (count <= 0) return cudaSuccess;
+  return ts[0].w_dtype == DType::Float64 ? sgd_multi<double>(ts, first, count, p, s)
+                                         : sgd_multi<float>(ts, first, count, p, s);
+}
+
+cudaError_t launch_adam_step_multi(const FusedStepArgs* ts, const int64_t* step, int count, const AdamParams& p,
+                                   cudaStream_t s) {
+  if (count <= 0) return cudaSuccess;
+  for (int k = 0; k < count; ++k)
+    if (step[k] < 1) return cudaErrorInvalidValue;
+  return ts[0].w_dtype == DType::Float64 ? adam_multi<double>(ts, step, count, p, s)
+                                         : adam_multi<float>(ts, step, count, p, s);
+}
+
+int multi_step_tensors_per_launch(bool adam, DType w_dtype) {
+  if (!adam)
+    return w_dtype == DType::Float64 ? MultiTable<fn::SGDUpdate<double>, SgdSlot>::kCapacity
+                                     : MultiTable<fn::SGDUpdate<float>, SgdSlot>::kCapacity;
+  return w_dtype == DType::Float64 ? MultiTable<fn::AdamUpdate<double>, AdamSlot<double>>::kCapacity
+                                   : MultiTable<fn::AdamUpdate<float>, AdamSlot<float>>::kCapacity;
 }
 
 int norm_partials_needed() { return kNormBlocks; }

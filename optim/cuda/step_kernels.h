@@ -1,5 +1,6 @@
-// optim/cuda/step_kernels.h — the device side of the fused optimizer steps and of the two helper
-// ops optimizers use (optim/cuda/step_ops.cpp is the glue): plain pointers, C++17, no Tensor.
+// optim/cuda/step_kernels.h — the device side of the fused optimizer steps (single- and
+// multi-tensor) and of the norm op optimizers use (optim/cuda/step_ops.cpp is the glue): plain
+// pointers, C++17, no Tensor.
 // Operand layout as optim/step_kernel.h: w (f32/f64 master or param, written), grad (W, or a
 // 16-bit grad unscaled by inv_scale on the way in), model (16-bit copy written from w, or null),
 // state buffers of dtype W.
@@ -38,6 +39,20 @@ struct AdamParams {
 
 cudaError_t launch_sgd_step(const FusedStepArgs& a, const SGDParams& p, cudaStream_t s);
 cudaError_t launch_adam_step(const FusedStepArgs& a, const AdamParams& p, cudaStream_t s);
+
+// Multi-tensor steps: `count` tensors, each updated exactly as launch_sgd_step / launch_adam_step
+// would update it alone (same functor values, same element indices for stochastic rounding), in
+// as few launches as the kernel-parameter limit allows (multi_step_tensors_per_launch; a launch
+// also ends where the rounding seed changes). Every tensor must have tensor 0's dtypes (w, grad,
+// model or none), the same number of state buffers, inv_scale and stochastic; else
+// cudaErrorInvalidValue and nothing is launched. Per tensor: first[k] is SGD's first (p.first is
+// not read), step[k] Adam's step (p.step is not read). Empty tensors launch nothing.
+cudaError_t launch_sgd_step_multi(const FusedStepArgs* tensors, const bool* first, int count, const SGDParams& p,
+                                  cudaStream_t s);
+cudaError_t launch_adam_step_multi(const FusedStepArgs* tensors, const int64_t* step, int count, const AdamParams& p,
+                                   cudaStream_t s);
+// How many tensors one launch of a multi-tensor step holds (its descriptor table's capacity).
+int multi_step_tensors_per_launch(bool adam, DType w_dtype);
 // out[0] (f64) = sum |x|^p (p = inf: max |x|, NaN sticks) over x (floating dtype), in double.
 // `partials` holds at least norm_partials_needed() doubles of scratch.
 int norm_partials_needed();
