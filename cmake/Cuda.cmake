@@ -122,7 +122,7 @@ if(MIXTAPE_WITH_CUDA)
   # (site-packages/nvidia/cudnn) ships only the versioned libcudnn.so.9, hence the second name.
   find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_INCLUDE_DIRS}
             PATH_SUFFIXES include)
-  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_LIBRARY_DIR}
+  find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR HINTS ${CUDNN_ROOT} ENV CUDNN_ROOT ${CUDAToolkit_LIBRARY_DIR}
                PATH_SUFFIXES lib lib64)
   if(NOT CUDNN_INCLUDE_DIR OR NOT CUDNN_LIBRARY)
     message(FATAL_ERROR "CUDA is on (${MIXTAPE_CUDA_REASON}) but cuDNN was not found "

@@ -106,7 +106,7 @@ std::shared_ptr<data::TensorDataset> load_split(const Config& c, bool train, int
   if (!std::filesystem::is_directory(c.data_dir))
     MT_ERROR("the dataset folder '", c.data_dir, "' does not exist: install Debian's package with "
              "`apt-get install dataset-fashion-mnist`, or pass --data DIR (a folder with the IDX files, or an "
-             "ImageFolder with train/ and test/ written by export_images)");
+             "ImageFolder with train/ and test/ written by export_images) or set MIXTAPE_FASHION_MNIST=DIR");
   return data::load_fashion_mnist(c.data_dir, train, limit);
 }
 

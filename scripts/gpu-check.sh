@@ -228,10 +228,13 @@ record gpu ok 0
 # ---- 2. dependencies: the machine's own, else the bundle's (a bare GPU machine has none of ours) ----
 # shellcheck source=scripts/gpu-deps.sh
 source scripts/gpu-deps.sh
-mkdir -p "$build_dir"
-resolve_gpu_deps "$bundle" "$(cd "$build_dir" && pwd)/bundle-prefix" >"$logdir/deps.log" 2>&1 || deps_missing=$((deps_missing + 1))
+case "$build_dir" in /*) bundle_prefix=$build_dir/bundle-prefix ;; *) bundle_prefix=$(pwd)/$build_dir/bundle-prefix ;; esac
+# A dry run unpacks nothing and fails for nothing here: it reports what a real run would find.
+resolve_gpu_deps "$bundle" "$bundle_prefix" "$([ $dry_run = 1 ] && echo dry)" >"$logdir/deps.log" 2>&1 ||
+  deps_missing=$((deps_missing + 1))
 printf '%s\n' "${deps_report[@]}" >>"$logdir/deps.log"
-if [ "$deps_missing" -gt 0 ]; then
+if [ "$deps_missing" -gt 0 ] && [ $dry_run = 0 ]; then
+  printf '  %s\n' "${deps_report[@]}" >&2
   echo "gpu-check: $deps_missing dependencies missing (above; $logdir/deps.log)" >&2
   record deps "MISSING($deps_missing)" 0
   exit 1

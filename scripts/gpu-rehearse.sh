@@ -51,14 +51,20 @@ whiteout() {  # whiteout PATH: PATH disappears from the overlay (a 0/0 character
   mkdir -p "$upper$(dirname "$p")"
   [ -e "$upper$p" ] || mknod "$upper$p" c 0 0
 }
+# Whiteouts go on real folders only: one on a path through a symlinked folder (usrmerge's /lib ->
+# usr/lib, the toolkit's lib64 -> lib) would make the upper layer's copy of that folder a real,
+# empty one, hiding all of it.
+hide() {  # hide PATH: PATH itself (a file or a link) in its folder's real location
+  whiteout "$(readlink -f "$(dirname "$1")")/$(basename "$1")"
+}
 n=0
 for pkg in "${hidden_packages[@]}"; do
   [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)" = "install ok installed" ] || continue
   while IFS= read -r f; do
-    if [ -L "$f" ] || [ -f "$f" ]; then whiteout "$f"; n=$((n + 1)); fi
+    if [ -L "$f" ] || [ -f "$f" ]; then hide "$f"; n=$((n + 1)); fi
   done < <(dpkg -L "$pkg")
 done
-while IFS= read -r f; do whiteout "$f"; n=$((n + 1)); done < <(
+while IFS= read -r f; do hide "$f"; n=$((n + 1)); done < <(
   find /usr/include /usr/lib /etc/alternatives -maxdepth 3 -lname '/etc/alternatives/*' 2>/dev/null | grep -E 'blas|lapack'
   find /etc/alternatives -maxdepth 1 | grep -E 'blas|lapack')
 
@@ -72,12 +78,15 @@ link_into() {  # link_into FILE DIR: FILE's content as DIR/basename (a hard link
 }
 for h in "$cuda"/include/cudnn*.h; do
   link_into "$h" "$wheel/include"
-  whiteout "$h"; whiteout "$(readlink -f "$h")"
+  hide "$h"
 done
 # The wheel ships only the versioned names (libcudnn.so.9, libcudnn_ops.so.9, ...).
-for l in "$cuda"/lib*/libcudnn*; do
-  case "$l" in *.so.9) link_into "$l" "$wheel/lib" ;; esac
-  whiteout "$l"; whiteout "$(readlink -f "$l")"
+for d in $(for l in "$cuda"/lib*; do readlink -f "$l"; done | sort -u); do
+  for l in "$d"/libcudnn*; do
+    [ -e "$l" ] || continue
+    case "$l" in *.so.9) link_into "$l" "$wheel/lib" ;; esac
+    hide "$l"
+  done
 done
 touch "$upper/rehearsal/site/nvidia/__init__.py" "$wheel/__init__.py"
 echo "gpu-rehearse: $n files of ${#hidden_packages[@]} packages and cuDNN hidden; cuDNN as a wheel at /rehearsal/site"

@@ -78,7 +78,8 @@ struct FilterDesc {
 
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc(const ConvArgs& a, DType dt, const char* op) {
+  // tf32: the plan's setting (read once per call, so the descriptor, the key and the choice agree).
+  ConvDesc(const ConvArgs& a, DType dt, bool tf32, const char* op) {
     MT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&d), op);
     const cudnnDataType_t compute = dt == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
     MT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, int(a.padding[0]), int(a.padding[1]), int(a.stride[0]),
@@ -88,7 +89,7 @@ struct ConvDesc {
     MT_CUDNN_CHECK(cudnnSetConvolutionGroupCount(d, int(a.groups)), op);
     cudnnMathType_t math = CUDNN_DEFAULT_MATH;
     if (is_reduced_float(dt)) math = CUDNN_TENSOR_OP_MATH;
-    if (dt == DType::Float32) math = allow_tf32() ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    if (dt == DType::Float32) math = tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
     MT_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math), op);
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
@@ -191,7 +192,7 @@ struct Plan {
       : x(k.dtype, {k.x[0], k.x[1], k.x[2], k.x[3]}, op),
         y(k.dtype, ys, op),
         w(k.dtype, {k.w[0], k.w[1], k.w[2], k.w[3]}, op),
-        conv(a, k.dtype, op),
+        conv(a, k.dtype, k.tf32, op),
         bias(k.dtype, {1, ys[1], 1, 1}, op) {}
 };
 
