@@ -239,6 +239,7 @@ if [ "$deps_missing" -gt 0 ] && [ $dry_run = 0 ]; then
   record deps "MISSING($deps_missing)" 0
   exit 1
 fi
+[ "$deps_missing" -eq 0 ] || echo "gpu-check: dry run: $deps_missing dependencies would be missing (the Dependency lines below)"
 record deps ok 0
 
 # ---- 3. configure and build for this arch only ----

@@ -168,10 +168,11 @@ PlanKey make_key(Kind kind, DType dt, const IntList& xs, const IntList& ws, cons
 }
 std::string describe(const PlanKey& k) {
   std::ostringstream os;
-  os << kind_name(k.kind) << " " << dtype_name(k.dtype) << " convolution of input " << shape_str({k.x[0], k.x[1], k.x[2], k.x[3]})
-     << " and weight " << shape_str({k.w[0], k.w[1], k.w[2], k.w[3]}) << ", stride " << shape_str({k.stride[0], k.stride[1]})
-     << ", padding " << shape_str({k.padding[0], k.padding[1]}) << ", dilation "
-     << shape_str({k.dilation[0], k.dilation[1]}) << ", groups " << k.groups << " on cuda:" << k.device;
+  os << kind_name(k.kind) << " " << dtype_name(k.dtype) << " convolution of input "
+     << shape_str({k.x[0], k.x[1], k.x[2], k.x[3]}) << " and weight " << shape_str({k.w[0], k.w[1], k.w[2], k.w[3]})
+     << ", stride " << shape_str({k.stride[0], k.stride[1]}) << ", padding "
+     << shape_str({k.padding[0], k.padding[1]}) << ", dilation " << shape_str({k.dilation[0], k.dilation[1]})
+     << ", groups " << k.groups << " on cuda:" << k.device;
   return os.str();
 }
 
@@ -306,8 +307,9 @@ std::unique_ptr<Plan> build_plan(const PlanKey& k, const IntList& ys, const Conv
   MT_CHECK(p->choice.algo >= 0, op, ": cuDNN offered no algorithm that succeeds within a ", kWorkspaceCap >> 20,
            " MiB workspace",
            k.deterministic ? ", is deterministic (cuda::set_cudnn_deterministic(false) lifts this)" : "",
-           k.dtype == DType::Float32 && !k.tf32 ? ", and computes in exact FP32 (cuda::set_allow_tf32(true) admits TF32)"
-                                                : "",
+           k.dtype == DType::Float32 && !k.tf32
+               ? ", and computes in exact FP32 (cuda::set_allow_tf32(true) admits TF32)"
+               : "",
            " for the ", describe(k));
   MT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv.d, p->choice.math), op);
   return p;
