@@ -202,6 +202,14 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool exp
     if (!grads.empty()) non_finite_check_and_unscale_(grads, found_inf, to_device(inv, b.device), unscale_count);
     st.found_inf_per_device.push_back(found_inf);
   }
+  if (found_inf_reducer_) {
+    // One flag for all devices, combined across processes: every process then decides alike.
+    autograd::NoGradGuard no_grad;
+    Tensor combined = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
+    for (const Tensor& f : st.found_inf_per_device) combined.add_(to_device(f, scale_.device()));
+    found_inf_reducer_(combined);
+    st.found_inf_per_device = {combined};
+  }
   // What step() still has to apply to the gradients left scaled: the check-only ones. The same
   // float as `inv`, from the host copy of S (docs/AMP.md#the-inverse-scale).
   st.inv_scale = explicit_unscale ? 1.0f : static_cast<float>(1.0 / static_cast<double>(scale_host_));

@@ -8,6 +8,7 @@
 // algorithm"; the behaviours and their tests: docs/amp-behaviours.md 15-31.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -80,6 +81,13 @@ class GradScaler {
   std::optional<double> get_min_scale() const { return min_scale_; }
   bool is_enabled() const { return enabled_; }
 
+  // Combines the inf/NaN flag across processes before step() reads it (PyTorch's ShardedGradScaler):
+  // `reduce(found_inf)` gets this optimizer's 0-d f32 flag (> 0: some gradient here was inf/NaN)
+  // and must leave in it, in place, the same value on every process (a max all-reduce:
+  // distributed::found_inf_reducer). Then every process skips the same steps and keeps the same
+  // scale even when their gradients differ. Unset (the default): the flag is this process's own.
+  void set_found_inf_reducer(std::function<void(const Tensor& found_inf)> reduce) { found_inf_reducer_ = std::move(reduce); }
+
   // This iteration's stage of `optimizer` (READY if the scaler has not seen it since update()).
   OptState stage(const optim::Optimizer& optimizer) const;
   // The scale and tracker tensors (undefined until the first scale()): for teaching and tests.
@@ -129,6 +137,7 @@ class GradScaler {
   std::vector<ScaleRecord> history_;
   int64_t skipped_steps_ = 0;
   int64_t consecutive_skips_ = 0;
+  std::function<void(const Tensor&)> found_inf_reducer_;
 };
 
 }  // namespace mixtape::amp

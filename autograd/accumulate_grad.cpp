@@ -40,6 +40,9 @@ TensorList AccumulateGrad::apply(TensorList grads) {
     Tensor sum = op_calls::add(old, g);  // out of place: a create_graph grad keeps its history
     meta.grad = GradMode::is_enabled() ? sum : sum.detach();
   }
+  // Copied: a hook may remove itself (or others) while running.
+  auto post = meta.post_accumulate_hooks;
+  for (auto& [id, hook] : post) hook(leaf_);
   return {};
 }
 

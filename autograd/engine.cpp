@@ -7,6 +7,7 @@
 // The order is fully deterministic: no hash-map iteration decides anything.
 #include "autograd/engine.h"
 
+#include <exception>
 #include <queue>
 #include <unordered_map>
 
@@ -20,9 +21,44 @@ namespace {
 struct ByPriority {
   bool operator()(const Node* a, const Node* b) const { return a->seq_nr() < b->seq_nr(); }
 };
+
+thread_local int backward_depth = 0;
+thread_local std::vector<std::function<void()>> end_callbacks;
+
+void run_graph(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph);
 }  // namespace
 
+void queue_callback(std::function<void()> fn) {
+  MT_CHECK(backward_depth > 0, "queue_callback: no backward is running on this thread");
+  end_callbacks.push_back(std::move(fn));
+}
+
+bool in_backward() { return backward_depth > 0; }
+
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph) {
+  struct Depth {
+    Depth() { ++backward_depth; }
+    ~Depth() {
+      if (--backward_depth == 0 && std::uncaught_exceptions() > 0) end_callbacks.clear();
+    }
+  } depth;
+  run_graph(roots, grad_roots, retain_graph, create_graph);
+  if (backward_depth > 1) return;
+  // By index: a callback may queue another one (which then runs in this same loop).
+  for (size_t i = 0; i < end_callbacks.size(); ++i) {
+    auto fn = std::move(end_callbacks[i]);
+    try {
+      fn();
+    } catch (...) {
+      end_callbacks.clear();
+      throw;
+    }
+  }
+  end_callbacks.clear();
+}
+
+namespace {
+void run_graph(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph) {
   retain_graph = retain_graph || create_graph;  // as PyTorch: a graph being differentiated again is kept
   // Backward ops run in the dtypes their forward chose, even when backward() is called inside an
   // autocast region (torch.amp recommends against it; here it is simply harmless). Checkpointed
@@ -123,5 +159,7 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
     }
   }
 }
+
+}  // namespace
 
 }  // namespace mixtape::autograd

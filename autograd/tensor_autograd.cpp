@@ -18,6 +18,21 @@ void Tensor::register_hook(TensorHook hook) const {
     grad_fn()->add_pre_hook(output_nr(), std::move(hook));
 }
 
+int Tensor::register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const {
+  MT_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook: only leaf tensors that require grad "
+           "have their gradient accumulated (", describe(), is_leaf() ? " does not require grad)" : " was computed by an op)");
+  auto& meta = impl()->autograd_meta();
+  int id = meta.next_hook_id++;
+  meta.post_accumulate_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(int id) const {
+  if (!impl()->autograd) return;
+  auto& hooks = impl()->autograd->post_accumulate_hooks;
+  std::erase_if(hooks, [id](const auto& h) { return h.first == id; });
+}
+
 void Tensor::retain_grad() const {
   MT_CHECK(requires_grad(), "retain_grad: can't retain_grad on a tensor that has requires_grad=false (", describe(), ")");
   if (is_leaf() || retains_grad()) return;  // leaves keep .grad anyway

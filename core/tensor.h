@@ -29,6 +29,9 @@ class TensorImpl;
 using TensorList = std::vector<Tensor>;
 // A tensor hook sees the gradient flowing into a tensor; returning a defined tensor replaces it.
 using TensorHook = std::function<Tensor(const Tensor&)>;
+// A post-accumulate-grad hook sees a leaf after backward has written its .grad (PyTorch's
+// register_post_accumulate_grad_hook): data-parallel training starts a bucket's all-reduce there.
+using PostAccumulateGradHook = std::function<void(const Tensor& leaf)>;
 
 struct TensorOptions {
   DType dtype = DType::Float32;
@@ -127,6 +130,10 @@ class Tensor {
   // ---- autograd (defined in autograd/) ----
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
   void register_hook(TensorHook hook) const;
+  // Leaves only: `hook(leaf)` runs each time backward has accumulated into leaf.grad. Returns
+  // an id for remove_post_accumulate_grad_hook.
+  int register_post_accumulate_grad_hook(PostAccumulateGradHook hook) const;
+  void remove_post_accumulate_grad_hook(int id) const;
   void retain_grad() const;
   bool retains_grad() const;
 
@@ -182,6 +189,8 @@ struct AutogradMeta {
   uint32_t output_nr = 0;
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that writes .grad
   std::vector<TensorHook> hooks;                    // leaves: run before accumulation
+  std::vector<std::pair<int, PostAccumulateGradHook>> post_accumulate_hooks;  // leaves: after it
+  int next_hook_id = 0;
   std::optional<DType> grad_dtype;                  // leaves: see Tensor::grad_dtype
   bool retains_grad = false;
   std::string name;

@@ -10,26 +10,22 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
   MT_CHECK(dataset_ != nullptr, "DataLoader: dataset is null");
   MT_CHECK(opt_.batch_size > 0, "DataLoader: batch_size must be positive, got ", opt_.batch_size);
   MT_CHECK(opt_.prefetch >= 0, "DataLoader: prefetch must be >= 0, got ", opt_.prefetch);
+  MT_CHECK(!(opt_.sampler && opt_.shuffle), "DataLoader: sampler and shuffle are mutually exclusive (the sampler "
+           "decides the order; DistributedSampler shuffles itself)");
 }
 
 DataLoader::~DataLoader() { stop_worker(); }
 
 int64_t DataLoader::num_batches() const {
-  int64_t n = dataset_->size();
+  int64_t n = opt_.sampler ? opt_.sampler->size() : dataset_->size();
   return opt_.drop_last ? n / opt_.batch_size : (n + opt_.batch_size - 1) / opt_.batch_size;
 }
 
 std::vector<int64_t> DataLoader::order_for_epoch(int64_t e) const {
+  if (opt_.sampler) return opt_.sampler->indices(e);
+  if (opt_.shuffle) return seeded_permutation(dataset_->size(), opt_.seed, e);
   std::vector<int64_t> order(static_cast<size_t>(dataset_->size()));
   std::iota(order.begin(), order.end(), 0);
-  if (!opt_.shuffle) return order;
-  // Fisher–Yates driven by the Philox stream of (seed, epoch): reproducible, no std::rand.
-  Generator g(opt_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(e));
-  auto r = g.reserve(order.size());
-  for (size_t i = order.size(); i > 1; --i) {
-    uint64_t w = (uint64_t(philox_word(r.seed, r.offset, 2 * (i - 1))) << 32) | philox_word(r.seed, r.offset, 2 * (i - 1) + 1);
-    std::swap(order[i - 1], order[w % i]);
-  }
   return order;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/sampler.h"
 #include "data/transforms.h"
 
 namespace mixtape::data {
@@ -24,7 +25,9 @@ struct DataLoaderOptions {
   uint64_t seed = 0;
   bool drop_last = false;
   int prefetch = 2;          // batches prepared ahead; 0 = prepare in the calling thread
-  Transform transform;       // optional
+  Transform transform;       // optional; its random draws come from (seed, epoch, batch index)
+  // Optional: the epoch's indices (DistributedSampler for one rank's shard); excludes shuffle.
+  std::shared_ptr<const Sampler> sampler;
 };
 
 class DataLoader {

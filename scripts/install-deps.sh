@@ -20,6 +20,7 @@ packages=(
   libstb-dev                     # stb_image
   nlohmann-json3-dev             # JSON headers
   libcli11-dev                   # command lines
+  libopenmpi-dev openmpi-bin     # data parallelism (distributed/): MPI and mpirun
   dataset-fashion-mnist          # the training job's data
 )
 

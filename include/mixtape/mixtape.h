@@ -57,5 +57,8 @@
 #include "data/dataset.h"
 #include "data/fashion_mnist.h"
 #include "data/idx.h"
+#include "data/sampler.h"
 #include "data/image_folder.h"
 #include "data/transforms.h"
+#include "distributed/data_parallel.h"
+#include "distributed/process_group.h"

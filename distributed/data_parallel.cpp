@@ -1,0 +1,245 @@
+// distributed/data_parallel.cpp — replica checks, rank 0's state to every rank, gradient buckets
+// reduced during backward, and the end-of-backward write-back.
+#include "distributed/data_parallel.h"
+
+#include <chrono>
+#include <map>
+#include <sstream>
+
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "ops/creation.h"
+
+namespace mixtape::distributed {
+namespace {
+
+std::string replica_description(const nn::Module& m) {
+  std::ostringstream os;
+  for (const auto& [name, t] : m.named_parameters())
+    os << "parameter '" << name << "' " << t.describe() << (t.requires_grad() ? "" : " (frozen)") << " on "
+       << t.device() << "\n";
+  for (const auto& [name, t] : m.named_buffers()) os << "buffer '" << name << "' " << t.describe() << "\n";
+  return os.str();
+}
+
+std::vector<std::string> lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  for (std::string l; std::getline(is, l);) out.push_back(l);
+  return out;
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module, ProcessGroup& group,
+                                                 DataParallelOptions options)
+    : nn::Module("DistributedDataParallel"), module_(std::move(module)), group_(group), options_(options) {
+  MT_CHECK(module_, "DistributedDataParallel: the module is null");
+  MT_CHECK(options_.bucket_cap_bytes > 0 && options_.first_bucket_cap_bytes > 0,
+           "DistributedDataParallel: bucket capacities must be positive, got ", options_.bucket_cap_bytes, " and ",
+           options_.first_bucket_cap_bytes);
+  register_module("module", module_);
+  for (auto& [name, t] : module_->named_parameters())
+    if (t.requires_grad()) params_.emplace_back(name, t);
+  check_replicas_match();
+  TensorList state = module_->parameters();
+  for (const Tensor& b : module_->buffers()) state.push_back(b);
+  broadcast_from_rank0(state);
+  build_buckets();
+  for (size_t i = 0; i < params_.size(); ++i)
+    hook_ids_.push_back(params_[i].second.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_grad_ready(i); }));
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].second.remove_post_accumulate_grad_hook(hook_ids_[i]);
+}
+
+void DistributedDataParallel::check_replicas_match() {
+  const std::string mine = replica_description(*module_);
+  const auto all = group_.all_gather_string(mine);
+  const auto ref = lines(all[0]);
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const auto other = lines(all[r]);
+    size_t i = 0;
+    while (i < ref.size() && i < other.size() && ref[i] == other[i]) ++i;
+    std::string diff = i < ref.size() && i < other.size()
+                           ? "rank 0 has " + ref[i] + ", rank " + std::to_string(r) + " has " + other[i]
+                       : i < ref.size() ? "rank " + std::to_string(r) + " lacks " + ref[i]
+                                        : "rank " + std::to_string(r) + " has an extra " + other[i];
+    MT_ERROR("DistributedDataParallel: the replicas differ (", ref.size(), " tensors on rank 0, ", other.size(),
+             " on rank ", r, "): ", diff, ". Every rank must build the same model.");
+  }
+}
+
+void DistributedDataParallel::broadcast_from_rank0(const TensorList& tensors) {
+  if (group_.world_size() == 1) return;
+  // One broadcast per (device, dtype): pack, send, unpack.
+  std::map<std::pair<std::string, int>, TensorList> groups;
+  for (const Tensor& t : tensors) groups[{t.device().str(), static_cast<int>(t.dtype())}].push_back(t);
+  autograd::NoGradGuard no_grad;
+  for (auto& [key, ts] : groups) {
+    int64_t n = 0;
+    for (const Tensor& t : ts) n += t.numel();
+    Tensor flat = empty({n}, TensorOptions(ts[0].dtype()).with_device(ts[0].device()));
+    int64_t off = 0;
+    for (const Tensor& t : ts) {
+      flat.narrow(0, off, t.numel()).view(t.sizes()).copy_(t);
+      off += t.numel();
+    }
+    group_.broadcast(flat, 0);
+    off = 0;
+    for (const Tensor& t : ts) {
+      const_cast<Tensor&>(t).copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+  }
+}
+
+void DistributedDataParallel::build_buckets() {
+  // Reverse registration order: roughly the order backward produces the gradients in.
+  std::map<std::pair<std::string, int>, size_t> open;  // (device, dtype) -> bucket being filled
+  bucket_of_.assign(params_.size(), 0);
+  for (size_t k = params_.size(); k-- > 0;) {
+    const Tensor& p = params_[k].second;
+    const DType g = p.grad_dtype();
+    const bool sixteen = g == DType::Float16 || g == DType::BFloat16;
+    const DType dt = sixteen && options_.reduce_16bit_in_fp32 ? DType::Float32 : g;
+    const auto key = std::make_pair(p.device().str(), static_cast<int>(dt));
+    auto it = open.find(key);
+    const int64_t bytes = p.numel() * static_cast<int64_t>(element_size(dt));
+    if (it != open.end()) {
+      Bucket& b = buckets_[it->second];
+      const int64_t cap = it->second == 0 ? options_.first_bucket_cap_bytes : options_.bucket_cap_bytes;
+      if ((b.numel * static_cast<int64_t>(element_size(dt))) + bytes > cap) open.erase(it), it = open.end();
+    }
+    if (it == open.end()) {
+      buckets_.push_back(Bucket{.dtype = dt, .device = p.device()});
+      it = open.insert_or_assign(key, buckets_.size() - 1).first;
+    }
+    Bucket& b = buckets_[it->second];
+    b.params.push_back(k);
+    b.offsets.push_back(b.numel);
+    b.numel += p.numel();
+    bucket_of_[k] = it->second;
+  }
+  for (Bucket& b : buckets_) b.flat = empty({b.numel}, TensorOptions(b.dtype).with_device(b.device));
+  ready_.assign(params_.size(), false);
+  reset_backward_state();
+}
+
+void DistributedDataParallel::reset_backward_state() {
+  for (Bucket& b : buckets_) {
+    b.pending = b.params.size();
+    b.launched = false;
+    b.work = Work();
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_launch_ = 0;
+  armed_ = false;
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& x) {
+  if (is_training() && options_.broadcast_buffers && group_.world_size() > 1) {
+    TensorList bufs = module_->buffers();
+    if (!bufs.empty()) broadcast_from_rank0(bufs);
+  }
+  return (*module_)(x);
+}
+
+void DistributedDataParallel::on_grad_ready(size_t i) {
+  if (!sync_) return;
+  if (!armed_) {
+    MT_CHECK(autograd::in_backward(), "DistributedDataParallel: a gradient of '", params_[i].first,
+             "' was accumulated outside backward()");
+    armed_ = true;
+    stats_ = {};
+    autograd::queue_callback([this] { finish_backward(); });
+  }
+  Bucket& b = buckets_[bucket_of_[i]];
+  if (ready_[i]) {
+    MT_CHECK(!b.launched, "DistributedDataParallel: parameter '", params_[i].first, "' received a second gradient in "
+             "one backward after its bucket's all-reduce had started (is it used both inside and outside a "
+             "checkpointed segment, or shared between two segments?); the later gradient would not be averaged");
+    return;  // accumulated again before its bucket left: the bucket copies the final sum
+  }
+  ready_[i] = true;
+  if (--b.pending > 0) return;
+  // Launch in bucket order only: every rank must issue the same all-reduces in the same order.
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+}
+
+void DistributedDataParallel::launch(size_t bi) {
+  Bucket& b = buckets_[bi];
+  autograd::NoGradGuard no_grad;
+  const int world = group_.world_size();
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    const Tensor& p = params_[b.params[j]].second;
+    Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
+    Tensor g = p.grad();
+    if (!g.defined())
+      slot.zero_();  // unused on this rank this time: it contributes nothing
+    else
+      slot.copy_(g);  // casts to the bucket's dtype
+  }
+  if (options_.predivide && world > 1) b.flat.mul_(Scalar(1.0 / world));
+  b.launched = true;
+  stats_.buckets += 1;
+  stats_.bytes += static_cast<int64_t>(b.flat.nbytes());
+  b.work = group_.all_reduce_async(b.flat, ReduceOp::Sum, "DistributedDataParallel bucket " + std::to_string(bi));
+}
+
+void DistributedDataParallel::finish_backward() {
+  // Buckets whose parameters got no gradient in this backward (unused, or accumulated under
+  // no_sync only) go now, in order, with whatever .grad holds.
+  while (next_launch_ < buckets_.size()) launch(next_launch_++);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (Bucket& b : buckets_) b.work.wait();
+  } catch (...) {
+    reset_backward_state();
+    throw;
+  }
+  stats_.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  autograd::NoGradGuard no_grad;
+  const int world = group_.world_size();
+  for (Bucket& b : buckets_) {
+    stats_.comm_seconds += b.work.busy_seconds();
+    if (!options_.predivide && world > 1) b.flat.mul_(Scalar(1.0 / world));
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const Tensor& p = params_[b.params[j]].second;
+      Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
+      Tensor g = p.grad();
+      if (g.defined()) {
+        const_cast<Tensor&>(g).copy_(avg);
+      } else {
+        Tensor fresh = empty(p.sizes(), TensorOptions(p.grad_dtype()).with_device(p.device()));
+        fresh.copy_(avg);
+        p.set_grad(fresh);
+      }
+    }
+  }
+  reset_backward_state();
+}
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {
+  std::vector<std::vector<std::string>> out;
+  for (const Bucket& b : buckets_) {
+    out.emplace_back();
+    for (size_t k : b.params) out.back().push_back(params_[k].first);
+  }
+  return out;
+}
+
+std::string DistributedDataParallel::extra_repr() const {
+  std::ostringstream os;
+  os << "world_size=" << group_.world_size() << ", buckets=" << buckets_.size()
+     << ", reduce_16bit_in_fp32=" << (options_.reduce_16bit_in_fp32 ? "true" : "false");
+  return os.str();
+}
+
+std::function<void(const Tensor&)> found_inf_reducer(ProcessGroup& group) {
+  return [&group](const Tensor& found_inf) { group.all_reduce(found_inf, ReduceOp::Max); };
+}
+
+}  // namespace mixtape::distributed

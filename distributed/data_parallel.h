@@ -1,0 +1,121 @@
+// distributed/data_parallel.h — DistributedDataParallel: one model replica per rank, gradients
+// averaged over the ranks in buckets whose all-reduce starts during backward
+// (torch.nn.parallel.DistributedDataParallel).
+//
+// Invariant: after a synchronised backward every rank holds the same .grad for every parameter
+// (the average over ranks), written when that backward ends; the buckets are reduced in the same
+// order on every rank, whatever order their gradients became ready in. Under no_sync() nothing
+// is communicated and gradients accumulate locally; the next synchronised backward averages the
+// accumulated sums. Construction refuses ranks whose models differ (names, shapes, dtypes) and
+// then copies rank 0's parameters and buffers to every rank.
+// The design (buckets, overlap, FP32 vs 16-bit reduction): docs/DISTRIBUTED.md.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distributed/process_group.h"
+#include "models/module.h"
+
+namespace mixtape::distributed {
+
+struct DataParallelOptions {
+  // Bucket capacities in bytes of the reduction dtype (PyTorch: 25 MiB, the first bucket 1 MiB,
+  // so the first all-reduce starts early in backward). A parameter larger than a cap gets a
+  // bucket of its own.
+  int64_t bucket_cap_bytes = 25 << 20;
+  int64_t first_bucket_cap_bytes = 1 << 20;
+  // 16-bit gradients are summed in FP32 buckets (true, the default) or in their own dtype
+  // (false: half the traffic; the overflow/underflow trade-off is in docs/DISTRIBUTED.md).
+  // FP32 and FP64 gradients are always summed in their own dtype.
+  bool reduce_16bit_in_fp32 = true;
+  // Divide by the world size before summing (PyTorch does): the sum of the quotients cannot
+  // overflow where every rank's gradient was finite, but 16-bit quotients may underflow. false
+  // sums first and divides after.
+  bool predivide = true;
+  // Copy rank 0's buffers (BatchNorm's running statistics) to every rank before each training
+  // forward, as PyTorch does, so the replicas' buffers never drift apart.
+  bool broadcast_buffers = true;
+};
+
+// What the last synchronised backward communicated and how much of it backward hid.
+struct DataParallelStats {
+  int buckets = 0;
+  int64_t bytes = 0;           // this rank's bytes all-reduced (bucket dtype)
+  double comm_seconds = 0;     // time the communication thread spent inside the all-reduces
+  double exposed_seconds = 0;  // time the end of backward waited for them
+  // The share of the all-reduce time that ran while backward was still computing.
+  double hidden_fraction() const { return comm_seconds > 0 ? std::max(0.0, 1.0 - exposed_seconds / comm_seconds) : 0; }
+};
+
+class DistributedDataParallel : public nn::Module {
+ public:
+  DistributedDataParallel(std::shared_ptr<nn::Module> module, ProcessGroup& group, DataParallelOptions options = {});
+  ~DistributedDataParallel() override;
+
+  // Copies rank 0's buffers to every rank (training mode, broadcast_buffers), then module(x).
+  Tensor forward(const Tensor& x) override;
+
+  nn::Module& module() { return *module_; }
+  const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
+  ProcessGroup& group() { return group_; }
+
+  // While the guard lives, backward does not communicate (gradient accumulation's micro-batches).
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), was_(ddp.sync_) { ddp_.sync_ = false; }
+    ~NoSync() { ddp_.sync_ = was_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool was_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  // The buckets' parameter names, in reduction order (for tests and docs).
+  std::vector<std::vector<std::string>> bucket_layout() const;
+  const DataParallelStats& last_stats() const { return stats_; }
+
+  std::string extra_repr() const override;
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;          // indices into params_
+    std::vector<int64_t> offsets;        // element offset of each in `flat`
+    DType dtype;
+    Device device;
+    int64_t numel = 0;
+    Tensor flat;
+    size_t pending = 0;                  // parameters not yet ready this backward
+    bool launched = false;
+    Work work;
+  };
+  void check_replicas_match();
+  void broadcast_from_rank0(const TensorList& tensors);
+  void build_buckets();
+  void on_grad_ready(size_t param_index);
+  void launch(size_t bucket_index);
+  void finish_backward();
+  void reset_backward_state();
+
+  std::shared_ptr<nn::Module> module_;
+  ProcessGroup& group_;
+  DataParallelOptions options_;
+  std::vector<std::pair<std::string, Tensor>> params_;  // trainable, registration order
+  std::vector<size_t> bucket_of_;                        // param index -> bucket
+  std::vector<bool> ready_;                              // this backward
+  std::vector<Bucket> buckets_;
+  std::vector<int> hook_ids_;
+  size_t next_launch_ = 0;
+  bool armed_ = false;  // a backward has reached a hook and queued finish_backward
+  bool sync_ = true;
+  DataParallelStats stats_;
+};
+
+// For GradScaler::set_found_inf_reducer: the max of every rank's flag.
+std::function<void(const Tensor&)> found_inf_reducer(ProcessGroup& group);
+
+}  // namespace mixtape::distributed

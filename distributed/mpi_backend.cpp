@@ -1,0 +1,148 @@
+// distributed/mpi_backend.cpp — the Backend on MPI_COMM_WORLD (Open MPI; mpirun launches the ranks).
+// Invariant: every MPI call but MPI_Abort is made on the process group's communication thread
+// (which also initialises and finalises MPI), and every failing call throws with MPI's message.
+// 16-bit floats travel as 16-bit words with mixtape's own reduction operators (MPI has no
+// 16-bit float type); Max propagates NaN, as torch.maximum does.
+#include "distributed/backend.h"
+
+#if MIXTAPE_WITH_MPI
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <type_traits>
+
+namespace mixtape::distributed {
+namespace {
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  MT_ERROR(call, " failed: ", std::string(msg, static_cast<size_t>(len)));
+}
+
+template <typename T>
+float widen(T v) {
+  return static_cast<float>(v);
+}
+
+// The 16-bit operators: widen, combine in float, round once (round to nearest even).
+template <typename T, bool kMax>
+void combine16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    float x = widen(a[i]), y = widen(b[i]);
+    float r = kMax ? (std::isnan(x) || std::isnan(y) ? x + y : std::max(x, y)) : x + y;
+    b[i] = T(r);
+  }
+}
+
+template <typename T>
+void max_with_nan(void* in, void* inout, int* len, MPI_Datatype*) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = std::isnan(a[i]) || std::isnan(b[i]) ? a[i] + b[i] : std::max(a[i], b[i]);
+}
+
+class MpiBackend final : public Backend {
+ public:
+  const char* name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return size_; }
+
+  void start() override {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+      owns_mpi_ = true;
+    }
+    check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+    check(MPI_Op_create(&combine16<Half, false>, 1, &half_sum_), "MPI_Op_create");
+    check(MPI_Op_create(&combine16<Half, true>, 1, &half_max_), "MPI_Op_create");
+    check(MPI_Op_create(&combine16<BFloat16, false>, 1, &bf16_sum_), "MPI_Op_create");
+    check(MPI_Op_create(&combine16<BFloat16, true>, 1, &bf16_max_), "MPI_Op_create");
+    check(MPI_Op_create(&max_with_nan<float>, 1, &f32_max_), "MPI_Op_create");
+    check(MPI_Op_create(&max_with_nan<double>, 1, &f64_max_), "MPI_Op_create");
+  }
+
+  void stop() override {
+    for (MPI_Op* op : {&half_sum_, &half_max_, &bf16_sum_, &bf16_max_, &f32_max_, &f64_max_})
+      if (*op != MPI_OP_NULL) MPI_Op_free(op);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  void all_reduce(void* buf, int64_t count, DType dt, ReduceOp op) override {
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_Op mop = MPI_OP_NULL;
+    const bool sum = op == ReduceOp::Sum;
+    switch (dt) {
+      case DType::Float32: type = MPI_FLOAT; mop = sum ? MPI_SUM : f32_max_; break;
+      case DType::Float64: type = MPI_DOUBLE; mop = sum ? MPI_SUM : f64_max_; break;
+      case DType::Float16: type = MPI_UINT16_T; mop = sum ? half_sum_ : half_max_; break;
+      case DType::BFloat16: type = MPI_UINT16_T; mop = sum ? bf16_sum_ : bf16_max_; break;
+      case DType::Int64: type = MPI_INT64_T; mop = sum ? MPI_SUM : MPI_MAX; break;
+      default: MT_ERROR("all_reduce: no MPI reduction for ", dtype_name(dt));
+    }
+    // MPI counts are ints: reduce in chunks of at most INT_MAX elements.
+    auto* p = static_cast<char*>(buf);
+    const int64_t esize = static_cast<int64_t>(element_size(dt));
+    for (int64_t done = 0; done < count;) {
+      const int n = static_cast<int>(std::min<int64_t>(count - done, INT_MAX));
+      check(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, n, type, mop, MPI_COMM_WORLD), "MPI_Allreduce");
+      done += n;
+    }
+  }
+
+  void broadcast(void* buf, int64_t bytes, int root) override {
+    auto* p = static_cast<char*>(buf);
+    for (int64_t done = 0; done < bytes;) {
+      const int n = static_cast<int>(std::min<int64_t>(bytes - done, INT_MAX));
+      check(MPI_Bcast(p + done, n, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+      done += n;
+    }
+  }
+
+  void all_gather(const void* in, void* out, int64_t bytes) override {
+    MT_CHECK(bytes <= INT_MAX, "all_gather: ", bytes, " bytes per rank is over MPI's int count");
+    check(MPI_Allgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
+          "MPI_Allgather");
+  }
+
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+  [[noreturn]] void abort(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // mpirun ends the job when a rank exits without MPI_Finalize
+  }
+
+ private:
+  int rank_ = 0, size_ = 1;
+  bool owns_mpi_ = false;
+  MPI_Op half_sum_ = MPI_OP_NULL, half_max_ = MPI_OP_NULL, bf16_sum_ = MPI_OP_NULL, bf16_max_ = MPI_OP_NULL,
+         f32_max_ = MPI_OP_NULL, f64_max_ = MPI_OP_NULL;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_mpi_backend() { return std::make_unique<MpiBackend>(); }
+bool built_with_mpi() { return true; }
+
+}  // namespace mixtape::distributed
+
+#else  // a build without MPI
+
+namespace mixtape::distributed {
+std::unique_ptr<Backend> make_mpi_backend() { return nullptr; }
+bool built_with_mpi() { return false; }
+}  // namespace mixtape::distributed
+
+#endif

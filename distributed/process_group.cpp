@@ -1,0 +1,401 @@
+// distributed/process_group.cpp — tensors to buffers, the communication thread and its queue,
+// timeouts, and the world group.
+#include "distributed/process_group.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <iostream>
+#include <thread>
+
+#include "autograd/grad_mode.h"
+#include "distributed/backend.h"
+#include "ops/creation.h"
+
+namespace mixtape::distributed {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Avg: return "avg";
+  }
+  return "?";
+}
+
+struct Work::State {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false, finished = false;
+  std::exception_ptr error;
+  std::function<void()> job, finish;
+  std::string what;
+  int rank = 0, world = 1;
+  std::chrono::milliseconds timeout{0};
+  double busy = 0;
+};
+
+struct ProcessGroup::Queue {
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<Work::State>> jobs;
+  int running = 0;
+  bool stop = false, started = false;
+  std::exception_ptr start_error;
+  std::string failed;  // the first collective that failed: the group is unusable after it
+  std::thread worker;
+};
+
+namespace {
+
+std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback) {
+  const char* s = std::getenv("MIXTAPE_DIST_TIMEOUT");
+  if (!s || !*s) return fallback;
+  char* end = nullptr;
+  double sec = std::strtod(s, &end);
+  MT_CHECK(end && *end == '\0' && sec > 0, "MIXTAPE_DIST_TIMEOUT: expected a positive number of seconds, got '", s, "'");
+  return std::chrono::milliseconds(static_cast<int64_t>(sec * 1000));
+}
+
+bool debug_checks() {
+  const char* s = std::getenv("MIXTAPE_DIST_DEBUG");
+  return s && *s && std::string(s) != "0";
+}
+
+template <typename T>
+void divide(void* buf, int64_t n, int by) {
+  T* p = static_cast<T*>(buf);
+  for (int64_t i = 0; i < n; ++i) p[i] = T(static_cast<double>(p[i]) / by);
+}
+template <typename T>
+void divide16(void* buf, int64_t n, int by) {
+  T* p = static_cast<T*>(buf);
+  for (int64_t i = 0; i < n; ++i) p[i] = T(static_cast<float>(p[i]) / static_cast<float>(by));
+}
+
+void divide_in_place(void* buf, int64_t n, DType dt, int by) {
+  switch (dt) {
+    case DType::Float32: return divide<float>(buf, n, by);
+    case DType::Float64: return divide<double>(buf, n, by);
+    case DType::Float16: return divide16<Half>(buf, n, by);
+    case DType::BFloat16: return divide16<BFloat16>(buf, n, by);
+    default: MT_ERROR("all_reduce: avg needs a floating dtype, got ", dtype_name(dt));
+  }
+}
+
+// The tensor a collective works on: `t` itself when it is contiguous CPU memory, otherwise a
+// contiguous host copy written back by finish().
+struct Staged {
+  Tensor host;
+  bool copy_back;
+};
+Staged stage(const Tensor& t) {
+  if (t.device().is_cpu() && t.is_contiguous()) return {t, false};
+  return {t.to(Device::CPU()).contiguous(), true};  // a copy: t is CUDA or strided
+}
+
+void write_back(const Tensor& t, const Staged& s) {
+  autograd::NoGradGuard no_grad;  // a parameter's broadcast is not part of any graph
+  if (s.copy_back)
+    const_cast<Tensor&>(t).copy_(s.host);
+  else
+    t.bump_version();  // written in place behind the ops' back: masters and saved tensors must see it
+}
+
+std::string describe_collective(const char* op, const Tensor& t, const std::string& what) {
+  std::string d = std::string(op) + (what.empty() ? "" : " (" + what + ")") + " of " + t.describe();
+  if (!t.device().is_cpu()) d += " on " + t.device().str();
+  return d;
+}
+
+}  // namespace
+
+void Work::wait() {
+  MT_CHECK(state_, "Work::wait: this Work was not returned by a collective");
+  State& s = *state_;
+  std::unique_lock lk(s.m);
+  if (!s.cv.wait_for(lk, s.timeout, [&] { return s.done; }))
+    MT_ERROR(s.what, " timed out after ", s.timeout.count() / 1000.0, " s on rank ", s.rank, " of ", s.world,
+             ": another rank failed, exited or issued a different collective (MIXTAPE_DIST_TIMEOUT sets the limit)");
+  if (s.error) std::rethrow_exception(s.error);
+  if (!s.finished) {
+    s.finished = true;
+    lk.unlock();
+    if (s.finish) s.finish();
+  }
+}
+
+bool Work::is_completed() const {
+  if (!state_) return false;
+  std::lock_guard lk(state_->m);
+  return state_->done;
+}
+
+double Work::busy_seconds() const {
+  if (!state_) return 0;
+  std::lock_guard lk(state_->m);
+  return state_->busy;
+}
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options)
+    : backend_(std::move(backend)), options_(options), queue_(std::make_unique<Queue>()) {
+  options_.timeout = timeout_from_env(options_.timeout);
+  Queue& q = *queue_;
+  q.worker = std::thread([this] { worker_loop(); });
+  std::unique_lock lk(q.m);
+  q.cv.wait(lk, [&] { return q.started; });
+  if (q.start_error) {
+    q.stop = true;
+    lk.unlock();
+    q.cv.notify_all();
+    q.worker.join();
+    std::rethrow_exception(q.start_error);
+  }
+  rank_ = backend_->rank();
+  world_size_ = backend_->world_size();
+}
+
+ProcessGroup::~ProcessGroup() {
+  Queue& q = *queue_;
+  {
+    std::unique_lock lk(q.m);
+    if (!q.jobs.empty() || q.running > 0) {
+      // A collective is still in flight (an error unwound past its wait()): its peers may be
+      // inside it, and MPI_Finalize would wait for them forever. End the job instead.
+      lk.unlock();
+      std::cerr << "mixtape: rank " << rank_ << " of " << world_size_
+                << " is exiting with a collective unfinished; ending every rank\n";
+      backend_->abort(1);
+    }
+    q.stop = true;
+  }
+  q.cv.notify_all();
+  if (q.worker.joinable()) q.worker.join();
+}
+
+const char* ProcessGroup::backend_name() const { return backend_->name(); }
+
+void ProcessGroup::worker_loop() {
+  Queue& q = *queue_;
+  try {
+    backend_->start();
+  } catch (...) {
+    std::lock_guard lk(q.m);
+    q.start_error = std::current_exception();
+  }
+  {
+    std::lock_guard lk(q.m);
+    q.started = true;
+    if (q.start_error) q.stop = true;
+  }
+  q.cv.notify_all();
+  for (;;) {
+    std::shared_ptr<Work::State> job;
+    {
+      std::unique_lock lk(q.m);
+      q.cv.wait(lk, [&] { return q.stop || !q.jobs.empty(); });
+      if (q.jobs.empty()) break;  // stop, and nothing left to run
+      job = q.jobs.front();
+      q.jobs.pop_front();
+      q.running = 1;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    std::exception_ptr err;
+    try {
+      job->job();
+    } catch (const std::exception& e) {
+      err = std::make_exception_ptr(Error(job->what + " failed on rank " + std::to_string(job->rank) + " of " +
+                                         std::to_string(job->world) + ": " + e.what()));
+    }
+    double busy = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+      // Before the waiter wakes: a rank that returns from its last wait() and exits must find
+      // the queue idle.
+      std::lock_guard lk(q.m);
+      q.running = 0;
+      if (err && q.failed.empty()) q.failed = job->what;
+    }
+    {
+      std::lock_guard lk(job->m);
+      job->done = true;
+      job->error = err;
+      job->busy = busy;
+      job->job = nullptr;
+    }
+    job->cv.notify_all();
+  }
+  if (!q.start_error) {
+    try {
+      backend_->stop();
+    } catch (...) {
+    }
+  }
+}
+
+Work ProcessGroup::submit(std::string what, std::function<void()> job, std::function<void()> finish) {
+  auto st = std::make_shared<Work::State>();
+  st->what = std::move(what);
+  st->rank = rank_;
+  st->world = world_size_;
+  st->timeout = options_.timeout;
+  st->job = std::move(job);
+  st->finish = std::move(finish);
+  ++collectives_;
+  {
+    std::lock_guard lk(queue_->m);
+    MT_CHECK(queue_->failed.empty(), st->what, ": the process group is unusable after '", queue_->failed,
+             "' failed on rank ", rank_);
+    queue_->jobs.push_back(st);
+  }
+  queue_->cv.notify_all();
+  Work w;
+  w.state_ = std::move(st);
+  return w;
+}
+
+void ProcessGroup::check_same_everywhere(const char* op, const Tensor& t) {
+  std::string mine = t.describe();
+  auto all = all_gather_string(mine);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] == mine) continue;
+    std::string list;
+    for (size_t i = 0; i < all.size(); ++i) list += (i ? ", " : "") + std::string("rank ") + std::to_string(i) + ": " + all[i];
+    MT_ERROR(op, ": every rank must pass the same shape and dtype, got ", list);
+  }
+}
+
+Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, std::string what) {
+  MT_CHECK(t.defined(), "all_reduce: the tensor is undefined");
+  const DType dt = t.dtype();
+  MT_CHECK(dt == DType::Float32 || dt == DType::Float64 || dt == DType::Float16 || dt == DType::BFloat16 ||
+               (dt == DType::Int64 && op != ReduceOp::Avg),
+           "all_reduce: ", reduce_op_name(op), " is supported for Float32, Float64, Float16, BFloat16",
+           op == ReduceOp::Avg ? "" : " and Int64", ", got ", dtype_name(dt));
+  if (debug_checks() && world_size_ > 1) check_same_everywhere("all_reduce", t);
+  std::string desc = describe_collective("all_reduce", t, what);
+  bytes_reduced_ += static_cast<int64_t>(t.nbytes());
+  Staged s = stage(t);
+  const int world = world_size_;
+  Backend* b = backend_.get();
+  Tensor host = s.host;
+  auto job = [b, host, op, world] {
+    void* p = host.data_ptr();
+    const ReduceOp base = op == ReduceOp::Avg ? ReduceOp::Sum : op;
+    if (world > 1) b->all_reduce(p, host.numel(), host.dtype(), base);
+    if (op == ReduceOp::Avg && world > 1) divide_in_place(p, host.numel(), host.dtype(), world);
+  };
+  return submit(std::move(desc), std::move(job), [t, s] { write_back(t, s); });
+}
+
+void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
+
+void ProcessGroup::broadcast(const Tensor& t, int root) {
+  MT_CHECK(t.defined(), "broadcast: the tensor is undefined");
+  MT_CHECK(root >= 0 && root < world_size_, "broadcast: root ", root, " is not a rank of this group of ", world_size_);
+  if (world_size_ > 1) check_same_everywhere("broadcast", t);
+  Staged s = stage(t);
+  Backend* b = backend_.get();
+  Tensor host = s.host;
+  auto job = [b, host, root] { b->broadcast(host.data_ptr(), static_cast<int64_t>(host.nbytes()), root); };
+  submit(describe_collective("broadcast", t, ""), std::move(job), [t, s] { write_back(t, s); }).wait();
+}
+
+std::vector<Tensor> ProcessGroup::all_gather(const Tensor& t) {
+  MT_CHECK(t.defined(), "all_gather: the tensor is undefined");
+  if (world_size_ > 1) check_same_everywhere("all_gather", t);
+  Tensor in = t.to(Device::CPU()).contiguous();
+  IntList out_sizes = t.sizes();
+  out_sizes.insert(out_sizes.begin(), world_size_);
+  Tensor out = Tensor::empty(out_sizes, TensorOptions(t.dtype()));
+  Backend* b = backend_.get();
+  auto job = [b, in, out] { b->all_gather(in.data_ptr(), out.data_ptr(), static_cast<int64_t>(in.nbytes())); };
+  submit(describe_collective("all_gather", t, ""), std::move(job), nullptr).wait();
+  std::vector<Tensor> parts;
+  for (int r = 0; r < world_size_; ++r) parts.push_back(out.select(0, r).to(t.device()).contiguous());
+  return parts;
+}
+
+std::vector<std::string> ProcessGroup::all_gather_string(const std::string& s) {
+  const int world = world_size_;
+  Backend* b = backend_.get();
+  std::vector<int64_t> lengths(static_cast<size_t>(world));
+  int64_t mine = static_cast<int64_t>(s.size());
+  submit("all_gather (string lengths)", [&] { b->all_gather(&mine, lengths.data(), sizeof(int64_t)); }, nullptr).wait();
+  int64_t longest = 0;
+  for (int64_t l : lengths) longest = std::max(longest, l);
+  std::string padded = s;
+  padded.resize(static_cast<size_t>(longest));
+  std::string all(static_cast<size_t>(longest * world), '\0');
+  if (longest > 0)
+    submit("all_gather (strings)", [&] { b->all_gather(padded.data(), all.data(), longest); }, nullptr).wait();
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r)
+    out.push_back(all.substr(static_cast<size_t>(r * longest), static_cast<size_t>(lengths[static_cast<size_t>(r)])));
+  return out;
+}
+
+void ProcessGroup::barrier() {
+  Backend* b = backend_.get();
+  submit("barrier", [b] { b->barrier(); }, nullptr).wait();
+}
+
+void ProcessGroup::abort(const std::string& why, int code) {
+  std::cerr << "mixtape: rank " << rank_ << " of " << world_size_ << " failed: " << why << "\n" << std::flush;
+  backend_->abort(code);
+  std::_Exit(code);  // not reached: Backend::abort does not return
+}
+
+int launcher_world_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE"}) {
+    const char* s = std::getenv(var);
+    if (s && *s) return std::max(1, std::atoi(s));
+  }
+  return 1;
+}
+
+namespace {
+std::mutex world_mu;
+std::unique_ptr<ProcessGroup>& world_ptr() {
+  static auto* p = new std::unique_ptr<ProcessGroup>();  // never destroyed here: see release below
+  return *p;
+}
+// Finalises MPI at exit (after main returns), unless a collective is in flight.
+struct WorldRelease {
+  ~WorldRelease() { world_ptr().reset(); }
+} world_release;
+}  // namespace
+
+ProcessGroup& init_process_group(ProcessGroupOptions options) {
+  std::lock_guard lk(world_mu);
+  auto& w = world_ptr();
+  if (w) return *w;
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
+  std::unique_ptr<Backend> backend;
+  if (launched) {
+    backend = make_mpi_backend();
+    MT_CHECK(backend || launcher_world_size() == 1, "init_process_group: this program was started by mpirun with ",
+             launcher_world_size(), " ranks, but mixtape was built without MPI (install libopenmpi-dev and "
+             "reconfigure: CMake reports 'MPI: found')");
+  }
+  if (!backend) backend = make_single_backend();
+  w = std::make_unique<ProcessGroup>(std::move(backend), options);
+  const int announced = launcher_world_size();
+  MT_CHECK(!launched || announced == w->world_size(), "init_process_group: the launcher announced ", announced,
+           " ranks but MPI_COMM_WORLD has ", w->world_size(),
+           " (was the program started by another MPI's mpirun, or with a different -np?)");
+  return *w;
+}
+
+ProcessGroup* world() {
+  std::lock_guard lk(world_mu);
+  return world_ptr().get();
+}
+
+void abort_if_distributed(const std::string& why, int code) {
+  ProcessGroup* w = world();
+  if (w && w->world_size() > 1) w->abort(why, code);
+}
+
+}  // namespace mixtape::distributed

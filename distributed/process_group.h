@@ -1,0 +1,115 @@
+// distributed/process_group.h — the ranks of a data-parallel job and their collectives
+// (torch.distributed's process group, on MPI).
+//
+// Invariant: every rank issues the same collectives in the same order (as MPI requires); each
+// collective runs on the group's one communication thread, in the order issued, so an async
+// collective overlaps with the caller's work and never reorders with another. A collective that
+// does not complete within the timeout throws on the waiting rank (naming the collective, its
+// rank and the timeout) instead of hanging; a failed MPI call throws with MPI's own message.
+// Design, the thread model and the failure rules: docs/DISTRIBUTED.md.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace mixtape::distributed {
+
+enum class ReduceOp : uint8_t { Sum, Max, Avg };
+const char* reduce_op_name(ReduceOp op);
+
+// A collective issued with *_async: wait() before reading or writing its tensor again.
+class Work {
+ public:
+  // Blocks until the collective finished; throws its error (or a timeout error). The CUDA or
+  // non-contiguous tensors a collective staged through host memory are written back here.
+  void wait();
+  bool is_completed() const;
+  // Seconds the communication thread spent inside the collective (after it started), for the
+  // overlap measurements of bench/ddp_step.
+  double busy_seconds() const;
+
+ private:
+  friend class ProcessGroup;
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+struct ProcessGroupOptions {
+  // How long wait() waits for one collective before failing (a peer that crashed or took
+  // another path). MIXTAPE_DIST_TIMEOUT=<seconds> overrides it.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+class Backend;  // distributed/backend.h
+
+class ProcessGroup {
+ public:
+  ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions options);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  const char* backend_name() const;
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+
+  // In place on `t` (f32, f64, f16, bf16; Sum and Max also i64), on every rank. Avg sums and
+  // divides by the world size in t's dtype. 16-bit sums round after every addition (MPI has no
+  // 16-bit type: mixtape's own reduction, docs/DISTRIBUTED.md). CPU tensors are reduced in their
+  // own memory when contiguous; CUDA tensors go through host memory.
+  void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);
+  Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum, std::string what = "");
+  // Rank `root`'s values into `t` on every rank (same shape and dtype everywhere).
+  void broadcast(const Tensor& t, int root = 0);
+  // Every rank's `t`, in rank order (same shape and dtype everywhere).
+  std::vector<Tensor> all_gather(const Tensor& t);
+  // Every rank's string, in rank order (any lengths): consistency checks and error reports.
+  std::vector<std::string> all_gather_string(const std::string& s);
+  void barrier();
+
+  // Ends the whole job: prints "mixtape: rank R of N failed: <why>" to stderr and makes every
+  // rank exit with `code` (MPI_Abort). World size 1: exits this process.
+  [[noreturn]] void abort(const std::string& why, int code = 1);
+
+  // Collectives issued so far (every rank counts the same) and bytes this rank sent into them.
+  int64_t collectives() const { return collectives_; }
+  int64_t bytes_reduced() const { return bytes_reduced_; }
+
+ private:
+  Work submit(std::string what, std::function<void()> job, std::function<void()> finish);
+  void worker_loop();
+  void check_same_everywhere(const char* op, const Tensor& t);
+
+  std::unique_ptr<Backend> backend_;
+  ProcessGroupOptions options_;
+  int rank_ = 0, world_size_ = 1;
+  int64_t collectives_ = 0, bytes_reduced_ = 0;
+  struct Queue;
+  std::unique_ptr<Queue> queue_;
+};
+
+// Whether this build has the MPI backend (found libopenmpi-dev at configure time).
+bool built_with_mpi();
+// The world size the launcher announced (mpirun's OMPI_COMM_WORLD_SIZE, or PMI's), 1 if none.
+int launcher_world_size();
+
+// The process group of every rank the launcher started, created on first call: MPI when the
+// program runs under mpirun, a world of one (every collective a no-op) otherwise. Throws when
+// mpirun started several ranks but the build has no MPI.
+ProcessGroup& init_process_group(ProcessGroupOptions options = {});
+// The group init_process_group made, or null.
+ProcessGroup* world();
+// Ends every rank with `why` when a group exists with more than one rank; otherwise returns.
+// For a main()'s last catch: the failing rank takes the others down instead of leaving them in
+// a collective until the timeout.
+void abort_if_distributed(const std::string& why, int code = 1);
+
+}  // namespace mixtape::distributed

@@ -1,0 +1,52 @@
+// tests/amp/test_found_inf_reducer.cpp — GradScaler::set_found_inf_reducer, the hook that makes
+// every process of a data-parallel job take the same skip/step decision (the two-process run
+// is in tests/distributed_mpi): the reducer's verdict, not the local gradients, decides.
+#include "scaler_test_util.h"
+
+namespace mixtape::testing {
+namespace {
+
+TEST(FoundInfReducer, AnotherProcessesInfSkipsTheStepHereAndBacksOff) {
+  Tensor w = make_param({1.0, 2.0}, {2});
+  optim::SGD opt({w}, {.lr = 0.5});
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  int calls = 0;
+  float local = -1;
+  scaler.set_found_inf_reducer([&](const Tensor& found_inf) {
+    ++calls;
+    local = found_inf.item<float>();
+    const_cast<Tensor&>(found_inf).fill_(1.0);  // as if another rank had found an inf
+  });
+  Tensor before = snapshot(w);
+  scaler.scale((w * 3.0).sum()).backward();
+  EXPECT_FALSE(scaler.step(opt));
+  scaler.update();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(local, 0.0f);  // this process's own gradients were finite
+  EXPECT_TRUE(same_bytes(w, before));
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+}
+
+TEST(FoundInfReducer, ALocalInfReachesTheReducerAndAllFiniteStepsNormally) {
+  Tensor w = make_param({1.0, 2.0}, {2});
+  optim::SGD opt({w}, {.lr = 0.5});
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  std::vector<float> seen;
+  scaler.set_found_inf_reducer([&](const Tensor& f) { seen.push_back(f.item<float>()); });
+  // A finite iteration: the reducer keeps 0 and the step runs.
+  scaler.scale((w * 3.0).sum()).backward();
+  EXPECT_TRUE(scaler.step(opt));
+  scaler.update();
+  opt.zero_grad();
+  // An inf gradient here: the reducer sees it.
+  scaler.scale((w * std::numeric_limits<double>::infinity()).sum()).backward();
+  EXPECT_FALSE(scaler.step(opt));
+  scaler.update();
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], 0.0f);
+  EXPECT_GT(seen[1], 0.0f);
+}
+
+}  // namespace
+}  // namespace mixtape::testing
