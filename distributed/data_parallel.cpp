@@ -139,11 +139,13 @@ void DistributedDataParallel::reset_backward_state() {
   armed_ = false;
 }
 
+void DistributedDataParallel::sync_buffers() {
+  TensorList bufs = module_->buffers();
+  if (!bufs.empty()) broadcast_from_rank0(bufs);
+}
+
 Tensor DistributedDataParallel::forward(const Tensor& x) {
-  if (is_training() && options_.broadcast_buffers && group_.world_size() > 1) {
-    TensorList bufs = module_->buffers();
-    if (!bufs.empty()) broadcast_from_rank0(bufs);
-  }
+  if (is_training() && options_.broadcast_buffers) sync_buffers();
   return (*module_)(x);
 }
 

@@ -57,6 +57,10 @@ class DistributedDataParallel : public nn::Module {
   // Copies rank 0's buffers to every rank (training mode, broadcast_buffers), then module(x).
   Tensor forward(const Tensor& x) override;
 
+  // Copies rank 0's buffers to every rank now (before an evaluation or a save: the replicas'
+  // BatchNorm statistics drift apart by one local update after each training forward).
+  void sync_buffers();
+
   nn::Module& module() { return *module_; }
   const std::shared_ptr<nn::Module>& module_ptr() const { return module_; }
   ProcessGroup& group() { return group_; }

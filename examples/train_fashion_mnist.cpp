@@ -13,12 +13,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <unistd.h>
 
@@ -110,12 +112,43 @@ std::shared_ptr<data::TensorDataset> load_split(const Config& c, bool train, int
   return data::load_fashion_mnist(c.data_dir, train, limit);
 }
 
+// One rank's share of the test set for a sharded evaluation: indices rank, rank + world, ...
+// (no padding, unlike DistributedSampler, so every test image is counted exactly once).
+class StridedShard final : public data::Sampler {
+ public:
+  StridedShard(int64_t n, int world, int rank) : n_(n), world_(world), rank_(rank) {}
+  std::vector<int64_t> indices(int64_t) const override {
+    std::vector<int64_t> out;
+    for (int64_t i = rank_; i < n_; i += world_) out.push_back(i);
+    return out;
+  }
+  int64_t size() const override { return n_ > rank_ ? (n_ - rank_ + world_ - 1) / world_ : 0; }
+
+ private:
+  int64_t n_;
+  int world_, rank_;
+};
+
+// Every rank must run the same configuration (an MPMD launch could pass different options):
+// the first option that differs is named with both values.
+void check_same_config(distributed::ProcessGroup& pg, const nlohmann::json& mine) {
+  auto all = pg.all_gather_string(mine.dump());
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    nlohmann::json other = nlohmann::json::parse(all[r]), first = nlohmann::json::parse(all[0]);
+    for (auto& [key, value] : first.items())
+      if (!other.contains(key) || other[key] != value)
+        MT_ERROR("rank ", r, " was started with --", key, " ", other.contains(key) ? other[key].dump() : "(none)",
+                 ", rank 0 with ", value.dump(), ": every rank must get the same options");
+  }
+}
+
 // Training progress on stderr: a bar redrawn in place when stderr is a terminal; otherwise plain
 // lines on stdout every --log-every steps (logs and CI output stay readable).
 class Progress {
  public:
-  Progress(int log_every, int64_t total_steps)
-      : tty_(::isatty(STDERR_FILENO) == 1), log_every_(log_every), total_steps_(total_steps) {}
+  Progress(int log_every, int64_t total_steps, bool shown = true)
+      : tty_(shown && ::isatty(STDERR_FILENO) == 1), log_every_(log_every), total_steps_(total_steps) {}
 
   // After global step `step` (1-based) of `total_steps_`; `rate` is images/s so far in this
   // process, `steps_per_s` likewise for the ETA.
@@ -188,7 +221,9 @@ struct EvalResult {
 };
 
 // Under the training's autocast dtype, if any (a 16-bit model needs it: its weights are 16-bit).
-EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<DType> autocast, Device device) {
+// With several ranks each evaluates its shard and the sums are added over the ranks.
+EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<DType> autocast, Device device,
+                    distributed::ProcessGroup& pg) {
   model.eval();
   NoGradGuard no_grad;
   double loss_sum = 0;
@@ -207,6 +242,13 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<D
     seen += b.target.size(0);
   }
   model.train();
+  if (pg.world_size() > 1) {
+    Tensor sums = tensor({loss_sum, static_cast<double>(correct), static_cast<double>(seen)}, {3},
+                         TensorOptions(DType::Float64));
+    pg.all_reduce(sums);
+    auto v = sums.to_vector<double>();
+    loss_sum = v[0], correct = static_cast<int64_t>(v[1]), seen = static_cast<int64_t>(v[2]);
+  }
   return {loss_sum / static_cast<double>(seen), static_cast<double>(correct) / static_cast<double>(seen)};
 }
 
@@ -286,15 +328,37 @@ svg::Figure training_curves(const Config& c, const nlohmann::json& epochs, const
 }
 
 int run(const Config& c) {
-  if (c.threads > 0) set_num_threads(c.threads);
+  // mpirun -np N: N ranks, each training on its share of every global batch (docs/DISTRIBUTED.md);
+  // without mpirun a world of one, and everything below is the single-process job.
+  distributed::ProcessGroup& pg = distributed::init_process_group();
+  const int world = pg.world_size(), rank = pg.rank();
+  const bool lead = rank == 0;  // prints, writes metrics and checkpoints
+  if (c.threads > 0) {
+    set_num_threads(c.threads);
+  } else if (world > 1) {
+    // The ranks on this host share its cores (Open MPI announces how many run here).
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int here = local ? std::max(1, std::atoi(local)) : 1;
+    set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / here));
+  }
+  if (!lead) std::cout.setstate(std::ios::failbit);  // rank 0 alone reports
+  if (world > 1) {
+    nlohmann::json cfg = resume_relevant(c);
+    cfg["epochs"] = c.epochs, cfg["model"] = c.model, cfg["lr"] = c.lr, cfg["resume"] = c.resume_path;
+    cfg["checkpoint_activations"] = c.checkpoint_activations;
+    check_same_config(pg, cfg);
+    MT_CHECK(c.batch_size % world == 0, "--batch-size ", c.batch_size, " is the global batch and must divide evenly "
+             "over the ", world, " ranks");
+  }
+  const int64_t local_batch = c.batch_size / world;
   manual_seed(c.seed);
   const std::string curves = curves_path(c);
   for (const std::string& f : {c.metrics_file, c.summary_file, c.save_path, curves}) {
     auto parent = std::filesystem::path(f).parent_path();
-    if (!f.empty() && !parent.empty()) std::filesystem::create_directories(parent);
+    if (lead && !f.empty() && !parent.empty()) std::filesystem::create_directories(parent);
   }
   // The picture is written last: a folder it cannot go to fails now, not after the training.
-  {
+  if (lead) {
     auto parent = std::filesystem::path(curves).parent_path();
     MT_CHECK(::access(parent.empty() ? "." : parent.c_str(), W_OK) == 0, "cannot write --curves '", curves,
              "': its folder is not writable");
@@ -313,9 +377,17 @@ int run(const Config& c) {
   data::Transform train_tf = c.augment ? data::compose({data::random_crop(28, 2), data::random_horizontal_flip(), norm}) : norm;
   // The loader's shuffle order and augmentation draws are functions of (seed, epoch): restoring
   // its epoch restores both streams.
-  data::DataLoader train_loader(train_set, {.batch_size = c.batch_size, .shuffle = true, .seed = c.seed,
-                                            .drop_last = true, .prefetch = 2, .transform = train_tf});
-  data::DataLoader test_loader(test_set, {.batch_size = 500, .prefetch = 2, .transform = norm});
+  // With N ranks, DistributedSampler gives each its shard of the epoch's permutation (the same
+  // permutation a single process shuffles with, so one rank trains exactly as before); the
+  // augmentation draws differ by rank.
+  auto sampler = std::make_shared<data::DistributedSampler>(
+      train_set->size(), world, rank, data::DistributedSamplerOptions{.shuffle = true, .seed = c.seed});
+  data::DataLoader train_loader(train_set, {.batch_size = local_batch,
+                                            .seed = c.seed ^ (static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull),
+                                            .drop_last = true, .prefetch = 2, .transform = train_tf,
+                                            .sampler = sampler});
+  data::DataLoader test_loader(test_set, {.batch_size = 500, .prefetch = 2, .transform = norm,
+                                          .sampler = std::make_shared<StridedShard>(test_set->size(), world, rank)});
 
   auto model = make_model(c.model);
   if (c.model == "mlp") {
@@ -339,6 +411,10 @@ int run(const Config& c) {
   if (c.master_weights) model->to(*autocast);
   const Device device = pick_device(c.device);
   model->to(device);  // before the optimizer, which keeps its state (and FP32 masters) beside the parameters
+  // Several ranks: rank 0's initial weights everywhere, gradients averaged during backward.
+  std::shared_ptr<distributed::DistributedDataParallel> ddp;
+  if (world > 1) ddp = std::make_shared<distributed::DistributedDataParallel>(model, pg);
+  nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;  // what the training forward calls
   int64_t n_params = 0;
   for (const Tensor& p : model->parameters()) n_params += p.numel();
   auto opt = make_optimizer(c, model->parameters());
@@ -376,7 +452,13 @@ int run(const Config& c) {
     train_loader.set_epoch(start_epoch);
     if (auto it = resume->progress.extra.find("history"); it != resume->progress.extra.end())
       epochs = nlohmann::json::parse(it->second);
-    if (auto it = resume->progress.extra.find("threads"); it != resume->progress.extra.end() &&
+    // The state is not sharded, so any world size resumes it; only the split of each global
+    // batch over the ranks (and so the exact arithmetic) follows the new world size.
+    if (auto it = resume->progress.extra.find("world_size"); it != resume->progress.extra.end() &&
+                                                             it->second != std::to_string(world))
+      std::cout << "note: the checkpoint was written by " << it->second << " rank(s), this run has " << world
+                << "; the state carries over, the per-rank split of each batch changes\n";
+    if (auto it = resume->progress.extra.find("threads"); lead && it != resume->progress.extra.end() &&
                                                           it->second != std::to_string(get_num_threads()))
       std::cerr << "train_fashion_mnist: warning: the checkpoint was written with " << it->second << " threads, this run has "
                 << get_num_threads() << "; results will not match an uninterrupted run bit for bit (use --threads "
@@ -394,18 +476,24 @@ int run(const Config& c) {
               << (scaler.is_enabled() ? ", dynamic loss scaling" : ", no loss scaling (bf16)");
   if (c.accumulate > 1) std::cout << ", " << c.accumulate << " micro-batches per step";
   if (c.checkpoint_activations) std::cout << ", activation checkpointing";
+  if (world > 1)
+    std::cout << ", " << world << " ranks (MPI) x " << local_batch << " images, gradients averaged in "
+              << ddp->bucket_layout().size() << " buckets";
   std::cout << "\n";
   if (resume)
     std::cout << "resuming from " << c.resume_path << " after epoch " << start_epoch << " (step " << step << ")\n";
 
-  std::ofstream csv(c.metrics_file);
-  MT_CHECK(csv.good(), "cannot write --metrics '", c.metrics_file, "'");
-  csv << "step,epoch,loss,lr,images_per_s,loss_scale,skipped\n";
+  std::ofstream csv;
+  if (lead) {
+    csv.open(c.metrics_file);
+    MT_CHECK(csv.good(), "cannot write --metrics '", c.metrics_file, "'");
+    csv << "step,epoch,loss,lr,images_per_s,loss_scale,skipped\n";
+  }
   reset_peak_memory();
   auto t_start = Clock::now();
   double train_seconds = 0;
   int64_t images = 0, steps_run = 0, skipped_steps = 0;
-  Progress progress(c.log_every, total_steps);
+  Progress progress(lead ? c.log_every : 0, total_steps, lead);
   std::vector<StepRecord> step_records;  // for the curves
   step_records.reserve(static_cast<size_t>(std::max<int64_t>(total_steps - step, 0)));
   EvalResult last;
@@ -432,11 +520,16 @@ int run(const Config& c) {
         // Forward and loss under autocast; backward outside it (as torch.amp documents).
         std::optional<amp::AutocastGuard> ac;
         if (autocast) ac.emplace(device.type(), *autocast);
-        logits = (*model)(b.data.to(device));
+        logits = net(b.data.to(device));
         loss = cross_entropy(logits, b.target.to(device));
       }
       // Micro-batch losses are averaged: each contributes loss / N, scaled by the same S.
-      scaler.scale(c.accumulate > 1 ? loss / static_cast<double>(c.accumulate) : loss).backward();
+      {
+        // Under DDP only the group's last micro-batch communicates: the others accumulate locally.
+        std::optional<distributed::DistributedDataParallel::NoSync> local_only;
+        if (ddp && micro + 1 < c.accumulate) local_only.emplace(*ddp);
+        scaler.scale(c.accumulate > 1 ? loss / static_cast<double>(c.accumulate) : loss).backward();
+      }
       double l = loss.item<double>();
       // A non-finite loss with no GradScaler to skip its step: the run has diverged, and every
       // later step would only print NaN. (Under --amp fp16 the scaler skips such steps itself.)
@@ -454,6 +547,12 @@ int run(const Config& c) {
       images += b.target.size(0);
       if (++micro < c.accumulate) continue;
       micro = 0;
+      if (world > 1) {  // the step's loss over the whole global batch
+        Tensor sl = tensor({step_loss}, {1}, TensorOptions(DType::Float64));
+        pg.all_reduce(sl, distributed::ReduceOp::Avg);
+        step_loss = sl.to_vector<double>()[0];
+        step_images *= world;
+      }
       const double scale_used = scaler.get_scale();
       const bool stepped = scaler.step(*opt);  // skipped when a gradient is inf/NaN
       scaler.update();
@@ -465,17 +564,26 @@ int run(const Config& c) {
       ++steps_run;
       ++step_in_epoch;
       double lr = opt->param_groups()[0].options.get("lr");
-      csv << step << ',' << epoch << ',' << step_loss << ',' << lr << ',' << static_cast<double>(step_images) / dt
+      if (lead)
+        csv << step << ',' << epoch << ',' << step_loss << ',' << lr << ',' << static_cast<double>(step_images) / dt
           << ',' << (scaler.is_enabled() ? scale_used : 1.0) << ',' << (stepped ? 0 : 1) << '\n';
       step_records.push_back({step, step_loss, scaler.is_enabled() ? scale_used : 1.0, !stepped});
       double elapsed = train_seconds + std::chrono::duration<double>(Clock::now() - t_epoch).count();
       progress.update(epoch + 1, c.epochs, step_in_epoch, steps_per_epoch, step, step_loss, lr,
-                      static_cast<double>(images) / elapsed, static_cast<double>(steps_run) / elapsed);
+                      static_cast<double>(images * world) / elapsed, static_cast<double>(steps_run) / elapsed);
     }
     progress.end_line();
     double epoch_s = std::chrono::duration<double>(Clock::now() - t_epoch).count();
     train_seconds += epoch_s;
-    last = evaluate(*model, test_loader, autocast, device);
+    if (world > 1) {
+      Tensor sums = tensor({loss_sum, static_cast<double>(correct), static_cast<double>(seen)}, {3},
+                           TensorOptions(DType::Float64));
+      pg.all_reduce(sums);
+      auto v = sums.to_vector<double>();
+      loss_sum = v[0], correct = static_cast<int64_t>(v[1]), seen = static_cast<int64_t>(v[2]);
+      ddp->sync_buffers();  // evaluate (and save) rank 0's BatchNorm statistics on every rank
+    }
+    last = evaluate(*model, test_loader, autocast, device, pg);
     double train_acc = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(seen, 1));
     std::cout << "epoch " << epoch + 1 << ": train loss " << std::fixed << std::setprecision(4)
               << loss_sum / static_cast<double>(std::max<int64_t>(seen, 1)) << ", train acc " << std::setprecision(2)
@@ -488,14 +596,16 @@ int run(const Config& c) {
                       {"test_loss", last.loss},
                       {"test_accuracy", last.accuracy},
                       {"seconds", epoch_s}});
-    if (!c.save_path.empty()) {
+    if (lead && !c.save_path.empty()) {
       nn::TrainingProgress done{.model_name = c.model, .epoch = epoch + 1, .step = step, .data_seed = c.seed,
                                 .extra = {{"config", resume_relevant(c).dump()},
                                           {"history", epochs.dump()},
-                                          {"threads", std::to_string(get_num_threads())}}};
+                                          {"threads", std::to_string(get_num_threads())},
+                                          {"world_size", std::to_string(world)}}};
       nn::save_checkpoint(c.save_path, state, done);
       std::cout << "saved checkpoint " << c.save_path << " (epoch " << epoch + 1 << ")\n";
     }
+    if (world > 1 && !c.save_path.empty()) pg.barrier();  // the checkpoint is complete before any rank goes on
   }
   double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
   nlohmann::json summary = {{"model", c.model},
@@ -509,7 +619,8 @@ int run(const Config& c) {
                             {"train_images", train_set->size()},
                             {"test_accuracy", last.accuracy},
                             {"test_loss", last.loss},
-                            {"train_images_per_s", train_seconds > 0 ? static_cast<double>(images) / train_seconds : 0.0},
+                            {"train_images_per_s", train_seconds > 0 ? static_cast<double>(images * world) / train_seconds : 0.0},
+                            {"world_size", world},
                             {"wall_seconds", wall},
                             {"device", device.str()},
                             {"peak_bytes", memory_stats(device).peak_bytes},
@@ -521,8 +632,10 @@ int run(const Config& c) {
                             {"final_loss_scale", scaler.is_enabled() ? scaler.get_scale() : 1.0},
                             {"resumed_from_epoch", start_epoch},
                             {"per_epoch", epochs}};
-  std::ofstream(c.summary_file) << summary.dump(2) << "\n";
-  svg::write(curves, training_curves(c, epochs, step_records, steps_per_epoch, scaler.is_enabled(), last.accuracy));
+  if (lead) {
+    std::ofstream(c.summary_file) << summary.dump(2) << "\n";
+    svg::write(curves, training_curves(c, epochs, step_records, steps_per_epoch, scaler.is_enabled(), last.accuracy));
+  }
   std::cout << "test accuracy " << std::fixed << std::setprecision(2) << 100 * last.accuracy << "% after " << c.epochs
             << " epochs (" << std::setprecision(1) << wall << " s); metrics in " << c.metrics_file << ", summary in " << c.summary_file << "\n";
   std::cout << "curves (loss, accuracy" << (scaler.is_enabled() ? ", loss scale" : "") << "): " << curves
@@ -587,6 +700,9 @@ int main(int argc, char** argv) {
   try {
     return run(c);
   } catch (const std::exception& e) {  // the one place the program's name is put before an error
+    // Under mpirun the failing rank ends every rank, naming itself, instead of leaving the
+    // others inside a collective until the timeout.
+    distributed::abort_if_distributed(std::string("train_fashion_mnist: ") + e.what());
     std::cerr << "train_fashion_mnist: " << e.what() << "\n";
     return 1;
   }
