@@ -1,0 +1,142 @@
+// bench/ddp_step.cpp — one data-parallel training step, measured from the inside: time per step,
+// bytes all-reduced per step, the all-reduce time and the share of it hidden behind backward.
+// Run alone (a world of one: the plain model, no communication) or under mpirun; the global
+// batch is split over the ranks. bench/ddp_compare.sh runs 2 ranks x 1 thread against 1 rank x
+// 2 threads, interleaved, and reports the ratios.
+//
+//   [mpirun -np N] build-bench/bench/ddp_step [--model smallcnn|resnet8] [--batch 128]
+//       [--steps 20] [--warmup 3] [--threads T] [--amp off|fp16|bf16] [--bucket-cap-kb K] [--json]
+//
+// Synthetic seeded batches (the cost of a step does not depend on the numbers); SGD lr 0.05
+// momentum 0.9. Per step: wall time (median over the timed steps, rank 0's clock, a barrier
+// before each step so the ranks start together), and from DistributedDataParallel's statistics
+// the bytes, the communication thread's time inside the all-reduces and the time the end of
+// backward waited for them (exposed); hidden = 1 - exposed / communication.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mixtape/mixtape.h"
+
+using namespace mixtape;
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model_name = "smallcnn", amp = "off";
+  int64_t batch = 128, bucket_kb = 0;
+  int steps = 20, warmup = 3, threads = 0;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "ddp_step: %s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--model")) model_name = next("--model");
+    else if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(next("--batch"));
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(next("--steps"));
+    else if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(next("--warmup"));
+    else if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(next("--threads"));
+    else if (!std::strcmp(argv[i], "--amp")) amp = next("--amp");
+    else if (!std::strcmp(argv[i], "--bucket-cap-kb")) bucket_kb = std::atoll(next("--bucket-cap-kb"));
+    else if (!std::strcmp(argv[i], "--json")) json = true;
+    else {
+      std::fprintf(stderr, "ddp_step: unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  try {
+    auto& pg = distributed::init_process_group();
+    const int world = pg.world_size(), rank = pg.rank();
+    if (threads > 0) set_num_threads(threads);
+    MT_CHECK(batch % world == 0, "ddp_step: --batch ", batch, " does not divide over ", world, " ranks");
+    const int64_t local = batch / world;
+    manual_seed(0);
+    std::shared_ptr<nn::Module> model;
+    if (model_name == "smallcnn") model = std::make_shared<models::SmallCNN>(10, 1);
+    else if (model_name == "resnet8") model = std::make_shared<models::ResNet>(8, 10, 1);
+    else MT_ERROR("ddp_step: unknown --model '", model_name, "'");
+    std::shared_ptr<distributed::DistributedDataParallel> ddp;
+    distributed::DataParallelOptions opts;
+    if (bucket_kb > 0) opts.bucket_cap_bytes = opts.first_bucket_cap_bytes = bucket_kb << 10;
+    if (world > 1) ddp = std::make_shared<distributed::DistributedDataParallel>(model, pg, opts);
+    nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
+    optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+    std::optional<DType> ac;
+    if (amp == "fp16") ac = DType::Float16;
+    else if (amp == "bf16") ac = DType::BFloat16;
+    else MT_CHECK(amp == "off", "ddp_step: --amp off|fp16|bf16, got ", amp);
+    amp::GradScaler scaler({.enabled = amp == "fp16"});
+    Generator g(7 + static_cast<uint64_t>(rank));
+    Tensor x = randn({local, 1, 28, 28}, {}, &g);
+    Tensor y = (rand({local}, {}, &g) * 10.0).to(DType::Int64);
+
+    std::vector<double> step_s, comm_s, exposed_s, hidden;
+    int64_t bytes = 0;
+    int buckets = 0;
+    for (int s = 0; s < warmup + steps; ++s) {
+      pg.barrier();
+      auto t0 = std::chrono::steady_clock::now();
+      opt.zero_grad();
+      Tensor loss;
+      {
+        std::optional<amp::AutocastGuard> guard;
+        if (ac) guard.emplace(DeviceType::CPU, *ac);
+        loss = cross_entropy(net(x), y);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (s < warmup) continue;
+      step_s.push_back(dt);
+      if (ddp) {
+        const auto& st = ddp->last_stats();
+        comm_s.push_back(st.comm_seconds);
+        exposed_s.push_back(st.exposed_seconds);
+        hidden.push_back(st.hidden_fraction());
+        bytes = st.bytes;
+        buckets = st.buckets;
+      }
+    }
+    if (rank == 0) {
+      const double t = median(step_s);
+      if (json) {
+        std::printf("{\"model\": \"%s\", \"amp\": \"%s\", \"world\": %d, \"threads\": %d, \"batch\": %lld, "
+                    "\"step_ms\": %.3f, \"images_per_s\": %.1f, \"buckets\": %d, \"bytes_per_step\": %lld, "
+                    "\"allreduce_ms\": %.3f, \"exposed_ms\": %.3f, \"hidden\": %.3f}\n",
+                    model_name.c_str(), amp.c_str(), world, get_num_threads(), static_cast<long long>(batch), 1e3 * t,
+                    static_cast<double>(batch) / t, buckets, static_cast<long long>(bytes), 1e3 * median(comm_s),
+                    1e3 * median(exposed_s), median(hidden));
+      } else {
+        std::printf("%s amp %s: %d rank(s) x %d thread(s), global batch %lld: %.2f ms/step (%.0f images/s)", model_name.c_str(),
+                    amp.c_str(), world, get_num_threads(), static_cast<long long>(batch), 1e3 * t,
+                    static_cast<double>(batch) / t);
+        if (world > 1)
+          std::printf("; %d bucket(s), %lld bytes all-reduced per step, all-reduce %.2f ms, exposed %.2f ms, hidden %.0f%%",
+                      buckets, static_cast<long long>(bytes), 1e3 * median(comm_s), 1e3 * median(exposed_s),
+                      100 * median(hidden));
+        std::printf("\n");
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    distributed::abort_if_distributed(e.what());
+    std::fprintf(stderr, "ddp_step: %s\n", e.what());
+    return 1;
+  }
+}
