@@ -21,6 +21,7 @@ packages=(
   nlohmann-json3-dev             # JSON headers
   libcli11-dev                   # command lines
   libopenmpi-dev openmpi-bin     # data parallelism (distributed/): MPI and mpirun
+  iproute2                       # scripts/mpi-two-hosts.sh: two hosts as network namespaces
   dataset-fashion-mnist          # the training job's data
 )
 
