@@ -62,6 +62,7 @@
 #include "core/convert.h"
 #include "ops/conv_args.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/im2col_avx512.h"
@@ -171,7 +172,8 @@ Shift shift_of(const ConvGeom& g, int64_t offh, int64_t offw) {
   r.s = offh * g.W + offw;
   valid_range(offh, 1, g.H, g.OH, r.i0, r.i1);
   valid_range(offw, 1, g.W, g.OW, r.j0, r.j1);
-  r.lo = std::max(r.i0 * g.W, -r.s);
+  // Clamped to L: with no valid row (a 1-row image under a 3-row kernel) -s can exceed it.
+  r.lo = std::min(std::max(r.i0 * g.W, -r.s), g.L());
   r.hi = std::max(r.lo, std::min(r.i1 * g.W, g.H * g.W - r.s));
   return r;
 }
@@ -333,8 +335,41 @@ struct Staging {
   }
 };
 
+// The implicit-GEMM kernel (ops/cpu/conv_implicit_gemm.h) takes plane-shift geometry with one
+// group and an FP32 accumulator: FP32 and BF16 storage directly, FP16 widened a few images at a
+// time (conv_forward), so that every 16-bit conv stays the FP32 conv of its widened operands.
+// MIXTAPE_GEMM=blas (cpu::own_float_gemm() false) keeps convs on im2col + OpenBLAS.
+bool implicit_gemm_applies(const ConvGeom& g, DType dt) {
+  return (dt == DType::Float32 || dt == DType::BFloat16 || dt == DType::Float16) && plane_shift(g) && g.G == 1 &&
+         g.C > 0 && g.O > 0 && cpu::own_float_gemm() && cpu::conv_implicit_gemm_enabled();
+}
+cpu::ImplicitConvShape implicit_shape(const ConvGeom& g) {
+  return {g.N, g.C, g.H, g.W, g.O, g.kH, g.kW, g.pH, g.pW, g.dH, g.OH};
+}
+
 template <typename S, typename T, typename A>
 void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
+  if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, BFloat16>) && std::is_same_v<T, float>) {
+    if (implicit_gemm_applies(g, std::is_same_v<S, float> ? DType::Float32 : DType::BFloat16))
+      return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y);
+  }
+  if constexpr (std::is_same_v<S, Half>) {
+    // Each output element of the kernel is its own sum, whatever images share its panel, so
+    // chunks of the batch widened to FP32 give the FP32 conv's bits, rounded once.
+    if (implicit_gemm_applies(g, DType::Float16)) {
+      const int64_t nb = std::min<int64_t>(g.N, 16), L = g.L();
+      std::vector<float> xf(static_cast<size_t>(nb * g.image())), yf(static_cast<size_t>(nb * g.O * L));
+      for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
+        const int64_t m = std::min(nb, g.N - n0);
+        cpu::ImplicitConvShape s = implicit_shape(g);
+        s.N = m;
+        load(x + n0 * g.image(), xf.data(), m * g.image());
+        cpu::conv_implicit_gemm(s, xf.data(), w, b, yf.data());
+        store(yf.data(), y + n0 * g.O * L, m * g.O * L);
+      }
+      return;
+    }
+  }
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();
@@ -437,12 +472,17 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
 // Taken when it copies no more rows than it saves (O <= C: ResNet's 3x3 convs, where it measured
 // 1.12-1.30x faster at 16 and 32 channels, FP32 and BF16, and level at 64 on 7x7, batch 128, 2
 // threads); SmallCNN's conv2 (32 -> 64) measured no gain in BF16 and 8% slower in FP32 that way.
-bool input_grad_is_a_conv(const ConvGeom& g) {
+ConvGeom input_grad_conv_geometry(const ConvGeom& g);
+bool input_grad_is_a_conv(const ConvGeom& g, DType dt) {
   // im2col(gy) is (O kH kW, H W), the old col (C kH kW, OH OW): the new one must be no larger. With
   // little padding H W exceeds OH OW (a 7x7 kernel on a 7x7 input without padding: 49x), and the
   // extra columns would be GEMM work on padding zeros. "Same" convolutions have H W == OH OW.
-  return g.sH == 1 && g.sW == 1 && g.pH <= (g.kH - 1) * g.dH && g.pW <= (g.kW - 1) * g.dW && g.Og() > 0 &&
-         g.Kg() > 0 && !g.direct() && g.O * g.H * g.W <= g.C * g.OH * g.OW && g.H * g.W <= INT_MAX;
+  // On the implicit-GEMM kernel there is no im2col(gy) to copy: the conv form is one GEMM of the
+  // same multiply-adds as col2im's, without the scatter, whatever O and C.
+  const bool reach = g.sH == 1 && g.sW == 1 && g.pH <= (g.kH - 1) * g.dH && g.pW <= (g.kW - 1) * g.dW &&
+                     g.Og() > 0 && g.Kg() > 0 && !g.direct() && g.H * g.W <= INT_MAX;
+  if (!reach) return false;
+  return g.O * g.H * g.W <= g.C * g.OH * g.OW || implicit_gemm_applies(input_grad_conv_geometry(g), dt);
 }
 // The geometry of that conv: input gy (N, O, OH, OW), weight (C, O/G, kH, kW), output (N, C, H, W).
 ConvGeom input_grad_conv_geometry(const ConvGeom& g) {
@@ -530,7 +570,7 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
   if (out.numel() == 0) return {out};
   const bool native = cpu::bf16_native_gemm();
   Tensor gc = dense(gy, gy.dtype()), wc = dense(w, operand_type(gy.dtype(), native));
-  const bool as_conv = input_grad_is_a_conv(g);
+  const bool as_conv = input_grad_is_a_conv(g, gy.dtype());
   Tensor wt = as_conv ? Tensor::empty({g.C, g.Og(), g.kH, g.kW}, TensorOptions(wc.dtype())) : Tensor();
   visit_types(gy.dtype(), native, [&]<typename S, typename T, typename A>() {
     const S* gp = static_cast<const S*>(gc.data_ptr());

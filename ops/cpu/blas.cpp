@@ -115,6 +115,8 @@ bool native_sgemm() {
 
 }  // namespace
 
+bool own_float_gemm() { return native_sgemm(); }
+
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
           float beta, float* c, int64_t ldc) {
   if (native_sgemm() && m >= 16 && n >= 16) return sgemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);

@@ -34,6 +34,11 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, in
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
           int64_t ldb, float beta, float* c, int64_t ldc);
 
+// True when float GEMMs run on mixtape's own AVX-512 kernel (the CPU has AVX-512F and
+// MIXTAPE_GEMM is not "blas"); conv2d's implicit-GEMM kernel follows the same switch. Reads
+// MIXTAPE_GEMM once: a bad value throws here, at every call.
+bool own_float_gemm();
+
 // BLAS's own thread count (ops/threads.cpp keeps it equal to OpenMP's).
 void blas_set_num_threads(int n);
 

@@ -1,0 +1,425 @@
+// ops/cpu/conv_implicit_gemm.cpp — see conv_implicit_gemm.h. Only the functions marked MT_CONV /
+// MT_CONV_BF16 hold AVX-512 instructions; they run only after the entry points checked the CPU.
+#include "ops/cpu/conv_implicit_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/cpu/aligned_buffer.h"
+#include "ops/cpu/bgemm_avx512bf16.h"
+#include "ops/cpu/cpu_features.h"
+#include "ops/cpu/tile_threads.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MIXTAPE_HAVE_CONV_IGEMM 1
+#define MT_CONV __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define MT_CONV_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#else
+#define MIXTAPE_HAVE_CONV_IGEMM 0
+#endif
+
+namespace mixtape::cpu {
+namespace {
+
+// 0: no override; else 1 + ConvAlgo.
+std::atomic<int> g_conv_override{0};
+
+bool im2col_from_env() {
+  const char* e = std::getenv("MIXTAPE_CPU_CONV");
+  const std::string v = e ? e : "";
+  if (v.empty() || v == "auto") return false;
+  if (v == "im2col") return true;
+  MT_ERROR("MIXTAPE_CPU_CONV: expected 'auto' or 'im2col', got '", v, "'");
+}
+
+bool cpu_can_run() {
+  const CpuFeatures& f = cpu_features();
+  return MIXTAPE_HAVE_CONV_IGEMM && f.avx512f && f.avx512bw && f.avx512vl && f.os_zmm_state;
+}
+
+}  // namespace
+
+bool conv_implicit_gemm_enabled() {
+  if (const int o = g_conv_override.load(std::memory_order_relaxed))
+    return o - 1 == static_cast<int>(ConvAlgo::Auto) && cpu_can_run();
+  // A throwing initialiser leaves it uninitialised, so a bad value throws at every call.
+  static const bool im2col = im2col_from_env();
+  return !im2col && cpu_can_run();
+}
+
+ConvAlgoOverride::ConvAlgoOverride(ConvAlgo algo) : previous_(g_conv_override.load()) {
+  g_conv_override.store(1 + static_cast<int>(algo));
+}
+ConvAlgoOverride::~ConvAlgoOverride() { g_conv_override.store(previous_); }
+
+#if MIXTAPE_HAVE_CONV_IGEMM
+namespace {
+
+constexpr int64_t kMr = 8;   // output channels of a register tile (an A panel)
+constexpr int64_t kNr = 32;  // output pixels of a register tile (a column panel)
+// Depth slices: a B slice (kc x 32) is 32 KiB in FP32 (kc = 256) and in BF16 (kc = 512): L1.
+constexpr int64_t kKcF32 = 256;
+constexpr int64_t kKcBf16 = 512;
+// Below this many multiply-adds a call runs on one thread: a team costs more than it saves.
+constexpr int64_t kParallelMacs = int64_t(1) << 21;
+
+// Lanes lo..hi-1 of a 32-lane panel (0 <= lo <= hi <= 32).
+inline uint32_t lanes(int64_t lo, int64_t hi) {
+  if (hi <= lo) return 0;
+  return static_cast<uint32_t>(((uint64_t(1) << (hi - lo)) - 1) << lo);
+}
+
+// The part of a column panel that lies in one image: lane t reads output pixel l = base + t of
+// image n, for the lanes in `bits`.
+struct Segment {
+  int64_t n, base;
+  uint32_t bits;
+};
+
+// Where the 32 columns of panel `panel` come from, and for each kernel tap (ki, kj) the lanes
+// whose input pixel is inside the image (zero padding elsewhere).
+struct PanelMap {
+  int nseg = 0;
+  Segment seg[kNr];
+  std::vector<uint32_t> tap;     // [ki kW + kj]
+  std::vector<int64_t> shift;    // [ki kW + kj]: col[(c, ki, kj), l] = x[c, l + shift]
+
+  void build(const ImplicitConvShape& s, int64_t panel, std::vector<uint32_t>& rows, std::vector<uint32_t>& cols) {
+    const int64_t L = s.OH * s.W;
+    int64_t n = panel * kNr / L, l = panel * kNr % L, t = 0;
+    nseg = 0;
+    rows.assign(static_cast<size_t>(s.kH), 0);
+    cols.assign(static_cast<size_t>(s.kW), 0);
+    while (t < kNr && n < s.N) {
+      const int64_t len = std::min(kNr - t, L - l);
+      seg[nseg++] = {n, l - t, lanes(t, t + len)};
+      int64_t i = l / s.W, j = l % s.W;
+      for (int64_t e = 0; e < len; ++e) {
+        const uint32_t bit = uint32_t(1) << (t + e);
+        for (int64_t ki = 0; ki < s.kH; ++ki) {
+          const int64_t ih = i + ki * s.dH - s.pH;
+          if (ih >= 0 && ih < s.H) rows[static_cast<size_t>(ki)] |= bit;
+        }
+        for (int64_t kj = 0; kj < s.kW; ++kj) {
+          const int64_t iw = j + kj - s.pW;
+          if (iw >= 0 && iw < s.W) cols[static_cast<size_t>(kj)] |= bit;
+        }
+        if (++j == s.W) j = 0, ++i;
+      }
+      t += len, ++n, l = 0;
+    }
+    tap.resize(static_cast<size_t>(s.kH * s.kW));
+    shift.resize(static_cast<size_t>(s.kH * s.kW));
+    for (int64_t ki = 0; ki < s.kH; ++ki)
+      for (int64_t kj = 0; kj < s.kW; ++kj) {
+        tap[static_cast<size_t>(ki * s.kW + kj)] = rows[static_cast<size_t>(ki)] & cols[static_cast<size_t>(kj)];
+        shift[static_cast<size_t>(ki * s.kW + kj)] = (ki * s.dH - s.pH) * s.W + kj - s.pW;
+      }
+  }
+};
+
+// Walks the depth rows r = (c kH + ki) kW + kj of the implicit col in order without dividing:
+// channel c and tap index k = ki kW + kj of row r.
+struct RowCursor {
+  int64_t c, k, kk;
+  RowCursor(const ImplicitConvShape& s, int64_t r) : c(r / (s.kH * s.kW)), k(r % (s.kH * s.kW)), kk(s.kH * s.kW) {}
+  void next() {
+    if (++k == kk) k = 0, ++c;
+  }
+};
+
+// ---- B packing: rows [p0, p0 + kc) of the implicit col for one column panel ----
+// FP32 layout: dst[p 32 + t]. 16 lanes per masked load; masked-off lanes read nothing.
+template <typename E>
+MT_CONV inline __m512 load16_f32(__m512 v, uint32_t m, const E* src) {
+  if constexpr (std::is_same_v<E, float>) {
+    return _mm512_mask_loadu_ps(v, static_cast<__mmask16>(m), src);
+  } else {  // BF16 bits: widen exactly (a float's upper half)
+    const __m256i h = _mm256_maskz_loadu_epi16(static_cast<__mmask16>(m), src);
+    const __m512 w = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_mask_mov_ps(v, static_cast<__mmask16>(m), w);
+  }
+}
+
+template <typename E>
+MT_CONV void pack_b_f32(const ImplicitConvShape& s, const E* x, const PanelMap& pm, int64_t p0, int64_t kc,
+                        float* dst) {
+  const int64_t HW = s.H * s.W;
+  const E* seg_x[kNr];  // image n's data shifted so that lane t reads pixel l = t of its plane 0
+  for (int q = 0; q < pm.nseg; ++q) seg_x[q] = x + pm.seg[q].n * s.C * HW + pm.seg[q].base;
+  RowCursor rc(s, p0);
+  for (int64_t p = 0; p < kc; ++p, rc.next()) {
+    const uint32_t mk = pm.tap[static_cast<size_t>(rc.k)];
+    const int64_t off = rc.c * HW + pm.shift[static_cast<size_t>(rc.k)];
+    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+    for (int q = 0; q < pm.nseg; ++q) {
+      const uint32_t m = mk & pm.seg[q].bits;
+      if (!m) continue;
+      const E* src = seg_x[q] + off;
+      lo = load16_f32(lo, m & 0xFFFFu, src);
+      hi = load16_f32(hi, m >> 16, src + 16);
+    }
+    _mm512_store_ps(dst + p * kNr, lo);
+    _mm512_store_ps(dst + p * kNr + 16, hi);
+  }
+}
+
+// BF16 pair layout: depth pair p2 = (p0 + 2 p2, p0 + 2 p2 + 1), lane t at dst[(p2 32 + t) 2 + {0, 1}];
+// zero past depth K.
+MT_CONV void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, const PanelMap& pm, int64_t p0, int64_t kc,
+                         uint16_t* dst) {
+  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                   8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i lo_idx = _mm512_load_si512(kLo);
+  const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+  const int64_t K = s.C * s.kH * s.kW, HW = s.H * s.W;
+  const uint16_t* seg_x[kNr];
+  for (int q = 0; q < pm.nseg; ++q) seg_x[q] = x + pm.seg[q].n * s.C * HW + pm.seg[q].base;
+  RowCursor rc(s, p0);
+  for (int64_t p2 = 0; 2 * p2 < kc; ++p2) {
+    __m512i r[2];
+    for (int e = 0; e < 2; ++e) {  // rows p0 + 2 p2 + e (zero past K)
+      r[e] = _mm512_setzero_si512();
+      if (p0 + 2 * p2 + e >= K) continue;
+      const uint32_t mk = pm.tap[static_cast<size_t>(rc.k)];
+      const int64_t off = rc.c * HW + pm.shift[static_cast<size_t>(rc.k)];
+      for (int q = 0; q < pm.nseg; ++q) {
+        const uint32_t m = mk & pm.seg[q].bits;
+        if (m) r[e] = _mm512_mask_loadu_epi16(r[e], m, seg_x[q] + off);
+      }
+      rc.next();
+    }
+    const __m512i r0 = r[0], r1 = r[1];
+    _mm512_store_si512(dst + p2 * kNr * 2, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+    _mm512_store_si512(dst + p2 * kNr * 2 + 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+  }
+}
+
+// ---- micro-kernels: the 8 x 32 tile acc (row-major, 32 floats a row) += Ap^T Bp over the slice;
+// from +0 when `first`. Storing and reloading FP32 partial sums is exact, so a tile summed over
+// several slices equals one chain over the whole depth. ----
+MT_CONV void tile_f32(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* acc, bool first) {
+  __m512 c[kMr][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < kMr; ++i) {
+    c[i][0] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + i * kNr);
+    c[i][1] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + i * kNr + 16);
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) {
+      const __m512 a = _mm512_set1_ps(ap[i]);
+      c[i][0] = _mm512_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm512_fmadd_ps(a, b1, c[i][1]);
+    }
+    ap += kMr;
+    bp += kNr;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kMr; ++i) {
+    _mm512_store_ps(acc + i * kNr, c[i][0]);
+    _mm512_store_ps(acc + i * kNr + 16, c[i][1]);
+  }
+}
+
+MT_CONV_BF16 void tile_bf16(int64_t kc2, const uint16_t* __restrict ap, const uint16_t* __restrict bp, float* acc,
+                            bool first) {
+  __m512 c[kMr][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < kMr; ++i) {
+    c[i][0] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + i * kNr);
+    c[i][1] = first ? _mm512_setzero_ps() : _mm512_load_ps(acc + i * kNr + 16);
+  }
+  for (int64_t p2 = 0; p2 < kc2; ++p2) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(bp), b1 = (__m512bh)_mm512_load_si512(bp + 32);
+#pragma GCC unroll 8
+    for (int i = 0; i < kMr; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, ap + 2 * i, sizeof pair);
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+      c[i][0] = _mm512_dpbf16_ps(c[i][0], b0, a);
+      c[i][1] = _mm512_dpbf16_ps(c[i][1], b1, a);
+    }
+    ap += kMr * 2;
+    bp += kNr * 2;
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kMr; ++i) {
+    _mm512_store_ps(acc + i * kNr, c[i][0]);
+    _mm512_store_ps(acc + i * kNr + 16, c[i][1]);
+  }
+}
+
+// ---- epilogue: + bias, stored (rounded once to BF16) into each image the panel covers ----
+// Round to nearest even, NaN made quiet: core/bfloat16.h's float_to_bfloat16_bits, 16 lanes.
+MT_CONV inline __m256i round_bf16(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                _mm512_set1_epi32(0x7F800000));
+  const __m512i q = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
+}
+
+template <typename E>
+MT_CONV void store_panel(const ImplicitConvShape& s, const PanelMap& pm, const float* acc, const float* bias, E* y) {
+  const int64_t L = s.OH * s.W;
+  for (int64_t o = 0; o < s.O; ++o) {
+    __m512 lo = _mm512_load_ps(acc + o * kNr), hi = _mm512_load_ps(acc + o * kNr + 16);
+    if (bias) {
+      const __m512 b = _mm512_set1_ps(bias[o]);
+      lo = _mm512_add_ps(lo, b), hi = _mm512_add_ps(hi, b);
+    }
+    for (int q = 0; q < pm.nseg; ++q) {
+      const uint32_t m = pm.seg[q].bits;
+      E* dst = y + (pm.seg[q].n * s.O + o) * L + pm.seg[q].base;
+      if constexpr (std::is_same_v<E, float>) {
+        _mm512_mask_storeu_ps(dst, static_cast<__mmask16>(m & 0xFFFFu), lo);
+        _mm512_mask_storeu_ps(dst + 16, static_cast<__mmask16>(m >> 16), hi);
+      } else {
+        _mm256_mask_storeu_epi16(dst, static_cast<__mmask16>(m & 0xFFFFu), round_bf16(lo));
+        _mm256_mask_storeu_epi16(dst + 16, static_cast<__mmask16>(m >> 16), round_bf16(hi));
+      }
+    }
+  }
+}
+
+// ---- weights, packed once per call ----
+// FP32: panel ip holds rows [8 ip, 8 ip + 8) as ap[ip K 8 + p 8 + ii], zero past O.
+template <typename W>
+void pack_weights_f32(const ImplicitConvShape& s, const W* w, float* ap) {
+  const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
+  for (int64_t ip = 0; ip < panels; ++ip)
+    for (int64_t p = 0; p < K; ++p)
+      for (int64_t ii = 0; ii < kMr; ++ii) {
+        const int64_t o = ip * kMr + ii;
+        ap[(ip * K + p) * kMr + ii] = o < s.O ? static_cast<float>(w[o * K + p]) : 0.0f;
+      }
+}
+// BF16 pairs: ap[((ip K2 + p2) 8 + ii) 2 + e] = w[o, 2 p2 + e], zero past O and past K.
+void pack_weights_bf16(const ImplicitConvShape& s, const uint16_t* w, uint16_t* ap) {
+  const int64_t K = s.C * s.kH * s.kW, K2 = (K + 1) / 2, panels = (s.O + kMr - 1) / kMr;
+  for (int64_t ip = 0; ip < panels; ++ip)
+    for (int64_t p2 = 0; p2 < K2; ++p2)
+      for (int64_t ii = 0; ii < kMr; ++ii)
+        for (int64_t e = 0; e < 2; ++e) {
+          const int64_t o = ip * kMr + ii, p = 2 * p2 + e;
+          ap[((ip * K2 + p2) * kMr + ii) * 2 + e] = o < s.O && p < K ? w[o * K + p] : uint16_t(0);
+        }
+}
+
+int threads_for(const ImplicitConvShape& s) {
+  const int64_t macs = s.N * s.OH * s.W * s.O * s.C * s.kH * s.kW;
+  return omp_in_parallel() || macs < kParallelMacs ? 1 : omp_get_max_threads();
+}
+
+// The column panels [lo, hi) on the calling thread. Native: BF16 pairs and vdpbf16ps.
+template <bool kNative, typename E>
+MT_CONV void run_panels(const ImplicitConvShape& s, const E* x, const void* apack, const float* bias, E* y,
+                        int64_t lo, int64_t hi) {
+  const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
+  const int64_t kc_max = kNative ? kKcBf16 : kKcF32;
+  thread_local AlignedBuffer<float> acc_buf, bf_buf;
+  thread_local AlignedBuffer<uint16_t> bh_buf;
+  thread_local std::vector<uint32_t> rows, cols;
+  float* acc = acc_buf.get(panels * kMr * kNr);
+  PanelMap pm;
+  for (int64_t panel = lo; panel < hi; ++panel) {
+    pm.build(s, panel, rows, cols);
+    for (int64_t p0 = 0; p0 < K; p0 += kc_max) {
+      const int64_t kc = std::min(kc_max, K - p0);
+      if constexpr (kNative) {
+        const int64_t K2 = (K + 1) / 2, kc2 = (kc + 1) / 2;
+        uint16_t* bp = bh_buf.get(kc_max * kNr);
+        pack_b_bf16(s, reinterpret_cast<const uint16_t*>(x), pm, p0, kc, bp);
+        const uint16_t* ap = static_cast<const uint16_t*>(apack);
+        for (int64_t ip = 0; ip < panels; ++ip)
+          tile_bf16(kc2, ap + (ip * K2 + p0 / 2) * kMr * 2, bp, acc + ip * kMr * kNr, p0 == 0);
+      } else {
+        float* bp = bf_buf.get(kc_max * kNr);
+        pack_b_f32(s, x, pm, p0, kc, bp);
+        const float* ap = static_cast<const float*>(apack);
+        for (int64_t ip = 0; ip < panels; ++ip)
+          tile_f32(kc, ap + (ip * K + p0) * kMr, bp, acc + ip * kMr * kNr, p0 == 0);
+      }
+    }
+    store_panel(s, pm, acc, bias, y);
+  }
+}
+
+template <bool kNative, typename E>
+void conv_panels(const ImplicitConvShape& s, const E* x, const void* apack, const float* bias, E* y) {
+  const int64_t columns = s.N * s.OH * s.W, npanels = (columns + kNr - 1) / kNr;
+  const int nt = threads_for(s);
+  if (nt <= 1) return run_panels<kNative>(s, x, apack, bias, y, 0, npanels);
+  for_tile_ranges(nt, npanels, 1, [&](int64_t lo, int64_t hi) { run_panels<kNative>(s, x, apack, bias, y, lo, hi); });
+}
+
+void check_shape(const ImplicitConvShape& s) {
+  MT_CHECK(cpu_can_run(), "conv_implicit_gemm: this CPU lacks AVX-512 F/BW/VL (check conv_implicit_gemm_enabled())");
+  MT_CHECK(s.N >= 0 && s.C > 0 && s.O > 0 && s.kH > 0 && s.kW == 2 * s.pW + 1 && s.dH > 0 && s.pH >= 0 &&
+               s.OH == s.H + 2 * s.pH - s.dH * (s.kH - 1) && s.OH > 0 && s.W > 0,
+           "conv_implicit_gemm: not a plane-shift geometry");
+}
+
+}  // namespace
+
+void conv_implicit_gemm(const ImplicitConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+  check_shape(s);
+  const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
+  AlignedBuffer<float> ap;
+  pack_weights_f32(s, w, ap.get(panels * K * kMr));
+  conv_panels<false>(s, x, ap.data.get(), bias, y);
+}
+
+void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias,
+                        BFloat16* y) {
+  check_shape(s);
+  const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
+  AlignedBuffer<float> ap;
+  pack_weights_f32(s, w, ap.get(panels * K * kMr));
+  // BFloat16 is a standard-layout wrapper of its uint16_t bits (core/bfloat16.h asserts it).
+  conv_panels<false>(s, &x->bits, ap.data.get(), bias, &y->bits);
+}
+
+void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias,
+                        BFloat16* y) {
+  check_shape(s);
+  MT_CHECK(bgemm_avx512bf16_available(), "conv_implicit_gemm: this CPU lacks ", bf16_native_missing(cpu_features()),
+           " (check bf16_native_gemm() first)");
+  const int64_t K = s.C * s.kH * s.kW, K2 = (K + 1) / 2, panels = (s.O + kMr - 1) / kMr;
+  AlignedBuffer<uint16_t> ap;
+  pack_weights_bf16(s, &w->bits, ap.get(panels * K2 * kMr * 2));
+  conv_panels<true>(s, &x->bits, ap.data.get(), bias, &y->bits);
+}
+
+#pragma GCC diagnostic pop
+#else
+void conv_implicit_gemm(const ImplicitConvShape&, const float*, const float*, const float*, float*) {
+  MT_ERROR("conv_implicit_gemm: not built for this target");
+}
+void conv_implicit_gemm(const ImplicitConvShape&, const BFloat16*, const float*, const float*, BFloat16*) {
+  MT_ERROR("conv_implicit_gemm: not built for this target");
+}
+void conv_implicit_gemm(const ImplicitConvShape&, const BFloat16*, const BFloat16*, const float*, BFloat16*) {
+  MT_ERROR("conv_implicit_gemm: not built for this target");
+}
+#endif
+
+}  // namespace mixtape::cpu

@@ -1,0 +1,70 @@
+// ops/cpu/conv_implicit_gemm.h — conv2d's forward as an implicit GEMM: y = W (O, K) @ col (K, N L)
+// without an im2col matrix. Owns: the "plane-shift" forward kernel (unit strides, unit column
+// dilation, output width = input width, one group: every 3x3 "same" conv of the zoo, and the input
+// gradient of such a conv, which ops/conv.cpp runs as one) in FP32 and BF16, and the switch that
+// turns it off (ConvAlgoOverride, MIXTAPE_CPU_CONV) for comparisons.
+//
+// Algorithm: the weights are packed once per call into 8-row panels (A). The batch's output pixels
+// are one column space of N L columns, cut into panels of 32 that may straddle images (no ragged
+// edge tile per image: SmallCNN's 14x14 = 196 columns filled its seventh tile to 12%). For each
+// column panel the B operand (a depth slice of K = C kH kW rows by 32 columns) is packed straight
+// from the input images with one masked load per row and 16 (FP32) or 32 (BF16) columns: the lanes
+// whose window tap falls in the padding or in a neighbouring row are masked off (zero); then an 8 x
+// 32 register tile per A panel accumulates the slice, and after the last slice the tile gets the
+// bias added and is stored (rounded to BF16 once where the output is BF16) into each image the
+// panel covers.
+// Three variants, one per operand type:
+//   float x, float w                      FP32 FMA
+//   BFloat16 x, float w (BF16 emulated)   x widened exactly to FP32 while packing, FP32 FMA: the
+//                                         FP32 variant's sums on the widened input, rounded once,
+//                                         bit for bit (the contract of MIXTAPE_CPU_BF16=emulated)
+//   BFloat16 x, BFloat16 w (native)       vdpbf16ps on depth pairs (p, p + 1), FP32 accumulation
+// Invariant (determinism): output element (n, o, l) is one thread's sum over the depth in a fixed
+// order — FP32: p = 0, 1, ..., K - 1, one FMA each from +0; BF16 native: pairs in order, each one
+// vdpbf16ps step (ops/cpu/bgemm_avx512bf16.h's R, odd depth first) — then + bias[o] (one FP32
+// add), then the store's rounding. Threads split the column panels, so the bits are the same at
+// every thread count and in every run. They differ from im2col + GEMM's in the last bits (that
+// sums in slices and adds onto a bias-filled output).
+// Internal: called by ops/conv.cpp only, after conv_implicit_gemm_enabled().
+#pragma once
+#include <cstdint>
+
+#include "core/bfloat16.h"
+
+namespace mixtape::cpu {
+
+// x (N, C, H, W) -> y (N, O, OH, W) with OH = H + 2 pH - dH (kH - 1) >= 1 and kW = 2 pW + 1
+// (plane-shift geometry); w (O, C, kH, kW) contiguous; bias (O) in FP32 or null.
+struct ImplicitConvShape {
+  int64_t N, C, H, W, O, kH, kW, pH, pW, dH, OH;
+};
+
+enum class ConvAlgo { Auto, Im2col };
+
+// True when this CPU (and OS) can run the kernels (AVX-512 F, BW and VL; the native BF16 variant
+// also needs bf16_native_gemm()) and neither a ConvAlgoOverride nor MIXTAPE_CPU_CONV=im2col says no.
+// MIXTAPE_CPU_CONV: auto (default, or unset/empty) | im2col; anything else throws an Error naming
+// the variable, at every call.
+bool conv_implicit_gemm_enabled();
+
+// While alive, conv_implicit_gemm_enabled() answers for `algo` (Im2col: false; Auto: whether the
+// CPU can), whatever MIXTAPE_CPU_CONV says. Process-wide; nests. For tests and benchmarks.
+class ConvAlgoOverride {
+ public:
+  explicit ConvAlgoOverride(ConvAlgo algo);
+  ~ConvAlgoOverride();
+  ConvAlgoOverride(const ConvAlgoOverride&) = delete;
+  ConvAlgoOverride& operator=(const ConvAlgoOverride&) = delete;
+
+ private:
+  int previous_;
+};
+
+void conv_implicit_gemm(const ImplicitConvShape& s, const float* x, const float* w, const float* bias, float* y);
+void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias,
+                        BFloat16* y);
+// Needs bgemm_avx512bf16_available() (throws an Error otherwise).
+void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias,
+                        BFloat16* y);
+
+}  // namespace mixtape::cpu
