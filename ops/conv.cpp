@@ -15,7 +15,10 @@
 // and the GEMM accumulates in FP32 (vdpbf16ps), then one rounding — the same products in another
 // order, within FP32 summation error of the widened path (docs/CPU.md, "BF16 GEMM").
 //
-// CPU algorithm: im2col + GEMM, one image at a time.
+// CPU algorithm: on AVX-512 CPUs, "same" convs (unit strides, unit column dilation, OW == W, one
+// group) and their input gradients run on the implicit-GEMM kernel (ops/cpu/conv_implicit_gemm.h:
+// no col matrix, the whole batch's pixels as GEMM columns; implicit_gemm_applies). Otherwise, and
+// for every weight gradient: im2col + GEMM, one image at a time.
 //   col: (K, L) row-major, K = C kH kW, L = OH OW. Row r = (c kH + ki) kW + kj, column l = i OW + j:
 //        col[r, l] = x[n, c, i sH - pH + ki dH, j sW - pW + kj dW]  (0 where that is padding).
 //   Row r's order is w's memory order, so group g's rows are the block [g K/G, (g+1) K/G) and
