@@ -80,16 +80,19 @@ asan: deps
 	$(ASAN_ENV) $(CTEST) --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS) \
 	  -LE '^($(ASAN_EXCLUDE))$$' --no-tests=error $(CTEST_ARGS)
 
-# The GPU suites, the emulator's own tests, the GPU benchmark's SmallCNN steps and the main job on
-# CUDA, with the device side run on the CPU by the CUDA emulator (tests/cuda_emulator/emulator.h):
+# The GPU suites, the emulator's own tests, the GPU benchmark's SmallCNN steps, the main job on
+# CUDA, and two ranks with CUDA tensors (NCCL's collectives, DDP, the main job) under mpirun, with
+# the device side run on the CPU by the CUDA emulator (tests/cuda_emulator/emulator.h):
 # only what those need is built.
-EMU_TARGETS ?= test_cuda_runtime test_cuda_ops test_cuda_amp test_cuda_emulator train_fashion_mnist bench_gpu_step
+EMU_TARGETS ?= test_cuda_runtime test_cuda_ops test_cuda_amp test_cuda_emulator train_fashion_mnist bench_gpu_step \
+               test_distributed_mpi
 test-emulator: deps
 	$(CMAKE) -S . -B $(EMU_DIR) -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=EMULATOR -DMIXTAPE_BUILD_BENCH=ON
 	$(CMAKE) --build $(EMU_DIR) -j $(JOBS) --target $(EMU_TARGETS)
 	$(CTEST) --test-dir $(EMU_DIR) --output-on-failure -j $(JOBS) -L '^(gpu|cuda_emulator|gpu_selfcheck|gpu_bench_smoke)$$' \
 	  --no-tests=error $(CTEST_ARGS)
-	$(CTEST) --test-dir $(EMU_DIR) --output-on-failure -R '^example_train_fashion_mnist_device_auto$$' \
+	$(CTEST) --test-dir $(EMU_DIR) --output-on-failure \
+	  -R '^(example_train_fashion_mnist_device_auto|distributed_two_ranks|example_train_two_ranks_cuda)$$' \
 	  --no-tests=error $(CTEST_ARGS)
 
 # Runs every Google Benchmark program (bench/CMakeLists.txt names them bench_<name>); the

@@ -116,6 +116,8 @@ if(MIXTAPE_WITH_CUDA)
   endif()
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
+  # nccl.h (optional; CMakeLists.txt decides whether distributed/ uses NCCL).
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
 
   # cuDNN sits beside the toolkit here but a bare find_library misses it: hint the toolkit dirs.
   # CUDNN_ROOT (a CMake or environment variable) names another root: NVIDIA's pip wheel

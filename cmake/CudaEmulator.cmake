@@ -1,6 +1,6 @@
 # cmake/CudaEmulator.cmake — MIXTAPE_CUDA=EMULATOR: the CUDA backend built for a machine with no
 # GPU, so CI runs every GPU test (tests/cuda_emulator/emulator.h says what is and is not proven).
-# Owns: the mixtape_cuda_emulator library (the CUDA runtime, cuBLAS and cuDNN functions mixtape
+# Owns: the mixtape_cuda_emulator library (the CUDA runtime, cuBLAS, cuDNN and NCCL functions mixtape
 # calls, and the kernel engine) and MIXTAPE_CUDA_LIBS / MIXTAPE_WITH_CUDA for this mode.
 # Invariants:
 #   - The toolkit's and cuDNN's headers are used as they are (types, declarations): only their
@@ -24,6 +24,13 @@ add_library(mixtape_cuda_emulator SHARED
 target_include_directories(mixtape_cuda_emulator
   PUBLIC $<BUILD_INTERFACE:${CUDAToolkit_INCLUDE_DIRS}> $<BUILD_INTERFACE:${CUDNN_INCLUDE_DIR}>
   PRIVATE ${PROJECT_SOURCE_DIR})
+# NCCL's functions too (tests/cuda_emulator/nccl.cpp: ranks meet in shared memory), when nccl.h
+# is there to declare them.
+find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+if(NCCL_INCLUDE_DIR)
+  target_sources(mixtape_cuda_emulator PRIVATE ${_emu}/nccl.cpp)
+  target_include_directories(mixtape_cuda_emulator PRIVATE ${NCCL_INCLUDE_DIR})
+endif()
 target_compile_definitions(mixtape_cuda_emulator PUBLIC MIXTAPE_CUDA_EMULATOR=1)
 target_compile_options(mixtape_cuda_emulator PRIVATE -Wall -Wextra -Wno-unused-parameter)
 target_link_options(mixtape_cuda_emulator PRIVATE -Wl,--no-undefined)

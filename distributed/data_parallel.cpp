@@ -16,9 +16,8 @@ namespace {
 std::string replica_description(const nn::Module& m) {
   std::ostringstream os;
   for (const auto& [name, t] : m.named_parameters())
-    os << "parameter '" << name << "' " << t.describe() << (t.requires_grad() ? "" : " (frozen)") << " on "
-       << t.device() << "\n";
-  for (const auto& [name, t] : m.named_buffers()) os << "buffer '" << name << "' " << t.describe() << "\n";
+    os << "parameter '" << name << "' " << layout_of(t) << (t.requires_grad() ? "" : " (frozen)") << "\n";
+  for (const auto& [name, t] : m.named_buffers()) os << "buffer '" << name << "' " << layout_of(t) << "\n";
   return os.str();
 }
 

@@ -12,6 +12,7 @@
 
 #include "autograd/grad_mode.h"
 #include "distributed/backend.h"
+#include "distributed/device_collectives.h"
 #include "ops/creation.h"
 
 namespace mixtape::distributed {
@@ -35,6 +36,7 @@ struct Work::State {
   int rank = 0, world = 1;
   std::chrono::milliseconds timeout{0};
   double busy = 0;
+  std::function<bool()> device_done;  // set for a collective queued on a device
 };
 
 struct ProcessGroup::Queue {
@@ -112,6 +114,16 @@ std::string describe_collective(const char* op, const Tensor& t, const std::stri
 
 }  // namespace
 
+Work Work::on_device(std::string what, std::function<void()> on_wait, std::function<bool()> done) {
+  Work w;
+  w.state_ = std::make_shared<State>();
+  w.state_->what = std::move(what);
+  w.state_->done = true;  // as far as the host is concerned: the device orders the rest
+  w.state_->finish = std::move(on_wait);
+  w.state_->device_done = std::move(done);
+  return w;
+}
+
 void Work::wait() {
   MT_CHECK(state_, "Work::wait: this Work was not returned by a collective");
   State& s = *state_;
@@ -129,6 +141,7 @@ void Work::wait() {
 
 bool Work::is_completed() const {
   if (!state_) return false;
+  if (state_->device_done) return state_->device_done();
   std::lock_guard lk(state_->m);
   return state_->done;
 }
@@ -176,6 +189,25 @@ ProcessGroup::~ProcessGroup() {
 }
 
 const char* ProcessGroup::backend_name() const { return backend_->name(); }
+
+DeviceCollectives* ProcessGroup::device_collectives(const Tensor& t) {
+  if (!t.device().is_cuda() || !t.is_contiguous() || world_size_ == 1) return nullptr;
+  if (!device_tried_) {
+    device_tried_ = true;
+    const char* force = std::getenv("MIXTAPE_DIST_CUDA");
+    const bool host_only = force && std::string(force) == "host";
+    if (!host_only && built_with_nccl()) device_ = make_nccl_collectives(*this, t.device().index());
+  }
+  return device_.get();
+}
+
+const char* ProcessGroup::cuda_backend_name() {
+  if (world_size_ > 1 && !device_tried_) {
+    const char* force = std::getenv("MIXTAPE_DIST_CUDA");
+    if (!(force && std::string(force) == "host") && built_with_nccl()) return "nccl";
+  }
+  return device_ ? device_->name() : "host";
+}
 
 void ProcessGroup::worker_loop() {
   Queue& q = *queue_;
@@ -256,7 +288,7 @@ Work ProcessGroup::submit(std::string what, std::function<void()> job, std::func
 }
 
 void ProcessGroup::check_same_everywhere(const char* op, const Tensor& t) {
-  std::string mine = t.describe();
+  std::string mine = layout_of(t);
   auto all = all_gather_string(mine);
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r] == mine) continue;
@@ -273,9 +305,14 @@ Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, std::string wh
                (dt == DType::Int64 && op != ReduceOp::Avg),
            "all_reduce: ", reduce_op_name(op), " is supported for Float32, Float64, Float16, BFloat16",
            op == ReduceOp::Avg ? "" : " and Int64", ", got ", dtype_name(dt));
-  if (debug_checks() && world_size_ > 1) check_same_everywhere("all_reduce", t);
   std::string desc = describe_collective("all_reduce", t, what);
+  if (world_size_ == 1) return Work::on_device(std::move(desc), nullptr, [] { return true; });  // nothing to do
+  if (debug_checks()) check_same_everywhere("all_reduce", t);
   bytes_reduced_ += static_cast<int64_t>(t.nbytes());
+  if (DeviceCollectives* dev = device_collectives(t)) {
+    ++collectives_;  // (submit() counts the host ones)
+    return dev->all_reduce(t, op, desc);
+  }
   Staged s = stage(t);
   const int world = world_size_;
   Backend* b = backend_.get();
@@ -294,7 +331,12 @@ void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t
 void ProcessGroup::broadcast(const Tensor& t, int root) {
   MT_CHECK(t.defined(), "broadcast: the tensor is undefined");
   MT_CHECK(root >= 0 && root < world_size_, "broadcast: root ", root, " is not a rank of this group of ", world_size_);
-  if (world_size_ > 1) check_same_everywhere("broadcast", t);
+  if (world_size_ == 1) return;
+  check_same_everywhere("broadcast", t);
+  if (DeviceCollectives* dev = device_collectives(t)) {
+    ++collectives_;
+    return dev->broadcast(t, root);
+  }
   Staged s = stage(t);
   Backend* b = backend_.get();
   Tensor host = s.host;
@@ -305,6 +347,10 @@ void ProcessGroup::broadcast(const Tensor& t, int root) {
 std::vector<Tensor> ProcessGroup::all_gather(const Tensor& t) {
   MT_CHECK(t.defined(), "all_gather: the tensor is undefined");
   if (world_size_ > 1) check_same_everywhere("all_gather", t);
+  if (DeviceCollectives* dev = device_collectives(t)) {
+    ++collectives_;
+    return dev->all_gather(t);
+  }
   Tensor in = t.to(Device::CPU()).contiguous();
   IntList out_sizes = t.sizes();
   out_sizes.insert(out_sizes.begin(), world_size_);
@@ -345,6 +391,10 @@ void ProcessGroup::abort(const std::string& why, int code) {
   std::cerr << "mixtape: rank " << rank_ << " of " << world_size_ << " failed: " << why << "\n" << std::flush;
   backend_->abort(code);
   std::_Exit(code);  // not reached: Backend::abort does not return
+}
+
+std::string layout_of(const Tensor& t) {
+  return std::string(dtype_short(t.dtype())) + shape_str(t.sizes()) + (t.device().is_cuda() ? " on cuda" : "");
 }
 
 int launcher_world_size() {

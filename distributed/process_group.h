@@ -32,8 +32,12 @@ class Work {
   void wait();
   bool is_completed() const;
   // Seconds the communication thread spent inside the collective (after it started), for the
-  // overlap measurements of bench/ddp_step.
+  // overlap measurements of bench/ddp_step (0 for a collective that ran on a device).
   double busy_seconds() const;
+
+  // A collective already queued on a device (NCCL): wait() runs `on_wait` (make the caller's
+  // stream wait for it; the host does not block) once; is_completed() asks `done`.
+  static Work on_device(std::string what, std::function<void()> on_wait, std::function<bool()> done);
 
  private:
   friend class ProcessGroup;
@@ -47,7 +51,8 @@ struct ProcessGroupOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 
-class Backend;  // distributed/backend.h
+class Backend;            // distributed/backend.h
+class DeviceCollectives;  // distributed/device_collectives.h
 
 class ProcessGroup {
  public:
@@ -59,12 +64,17 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   const char* backend_name() const;
+  // Who reduces CUDA tensors: "nccl" (device to device, on a communication stream) when the
+  // build has NCCL and more than one rank runs, else "host" (through host memory and MPI).
+  // MIXTAPE_DIST_CUDA=host forces the host path.
+  const char* cuda_backend_name();
   std::chrono::milliseconds timeout() const { return options_.timeout; }
 
   // In place on `t` (f32, f64, f16, bf16; Sum and Max also i64), on every rank. Avg sums and
   // divides by the world size in t's dtype. 16-bit sums round after every addition (MPI has no
   // 16-bit type: mixtape's own reduction, docs/DISTRIBUTED.md). CPU tensors are reduced in their
-  // own memory when contiguous; CUDA tensors go through host memory.
+  // own memory when contiguous; CUDA tensors by NCCL on the device (cuda_backend_name()), or
+  // through host memory. A world of one returns at once and touches nothing.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum, std::string what = "");
   // Rank `root`'s values into `t` on every rank (same shape and dtype everywhere).
@@ -88,13 +98,21 @@ class ProcessGroup {
   void worker_loop();
   void check_same_everywhere(const char* op, const Tensor& t);
 
+  DeviceCollectives* device_collectives(const Tensor& t);
+
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<DeviceCollectives> device_;
+  bool device_tried_ = false;
   ProcessGroupOptions options_;
   int rank_ = 0, world_size_ = 1;
   int64_t collectives_ = 0, bytes_reduced_ = 0;
   struct Queue;
   std::unique_ptr<Queue> queue_;
 };
+
+// What must agree across ranks for a collective or a replica: dtype, shape and the kind of device
+// ("f32[2, 3]", "f16[4] on cuda"); the device index may differ (one GPU per rank).
+std::string layout_of(const Tensor& t);
 
 // Whether this build has the MPI backend (found libopenmpi-dev at configure time).
 bool built_with_mpi();

@@ -409,7 +409,17 @@ int run(const Config& c) {
   // --master-weights: the model itself becomes 16-bit (BatchNorm stays FP32); the optimizer then
   // keeps an FP32 master and FP32 state for every 16-bit parameter.
   if (c.master_weights) model->to(*autocast);
-  const Device device = pick_device(c.device);
+  Device device = pick_device(c.device);
+  // Several ranks on CUDA: one device each, by local rank (--device cuda:N pins one for all).
+  if (world > 1 && device.is_cuda() && c.device.find(':') == std::string::npos) {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    device = Device::CUDA((local ? std::atoi(local) : rank) % cuda::device_count());
+    const char* here = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const int ranks_here = here ? std::atoi(here) : world;
+    MT_CHECK(std::string(pg.cuda_backend_name()) != "nccl" || ranks_here <= cuda::device_count(),
+             "--device cuda with NCCL needs one CUDA device per rank: ", ranks_here, " ranks on this host, ",
+             cuda::device_count(), " device(s) (run fewer ranks, or MIXTAPE_DIST_CUDA=host to reduce through host memory)");
+  }
   model->to(device);  // before the optimizer, which keeps its state (and FP32 masters) beside the parameters
   // Several ranks: rank 0's initial weights everywhere, gradients averaged during backward.
   std::shared_ptr<distributed::DistributedDataParallel> ddp;
@@ -476,9 +486,11 @@ int run(const Config& c) {
               << (scaler.is_enabled() ? ", dynamic loss scaling" : ", no loss scaling (bf16)");
   if (c.accumulate > 1) std::cout << ", " << c.accumulate << " micro-batches per step";
   if (c.checkpoint_activations) std::cout << ", activation checkpointing";
-  if (world > 1)
-    std::cout << ", " << world << " ranks (MPI) x " << local_batch << " images, gradients averaged in "
-              << ddp->bucket_layout().size() << " buckets";
+  if (world > 1) {
+    const size_t nb = ddp->bucket_layout().size();
+    std::cout << ", " << world << " ranks (MPI) x " << local_batch << " images, gradients averaged in " << nb
+              << (nb == 1 ? " bucket" : " buckets") << (device.is_cuda() ? std::string(" by ") + pg.cuda_backend_name() : "");
+  }
   std::cout << "\n";
   if (resume)
     std::cout << "resuming from " << c.resume_path << " after epoch " << start_epoch << " (step " << step << ")\n";

@@ -79,6 +79,19 @@ TEST(TwoRanks, AsyncCollectivesCompleteInIssueOrderWhateverTheWaitOrder) {
   for (int k = 0; k < 4; ++k) EXPECT_EQ(ts[static_cast<size_t>(k)].to_vector<double>().back(), 2.0 * k + 1.0);
 }
 
+TEST(TwoRanks, StridedTensorsAreReducedThroughACopyAndWrittenBack) {
+  Tensor m = tensor({1.0, 2.0, 3.0, 4.0}, {2, 2});
+  const uint32_t v0 = m.version();
+  pg().all_reduce(m.select(1, 0), ReduceOp::Sum);  // the column [1, 3], strided
+  EXPECT_EQ(m.to_vector<double>(), (std::vector<double>{2.0, 2.0, 6.0, 4.0}));
+  EXPECT_GT(m.version(), v0);  // written back through copy_: the version counter moved
+  Tensor c = tensor({1.0, 2.0}, {2});
+  const uint32_t vc = c.version();
+  pg().all_reduce(c, ReduceOp::Sum);  // contiguous: reduced in place, and the version moves too
+  EXPECT_EQ(c.to_vector<double>(), (std::vector<double>{2.0, 4.0}));
+  EXPECT_GT(c.version(), vc);
+}
+
 TEST(TwoRanks, MismatchedShapesAreRefusedNamingEveryRank) {
   Tensor t = zeros({rank() == 0 ? 2 : 3});
   const std::string msg = error_of([&] { pg().broadcast(t, 0); });

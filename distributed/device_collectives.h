@@ -1,0 +1,32 @@
+// distributed/device_collectives.h — collectives on device memory (NCCL), beside the host
+// group's MPI: what a ProcessGroup asks for CUDA tensors when the build has NCCL.
+// Invariant: a collective is queued on the tensor's device after the work the caller's current
+// stream had queued, on a stream of its own; the returned Work's wait() makes the caller's then
+// current stream wait for it (the host never blocks), and the tensor's memory is kept from reuse
+// until it has finished (cuda::record_stream). Every rank issues the same device collectives in
+// the same order, as with MPI.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/process_group.h"
+
+namespace mixtape::distributed {
+
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  virtual const char* name() const = 0;
+  // `t` contiguous, on a CUDA device; f32, f64, f16, bf16 (and i64 for Sum/Max).
+  virtual Work all_reduce(const Tensor& t, ReduceOp op, const std::string& what) = 0;
+  virtual void broadcast(const Tensor& t, int root) = 0;
+  virtual std::vector<Tensor> all_gather(const Tensor& t) = 0;
+};
+
+// NCCL's communicator for this process's ranks, its unique id sent from rank 0 through `host`
+// (MPI); null in a build without NCCL (distributed/cuda/nccl_collectives.cpp).
+std::unique_ptr<DeviceCollectives> make_nccl_collectives(ProcessGroup& host, int device);
+bool built_with_nccl();
+
+}  // namespace mixtape::distributed
