@@ -7,7 +7,6 @@
 // The order is fully deterministic: no hash-map iteration decides anything.
 #include "autograd/engine.h"
 
-#include <exception>
 #include <queue>
 #include <unordered_map>
 
@@ -36,25 +35,33 @@ void queue_callback(std::function<void()> fn) {
 bool in_backward() { return backward_depth > 0; }
 
 void backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph) {
-  struct Depth {
-    Depth() { ++backward_depth; }
-    ~Depth() {
-      if (--backward_depth == 0 && std::uncaught_exceptions() > 0) end_callbacks.clear();
-    }
-  } depth;
-  run_graph(roots, grad_roots, retain_graph, create_graph);
-  if (backward_depth > 1) return;
-  // By index: a callback may queue another one (which then runs in this same loop).
-  for (size_t i = 0; i < end_callbacks.size(); ++i) {
-    auto fn = std::move(end_callbacks[i]);
-    try {
+  // The outermost backward runs the queued callbacks; if it (or a callback) throws, the pending
+  // callbacks are dropped so the next backward starts clean.
+  ++backward_depth;
+  try {
+    run_graph(roots, grad_roots, retain_graph, create_graph);
+  } catch (...) {
+    if (--backward_depth == 0) end_callbacks.clear();
+    throw;
+  }
+  if (backward_depth > 1) {
+    --backward_depth;
+    return;
+  }
+  // Still "in backward" while they run, so a callback may queue another (by index: it then runs
+  // in this same loop).
+  try {
+    for (size_t i = 0; i < end_callbacks.size(); ++i) {
+      auto fn = std::move(end_callbacks[i]);
       fn();
-    } catch (...) {
-      end_callbacks.clear();
-      throw;
     }
+  } catch (...) {
+    end_callbacks.clear();
+    --backward_depth;
+    throw;
   }
   end_callbacks.clear();
+  --backward_depth;
 }
 
 namespace {

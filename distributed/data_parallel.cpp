@@ -144,6 +144,16 @@ void DistributedDataParallel::sync_buffers() {
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
+  if (armed_) {
+    // An error interrupted the last backward after some buckets had left: the ranks may have
+    // issued different collectives, and the gradients are not averaged. (PyTorch: "Expected to
+    // have finished reduction in the prior iteration".)
+    for (Bucket& b : buckets_)
+      if (b.launched) b.work.wait();
+    reset_backward_state();
+    MT_ERROR("DistributedDataParallel: the previous backward was interrupted by an error before its gradients were "
+             "averaged; the replicas may now differ. Restart from a checkpoint.");
+  }
   if (is_training() && options_.broadcast_buffers) sync_buffers();
   return (*module_)(x);
 }

@@ -128,5 +128,20 @@ TEST(DataParallelOfOne, CheckpointedSegmentsGetTheirGradientsReduced) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].grad().to_vector<double>(), b[i].grad().to_vector<double>());
 }
 
+TEST(DataParallelOfOne, ABackwardInterruptedByAnErrorIsReportedAtTheNextForward) {
+  auto inner = dist_test::make_mlp(9);
+  DistributedDataParallel ddp(inner, group());
+  // A hook registered after DDP's throws: DDP had already counted the gradient in.
+  auto w = inner->named_parameters()[3].second;  // 3.bias: the first gradient backward produces
+  int id = w.register_post_accumulate_grad_hook([](const Tensor&) { MT_ERROR("injected"); });
+  auto batch = dist_test::global_batch(8, 0);
+  EXPECT_NE(error_of([&] { cross_entropy(ddp(batch.x), batch.y).backward(); }).find("injected"), std::string::npos);
+  w.remove_post_accumulate_grad_hook(id);
+  EXPECT_NE(error_of([&] { ddp(batch.x); }).find("the previous backward was interrupted"), std::string::npos);
+  inner->zero_grad();
+  cross_entropy(ddp(batch.x), batch.y).backward();  // and then it works again
+  EXPECT_EQ(ddp.last_stats().buckets, 1);
+}
+
 }  // namespace
 }  // namespace mixtape
