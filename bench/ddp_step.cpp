@@ -133,6 +133,8 @@ int main(int argc, char** argv) {
         std::printf("\n");
       }
     }
+    ddp.reset();
+    distributed::destroy_process_group();
     return 0;
   } catch (const std::exception& e) {
     distributed::abort_if_distributed(e.what());

@@ -28,7 +28,7 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int world_size, int
   MT_CHECK(dataset_size >= 0, "DistributedSampler: dataset size must be >= 0, got ", dataset_size);
   // As PyTorch: drop_last keeps floor(n / world) per rank, otherwise ceil(n / world) with padding.
   per_rank_ = opt_.drop_last ? n_ / world_ : (n_ + world_ - 1) / world_;
-  MT_CHECK(opt_.drop_last || n_ > 0 || per_rank_ == 0, "DistributedSampler: empty dataset");
+  MT_CHECK(n_ > 0, "DistributedSampler: the dataset is empty");
 }
 
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {

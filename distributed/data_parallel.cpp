@@ -95,9 +95,17 @@ void DistributedDataParallel::broadcast_from_rank0(const TensorList& tensors) {
   }
 }
 
+std::vector<DType> DistributedDataParallel::grad_dtypes() const {
+  std::vector<DType> out;
+  for (const auto& [name, p] : params_) out.push_back(p.grad_dtype());
+  return out;
+}
+
 void DistributedDataParallel::build_buckets() {
   // Reverse registration order: roughly the order backward produces the gradients in.
   std::map<std::pair<std::string, int>, size_t> open;  // (device, dtype) -> bucket being filled
+  buckets_.clear();
+  built_for_ = grad_dtypes();
   bucket_of_.assign(params_.size(), 0);
   for (size_t k = params_.size(); k-- > 0;) {
     const Tensor& p = params_[k].second;
@@ -163,6 +171,9 @@ void DistributedDataParallel::on_grad_ready(size_t i) {
   if (!armed_) {
     MT_CHECK(autograd::in_backward(), "DistributedDataParallel: a gradient of '", params_[i].first,
              "' was accumulated outside backward()");
+    // An optimizer made after DDP gives its 16-bit parameters FP32 gradients (grad_dtype): the
+    // buckets follow (every rank has the same model and optimizer, so all rebuild alike).
+    if (grad_dtypes() != built_for_) build_buckets();
     armed_ = true;
     stats_ = {};
     autograd::queue_callback([this] { finish_backward(); });

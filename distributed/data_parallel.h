@@ -98,6 +98,7 @@ class DistributedDataParallel : public nn::Module {
     Work work;
   };
   void check_replicas_match();
+  std::vector<DType> grad_dtypes() const;
   void broadcast_from_rank0(const TensorList& tensors);
   void build_buckets();
   void on_grad_ready(size_t param_index);
@@ -112,6 +113,7 @@ class DistributedDataParallel : public nn::Module {
   std::vector<size_t> bucket_of_;                        // param index -> bucket
   std::vector<bool> ready_;                              // this backward
   std::vector<Bucket> buckets_;
+  std::vector<DType> built_for_;                         // the grad dtypes buckets_ were made for
   std::vector<int> hook_ids_;
   size_t next_launch_ = 0;
   bool armed_ = false;  // a backward has reached a hook and queued finish_backward

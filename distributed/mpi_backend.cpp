@@ -59,10 +59,15 @@ class MpiBackend final : public Backend {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-      int provided = 0;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided_), "MPI_Init_thread");
       owns_mpi_ = true;
+    } else {
+      MPI_Query_thread(&provided_);
     }
+    // Only this thread calls MPI (FUNNELED suffices), except MPI_Abort, which abort() calls from
+    // whichever thread failed: that needs MULTIPLE, else abort() exits the process instead.
+    MT_CHECK(provided_ >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided_,
+             ", below MPI_THREAD_FUNNELED: mixtape's communication thread cannot use it");
     check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
@@ -120,12 +125,13 @@ class MpiBackend final : public Backend {
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
   [[noreturn]] void abort(int code) override {
-    MPI_Abort(MPI_COMM_WORLD, code);
+    if (provided_ == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);  // mpirun ends the job when a rank exits without MPI_Finalize
   }
 
  private:
   int rank_ = 0, size_ = 1;
+  int provided_ = MPI_THREAD_SINGLE;
   bool owns_mpi_ = false;
   MPI_Op half_sum_ = MPI_OP_NULL, half_max_ = MPI_OP_NULL, bf16_sum_ = MPI_OP_NULL, bf16_max_ = MPI_OP_NULL,
          f32_max_ = MPI_OP_NULL, f64_max_ = MPI_OP_NULL;

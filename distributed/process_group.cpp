@@ -3,6 +3,7 @@
 #include "distributed/process_group.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -37,6 +38,7 @@ struct Work::State {
   std::chrono::milliseconds timeout{0};
   double busy = 0;
   std::function<bool()> device_done;  // set for a collective queued on a device
+  std::function<void()> on_timeout;   // marks the group unusable: the collective is still queued
 };
 
 struct ProcessGroup::Queue {
@@ -57,13 +59,18 @@ std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback) {
   if (!s || !*s) return fallback;
   char* end = nullptr;
   double sec = std::strtod(s, &end);
-  MT_CHECK(end && *end == '\0' && sec > 0, "MIXTAPE_DIST_TIMEOUT: expected a positive number of seconds, got '", s, "'");
+  MT_CHECK(end && *end == '\0' && std::isfinite(sec) && sec > 0 && sec <= 1e7,
+           "MIXTAPE_DIST_TIMEOUT: expected a number of seconds in (0, 1e7], got '", s, "'");
   return std::chrono::milliseconds(static_cast<int64_t>(sec * 1000));
 }
 
+// Read once: every rank must make the same choice (it adds collectives), so set it for all.
 bool debug_checks() {
-  const char* s = std::getenv("MIXTAPE_DIST_DEBUG");
-  return s && *s && std::string(s) != "0";
+  static const bool on = [] {
+    const char* s = std::getenv("MIXTAPE_DIST_DEBUG");
+    return s && *s && std::string(s) != "0";
+  }();
+  return on;
 }
 
 template <typename T>
@@ -107,9 +114,7 @@ void write_back(const Tensor& t, const Staged& s) {
 }
 
 std::string describe_collective(const char* op, const Tensor& t, const std::string& what) {
-  std::string d = std::string(op) + (what.empty() ? "" : " (" + what + ")") + " of " + t.describe();
-  if (!t.device().is_cpu()) d += " on " + t.device().str();
-  return d;
+  return std::string(op) + (what.empty() ? "" : " (" + what + ")") + " of " + t.describe();  // "f32[4]@cuda:0"
 }
 
 }  // namespace
@@ -128,9 +133,12 @@ void Work::wait() {
   MT_CHECK(state_, "Work::wait: this Work was not returned by a collective");
   State& s = *state_;
   std::unique_lock lk(s.m);
-  if (!s.cv.wait_for(lk, s.timeout, [&] { return s.done; }))
+  if (!s.cv.wait_for(lk, s.timeout, [&] { return s.done; })) {
+    lk.unlock();
+    if (s.on_timeout) s.on_timeout();
     MT_ERROR(s.what, " timed out after ", s.timeout.count() / 1000.0, " s on rank ", s.rank, " of ", s.world,
              ": another rank failed, exited or issued a different collective (MIXTAPE_DIST_TIMEOUT sets the limit)");
+  }
   if (s.error) std::rethrow_exception(s.error);
   if (!s.finished) {
     s.finished = true;
@@ -192,17 +200,28 @@ const char* ProcessGroup::backend_name() const { return backend_->name(); }
 
 DeviceCollectives* ProcessGroup::device_collectives(const Tensor& t) {
   if (!t.device().is_cuda() || !t.is_contiguous() || world_size_ == 1) return nullptr;
+  MT_CHECK(device_error_.empty(), "the NCCL communicator could not be set up earlier: ", device_error_);
   if (!device_tried_) {
     device_tried_ = true;
+    if (!built_with_nccl()) return nullptr;
+    // Decided together (this is every rank's first CUDA collective): NCCL unless some rank was
+    // told MIXTAPE_DIST_CUDA=host — ranks on different paths would never meet.
     const char* force = std::getenv("MIXTAPE_DIST_CUDA");
-    const bool host_only = force && std::string(force) == "host";
-    if (!host_only && built_with_nccl()) device_ = make_nccl_collectives(*this, t.device().index());
+    Tensor host_only = tensor({force && std::string(force) == "host" ? 1.0 : 0.0}, {1}, TensorOptions(DType::Float64));
+    all_reduce(host_only, ReduceOp::Max);
+    if (host_only.to_vector<double>()[0] != 0) return nullptr;
+    try {
+      device_ = make_nccl_collectives(*this, t.device().index());
+    } catch (const std::exception& e) {
+      device_error_ = e.what();  // no silent fall-back to the host path: the other ranks use NCCL
+      throw;
+    }
   }
   return device_.get();
 }
 
 const char* ProcessGroup::cuda_backend_name() {
-  if (world_size_ > 1 && !device_tried_) {
+  if (world_size_ > 1 && !device_tried_) {  // before the first CUDA collective: what it will choose
     const char* force = std::getenv("MIXTAPE_DIST_CUDA");
     if (!(force && std::string(force) == "host") && built_with_nccl()) return "nccl";
   }
@@ -274,6 +293,13 @@ Work ProcessGroup::submit(std::string what, std::function<void()> job, std::func
   st->timeout = options_.timeout;
   st->job = std::move(job);
   st->finish = std::move(finish);
+  // A timed-out collective stays queued (MPI cannot cancel it): nothing may be issued after it,
+  // or the ranks' sequences of collectives would no longer pair up.
+  Queue* q = queue_.get();
+  st->on_timeout = [q, what = st->what] {
+    std::lock_guard lk(q->m);
+    if (q->failed.empty()) q->failed = what + " (timed out)";
+  };
   ++collectives_;
   {
     std::lock_guard lk(queue_->m);
@@ -366,19 +392,30 @@ std::vector<Tensor> ProcessGroup::all_gather(const Tensor& t) {
 std::vector<std::string> ProcessGroup::all_gather_string(const std::string& s) {
   const int world = world_size_;
   Backend* b = backend_.get();
-  std::vector<int64_t> lengths(static_cast<size_t>(world));
-  int64_t mine = static_cast<int64_t>(s.size());
-  submit("all_gather (string lengths)", [&] { b->all_gather(&mine, lengths.data(), sizeof(int64_t)); }, nullptr).wait();
+  // The jobs own their buffers: after a timeout this frame is gone while the job may still run.
+  struct Buffers {
+    int64_t mine = 0;
+    std::vector<int64_t> lengths;
+    std::string padded, all;
+  };
+  auto buf = std::make_shared<Buffers>();
+  buf->mine = static_cast<int64_t>(s.size());
+  buf->lengths.resize(static_cast<size_t>(world));
+  submit("all_gather (string lengths)", [b, buf] { b->all_gather(&buf->mine, buf->lengths.data(), sizeof(int64_t)); },
+         nullptr)
+      .wait();
   int64_t longest = 0;
-  for (int64_t l : lengths) longest = std::max(longest, l);
-  std::string padded = s;
-  padded.resize(static_cast<size_t>(longest));
-  std::string all(static_cast<size_t>(longest * world), '\0');
+  for (int64_t l : buf->lengths) longest = std::max(longest, l);
+  buf->padded = s;
+  buf->padded.resize(static_cast<size_t>(longest));
+  buf->all.assign(static_cast<size_t>(longest * world), '\0');
   if (longest > 0)
-    submit("all_gather (strings)", [&] { b->all_gather(padded.data(), all.data(), longest); }, nullptr).wait();
+    submit("all_gather (strings)", [b, buf, longest] { b->all_gather(buf->padded.data(), buf->all.data(), longest); },
+           nullptr)
+        .wait();
   std::vector<std::string> out;
   for (int r = 0; r < world; ++r)
-    out.push_back(all.substr(static_cast<size_t>(r * longest), static_cast<size_t>(lengths[static_cast<size_t>(r)])));
+    out.push_back(buf->all.substr(static_cast<size_t>(r * longest), static_cast<size_t>(buf->lengths[static_cast<size_t>(r)])));
   return out;
 }
 
@@ -441,6 +478,15 @@ ProcessGroup& init_process_group(ProcessGroupOptions options) {
 ProcessGroup* world() {
   std::lock_guard lk(world_mu);
   return world_ptr().get();
+}
+
+void destroy_process_group() {
+  std::unique_ptr<ProcessGroup> w;
+  {
+    std::lock_guard lk(world_mu);
+    w = std::move(world_ptr());
+  }
+  w.reset();  // outside the lock: the destructor may abort the job, which never returns
 }
 
 void abort_if_distributed(const std::string& why, int code) {

@@ -103,6 +103,7 @@ class ProcessGroup {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<DeviceCollectives> device_;
   bool device_tried_ = false;
+  std::string device_error_;  // NCCL's set-up failed: every later CUDA collective says why
   ProcessGroupOptions options_;
   int rank_ = 0, world_size_ = 1;
   int64_t collectives_ = 0, bytes_reduced_ = 0;
@@ -125,6 +126,10 @@ int launcher_world_size();
 ProcessGroup& init_process_group(ProcessGroupOptions options = {});
 // The group init_process_group made, or null.
 ProcessGroup* world();
+// Ends the group (waits for nothing: call it once every collective was waited for) and
+// finalises MPI. Call it before main returns (PyTorch: destroy_process_group): at exit the CUDA
+// runtime may already be gone when NCCL's communicator is destroyed. A no-op without a group.
+void destroy_process_group();
 // Ends every rank with `why` when a group exists with more than one rank; otherwise returns.
 // For a main()'s last catch: the failing rank takes the others down instead of leaving them in
 // a collective until the timeout.

@@ -140,6 +140,10 @@ void check_same_config(distributed::ProcessGroup& pg, const nlohmann::json& mine
       if (!other.contains(key) || other[key] != value)
         MT_ERROR("rank ", r, " was started with --", key, " ", other.contains(key) ? other[key].dump() : "(none)",
                  ", rank 0 with ", value.dump(), ": every rank must get the same options");
+    for (auto& [key, value] : other.items())
+      if (!first.contains(key))
+        MT_ERROR("rank ", r, " was started with --", key, " ", value.dump(), ", rank 0 without it: every rank must "
+                 "get the same options");
   }
 }
 
@@ -652,6 +656,8 @@ int run(const Config& c) {
             << " epochs (" << std::setprecision(1) << wall << " s); metrics in " << c.metrics_file << ", summary in " << c.summary_file << "\n";
   std::cout << "curves (loss, accuracy" << (scaler.is_enabled() ? ", loss scale" : "") << "): " << curves
             << "  (open it in a web browser)\n";
+  ddp.reset();
+  distributed::destroy_process_group();
   return 0;
 }
 

@@ -3,21 +3,22 @@
 # ("hosts" 10.77.0.1 and 10.77.0.2) joined by a veth pair, mpirun started in the first reaching
 # the second through an rsh agent that runs `ip netns exec`, MPI restricted to TCP over the veth
 # link (no shared memory between the ranks), and the two-rank test program
-# (tests/distributed_mpi) run across them. Root and iproute2 needed; not a CI stage.
+# (tests/distributed_mpi) run across them. Root and iproute2 needed; ctest runs it as
+# distributed_two_hosts (about 5 s), skipped where namespaces cannot be made.
 #
 #   scripts/mpi-two-hosts.sh [BUILD_DIR] [-- extra arguments for the program]
 #   (default BUILD_DIR: build; it must hold tests/test_distributed_mpi)
 #
 # Prints the ranks' hosts, the program's report, and "TWO HOSTS: PASS" or "TWO HOSTS: FAIL"
-# ("SKIPPED: <why>" where namespaces cannot be made). About 5 s; ctest runs it as
-# distributed_two_hosts.
+# ("SKIPPED: <why>" where namespaces cannot be made).
 # The namespaces and the agent are removed on exit, whatever happens.
 set -euo pipefail
 build=build
 if [ $# -gt 0 ] && [ "$1" != "--" ]; then build=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
+[ -x "$build/tests/test_distributed_mpi" ] ||
+  { echo "mpi-two-hosts.sh: $build/tests/test_distributed_mpi not built (cmake --build $build --target test_distributed_mpi)" >&2; exit 1; }
 prog=$(cd "$build" && pwd)/tests/test_distributed_mpi
-[ -x "$prog" ] || { echo "mpi-two-hosts.sh: $prog not built (cmake --build $build --target test_distributed_mpi)" >&2; exit 1; }
 # Where namespaces cannot be made (not root, a container without the capability) the rehearsal
 # cannot run: it says so on a line ctest recognises as a skip, and exits 0.
 [ "$(id -u)" = 0 ] || { echo "SKIPPED: mpi-two-hosts.sh needs root (network namespaces)"; exit 0; }

@@ -117,8 +117,10 @@ class NcclCollectives final : public DeviceCollectives {
     t.bump_version();
     auto done = std::make_shared<cuda::Event>();
     done->record(stream_);
+    // wait() may run after the DeviceGuard is gone, on a thread whose current device is another:
+    // the stream that must wait is this device's current one.
     return Work::on_device(
-        what, [done] { done->wait(cuda::current_stream()); }, [done] { return done->query(); });
+        what, [done, d = device_] { done->wait(cuda::current_stream(d)); }, [done] { return done->query(); });
   }
 
   int device_, rank_, world_;

@@ -60,6 +60,7 @@ TEST(DistributedSampler, ShuffleIsSeededPerEpochAndTheSameOnEveryRank) {
 TEST(DistributedSampler, BadArgumentsAreNamed) {
   EXPECT_NE(error_of([] { DistributedSampler(10, 2, 2); }).find("rank 2 is not in [0, 2)"), std::string::npos);
   EXPECT_NE(error_of([] { DistributedSampler(10, 0, 0); }).find("world_size must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of([] { DistributedSampler(0, 2, 0); }).find("the dataset is empty"), std::string::npos);
 }
 
 TEST(DataLoaderWithSampler, VisitsTheShardInOrderAndCountsItsBatches) {
@@ -75,13 +76,21 @@ TEST(DataLoaderWithSampler, VisitsTheShardInOrderAndCountsItsBatches) {
             std::string::npos);
 }
 
-TEST(SeededPermutation, IsTheDataLoadersShuffle) {
-  auto ds = std::make_shared<TensorDataset>(arange(20, TensorOptions(DType::Float32)).view({20, 1}), arange(20, TensorOptions(DType::Int64)));
-  DataLoader loader(ds, {.batch_size = 20, .shuffle = true, .seed = 9, .prefetch = 0});
-  EXPECT_EQ(loader.order_for_epoch(2), seeded_permutation(20, 9, 2));
-  auto p = seeded_permutation(20, 9, 2);
-  std::sort(p.begin(), p.end());
-  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(p[static_cast<size_t>(i)], i);
+TEST(SeededPermutation, IsPinnedAndIsTheDataLoadersShuffle) {
+  // Pinned: every training run's data order is this permutation, so a change to it (which
+  // would make old runs irreproducible) fails here. (The Fisher-Yates loop moved here from the
+  // DataLoader unchanged.)
+  EXPECT_EQ(seeded_permutation(12, 9, 2), (std::vector<int64_t>{4, 8, 1, 0, 7, 3, 11, 10, 6, 5, 2, 9}));
+  auto ds = std::make_shared<TensorDataset>(arange(12, TensorOptions(DType::Float32)).view({12, 1}),
+                                            arange(12, TensorOptions(DType::Int64)));
+  DataLoader loader(ds, {.batch_size = 12, .shuffle = true, .seed = 9, .prefetch = 0});
+  std::vector<int64_t> seen;
+  loader.set_epoch(2);
+  for (const Batch& b : loader)
+    for (int64_t v : b.target.to_vector<int64_t>()) seen.push_back(v);
+  EXPECT_EQ(seen, seeded_permutation(12, 9, 2));
+  // One rank of a world of one sees exactly the single process's order.
+  EXPECT_EQ(DistributedSampler(12, 1, 0, {.seed = 9}).indices(2), seeded_permutation(12, 9, 2));
 }
 
 }  // namespace

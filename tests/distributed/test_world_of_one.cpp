@@ -128,6 +128,16 @@ TEST(DataParallelOfOne, CheckpointedSegmentsGetTheirGradientsReduced) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].grad().to_vector<double>(), b[i].grad().to_vector<double>());
 }
 
+TEST(DataParallelOfOne, BucketsFollowTheGradDtypeAnOptimizerMadeLaterSets) {
+  auto m = dist_test::make_mlp(0, DType::Float16);
+  DistributedDataParallel ddp(m, group(), {.reduce_16bit_in_fp32 = false});  // FP16 gradients: FP16 buckets
+  optim::SGD opt(m->parameters(), {.lr = 0.1});  // FP32 masters: the gradients become FP32
+  auto batch = dist_test::global_batch(8, 0, DType::Float16);
+  cross_entropy(ddp(batch.x), batch.y).backward();
+  EXPECT_EQ(ddp.last_stats().bytes, 1002 * 4);  // reduced in FP32, as they are
+  EXPECT_EQ(m->parameters()[0].grad().dtype(), DType::Float32);
+}
+
 TEST(DataParallelOfOne, ABackwardInterruptedByAnErrorIsReportedAtTheNextForward) {
   auto inner = dist_test::make_mlp(9);
   DistributedDataParallel ddp(inner, group());

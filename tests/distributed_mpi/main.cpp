@@ -72,5 +72,7 @@ int main(int argc, char** argv) {
   int rc = RUN_ALL_TESTS();
   mixtape::Tensor worst = mixtape::tensor({static_cast<double>(rc)}, {1}, mixtape::TensorOptions(mixtape::DType::Int64));
   pg.all_reduce(worst, mixtape::distributed::ReduceOp::Max);
-  return static_cast<int>(worst.to_vector<int64_t>()[0]);
+  const int result = static_cast<int>(worst.to_vector<int64_t>()[0]);
+  mixtape::distributed::destroy_process_group();
+  return result;
 }
