@@ -199,7 +199,8 @@ ProcessGroup::~ProcessGroup() {
 const char* ProcessGroup::backend_name() const { return backend_->name(); }
 
 DeviceCollectives* ProcessGroup::device_collectives(const Tensor& t) {
-  if (!t.device().is_cuda() || !t.is_contiguous() || world_size_ == 1) return nullptr;
+  // By device only (never by layout): two ranks must never take different paths.
+  if (!t.device().is_cuda() || world_size_ == 1) return nullptr;
   MT_CHECK(device_error_.empty(), "the NCCL communicator could not be set up earlier: ", device_error_);
   if (!device_tried_) {
     device_tried_ = true;
@@ -337,7 +338,13 @@ Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, std::string wh
   bytes_reduced_ += static_cast<int64_t>(t.nbytes());
   if (DeviceCollectives* dev = device_collectives(t)) {
     ++collectives_;  // (submit() counts the host ones)
-    return dev->all_reduce(t, op, desc);
+    if (t.is_contiguous()) return dev->all_reduce(t, op, desc);
+    // A strided CUDA tensor: through a contiguous copy on the device, written back now.
+    Tensor tmp = t.contiguous();
+    dev->all_reduce(tmp, op, desc).wait();
+    autograd::NoGradGuard no_grad;
+    const_cast<Tensor&>(t).copy_(tmp);
+    return Work::on_device(std::move(desc), nullptr, [] { return true; });
   }
   Staged s = stage(t);
   const int world = world_size_;
@@ -361,7 +368,12 @@ void ProcessGroup::broadcast(const Tensor& t, int root) {
   check_same_everywhere("broadcast", t);
   if (DeviceCollectives* dev = device_collectives(t)) {
     ++collectives_;
-    return dev->broadcast(t, root);
+    if (t.is_contiguous()) return dev->broadcast(t, root);
+    Tensor tmp = t.contiguous();
+    dev->broadcast(tmp, root);
+    autograd::NoGradGuard no_grad;
+    const_cast<Tensor&>(t).copy_(tmp);
+    return;
   }
   Staged s = stage(t);
   Backend* b = backend_.get();
@@ -375,7 +387,7 @@ std::vector<Tensor> ProcessGroup::all_gather(const Tensor& t) {
   if (world_size_ > 1) check_same_everywhere("all_gather", t);
   if (DeviceCollectives* dev = device_collectives(t)) {
     ++collectives_;
-    return dev->all_gather(t);
+    return dev->all_gather(t.contiguous());
   }
   Tensor in = t.to(Device::CPU()).contiguous();
   IntList out_sizes = t.sizes();

@@ -51,6 +51,10 @@ TEST_F(TwoRanksCuda, CollectivesOnDeviceMemory) {
   Tensor b = tensor({r, r + 10}, {2}).to(dev_);
   pg().broadcast(b, 1);
   EXPECT_EQ(b.to_vector<double>(), (std::vector<double>{1.0, 11.0}));
+  // A strided operand takes the same path as a contiguous one on every rank (here: NCCL through a copy).
+  Tensor m2 = tensor({1.0, 2.0, 3.0, 4.0}, {2, 2}).to(dev_);
+  pg().all_reduce(m2.select(1, 0), ReduceOp::Sum);
+  EXPECT_EQ(m2.to_vector<double>(), (std::vector<double>{2.0, 2.0, 6.0, 4.0}));
   auto parts = pg().all_gather(tensor({r * 2, r}, {2}).to(dev_));
   ASSERT_EQ(parts.size(), 2u);
   EXPECT_EQ(parts[0].to_vector<double>(), (std::vector<double>{0.0, 0.0}));
