@@ -153,14 +153,22 @@ void DistributedDataParallel::sync_buffers() {
 
 Tensor DistributedDataParallel::forward(const Tensor& x) {
   if (armed_) {
-    // An error interrupted the last backward after some buckets had left: the ranks may have
-    // issued different collectives, and the gradients are not averaged. (PyTorch: "Expected to
+    // An error interrupted the last backward: its gradients were not averaged, and if some
+    // buckets had left the ranks may have issued different collectives. (PyTorch: "Expected to
     // have finished reduction in the prior iteration".)
-    for (Bucket& b : buckets_)
-      if (b.launched) b.work.wait();
+    bool any_left = false;
+    for (Bucket& b : buckets_) any_left = any_left || b.launched;
+    std::string wait_error;
+    try {
+      for (Bucket& b : buckets_)
+        if (b.launched) b.work.wait();
+    } catch (const std::exception& e) {
+      wait_error = std::string(" (waiting for them: ") + e.what() + ")";
+    }
     reset_backward_state();
     MT_ERROR("DistributedDataParallel: the previous backward was interrupted by an error before its gradients were "
-             "averaged; the replicas may now differ. Restart from a checkpoint.");
+             "averaged", any_left ? "; some buckets had already been sent, so the replicas may now differ" : "",
+             wait_error, ". Restart from a checkpoint.");
   }
   if (is_training() && options_.broadcast_buffers) sync_buffers();
   return (*module_)(x);

@@ -56,18 +56,24 @@ class MpiBackend final : public Backend {
   int world_size() const override { return size_; }
 
   void start() override {
-    int inited = 0;
+    int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    MT_CHECK(!finalized, "init_process_group: MPI was already finalised in this process (a group cannot be made "
+             "again after destroy_process_group)");
     if (!inited) {
       check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided_), "MPI_Init_thread");
       owns_mpi_ = true;
     } else {
       MPI_Query_thread(&provided_);
     }
-    // Only this thread calls MPI (FUNNELED suffices), except MPI_Abort, which abort() calls from
-    // whichever thread failed: that needs MULTIPLE, else abort() exits the process instead.
-    MT_CHECK(provided_ >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided_,
-             ", below MPI_THREAD_FUNNELED: mixtape's communication thread cannot use it");
+    // Only this thread calls MPI, except MPI_Abort, which abort() calls from whichever thread
+    // failed: that needs MULTIPLE, else abort() exits the process instead. When this thread made
+    // MPI, FUNNELED suffices; when the program did, this is not MPI's main thread: SERIALIZED.
+    const int need = owns_mpi_ ? MPI_THREAD_FUNNELED : MPI_THREAD_SERIALIZED;
+    MT_CHECK(provided_ >= need, "MPI provides thread level ", provided_, ", below ",
+             owns_mpi_ ? "MPI_THREAD_FUNNELED" : "MPI_THREAD_SERIALIZED (the program initialised MPI itself)",
+             ": mixtape's communication thread cannot use it");
     check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");

@@ -64,13 +64,9 @@ std::chrono::milliseconds timeout_from_env(std::chrono::milliseconds fallback) {
   return std::chrono::milliseconds(static_cast<int64_t>(sec * 1000));
 }
 
-// Read once: every rank must make the same choice (it adds collectives), so set it for all.
-bool debug_checks() {
-  static const bool on = [] {
-    const char* s = std::getenv("MIXTAPE_DIST_DEBUG");
-    return s && *s && std::string(s) != "0";
-  }();
-  return on;
+bool debug_requested() {
+  const char* s = std::getenv("MIXTAPE_DIST_DEBUG");
+  return s && *s && std::string(s) != "0";
 }
 
 template <typename T>
@@ -174,11 +170,23 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions
     q.worker.join();
     std::rethrow_exception(q.start_error);
   }
+  lk.unlock();  // submit() below takes the queue's lock
   rank_ = backend_->rank();
   world_size_ = backend_->world_size();
+  // MIXTAPE_DIST_DEBUG adds collectives: on for all ranks if any rank asked (agreed once, here).
+  debug_ = debug_requested();
+  if (world_size_ > 1) {
+    auto flag = std::make_shared<int64_t>(debug_ ? 1 : 0);  // owned by the job (see all_gather_string)
+    Backend* b = backend_.get();
+    submit("all_reduce (MIXTAPE_DIST_DEBUG)", [b, flag] { b->all_reduce(flag.get(), 1, DType::Int64, ReduceOp::Max); },
+           nullptr)
+        .wait();
+    debug_ = *flag != 0;
+  }
 }
 
 ProcessGroup::~ProcessGroup() {
+  device_.reset();  // NCCL's communicator before MPI is finalised below
   Queue& q = *queue_;
   {
     std::unique_lock lk(q.m);
@@ -201,17 +209,21 @@ const char* ProcessGroup::backend_name() const { return backend_->name(); }
 DeviceCollectives* ProcessGroup::device_collectives(const Tensor& t) {
   // By device only (never by layout): two ranks must never take different paths.
   if (!t.device().is_cuda() || world_size_ == 1) return nullptr;
+  {
+    std::lock_guard lk(queue_->m);  // a failed group issues nothing more, on the device either
+    MT_CHECK(queue_->failed.empty(), "the process group is unusable after '", queue_->failed, "' failed on rank ", rank_);
+  }
   MT_CHECK(device_error_.empty(), "the NCCL communicator could not be set up earlier: ", device_error_);
   if (!device_tried_) {
     device_tried_ = true;
     if (!built_with_nccl()) return nullptr;
-    // Decided together (this is every rank's first CUDA collective): NCCL unless some rank was
-    // told MIXTAPE_DIST_CUDA=host — ranks on different paths would never meet.
-    const char* force = std::getenv("MIXTAPE_DIST_CUDA");
-    Tensor host_only = tensor({force && std::string(force) == "host" ? 1.0 : 0.0}, {1}, TensorOptions(DType::Float64));
-    all_reduce(host_only, ReduceOp::Max);
-    if (host_only.to_vector<double>()[0] != 0) return nullptr;
     try {
+      // Decided together (this is every rank's first CUDA collective): NCCL unless some rank was
+      // told MIXTAPE_DIST_CUDA=host — ranks on different paths would never meet.
+      const char* force = std::getenv("MIXTAPE_DIST_CUDA");
+      Tensor host_only = tensor({force && std::string(force) == "host" ? 1.0 : 0.0}, {1}, TensorOptions(DType::Float64));
+      all_reduce(host_only, ReduceOp::Max);
+      if (host_only.to_vector<double>()[0] != 0) return nullptr;
       device_ = make_nccl_collectives(*this, t.device().index());
     } catch (const std::exception& e) {
       device_error_ = e.what();  // no silent fall-back to the host path: the other ranks use NCCL
@@ -334,7 +346,7 @@ Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, std::string wh
            op == ReduceOp::Avg ? "" : " and Int64", ", got ", dtype_name(dt));
   std::string desc = describe_collective("all_reduce", t, what);
   if (world_size_ == 1) return Work::on_device(std::move(desc), nullptr, [] { return true; });  // nothing to do
-  if (debug_checks()) check_same_everywhere("all_reduce", t);
+  if (debug_) check_same_everywhere("all_reduce", t);
   bytes_reduced_ += static_cast<int64_t>(t.nbytes());
   if (DeviceCollectives* dev = device_collectives(t)) {
     ++collectives_;  // (submit() counts the host ones)

@@ -66,7 +66,8 @@ class ProcessGroup {
   const char* backend_name() const;
   // Who reduces CUDA tensors: "nccl" (device to device, on a communication stream) when the
   // build has NCCL and more than one rank runs, else "host" (through host memory and MPI).
-  // MIXTAPE_DIST_CUDA=host forces the host path.
+  // MIXTAPE_DIST_CUDA=host forces the host path. The ranks settle it together at the first CUDA
+  // collective (host if any rank asks for it); before that this is the path this rank proposes.
   const char* cuda_backend_name();
   std::chrono::milliseconds timeout() const { return options_.timeout; }
 
@@ -103,6 +104,7 @@ class ProcessGroup {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<DeviceCollectives> device_;
   bool device_tried_ = false;
+  bool debug_ = false;  // MIXTAPE_DIST_DEBUG, agreed by every rank at construction
   std::string device_error_;  // NCCL's set-up failed: every later CUDA collective says why
   ProcessGroupOptions options_;
   int rank_ = 0, world_size_ = 1;
@@ -126,9 +128,10 @@ int launcher_world_size();
 ProcessGroup& init_process_group(ProcessGroupOptions options = {});
 // The group init_process_group made, or null.
 ProcessGroup* world();
-// Ends the group (waits for nothing: call it once every collective was waited for) and
-// finalises MPI. Call it before main returns (PyTorch: destroy_process_group): at exit the CUDA
-// runtime may already be gone when NCCL's communicator is destroyed. A no-op without a group.
+// Ends the group and finalises MPI. Call it once every collective was waited for (with one still
+// queued it ends the whole job instead, as an exit would), before main returns (PyTorch:
+// destroy_process_group): at exit the CUDA runtime may already be gone when NCCL's communicator is
+// destroyed. A no-op without a group; no group can be made again afterwards (MPI is finalised).
 void destroy_process_group();
 // Ends every rank with `why` when a group exists with more than one rank; otherwise returns.
 // For a main()'s last catch: the failing rank takes the others down instead of leaving them in

@@ -24,6 +24,8 @@ prog=$(cd "$build" && pwd)/tests/test_distributed_mpi
 [ "$(id -u)" = 0 ] || { echo "SKIPPED: mpi-two-hosts.sh needs root (network namespaces)"; exit 0; }
 command -v ip > /dev/null || { echo "SKIPPED: mpi-two-hosts.sh needs iproute2 (ip)"; exit 0; }
 command -v mpirun > /dev/null || { echo "mpi-two-hosts.sh: needs mpirun (openmpi-bin)" >&2; exit 1; }
+# The rsh agent and TCP options below are Open MPI's.
+mpirun --version 2>&1 | grep -q "Open MPI" || { echo "SKIPPED: mpi-two-hosts.sh drives Open MPI's mpirun, not $(mpirun --version 2>&1 | head -1)"; exit 0; }
 
 tag=mt$$
 ns_a=$tag-a ns_b=$tag-b
