@@ -86,7 +86,7 @@ void DistributedDataParallel::broadcast_from_rank0(const TensorList& tensors) {
       flat.narrow(0, off, t.numel()).view(t.sizes()).copy_(t);
       off += t.numel();
     }
-    group_.broadcast(flat, 0);
+    group_.broadcast(flat, 0, /*check_layout=*/false);  // the replica check at construction covers it
     off = 0;
     for (const Tensor& t : ts) {
       const_cast<Tensor&>(t).copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));

@@ -69,23 +69,19 @@ bool debug_requested() {
   return s && *s && std::string(s) != "0";
 }
 
-template <typename T>
+// In C (the dtype's compute type), rounded once to T.
+template <typename T, typename C>
 void divide(void* buf, int64_t n, int by) {
   T* p = static_cast<T*>(buf);
-  for (int64_t i = 0; i < n; ++i) p[i] = T(static_cast<double>(p[i]) / by);
-}
-template <typename T>
-void divide16(void* buf, int64_t n, int by) {
-  T* p = static_cast<T*>(buf);
-  for (int64_t i = 0; i < n; ++i) p[i] = T(static_cast<float>(p[i]) / static_cast<float>(by));
+  for (int64_t i = 0; i < n; ++i) p[i] = T(static_cast<C>(p[i]) / static_cast<C>(by));
 }
 
 void divide_in_place(void* buf, int64_t n, DType dt, int by) {
   switch (dt) {
-    case DType::Float32: return divide<float>(buf, n, by);
-    case DType::Float64: return divide<double>(buf, n, by);
-    case DType::Float16: return divide16<Half>(buf, n, by);
-    case DType::BFloat16: return divide16<BFloat16>(buf, n, by);
+    case DType::Float32: return divide<float, float>(buf, n, by);
+    case DType::Float64: return divide<double, double>(buf, n, by);
+    case DType::Float16: return divide<Half, float>(buf, n, by);
+    case DType::BFloat16: return divide<BFloat16, float>(buf, n, by);
     default: MT_ERROR("all_reduce: avg needs a floating dtype, got ", dtype_name(dt));
   }
 }
@@ -373,11 +369,11 @@ Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, std::string wh
 
 void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
 
-void ProcessGroup::broadcast(const Tensor& t, int root) {
+void ProcessGroup::broadcast(const Tensor& t, int root, bool check_layout) {
   MT_CHECK(t.defined(), "broadcast: the tensor is undefined");
   MT_CHECK(root >= 0 && root < world_size_, "broadcast: root ", root, " is not a rank of this group of ", world_size_);
   if (world_size_ == 1) return;
-  check_same_everywhere("broadcast", t);
+  if (check_layout || debug_) check_same_everywhere("broadcast", t);
   if (DeviceCollectives* dev = device_collectives(t)) {
     ++collectives_;
     if (t.is_contiguous()) return dev->broadcast(t, root);

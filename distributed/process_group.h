@@ -78,8 +78,10 @@ class ProcessGroup {
   // through host memory. A world of one returns at once and touches nothing.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::Sum);
   Work all_reduce_async(const Tensor& t, ReduceOp op = ReduceOp::Sum, std::string what = "");
-  // Rank `root`'s values into `t` on every rank (same shape and dtype everywhere).
-  void broadcast(const Tensor& t, int root = 0);
+  // Rank `root`'s values into `t` on every rank (same shape and dtype everywhere: checked first,
+  // two small collectives, unless the caller has established it — check_layout = false, as
+  // DistributedDataParallel does for its per-forward buffer copies after its replica check).
+  void broadcast(const Tensor& t, int root = 0, bool check_layout = true);
   // Every rank's `t`, in rank order (same shape and dtype everywhere).
   std::vector<Tensor> all_gather(const Tensor& t);
   // Every rank's string, in rank order (any lengths): consistency checks and error reports.

@@ -310,7 +310,9 @@ TEST(TwoRanksDDP, BuffersFollowRankZeroBeforeEachTrainingForward) {
   Generator g(50 + static_cast<uint64_t>(rank()));
   ddp(randn({4, 1, 6, 6}, {}, &g));  // different data: the running statistics now differ by rank
   Tensor same = full({4, 1, 6, 6}, 0.25);
+  const int64_t c0 = pg().collectives();
   ddp(same);  // rank 0's statistics are copied first, then updated alike
+  EXPECT_EQ(pg().collectives() - c0, 2);  // one broadcast per buffer dtype (f32, i64), no layout checks
   auto mean = net->named_buffers();
   for (auto& [name, t] : mean) {
     auto all = pg().all_gather(t);
