@@ -1,16 +1,17 @@
-// bench/bgemm.cpp — the BF16 GEMM's speed: native (ops/cpu/bgemm_avx512bf16.h, vdpbf16ps) vs
-// emulated (both BF16 operands widened to FP32, then cpu::gemm, as the 16-bit ops do today) vs
-// the FP32 GEMM (cpu::gemm on FP32 operands), on 1 and N threads, as GFLOP/s (2 m n k flops)
-// and as % of the vdpbf16ps peak measured in the same rounds.
+// bench/bgemm.cpp — the BF16 GEMM's speed: AMX (ops/cpu/bgemm_amx.h, tdpbf16ps) and AVX512_BF16
+// (ops/cpu/bgemm_avx512bf16.h, vdpbf16ps) vs emulated (both BF16 operands widened to FP32, then
+// cpu::gemm) vs the FP32 GEMM (cpu::gemm on FP32 operands), on 1 and N threads, as GFLOP/s
+// (2 m n k flops) and as % of each instruction's peak measured in the same rounds.
 //
 //   build/bench/bgemm [--threads N] [--rounds 15] [--m 512] [--n 512] [--k 512] [--ta] [--tb]
 //
-// Method: every round runs, one after the other and in a rotating order, the peak probe (16
-// independent vdpbf16ps chains per thread, 64 flops each: the figure bench/fma_peak prints) and
-// the three GEMMs, each timed over enough calls to last ~20 ms. Figures are medians over the
+// Method: every round runs, one after the other and in a rotating order, the peak probes (16
+// independent vdpbf16ps chains per thread, 64 flops each: the figure bench/fma_peak prints; 6
+// independent tdpbf16ps accumulator tiles per thread, 16,384 flops each, where the CPU has AMX)
+// and the GEMMs, each timed over enough calls to last ~20 ms. Figures are medians over the
 // rounds; "% of peak" and the ratios are medians of the per-round ratios, so a load change
 // between rounds (a shared machine) cancels out as far as possible. Exits 0 with "n/a" on a CPU
-// without AVX512_BF16.
+// without AVX512_BF16; the AMX columns say "n/a" on a CPU without AMX.
 #include <omp.h>
 
 #include <algorithm>
@@ -23,8 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "amx_peak.h"
 #include "core/bfloat16.h"
 #include "core/convert.h"
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/bgemm_avx512bf16.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/cpu_features.h"
@@ -55,6 +58,7 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_chains(long iters) {
   _mm512_storeu_ps(out, s);
   return out[0] + out[15];
 }
+
 #else
 float dpbf16_chains(long) { return 0.f; }
 #endif
@@ -71,6 +75,18 @@ double peak_gflops(int threads, long iters) {
   const double s = seconds_since(t0);
   sink = sink + total;
   return threads * kChains * 64.0 * static_cast<double>(iters) / s * 1e-9;
+}
+
+// GFLOP/s of the tdpbf16ps chains on `threads` threads, `iters` iterations each.
+double amx_peak_gflops(int threads, long iters) {
+  volatile float sink = 0;
+  const auto t0 = Clock::now();
+  float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  total += bench_amx::amx_chains(iters);
+  const double s = seconds_since(t0);
+  sink = sink + total;
+  return threads * bench_amx::kAccumulators * bench_amx::kFlopsPerInstruction * static_cast<double>(iters) / s * 1e-9;
 }
 
 // GFLOP/s of `fn` (one GEMM of `flops`), called `reps` times.
@@ -134,6 +150,10 @@ int main(int argc, char** argv) {
   const auto native = [&] {
     cpu::bgemm_avx512bf16(ta, tb, m, n, k, ah.data(), lda, bh.data(), ldb, 0.0f, c.data(), n);
   };
+  const bool amx = cpu::bgemm_amx_available();
+  const auto amx_gemm = [&] {
+    cpu::bgemm_amx(ta, tb, m, n, k, ah.data(), lda, bh.data(), ldb, 0.0f, c.data(), n);
+  };
   const auto emulated = [&] {
     convert_bfloat16_to_float(ah.data(), aw.data(), ah.size());
     convert_bfloat16_to_float(bh.data(), bw.data(), bh.size());
@@ -148,6 +168,11 @@ int main(int argc, char** argv) {
   native();
   double worst = 0;
   for (size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::fabs(double(c[i]) - double(ref[i])));
+  double worst_amx = 0;
+  if (amx) {
+    amx_gemm();
+    for (size_t i = 0; i < c.size(); ++i) worst_amx = std::max(worst_amx, std::fabs(double(c[i]) - double(ref[i])));
+  }
 
   const double flops = 2.0 * double(m) * double(n) * double(k);
   std::printf("bgemm: C (%lld, %lld) = op(A) (%lld, %lld) op(B)%s%s, BF16 operands, FP32 result; median of %d rounds\n",
@@ -159,10 +184,12 @@ int main(int argc, char** argv) {
     if (std::fgets(line, sizeof line, f)) std::printf("  load average at start: %s", line);
     std::fclose(f);
   }
-  std::printf("  max |native - fp32| = %.3g (sum of %lld products of values in [-1, 1])\n", worst, (long long)k);
-  std::printf("| threads | peak vdpbf16ps GFLOP/s | native GFLOP/s | %% of peak | emulated GFLOP/s | fp32 GFLOP/s "
-              "| native/fp32 | native/emulated |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("  max |avx512bf16 - fp32| = %.3g, max |amx - fp32| = %s (sums of %lld products of values in [-1, 1])\n",
+              worst, amx ? std::to_string(worst_amx).c_str() : "n/a", (long long)k);
+  std::printf("| threads | peak vdpbf16ps GFLOP/s | avx512bf16 GFLOP/s | %% of peak | peak tdpbf16ps GFLOP/s "
+              "| amx GFLOP/s | %% of peak | emulated GFLOP/s | fp32 GFLOP/s | avx512bf16/fp32 | amx/fp32 "
+              "| amx/emulated |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<int> counts = {1};
   if (threads > 1) counts.push_back(threads);
   for (const int t : counts) {
@@ -174,27 +201,46 @@ int main(int argc, char** argv) {
       fn();
       return std::max(1, static_cast<int>(0.02 / std::max(1e-7, seconds_since(t0))));
     };
-    const int rn = reps_for(native), re = reps_for(emulated), rf = reps_for(fp32);
+    const int rn = reps_for(native), re = reps_for(emulated), rf = reps_for(fp32), ra = amx ? reps_for(amx_gemm) : 0;
     const double cal = peak_gflops(t, 1 << 16);
     const long iters = std::max(1L << 12, static_cast<long>(0.02 * cal * 1e9 / t / (kChains * 64.0)));
-    std::vector<double> pk, nv, em, f32, pct, vs_f32, vs_em;
+    const double acal = amx ? amx_peak_gflops(t, 1 << 12) : 0;
+    const long aiters = std::max(1L << 8, static_cast<long>(0.02 * acal * 1e9 / t / (bench_amx::kAccumulators * bench_amx::kFlopsPerInstruction)));
+    std::vector<double> pk, nv, apk, am, em, f32, pct, apct, vs_f32, vs_f32a, vs_ema;
     for (int r = 0; r < rounds; ++r) {
-      double g[4] = {0, 0, 0, 0};
-      for (int s = 0; s < 4; ++s) {  // rotate the order so no variant always follows another
-        const int which = (s + r) % 4;
+      double g[6] = {0, 0, 0, 0, 0, 0};
+      for (int s = 0; s < 6; ++s) {  // rotate the order so no variant always follows another
+        const int which = (s + r) % 6;
         if (which == 0) g[0] = peak_gflops(t, iters);
         if (which == 1) g[1] = gemm_gflops(native, rn, flops);
         if (which == 2) g[2] = gemm_gflops(emulated, re, flops);
         if (which == 3) g[3] = gemm_gflops(fp32, rf, flops);
+        if (which == 4 && amx) g[4] = amx_peak_gflops(t, aiters);
+        if (which == 5 && amx) g[5] = gemm_gflops(amx_gemm, ra, flops);
       }
       pk.push_back(g[0]), nv.push_back(g[1]), em.push_back(g[2]), f32.push_back(g[3]);
-      pct.push_back(100.0 * g[1] / g[0]), vs_f32.push_back(g[1] / g[3]), vs_em.push_back(g[1] / g[2]);
+      apk.push_back(g[4]), am.push_back(g[5]);
+      pct.push_back(100.0 * g[1] / g[0]), vs_f32.push_back(g[1] / g[3]);
+      apct.push_back(amx ? 100.0 * g[5] / g[4] : 0), vs_f32a.push_back(g[5] / g[3]), vs_ema.push_back(g[5] / g[2]);
     }
-    const Stat P = stat(pk), N = stat(nv), E = stat(em), F = stat(f32);
-    std::printf("| %d | %.1f (%.1f..%.1f) | %.1f (%.1f..%.1f) | %.1f%% | %.1f (%.1f..%.1f) | %.1f (%.1f..%.1f) "
-                "| %.2fx | %.2fx |\n",
-                t, P.median, P.min, P.max, N.median, N.min, N.max, stat(pct).median, E.median, E.min, E.max,
-                F.median, F.min, F.max, stat(vs_f32).median, stat(vs_em).median);
+    const Stat P = stat(pk), N = stat(nv), E = stat(em), F = stat(f32), AP = stat(apk), A = stat(am);
+    const auto cell = [&](const Stat& x) {
+      char buf[64];
+      if (!amx) return std::string("n/a");
+      std::snprintf(buf, sizeof buf, "%.1f (%.1f..%.1f)", x.median, x.min, x.max);
+      return std::string(buf);
+    };
+    const auto ratio = [&](const std::vector<double>& v, const char* fmt) {
+      char buf[32];
+      if (!amx) return std::string("n/a");
+      std::snprintf(buf, sizeof buf, fmt, stat(v).median);
+      return std::string(buf);
+    };
+    std::printf("| %d | %.1f (%.1f..%.1f) | %.1f (%.1f..%.1f) | %.1f%% | %s | %s | %s | %.1f (%.1f..%.1f) "
+                "| %.1f (%.1f..%.1f) | %.2fx | %s | %s |\n",
+                t, P.median, P.min, P.max, N.median, N.min, N.max, stat(pct).median, cell(AP).c_str(),
+                cell(A).c_str(), ratio(apct, "%.1f%%").c_str(), E.median, E.min, E.max, F.median, F.min, F.max,
+                stat(vs_f32).median, ratio(vs_f32a, "%.2fx").c_str(), ratio(vs_ema, "%.2fx").c_str());
   }
   return 0;
 }

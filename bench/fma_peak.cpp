@@ -16,7 +16,10 @@
 // AVX512_BF16, chains of vdpbf16ps zmm (32 bf16 pair products into 16 fp32 lanes, counted as 64
 // flops) give the ceiling of mixtape's BF16 GEMM (ops/cpu/bgemm_avx512bf16.h; JSON key
 // "avx512_bf16"), with 12, 16 and 24 chains: its latency is not the FMA's, so the number of chains
-// that fills the pipes is measured rather than assumed; the best N-thread median is the peak.
+// that fills the pipes is measured rather than assumed; the best N-thread median is the peak. On a
+// CPU with AMX (and Linux's permission), 6 independent tdpbf16ps accumulator tiles per thread
+// (16,384 flops each) give the ceiling of mixtape's AMX BF16 GEMM (ops/cpu/bgemm_amx.h; JSON key
+// "amx_bf16"; bench/amx_peak.h).
 // Needs AVX2 + FMA (checked at run time; without them it prints n/a and exits 0, since the rest
 // of the suite still means something).
 #include <omp.h>
@@ -29,6 +32,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "amx_peak.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -209,6 +214,19 @@ int main(int argc, char** argv) {
                   bp.chains[c], bp.one[c].median, bp.one[c].min, bp.one[c].max, threads, bp.all[c].median,
                   bp.all[c].min, bp.all[c].max, c == bp.best ? "  <- peak" : "");
   }
+  const bool amx = bench_amx::amx_usable();
+  Stat amx_one, amx_all;
+  if (amx) {
+    // One tdpbf16ps does 16,384 flops in ~16 cycles: size the runs from the FMA calibration.
+    const long it = std::max(1L << 8, static_cast<long>(seconds * cal.median * 1e9 * 8 / bench_amx::kFlopsPerInstruction /
+                                                        bench_amx::kAccumulators));
+    const double per_iter = bench_amx::kAccumulators * bench_amx::kFlopsPerInstruction;
+    amx_one = measure_flops(bench_amx::amx_chains, per_iter, 1, it, runs);
+    amx_all = measure_flops(bench_amx::amx_chains, per_iter, threads, it, runs);
+    std::printf("AMX tdpbf16ps (16,384 flops each), %d accumulator tiles per thread:\n", bench_amx::kAccumulators);
+    std::printf("  1 thread : %8.1f GFLOP/s  (%.1f..%.1f)\n", amx_one.median, amx_one.min, amx_one.max);
+    std::printf("  %d threads: %8.1f GFLOP/s  (%.1f..%.1f)\n", threads, amx_all.median, amx_all.min, amx_all.max);
+  }
   if (!json.empty()) {
     FILE* f = std::fopen(json.c_str(), "w");
     if (!f) {
@@ -234,6 +252,13 @@ int main(int argc, char** argv) {
                    bp.chains[c], bp.one[c].median, bp.one[c].min, bp.one[c].max, threads, bp.all[c].median,
                    bp.all[c].min, bp.all[c].max);
     }
+    if (amx)
+      std::fprintf(f,
+                   ",\n \"amx_bf16\": {\"accumulators\": %d, \"flops_per_instruction\": %.0f,\n"
+                   "            \"one\": {\"threads\": 1, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f},\n"
+                   "            \"all\": {\"threads\": %d, \"median\": %.3f, \"min\": %.3f, \"max\": %.3f}}",
+                   bench_amx::kAccumulators, bench_amx::kFlopsPerInstruction, amx_one.median, amx_one.min, amx_one.max,
+                   threads, amx_all.median, amx_all.min, amx_all.max);
     std::fprintf(f, "}\n");
     std::fclose(f);
   }

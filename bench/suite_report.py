@@ -268,8 +268,10 @@ def report(out):
     wide = (fma or {}).get("avx512")
     peak = (wide["all"] if wide else fma["all"])["median"] if fma and fma.get("available") else None
     peak_isa = "AVX-512" if wide else "AVX2"
-    # The BF16 dot-product peak (vdpbf16ps), the ceiling of mixtape's native BF16 GEMM.
-    bf16_peak = ((fma or {}).get("avx512_bf16") or {}).get("all", {}).get("median")
+    # The BF16 dot-product peaks: vdpbf16ps (the AVX512_BF16 kernel's ceiling) and tdpbf16ps (the
+    # AMX kernel's); a bf16 row divides by the one of the kernel train_throughput's BLAS line names.
+    vdp_peak = ((fma or {}).get("avx512_bf16") or {}).get("all", {}).get("median")
+    amx_peak = ((fma or {}).get("amx_bf16") or {}).get("all", {}).get("median")
     sc_fwd, sc_bwd = flops(SMALLCNN)
     r8_fwd, r8_bwd = flops(RESNET8)
     per_image = {"smallcnn": sc_fwd + sc_bwd, "resnet8": r8_fwd + r8_bwd}
@@ -287,7 +289,9 @@ def report(out):
           "|---|---|---:|---:|---:|---:|---:|---:|"]
     for model in ("smallcnn", "resnet8"):
         mt, tt, et = tp[("mixtape", model)], tp[("torch", model)], tp[("mixtape-emulated", model)]
-        native = "bf16 GEMM: native" in (mt or {}).get("blas", "")
+        blas = (mt or {}).get("blas", "")
+        bf16_peak = amx_peak if "native (AMX" in blas else vdp_peak
+        native = "bf16 GEMM: native" in blas
         rows = [("fp32", mt, "fp32"), ("fp16", mt, "fp16"), ("bf16", mt, "bf16")]
         if et:  # the same bf16 run with MIXTAPE_CPU_BF16=emulated: what a CPU without AVX512_BF16 gets
             rows.append(("bf16 emulated", et, "bf16"))
@@ -305,7 +309,7 @@ def report(out):
                     own = f"{round_ratio(md, base):.2f}x"
                 g = md["images_per_s"] * per_image[model] / 1e9
                 gf = f"{g:.1f}"
-                # BF16 on the native kernel against the vdpbf16ps peak, everything else the FMA's.
+                # BF16 on a native kernel against its instruction's peak, everything else the FMA's.
                 ceiling = bf16_peak if label == "bf16" and native and bf16_peak else peak
                 pct = f"{100 * g / ceiling:.1f}%" if ceiling else "—"
             L.append(f"| {model} | {label} | {fmt_rate(md)} | {fmt_rate(td)} | {ratio} | {own} | {gf} | {pct} |")
@@ -321,9 +325,13 @@ def report(out):
                 g = td * per_image[model] / 1e9
                 cells.append(f"{model} {g:.1f} GFLOP/s = {100 * g / ceiling:.1f}%")
         return ["", f"PyTorch {mode} for the same FLOP counts: {'; '.join(cells)} of the {what}."] if cells else []
-    L += torch_against("fp32", peak, f"{peak_isa} FMA peak") + torch_against("bf16", bf16_peak, "vdpbf16ps peak")
+    top = amx_peak or vdp_peak
+    L += torch_against("fp32", peak, f"{peak_isa} FMA peak") + torch_against(
+        "bf16", top, "tdpbf16ps (AMX) peak" if amx_peak else "vdpbf16ps peak")
+    peaks = ", ".join(p for p in (f"vdpbf16ps {vdp_peak:.1f}" if vdp_peak else "",
+                                  f"AMX tdpbf16ps {amx_peak:.1f}" if amx_peak else "") if p)
     L += ["", f"% of peak: of the {peak_isa} FMA peak, except bf16 on mixtape's native BF16 GEMM (`bf16 GEMM: native` "
-          f"in train_throughput's BLAS line): of the vdpbf16ps peak{f' ({bf16_peak:.1f} GFLOP/s, table (d))' if bf16_peak else ''}. "
+          f"in train_throughput's BLAS line): of the peak of the instruction it names{f' ({peaks} GFLOP/s, table (d))' if peaks else ''}. "
           "`bf16 emulated`: the bf16 run again with MIXTAPE_CPU_BF16=emulated (BF16 widened to FP32 for every GEMM), "
           "in the same rounds, where the CPU has AVX512_BF16."]
     L.append("")
@@ -400,8 +408,14 @@ def report(out):
               *([f"", f"AVX512_BF16 `vdpbf16ps` zmm (32 BF16 pair products into 16 FP32 lanes, 64 flops), "
                      f"{fma['avx512_bf16']['chains']} chains per thread: 1 thread {st(fma['avx512_bf16']['one'])}, "
                      f"{fma['avx512_bf16']['all']['threads']} threads {st(fma['avx512_bf16']['all'])} GFLOP/s: the "
-                     "ceiling of mixtape's native BF16 GEMM (table (a)'s bf16 rows divide by its multi-thread median)."]
+                     "ceiling of mixtape's AVX512_BF16 GEMM."]
                 if fma.get("avx512_bf16") else []),
+              *([f"", f"AMX `tdpbf16ps` (a 16 x 32 by 32 x 16 BF16 tile product, 16,384 flops), "
+                     f"{fma['amx_bf16']['accumulators']} accumulator tiles per thread: 1 thread {st(fma['amx_bf16']['one'])}, "
+                     f"{fma['amx_bf16']['all']['threads']} threads {st(fma['amx_bf16']['all'])} GFLOP/s: the "
+                     "ceiling of mixtape's AMX GEMM."]
+                if fma.get("amx_bf16") else []),
+              "", "Table (a)'s bf16 rows divide by the multi-thread median of the instruction their BF16 kernel runs.",
               "", f"Table (a)'s % of peak divides by the {fma['all']['threads']}-thread {peak_isa} median"
               + (": mixtape's f32 GEMMs run on AVX-512 here (ops/cpu/sgemm_avx512.h); its other loops use at most AVX2, "
                  "and PyTorch's oneDNN uses AVX-512 too." if wide else ".")]

@@ -17,6 +17,8 @@
 
 #include "core/error.h"
 #include "ops/cpu/aligned_buffer.h"
+#include "ops/cpu/bf16_pairs_avx512.h"
+#include "ops/cpu/gemm_args.h"
 #include "ops/cpu/tile_threads.h"
 #include "ops/cpu/cpu_features.h"
 
@@ -41,7 +43,7 @@ namespace mixtape::cpu {
 namespace {
 
 constexpr int64_t kMr = 8;          // rows of a micro-tile (A panel width)
-constexpr int64_t kNr = 32;         // columns of a micro-tile: two zmm of FP32 accumulators
+constexpr int64_t kNr = bf16_pairs::kPairPanel;  // columns of a micro-tile: two zmm of FP32 accumulators
 constexpr int64_t kKc = kBgemmKc;   // depth slice, in BF16 elements: A panel 8 KiB, B panel 32 KiB (L1)
 constexpr int64_t kMc = 128;        // rows of an A block (128 KiB at kKc, in L2)
 constexpr int64_t kNc = 512;        // columns of a B block (512 KiB at kKc, in L2)
@@ -51,54 +53,6 @@ static_assert(kKc % 32 == 0, "the packers move 16 depth pairs at a time; a slice
 
 
 #if MIXTAPE_HAVE_BF16_GEMM
-
-// The low `n` of 32 16-bit lanes (n <= 32): masked loads touch no memory past them.
-MT_BF16 inline __mmask32 low_lanes(int64_t n) {
-  return n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
-}
-
-// Transposes the 16 x 16 block of 32-bit words r[row][col] in registers: afterwards r[col] holds
-// column col, rows 0..15 in its lanes. Rounds: 32-bit interleave of row pairs, 64-bit interleave
-// (lane L of u[4g + e] then holds rows 4g..4g+3 of column 4L + e), then two rounds of 128-bit
-// lane selection gathering the four row groups of each column.
-MT_BF16 inline void transpose16x16_epi32(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int g = 0; g < 4; ++g) {
-    r[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {  // t[e]: lanes 0, 2 of r[e], r[4+e]; t[4+e]: lanes 1, 3; same for rows 8-15
-    t[e] = _mm512_shuffle_i32x4(r[e], r[4 + e], 0x88);
-    t[4 + e] = _mm512_shuffle_i32x4(r[e], r[4 + e], 0xDD);
-    t[8 + e] = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0x88);
-    t[12 + e] = _mm512_shuffle_i32x4(r[8 + e], r[12 + e], 0xDD);
-  }
-  for (int e = 0; e < 4; ++e) {
-    r[e] = _mm512_shuffle_i32x4(t[e], t[8 + e], 0x88);
-    r[8 + e] = _mm512_shuffle_i32x4(t[e], t[8 + e], 0xDD);
-    r[4 + e] = _mm512_shuffle_i32x4(t[4 + e], t[12 + e], 0x88);
-    r[12 + e] = _mm512_shuffle_i32x4(t[4 + e], t[12 + e], 0xDD);
-  }
-}
-
-// Loads the depth run [p, p + 32) of `rows` (<= 16) rows base + q stride (each a row whose depth
-// pairs are contiguous), zero past depth kc and for q >= rows, and transposes the 32-bit pairs:
-// r[q] = pair p / 2 + q of the 16 rows, one per lane. Returns how many of the 16 pairs are in the
-// slice. (A function, not a lambda taking a store: lambdas do not inherit MT_BF16.)
-MT_BF16 inline int64_t load_pairs_transposed(const uint16_t* base, int64_t stride, int64_t rows, int64_t p,
-                                             int64_t kc, __m512i r[16]) {
-  const __mmask32 mask = low_lanes(kc - p);
-  for (int q = 0; q < 16; ++q)
-    r[q] = q < rows ? _mm512_maskz_loadu_epi16(mask, base + q * stride + p) : _mm512_setzero_si512();
-  transpose16x16_epi32(r);
-  return std::min<int64_t>(16, (kc - p + 1) / 2);
-}
 
 // Packs op(A) rows [i0, i0 + mc), depth [p0, p0 + kc) into panels of kMr rows: panel r, pair p2,
 // row ii holds the 32-bit word (op(A)[i0 + r kMr + ii, p0 + 2 p2], op(A)[.., p0 + 2 p2 + 1]) at
@@ -117,7 +71,7 @@ MT_BF16 void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t
       const bool second = rows > kMr;
       __m512i v[16];
       for (int64_t p = 0; p < kc; p += 32) {
-        const int64_t pairs = load_pairs_transposed(base, lda, rows, p, kc, v);
+        const int64_t pairs = bf16_pairs::load_pairs_transposed(base, lda, rows, p, kc, v);
         for (int64_t q = 0; q < pairs; ++q) {
           const int64_t at = (p / 2 + q) * kMr * 2;
           _mm256_store_si256(reinterpret_cast<__m256i*>(d0 + at), _mm512_castsi512_si256(v[q]));
@@ -138,41 +92,6 @@ MT_BF16 void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t
       const __m128i hi = 2 * p2 + 1 < kc ? _mm_maskz_loadu_epi16(mask, src + lda) : _mm_setzero_si128();
       _mm_store_si128(reinterpret_cast<__m128i*>(d + p2 * kMr * 2), _mm_unpacklo_epi16(lo, hi));
       _mm_store_si128(reinterpret_cast<__m128i*>(d + p2 * kMr * 2 + 8), _mm_unpackhi_epi16(lo, hi));
-    }
-  }
-}
-
-// Packs the op(B) panel of columns [j0, j0 + cols), depth [p0, p0 + kc): pair p2, column jj holds
-// (op(B)[p0 + 2 p2, j0 + jj], op(B)[p0 + 2 p2 + 1, ..]) at dst + (p2 kNr + jj) 2, zero past cols
-// and past depth kc. dst is 64-byte aligned.
-MT_BF16 void pack_b_panel(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0, int64_t kc,
-                          uint16_t* dst) {
-  const int64_t kc2 = (kc + 1) / 2;
-  if (!tb) {
-    // Depths p and p + 1 are two rows of B: interleave their 32 columns word by word.
-    alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                     8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i lo_idx = _mm512_load_si512(kLo);
-    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
-    const __mmask32 mask = low_lanes(cols);
-    for (int64_t p2 = 0; p2 < kc2; ++p2) {
-      const uint16_t* src = b + (p0 + 2 * p2) * ldb + j0;
-      const __m512i r0 = _mm512_maskz_loadu_epi16(mask, src);
-      const __m512i r1 = 2 * p2 + 1 < kc ? _mm512_maskz_loadu_epi16(mask, src + ldb) : _mm512_setzero_si512();
-      _mm512_store_si512(dst + p2 * kNr * 2, _mm512_permutex2var_epi16(r0, lo_idx, r1));
-      _mm512_store_si512(dst + p2 * kNr * 2 + 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
-    }
-    return;
-  }
-  // op(B)[p, j] = B[j, p]: a pair is one 32-bit word of row j of B; 16 columns x 16 pairs at a
-  // time are one 32-bit transpose.
-  for (int64_t j16 = 0; j16 < kNr; j16 += 16) {
-    const int64_t rows = std::max<int64_t>(0, std::min<int64_t>(16, cols - j16));
-    const uint16_t* base = rows > 0 ? b + (j0 + j16) * ldb + p0 : b;  // no rows: zeros, nothing read
-    __m512i v[16];
-    for (int64_t p = 0; p < kc; p += 32) {
-      const int64_t pairs = load_pairs_transposed(base, ldb, rows, p, kc, v);
-      for (int64_t q = 0; q < pairs; ++q) _mm512_store_si512(dst + ((p / 2 + q) * kNr + j16) * 2, v[q]);
     }
   }
 }
@@ -244,7 +163,7 @@ MT_BF16 void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, con
       const int64_t kc = std::min(kKc, k - pc), kc2 = (kc + 1) / 2;
       const float slice_beta = pc == 0 ? beta : 1.0f;  // later slices add onto the first
       for (int64_t jr = 0; jr < b_panels; ++jr)
-        pack_b_panel(tb, b, ldb, jc + jr * kNr, std::min(kNr, nc - jr * kNr), pc, kc, bp + jr * kNr * kc2 * 2);
+        bf16_pairs::pack_b_pairs(tb, b, ldb, jc + jr * kNr, std::min(kNr, nc - jr * kNr), pc, kc, bp + jr * kNr * kc2 * 2);
       for (int64_t ic = 0; ic < m; ic += kMc) {
         const int64_t mc = std::min(kMc, m - ic), a_panels = (mc + kMr - 1) / kMr;
         pack_a(ta, a, lda, ic, mc, pc, kc, ap);
@@ -282,17 +201,7 @@ void bgemm_avx512bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const B
   MT_CHECK(MIXTAPE_HAVE_BF16_GEMM, "bgemm_avx512bf16: this build has no AVX512_BF16 kernel (x86-64 GCC/clang only)");
   MT_CHECK(bgemm_avx512bf16_available(), "bgemm_avx512bf16: this CPU lacks ", bf16_native_missing(cpu_features()),
            " (check bf16_native_gemm() first)");
-  // cblas's rule: each leading dimension at least its stored row's length (else rows overlap).
-  MT_CHECK(ldc >= std::max<int64_t>(n, 1) && lda >= std::max<int64_t>(ta ? m : k, 1) &&
-               ldb >= std::max<int64_t>(tb ? k : n, 1),
-           "bgemm_avx512bf16: leading dimensions too small for m=", m, " n=", n, " k=", k, " (ta=", ta, ", tb=", tb,
-           "): lda ", lda, ", ldb ", ldb, ", ldc ", ldc);
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // C = beta C, and beta == 0 reads nothing
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return;
-  }
+  if (gemm_args_trivial("bgemm_avx512bf16", ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
 #if MIXTAPE_HAVE_BF16_GEMM
   // BFloat16 is a standard-layout wrapper of its uint16_t bits (core/bfloat16.h asserts it).
   const uint16_t* a = &a_bf->bits;

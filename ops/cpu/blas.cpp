@@ -25,7 +25,9 @@
 
 #include "core/convert.h"
 #include "core/error.h"
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/bgemm_avx512bf16.h"
+#include "ops/cpu/gemm_args.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/sgemm_avx512.h"
 
@@ -143,17 +145,15 @@ std::vector<float> widen(bool tr, int64_t rows, int64_t cols, const BFloat16* x,
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
           int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (bf16_native_gemm()) return bgemm_avx512bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-  MT_CHECK(ldc >= std::max<int64_t>(n, 1) && lda >= std::max<int64_t>(ta ? m : k, 1) &&
-               ldb >= std::max<int64_t>(tb ? k : n, 1),
-           "gemm (bf16): leading dimensions too small for m=", m, " n=", n, " k=", k, ": lda ", lda, ", ldb ", ldb,
-           ", ldc ", ldc);
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // C = beta C; the operands may have no storage
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return;
+  switch (bf16_gemm_kernel()) {
+    case Bf16Kernel::Amx:
+      return bgemm_amx(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    case Bf16Kernel::Avx512Bf16:
+      return bgemm_avx512bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    case Bf16Kernel::Emulated:
+      break;
   }
+  if (gemm_args_trivial("gemm (bf16)", ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
   const std::vector<float> af = widen(ta, m, k, a, lda), bf = widen(tb, k, n, b, ldb);
   gemm(ta, tb, m, n, k, af.data(), ta ? std::max<int64_t>(m, 1) : std::max<int64_t>(k, 1), bf.data(),
        tb ? std::max<int64_t>(k, 1) : std::max<int64_t>(n, 1), beta, c, ldc);

@@ -1,60 +1,81 @@
 // ops/cpu/cpu_features.h — run-time CPU feature detection for the BF16 GEMM, and the switch that
-// chooses its path. Owns: the CPUID/XGETBV probe (asked once per process), the parsing of
-// MIXTAPE_CPU_BF16 and the in-process override tests and benchmarks use.
-// Invariant: bf16_native_gemm() is true only when the CPU has AVX512F + AVX512BW + AVX512VL +
-// AVX512_BF16 *and* the OS saves ZMM/opmask state (XCR0), so the native kernel
-// (ops/cpu/bgemm_avx512bf16.h) never runs where it would fault.
+// chooses its kernel. Owns: the CPUID/XGETBV probe and Linux's AMX permission request (asked once
+// per process), the parsing of MIXTAPE_CPU_BF16 and the in-process override tests and benchmarks
+// use.
+// Invariant: a kernel is chosen only where it can run — AVX512_BF16 needs AVX512F + BW + VL +
+// AVX512_BF16 and the OS saving ZMM/opmask state (XCR0); AMX needs all of that plus AMX-TILE,
+// AMX-BF16, the OS saving tile state (XCR0) and the kernel's permission for this process to use
+// it — so neither ever faults.
 //
-//   MIXTAPE_CPU_BF16=auto (or unset/empty)  native where the CPU has AVX512_BF16, else emulated
-//   MIXTAPE_CPU_BF16=native                 native; an Error naming the variable and the missing
-//                                           CPU feature where the CPU lacks it
+//   MIXTAPE_CPU_BF16=auto (or unset/empty)  the fastest kernel the CPU has: amx, else avx512bf16,
+//                                           else emulated
+//   MIXTAPE_CPU_BF16=native                 the fastest native kernel (amx, else avx512bf16); an
+//                                           Error naming the variable and the missing CPU feature
+//                                           where there is none
+//   MIXTAPE_CPU_BF16=amx | avx512bf16       that kernel, or an Error naming what the CPU lacks
 //   MIXTAPE_CPU_BF16=emulated               widen BF16 to FP32 and run the FP32 GEMM
 // Anything else is an Error naming the variable, the value and the accepted ones. The variable is
-// read once, at the first bf16_native_gemm() (an invalid value throws there, and again at every
+// read once, at the first bf16_gemm_kernel() (an invalid value throws there, and again at every
 // later call, never silently picks a path).
 #pragma once
 #include <string>
 
 namespace mixtape::cpu {
 
-// What CPUID and XGETBV report; all false off x86-64.
+// What CPUID and XGETBV report (and, for AMX, Linux's arch_prctl); all false off x86-64.
 struct CpuFeatures {
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
-  bool avx512_bf16 = false;  // CPUID.(EAX=7, ECX=1):EAX[5], the vdpbf16ps instruction
+  bool avx512_bf16 = false;   // CPUID.(EAX=7, ECX=1):EAX[5], the vdpbf16ps instruction
   bool os_zmm_state = false;  // XCR0 has SSE, AVX, opmask, ZMM_Hi256 and Hi16_ZMM state enabled
+  bool amx_tile = false;      // CPUID.(EAX=7, ECX=0):EDX[24], the tile registers
+  bool amx_bf16 = false;      // CPUID.(EAX=7, ECX=0):EDX[22], the tdpbf16ps instruction
+  bool os_amx_state = false;  // XCR0 has XTILECFG and XTILEDATA state enabled (bits 17, 18)
+  bool amx_permitted = false;  // Linux granted this process the tile data state (ARCH_REQ_XCOMP_PERM)
 };
 
-// This CPU's features (probed once, then cached).
+// This CPU's features (probed once, then cached; the probe asks Linux for AMX permission when the
+// CPU and XCR0 have AMX, which is process-wide and harmless if never used).
 const CpuFeatures& cpu_features();
 
-// What `f` lacks for the native BF16 GEMM, e.g. "AVX512_BF16 (the vdpbf16ps instruction)", comma
+// What `f` lacks for each native kernel, e.g. "AVX512_BF16 (the vdpbf16ps instruction)", comma
 // separated; empty when nothing.
-std::string bf16_native_missing(const CpuFeatures& f);
-// True when `f` allows the native BF16 GEMM: every flag of CpuFeatures set.
+std::string bf16_native_missing(const CpuFeatures& f);  // the vdpbf16ps kernel
+std::string bf16_amx_missing(const CpuFeatures& f);     // the AMX kernel (includes the above)
+// True when `f` allows that kernel: its missing list is empty.
 bool can_run_bf16_native(const CpuFeatures& f);
+bool can_run_bf16_amx(const CpuFeatures& f);
 
-enum class Bf16GemmPath { Native, Emulated };
+// What a caller asks for (an override, or the variable's value).
+enum class Bf16GemmPath { Native, Emulated, Avx512Bf16, Amx };
+// What runs.
+enum class Bf16Kernel { Emulated, Avx512Bf16, Amx };
 
-// The path MIXTAPE_CPU_BF16 = `value` selects on a CPU with features `f` (nullptr or "" = auto).
-// Throws mixtape::Error for an unknown value, or for "native" when `f` lacks a feature (the
-// message names MIXTAPE_CPU_BF16 and the missing features). Pure: tests call it with made-up
-// CpuFeatures to check the messages on any machine.
-Bf16GemmPath parse_cpu_bf16(const char* value, const CpuFeatures& f);
+// The kernel MIXTAPE_CPU_BF16 = `value` selects on a CPU with features `f` (nullptr or "" = auto).
+// Throws mixtape::Error for an unknown value, or for a native kernel `f` cannot run (the message
+// names MIXTAPE_CPU_BF16 and the missing features). Pure: tests call it with made-up CpuFeatures
+// to check the messages on any machine.
+Bf16Kernel parse_cpu_bf16(const char* value, const CpuFeatures& f);
+// The kernel a requested path resolves to on `f` (Native: the fastest native one); throws as
+// parse_cpu_bf16 does for the corresponding value.
+Bf16Kernel resolve_bf16_path(Bf16GemmPath path, const CpuFeatures& f);
 
-// Which path BF16 GEMMs take in this process: an active Bf16GemmOverride, else MIXTAPE_CPU_BF16
+// Which kernel BF16 GEMMs run in this process: an active Bf16GemmOverride, else MIXTAPE_CPU_BF16
 // as parsed once against cpu_features().
+Bf16Kernel bf16_gemm_kernel();
+// True when BF16 operands are multiplied natively (AMX or vdpbf16ps), false when widened to FP32.
 bool bf16_native_gemm();
 
-// "native (AVX512_BF16 vdpbf16ps)" or "emulated (BF16 widened to FP32, FP32 GEMM)", for logs.
+// e.g. "native (AMX tdpbf16ps)", "native (AVX512_BF16 vdpbf16ps)" or "emulated (BF16 widened to
+// FP32, FP32 GEMM)", for logs.
 std::string bf16_gemm_description();
 
-// While alive, bf16_native_gemm() answers for `path` whatever MIXTAPE_CPU_BF16 says (the variable
+// While alive, bf16_gemm_kernel() answers for `path` whatever MIXTAPE_CPU_BF16 says (the variable
 // is not read, so an invalid value does not throw either). Process-wide, not per thread: meant for
-// tests and benchmarks that compare the two paths in one process; nests (the destructor restores
-// the previous override). Constructing it with Native on a CPU that cannot run it throws the same
-// Error as MIXTAPE_CPU_BF16=native would.
+// tests and benchmarks that compare the paths in one process; nests (the destructor restores the
+// previous override). Constructing it for a kernel the CPU cannot run throws the same Error as the
+// corresponding MIXTAPE_CPU_BF16 value would.
 class Bf16GemmOverride {
  public:
   explicit Bf16GemmOverride(Bf16GemmPath path);

@@ -1,10 +1,11 @@
-// tests/ops/test_bgemm.cpp — the native BF16 GEMM (ops/cpu/bgemm_avx512bf16.h) and the switch
-// that chooses it (ops/cpu/cpu_features.h, MIXTAPE_CPU_BF16): bit for bit against an executable
-// model of the header's determinism rule, against a float64 reference within a derived bound,
-// exact on small integers, on every blocking edge, identical at every thread count, and the
-// numerics the SDM gives vdpbf16ps (subnormal inputs as zero, subnormal results flushed, RNE
+// tests/ops/test_bgemm.cpp — the native BF16 GEMMs (ops/cpu/bgemm_avx512bf16.h on vdpbf16ps,
+// ops/cpu/bgemm_amx.h on AMX tiles) and the switch that chooses one (ops/cpu/cpu_features.h,
+// MIXTAPE_CPU_BF16). Every kernel test runs on both kernels: bit for bit against an executable
+// model of the determinism rule, against a float64 reference within a derived bound, exact on
+// small integers, on every blocking edge, identical at every thread count, and the numerics the
+// SDM gives vdpbf16ps and tdpbf16ps (subnormal inputs as zero, subnormal results flushed, RNE
 // whatever MXCSR says, odd depth first) next to what the emulated path (widen + FP32 GEMM) gives.
-// Tests that run the kernel skip only on a CPU without AVX512_BF16.
+// A kernel's tests skip only on a CPU that cannot run it (AMX: Sapphire Rapids and later).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -22,6 +23,7 @@
 
 #include "core/bfloat16.h"
 #include "core/error.h"
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/bgemm_avx512bf16.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/sgemm_avx512.h"
@@ -29,10 +31,30 @@
 namespace mixtape::testing {
 namespace {
 
+// A native kernel under test: how to call it, and whether this CPU can.
+struct Kernel {
+  const char* name;
+  bool (*available)();
+  std::string (*missing)();
+  void (*run)(bool, bool, int64_t, int64_t, int64_t, const BFloat16*, int64_t, const BFloat16*, int64_t, float,
+              float*, int64_t);
+};
+const Kernel kAvx512Bf16{"avx512bf16", cpu::bgemm_avx512bf16_available,
+                         [] { return cpu::bf16_native_missing(cpu::cpu_features()); }, cpu::bgemm_avx512bf16};
+const Kernel kAmx{"amx", cpu::bgemm_amx_available, [] { return cpu::bf16_amx_missing(cpu::cpu_features()); },
+                  cpu::bgemm_amx};
+
+const Kernel* g_kernel = &kAvx512Bf16;  // the kernel of the running test (set by the fixture)
+bool amx() { return g_kernel == &kAmx; }
+
+class BgemmKernel : public ::testing::TestWithParam<const Kernel*> {
+ protected:
+  void SetUp() override { g_kernel = GetParam(); }
+};
+
 #define SKIP_WITHOUT_BF16()                                                                        \
-  if (!cpu::bgemm_avx512bf16_available())                                                          \
-  GTEST_SKIP() << "this CPU cannot run the native BF16 GEMM: it lacks "                           \
-               << cpu::bf16_native_missing(cpu::cpu_features())
+  if (!g_kernel->available())                                                                      \
+  GTEST_SKIP() << "this CPU cannot run the " << g_kernel->name << " BF16 GEMM: it lacks " << g_kernel->missing()
 
 uint32_t bits(float x) {
   uint32_t u;
@@ -80,7 +102,7 @@ float uniform_pm1(std::mt19937_64& g) { return std::uniform_real_distribution<fl
 
 std::vector<float> run_native(const Problem& p) {
   std::vector<float> c = p.c0;
-  cpu::bgemm_avx512bf16(p.ta, p.tb, p.m, p.n, p.k, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta, c.data(), p.ldc);
+  g_kernel->run(p.ta, p.tb, p.m, p.n, p.k, p.a.data(), p.lda, p.b.data(), p.ldb, p.beta, c.data(), p.ldc);
   return c;
 }
 
@@ -100,15 +122,34 @@ std::vector<float> run_emulated(const Problem& p) {
 // result becomes a zero of its sign. The test runs in the default rounding mode, so fmaf is RNE.
 float flush(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
 float dp_step(float t, float a, float b) { return flush(std::fmaf(flush(a), flush(b), flush(t))); }
+float add_step(float x, float y) { return flush(flush(x) + flush(y)); }
 
-// The header's determinism rule, executed: the bits bgemm_avx512bf16 must produce.
+// The headers' determinism rules, executed: the bits the kernel under test must produce. Depths
+// past k are +0 x +0 products.
+//   avx512bf16: per slice from +0, pairs in order, the odd depth first, one dp_step each;
+//   amx: per slice from +0, per step of 32 depths (zero-padded): the even depths chained from +0,
+//        the odd depths chained from +0, then t + (even + odd).
 float model_element(const Problem& p, int64_t i, int64_t j) {
   float c = p.c0[size_t(i * p.ldc + j)];
+  const auto A = [&](int64_t q) { return q < p.k ? p.A(i, q) : 0.0f; };
+  const auto B = [&](int64_t q) { return q < p.k ? p.B(q, j) : 0.0f; };
   for (int64_t s = 0; s < p.k; s += cpu::kBgemmKc) {
     float t = 0.0f;
-    for (int64_t q = s; q < std::min(p.k, s + cpu::kBgemmKc); q += 2) {
-      t = q + 1 < p.k ? dp_step(t, p.A(i, q + 1), p.B(q + 1, j)) : dp_step(t, 0.0f, 0.0f);  // odd depth first
-      t = dp_step(t, p.A(i, q), p.B(q, j));
+    const int64_t end = std::min(p.k, s + cpu::kBgemmKc);
+    if (amx()) {
+      for (int64_t q0 = s; q0 < end; q0 += 32) {
+        float even = 0.0f, odd = 0.0f;
+        for (int64_t q = q0; q < q0 + 32; q += 2) {
+          even = dp_step(even, A(q), B(q));
+          odd = dp_step(odd, A(q + 1), B(q + 1));
+        }
+        t = add_step(t, add_step(even, odd));
+      }
+    } else {
+      for (int64_t q = s; q < end; q += 2) {
+        t = dp_step(t, A(q + 1), B(q + 1));  // odd depth first
+        t = dp_step(t, A(q), B(q));
+      }
     }
     c = s == 0 && p.beta == 0 ? t : std::fmaf(s == 0 ? p.beta : 1.0f, c, t);
   }
@@ -145,7 +186,7 @@ void expect_matches_model(const Problem& p) {
 // rows/columns, C thin enough to be computed transposed; every transpose; beta 0 (C is NaN,
 // padding NaN), 1 and 0.5. Bit for bit against the executable determinism rule, so the packing,
 // the pair order and the slice merging are all checked, not just closeness.
-TEST(BgemmAvx512Bf16, EqualsTheDeterminismRuleOnEveryBlockingEdge) {
+TEST_P(BgemmKernel, EqualsTheDeterminismRuleOnEveryBlockingEdge) {
   SKIP_WITHOUT_BF16();
   uint64_t seed = 1;
   for (bool ta : {false, true})
@@ -168,7 +209,7 @@ TEST(BgemmAvx512Bf16, EqualsTheDeterminismRuleOnEveryBlockingEdge) {
 // with gamma_n = n u / (1 - n u) < 2 n u = n eps for n u < 1/2, eps = 2^-23. With values in
 // [-1, 1] no sum gets near 2^-126, so flushing never contributes. Tolerance: (k + 2) eps (sum |a
 // b| + |beta c0|).
-TEST(BgemmAvx512Bf16, IsWithinTheFp32SummationBoundOfAFloat64Reference) {
+TEST_P(BgemmKernel, IsWithinTheFp32SummationBoundOfAFloat64Reference) {
   SKIP_WITHOUT_BF16();
   const double eps = std::numeric_limits<float>::epsilon();
   uint64_t seed = 500;
@@ -196,7 +237,7 @@ TEST(BgemmAvx512Bf16, IsWithinTheFp32SummationBoundOfAFloat64Reference) {
 // Small integers: products (|a b| <= 64) and every partial sum (|sum| <= 64 k + |c0| < 2^24) are
 // integers below 2^24, so no rounding happens at all: native, emulated and the exact integer sum
 // agree exactly, whatever the order.
-TEST(BgemmAvx512Bf16, IsExactOnSmallIntegersAndEqualsTheEmulatedPathThere) {
+TEST_P(BgemmKernel, IsExactOnSmallIntegersAndEqualsTheEmulatedPathThere) {
   SKIP_WITHOUT_BF16();
   const auto small_int = [](std::mt19937_64& g) { return float(int(g() % 17) - 8); };
   uint64_t seed = 900;
@@ -221,7 +262,7 @@ TEST(BgemmAvx512Bf16, IsExactOnSmallIntegersAndEqualsTheEmulatedPathThere) {
 }
 
 // beta == 0 never reads C: C full of NaN (and infinities) gives the product alone.
-TEST(BgemmAvx512Bf16, BetaZeroNeverReadsC) {
+TEST_P(BgemmKernel, BetaZeroNeverReadsC) {
   SKIP_WITHOUT_BF16();
   for (auto [m, n, k] : {std::array<int64_t, 3>{8, 32, 16}, {13, 45, 600}}) {
     Problem p = make_problem(false, false, m, n, k, 0.0f, 77, uniform_pm1);
@@ -234,25 +275,25 @@ TEST(BgemmAvx512Bf16, BetaZeroNeverReadsC) {
 }
 
 // k == 0: C = beta C (beta == 0 writes zeros without reading); empty m or n touch nothing.
-TEST(BgemmAvx512Bf16, DegenerateShapes) {
+TEST_P(BgemmKernel, DegenerateShapes) {
   SKIP_WITHOUT_BF16();
   std::vector<float> c = {std::numeric_limits<float>::quiet_NaN(), 2.0f};
-  cpu::bgemm_avx512bf16(false, false, 1, 2, 0, nullptr, 1, nullptr, 2, 0.0f, c.data(), 2);
+  g_kernel->run(false, false, 1, 2, 0, nullptr, 1, nullptr, 2, 0.0f, c.data(), 2);
   EXPECT_EQ(c[0], 0.0f);
   EXPECT_EQ(c[1], 0.0f);
   c = {3.0f, 2.0f};
-  cpu::bgemm_avx512bf16(false, false, 1, 2, 0, nullptr, 1, nullptr, 2, 0.5f, c.data(), 2);
+  g_kernel->run(false, false, 1, 2, 0, nullptr, 1, nullptr, 2, 0.5f, c.data(), 2);
   EXPECT_EQ(c[0], 1.5f);
   EXPECT_EQ(c[1], 1.0f);
-  cpu::bgemm_avx512bf16(false, false, 0, 2, 5, nullptr, 5, nullptr, 2, 0.0f, c.data(), 2);
-  cpu::bgemm_avx512bf16(false, false, 1, 0, 5, nullptr, 5, nullptr, 2, 0.0f, c.data(), 2);
+  g_kernel->run(false, false, 0, 2, 5, nullptr, 5, nullptr, 2, 0.0f, c.data(), 2);
+  g_kernel->run(false, false, 1, 0, 5, nullptr, 5, nullptr, 2, 0.0f, c.data(), 2);
   EXPECT_EQ(c[0], 1.5f);
 }
 
 // The same bits on 1, 2 and 3 OpenMP threads, for a C wider than tall (threads split columns),
 // taller than wide (rows) and thin (computed as C^T), big enough to run threaded (>= 2^21
 // multiply-adds).
-TEST(BgemmAvx512Bf16, GivesTheSameBitsAtEveryThreadCount) {
+TEST_P(BgemmKernel, GivesTheSameBitsAtEveryThreadCount) {
   SKIP_WITHOUT_BF16();
   const int saved = omp_get_max_threads();
   for (auto [m, n, k] : {std::array<int64_t, 3>{70, 333, 700}, {333, 70, 700}, {2000, 10, 200}})
@@ -289,7 +330,7 @@ Dot dot(const std::vector<float>& a, const std::vector<float>& b) {
 
 // A subnormal BF16 input (|x| < 2^-126) counts as zero natively, even where the product would be
 // a normal FP32 number; the emulated path widens it exactly and keeps it.
-TEST(BgemmAvx512Bf16Numerics, SubnormalInputsCountAsZeroNatively) {
+TEST_P(BgemmKernel, SubnormalInputsCountAsZeroNatively) {
   SKIP_WITHOUT_BF16();
   const float denorm_min = float(BFloat16::denorm_min());  // 2^-133
   const float big = std::ldexp(1.0f, 100);
@@ -307,20 +348,23 @@ TEST(BgemmAvx512Bf16Numerics, SubnormalInputsCountAsZeroNatively) {
 // A result below 2^-126 becomes zero natively (no gradual underflow), whether a single product
 // is that small or a sum of normal numbers cancels down to it; the emulated path keeps the
 // subnormal value.
-TEST(BgemmAvx512Bf16Numerics, SubnormalResultsFlushToZeroNatively) {
+TEST_P(BgemmKernel, SubnormalResultsFlushToZeroNatively) {
   SKIP_WITHOUT_BF16();
   const float p70 = std::ldexp(1.0f, -70);  // normal BF16; p70 * p70 = 2^-140, a subnormal FP32
   Dot d = dot({p70}, {p70});
   EXPECT_EQ(bits(d.native), bits(0.0f));
   EXPECT_EQ(d.emulated, std::ldexp(1.0f, -140));
-  d = dot({-p70}, {p70});  // flushed to a zero of the result's sign
-  EXPECT_EQ(bits(d.native), bits(-0.0f));
+  d = dot({-p70}, {p70});  // flushed to a zero of the result's sign...
+  // ...which AMX then adds to the odd depths' chain (+0, the padding): -0 + +0 = +0.
+  EXPECT_EQ(bits(d.native), bits(amx() ? 0.0f : -0.0f));
   EXPECT_EQ(d.emulated, -std::ldexp(1.0f, -140));
-  // Products 2^-126 (normal) and -(1 - 2^-8) 2^-126 (itself subnormal: flushed as a result of the
-  // step it is added in): the odd depth first gives t = 2^-126, then t + p0 = 2^-134 -> 0.
+  // Products p0 = -(1 - 2^-8) 2^-126 (itself subnormal: flushed as the result of the step it is
+  // added in) and p1 = 2^-126 (normal). vdpbf16ps, odd depth first: t = 2^-126, then t + p0 =
+  // 2^-134 -> 0. AMX: even chain 0 + p0 -> -0, odd chain 2^-126, sum 2^-126 (the flush happened
+  // before the cancellation could).
   const float p63 = std::ldexp(1.0f, -63), almost_one = 1.0f - std::ldexp(1.0f, -8);
   d = dot({-almost_one, p63}, {float(BFloat16::min_normal()), p63});
-  EXPECT_EQ(d.native, 0.0f);
+  EXPECT_EQ(d.native, amx() ? std::ldexp(1.0f, -126) : 0.0f);
   EXPECT_EQ(d.emulated, std::ldexp(1.0f, -134));
   // Sums that stay normal are untouched: 2^-126 exactly.
   EXPECT_EQ(dot({p63}, {p63}).native, std::ldexp(1.0f, -126));
@@ -329,7 +373,7 @@ TEST(BgemmAvx512Bf16Numerics, SubnormalResultsFlushToZeroNatively) {
 // Infinities and NaNs propagate as in IEEE arithmetic on both paths (GradScaler's overflow check
 // depends on it): inf x finite = inf, inf x 0 = NaN, NaN anywhere = NaN, inf - inf = NaN; also at
 // an odd k, whose zero padding must not turn into inf x 0.
-TEST(BgemmAvx512Bf16Numerics, InfinitiesAndNansPropagate) {
+TEST_P(BgemmKernel, InfinitiesAndNansPropagate) {
   SKIP_WITHOUT_BF16();
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   for (const auto& [a, b, want] : std::vector<std::tuple<std::vector<float>, std::vector<float>, float>>{
@@ -348,15 +392,31 @@ TEST(BgemmAvx512Bf16Numerics, InfinitiesAndNansPropagate) {
   }
 }
 
-// Within a pair, the odd depth is accumulated first (the SDM's operation order), so the native
-// sum of a (1, 4) . b (4, 1) runs p = 1, 0, 3, 2; the emulated FP32 GEMM runs p = 0, 1, 2, 3.
-// With products 1, 0, -2^-24, 2^-24: native (0 + 0 + 1) + 2^-24 ties back to 1, then 1 - 2^-24;
-// emulated 1 - 2^-24 then + 2^-24 = 1 (the exact sum).
-TEST(BgemmAvx512Bf16Numerics, TheOddDepthOfAPairIsAccumulatedFirst) {
+// The order of the sum, pinned. vdpbf16ps accumulates the odd depth of a pair first (the SDM's
+// operation order): a (1, 4) . b (4, 1) runs p = 1, 0, 3, 2. AMX's tdpbf16ps (measured: the SDM
+// does not say) keeps two chains per instruction, even depths 0, 2, ... and odd depths 1, 3, ...,
+// each from +0, and adds their sum to the accumulator. The emulated FP32 GEMM runs p = 0, 1, 2, 3.
+//   products 1, 0, -u, u (u = 2^-24): vdpbf16ps (0 + 0 + 1) + u ties back to 1, then 1 - u;
+//     AMX even 1 - u, odd u, sum 1; emulated 1 - u then + u = 1 (the exact sum).
+//   products 1, u, u, u: vdpbf16ps u + 1 -> 1, + u -> 1, + u -> 1; AMX even 1 + u -> 1, odd 2u,
+//     sum 1 + 2u (the exact sum); emulated 1 + u -> 1, then 1, 1.
+TEST_P(BgemmKernel, TheOrderOfTheSumIsTheDocumentedOne) {
   SKIP_WITHOUT_BF16();
   const float u = std::ldexp(1.0f, -24);
-  const Dot d = dot({1.0f, 0.0f, -u, u}, {1.0f, 1.0f, 1.0f, 1.0f});
-  EXPECT_EQ(bits(d.native), bits(1.0f - u));
+  Dot d = dot({1.0f, 0.0f, -u, u}, {1.0f, 1.0f, 1.0f, 1.0f});
+  EXPECT_EQ(bits(d.native), bits(amx() ? 1.0f : 1.0f - u));
+  EXPECT_EQ(d.emulated, 1.0f);
+  d = dot({1.0f, u, u, u}, {1.0f, 1.0f, 1.0f, 1.0f});
+  EXPECT_EQ(bits(d.native), bits(amx() ? 1.0f + 2 * u : 1.0f));
+  EXPECT_EQ(d.emulated, 1.0f);
+  // AMX across instructions: each step of 32 depths is summed apart and then added, so a 1 in the
+  // first step and 32 products u in the second give 1 + 32 u exactly (16 u per chain, exact),
+  // where one sequential chain would lose every u to rounding.
+  std::vector<float> a(64, u), b(64, 1.0f);
+  a[0] = 1.0f;
+  for (int q = 1; q < 32; ++q) a[size_t(q)] = 0.0f;
+  d = dot(a, b);
+  EXPECT_EQ(bits(d.native), bits(amx() ? 1.0f + 32 * u : 1.0f));
   EXPECT_EQ(d.emulated, 1.0f);
 }
 
@@ -364,7 +424,7 @@ TEST(BgemmAvx512Bf16Numerics, TheOddDepthOfAPairIsAccumulatedFirst) {
 // MXCSR is not consulted). 1 + 2^-24 is a tie (-> 1 under RNE, 1 + 2^-23 upward) and
 // 1 + 1.0078125 x 2^-24 is above it (-> 1 + 2^-23 under RNE, 1 toward zero). beta == 0 and one
 // slice, so no FP32 FMA (which does obey MXCSR) touches the result.
-TEST(BgemmAvx512Bf16Numerics, AccumulationIsRoundToNearestEvenWhateverMxcsr) {
+TEST_P(BgemmKernel, AccumulationIsRoundToNearestEvenWhateverMxcsr) {
   SKIP_WITHOUT_BF16();
   const float u = std::ldexp(1.0f, -24), above = u * (1.0f + std::ldexp(1.0f, -7));
   const int saved = std::fegetround();
@@ -378,23 +438,36 @@ TEST(BgemmAvx512Bf16Numerics, AccumulationIsRoundToNearestEvenWhateverMxcsr) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Kernels, BgemmKernel, ::testing::Values(&kAvx512Bf16, &kAmx),
+                         [](const ::testing::TestParamInfo<const Kernel*>& i) { return std::string(i.param->name); });
+
 // ---- the switch: MIXTAPE_CPU_BF16 and the in-process override ----
 
-cpu::CpuFeatures all_features() { return {true, true, true, true, true}; }
+cpu::CpuFeatures avx512_features() { return {true, true, true, true, true, false, false, false, false}; }
+cpu::CpuFeatures all_features() { return {true, true, true, true, true, true, true, true, true}; }
 
 TEST(CpuBf16Switch, ParsesTheVariable) {
   cpu::CpuFeatures none;
-  cpu::CpuFeatures no_bf16 = all_features();
+  cpu::CpuFeatures no_bf16 = avx512_features();
   no_bf16.avx512_bf16 = false;
-  using P = cpu::Bf16GemmPath;
-  EXPECT_EQ(cpu::parse_cpu_bf16(nullptr, all_features()), P::Native);
-  EXPECT_EQ(cpu::parse_cpu_bf16("", all_features()), P::Native);
-  EXPECT_EQ(cpu::parse_cpu_bf16("auto", all_features()), P::Native);
-  EXPECT_EQ(cpu::parse_cpu_bf16(nullptr, no_bf16), P::Emulated);
-  EXPECT_EQ(cpu::parse_cpu_bf16("auto", none), P::Emulated);
-  EXPECT_EQ(cpu::parse_cpu_bf16("emulated", all_features()), P::Emulated);
-  EXPECT_EQ(cpu::parse_cpu_bf16("emulated", none), P::Emulated);
-  EXPECT_EQ(cpu::parse_cpu_bf16("native", all_features()), P::Native);
+  using K = cpu::Bf16Kernel;
+  for (const char* v : {static_cast<const char*>(nullptr), "", "auto"}) {
+    EXPECT_EQ(cpu::parse_cpu_bf16(v, all_features()), K::Amx);
+    EXPECT_EQ(cpu::parse_cpu_bf16(v, avx512_features()), K::Avx512Bf16);
+    EXPECT_EQ(cpu::parse_cpu_bf16(v, no_bf16), K::Emulated);
+    EXPECT_EQ(cpu::parse_cpu_bf16(v, none), K::Emulated);
+  }
+  EXPECT_EQ(cpu::parse_cpu_bf16("emulated", all_features()), K::Emulated);
+  EXPECT_EQ(cpu::parse_cpu_bf16("emulated", none), K::Emulated);
+  EXPECT_EQ(cpu::parse_cpu_bf16("native", all_features()), K::Amx);
+  EXPECT_EQ(cpu::parse_cpu_bf16("native", avx512_features()), K::Avx512Bf16);
+  EXPECT_EQ(cpu::parse_cpu_bf16("avx512bf16", all_features()), K::Avx512Bf16);
+  EXPECT_EQ(cpu::parse_cpu_bf16("amx", all_features()), K::Amx);
+  // AMX without the kernel's permission (or XCR0's tile bits) is not AMX: auto falls back.
+  cpu::CpuFeatures refused = all_features();
+  refused.amx_permitted = false;
+  EXPECT_EQ(cpu::parse_cpu_bf16("auto", refused), K::Avx512Bf16);
+  EXPECT_EQ(cpu::parse_cpu_bf16("native", refused), K::Avx512Bf16);
 }
 
 std::string error_of(const char* value, const cpu::CpuFeatures& f) {
@@ -407,11 +480,22 @@ std::string error_of(const char* value, const cpu::CpuFeatures& f) {
 }
 
 TEST(CpuBf16Switch, NativeWithoutTheInstructionIsAnErrorNamingTheVariableAndTheFeature) {
-  cpu::CpuFeatures f = all_features();
+  cpu::CpuFeatures f = avx512_features();
   f.avx512_bf16 = false;
   EXPECT_EQ(error_of("native", f),
-            "MIXTAPE_CPU_BF16=native: this CPU cannot run the native BF16 GEMM, it lacks AVX512_BF16 (the vdpbf16ps "
+            "MIXTAPE_CPU_BF16=native: this CPU cannot run a native BF16 GEMM, it lacks AVX512_BF16 (the vdpbf16ps "
             "instruction); unset MIXTAPE_CPU_BF16 or set it to 'emulated'");
+  EXPECT_EQ(error_of("avx512bf16", f),
+            "MIXTAPE_CPU_BF16=avx512bf16: this CPU cannot run the AVX512_BF16 GEMM, it lacks AVX512_BF16 (the "
+            "vdpbf16ps instruction); unset MIXTAPE_CPU_BF16 or set it to 'emulated'");
+  EXPECT_EQ(error_of("amx", avx512_features()),
+            "MIXTAPE_CPU_BF16=amx: this CPU cannot run the AMX BF16 GEMM, it lacks AMX-TILE (the tile registers), "
+            "AMX-BF16 (the tdpbf16ps instruction), OS support for AMX tile state (XCR0 XTILECFG/XTILEDATA bits); "
+            "unset MIXTAPE_CPU_BF16 or set it to 'avx512bf16' or 'emulated'");
+  cpu::CpuFeatures refused = all_features();
+  refused.amx_permitted = false;
+  const std::string r = error_of("amx", refused);
+  EXPECT_NE(r.find("arch_prctl ARCH_REQ_XCOMP_PERM was refused"), std::string::npos) << r;
   f = all_features();
   f.os_zmm_state = false;  // the CPU has it, the OS does not save ZMM registers
   const std::string e = error_of("native", f);
@@ -425,9 +509,9 @@ TEST(CpuBf16Switch, NativeWithoutTheInstructionIsAnErrorNamingTheVariableAndTheF
 
 TEST(CpuBf16Switch, AnUnknownValueIsAnError) {
   EXPECT_EQ(error_of("fast", all_features()),
-            "MIXTAPE_CPU_BF16: expected 'native', 'emulated' or 'auto', got 'fast'");
+            "MIXTAPE_CPU_BF16: expected 'auto', 'native', 'amx', 'avx512bf16' or 'emulated', got 'fast'");
   EXPECT_EQ(error_of("Native", all_features()),
-            "MIXTAPE_CPU_BF16: expected 'native', 'emulated' or 'auto', got 'Native'");
+            "MIXTAPE_CPU_BF16: expected 'auto', 'native', 'amx', 'avx512bf16' or 'emulated', got 'Native'");
 }
 
 // The probe agrees with the compiler's own CPU check (which also reads XCR0).
@@ -438,6 +522,10 @@ TEST(CpuBf16Switch, TheProbeAgreesWithTheCompilersCheck) {
   EXPECT_EQ(f.avx512f && f.os_zmm_state, bool(__builtin_cpu_supports("avx512f")));
   EXPECT_EQ(f.avx512_bf16 && f.os_zmm_state, bool(__builtin_cpu_supports("avx512bf16")));
   EXPECT_EQ(cpu::bgemm_avx512bf16_available(), cpu::can_run_bf16_native(f));
+  // GCC 12 knows amx-tile and amx-bf16 as CPUID bits only (it does not read XCR0 for them).
+  EXPECT_EQ(f.amx_tile, bool(__builtin_cpu_supports("amx-tile")));
+  EXPECT_EQ(f.amx_bf16, bool(__builtin_cpu_supports("amx-bf16")));
+  EXPECT_EQ(cpu::bgemm_amx_available(), cpu::can_run_bf16_amx(f));
 #else
   GTEST_SKIP() << "not x86-64";
 #endif
@@ -451,6 +539,19 @@ TEST(CpuBf16Switch, TheOverrideForcesEachPathAndNests) {
     if (cpu::bgemm_avx512bf16_available()) {
       cpu::Bf16GemmOverride native(cpu::Bf16GemmPath::Native);
       EXPECT_TRUE(cpu::bf16_native_gemm());
+      EXPECT_EQ(cpu::bf16_gemm_kernel(), cpu::bgemm_amx_available() ? cpu::Bf16Kernel::Amx : cpu::Bf16Kernel::Avx512Bf16);
+      {
+        cpu::Bf16GemmOverride avx(cpu::Bf16GemmPath::Avx512Bf16);
+        EXPECT_EQ(cpu::bf16_gemm_kernel(), cpu::Bf16Kernel::Avx512Bf16);
+        EXPECT_NE(cpu::bf16_gemm_description().find("vdpbf16ps"), std::string::npos);
+      }
+      if (cpu::bgemm_amx_available()) {
+        cpu::Bf16GemmOverride amx(cpu::Bf16GemmPath::Amx);
+        EXPECT_EQ(cpu::bf16_gemm_kernel(), cpu::Bf16Kernel::Amx);
+        EXPECT_NE(cpu::bf16_gemm_description().find("AMX"), std::string::npos);
+      } else {
+        EXPECT_THROW({ cpu::Bf16GemmOverride amx(cpu::Bf16GemmPath::Amx); }, Error);
+      }
     } else {
       EXPECT_THROW({ cpu::Bf16GemmOverride native(cpu::Bf16GemmPath::Native); }, Error);
     }
@@ -459,12 +560,12 @@ TEST(CpuBf16Switch, TheOverrideForcesEachPathAndNests) {
 }
 
 // In the death test's child (a fresh process: the variable is read once per process): sets
-// MIXTAPE_CPU_BF16 and asks which path runs; exits 10 + answer, or 3 with the error on stderr.
+// MIXTAPE_CPU_BF16 and asks which kernel runs; exits 10 + Bf16Kernel (10 emulated, 11
+// avx512bf16, 12 amx), or 3 with the error on stderr.
 [[noreturn]] void ask_with(const char* value) {
   setenv("MIXTAPE_CPU_BF16", value, 1);
   try {
-    const bool native = cpu::bf16_native_gemm();
-    std::exit(10 + int(native));
+    std::exit(10 + int(cpu::bf16_gemm_kernel()));
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     std::exit(3);
@@ -475,10 +576,16 @@ TEST(CpuBf16Switch, TheVariableIsReadOnceFromTheEnvironment) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: nothing read yet
   EXPECT_EXIT(ask_with("emulated"), ::testing::ExitedWithCode(10), "");
   EXPECT_EXIT(ask_with("bogus"), ::testing::ExitedWithCode(3),
-              "MIXTAPE_CPU_BF16: expected 'native', 'emulated' or 'auto', got 'bogus'");
+              "MIXTAPE_CPU_BF16: expected 'auto', 'native', 'amx', 'avx512bf16' or 'emulated', got 'bogus'");
   if (cpu::bgemm_avx512bf16_available()) {
-    EXPECT_EXIT(ask_with("native"), ::testing::ExitedWithCode(11), "");
-    EXPECT_EXIT(ask_with("auto"), ::testing::ExitedWithCode(11), "");
+    const int best = cpu::bgemm_amx_available() ? 12 : 11;
+    EXPECT_EXIT(ask_with("native"), ::testing::ExitedWithCode(best), "");
+    EXPECT_EXIT(ask_with("auto"), ::testing::ExitedWithCode(best), "");
+    EXPECT_EXIT(ask_with("avx512bf16"), ::testing::ExitedWithCode(11), "");
+    if (cpu::bgemm_amx_available())
+      EXPECT_EXIT(ask_with("amx"), ::testing::ExitedWithCode(12), "");
+    else
+      EXPECT_EXIT(ask_with("amx"), ::testing::ExitedWithCode(3), "MIXTAPE_CPU_BF16=amx: .* it lacks");
   } else {
     EXPECT_EXIT(ask_with("native"), ::testing::ExitedWithCode(3), "MIXTAPE_CPU_BF16=native: .* it lacks");
     EXPECT_EXIT(ask_with("auto"), ::testing::ExitedWithCode(10), "");

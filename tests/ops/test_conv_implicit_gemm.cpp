@@ -172,8 +172,8 @@ TEST(ConvImplicitGemm, Bf16NativeMatchesFp64WithinTheBound) {
     const Tensor xb = in.x.to(DType::BFloat16), wb = in.w.to(DType::BFloat16), bb = cast(in.b, DType::BFloat16);
     const Tensor x64 = xb.to(DType::Float64), w64 = wb.to(DType::Float64), b64 = cast(bb, DType::Float64);
     const Tensor ref = conv(g, x64, w64, b64), absprod = conv(g, abs(x64), abs(w64), abs_or_none(b64));
-    const Tensor got = with_bf16(cpu::Bf16GemmPath::Native, [&] { return conv(g, xb, wb, bb); });
-    const Tensor old = with_bf16(cpu::Bf16GemmPath::Native, [&] {
+    const Tensor got = with_bf16(cpu::Bf16GemmPath::Avx512Bf16, [&] { return conv(g, xb, wb, bb); });
+    const Tensor old = with_bf16(cpu::Bf16GemmPath::Avx512Bf16, [&] {
       return with_algo(cpu::ConvAlgo::Im2col, [&] { return conv(g, xb, wb, bb); });
     });
     EXPECT_TRUE(near(got, ref, absprod, g.C * g.kH * g.kW, 1.0, 1.0));
@@ -199,13 +199,13 @@ TEST(ConvImplicitGemm, InputGradAsAConvMatchesFp64) {
     const int64_t k = g.O * g.kH * g.kW;
     const Tensor got = with_algo(cpu::ConvAlgo::Auto, [&] { return conv2d_input_grad(gy, in.w, xs, st, pd, dl); });
     EXPECT_TRUE(near(got, ref, absprod, k, 1.0, 0));
-    for (cpu::Bf16GemmPath p : {cpu::Bf16GemmPath::Emulated, cpu::Bf16GemmPath::Native}) {
-      if (p == cpu::Bf16GemmPath::Native && !native_available()) continue;
+    for (cpu::Bf16GemmPath p : {cpu::Bf16GemmPath::Emulated, cpu::Bf16GemmPath::Avx512Bf16}) {
+      if (p == cpu::Bf16GemmPath::Avx512Bf16 && !native_available()) continue;
       const Tensor gb = gy.to(DType::BFloat16), wb = in.w.to(DType::BFloat16);
       const Tensor r16 = conv2d_input_grad(gb.to(DType::Float64), wb.to(DType::Float64), xs, st, pd, dl);
       const Tensor a16 = conv2d_input_grad(abs(gb.to(DType::Float64)), abs(wb.to(DType::Float64)), xs, st, pd, dl);
       const Tensor g16 = with_bf16(p, [&] { return conv2d_input_grad(gb, wb, xs, st, pd, dl); });
-      EXPECT_TRUE(near(g16, r16, a16, k, 1.0, 1.0)) << (p == cpu::Bf16GemmPath::Native ? "native" : "emulated");
+      EXPECT_TRUE(near(g16, r16, a16, k, 1.0, 1.0)) << (p == cpu::Bf16GemmPath::Avx512Bf16 ? "native" : "emulated");
     }
   }
 }
@@ -217,8 +217,8 @@ TEST(ConvImplicitGemm, SameBitsOnOneAndTwoThreads) {
   const Inputs in = make_inputs(g, 17);
   const int saved = omp_get_max_threads();
   for (DType dt : {DType::Float32, DType::BFloat16})
-    for (cpu::Bf16GemmPath p : {cpu::Bf16GemmPath::Emulated, cpu::Bf16GemmPath::Native}) {
-      if (p == cpu::Bf16GemmPath::Native && !native_available()) continue;
+    for (cpu::Bf16GemmPath p : {cpu::Bf16GemmPath::Emulated, cpu::Bf16GemmPath::Avx512Bf16}) {
+      if (p == cpu::Bf16GemmPath::Avx512Bf16 && !native_available()) continue;
       cpu::Bf16GemmOverride bo(p);
       const Tensor x = in.x.to(dt), w = in.w.to(dt), b = in.b.to(dt);
       Generator gen(18);
@@ -249,6 +249,23 @@ TEST(ConvImplicitGemm, OtherGeometriesKeepIm2colsBits) {
   for (const auto& f : cases) {
     EXPECT_TRUE(same_bits(with_algo(cpu::ConvAlgo::Auto, f), with_algo(cpu::ConvAlgo::Im2col, f)));
   }
+}
+
+// On the AMX GEMM, BF16 convs skip the implicit kernel (its BF16 tile is vdpbf16ps) for im2col +
+// AMX: the same bits with the implicit kernel allowed or not, for the forward and the input
+// gradient, where the vdpbf16ps kernel gives other bits.
+TEST(ConvImplicitGemm, Bf16OnAmxTakesIm2colAndTheAmxGemm) {
+  MT_REQUIRE_KERNEL();
+  if (!cpu::can_run_bf16_amx(cpu::cpu_features())) GTEST_SKIP() << "no AMX here";
+  const Geo g{4, 32, 14, 14, 64, 3, 3, 1, 1, 1, true};
+  const Inputs in = make_inputs(g, 15);
+  const Tensor xb = in.x.to(DType::BFloat16), wb = in.w.to(DType::BFloat16), bb = cast(in.b, DType::BFloat16);
+  const auto f = [&] { return conv(g, xb, wb, bb); };
+  const Tensor amx = with_bf16(cpu::Bf16GemmPath::Amx, [&] { return with_algo(cpu::ConvAlgo::Auto, f); });
+  const Tensor amx_im2col = with_bf16(cpu::Bf16GemmPath::Amx, [&] { return with_algo(cpu::ConvAlgo::Im2col, f); });
+  const Tensor vdp = with_bf16(cpu::Bf16GemmPath::Avx512Bf16, [&] { return with_algo(cpu::ConvAlgo::Auto, f); });
+  EXPECT_TRUE(same_bits(amx, amx_im2col));
+  EXPECT_FALSE(same_bits(amx, vdp));  // so the comparison above can tell the kernels apart
 }
 
 TEST(ConvImplicitGemm, OverrideTurnsTheKernelOffAndNests) {

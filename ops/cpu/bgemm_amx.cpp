@@ -1,0 +1,245 @@
+// ops/cpu/bgemm_amx.cpp — the AMX BF16 GEMM (see bgemm_amx.h for the algorithm and the numerics).
+// Only the functions marked MT_AMX contain AVX-512 or AMX instructions; the entry point is
+// baseline x86-64 and checks the CPU (and Linux's permission) before calling them.
+#include "ops/cpu/bgemm_amx.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+#include "ops/cpu/aligned_buffer.h"
+#include "ops/cpu/bf16_pairs_avx512.h"
+#include "ops/cpu/bgemm_avx512bf16.h"
+#include "ops/cpu/cpu_features.h"
+#include "ops/cpu/gemm_args.h"
+#include "ops/cpu/tile_threads.h"
+
+#if MIXTAPE_HAVE_BF16_PAIRS
+#define MIXTAPE_HAVE_AMX_GEMM 1
+#define MT_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,amx-tile,amx-bf16")))
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#else
+#define MIXTAPE_HAVE_AMX_GEMM 0
+#endif
+
+namespace mixtape::cpu {
+namespace {
+
+constexpr int64_t kTile = 16;                    // rows of every tile; 16 FP32 / 16 BF16 pairs per row
+constexpr int64_t kStep = 32;                    // depth of one tdpbf16ps: 16 pairs
+constexpr int64_t kMr = 2 * kTile;               // rows of a C block (two A tiles)
+constexpr int64_t kNr = bf16_pairs::kPairPanel;  // columns of a C block (two B tiles): 32
+constexpr int64_t kKc = kBgemmKc;                // depth slice: A panel 32 KiB, B panel 32 KiB
+constexpr int64_t kMc = 128;                     // rows of an A block (128 KiB at kKc, in L2)
+constexpr int64_t kNc = 512;                     // columns of a B block (512 KiB at kKc, in L2)
+constexpr int64_t kParallelMacs = int64_t(1) << 21;
+static_assert(kNr == 2 * kTile, "a B panel is two B tiles wide");
+static_assert(kKc % kStep == 0, "a slice is whole depth steps");
+
+#if MIXTAPE_HAVE_AMX_GEMM
+
+// ldtilecfg's 64-byte operand: palette 1, every tile 16 rows of 64 bytes (tmm0-7).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
+
+// Configures the calling thread's tiles; bgemm_serial releases them when it returns, so a thread
+// holds no tile state (which the kernel would have to save on every context switch) between GEMMs.
+MT_AMX void configure_tiles() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = kTile;
+  // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of cfg: make all 64 visible.
+  __asm__ volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+// Packs op(A) rows [i0, i0 + mc), depth [p0, p0 + kc) into panels of kMr rows: panel r, depth
+// step s holds two row-major 16 x 32 tiles, element (ii, q) of the panel's step at
+// dst + r kMr kcp + s kMr kStep + ii kStep + q (kcp = kc rounded up to kStep); zero past mc and kc.
+MT_AMX void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+                   int64_t kcp, uint16_t* dst) {
+  const int64_t panels = (mc + kMr - 1) / kMr, steps = kcp / kStep;
+  if (!ta) {  // rows of op(A) are rows of A: one masked 32-element load per row and step
+    for (int64_t r = 0; r < panels; ++r)
+      for (int64_t ii = 0; ii < kMr; ++ii) {
+        const int64_t i = r * kMr + ii;
+        const uint16_t* src = a + (i0 + i) * lda + p0;
+        uint16_t* d = dst + r * kMr * kcp + ii * kStep;
+        for (int64_t s = 0; s < steps; ++s) {
+          const __m512i v = i < mc ? _mm512_maskz_loadu_epi16(bf16_pairs::low_lanes(kc - s * kStep), src + s * kStep)
+                                   : _mm512_setzero_si512();
+          _mm512_store_si512(d + s * kMr * kStep, v);
+        }
+      }
+    return;
+  }
+  // op(A)[i, p] = A[p, i]: interleave rows p, p + 1 of A into pair words for 16 columns i, then a
+  // 16 x 16 32-bit transpose turns 16 pairs x 16 columns into 16 rows of op(A), 32 depths each.
+  for (int64_t r = 0; r < panels; ++r)
+    for (int64_t h = 0; h < kMr; h += kTile) {
+      const int64_t cols = std::clamp<int64_t>(mc - r * kMr - h, 0, kTile);
+      const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+      for (int64_t s = 0; s < steps; ++s) {
+        __m512i v[16];
+        for (int q = 0; q < 16; ++q) {
+          const int64_t p = s * kStep + 2 * q;  // depth within the slice
+          const uint16_t* src = a + (p0 + p) * lda + i0 + r * kMr + h;
+          const __m256i lo = p < kc && cols ? _mm256_maskz_loadu_epi16(mask, src) : _mm256_setzero_si256();
+          const __m256i hi = p + 1 < kc && cols ? _mm256_maskz_loadu_epi16(mask, src + lda) : _mm256_setzero_si256();
+          v[q] = _mm512_or_si512(_mm512_cvtepu16_epi32(lo), _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+        }
+        bf16_pairs::transpose16x16_epi32(v);
+        uint16_t* d = dst + r * kMr * kcp + s * kMr * kStep + h * kStep;
+        for (int ii = 0; ii < 16; ++ii) _mm512_store_si512(d + ii * kStep, v[ii]);
+      }
+    }
+}
+
+// Packs the op(B) panel of columns [j0, j0 + cols), depth [p0, p0 + kc) in the shared pair layout
+// (pair p2, column jj at dst + (p2 kNr + jj) 2), zero-padded to kcp / 2 pair rows.
+MT_AMX void pack_b(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0, int64_t kc,
+                   int64_t kcp, uint16_t* dst) {
+  bf16_pairs::pack_b_pairs(tb, b, ldb, j0, cols, p0, kc, dst);
+  const int64_t kc2 = (kc + 1) / 2;
+  std::memset(dst + kc2 * kNr * 2, 0, static_cast<size_t>((kcp / 2 - kc2) * kNr * 2) * sizeof(uint16_t));
+}
+
+// The 32 x 32 block T = op(A) panel @ op(B) panel over `steps` depth steps, from +0, in tmm0-3
+// (rows 0-15: tmm0 columns 0-15, tmm1 columns 16-31; rows 16-31: tmm2, tmm3).
+MT_AMX inline void block_product(int64_t steps, const uint16_t* ap, const uint16_t* bp) {
+  // The tile loads are asm without a memory operand: make the packers' stores happen first.
+  __asm__ volatile("" : : : "memory");
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t s = 0; s < steps; ++s) {
+    const uint16_t* as = ap + s * kMr * kStep;
+    const uint16_t* bs = bp + s * kStep * kNr;  // 16 pair rows of 32 columns
+    _tile_loadd(4, as, kStep * 2);
+    _tile_loadd(5, as + kTile * kStep, kStep * 2);
+    _tile_loadd(6, bs, kNr * 4);
+    _tile_loadd(7, bs + kTile * 2, kNr * 4);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+}
+
+// Stores tmm0-3 as a 32 x 32 FP32 block with row stride ld floats.
+MT_AMX inline void store_block(float* t, int64_t ld) {
+  _tile_stored(0, t, ld * 4);
+  _tile_stored(1, t + kTile, ld * 4);
+  _tile_stored(2, t + kTile * ld, ld * 4);
+  _tile_stored(3, t + kTile * ld + kTile, ld * 4);
+}
+
+// One block of the product with rows x cols valid elements, element (i, j) at c[i rs + j cs]:
+// a full row-major block with beta == 0 straight from the tiles into C, else through a scratch
+// block merged with the single-rounding fma(beta, c, t) of the determinism rule.
+MT_AMX void block(int64_t steps, const uint16_t* ap, const uint16_t* bp, float* c, int64_t rs, int64_t cs,
+                  int64_t rows, int64_t cols, float beta) {
+  block_product(steps, ap, bp);
+  if (rows == kMr && cols == kNr && cs == 1 && beta == 0.0f) return store_block(c, rs);
+  alignas(64) float t[kMr * kNr];
+  store_block(t, kNr);
+  if (rows == kMr && cols == kNr && cs == 1) {
+    const __m512 vb = _mm512_set1_ps(beta);
+    for (int64_t i = 0; i < kMr; ++i)
+      for (int64_t j = 0; j < kNr; j += 16) {
+        float* dst = c + i * rs + j;
+        _mm512_storeu_ps(dst, _mm512_fmadd_ps(vb, _mm512_loadu_ps(dst), _mm512_load_ps(t + i * kNr + j)));
+      }
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      float& dst = c[i * rs + j * cs];
+      dst = beta == 0.0f ? t[i * kNr + j] : std::fma(beta, dst, t[i * kNr + j]);
+    }
+}
+
+// The blocked loops on the calling thread (m, n, k > 0); element (i, j) of the product goes to
+// c[i rs + j cs].
+MT_AMX void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                         const uint16_t* b, int64_t ldb, float beta, float* c, int64_t rs, int64_t cs) {
+  thread_local AlignedBuffer<uint16_t> a_buf, b_buf;
+  const int64_t kcp_max = (std::min(k, kKc) + kStep - 1) / kStep * kStep;
+  uint16_t* ap = a_buf.get((std::min(m, kMc) + kMr - 1) / kMr * kMr * kcp_max);
+  uint16_t* bp = b_buf.get((std::min(n, kNc) + kNr - 1) / kNr * kNr * kcp_max);
+  configure_tiles();
+  for (int64_t jc = 0; jc < n; jc += kNc) {
+    const int64_t nc = std::min(kNc, n - jc), b_panels = (nc + kNr - 1) / kNr;
+    for (int64_t pc = 0; pc < k; pc += kKc) {
+      const int64_t kc = std::min(kKc, k - pc), kcp = (kc + kStep - 1) / kStep * kStep, steps = kcp / kStep;
+      const float slice_beta = pc == 0 ? beta : 1.0f;  // later slices add onto the first
+      for (int64_t jr = 0; jr < b_panels; ++jr)
+        pack_b(tb, b, ldb, jc + jr * kNr, std::min(kNr, nc - jr * kNr), pc, kc, kcp, bp + jr * kNr * kcp);
+      for (int64_t ic = 0; ic < m; ic += kMc) {
+        const int64_t mc = std::min(kMc, m - ic), a_panels = (mc + kMr - 1) / kMr;
+        pack_a(ta, a, lda, ic, mc, pc, kc, kcp, ap);
+        for (int64_t jr = 0; jr < b_panels; ++jr)
+          for (int64_t ir = 0; ir < a_panels; ++ir)
+            block(steps, ap + ir * kMr * kcp, bp + jr * kNr * kcp, c + (ic + ir * kMr) * rs + (jc + jr * kNr) * cs,
+                  rs, cs, std::min(kMr, mc - ir * kMr), std::min(kNr, nc - jr * kNr), slice_beta);
+      }
+    }
+  }
+  _tile_release();
+}
+
+#endif  // MIXTAPE_HAVE_AMX_GEMM
+
+}  // namespace
+
+bool bgemm_amx_available() {
+#if MIXTAPE_HAVE_AMX_GEMM
+  static const bool has = can_run_bf16_amx(cpu_features());
+  return has;
+#else
+  return false;
+#endif
+}
+
+void bgemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a_bf, int64_t lda,
+               const BFloat16* b_bf, int64_t ldb, float beta, float* c, int64_t ldc) {
+  MT_CHECK(MIXTAPE_HAVE_AMX_GEMM, "bgemm_amx: this build has no AMX kernel (x86-64 GCC/clang only)");
+  MT_CHECK(bgemm_amx_available(), "bgemm_amx: this CPU lacks ", bf16_amx_missing(cpu_features()),
+           " (check bf16_gemm_kernel() first)");
+  if (gemm_args_trivial("bgemm_amx", ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
+#if MIXTAPE_HAVE_AMX_GEMM
+  const uint16_t* a = &a_bf->bits;
+  const uint16_t* b = &b_bf->bits;
+  const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
+  if (nt == 1) return bgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, 1);
+  const bool by_cols = n >= m;
+  const int64_t extent = by_cols ? n : m, unit = by_cols ? kNr : kMr;
+  for_tile_ranges(nt, extent, unit, [&](int64_t lo, int64_t hi) {
+    if (by_cols)
+      bgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc, 1);
+    else
+      bgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc, 1);
+  });
+#endif
+}
+
+#if MIXTAPE_HAVE_AMX_GEMM
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace mixtape::cpu
