@@ -341,11 +341,8 @@ struct Staging {
 // The implicit-GEMM kernel (ops/cpu/conv_implicit_gemm.h) takes plane-shift geometry with one
 // group and an FP32 accumulator: FP32 and BF16 storage directly, FP16 widened a few images at a
 // time (conv_forward), so that every 16-bit conv stays the FP32 conv of its widened operands.
-// MIXTAPE_GEMM=blas (cpu::own_float_gemm() false) keeps convs on im2col + OpenBLAS. BF16 on the AMX
-// GEMM keeps them on im2col too: the implicit kernel's BF16 tile is vdpbf16ps, which AMX outruns
-// even with the im2col copy (SmallCNN BF16 steps ~1.6x faster that way on a Sapphire Rapids VM).
+// MIXTAPE_GEMM=blas (cpu::own_float_gemm() false) keeps convs on im2col + OpenBLAS.
 bool implicit_gemm_applies(const ConvGeom& g, DType dt) {
-  if (dt == DType::BFloat16 && cpu::bf16_gemm_kernel() == cpu::Bf16Kernel::Amx) return false;
   return (dt == DType::Float32 || dt == DType::BFloat16 || dt == DType::Float16) && plane_shift(g) && g.G == 1 &&
          g.C > 0 && g.O > 0 && cpu::own_float_gemm() && cpu::conv_implicit_gemm_enabled();
 }

@@ -13,15 +13,15 @@
 
 #include "core/error.h"
 #include "ops/cpu/aligned_buffer.h"
+#include "ops/cpu/amx_tiles.h"
 #include "ops/cpu/bf16_pairs_avx512.h"
 #include "ops/cpu/bgemm_avx512bf16.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/gemm_args.h"
 #include "ops/cpu/tile_threads.h"
 
-#if MIXTAPE_HAVE_BF16_PAIRS
+#if MIXTAPE_HAVE_BF16_PAIRS && MIXTAPE_HAVE_AMX_TILES
 #define MIXTAPE_HAVE_AMX_GEMM 1
-#define MT_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,amx-tile,amx-bf16")))
 #pragma GCC diagnostic push
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -34,38 +34,18 @@
 namespace mixtape::cpu {
 namespace {
 
-constexpr int64_t kTile = 16;                    // rows of every tile; 16 FP32 / 16 BF16 pairs per row
-constexpr int64_t kStep = 32;                    // depth of one tdpbf16ps: 16 pairs
-constexpr int64_t kMr = 2 * kTile;               // rows of a C block (two A tiles)
+using amx::kStep;
+using amx::kTile;
+constexpr int64_t kMr = amx::kBlock;             // rows of a C block (two A tiles)
 constexpr int64_t kNr = bf16_pairs::kPairPanel;  // columns of a C block (two B tiles): 32
 constexpr int64_t kKc = kBgemmKc;                // depth slice: A panel 32 KiB, B panel 32 KiB
 constexpr int64_t kMc = 128;                     // rows of an A block (128 KiB at kKc, in L2)
 constexpr int64_t kNc = 512;                     // columns of a B block (512 KiB at kKc, in L2)
 constexpr int64_t kParallelMacs = int64_t(1) << 21;
-static_assert(kNr == 2 * kTile, "a B panel is two B tiles wide");
+static_assert(kNr == amx::kBlock, "a B panel is two B tiles wide");
 static_assert(kKc % kStep == 0, "a slice is whole depth steps");
 
 #if MIXTAPE_HAVE_AMX_GEMM
-
-// ldtilecfg's 64-byte operand: palette 1, every tile 16 rows of 64 bytes (tmm0-7).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
-
-// Configures the calling thread's tiles; bgemm_serial releases them when it returns, so a thread
-// holds no tile state (which the kernel would have to save on every context switch) between GEMMs.
-MT_AMX void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = kTile;
-  // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of cfg: make all 64 visible.
-  __asm__ volatile("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-}
 
 // Packs op(A) rows [i0, i0 + mc), depth [p0, p0 + kc) into panels of kMr rows: panel r, depth
 // step s holds two row-major 16 x 32 tiles, element (ii, q) of the panel's step at
@@ -118,46 +98,15 @@ MT_AMX void pack_b(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t 
   std::memset(dst + kc2 * kNr * 2, 0, static_cast<size_t>((kcp / 2 - kc2) * kNr * 2) * sizeof(uint16_t));
 }
 
-// The 32 x 32 block T = op(A) panel @ op(B) panel over `steps` depth steps, from +0, in tmm0-3
-// (rows 0-15: tmm0 columns 0-15, tmm1 columns 16-31; rows 16-31: tmm2, tmm3).
-MT_AMX inline void block_product(int64_t steps, const uint16_t* ap, const uint16_t* bp) {
-  // The tile loads are asm without a memory operand: make the packers' stores happen first.
-  __asm__ volatile("" : : : "memory");
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (int64_t s = 0; s < steps; ++s) {
-    const uint16_t* as = ap + s * kMr * kStep;
-    const uint16_t* bs = bp + s * kStep * kNr;  // 16 pair rows of 32 columns
-    _tile_loadd(4, as, kStep * 2);
-    _tile_loadd(5, as + kTile * kStep, kStep * 2);
-    _tile_loadd(6, bs, kNr * 4);
-    _tile_loadd(7, bs + kTile * 2, kNr * 4);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-}
-
-// Stores tmm0-3 as a 32 x 32 FP32 block with row stride ld floats.
-MT_AMX inline void store_block(float* t, int64_t ld) {
-  _tile_stored(0, t, ld * 4);
-  _tile_stored(1, t + kTile, ld * 4);
-  _tile_stored(2, t + kTile * ld, ld * 4);
-  _tile_stored(3, t + kTile * ld + kTile, ld * 4);
-}
-
 // One block of the product with rows x cols valid elements, element (i, j) at c[i rs + j cs]:
 // a full row-major block with beta == 0 straight from the tiles into C, else through a scratch
 // block merged with the single-rounding fma(beta, c, t) of the determinism rule.
 MT_AMX void block(int64_t steps, const uint16_t* ap, const uint16_t* bp, float* c, int64_t rs, int64_t cs,
                   int64_t rows, int64_t cols, float beta) {
-  block_product(steps, ap, bp);
-  if (rows == kMr && cols == kNr && cs == 1 && beta == 0.0f) return store_block(c, rs);
+  amx::block_product(steps, ap, bp);
+  if (rows == kMr && cols == kNr && cs == 1 && beta == 0.0f) return amx::store_block(c, rs);
   alignas(64) float t[kMr * kNr];
-  store_block(t, kNr);
+  amx::store_block(t, kNr);
   if (rows == kMr && cols == kNr && cs == 1) {
     const __m512 vb = _mm512_set1_ps(beta);
     for (int64_t i = 0; i < kMr; ++i)
@@ -182,7 +131,7 @@ MT_AMX void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
   const int64_t kcp_max = (std::min(k, kKc) + kStep - 1) / kStep * kStep;
   uint16_t* ap = a_buf.get((std::min(m, kMc) + kMr - 1) / kMr * kMr * kcp_max);
   uint16_t* bp = b_buf.get((std::min(n, kNc) + kNr - 1) / kNr * kNr * kcp_max);
-  configure_tiles();
+  amx::configure_amx_tiles();  // released below: no thread holds tile state between GEMMs
   for (int64_t jc = 0; jc < n; jc += kNc) {
     const int64_t nc = std::min(kNc, n - jc), b_panels = (nc + kNr - 1) / kNr;
     for (int64_t pc = 0; pc < k; pc += kKc) {

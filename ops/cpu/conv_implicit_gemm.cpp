@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/aligned_buffer.h"
+#include "ops/cpu/amx_tiles.h"
 #include "ops/cpu/bgemm_avx512bf16.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/tile_threads.h"
@@ -363,12 +364,64 @@ MT_CONV void run_panels(const ImplicitConvShape& s, const E* x, const void* apac
   }
 }
 
-template <bool kNative, typename E>
+// ---- AMX: the whole depth per column panel, 32 output channels x 32 pixels per tile block ----
+static_assert(kNr == amx::kBlock, "a column panel is one AMX block wide");
+// Weights as AMX A tiles: panel ip (32 channels), step st (32 depths): row-major 32 x 32 at
+// ap[((ip steps + st) 32 + ii) 32 + q] = w[32 ip + ii, 32 st + q], zero past O and past K.
+void pack_weights_amx(const ImplicitConvShape& s, const uint16_t* w, uint16_t* ap) {
+  const int64_t K = s.C * s.kH * s.kW, steps = (K + amx::kStep - 1) / amx::kStep;
+  const int64_t panels = (s.O + amx::kBlock - 1) / amx::kBlock;
+  for (int64_t ip = 0; ip < panels; ++ip)
+    for (int64_t st = 0; st < steps; ++st)
+      for (int64_t ii = 0; ii < amx::kBlock; ++ii)
+        for (int64_t q = 0; q < amx::kStep; ++q) {
+          const int64_t o = ip * amx::kBlock + ii, p = st * amx::kStep + q;
+          ap[((ip * steps + st) * amx::kBlock + ii) * amx::kStep + q] = o < s.O && p < K ? w[o * K + p] : uint16_t(0);
+        }
+}
+
+// The column panels [lo, hi) on the calling thread, on AMX tiles: B packed for the whole depth in
+// the pair layout (zero up to whole steps), one 32 x 32 block product per 32 output channels,
+// stored as the accumulator tile store_panel reads. Each output element is one tdpbf16ps chain
+// over the whole depth (ops/cpu/bgemm_amx.h's rule with a single slice), then + bias, rounded.
+MT_AMX void run_panels_amx(const ImplicitConvShape& s, const uint16_t* x, const uint16_t* ap, const float* bias,
+                           uint16_t* y, int64_t lo, int64_t hi) {
+  const int64_t K = s.C * s.kH * s.kW, steps = (K + amx::kStep - 1) / amx::kStep;
+  const int64_t panels = (s.O + amx::kBlock - 1) / amx::kBlock, K2 = (K + 1) / 2;
+  thread_local AlignedBuffer<float> acc_buf;
+  thread_local AlignedBuffer<uint16_t> bh_buf;
+  thread_local std::vector<uint32_t> rows, cols;
+  float* acc = acc_buf.get(panels * amx::kBlock * kNr);
+  uint16_t* bp = bh_buf.get(steps * amx::kStep * kNr);
+  // Pair rows past the depth are zero once for all panels (pack_b_bf16 writes only up to K).
+  std::memset(bp + K2 * kNr * 2, 0, static_cast<size_t>((steps * amx::kStep / 2 - K2) * kNr * 2) * sizeof(uint16_t));
+  amx::configure_amx_tiles();
+  PanelMap pm;
+  for (int64_t panel = lo; panel < hi; ++panel) {
+    pm.build(s, panel, rows, cols);
+    pack_b_bf16(s, x, pm, 0, K, bp);
+    for (int64_t ip = 0; ip < panels; ++ip) {
+      amx::block_product(steps, ap + ip * steps * amx::kBlock * amx::kStep, bp);
+      amx::store_block(acc + ip * amx::kBlock * kNr, kNr);
+    }
+    store_panel(s, pm, acc, bias, y);
+  }
+  _tile_release();
+}
+
+// Kernel: 0 FP32 tiles (E float, or BF16 widened), 1 vdpbf16ps, 2 AMX.
+template <int kKernel, typename E>
 void conv_panels(const ImplicitConvShape& s, const E* x, const void* apack, const float* bias, E* y) {
   const int64_t columns = s.N * s.OH * s.W, npanels = (columns + kNr - 1) / kNr;
+  const auto run = [&](int64_t lo, int64_t hi) {
+    if constexpr (kKernel == 2)
+      run_panels_amx(s, x, static_cast<const uint16_t*>(apack), bias, y, lo, hi);
+    else
+      run_panels<kKernel == 1>(s, x, apack, bias, y, lo, hi);
+  };
   const int nt = threads_for(s);
-  if (nt <= 1) return run_panels<kNative>(s, x, apack, bias, y, 0, npanels);
-  for_tile_ranges(nt, npanels, 1, [&](int64_t lo, int64_t hi) { run_panels<kNative>(s, x, apack, bias, y, lo, hi); });
+  if (nt <= 1) return run(0, npanels);
+  for_tile_ranges(nt, npanels, 1, run);
 }
 
 void check_shape(const ImplicitConvShape& s) {
@@ -385,7 +438,7 @@ void conv_implicit_gemm(const ImplicitConvShape& s, const float* x, const float*
   const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<float> ap;
   pack_weights_f32(s, w, ap.get(panels * K * kMr));
-  conv_panels<false>(s, x, ap.data.get(), bias, y);
+  conv_panels<0>(s, x, ap.data.get(), bias, y);
 }
 
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias,
@@ -395,7 +448,7 @@ void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const flo
   AlignedBuffer<float> ap;
   pack_weights_f32(s, w, ap.get(panels * K * kMr));
   // BFloat16 is a standard-layout wrapper of its uint16_t bits (core/bfloat16.h asserts it).
-  conv_panels<false>(s, &x->bits, ap.data.get(), bias, &y->bits);
+  conv_panels<0>(s, &x->bits, ap.data.get(), bias, &y->bits);
 }
 
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias,
@@ -405,8 +458,13 @@ void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFl
            " (check bf16_native_gemm() first)");
   const int64_t K = s.C * s.kH * s.kW, K2 = (K + 1) / 2, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<uint16_t> ap;
+  if (bf16_gemm_kernel() == Bf16Kernel::Amx) {
+    const int64_t steps = (K + amx::kStep - 1) / amx::kStep, blocks = (s.O + amx::kBlock - 1) / amx::kBlock;
+    pack_weights_amx(s, &w->bits, ap.get(blocks * steps * amx::kBlock * amx::kStep));
+    return conv_panels<2>(s, &x->bits, ap.data.get(), bias, &y->bits);
+  }
   pack_weights_bf16(s, &w->bits, ap.get(panels * K2 * kMr * 2));
-  conv_panels<true>(s, &x->bits, ap.data.get(), bias, &y->bits);
+  conv_panels<1>(s, &x->bits, ap.data.get(), bias, &y->bits);
 }
 
 #pragma GCC diagnostic pop

@@ -13,15 +13,21 @@
 // 32 register tile per A panel accumulates the slice, and after the last slice the tile gets the
 // bias added and is stored (rounded to BF16 once where the output is BF16) into each image the
 // panel covers.
-// Three variants, one per operand type:
+// Four variants, by operand type and BF16 kernel (bf16_gemm_kernel()):
 //   float x, float w                      FP32 FMA
 //   BFloat16 x, float w (BF16 emulated)   x widened exactly to FP32 while packing, FP32 FMA: the
 //                                         FP32 variant's sums on the widened input, rounded once,
 //                                         bit for bit (the contract of MIXTAPE_CPU_BF16=emulated)
-//   BFloat16 x, BFloat16 w (native)       vdpbf16ps on depth pairs (p, p + 1), FP32 accumulation
+//   BFloat16 x, BFloat16 w (avx512bf16)   vdpbf16ps on depth pairs (p, p + 1), FP32 accumulation
+//   BFloat16 x, BFloat16 w (amx)          AMX tiles: weights packed once per call as 32-row A
+//                                         tiles, each column panel's B packed for the whole depth
+//                                         in the same pair layout, one 32 x 32 tile block product
+//                                         per 32 output channels (ops/cpu/amx_tiles.h)
 // Invariant (determinism): output element (n, o, l) is one thread's sum over the depth in a fixed
-// order — FP32: p = 0, 1, ..., K - 1, one FMA each from +0; BF16 native: pairs in order, each one
-// vdpbf16ps step (ops/cpu/bgemm_avx512bf16.h's R, odd depth first) — then + bias[o] (one FP32
+// order — FP32: p = 0, 1, ..., K - 1, one FMA each from +0; avx512bf16: pairs in order, each one
+// vdpbf16ps step (ops/cpu/bgemm_avx512bf16.h's R, odd depth first); amx: ops/cpu/bgemm_amx.h's
+// rule over the whole depth as one slice (so, for K <= 512, the bits of im2col + the AMX GEMM) —
+// then + bias[o] (one FP32
 // add), then the store's rounding. Threads split the column panels, so the bits are the same at
 // every thread count and in every run. They differ from im2col + GEMM's in the last bits (that
 // sums in slices and adds onto a bias-filled output).

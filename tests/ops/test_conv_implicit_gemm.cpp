@@ -18,6 +18,8 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <mixtape/mixtape.h>
 
@@ -32,6 +34,18 @@ bool kernel_available() {
   return cpu::conv_implicit_gemm_enabled();
 }
 bool native_available() { return cpu::can_run_bf16_native(cpu::cpu_features()); }
+bool amx_available() { return cpu::can_run_bf16_amx(cpu::cpu_features()); }
+// The BF16 paths this CPU can run: emulated always, each native kernel where the CPU has it.
+std::vector<cpu::Bf16GemmPath> bf16_paths(bool with_emulated) {
+  std::vector<cpu::Bf16GemmPath> v;
+  if (with_emulated) v.push_back(cpu::Bf16GemmPath::Emulated);
+  if (native_available()) v.push_back(cpu::Bf16GemmPath::Avx512Bf16);
+  if (amx_available()) v.push_back(cpu::Bf16GemmPath::Amx);
+  return v;
+}
+const char* path_name(cpu::Bf16GemmPath p) {
+  return p == cpu::Bf16GemmPath::Amx ? "amx" : p == cpu::Bf16GemmPath::Avx512Bf16 ? "avx512bf16" : "emulated";
+}
 #define MT_REQUIRE_KERNEL() \
   if (!kernel_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW/VL: conv2d stays on im2col + GEMM"
 
@@ -166,19 +180,47 @@ TEST(ConvImplicitGemm, Bf16EmulatedIsTheFp32KernelOnWidenedInputsRounded) {
 TEST(ConvImplicitGemm, Bf16NativeMatchesFp64WithinTheBound) {
   MT_REQUIRE_KERNEL();
   if (!native_available()) GTEST_SKIP() << "no AVX512_BF16 here";
+  for (cpu::Bf16GemmPath p : bf16_paths(false))
+    for (const Geo& g : kGeos) {
+      SCOPED_TRACE(name_of(g) + " on " + path_name(p));
+      const Inputs in = make_inputs(g, 14);
+      const Tensor xb = in.x.to(DType::BFloat16), wb = in.w.to(DType::BFloat16), bb = cast(in.b, DType::BFloat16);
+      const Tensor x64 = xb.to(DType::Float64), w64 = wb.to(DType::Float64), b64 = cast(bb, DType::Float64);
+      const Tensor ref = conv(g, x64, w64, b64), absprod = conv(g, abs(x64), abs(w64), abs_or_none(b64));
+      const Tensor got = with_bf16(p, [&] { return conv(g, xb, wb, bb); });
+      const Tensor old = with_bf16(p, [&] { return with_algo(cpu::ConvAlgo::Im2col, [&] { return conv(g, xb, wb, bb); }); });
+      EXPECT_TRUE(near(got, ref, absprod, g.C * g.kH * g.kW, 1.0, 1.0));
+      EXPECT_TRUE(near(got, old.to(DType::Float64), absprod, g.C * g.kH * g.kW, 2.0, 2.0));
+    }
+}
+
+// On AMX each output element is one tdpbf16ps chain over the whole depth, plus the bias, rounded
+// once: for a depth of at most one GEMM slice (512) that is exactly what im2col + the AMX GEMM
+// computes (one slice from +0, added onto the bias-filled output with fma(1, b, t) = b + t), so
+// the two agree bit for bit — every packing edge (ragged panels, odd and tiny K, O not a multiple
+// of 32, straddled images) checked exactly. Deeper convs differ by the GEMM's slicing only.
+TEST(ConvImplicitGemm, AmxEqualsIm2colPlusTheAmxGemmWhereTheDepthIsOneSlice) {
+  MT_REQUIRE_KERNEL();
+  if (!amx_available()) GTEST_SKIP() << "no AMX here";
+  int checked = 0;
   for (const Geo& g : kGeos) {
+    if (g.C * g.kH * g.kW > 512) continue;
     SCOPED_TRACE(name_of(g));
-    const Inputs in = make_inputs(g, 14);
+    const Inputs in = make_inputs(g, 21);
     const Tensor xb = in.x.to(DType::BFloat16), wb = in.w.to(DType::BFloat16), bb = cast(in.b, DType::BFloat16);
-    const Tensor x64 = xb.to(DType::Float64), w64 = wb.to(DType::Float64), b64 = cast(bb, DType::Float64);
-    const Tensor ref = conv(g, x64, w64, b64), absprod = conv(g, abs(x64), abs(w64), abs_or_none(b64));
-    const Tensor got = with_bf16(cpu::Bf16GemmPath::Avx512Bf16, [&] { return conv(g, xb, wb, bb); });
-    const Tensor old = with_bf16(cpu::Bf16GemmPath::Avx512Bf16, [&] {
-      return with_algo(cpu::ConvAlgo::Im2col, [&] { return conv(g, xb, wb, bb); });
-    });
-    EXPECT_TRUE(near(got, ref, absprod, g.C * g.kH * g.kW, 1.0, 1.0));
-    EXPECT_TRUE(near(got, old.to(DType::Float64), absprod, g.C * g.kH * g.kW, 2.0, 2.0));
+    const auto f = [&] { return conv(g, xb, wb, bb); };
+    const Tensor implicit = with_bf16(cpu::Bf16GemmPath::Amx, [&] { return with_algo(cpu::ConvAlgo::Auto, f); });
+    const Tensor im2col = with_bf16(cpu::Bf16GemmPath::Amx, [&] { return with_algo(cpu::ConvAlgo::Im2col, f); });
+    EXPECT_TRUE(same_bits(implicit, im2col));
+    ++checked;
   }
+  EXPECT_GE(checked, 8);
+  // And the AMX kernel is not the vdpbf16ps one (other sums): SmallCNN's conv2.
+  const Geo g{4, 32, 14, 14, 64, 3, 3, 1, 1, 1, true};
+  const Inputs in = make_inputs(g, 22);
+  const Tensor xb = in.x.to(DType::BFloat16), wb = in.w.to(DType::BFloat16), bb = cast(in.b, DType::BFloat16);
+  const auto f = [&] { return conv(g, xb, wb, bb); };
+  EXPECT_FALSE(same_bits(with_bf16(cpu::Bf16GemmPath::Amx, f), with_bf16(cpu::Bf16GemmPath::Avx512Bf16, f)));
 }
 
 TEST(ConvImplicitGemm, InputGradAsAConvMatchesFp64) {
@@ -199,13 +241,12 @@ TEST(ConvImplicitGemm, InputGradAsAConvMatchesFp64) {
     const int64_t k = g.O * g.kH * g.kW;
     const Tensor got = with_algo(cpu::ConvAlgo::Auto, [&] { return conv2d_input_grad(gy, in.w, xs, st, pd, dl); });
     EXPECT_TRUE(near(got, ref, absprod, k, 1.0, 0));
-    for (cpu::Bf16GemmPath p : {cpu::Bf16GemmPath::Emulated, cpu::Bf16GemmPath::Avx512Bf16}) {
-      if (p == cpu::Bf16GemmPath::Avx512Bf16 && !native_available()) continue;
+    for (cpu::Bf16GemmPath p : bf16_paths(true)) {
       const Tensor gb = gy.to(DType::BFloat16), wb = in.w.to(DType::BFloat16);
       const Tensor r16 = conv2d_input_grad(gb.to(DType::Float64), wb.to(DType::Float64), xs, st, pd, dl);
       const Tensor a16 = conv2d_input_grad(abs(gb.to(DType::Float64)), abs(wb.to(DType::Float64)), xs, st, pd, dl);
       const Tensor g16 = with_bf16(p, [&] { return conv2d_input_grad(gb, wb, xs, st, pd, dl); });
-      EXPECT_TRUE(near(g16, r16, a16, k, 1.0, 1.0)) << (p == cpu::Bf16GemmPath::Avx512Bf16 ? "native" : "emulated");
+      EXPECT_TRUE(near(g16, r16, a16, k, 1.0, 1.0)) << path_name(p);
     }
   }
 }
@@ -217,8 +258,7 @@ TEST(ConvImplicitGemm, SameBitsOnOneAndTwoThreads) {
   const Inputs in = make_inputs(g, 17);
   const int saved = omp_get_max_threads();
   for (DType dt : {DType::Float32, DType::BFloat16})
-    for (cpu::Bf16GemmPath p : {cpu::Bf16GemmPath::Emulated, cpu::Bf16GemmPath::Avx512Bf16}) {
-      if (p == cpu::Bf16GemmPath::Avx512Bf16 && !native_available()) continue;
+    for (cpu::Bf16GemmPath p : bf16_paths(true)) {
       cpu::Bf16GemmOverride bo(p);
       const Tensor x = in.x.to(dt), w = in.w.to(dt), b = in.b.to(dt);
       Generator gen(18);
@@ -229,7 +269,7 @@ TEST(ConvImplicitGemm, SameBitsOnOneAndTwoThreads) {
       };
       const TensorList one = run(1), two = run(2);
       omp_set_num_threads(saved);
-      for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(same_bits(one[i], two[i])) << "output " << i;
+      for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(same_bits(one[i], two[i])) << "output " << i << ", " << path_name(p);
     }
 }
 
@@ -249,23 +289,6 @@ TEST(ConvImplicitGemm, OtherGeometriesKeepIm2colsBits) {
   for (const auto& f : cases) {
     EXPECT_TRUE(same_bits(with_algo(cpu::ConvAlgo::Auto, f), with_algo(cpu::ConvAlgo::Im2col, f)));
   }
-}
-
-// On the AMX GEMM, BF16 convs skip the implicit kernel (its BF16 tile is vdpbf16ps) for im2col +
-// AMX: the same bits with the implicit kernel allowed or not, for the forward and the input
-// gradient, where the vdpbf16ps kernel gives other bits.
-TEST(ConvImplicitGemm, Bf16OnAmxTakesIm2colAndTheAmxGemm) {
-  MT_REQUIRE_KERNEL();
-  if (!cpu::can_run_bf16_amx(cpu::cpu_features())) GTEST_SKIP() << "no AMX here";
-  const Geo g{4, 32, 14, 14, 64, 3, 3, 1, 1, 1, true};
-  const Inputs in = make_inputs(g, 15);
-  const Tensor xb = in.x.to(DType::BFloat16), wb = in.w.to(DType::BFloat16), bb = cast(in.b, DType::BFloat16);
-  const auto f = [&] { return conv(g, xb, wb, bb); };
-  const Tensor amx = with_bf16(cpu::Bf16GemmPath::Amx, [&] { return with_algo(cpu::ConvAlgo::Auto, f); });
-  const Tensor amx_im2col = with_bf16(cpu::Bf16GemmPath::Amx, [&] { return with_algo(cpu::ConvAlgo::Im2col, f); });
-  const Tensor vdp = with_bf16(cpu::Bf16GemmPath::Avx512Bf16, [&] { return with_algo(cpu::ConvAlgo::Auto, f); });
-  EXPECT_TRUE(same_bits(amx, amx_im2col));
-  EXPECT_FALSE(same_bits(amx, vdp));  // so the comparison above can tell the kernels apart
 }
 
 TEST(ConvImplicitGemm, OverrideTurnsTheKernelOffAndNests) {
