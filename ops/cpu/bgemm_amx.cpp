@@ -175,15 +175,10 @@ void bgemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16
   const uint16_t* a = &a_bf->bits;
   const uint16_t* b = &b_bf->bits;
   const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
-  if (nt == 1) return bgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, 1);
-  const bool by_cols = n >= m;
-  const int64_t extent = by_cols ? n : m, unit = by_cols ? kNr : kMr;
-  for_tile_ranges(nt, extent, unit, [&](int64_t lo, int64_t hi) {
-    if (by_cols)
-      bgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc, 1);
-    else
-      bgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc, 1);
-  });
+  for_gemm_ranges(nt, ta, tb, m, n, a, lda, b, ldb, c, ldc, 1, kMr, kNr,
+                  [&](int64_t mm, int64_t nn, const uint16_t* aa, const uint16_t* bb, float* cc) {
+                    bgemm_serial(ta, tb, mm, nn, k, aa, lda, bb, ldb, beta, cc, ldc, 1);
+                  });
 #endif
 }
 

@@ -217,18 +217,13 @@ void bgemm_avx512bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const B
     const bool t = ta;
     ta = !tb, tb = !t;
   }
-  const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
-  if (nt == 1) return bgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, rs, cs);
   // Threads take C's columns (or rows, when C is taller than wide) in whole tiles:
   // ops/cpu/tile_threads.h.
-  const bool by_cols = n >= m;
-  const int64_t extent = by_cols ? n : m, unit = by_cols ? kNr : kMr;
-  for_tile_ranges(nt, extent, unit, [&](int64_t lo, int64_t hi) {
-    if (by_cols)
-      bgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo * cs, rs, cs);
-    else
-      bgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * rs, rs, cs);
-  });
+  const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
+  for_gemm_ranges(nt, ta, tb, m, n, a, lda, b, ldb, c, rs, cs, kMr, kNr,
+                  [&](int64_t mm, int64_t nn, const uint16_t* aa, const uint16_t* bb, float* cc) {
+                    bgemm_serial(ta, tb, mm, nn, k, aa, lda, bb, ldb, beta, cc, rs, cs);
+                  });
 #endif
 }
 

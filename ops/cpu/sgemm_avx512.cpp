@@ -237,18 +237,13 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
-  const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
-  if (nt == 1) return sgemm_serial(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   // Threads take C's columns (or rows, when C is taller than wide) in whole tiles:
   // ops/cpu/tile_threads.h.
-  const bool by_cols = n >= m;
-  const int64_t extent = by_cols ? n : m, unit = by_cols ? kNr : kMr;
-  for_tile_ranges(nt, extent, unit, [&](int64_t lo, int64_t hi) {
-    if (by_cols)
-      sgemm_serial(ta, tb, m, hi - lo, k, a, lda, tb ? b + lo * ldb : b + lo, ldb, beta, c + lo, ldc);
-    else
-      sgemm_serial(ta, tb, hi - lo, n, k, ta ? a + lo : a + lo * lda, lda, b, ldb, beta, c + lo * ldc, ldc);
-  });
+  const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
+  for_gemm_ranges(nt, ta, tb, m, n, a, lda, b, ldb, c, ldc, 1, kMr, kNr,
+                  [&](int64_t mm, int64_t nn, const float* aa, const float* bb, float* cc) {
+                    sgemm_serial(ta, tb, mm, nn, k, aa, lda, bb, ldb, beta, cc, ldc);
+                  });
 }
 
 }  // namespace mixtape::cpu
