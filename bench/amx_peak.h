@@ -5,12 +5,12 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#if defined(__linux__)
+#include "ops/cpu/amx_tiles.h"  // header-only: the tile configuration the GEMM uses
+
+#if MIXTAPE_HAVE_AMX_TILES && defined(__linux__)
+#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#endif
 #endif
 
 namespace bench_amx {
@@ -19,36 +19,29 @@ namespace bench_amx {
 constexpr int kAccumulators = 6;
 constexpr double kFlopsPerInstruction = 16.0 * 16 * 32 * 2;
 
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && defined(SYS_arch_prctl)
-// AMX-TILE + AMX-BF16 in CPUID, tile state in XCR0 (bits 17, 18), and Linux's permission.
+#if MIXTAPE_HAVE_AMX_TILES && defined(__linux__) && defined(SYS_arch_prctl)
+// AMX-TILE + AMX-BF16 in CPUID (leaf 7: EDX bits 24, 22), tile state in XCR0 (bits 17, 18), and
+// Linux's permission (ops/cpu/cpu_features.cpp asks the same way; this program links no mixtape).
 inline bool amx_usable() {
   static const bool ok = [] {
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE: XGETBV usable
     unsigned lo = 0, hi = 0;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 0x60000u) != 0x60000u) return false;
+    if ((lo & 0x60000u) != 0x60000u || __get_cpuid_max(0, nullptr) < 7) return false;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
     return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
   }();
   return ok;
 }
 
-// ldtilecfg's operand: palette 1, tmm0-7 each 16 rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // kAccumulators independent tdpbf16ps accumulators (tmm0-5) fed by two constant tiles (tmm6-7:
 // 2^-20 in every BF16, so the sums stay far from overflow and from subnormals). `seed` is unused
 // (the signature of fma_peak's probes).
-__attribute__((target("amx-tile,amx-bf16"))) inline float amx_chains(long iters, float seed = 0.0f) {
+MT_AMX inline float amx_chains(long iters, float seed = 0.0f) {
   (void)seed;
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-  __asm__ volatile("" : : "r"(&cfg) : "memory");  // GCC's _tile_loadconfig declares 8 bytes read
-  _tile_loadconfig(&cfg);
+  const mixtape::cpu::amx::TileScope tiles;
   alignas(64) uint16_t operand[16 * 32];
   for (auto& x : operand) x = 0x3580;
   alignas(64) float out[16 * 16];
@@ -70,7 +63,6 @@ __attribute__((target("amx-tile,amx-bf16"))) inline float amx_chains(long iters,
     _tile_dpbf16ps(5, 6, 7);
   }
   _tile_stored(0, out, 64);
-  _tile_release();
   return out[0];
 }
 #else

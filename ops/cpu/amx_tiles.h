@@ -2,8 +2,10 @@
 // the implicit-GEMM convolution (ops/cpu/conv_implicit_gemm.cpp): one tile configuration (every
 // tile 16 rows of 64 bytes) and the 32 x 32 block product on it, whose order of summation is the
 // determinism rule written in ops/cpu/bgemm_amx.h.
-// Invariant: call only from MT_AMX functions, after can_run_bf16_amx(cpu_features()); a thread
-// runs configure_amx_tiles() before its first tile instruction and _tile_release() when done.
+// Invariant: call only from MT_AMX functions, after can_run_bf16_amx(cpu_features_with_amx()); a thread
+// holds a TileScope while it runs tile instructions, so its tiles are configured first and
+// released however the scope ends (no thread keeps tile state the kernel must save on every
+// context switch).
 #pragma once
 #include <cstdint>
 
@@ -40,6 +42,14 @@ MT_AMX inline void configure_amx_tiles() {
   __asm__ volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
 }
+
+// Configures the calling thread's tiles for its lifetime and releases them at its end.
+struct TileScope {
+  MT_AMX TileScope() { configure_amx_tiles(); }
+  MT_AMX ~TileScope() { _tile_release(); }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+};
 
 // The 32 x 32 block T = A panel @ B panel over `steps` depth steps of 32, from +0, left in
 // tmm0-3 (rows 0-15: tmm0 columns 0-15, tmm1 columns 16-31; rows 16-31: tmm2, tmm3).

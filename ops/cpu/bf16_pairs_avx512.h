@@ -79,6 +79,17 @@ MT_BF16_PAIRS inline int64_t load_pairs_transposed(const uint16_t* base, int64_t
   return std::min<int64_t>(16, (kc - p + 1) / 2);
 }
 
+// One pair row of a 32-column panel: r0, r1 hold depths p and p + 1 of the 32 columns; dst (64-byte
+// aligned) gets (r0[j], r1[j]) for j = 0..31 as 32-bit words, 128 bytes.
+MT_BF16_PAIRS inline void store_pair_row(__m512i r0, __m512i r1, uint16_t* dst) {
+  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                   8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const __m512i lo_idx = _mm512_load_si512(kLo);
+  const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
+  _mm512_store_si512(dst, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+  _mm512_store_si512(dst + 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+}
+
 // Packs the op(B) panel of kPairPanel columns [j0, j0 + cols), depth [p0, p0 + kc): pair p2, column jj holds
 // (op(B)[p0 + 2 p2, j0 + jj], op(B)[p0 + 2 p2 + 1, ..]) at dst + (p2 kPairPanel + jj) 2, zero past cols
 // and past depth kc. dst is 64-byte aligned.
@@ -87,17 +98,12 @@ MT_BF16_PAIRS inline void pack_b_pairs(bool tb, const uint16_t* b, int64_t ldb, 
   const int64_t kc2 = (kc + 1) / 2;
   if (!tb) {
     // Depths p and p + 1 are two rows of B: interleave their 32 columns word by word.
-    alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                     8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-    const __m512i lo_idx = _mm512_load_si512(kLo);
-    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     const __mmask32 mask = low_lanes(cols);
     for (int64_t p2 = 0; p2 < kc2; ++p2) {
       const uint16_t* src = b + (p0 + 2 * p2) * ldb + j0;
       const __m512i r0 = _mm512_maskz_loadu_epi16(mask, src);
       const __m512i r1 = 2 * p2 + 1 < kc ? _mm512_maskz_loadu_epi16(mask, src + ldb) : _mm512_setzero_si512();
-      _mm512_store_si512(dst + p2 * kPairPanel * 2, _mm512_permutex2var_epi16(r0, lo_idx, r1));
-      _mm512_store_si512(dst + p2 * kPairPanel * 2 + 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+      store_pair_row(r0, r1, dst + p2 * kPairPanel * 2);
     }
     return;
   }

@@ -98,40 +98,39 @@ MT_AMX void pack_b(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t 
   std::memset(dst + kc2 * kNr * 2, 0, static_cast<size_t>((kcp / 2 - kc2) * kNr * 2) * sizeof(uint16_t));
 }
 
-// One block of the product with rows x cols valid elements, element (i, j) at c[i rs + j cs]:
-// a full row-major block with beta == 0 straight from the tiles into C, else through a scratch
-// block merged with the single-rounding fma(beta, c, t) of the determinism rule.
-MT_AMX void block(int64_t steps, const uint16_t* ap, const uint16_t* bp, float* c, int64_t rs, int64_t cs,
-                  int64_t rows, int64_t cols, float beta) {
+// One block of the product with rows x cols valid elements, element (i, j) at c[i ldc + j]: a
+// full block with beta == 0 straight from the tiles into C, else through a scratch block merged
+// with the single-rounding fma(beta, c, t) of the determinism rule.
+MT_AMX void block(int64_t steps, const uint16_t* ap, const uint16_t* bp, float* c, int64_t ldc, int64_t rows,
+                  int64_t cols, float beta) {
   amx::block_product(steps, ap, bp);
-  if (rows == kMr && cols == kNr && cs == 1 && beta == 0.0f) return amx::store_block(c, rs);
+  if (rows == kMr && cols == kNr && beta == 0.0f) return amx::store_block(c, ldc);
   alignas(64) float t[kMr * kNr];
   amx::store_block(t, kNr);
-  if (rows == kMr && cols == kNr && cs == 1) {
+  if (rows == kMr && cols == kNr) {
     const __m512 vb = _mm512_set1_ps(beta);
     for (int64_t i = 0; i < kMr; ++i)
       for (int64_t j = 0; j < kNr; j += 16) {
-        float* dst = c + i * rs + j;
+        float* dst = c + i * ldc + j;
         _mm512_storeu_ps(dst, _mm512_fmadd_ps(vb, _mm512_loadu_ps(dst), _mm512_load_ps(t + i * kNr + j)));
       }
     return;
   }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) {
-      float& dst = c[i * rs + j * cs];
+      float& dst = c[i * ldc + j];
       dst = beta == 0.0f ? t[i * kNr + j] : std::fma(beta, dst, t[i * kNr + j]);
     }
 }
 
-// The blocked loops on the calling thread (m, n, k > 0); element (i, j) of the product goes to
-// c[i rs + j cs].
+// The blocked loops on the calling thread (m, n, k > 0).
 MT_AMX void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                         const uint16_t* b, int64_t ldb, float beta, float* c, int64_t rs, int64_t cs) {
+                         const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   thread_local AlignedBuffer<uint16_t> a_buf, b_buf;
   const int64_t kcp_max = (std::min(k, kKc) + kStep - 1) / kStep * kStep;
   uint16_t* ap = a_buf.get((std::min(m, kMc) + kMr - 1) / kMr * kMr * kcp_max);
   uint16_t* bp = b_buf.get((std::min(n, kNc) + kNr - 1) / kNr * kNr * kcp_max);
-  amx::configure_amx_tiles();  // released below: no thread holds tile state between GEMMs
+  const amx::TileScope tiles;
   for (int64_t jc = 0; jc < n; jc += kNc) {
     const int64_t nc = std::min(kNc, n - jc), b_panels = (nc + kNr - 1) / kNr;
     for (int64_t pc = 0; pc < k; pc += kKc) {
@@ -144,12 +143,11 @@ MT_AMX void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
         pack_a(ta, a, lda, ic, mc, pc, kc, kcp, ap);
         for (int64_t jr = 0; jr < b_panels; ++jr)
           for (int64_t ir = 0; ir < a_panels; ++ir)
-            block(steps, ap + ir * kMr * kcp, bp + jr * kNr * kcp, c + (ic + ir * kMr) * rs + (jc + jr * kNr) * cs,
-                  rs, cs, std::min(kMr, mc - ir * kMr), std::min(kNr, nc - jr * kNr), slice_beta);
+            block(steps, ap + ir * kMr * kcp, bp + jr * kNr * kcp, c + (ic + ir * kMr) * ldc + jc + jr * kNr, ldc,
+                  std::min(kMr, mc - ir * kMr), std::min(kNr, nc - jr * kNr), slice_beta);
       }
     }
   }
-  _tile_release();
 }
 
 #endif  // MIXTAPE_HAVE_AMX_GEMM
@@ -158,7 +156,7 @@ MT_AMX void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
 
 bool bgemm_amx_available() {
 #if MIXTAPE_HAVE_AMX_GEMM
-  static const bool has = can_run_bf16_amx(cpu_features());
+  static const bool has = can_run_bf16_amx(cpu_features_with_amx());
   return has;
 #else
   return false;
@@ -168,7 +166,7 @@ bool bgemm_amx_available() {
 void bgemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a_bf, int64_t lda,
                const BFloat16* b_bf, int64_t ldb, float beta, float* c, int64_t ldc) {
   MT_CHECK(MIXTAPE_HAVE_AMX_GEMM, "bgemm_amx: this build has no AMX kernel (x86-64 GCC/clang only)");
-  MT_CHECK(bgemm_amx_available(), "bgemm_amx: this CPU lacks ", bf16_amx_missing(cpu_features()),
+  MT_CHECK(bgemm_amx_available(), "bgemm_amx: this CPU lacks ", bf16_amx_missing(cpu_features_with_amx()),
            " (check bf16_gemm_kernel() first)");
   if (gemm_args_trivial("bgemm_amx", ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
 #if MIXTAPE_HAVE_AMX_GEMM
@@ -177,7 +175,7 @@ void bgemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16
   const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
   for_gemm_ranges(nt, ta, tb, m, n, a, lda, b, ldb, c, ldc, 1, kMr, kNr,
                   [&](int64_t mm, int64_t nn, const uint16_t* aa, const uint16_t* bb, float* cc) {
-                    bgemm_serial(ta, tb, mm, nn, k, aa, lda, bb, ldb, beta, cc, ldc, 1);
+                    bgemm_serial(ta, tb, mm, nn, k, aa, lda, bb, ldb, beta, cc, ldc);
                   });
 #endif
 }

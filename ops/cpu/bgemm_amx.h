@@ -35,7 +35,7 @@
 
 namespace mixtape::cpu {
 
-// True when this CPU (and OS) can run bgemm_amx: can_run_bf16_amx(cpu_features()).
+// True when this CPU (and OS) can run bgemm_amx: can_run_bf16_amx(cpu_features_with_amx()).
 bool bgemm_amx_available();
 
 // Row-major C (m, n) = op(A) (m, k) @ op(B) (k, n) + beta C: the contract of bgemm_avx512bf16

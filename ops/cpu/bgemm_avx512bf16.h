@@ -1,8 +1,9 @@
 // ops/cpu/bgemm_avx512bf16.h — mixtape's native BF16 GEMM for CPUs with AVX512_BF16: BF16
 // operands, FP32 accumulation and result, on the vdpbf16ps instruction (32 BF16 pair products
 // into 16 FP32 lanes per instruction: twice the FP32 FMA's multiply-adds per cycle).
-// Whether BF16 GEMMs take this path or the emulated one (widen to FP32, FP32 GEMM) is
-// bf16_native_gemm() (ops/cpu/cpu_features.h, MIXTAPE_CPU_BF16).
+// Whether BF16 GEMMs take this kernel, the AMX one or the emulated path (widen to FP32, FP32 GEMM)
+// is bf16_gemm_kernel() (ops/cpu/cpu_features.h, MIXTAPE_CPU_BF16): this one where the CPU has
+// AVX512_BF16 but no AMX, or when asked for.
 //
 // Algorithm (the BLIS layering of ops/cpu/sgemm_avx512.h): C is computed in blocks of kNc columns;
 // the depth k in slices of kBgemmKc; for each slice op(B) is packed into column panels of 32 and

@@ -25,12 +25,12 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
           int64_t ldb, double beta, double* c, int64_t ldc);
 
-// BF16 operands, FP32 C (the contract of a tensor core with FP32 accumulation): the native kernel
-// (ops/cpu/bgemm_avx512bf16.h) when bf16_native_gemm() (ops/cpu/cpu_features.h,
-// MIXTAPE_CPU_BF16), else op(A) and op(B) widened exactly to FP32, keeping their layouts, and
-// the float gemm above. The two agree to within FP32 summation error; docs/CPU.md, "BF16 GEMM".
-// (matmul and linear call it only on the native path: on the emulated one they widen whole
-// operands as they always did, so their bits do not change.)
+// BF16 operands, FP32 C (the contract of a tensor core with FP32 accumulation): the kernel
+// bf16_gemm_kernel() names (ops/cpu/cpu_features.h, MIXTAPE_CPU_BF16) — AMX tiles
+// (ops/cpu/bgemm_amx.h), vdpbf16ps (ops/cpu/bgemm_avx512bf16.h), or op(A) and op(B) widened
+// exactly to FP32, keeping their layouts, and the float gemm above. They agree to within FP32
+// summation error; docs/CPU.md, "BF16 GEMM". (matmul and linear call it only on a native kernel:
+// on the emulated path they widen whole operands as they always did, so their bits do not change.)
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
           int64_t ldb, float beta, float* c, int64_t ldc);
 

@@ -15,6 +15,8 @@
 #include "core/error.h"
 #include "ops/cpu/aligned_buffer.h"
 #include "ops/cpu/amx_tiles.h"
+#include "ops/cpu/bf16_pairs_avx512.h"
+#include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/bgemm_avx512bf16.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/tile_threads.h"
@@ -181,12 +183,8 @@ MT_CONV void pack_b_f32(const ImplicitConvShape& s, const E* x, const PanelMap& 
 
 // BF16 pair layout: depth pair p2 = (p0 + 2 p2, p0 + 2 p2 + 1), lane t at dst[(p2 32 + t) 2 + {0, 1}];
 // zero past depth K.
-MT_CONV void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, const PanelMap& pm, int64_t p0, int64_t kc,
+MT_CONV_BF16 void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, const PanelMap& pm, int64_t p0, int64_t kc,
                          uint16_t* dst) {
-  alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                   8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i lo_idx = _mm512_load_si512(kLo);
-  const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
   const int64_t K = s.C * s.kH * s.kW, HW = s.H * s.W;
   const uint16_t* seg_x[kNr];
   for (int q = 0; q < pm.nseg; ++q) seg_x[q] = x + pm.seg[q].n * s.C * HW + pm.seg[q].base;
@@ -204,9 +202,7 @@ MT_CONV void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, const Pa
       }
       rc.next();
     }
-    const __m512i r0 = r[0], r1 = r[1];
-    _mm512_store_si512(dst + p2 * kNr * 2, _mm512_permutex2var_epi16(r0, lo_idx, r1));
-    _mm512_store_si512(dst + p2 * kNr * 2 + 32, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+    bf16_pairs::store_pair_row(r[0], r[1], dst + p2 * kNr * 2);
   }
 }
 
@@ -395,7 +391,7 @@ MT_AMX void run_panels_amx(const ImplicitConvShape& s, const uint16_t* x, const 
   uint16_t* bp = bh_buf.get(steps * amx::kStep * kNr);
   // Pair rows past the depth are zero once for all panels (pack_b_bf16 writes only up to K).
   std::memset(bp + K2 * kNr * 2, 0, static_cast<size_t>((steps * amx::kStep / 2 - K2) * kNr * 2) * sizeof(uint16_t));
-  amx::configure_amx_tiles();
+  const amx::TileScope tiles;  // released however this ends (PanelMap::build allocates)
   PanelMap pm;
   for (int64_t panel = lo; panel < hi; ++panel) {
     pm.build(s, panel, rows, cols);
@@ -406,7 +402,6 @@ MT_AMX void run_panels_amx(const ImplicitConvShape& s, const uint16_t* x, const 
     }
     store_panel(s, pm, acc, bias, y);
   }
-  _tile_release();
 }
 
 // Kernel: 0 FP32 tiles (E float, or BF16 widened), 1 vdpbf16ps, 2 AMX.
@@ -459,6 +454,7 @@ void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFl
   const int64_t K = s.C * s.kH * s.kW, K2 = (K + 1) / 2, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<uint16_t> ap;
   if (bf16_gemm_kernel() == Bf16Kernel::Amx) {
+    MT_CHECK(bgemm_amx_available(), "conv_implicit_gemm: this CPU lacks ", bf16_amx_missing(cpu_features_with_amx()));
     const int64_t steps = (K + amx::kStep - 1) / amx::kStep, blocks = (s.O + amx::kBlock - 1) / amx::kBlock;
     pack_weights_amx(s, &w->bits, ap.get(blocks * steps * amx::kBlock * amx::kStep));
     return conv_panels<2>(s, &x->bits, ap.data.get(), bias, &y->bits);

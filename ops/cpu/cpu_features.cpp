@@ -61,7 +61,6 @@ CpuFeatures probe() {
     __cpuid_count(7, 1, eax, ebx, ecx, edx);
     f.avx512_bf16 = eax & (1u << 5);
   }
-  if (f.amx_tile && f.amx_bf16 && f.os_amx_state) f.amx_permitted = request_amx_permission();
 #endif
   return f;
 }
@@ -100,6 +99,15 @@ std::string bf16_amx_missing(const CpuFeatures& f) {
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = probe();
+  return f;
+}
+
+const CpuFeatures& cpu_features_with_amx() {
+  static const CpuFeatures f = [] {
+    CpuFeatures g = cpu_features();
+    g.amx_permitted = g.amx_tile && g.amx_bf16 && g.os_amx_state && request_amx_permission();
+    return g;
+  }();
   return f;
 }
 
@@ -147,7 +155,12 @@ Bf16Kernel parse_cpu_bf16(const char* value, const CpuFeatures& f) {
 Bf16Kernel bf16_gemm_kernel() {
   if (const int o = g_override.load(std::memory_order_relaxed)) return static_cast<Bf16Kernel>(o - 1);
   // A throwing initialiser leaves `kernel` uninitialised, so a bad value throws at every call.
-  static const Bf16Kernel kernel = parse_cpu_bf16(std::getenv("MIXTAPE_CPU_BF16"), cpu_features());
+  static const Bf16Kernel kernel = [] {
+    const char* v = std::getenv("MIXTAPE_CPU_BF16");
+    const std::string s = v ? v : "";
+    const bool amx_possible = s != "emulated" && s != "avx512bf16";  // only then is Linux asked
+    return parse_cpu_bf16(v, amx_possible ? cpu_features_with_amx() : cpu_features());
+  }();
   return kernel;
 }
 
@@ -166,7 +179,8 @@ std::string bf16_gemm_description() {
 }
 
 Bf16GemmOverride::Bf16GemmOverride(Bf16GemmPath path) : previous_(g_override.load()) {
-  const Bf16Kernel k = resolve_bf16_path(path, cpu_features());  // throws where it cannot run
+  const bool amx_possible = path == Bf16GemmPath::Native || path == Bf16GemmPath::Amx;
+  const Bf16Kernel k = resolve_bf16_path(path, amx_possible ? cpu_features_with_amx() : cpu_features());  // throws where it cannot run
   g_override.store(1 + static_cast<int>(k));
 }
 

@@ -22,7 +22,7 @@
 
 namespace mixtape::cpu {
 
-// What CPUID and XGETBV report (and, for AMX, Linux's arch_prctl); all false off x86-64.
+// What CPUID and XGETBV report (and, for AMX, Linux's answer); all false off x86-64.
 struct CpuFeatures {
   bool avx512f = false;
   bool avx512bw = false;
@@ -35,9 +35,15 @@ struct CpuFeatures {
   bool amx_permitted = false;  // Linux granted this process the tile data state (ARCH_REQ_XCOMP_PERM)
 };
 
-// This CPU's features (probed once, then cached; the probe asks Linux for AMX permission when the
-// CPU and XCR0 have AMX, which is process-wide and harmless if never used).
+// This CPU's features from CPUID and XGETBV (probed once, then cached), with amx_permitted false:
+// nothing is asked of the OS here, so a program that never chooses AMX never holds the grant.
 const CpuFeatures& cpu_features();
+// cpu_features() with amx_permitted answered. The first call asks Linux for the tile data state
+// (arch_prctl ARCH_REQ_XCOMP_PERM) when the CPU and XCR0 have AMX. The grant is process-wide and
+// permanent, and makes the kernel refuse later sigaltstack() calls smaller than the larger signal
+// frame AMX needs, so it is asked only where AMX may run: MIXTAPE_CPU_BF16 auto, native or amx
+// (bf16_gemm_kernel()), an override for Native or Amx, bgemm_amx_available().
+const CpuFeatures& cpu_features_with_amx();
 
 // What `f` lacks for each native kernel, e.g. "AVX512_BF16 (the vdpbf16ps instruction)", comma
 // separated; empty when nothing.
@@ -62,7 +68,7 @@ Bf16Kernel parse_cpu_bf16(const char* value, const CpuFeatures& f);
 Bf16Kernel resolve_bf16_path(Bf16GemmPath path, const CpuFeatures& f);
 
 // Which kernel BF16 GEMMs run in this process: an active Bf16GemmOverride, else MIXTAPE_CPU_BF16
-// as parsed once against cpu_features().
+// as parsed once against cpu_features_with_amx() (cpu_features() for emulated and avx512bf16).
 Bf16Kernel bf16_gemm_kernel();
 // True when BF16 operands are multiplied natively (AMX or vdpbf16ps), false when widened to FP32.
 bool bf16_native_gemm();

@@ -1,7 +1,8 @@
 // tests/ops/test_bf16_gemm_ops.cpp — matmul, linear and conv2d (forward and both gradients) on BF16 operands through both paths of the
 // BF16 GEMM (ops/cpu/blas.h, MIXTAPE_CPU_BF16): the emulated one (BF16 widened to FP32, FP32 GEMM)
 // is bit for bit the f32 op on the widened inputs, rounded (test_reduced_precision.cpp,
-// test_conv_pool_linear.cpp); here the native one (vdpbf16ps) against it.
+// test_conv_pool_linear.cpp); here each native kernel the CPU has (vdpbf16ps, AMX tiles: the
+// tests are instantiated for both) against it.
 // Bound, per output element: both paths compute an FP32 sum s of the same k exact products (a
 // BF16 product is exact in FP32), in other orders, each within k u sum|a b| of the exact sum
 // (u = 2^-24), so |s_native - s_emulated| <= 2 k u (|A| @ |B|); rounding each to BF16 adds at most
@@ -23,11 +24,20 @@
 namespace mixtape {
 namespace {
 
-bool native_available() { return cpu::can_run_bf16_native(cpu::cpu_features()); }
+// The native kernel of the running test (the fixture sets it from the parameter).
+cpu::Bf16GemmPath g_native = cpu::Bf16GemmPath::Avx512Bf16;
+std::string native_missing() {
+  return g_native == cpu::Bf16GemmPath::Amx ? cpu::bf16_amx_missing(cpu::cpu_features_with_amx())
+                                            : cpu::bf16_native_missing(cpu::cpu_features());
+}
 #define MT_REQUIRE_NATIVE_BF16()                                                                          \
-  if (!native_available())                                                                                \
-  GTEST_SKIP() << "this CPU lacks " << cpu::bf16_native_missing(cpu::cpu_features())                      \
-               << ": only the emulated BF16 GEMM can run here"
+  if (!native_missing().empty())                                                                          \
+  GTEST_SKIP() << "this CPU lacks " << native_missing() << ": that BF16 kernel cannot run here"
+
+class Bf16GemmOps : public ::testing::TestWithParam<cpu::Bf16GemmPath> {
+ protected:
+  void SetUp() override { g_native = GetParam(); }
+};
 
 Tensor with_path(cpu::Bf16GemmPath path, const std::function<Tensor()>& f) {
   cpu::Bf16GemmOverride o(path);
@@ -46,7 +56,7 @@ std::pair<TensorList, TensorList> conv_ops_both_paths(const Tensor& x, const Ten
     return TensorList{conv2d(x, w, Tensor(), one, one), conv2d_input_grad(gx_of, w, x.sizes(), one, one),
                       conv2d_weight_grad(x, gw_of, w.sizes(), one, one)};
   };
-  return {with_path_list(cpu::Bf16GemmPath::Native, all), with_path_list(cpu::Bf16GemmPath::Emulated, all)};
+  return {with_path_list(g_native, all), with_path_list(cpu::Bf16GemmPath::Emulated, all)};
 }
 
 // |native - emulated| <= 2 k u bound + 2^-7 |emulated|, element by element; `abs_product` is
@@ -73,7 +83,7 @@ Tensor bf16_randn(const IntList& sizes, uint64_t seed) {
 }
 Tensor abs64(const Tensor& t) { return abs(t.to(DType::Float64)); }
 
-TEST(Bf16GemmOps, MatmulNativeWithinTheBoundOfTheWidenedPath) {
+TEST_P(Bf16GemmOps, MatmulNativeWithinTheBoundOfTheWidenedPath) {
   MT_REQUIRE_NATIVE_BF16();
   struct Case {
     IntList a, b;
@@ -88,14 +98,14 @@ TEST(Bf16GemmOps, MatmulNativeWithinTheBoundOfTheWidenedPath) {
     Tensor a = bf16_randn(c.a, seed++), b = bf16_randn(c.b, seed++);
     if (c.ta) a = a.transpose(-1, -2).contiguous().transpose(-1, -2);
     if (c.tb) b = b.transpose(-1, -2).contiguous().transpose(-1, -2);
-    const Tensor n = with_path(cpu::Bf16GemmPath::Native, [&] { return matmul(a, b); });
+    const Tensor n = with_path(g_native, [&] { return matmul(a, b); });
     const Tensor e = with_path(cpu::Bf16GemmPath::Emulated, [&] { return matmul(a, b); });
     EXPECT_EQ(n.dtype(), DType::BFloat16);
     EXPECT_TRUE(within_bound(n, e, matmul(abs64(a), abs64(b)), a.size(-1))) << shape_str(c.a) << " @ " << shape_str(c.b);
   }
 }
 
-TEST(Bf16GemmOps, LinearForwardAndBackwardNativeWithinTheBound) {
+TEST_P(Bf16GemmOps, LinearForwardAndBackwardNativeWithinTheBound) {
   MT_REQUIRE_NATIVE_BF16();
   const Tensor x0 = bf16_randn({4, 9, 200}, 11), w0 = bf16_randn({70, 200}, 12), b0 = bf16_randn({70}, 13);
   const Tensor gy = bf16_randn({4, 9, 70}, 14);
@@ -106,7 +116,7 @@ TEST(Bf16GemmOps, LinearForwardAndBackwardNativeWithinTheBound) {
     y.backward(gy);
     return TensorList{y, x.grad(), w.grad()};
   };
-  const TensorList n = run(cpu::Bf16GemmPath::Native), e = run(cpu::Bf16GemmPath::Emulated);
+  const TensorList n = run(g_native), e = run(cpu::Bf16GemmPath::Emulated);
   // y = x w^T + b: the bias enters the FP32 sum as its first term.
   EXPECT_TRUE(within_bound(n[0], e[0], linear(abs64(x0), abs64(w0), abs64(b0)), 201)) << "y";
   EXPECT_TRUE(within_bound(n[1], e[1], matmul(abs64(gy), abs64(w0)), 70)) << "grad x";
@@ -120,7 +130,7 @@ TEST(Bf16GemmOps, LinearForwardAndBackwardNativeWithinTheBound) {
 // slices of one image each) products; the bound is the op on |inputs| in f64. Geometries: the
 // plane-shift im2col (3x3, pad 1), strides, dilation, groups, 1x1 (direct: no col), odd K, a
 // batch big enough for the batch threads; O <= C, where the input gradient is a forward conv.
-TEST(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
+TEST_P(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
   MT_REQUIRE_NATIVE_BF16();
   struct Cfg {
     const char* name;
@@ -152,14 +162,14 @@ TEST(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
       return conv2d_weight_grad(xx, g, c.w, c.stride, c.padding, c.dilation, c.groups);
     };
     const int64_t khw = c.w[2] * c.w[3];
-    const Tensor yn = with_path(cpu::Bf16GemmPath::Native, [&] { return conv(x, w, b); });
+    const Tensor yn = with_path(g_native, [&] { return conv(x, w, b); });
     const Tensor ye = with_path(cpu::Bf16GemmPath::Emulated, [&] { return conv(x, w, b); });
     EXPECT_EQ(yn.dtype(), DType::BFloat16);
     EXPECT_TRUE(within_bound(yn, ye, conv(abs64(x), abs64(w), abs64(b)), c.w[1] * khw + 1)) << "y";
-    const Tensor gxn = with_path(cpu::Bf16GemmPath::Native, [&] { return input_grad(gy, w); });
+    const Tensor gxn = with_path(g_native, [&] { return input_grad(gy, w); });
     const Tensor gxe = with_path(cpu::Bf16GemmPath::Emulated, [&] { return input_grad(gy, w); });
     EXPECT_TRUE(within_bound(gxn, gxe, input_grad(abs64(gy), abs64(w)), c.w[0] / c.groups * khw)) << "grad x";
-    const Tensor gwn = with_path(cpu::Bf16GemmPath::Native, [&] { return weight_grad(x, gy); });
+    const Tensor gwn = with_path(g_native, [&] { return weight_grad(x, gy); });
     const Tensor gwe = with_path(cpu::Bf16GemmPath::Emulated, [&] { return weight_grad(x, gy); });
     EXPECT_TRUE(within_bound(gwn, gwe, weight_grad(abs64(x), abs64(gy)), gy.numel() / gy.size(1))) << "grad w";
   }
@@ -169,9 +179,9 @@ TEST(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
 // load) against the generic loops: the same conv on an input zero-padded by hand along W (padding
 // 0 there, so OW != W) takes them. Forward and weight gradient see the same col values at the same
 // GEMM positions: the same bits. Planes of one partial chunk to several, OH != H, dilation, groups.
-TEST(Bf16GemmOps, Conv2dBf16Im2colEqualsTheGeneralLoopsBitForBit) {
+TEST_P(Bf16GemmOps, Conv2dBf16Im2colEqualsTheGeneralLoopsBitForBit) {
   MT_REQUIRE_NATIVE_BF16();
-  cpu::Bf16GemmOverride native(cpu::Bf16GemmPath::Native);
+  cpu::Bf16GemmOverride native(g_native);
   struct Case {
     IntList x, w, padding, dilation;
     int64_t groups;
@@ -202,7 +212,7 @@ TEST(Bf16GemmOps, Conv2dBf16Im2colEqualsTheGeneralLoopsBitForBit) {
 
 // Small integers through every conv op: all products and partial sums are exact in FP32, so both
 // paths give the same bits (and the native one equals the rounded f32 conv).
-TEST(Bf16GemmOps, Conv2dSmallIntegersGiveTheSameBitsOnBothPaths) {
+TEST_P(Bf16GemmOps, Conv2dSmallIntegersGiveTheSameBitsOnBothPaths) {
   MT_REQUIRE_NATIVE_BF16();
   auto ints = [](const IntList& sizes, int64_t seed) {
     Tensor t = Tensor::empty(sizes, TensorOptions(DType::Float32));
@@ -217,7 +227,7 @@ TEST(Bf16GemmOps, Conv2dSmallIntegersGiveTheSameBitsOnBothPaths) {
 
 // The native path really runs in conv2d and both gradients: a BF16 subnormal input counts as 0
 // there, where the widened FP32 GEMM keeps it.
-TEST(Bf16GemmOps, Conv2dReachesTheNativeKernel) {
+TEST_P(Bf16GemmOps, Conv2dReachesTheNativeKernel) {
   MT_REQUIRE_NATIVE_BF16();
   const double tiny = std::ldexp(1.0, -130);  // a BF16 subnormal
   const Tensor x = full({2, 4, 5, 5}, tiny, TensorOptions(DType::BFloat16));
@@ -232,7 +242,7 @@ TEST(Bf16GemmOps, Conv2dReachesTheNativeKernel) {
   }
 }
 
-TEST(Bf16GemmOps, SmallIntegersGiveTheSameBitsOnBothPaths) {
+TEST_P(Bf16GemmOps, SmallIntegersGiveTheSameBitsOnBothPaths) {
   MT_REQUIRE_NATIVE_BF16();
   // Integers in [-8, 8]: every product and partial sum (|.| <= 64 k) is exact in FP32, and BF16
   // holds the results (|.| <= 192 < 256) exactly.
@@ -242,14 +252,14 @@ TEST(Bf16GemmOps, SmallIntegersGiveTheSameBitsOnBothPaths) {
     return t.to(DType::BFloat16);
   };
   const Tensor a = ints(33, 3, 1), b = ints(3, 40, 2);
-  const Tensor n = with_path(cpu::Bf16GemmPath::Native, [&] { return matmul(a, b); });
+  const Tensor n = with_path(g_native, [&] { return matmul(a, b); });
   const Tensor e = with_path(cpu::Bf16GemmPath::Emulated, [&] { return matmul(a, b); });
   EXPECT_EQ(std::memcmp(n.contiguous().data_ptr(), e.contiguous().data_ptr(), n.nbytes()), 0);
 }
 
 // cpu::gemm's BF16 overload on its emulated path: the operands widened with their layouts (padded
 // leading dimensions, transposes), beta kept, k = 0 touching no operand: the float gemm's bits.
-TEST(Bf16GemmOps, EmulatedOverloadIsTheFloatGemmOnWidenedOperands) {
+TEST(Bf16GemmEmulated, OverloadIsTheFloatGemmOnWidenedOperands) {
   cpu::Bf16GemmOverride emulated(cpu::Bf16GemmPath::Emulated);
   const int64_t m = 19, n = 23, k = 37, pad = 5;
   for (bool ta : {false, true})
@@ -273,18 +283,23 @@ TEST(Bf16GemmOps, EmulatedOverloadIsTheFloatGemmOnWidenedOperands) {
   EXPECT_EQ(get_element(c, 0), 1.0) << "k = 0: C = beta C";
 }
 
-// The native path really runs in matmul: vdpbf16ps treats subnormal inputs as zero, where the
-// widened FP32 GEMM keeps them (docs/CPU.md, "BF16 GEMM").
-TEST(Bf16GemmOps, MatmulReachesTheNativeKernel) {
+// The native path really runs in matmul: vdpbf16ps and tdpbf16ps treat subnormal inputs as zero,
+// where the widened FP32 GEMM keeps them (docs/CPU.md, "BF16 GEMM").
+TEST_P(Bf16GemmOps, MatmulReachesTheNativeKernel) {
   MT_REQUIRE_NATIVE_BF16();
   const double tiny = std::ldexp(1.0, -130);  // a BF16 subnormal
   const Tensor a = full({16, 16}, tiny, TensorOptions(DType::BFloat16));
   const Tensor b = full({16, 16}, 1.0, TensorOptions(DType::BFloat16));
-  const Tensor n = with_path(cpu::Bf16GemmPath::Native, [&] { return matmul(a, b); });
+  const Tensor n = with_path(g_native, [&] { return matmul(a, b); });
   const Tensor e = with_path(cpu::Bf16GemmPath::Emulated, [&] { return matmul(a, b); });
   EXPECT_EQ(get_element(n, 0), 0.0);
   EXPECT_EQ(get_element(e, 0), 16 * tiny);
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Bf16GemmOps, ::testing::Values(cpu::Bf16GemmPath::Avx512Bf16, cpu::Bf16GemmPath::Amx),
+                         [](const ::testing::TestParamInfo<cpu::Bf16GemmPath>& i) {
+                           return std::string(i.param == cpu::Bf16GemmPath::Amx ? "amx" : "avx512bf16");
+                         });
 
 }  // namespace
 }  // namespace mixtape

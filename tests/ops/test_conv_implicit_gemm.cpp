@@ -34,7 +34,7 @@ bool kernel_available() {
   return cpu::conv_implicit_gemm_enabled();
 }
 bool native_available() { return cpu::can_run_bf16_native(cpu::cpu_features()); }
-bool amx_available() { return cpu::can_run_bf16_amx(cpu::cpu_features()); }
+bool amx_available() { return cpu::can_run_bf16_amx(cpu::cpu_features_with_amx()); }
 // The BF16 paths this CPU can run: emulated always, each native kernel where the CPU has it.
 std::vector<cpu::Bf16GemmPath> bf16_paths(bool with_emulated) {
   std::vector<cpu::Bf16GemmPath> v;
