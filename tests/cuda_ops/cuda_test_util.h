@@ -88,20 +88,20 @@ inline double unit_roundoff(DType dt) {
 // The compute type's unit roundoff (acc_t: f32 for 16-bit storage).
 inline double acc_roundoff(DType dt) { return dt == DType::Float64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24); }
 
-// A fresh seed per test, printed (and recorded in the XML) so a failure can be replayed with
-// MIXTAPE_CUDA_TEST_SEED=<seed>.
-inline uint64_t fresh_seed() {
-  uint64_t seed;
-  if (const char* env = std::getenv("MIXTAPE_CUDA_TEST_SEED")) {
-    seed = std::strtoull(env, nullptr, 10);
-  } else {
-    std::random_device rd;
-    seed = (uint64_t(rd()) << 32) ^ rd();
-  }
+// The seed of a test: MIXTAPE_CUDA_TEST_SEED when set, else `fallback`; printed (and recorded in
+// the XML) so a failure can be replayed with MIXTAPE_CUDA_TEST_SEED=<seed>.
+inline uint64_t seed_or(uint64_t fallback) {
+  uint64_t seed = fallback;
+  if (const char* env = std::getenv("MIXTAPE_CUDA_TEST_SEED")) seed = std::strtoull(env, nullptr, 10);
   std::cout << "[ seed     ] " << ::testing::UnitTest::GetInstance()->current_test_info()->name() << " seed=" << seed
             << "\n";
   ::testing::Test::RecordProperty("seed", std::to_string(seed));
   return seed;
+}
+// A fresh seed per run, for checks that hold for every input (exact, or within a derived bound).
+inline uint64_t fresh_seed() {
+  std::random_device rd;
+  return seed_or((uint64_t(rd()) << 32) ^ rd());
 }
 
 // Random CPU values in +-[lo, hi] (random sign unless positive), never 0, stored as dt (the
