@@ -20,17 +20,23 @@ constexpr int kAccumulators = 6;
 constexpr double kFlopsPerInstruction = 16.0 * 16 * 32 * 2;
 
 #if MIXTAPE_HAVE_AMX_TILES && defined(__linux__) && defined(SYS_arch_prctl)
-// AMX-TILE + AMX-BF16 in CPUID (leaf 7: EDX bits 24, 22), tile state in XCR0 (bits 17, 18), and
-// Linux's permission (ops/cpu/cpu_features.cpp asks the same way; this program links no mixtape).
+// What amx_chains (compiled MT_AMX, so with AVX-512 too) needs: AVX-512 F/BW/VL and AVX512_BF16
+// (leaf 7: EBX bits 16, 30, 31; subleaf 1 EAX bit 5) with ZMM/opmask state in XCR0 (0xE6),
+// AMX-TILE + AMX-BF16 (leaf 7: EDX bits 24, 22) with tile state in XCR0 (bits 17, 18), and Linux's
+// permission (ops/cpu/cpu_features.cpp asks the same way; this program links no mixtape).
 inline bool amx_usable() {
   static const bool ok = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE: XGETBV usable
     unsigned lo = 0, hi = 0;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & 0x60000u) != 0x60000u || __get_cpuid_max(0, nullptr) < 7) return false;
+    if ((lo & 0x600E6u) != 0x600E6u || __get_cpuid_max(0, nullptr) < 7) return false;
     __cpuid_count(7, 0, a, b, c, d);
-    if (!(d & (1u << 24)) || !(d & (1u << 22))) return false;
+    const unsigned subleaves = a;
+    const unsigned avx512 = (1u << 16) | (1u << 30) | (1u << 31);
+    if ((b & avx512) != avx512 || !(d & (1u << 24)) || !(d & (1u << 22)) || subleaves < 1) return false;
+    __cpuid_count(7, 1, a, b, c, d);
+    if (!(a & (1u << 5))) return false;
     return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
   }();
   return ok;

@@ -205,7 +205,8 @@ int main(int argc, char** argv) {
     const double cal = peak_gflops(t, 1 << 16);
     const long iters = std::max(1L << 12, static_cast<long>(0.02 * cal * 1e9 / t / (kChains * 64.0)));
     const double acal = amx ? amx_peak_gflops(t, 1 << 12) : 0;
-    const long aiters = std::max(1L << 8, static_cast<long>(0.02 * acal * 1e9 / t / (bench_amx::kAccumulators * bench_amx::kFlopsPerInstruction)));
+    const double amx_flops_per_iter = bench_amx::kAccumulators * bench_amx::kFlopsPerInstruction;
+    const long aiters = std::max(1L << 8, static_cast<long>(0.02 * acal * 1e9 / t / amx_flops_per_iter));
     std::vector<double> pk, nv, apk, am, em, f32, pct, apct, vs_f32, vs_f32a, vs_ema;
     for (int r = 0; r < rounds; ++r) {
       double g[6] = {0, 0, 0, 0, 0, 0};

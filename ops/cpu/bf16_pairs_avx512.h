@@ -93,7 +93,8 @@ MT_BF16_PAIRS inline void store_pair_row(__m512i r0, __m512i r1, uint16_t* dst) 
 // Packs the op(B) panel of kPairPanel columns [j0, j0 + cols), depth [p0, p0 + kc): pair p2, column jj holds
 // (op(B)[p0 + 2 p2, j0 + jj], op(B)[p0 + 2 p2 + 1, ..]) at dst + (p2 kPairPanel + jj) 2, zero past cols
 // and past depth kc. dst is 64-byte aligned.
-MT_BF16_PAIRS inline void pack_b_pairs(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0, int64_t kc,
+MT_BF16_PAIRS inline void pack_b_pairs(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0,
+                                       int64_t kc,
                           uint16_t* dst) {
   const int64_t kc2 = (kc + 1) / 2;
   if (!tb) {

@@ -1,5 +1,6 @@
 // ops/cpu/conv_implicit_gemm.cpp — see conv_implicit_gemm.h. Only the functions marked MT_CONV /
-// MT_CONV_BF16 hold AVX-512 instructions; they run only after the entry points checked the CPU.
+// MT_CONV_BF16 / MT_AMX hold AVX-512 (or AMX) instructions; they run only after the entry points
+// checked the CPU.
 #include "ops/cpu/conv_implicit_gemm.h"
 
 #include <omp.h>
@@ -183,8 +184,8 @@ MT_CONV void pack_b_f32(const ImplicitConvShape& s, const E* x, const PanelMap& 
 
 // BF16 pair layout: depth pair p2 = (p0 + 2 p2, p0 + 2 p2 + 1), lane t at dst[(p2 32 + t) 2 + {0, 1}];
 // zero past depth K.
-MT_CONV_BF16 void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, const PanelMap& pm, int64_t p0, int64_t kc,
-                         uint16_t* dst) {
+MT_CONV_BF16 void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, const PanelMap& pm, int64_t p0,
+                              int64_t kc, uint16_t* dst) {
   const int64_t K = s.C * s.kH * s.kW, HW = s.H * s.W;
   const uint16_t* seg_x[kNr];
   for (int q = 0; q < pm.nseg; ++q) seg_x[q] = x + pm.seg[q].n * s.C * HW + pm.seg[q].base;

@@ -93,7 +93,9 @@ std::string bf16_amx_missing(const CpuFeatures& f) {
   add_missing(s, f.amx_bf16, "AMX-BF16 (the tdpbf16ps instruction)");
   add_missing(s, f.os_amx_state, "OS support for AMX tile state (XCR0 XTILECFG/XTILEDATA bits)");
   // Only worth naming when the rest is there: it is asked for only then.
-  if (s.empty()) add_missing(s, f.amx_permitted, "the kernel's permission to use AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM was refused)");
+  if (s.empty())
+    add_missing(s, f.amx_permitted,
+                "the kernel's permission to use AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM was refused)");
   return s;
 }
 
@@ -144,7 +146,9 @@ Bf16Kernel resolve_bf16_path(Bf16GemmPath path, const CpuFeatures& f) {
 Bf16Kernel parse_cpu_bf16(const char* value, const CpuFeatures& f) {
   const std::string v = value ? value : "";
   if (v.empty() || v == "auto")
-    return can_run_bf16_amx(f) ? Bf16Kernel::Amx : can_run_bf16_native(f) ? Bf16Kernel::Avx512Bf16 : Bf16Kernel::Emulated;
+    return can_run_bf16_amx(f)      ? Bf16Kernel::Amx
+           : can_run_bf16_native(f) ? Bf16Kernel::Avx512Bf16
+                                    : Bf16Kernel::Emulated;
   if (v == "emulated") return Bf16Kernel::Emulated;
   if (v == "native") return resolve_bf16_path(Bf16GemmPath::Native, f);
   if (v == "avx512bf16") return resolve_bf16_path(Bf16GemmPath::Avx512Bf16, f);
@@ -158,13 +162,25 @@ Bf16Kernel bf16_gemm_kernel() {
   static const Bf16Kernel kernel = [] {
     const char* v = std::getenv("MIXTAPE_CPU_BF16");
     const std::string s = v ? v : "";
-    const bool amx_possible = s != "emulated" && s != "avx512bf16";  // only then is Linux asked
+    const bool amx_possible = s.empty() || s == "auto" || s == "native" || s == "amx";  // only then is Linux asked
     return parse_cpu_bf16(v, amx_possible ? cpu_features_with_amx() : cpu_features());
   }();
   return kernel;
 }
 
-bool bf16_native_gemm() { return bf16_gemm_kernel() != Bf16Kernel::Emulated; }
+bool bf16_native_gemm() {
+  if (g_override.load(std::memory_order_relaxed)) return bf16_gemm_kernel() != Bf16Kernel::Emulated;
+  // FP32 convs and the BLAS set-up ask this too: under auto it is answered without resolving the
+  // kernel, so Linux is asked for AMX only at the first BF16 GEMM (AMX's requirements include
+  // these). An explicit value is parsed, and checked, now.
+  static const bool native = [] {
+    const char* v = std::getenv("MIXTAPE_CPU_BF16");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "auto") return can_run_bf16_native(cpu_features());
+    return bf16_gemm_kernel() != Bf16Kernel::Emulated;
+  }();
+  return native;
+}
 
 std::string bf16_gemm_description() {
   switch (bf16_gemm_kernel()) {
@@ -180,7 +196,8 @@ std::string bf16_gemm_description() {
 
 Bf16GemmOverride::Bf16GemmOverride(Bf16GemmPath path) : previous_(g_override.load()) {
   const bool amx_possible = path == Bf16GemmPath::Native || path == Bf16GemmPath::Amx;
-  const Bf16Kernel k = resolve_bf16_path(path, amx_possible ? cpu_features_with_amx() : cpu_features());  // throws where it cannot run
+  // Throws where the kernel cannot run.
+  const Bf16Kernel k = resolve_bf16_path(path, amx_possible ? cpu_features_with_amx() : cpu_features());
   g_override.store(1 + static_cast<int>(k));
 }
 

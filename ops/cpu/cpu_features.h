@@ -71,6 +71,7 @@ Bf16Kernel resolve_bf16_path(Bf16GemmPath path, const CpuFeatures& f);
 // as parsed once against cpu_features_with_amx() (cpu_features() for emulated and avx512bf16).
 Bf16Kernel bf16_gemm_kernel();
 // True when BF16 operands are multiplied natively (AMX or vdpbf16ps), false when widened to FP32.
+// Under auto it does not resolve the kernel (so it never asks Linux for AMX): FP32 code paths call it.
 bool bf16_native_gemm();
 
 // e.g. "native (AMX tdpbf16ps)", "native (AVX512_BF16 vdpbf16ps)" or "emulated (BF16 widened to

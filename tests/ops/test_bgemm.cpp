@@ -21,6 +21,11 @@
 #include <tuple>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "core/bfloat16.h"
 #include "core/error.h"
 #include "ops/cpu/bgemm_amx.h"
@@ -542,7 +547,8 @@ TEST(CpuBf16Switch, TheOverrideForcesEachPathAndNests) {
     if (cpu::bgemm_avx512bf16_available()) {
       cpu::Bf16GemmOverride native(cpu::Bf16GemmPath::Native);
       EXPECT_TRUE(cpu::bf16_native_gemm());
-      EXPECT_EQ(cpu::bf16_gemm_kernel(), cpu::bgemm_amx_available() ? cpu::Bf16Kernel::Amx : cpu::Bf16Kernel::Avx512Bf16);
+      EXPECT_EQ(cpu::bf16_gemm_kernel(),
+                cpu::bgemm_amx_available() ? cpu::Bf16Kernel::Amx : cpu::Bf16Kernel::Avx512Bf16);
       {
         cpu::Bf16GemmOverride avx(cpu::Bf16GemmPath::Avx512Bf16);
         EXPECT_EQ(cpu::bf16_gemm_kernel(), cpu::Bf16Kernel::Avx512Bf16);
@@ -574,6 +580,38 @@ TEST(CpuBf16Switch, TheOverrideForcesEachPathAndNests) {
     std::exit(3);
   }
 }
+
+#if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
+// In a fresh child: sets MIXTAPE_CPU_BF16, runs `query` (0: bf16_native_gemm(), 1: also
+// bf16_gemm_kernel()), then asks Linux whether this process holds the AMX tile-data grant
+// (ARCH_GET_XCOMP_PERM): exits 20 without it, 21 with it, 22 when the query is unsupported.
+[[noreturn]] void grant_after(const char* value, int query) {
+  setenv("MIXTAPE_CPU_BF16", value, 1);
+  (void)cpu::bf16_native_gemm();
+  if (query >= 1) (void)cpu::bf16_gemm_kernel();
+  unsigned long features = 0;
+  if (syscall(SYS_arch_prctl, 0x1022 /* ARCH_GET_XCOMP_PERM */, &features) != 0) std::exit(22);
+  std::exit(features & (1ul << 18) ? 21 : 20);
+}
+
+// Linux's AMX grant constrains the whole process (sigaltstack sizes), so it is asked only where
+// AMX may run: never for emulated or avx512bf16, not for bf16_native_gemm() (which FP32 code
+// asks) under auto, and at the first kernel resolution under auto where the CPU has AMX.
+TEST(CpuBf16Switch, LinuxIsAskedForAmxOnlyWhereAmxMayRun) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  unsigned long features = 0;
+  if (syscall(SYS_arch_prctl, 0x1022, &features) != 0) GTEST_SKIP() << "no ARCH_GET_XCOMP_PERM here";
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  EXPECT_EXIT(grant_after("emulated", 1), ::testing::ExitedWithCode(20), "");
+  if (cpu::bgemm_avx512bf16_available()) {
+    EXPECT_EXIT(grant_after("avx512bf16", 1), ::testing::ExitedWithCode(20), "");
+  }
+  EXPECT_EXIT(grant_after("auto", 0), ::testing::ExitedWithCode(20), "");
+  if (f.amx_tile && f.amx_bf16 && f.os_amx_state && cpu::bgemm_amx_available()) {
+    EXPECT_EXIT(grant_after("auto", 1), ::testing::ExitedWithCode(21), "");
+  }
+}
+#endif
 
 TEST(CpuBf16Switch, TheVariableIsReadOnceFromTheEnvironment) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: nothing read yet
