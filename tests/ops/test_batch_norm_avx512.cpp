@@ -1,0 +1,210 @@
+// tests/ops/test_batch_norm_avx512.cpp — batch norm's statistics order (ops/cpu/row_lane_sum.h)
+// and its AVX-512 kernels (ops/cpu/batch_norm_avx512.h): each kernel equals the generic loop bit
+// for bit — sums in RowLaneSum's 32 lanes, row maps as float multiply then add, BF16 rounded
+// as core/bfloat16.h rounds — on every row length around the 32-lane and 16-value chunks, on
+// special values, and through the batch_norm op (f16 runs the generic loops, f32 and BF16 the
+// kernels: 16-bit results must be the f32 ones rounded).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/bfloat16.h"
+#include "ops/cpu/batch_norm_avx512.h"
+#include "ops/cpu/row_lane_sum.h"
+#include "ops/creation.h"
+#include "ops/normalization.h"
+#include "ops/pointwise.h"
+#include "ops/reduce.h"
+
+namespace mixtape::testing {
+namespace {
+
+// Position s of a row goes to lane s % 32, whatever the pieces: lane 0 gets +-1e16 that cancel,
+// every other value is 1 and sums exactly; another lane assignment loses ones next to 1e16.
+TEST(RowLaneSum, LanesFollowThePositionInTheRowWhateverThePieces) {
+  const int64_t S = 100, rows = 3;  // per row: 4 values in lane 0 (s = 0, 32, 64, 96)
+  auto value = [](int64_t r, int64_t s) { return s % 32 != 0 ? 1.0 : ((r * 4 + s / 32) % 2 == 0 ? 1e16 : -1e16); };
+  for (int64_t piece : {1, 5, 31, 32, 33, 100}) {
+    cpu::RowLaneSum<double> sum;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t s0 = 0; s0 < S; s0 += piece) {
+        const int64_t m = std::min(piece, S - s0);
+        sum.add(m, [&](int64_t j) { return value(r, s0 + j); });
+      }
+      sum.end_row();
+    }
+    EXPECT_EQ(sum.total(), 3.0 * 96) << "pieces of " << piece;
+  }
+}
+
+TEST(RowLaneSum, TotalIsTheHalvingTree) {
+  cpu::RowLaneSum<double> sum;
+  // Lane i gets 2^(i * 3) scaled so that a different association would round differently.
+  for (int i = 0; i < 32; ++i) sum.lane[i] = std::ldexp(1.0 + i * 1e-16, (i % 5) * 30) * (i % 2 ? -1 : 1);
+  double t[32];
+  for (int i = 0; i < 32; ++i) t[i] = sum.lane[i];
+  for (int w = 16; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) t[i] += t[i + w];
+  EXPECT_EQ(sum.total(), t[0]);
+}
+
+template <typename T>
+T from_float(float f) {
+  if constexpr (std::is_same_v<T, BFloat16>) return BFloat16(f);
+  else return f;
+}
+double widen(float v) { return v; }
+double widen(BFloat16 v) { return static_cast<float>(v); }
+uint32_t bits_of(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+uint32_t bits_of(BFloat16 v) { return v.bits; }
+uint64_t bits_of(double v) {
+  uint64_t u;
+  std::memcpy(&u, &v, 8);
+  return u;
+}
+// Equal bits, or both NaN: when two different NaNs meet in an add, which payload survives is the
+// operand order the compiler picked for the generic loop's commutative add, not part of the contract.
+bool same(double a, double b) { return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b); }
+template <typename T>
+bool same_t(T a, T b) {
+  return (std::isnan(widen(a)) && std::isnan(widen(b))) || bits_of(a) == bits_of(b);
+}
+bool bit_equal(const Tensor& a, const Tensor& b) {
+  Tensor ca = a.contiguous(), cb = b.contiguous();
+  return ca.dtype() == cb.dtype() && ca.sizes() == cb.sizes() &&
+         std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+// rows x stride values: random, with specials sprinkled in when `specials`.
+template <typename T>
+std::vector<T> make_rows(int64_t rows, int64_t stride, uint32_t seed, bool specials) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.5f, 3.0f);
+  std::vector<T> v(static_cast<size_t>(rows * stride));
+  for (auto& e : v) e = from_float<T>(nd(gen));
+  if (specials) {
+    const float sp[] = {std::numeric_limits<float>::infinity(), -0.0f, 1e-40f, -3e-39f,
+                        std::numeric_limits<float>::quiet_NaN(), 3.0e38f, 1.0f + 1.0f / 256};
+    for (size_t i = 3; i < v.size(); i += 37) v[i] = from_float<T>(sp[(i / 37) % 7]);
+  }
+  return v;
+}
+
+template <typename T>
+double generic_sum(const std::vector<T>& x, int64_t rows, int64_t stride, int64_t S, double mu, int kind) {
+  cpu::RowLaneSum<double> s;
+  for (int64_t r = 0; r < rows; ++r) {
+    s.add(S, [&](int64_t j) {
+      const double xv = widen(x[static_cast<size_t>(r * stride + j)]);
+      if (kind == 0) return xv;
+      const double d = xv - mu;
+      return d * d;
+    });
+    s.end_row();
+  }
+  return s.total();
+}
+
+template <typename T>
+class BnAvx512 : public ::testing::Test {};
+using Types = ::testing::Types<float, BFloat16>;
+TYPED_TEST_SUITE(BnAvx512, Types);
+
+TYPED_TEST(BnAvx512, SumsEqualTheGenericLoopBitForBit) {
+  using T = TypeParam;
+  if (!cpu::batch_norm_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL";
+  for (bool specials : {false, true})
+    for (int64_t S : {1, 7, 16, 31, 32, 33, 49, 63, 64, 65, 100, 196, 784}) {
+      SCOPED_TRACE(::testing::Message() << "S " << S << (specials ? " with specials" : ""));
+      const int64_t rows = 5, stride = S + 3;  // a gap between rows, as between channels
+      const auto x = make_rows<T>(rows, stride, static_cast<uint32_t>(S), specials);
+      const auto g = make_rows<T>(rows, stride, static_cast<uint32_t>(S + 1000), specials);
+      const double mu = 0.37;
+      EXPECT_TRUE(same(cpu::bn_sum_avx512(x.data(), rows, stride, S), generic_sum(x, rows, stride, S, 0, 0)));
+      EXPECT_TRUE(same(cpu::bn_sum_sq_dev_avx512(x.data(), rows, stride, S, mu), generic_sum(x, rows, stride, S, mu, 1)));
+      double sg = 0, sgx = 0;
+      cpu::bn_grad_sums_avx512(g.data(), x.data(), rows, stride, S, mu, &sg, &sgx);
+      cpu::RowLaneSum<double> eg, egx;
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto at = [&](const std::vector<T>& v, int64_t j) { return widen(v[static_cast<size_t>(r * stride + j)]); };
+        eg.add(S, [&](int64_t j) { return at(g, j); });
+        egx.add(S, [&](int64_t j) { return at(g, j) * (at(x, j) - mu); });
+        eg.end_row();
+        egx.end_row();
+      }
+      EXPECT_TRUE(same(sg, eg.total()));
+      EXPECT_TRUE(same(sgx, egx.total()));
+      if (!specials) EXPECT_FALSE(std::isnan(sgx));  // the sums compared are numbers
+    }
+}
+
+TYPED_TEST(BnAvx512, RowMapsEqualTheGenericLoopBitForBit) {
+  using T = TypeParam;
+  if (!cpu::batch_norm_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL";
+  const float a = 1.2345678f, b = -0.3f, bx = -0.7654321f, d = 0.0123f;
+  for (int64_t n : {1, 15, 16, 17, 33, 49, 100}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    auto x = make_rows<T>(1, n, static_cast<uint32_t>(n), true);
+    auto g = make_rows<T>(1, n, static_cast<uint32_t>(n + 7), true);
+    // Values whose map lands on BF16 rounding ties and NaNs with payloads.
+    if (n > 2) {
+      x[0] = from_float<T>(1.0f);
+      const uint32_t payload = 0x7F800001u;  // a signalling NaN: must come back quiet
+      float f;
+      std::memcpy(&f, &payload, 4);
+      x[1] = from_float<T>(f);
+    }
+    std::vector<T> out(static_cast<size_t>(n) + 1, from_float<T>(42.0f)), gout = out;
+    cpu::bn_affine_row_avx512(x.data(), n, a, b, out.data());
+    cpu::bn_grad_row_avx512(g.data(), x.data(), n, a, bx, d, gout.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const float xv = static_cast<float>(widen(x[static_cast<size_t>(i)]));
+      const float gv = static_cast<float>(widen(g[static_cast<size_t>(i)]));
+      const float e = xv * a + b, eg = a * gv + bx * xv + d;
+      EXPECT_TRUE(same_t(out[static_cast<size_t>(i)], from_float<T>(e))) << "affine at " << i;
+      EXPECT_TRUE(same_t(gout[static_cast<size_t>(i)], from_float<T>(eg))) << "grad at " << i;
+      if (std::isnan(e)) EXPECT_EQ(bits_of(out[static_cast<size_t>(i)]), bits_of(from_float<T>(e))) << "NaN at " << i;
+    }
+    EXPECT_EQ(bits_of(out[static_cast<size_t>(n)]), bits_of(from_float<T>(42.0f))) << "wrote past the row";
+    EXPECT_EQ(bits_of(gout[static_cast<size_t>(n)]), bits_of(from_float<T>(42.0f))) << "wrote past the row";
+  }
+}
+
+// Through the op: f16 runs the generic loops, f32 and BF16 the kernels (where the CPU has
+// AVX-512); the 16-bit outputs and gradients must be the f32 ones rounded, the statistics equal.
+TEST(BnAvx512Op, GenericAndKernelPathsAgreeThroughTheOp) {
+  for (const IntList& shape : {IntList{6, 3, 7, 7}, IntList{4, 2, 33}, IntList{3, 2, 28, 28}}) {
+    SCOPED_TRACE(shape_str(shape));
+    Generator gen(7);
+    Tensor base = randn(shape, {}, &gen) * 2.0 + 0.5;
+    Tensor gout = randn(shape, {}, &gen);
+    for (DType dt : {DType::Float16, DType::BFloat16}) {
+      Tensor x16 = base.to(dt);
+      Tensor x32 = x16.to(DType::Float32);
+      Tensor g16 = gout.to(dt);
+      Tensor w16 = tensor({1.5, -0.5, 2.0}).narrow(0, 0, shape[1]).contiguous().requires_grad_();
+      Tensor w32 = w16.detach().clone().requires_grad_();
+      Tensor rm16 = zeros({shape[1]}), rv16 = ones({shape[1]}), rm32 = zeros({shape[1]}), rv32 = ones({shape[1]});
+      Tensor xg16 = x16.detach().requires_grad_(), xg32 = x32.detach().requires_grad_();
+      Tensor y16 = batch_norm(xg16, rm16, rv16, w16, Tensor(), true);
+      Tensor y32 = batch_norm(xg32, rm32, rv32, w32, Tensor(), true);
+      EXPECT_TRUE(bit_equal(y16, y32.to(dt))) << dtype_name(dt);
+      EXPECT_TRUE(bit_equal(rm16, rm32) && bit_equal(rv16, rv32)) << dtype_name(dt) << " running statistics";
+      (y16 * g16).sum().backward();
+      (y32 * g16.to(DType::Float32)).sum().backward();
+      EXPECT_TRUE(bit_equal(xg16.grad(), xg32.grad().to(dt))) << dtype_name(dt) << " grad x";
+      EXPECT_TRUE(bit_equal(w16.grad(), w32.grad())) << dtype_name(dt) << " grad weight";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mixtape::testing
