@@ -12,7 +12,9 @@
 #define MIXTAPE_HAVE_AVX512_BN 1
 #define MT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 // GCC 12's extract/convert intrinsics start from _mm*_undefined_*(); see ops/cpu/sgemm_avx512.cpp.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #else
 #define MIXTAPE_HAVE_AVX512_BN 0
@@ -39,7 +41,8 @@ struct Pair {
 MT_AVX512 inline __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 MT_AVX512 inline Pair load32(const float* p, int64_t n) {
   const uint32_t m = first_bits(n);
-  return {_mm512_maskz_loadu_ps(static_cast<__mmask16>(m), p), _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), p + 16)};
+  return {_mm512_maskz_loadu_ps(static_cast<__mmask16>(m), p),
+          n > 16 ? _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), p + 16) : _mm512_setzero_ps()};
 }
 MT_AVX512 inline Pair load32(const BFloat16* p, int64_t n) {
   const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>(first_bits(n)), p);

@@ -83,17 +83,20 @@ bool bit_equal(const Tensor& a, const Tensor& b) {
          std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
 }
 
-// rows x stride values: random, with specials sprinkled in when `specials`.
+// rows x stride values: random over 40 binades (so an f64 sum depends on its order), with
+// specials sprinkled in when `specials` (NaN only when `nan`).
 template <typename T>
-std::vector<T> make_rows(int64_t rows, int64_t stride, uint32_t seed, bool specials) {
+std::vector<T> make_rows(int64_t rows, int64_t stride, uint32_t seed, bool specials, bool nan = true) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> nd(0.5f, 3.0f);
+  std::uniform_int_distribution<int> binade(-20, 20);
   std::vector<T> v(static_cast<size_t>(rows * stride));
-  for (auto& e : v) e = from_float<T>(nd(gen));
+  for (auto& e : v) e = from_float<T>(std::ldexp(nd(gen), binade(gen)));
   if (specials) {
-    const float sp[] = {std::numeric_limits<float>::infinity(), -0.0f, 1e-40f, -3e-39f,
-                        std::numeric_limits<float>::quiet_NaN(), 3.0e38f, 1.0f + 1.0f / 256};
-    for (size_t i = 3; i < v.size(); i += 37) v[i] = from_float<T>(sp[(i / 37) % 7]);
+    const float sp[] = {-0.0f, 1e-40f, -3e-39f, 3.0e38f, std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN()};
+    const size_t kinds = nan ? 6 : 3;  // without NaN: no inf either, so the sums stay finite
+    for (size_t i = 3; i < v.size(); i += 37) v[i] = from_float<T>(sp[(i / 37) % kinds]);
   }
   return v;
 }
@@ -125,8 +128,9 @@ TYPED_TEST(BnAvx512, SumsEqualTheGenericLoopBitForBit) {
     for (int64_t S : {1, 7, 16, 31, 32, 33, 49, 63, 64, 65, 100, 196, 784}) {
       SCOPED_TRACE(::testing::Message() << "S " << S << (specials ? " with specials" : ""));
       const int64_t rows = 5, stride = S + 3;  // a gap between rows, as between channels
-      const auto x = make_rows<T>(rows, stride, static_cast<uint32_t>(S), specials);
-      const auto g = make_rows<T>(rows, stride, static_cast<uint32_t>(S + 1000), specials);
+      // Finite specials (-0, subnormals, 3e38): the sums stay numbers, so the order shows.
+      const auto x = make_rows<T>(rows, stride, static_cast<uint32_t>(S), specials, false);
+      const auto g = make_rows<T>(rows, stride, static_cast<uint32_t>(S + 1000), specials, false);
       const double mu = 0.37;
       EXPECT_TRUE(same(cpu::bn_sum_avx512(x.data(), rows, stride, S), generic_sum(x, rows, stride, S, 0, 0)));
       EXPECT_TRUE(same(cpu::bn_sum_sq_dev_avx512(x.data(), rows, stride, S, mu), generic_sum(x, rows, stride, S, mu, 1)));
@@ -142,7 +146,7 @@ TYPED_TEST(BnAvx512, SumsEqualTheGenericLoopBitForBit) {
       }
       EXPECT_TRUE(same(sg, eg.total()));
       EXPECT_TRUE(same(sgx, egx.total()));
-      if (!specials) EXPECT_FALSE(std::isnan(sgx));  // the sums compared are numbers
+      EXPECT_FALSE(std::isnan(sg) || std::isnan(sgx));  // the sums compared are numbers
     }
 }
 
@@ -154,7 +158,7 @@ TYPED_TEST(BnAvx512, RowMapsEqualTheGenericLoopBitForBit) {
     SCOPED_TRACE(::testing::Message() << "n " << n);
     auto x = make_rows<T>(1, n, static_cast<uint32_t>(n), true);
     auto g = make_rows<T>(1, n, static_cast<uint32_t>(n + 7), true);
-    // Values whose map lands on BF16 rounding ties and NaNs with payloads.
+    // A NaN input (signalling in f32: the map must return it quiet).
     if (n > 2) {
       x[0] = from_float<T>(1.0f);
       const uint32_t payload = 0x7F800001u;  // a signalling NaN: must come back quiet
@@ -168,13 +172,35 @@ TYPED_TEST(BnAvx512, RowMapsEqualTheGenericLoopBitForBit) {
     for (int64_t i = 0; i < n; ++i) {
       const float xv = static_cast<float>(widen(x[static_cast<size_t>(i)]));
       const float gv = static_cast<float>(widen(g[static_cast<size_t>(i)]));
-      const float e = xv * a + b, eg = a * gv + bx * xv + d;
+      // Each product and sum rounded on its own (volatile: no FMA contraction, whatever -march).
+      volatile float xa = xv * a, ag = a * gv, bxx = bx * xv;
+      volatile float agbx = ag + bxx;
+      const float e = xa + b, eg = agbx + d;
       EXPECT_TRUE(same_t(out[static_cast<size_t>(i)], from_float<T>(e))) << "affine at " << i;
       EXPECT_TRUE(same_t(gout[static_cast<size_t>(i)], from_float<T>(eg))) << "grad at " << i;
-      if (std::isnan(e)) EXPECT_EQ(bits_of(out[static_cast<size_t>(i)]), bits_of(from_float<T>(e))) << "NaN at " << i;
+      if (std::isnan(e)) {
+        EXPECT_EQ(bits_of(out[static_cast<size_t>(i)]), bits_of(from_float<T>(e))) << "NaN at " << i;
+      }
     }
     EXPECT_EQ(bits_of(out[static_cast<size_t>(n)]), bits_of(from_float<T>(42.0f))) << "wrote past the row";
     EXPECT_EQ(bits_of(gout[static_cast<size_t>(n)]), bits_of(from_float<T>(42.0f))) << "wrote past the row";
+  }
+}
+
+// x a + b landing exactly halfway between two BF16 values: ties go to the even one (a
+// round-half-up would give 1 for the first and 1 + 2^-7 for the second).
+TEST(BnAvx512Bf16, RoundingTiesGoToEven) {
+  if (!cpu::batch_norm_avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL";
+  const float b = std::ldexp(1.0f, -8);
+  const std::vector<BFloat16> x(20, BFloat16(1.0f)), x2(20, BFloat16(1.0f + std::ldexp(1.0f, -7)));
+  std::vector<BFloat16> out(20), out2(20), gout(20);
+  cpu::bn_affine_row_avx512(x.data(), 20, 1.0f, b, out.data());     // 1 + 2^-8 -> 1
+  cpu::bn_affine_row_avx512(x2.data(), 20, 1.0f, b, out2.data());   // 1 + 2^-7 + 2^-8 -> 1 + 2^-6
+  cpu::bn_grad_row_avx512(x.data(), x.data(), 20, 1.0f, 0.0f, b, gout.data());  // (1 + 0) + 2^-8 -> 1
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(out[static_cast<size_t>(i)].bits, BFloat16(1.0f).bits) << i;
+    EXPECT_EQ(out2[static_cast<size_t>(i)].bits, BFloat16(1.0f + std::ldexp(1.0f, -6)).bits) << i;
+    EXPECT_EQ(gout[static_cast<size_t>(i)].bits, BFloat16(1.0f).bits) << i;
   }
 }
 
