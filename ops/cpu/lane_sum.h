@@ -5,7 +5,8 @@
 // combined as (l0 + l1) + (l2 + l3): one fixed order for a given reduction length, so results
 // are the same on every run and for every layout of the input. Four independent add chains run
 // about 4x faster than the one latency-bound chain of a plain loop (conv2d's bias gradient, a
-// sum over N, H, W, was 6% of a SmallCNN training step; batch_norm's statistics the same).
+// sum over N, H, W, was 6% of a SmallCNN training step). Batch norm's statistics use
+// ops/cpu/row_lane_sum.h's 32 lanes instead, which AVX-512 registers hold.
 #pragma once
 #include <cstdint>
 

@@ -351,8 +351,8 @@ TEST(BatchNorm, EvalUsesRunningStats) {
 // 16-bit results equal the f32 ones rounded to 16 bits, bit for bit.
 TEST_P(NormActivationReduced, BatchNormHalfInputWithFloatParams) {
   const DType dt = GetParam();
-  // 9 values per row (the kernels' 4-lane sums end mid-lane), and 340 (16-bit rows are widened
-  // in blocks of 256: a full block and a partial one).
+  // 9 values per row (shorter than the 32 statistics lanes), and 340 (a tail of 20 lanes; 16-bit
+  // rows are widened in blocks of 256: a full block and a partial one).
   for (const IntList& shape : {IntList{8, 4, 3, 3}, IntList{3, 4, 20, 17}}) {
     SCOPED_TRACE(shape_str(shape));
     Generator gen(63);
