@@ -64,6 +64,7 @@
 
 #include "core/convert.h"
 #include "ops/conv_args.h"
+#include "ops/cpu/aligned_buffer.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
@@ -180,13 +181,14 @@ Shift shift_of(const ConvGeom& g, int64_t offh, int64_t offw) {
   r.hi = std::max(r.lo, std::min(r.i1 * g.W, g.H * g.W - r.s));
   return r;
 }
-// Calls fn(c, shift, row) for every row (c, ki, kj) of a plane_shift col (K, L), in w's order.
+// Calls fn(c, shift, row) for every row (c, ki, kj) of a plane_shift col (K, L) whose rows are ld
+// apart, in w's order.
 template <typename T, typename F>
-void for_each_shifted_row(const ConvGeom& g, T* col, F&& fn) {
+void for_each_shifted_row(const ConvGeom& g, T* col, int64_t ld, F&& fn) {
   for (int64_t c = 0; c < g.C; ++c)
     for (int64_t ki = 0; ki < g.kH; ++ki)
       for (int64_t kj = 0; kj < g.kW; ++kj)
-        fn(c, shift_of(g, ki * g.dH - g.pH, kj - g.pW), col + ((c * g.kH + ki) * g.kW + kj) * g.L());
+        fn(c, shift_of(g, ki * g.dH - g.pH, kj - g.pW), col + ((c * g.kH + ki) * g.kW + kj) * ld);
 }
 // Sets the entries of valid rows whose column is outside [j0, j1) to v.
 template <typename T>
@@ -197,16 +199,17 @@ void set_border_columns(const ConvGeom& g, const Shift& sh, T v, T* row) {
   }
 }
 
-// x: (C, H, W) -> col: (K, L), layout in the header comment.
+// x: (C, H, W) -> col: (K, L), layout in the header comment, rows ld >= L apart (the weight
+// gradient pads them to whole cache lines).
 template <typename T>
-void im2col(const T* x, const ConvGeom& g, T* col) {
+void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld) {
   const int64_t L = g.L();
   if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, float>) {
     if (plane_shift(g) && cpu::im2col_avx512_available())  // the same bits, 16 or 32 columns a load
-      return cpu::im2col_plane_shift_avx512(x, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH, col);
+      return cpu::im2col_plane_shift_avx512(x, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH, col, ld);
   }
   if (plane_shift(g)) {
-    for_each_shifted_row(g, col, [&](int64_t c, const Shift& sh, T* row) {
+    for_each_shifted_row(g, col, ld, [&](int64_t c, const Shift& sh, T* row) {
       std::fill(row, row + sh.lo, T(0));
       std::memcpy(row + sh.lo, x + c * g.H * g.W + sh.lo + sh.s, sizeof(T) * static_cast<size_t>(sh.hi - sh.lo));
       std::fill(row + sh.hi, row + L, T(0));
@@ -224,7 +227,7 @@ void im2col(const T* x, const ConvGeom& g, T* col) {
         const int64_t offw = kj * g.dW - g.pW;
         int64_t j0, j1;
         valid_range(offw, g.sW, g.W, g.OW, j0, j1);
-        T* row = col + ((c * g.kH + ki) * g.kW + kj) * L;
+        T* row = col + ((c * g.kH + ki) * g.kW + kj) * ld;
         std::fill(row, row + i0 * g.OW, T(0));
         for (int64_t i = i0; i < i1; ++i) {
           T* r = row + i * g.OW;
@@ -251,7 +254,7 @@ template <typename T>
 void col2im(T* col, const ConvGeom& g, T* x) {
   const int64_t L = g.L();
   if (plane_shift(g)) {
-    for_each_shifted_row(g, col, [&](int64_t c, const Shift& sh, T* row) {
+    for_each_shifted_row(g, col, L, [&](int64_t c, const Shift& sh, T* row) {
       set_border_columns(g, sh, T(-0.0), row);
       T* dst = x + c * g.H * g.W + sh.lo + sh.s;  // the pixel of row[lo]
       const T* src = row + sh.lo;
@@ -386,7 +389,7 @@ void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
     T* yn = ybuf.write_to(t, y + n * g.O * L);
     if (!g.direct()) {
       A* col = cols.data() + static_cast<int64_t>(t) * K * L;
-      im2col(src, g, col);
+      im2col(src, g, col, L);
       src = col;
     }
     if (b)
@@ -437,7 +440,12 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og(), wsize = g.O * Kg;
-  std::vector<A> cols(g.direct() ? 0 : static_cast<size_t>(nt * K * L));
+  // col's rows start on cache lines (ld: L rounded up to 64 bytes), so im2col's stores do not
+  // straddle two lines.
+  constexpr int64_t line = 64 / static_cast<int64_t>(sizeof(A));
+  const int64_t ld = (L + line - 1) / line * line;
+  cpu::AlignedBuffer<A> cols;
+  if (!g.direct()) cols.get(nt * K * ld);
   Staging<S, A> xbuf(nt, g.image()), gybuf(nt, g.O * L);
   // Thread t accumulates into acc[t]; with one thread that is gw itself.
   std::vector<T> acc(nt > 1 ? static_cast<size_t>(nt * wsize) : 0, T(0));
@@ -447,17 +455,19 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   {
     const int t = omp_get_thread_num();
     T* mine = nt > 1 ? acc.data() + t * wsize : gw;
-    A* col = cols.data() + static_cast<int64_t>(t) * K * L;
+    A* col = g.direct() ? nullptr : cols.data.get() + static_cast<int64_t>(t) * K * ld;
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < g.N; ++n) {
       const A* src = xbuf.read(t, x + n * g.image(), g.image());
       const A* gyn = gybuf.read(t, gy + n * g.O * L, g.O * L);
+      int64_t lds = L;
       if (!g.direct()) {
-        im2col(src, g, col);
-        src = col;
+        im2col(src, g, col, ld);
+        src = col, lds = ld;
       }
       for (int64_t gr = 0; gr < g.G; ++gr)
-        cpu::gemm(false, true, Og, Kg, L, gyn + gr * Og * L, L, src + gr * Kg * L, L, T(1), mine + gr * Og * Kg, Kg);
+        cpu::gemm(false, true, Og, Kg, L, gyn + gr * Og * L, L, src + gr * Kg * lds, lds, T(1), mine + gr * Og * Kg,
+                  Kg);
     }
   }
   if (nt > 1)

@@ -51,58 +51,63 @@ struct Bf16Lanes {
 
 template <typename V>
 MT_AVX512_BW void im2col_plane_shift(const typename V::E* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH,
-                                     int64_t kW, int64_t pH, int64_t pW, int64_t dH, typename V::E* col) {
+                                     int64_t kW, int64_t pH, int64_t pW, int64_t dH, typename V::E* col,
+                                     int64_t ld) {
   constexpr int64_t N = V::kLanes;
   const int64_t L = OH * W, chunks = (L + N - 1) / N;
-  // For column offset kj: bit l % N of chunk l / N is set when output column l % W reads inside
-  // the image, i.e. 0 <= l % W + kj - pW < W. Built per call (once per image and thread: the
-  // buffer is the thread's own, and the loop divides nothing, so a 1-channel conv pays little).
-  thread_local std::vector<uint32_t> cols;
-  cols.assign(static_cast<size_t>(kW * chunks), 0);
-  for (int64_t kj = 0; kj < kW; ++kj) {
-    uint32_t* bits = cols.data() + kj * chunks;
-    for (int64_t l = 0, j = 0; l < L; ++l, j = j + 1 == W ? 0 : j + 1)  // j = l % W
-      if (j + kj - pW >= 0 && j + kj - pW < W) bits[l / N] |= uint32_t(1) << (l & (N - 1));
+  if (chunks == 0) return;
+  // The lanes a load may read depend on the kernel tap (ki, kj) and the chunk, not on the channel:
+  // bit l % N of masks[(ki kW + kj) chunks + l / N] is set when output pixel l = i W + j reads
+  // inside the image, 0 <= i + ki dH - pH < H and 0 <= j + kj - pW < W. Masked-off lanes are
+  // neither read (no fault, whatever their address) nor nonzero. Built once per call (per image
+  // and thread: the buffer is the thread's own), so the loop over channels is loads and stores
+  // only — on 7x7 planes (4 chunks a row) the per-row mask arithmetic cost as much as the copies.
+  thread_local std::vector<uint32_t> masks;
+  masks.assign(static_cast<size_t>(kH * kW * chunks), 0);
+  for (int64_t ki = 0; ki < kH; ++ki) {
+    const int64_t offh = ki * dH - pH;
+    // Output rows [i0, i1) read inside the image: l in [i0 W, i1 W).
+    const int64_t i0 = std::clamp<int64_t>(-offh, 0, OH), i1 = std::clamp<int64_t>(H - offh, i0, OH);
+    for (int64_t kj = 0; kj < kW; ++kj) {
+      uint32_t* bits = masks.data() + (ki * kW + kj) * chunks;
+      for (int64_t l = i0 * W, j = 0; l < i1 * W; ++l, j = j + 1 == W ? 0 : j + 1)  // j = l % W
+        if (j + kj - pW >= 0 && j + kj - pW < W) bits[l / N] |= uint32_t(1) << (l & (N - 1));
+    }
   }
+  const int64_t taps = kH * kW;
+  thread_local std::vector<int64_t> shift;
+  shift.resize(static_cast<size_t>(taps));
+  for (int64_t ki = 0; ki < kH; ++ki)
+    for (int64_t kj = 0; kj < kW; ++kj) shift[ki * kW + kj] = (ki * dH - pH) * W + kj - pW;  // col[r, l] = plane[l + s]
   const uint32_t all = bit_range(0, N), tail = bit_range(0, L - (chunks - 1) * N);
   for (int64_t c = 0; c < C; ++c) {
     const typename V::E* plane = x + c * H * W;
-    for (int64_t ki = 0; ki < kH; ++ki) {
-      const int64_t offh = ki * dH - pH;
-      // Output rows [i0, i1) read inside the image (0 <= i + offh < H): l in [i0 W, i1 W).
-      const int64_t i0 = std::clamp<int64_t>(-offh, 0, OH), i1 = std::clamp<int64_t>(H - offh, i0, OH);
-      for (int64_t kj = 0; kj < kW; ++kj) {
-        const int64_t s = offh * W + kj - pW;  // col[r, l] = plane[l + s]
-        typename V::E* row = col + ((c * kH + ki) * kW + kj) * L;
-        const uint32_t* cm = cols.data() + kj * chunks;
-        for (int64_t q = 0; q < chunks; ++q) {
-          const int64_t l0 = q * N;
-          // Lanes whose output row reads inside the image and whose column does too; masked-off
-          // lanes are neither read (no fault, whatever their address) nor nonzero.
-          const uint32_t m =
-              cm[q] & bit_range(std::clamp<int64_t>(i0 * W - l0, 0, N), std::clamp<int64_t>(i1 * W - l0, 0, N));
-          V::store(q + 1 < chunks ? all : tail, row + l0, V::load(m, plane + l0 + s));
-        }
-      }
+    for (int64_t tap = 0; tap < taps; ++tap) {
+      typename V::E* row = col + (c * taps + tap) * ld;
+      const uint32_t* m = masks.data() + tap * chunks;
+      const typename V::E* src = plane + shift[tap];
+      for (int64_t q = 0; q + 1 < chunks; ++q) V::store(all, row + q * N, V::load(m[q], src + q * N));
+      const int64_t q = chunks - 1;
+      V::store(tail, row + q * N, V::load(m[q], src + q * N));
     }
   }
 }
 }  // namespace
 
 void im2col_plane_shift_avx512(const float* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH, int64_t kW,
-                               int64_t pH, int64_t pW, int64_t dH, float* col) {
-  im2col_plane_shift<F32Lanes>(x, C, H, W, OH, kH, kW, pH, pW, dH, col);
+                               int64_t pH, int64_t pW, int64_t dH, float* col, int64_t ld) {
+  im2col_plane_shift<F32Lanes>(x, C, H, W, OH, kH, kW, pH, pW, dH, col, ld);
 }
 void im2col_plane_shift_avx512(const BFloat16* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH,
-                               int64_t kW, int64_t pH, int64_t pW, int64_t dH, BFloat16* col) {
+                               int64_t kW, int64_t pH, int64_t pW, int64_t dH, BFloat16* col, int64_t ld) {
   // BFloat16 is a standard-layout wrapper of its uint16_t bits (core/bfloat16.h asserts it).
-  im2col_plane_shift<Bf16Lanes>(&x->bits, C, H, W, OH, kH, kW, pH, pW, dH, &col->bits);
+  im2col_plane_shift<Bf16Lanes>(&x->bits, C, H, W, OH, kH, kW, pH, pW, dH, &col->bits, ld);
 }
 #else
 void im2col_plane_shift_avx512(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                               int64_t, float*) {}
+                               int64_t, float*, int64_t) {}
 void im2col_plane_shift_avx512(const BFloat16*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                               int64_t, int64_t, BFloat16*) {}
+                               int64_t, int64_t, BFloat16*, int64_t) {}
 #endif
 
 }  // namespace mixtape::cpu

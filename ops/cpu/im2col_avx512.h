@@ -6,7 +6,8 @@
 // fill/memcpy/border calls (13-18% of a ResNet-8 BF16 step's profile). ResNet-8's convs, batch
 // 128, 2 threads, at 16/28x28, 32/14x14, 64/7x7 (the smaller the plane, the more the per-row calls
 // cost): BF16 forward 1.11x, 1.22x, 1.42x, weight gradient 1.10x, 1.29x, 1.51x; f32 forward
-// 1.03x, 1.09x, 1.14x, weight gradient 0.95-0.97x, 1.13x, 1.18x.
+// 1.03x, 1.09x, 1.14x, weight gradient 0.95-0.97x, 1.13x, 1.18x. The masks are built once per
+// call (they depend on the tap, not the channel), which about halved its cycles again on 7x7.
 // Internal: called by ops/conv.cpp only.
 #pragma once
 #include <cstdint>
@@ -19,11 +20,12 @@ namespace mixtape::cpu {
 bool im2col_avx512_available();
 
 // x (C, H, W) -> col (C kH kW, OH W), row r = (c kH + ki) kW + kj, OH = H + 2 pH - dH (kH - 1):
-//   col[r, i W + j] = x[c, i + ki dH - pH, j + kj - pW], 0 outside the image.
-// Requires pH, pW >= 0 and a kernel that fits (the caller's geometry checks).
+//   col[r ld + i W + j] = x[c, i + ki dH - pH, j + kj - pW], 0 outside the image.
+// ld >= OH W is col's row stride (the elements between rows are left alone). Requires pH, pW >= 0
+// and a kernel that fits (the caller's geometry checks).
 void im2col_plane_shift_avx512(const float* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH, int64_t kW,
-                               int64_t pH, int64_t pW, int64_t dH, float* col);
+                               int64_t pH, int64_t pW, int64_t dH, float* col, int64_t ld);
 void im2col_plane_shift_avx512(const BFloat16* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH,
-                               int64_t kW, int64_t pH, int64_t pW, int64_t dH, BFloat16* col);
+                               int64_t kW, int64_t pH, int64_t pW, int64_t dH, BFloat16* col, int64_t ld);
 
 }  // namespace mixtape::cpu

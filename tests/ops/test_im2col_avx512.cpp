@@ -1,0 +1,83 @@
+// tests/ops/test_im2col_avx512.cpp — the AVX-512 im2col of plane-shift convolutions
+// (ops/cpu/im2col_avx512.h) against a scalar im2col written from its definition, f32 and BF16:
+// every value in place, zero where the tap falls into the padding or the neighbouring row, and
+// with a row stride ld > L the elements between rows left exactly as they were (conv2d's weight
+// gradient pads col's rows to cache lines). Planes of one partial chunk to many, plane sizes on
+// and off the 16/32-lane chunks, 1-row planes, row dilation, 1x3 / 3x1 / 5x5 kernels.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/bfloat16.h"
+#include "ops/cpu/im2col_avx512.h"
+
+namespace mixtape {
+namespace {
+
+struct Geo {
+  int64_t C, H, W, kH, kW, pH, pW, dH;
+};
+// Plane-shift geometry: kW = 2 pW + 1 (so OW = W), unit strides and column dilation.
+const Geo kGeos[] = {
+    {2, 4, 5, 3, 3, 1, 1, 1},    // L = 20: one partial chunk
+    {3, 7, 7, 3, 3, 1, 1, 1},    // 49: ResNet's 7x7
+    {2, 14, 14, 3, 3, 1, 1, 1},  // 196
+    {1, 28, 28, 3, 3, 1, 1, 1},  // 784 = 49 x 16 = 24.5 x 32
+    {2, 4, 8, 3, 3, 1, 1, 1},    // 32: exactly one BF16 chunk, two f32 ones
+    {2, 1, 9, 3, 3, 1, 1, 1},    // one row: only the middle kernel row reads the image
+    {2, 9, 6, 3, 3, 3, 1, 3},    // row dilation 3, padding 3
+    {2, 8, 7, 3, 1, 1, 0, 2},    // 3x1, row dilation 2
+    {2, 6, 11, 1, 3, 0, 1, 1},   // 1x3
+    {2, 9, 8, 5, 5, 2, 2, 1},    // 5x5
+};
+
+std::string name_of(const Geo& g) {
+  return "C" + std::to_string(g.C) + " " + std::to_string(g.H) + "x" + std::to_string(g.W) + " k" +
+         std::to_string(g.kH) + "x" + std::to_string(g.kW) + " p" + std::to_string(g.pH) + "," + std::to_string(g.pW) +
+         " dH" + std::to_string(g.dH);
+}
+
+template <typename E>
+void check(const Geo& g, int64_t extra) {
+  const int64_t OH = g.H + 2 * g.pH - g.dH * (g.kH - 1), L = OH * g.W, K = g.C * g.kH * g.kW, ld = L + extra;
+  std::mt19937 rng(7);
+  std::vector<E> x(static_cast<size_t>(g.C * g.H * g.W));
+  for (E& v : x) v = E(float(std::uniform_int_distribution<int>(1, 1000)(rng)));  // never 0: a zero is padding
+  const E sentinel = E(-12345.0f);
+  std::vector<E> col(static_cast<size_t>(K * ld), sentinel);
+  cpu::im2col_plane_shift_avx512(x.data(), g.C, g.H, g.W, OH, g.kH, g.kW, g.pH, g.pW, g.dH, col.data(), ld);
+  int64_t bad = 0;
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t ki = 0; ki < g.kH; ++ki)
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        const int64_t r = (c * g.kH + ki) * g.kW + kj;
+        for (int64_t l = 0; l < ld; ++l) {
+          float want = float(sentinel);
+          if (l < L) {
+            const int64_t ih = l / g.W + ki * g.dH - g.pH, iw = l % g.W + kj - g.pW;
+            want = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? float(x[static_cast<size_t>((c * g.H + ih) * g.W + iw)])
+                                                              : 0.0f;
+          }
+          const float got = float(col[static_cast<size_t>(r * ld + l)]);
+          if (got != want && bad++ < 3)
+            ADD_FAILURE() << "row " << r << " column " << l << ": got " << got << ", want " << want;
+        }
+      }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Im2colAvx512, EqualsTheDefinitionAndLeavesTheRowGapsAlone) {
+  if (!cpu::im2col_avx512_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW";
+  for (const Geo& g : kGeos)
+    for (int64_t extra : {0, 1, 13, 32}) {
+      SCOPED_TRACE(name_of(g) + " ld = L + " + std::to_string(extra));
+      check<float>(g, extra);
+      check<BFloat16>(g, extra);
+    }
+}
+
+}  // namespace
+}  // namespace mixtape
