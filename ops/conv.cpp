@@ -18,7 +18,8 @@
 // CPU algorithm: on AVX-512 CPUs, "same" convs (unit strides, unit column dilation, OW == W, one
 // group) and their input gradients run on the implicit-GEMM kernel (ops/cpu/conv_implicit_gemm.h:
 // no col matrix, the whole batch's pixels as GEMM columns; implicit_gemm_applies). Otherwise, and
-// for every weight gradient: im2col + GEMM, one image at a time.
+// for every weight gradient: im2col + GEMM, one image at a time (im2col on AVX-512 kernels for
+// plane-shift geometry and for column strides 1 and 2: ops/cpu/im2col_avx512.h).
 //   col: (K, L) row-major, K = C kH kW, L = OH OW. Row r = (c kH + ki) kW + kj, column l = i OW + j:
 //        col[r, l] = x[n, c, i sH - pH + ki dH, j sW - pW + kj dW]  (0 where that is padding).
 //   Row r's order is w's memory order, so group g's rows are the block [g K/G, (g+1) K/G) and
@@ -199,6 +200,10 @@ void set_border_columns(const ConvGeom& g, const Shift& sh, T v, T* row) {
   }
 }
 
+cpu::Im2colRows im2col_rows_of(const ConvGeom& g) {
+  return {g.C, g.H, g.W, g.OH, g.OW, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH};
+}
+
 // x: (C, H, W) -> col: (K, L), layout in the header comment, rows ld >= L apart (the weight
 // gradient pads them to whole cache lines).
 template <typename T>
@@ -207,6 +212,8 @@ void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld) {
   if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, float>) {
     if (plane_shift(g) && cpu::im2col_avx512_available())  // the same bits, 16 or 32 columns a load
       return cpu::im2col_plane_shift_avx512(x, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH, col, ld);
+    if (cpu::im2col_rows_applies(g.sW, g.dW) && cpu::im2col_avx512_available())  // strides 2, "valid" padding
+      return cpu::im2col_rows_avx512(x, im2col_rows_of(g), col, ld);
   }
   if (plane_shift(g)) {
     for_each_shifted_row(g, col, ld, [&](int64_t c, const Shift& sh, T* row) {

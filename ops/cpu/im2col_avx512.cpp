@@ -11,6 +11,11 @@
 #include <immintrin.h>
 #define MIXTAPE_HAVE_AVX512_IM2COL 1
 #define MT_AVX512_BW __attribute__((target("avx512f,avx512bw")))
+// GCC 12's permute intrinsics start from _mm512_undefined_*(); see ops/cpu/sgemm_avx512.cpp.
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #else
 #define MIXTAPE_HAVE_AVX512_IM2COL 0
 #endif
@@ -41,12 +46,23 @@ struct F32Lanes {
   MT_AVX512_BW static void store(uint32_t m, E* p, __m512i v) {
     _mm512_mask_storeu_ps(p, static_cast<__mmask16>(m), _mm512_castsi512_ps(v));
   }
+  // Elements 0, 2, ..., 30 of the 32 in lo:hi.
+  MT_AVX512_BW static __m512i evens(__m512i lo, __m512i hi) {
+    const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    return _mm512_permutex2var_epi32(lo, idx, hi);
+  }
 };
 struct Bf16Lanes {
   using E = uint16_t;
   static constexpr int64_t kLanes = 32;
   MT_AVX512_BW static __m512i load(uint32_t m, const E* p) { return _mm512_maskz_loadu_epi16(m, p); }
   MT_AVX512_BW static void store(uint32_t m, E* p, __m512i v) { _mm512_mask_storeu_epi16(p, m, v); }
+  // Elements 0, 2, ..., 62 of the 64 in lo:hi.
+  MT_AVX512_BW static __m512i evens(__m512i lo, __m512i hi) {
+    alignas(64) static const uint16_t kIdx[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
+                                                  32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
+    return _mm512_permutex2var_epi16(lo, _mm512_load_si512(kIdx), hi);
+  }
 };
 
 template <typename V>
@@ -60,18 +76,26 @@ MT_AVX512_BW void im2col_plane_shift(const typename V::E* x, int64_t C, int64_t 
   // bit l % N of masks[(ki kW + kj) chunks + l / N] is set when output pixel l = i W + j reads
   // inside the image, 0 <= i + ki dH - pH < H and 0 <= j + kj - pW < W. Masked-off lanes are
   // neither read (no fault, whatever their address) nor nonzero. Built once per call (per image
-  // and thread: the buffer is the thread's own), so the loop over channels is loads and stores
-  // only — on 7x7 planes (4 chunks a row) the per-row mask arithmetic cost as much as the copies.
-  thread_local std::vector<uint32_t> masks;
-  masks.assign(static_cast<size_t>(kH * kW * chunks), 0);
+  // and thread: the buffers are the thread's own) from a per-kj column bitmap (one pass over the
+  // plane per kernel column) and each kernel row's range of valid output rows (a few bit
+  // operations per chunk), so the loop over channels is loads and stores only.
+  thread_local std::vector<uint32_t> masks, cols;
+  masks.resize(static_cast<size_t>(kH * kW * chunks));
+  cols.assign(static_cast<size_t>(kW * chunks), 0);
+  for (int64_t kj = 0; kj < kW; ++kj) {
+    uint32_t* bits = cols.data() + kj * chunks;
+    for (int64_t l = 0, j = 0; l < L; ++l, j = j + 1 == W ? 0 : j + 1)  // j = l % W
+      if (j + kj - pW >= 0 && j + kj - pW < W) bits[l / N] |= uint32_t(1) << (l & (N - 1));
+  }
   for (int64_t ki = 0; ki < kH; ++ki) {
     const int64_t offh = ki * dH - pH;
     // Output rows [i0, i1) read inside the image: l in [i0 W, i1 W).
     const int64_t i0 = std::clamp<int64_t>(-offh, 0, OH), i1 = std::clamp<int64_t>(H - offh, i0, OH);
-    for (int64_t kj = 0; kj < kW; ++kj) {
-      uint32_t* bits = masks.data() + (ki * kW + kj) * chunks;
-      for (int64_t l = i0 * W, j = 0; l < i1 * W; ++l, j = j + 1 == W ? 0 : j + 1)  // j = l % W
-        if (j + kj - pW >= 0 && j + kj - pW < W) bits[l / N] |= uint32_t(1) << (l & (N - 1));
+    for (int64_t q = 0; q < chunks; ++q) {
+      const uint32_t rows =
+          bit_range(std::clamp<int64_t>(i0 * W - q * N, 0, N), std::clamp<int64_t>(i1 * W - q * N, 0, N));
+      for (int64_t kj = 0; kj < kW; ++kj)
+        masks[static_cast<size_t>((ki * kW + kj) * chunks + q)] = cols[static_cast<size_t>(kj * chunks + q)] & rows;
     }
   }
   const int64_t taps = kH * kW;
@@ -92,7 +116,76 @@ MT_AVX512_BW void im2col_plane_shift(const typename V::E* x, int64_t C, int64_t 
     }
   }
 }
+// Lanes t of an N-lane load at input column b whose column b + t lies in [0, W).
+inline uint32_t inside(int64_t b, int64_t W, int64_t N) {
+  return bit_range(std::clamp<int64_t>(-b, 0, N), std::clamp<int64_t>(W - b, 0, N));
+}
+
+// The lanes an output chunk reads depend on the kernel column kj and the chunk only, so they are
+// tabulated once per call; the loops over channels, kernel rows and output rows are then loads,
+// a permute (stride 2) and a store per chunk.
+struct RowChunk {
+  int64_t b;            // the input column of the chunk's first output column
+  uint32_t lo, hi, st;  // lanes read from input columns [b, b + N) and [b + N, b + 2N); stored
+};
+template <typename V, int64_t kStride>
+MT_AVX512_BW void im2col_rows_strided(const typename V::E* x, const Im2colRows& g, typename V::E* col, int64_t ld) {
+  using E = typename V::E;
+  constexpr int64_t N = V::kLanes;
+  const int64_t chunks = (g.OW + N - 1) / N;
+  thread_local std::vector<RowChunk> tab;
+  tab.resize(static_cast<size_t>(g.kW * chunks));
+  for (int64_t kj = 0; kj < g.kW; ++kj)
+    for (int64_t q = 0; q < chunks; ++q) {
+      RowChunk& t = tab[static_cast<size_t>(kj * chunks + q)];
+      t.b = q * N * kStride + kj - g.pW;
+      t.st = bit_range(0, std::min(N, g.OW - q * N));
+      t.lo = inside(t.b, g.W, N) & (kStride == 1 ? t.st : ~0u);
+      t.hi = inside(t.b + N, g.W, N);
+    }
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t ki = 0; ki < g.kH; ++ki) {
+      E* rows = col + (c * g.kH + ki) * g.kW * ld;
+      for (int64_t i = 0; i < g.OH; ++i) {
+        const int64_t ih = i * g.sH + ki * g.dH - g.pH;
+        if (ih < 0 || ih >= g.H) {
+          for (int64_t kj = 0; kj < g.kW; ++kj)
+            for (int64_t q = 0; q < chunks; ++q)
+              V::store(tab[static_cast<size_t>(kj * chunks + q)].st, rows + kj * ld + i * g.OW + q * N, zero);
+          continue;
+        }
+        const E* src = x + (c * g.H + ih) * g.W;
+        for (int64_t kj = 0; kj < g.kW; ++kj) {
+          const RowChunk* t = tab.data() + kj * chunks;
+          E* out = rows + kj * ld + i * g.OW;
+          for (int64_t q = 0; q < chunks; ++q) {
+            __m512i v = V::load(t[q].lo, src + t[q].b);
+            if constexpr (kStride == 2) v = V::evens(v, V::load(t[q].hi, src + t[q].b + N));
+            V::store(t[q].st, out + q * N, v);
+          }
+        }
+      }
+    }
+}
+template <typename V>
+void im2col_rows(const typename V::E* x, const Im2colRows& g, typename V::E* col, int64_t ld) {
+  if (g.sW == 1)
+    im2col_rows_strided<V, 1>(x, g, col, ld);
+  else
+    im2col_rows_strided<V, 2>(x, g, col, ld);
+}
+
 }  // namespace
+
+bool im2col_rows_applies(int64_t sW, int64_t dW) { return dW == 1 && (sW == 1 || sW == 2); }
+
+void im2col_rows_avx512(const float* x, const Im2colRows& g, float* col, int64_t ld) {
+  im2col_rows<F32Lanes>(x, g, col, ld);
+}
+void im2col_rows_avx512(const BFloat16* x, const Im2colRows& g, BFloat16* col, int64_t ld) {
+  im2col_rows<Bf16Lanes>(&x->bits, g, &col->bits, ld);
+}
 
 void im2col_plane_shift_avx512(const float* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH, int64_t kW,
                                int64_t pH, int64_t pW, int64_t dH, float* col, int64_t ld) {
@@ -104,6 +197,9 @@ void im2col_plane_shift_avx512(const BFloat16* x, int64_t C, int64_t H, int64_t 
   im2col_plane_shift<Bf16Lanes>(&x->bits, C, H, W, OH, kH, kW, pH, pW, dH, &col->bits, ld);
 }
 #else
+bool im2col_rows_applies(int64_t, int64_t) { return false; }
+void im2col_rows_avx512(const float*, const Im2colRows&, float*, int64_t) {}
+void im2col_rows_avx512(const BFloat16*, const Im2colRows&, BFloat16*, int64_t) {}
 void im2col_plane_shift_avx512(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                                int64_t, float*, int64_t) {}
 void im2col_plane_shift_avx512(const BFloat16*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,

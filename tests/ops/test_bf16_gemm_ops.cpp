@@ -175,10 +175,11 @@ TEST_P(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
   }
 }
 
-// The BF16 im2col of "same" convolutions (ops/cpu/im2col_avx512.h: 32 columns per masked
-// load) against the generic loops: the same conv on an input zero-padded by hand along W (padding
-// 0 there, so OW != W) takes them. Forward and weight gradient see the same col values at the same
-// GEMM positions: the same bits. Planes of one partial chunk to several, OH != H, dilation, groups.
+// The BF16 im2col of "same" convolutions (ops/cpu/im2col_avx512.h's plane-shift kernel, 32
+// columns per masked load) against the other path: the same conv on an input zero-padded by hand
+// along W (padding 0 there, so OW != W) takes the row kernel (or, without AVX-512, the generic
+// loops). Forward and weight gradient see the same col values at the same GEMM positions: the
+// same bits. Planes of one partial chunk to several, OH != H, dilation, groups.
 TEST_P(Bf16GemmOps, Conv2dBf16Im2colEqualsTheGeneralLoopsBitForBit) {
   MT_REQUIRE_NATIVE_BF16();
   cpu::Bf16GemmOverride native(g_native);

@@ -1,9 +1,12 @@
-// tests/ops/test_im2col_avx512.cpp — the AVX-512 im2col of plane-shift convolutions
-// (ops/cpu/im2col_avx512.h) against a scalar im2col written from its definition, f32 and BF16:
-// every value in place, zero where the tap falls into the padding or the neighbouring row, and
-// with a row stride ld > L the elements between rows left exactly as they were (conv2d's weight
-// gradient pads col's rows to cache lines). Planes of one partial chunk to many, plane sizes on
-// and off the 16/32-lane chunks, 1-row planes, row dilation, 1x3 / 3x1 / 5x5 kernels.
+// tests/ops/test_im2col_avx512.cpp — the AVX-512 im2col kernels (ops/cpu/im2col_avx512.h)
+// against a scalar im2col written from the definition, f32 and BF16:
+//   - plane-shift: every value in place, zero where the tap falls into the padding or the
+//     neighbouring row, and with a row stride ld > L the elements between rows left exactly as
+//     they were (conv2d's weight gradient pads col's rows to cache lines). Planes of one partial
+//     chunk to many, sizes on and off the 16/32-lane chunks, 1-row planes, row dilation, 1x3 /
+//     3x1 / 5x5 kernels;
+//   - the row kernel (column stride 1 or 2) likewise: stride 2 with odd and even widths, padding
+//     0-2, row strides and dilations, 1x1 shortcuts, output rows longer than a vector.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -77,6 +80,74 @@ TEST(Im2colAvx512, EqualsTheDefinitionAndLeavesTheRowGapsAlone) {
       check<float>(g, extra);
       check<BFloat16>(g, extra);
     }
+}
+
+struct RowsGeo {
+  int64_t C, H, W, kH, kW, sH, sW, pH, pW, dH;
+};
+const RowsGeo kRowsGeos[] = {
+    {2, 28, 28, 3, 3, 2, 2, 1, 1, 1},  // ResNet's 16 -> 32 downsampling conv: OW = 14
+    {3, 14, 14, 3, 3, 2, 2, 1, 1, 1},  // 32 -> 64: OW = 7
+    {2, 14, 14, 1, 1, 2, 2, 0, 0, 1},  // the 1x1 stride-2 shortcut
+    {2, 9, 7, 3, 3, 2, 2, 1, 1, 1},    // odd sizes
+    {2, 8, 9, 3, 3, 1, 2, 2, 2, 2},    // row dilation 2, padding 2, row stride 1
+    {1, 5, 70, 3, 3, 3, 2, 1, 1, 1},   // OW = 35: rows of several chunks (f32) / two (BF16)
+    {2, 7, 8, 3, 3, 1, 1, 0, 0, 1},    // "valid" padding: stride 1, OW != W
+    {2, 6, 40, 2, 5, 1, 1, 1, 0, 1},   // stride 1, OW = 36
+    {2, 5, 6, 3, 3, 1, 1, 2, 2, 1},    // stride 1, padding 2 on a 3-wide kernel: OW = W + 2
+    {1, 3, 3, 3, 3, 2, 2, 2, 2, 1},    // padding as large as the image
+};
+std::string name_of(const RowsGeo& g) {
+  return "C" + std::to_string(g.C) + " " + std::to_string(g.H) + "x" + std::to_string(g.W) + " k" +
+         std::to_string(g.kH) + "x" + std::to_string(g.kW) + " s" + std::to_string(g.sH) + "," + std::to_string(g.sW) +
+         " p" + std::to_string(g.pH) + "," + std::to_string(g.pW) + " dH" + std::to_string(g.dH);
+}
+cpu::Im2colRows rows_of(const RowsGeo& g) {
+  const int64_t OH = (g.H + 2 * g.pH - g.dH * (g.kH - 1) - 1) / g.sH + 1;
+  const int64_t OW = (g.W + 2 * g.pW - (g.kW - 1) - 1) / g.sW + 1;
+  return {g.C, g.H, g.W, OH, OW, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH};
+}
+// The input element row r's column l reads, or -1 for padding.
+int64_t source(const cpu::Im2colRows& g, int64_t r, int64_t l) {
+  const int64_t c = r / (g.kH * g.kW), ki = r / g.kW % g.kH, kj = r % g.kW;
+  const int64_t ih = l / g.OW * g.sH + ki * g.dH - g.pH, iw = l % g.OW * g.sW + kj - g.pW;
+  return ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? (c * g.H + ih) * g.W + iw : -1;
+}
+
+template <typename E>
+void check_rows(const RowsGeo& geo, int64_t extra) {
+  const cpu::Im2colRows g = rows_of(geo);
+  const int64_t L = g.OH * g.OW, K = g.C * g.kH * g.kW, ld = L + extra;
+  std::mt19937 rng(8);
+  std::vector<E> x(static_cast<size_t>(g.C * g.H * g.W));
+  for (E& v : x) v = E(float(std::uniform_int_distribution<int>(1, 1000)(rng)));  // never 0: a zero is padding
+  const E sentinel = E(-12345.0f);
+  std::vector<E> col(static_cast<size_t>(K * ld), sentinel);
+  cpu::im2col_rows_avx512(x.data(), g, col.data(), ld);
+  int64_t bad = 0;
+  for (int64_t r = 0; r < K; ++r)
+    for (int64_t l = 0; l < ld; ++l) {
+      const int64_t src = l < L ? source(g, r, l) : -2;
+      const float want = src >= 0 ? float(x[static_cast<size_t>(src)]) : src == -1 ? 0.0f : float(sentinel);
+      const float got = float(col[static_cast<size_t>(r * ld + l)]);
+      if (got != want && bad++ < 3)
+        ADD_FAILURE() << "row " << r << " column " << l << ": got " << got << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Im2colAvx512, RowKernelEqualsTheDefinition) {
+  if (!cpu::im2col_avx512_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW";
+  for (const RowsGeo& g : kRowsGeos) {
+    ASSERT_TRUE(cpu::im2col_rows_applies(g.sW, 1));
+    for (int64_t extra : {0, 5}) {
+      SCOPED_TRACE(name_of(g) + " ld = L + " + std::to_string(extra));
+      check_rows<float>(g, extra);
+      check_rows<BFloat16>(g, extra);
+    }
+  }
+  EXPECT_FALSE(cpu::im2col_rows_applies(3, 1));
+  EXPECT_FALSE(cpu::im2col_rows_applies(1, 2));
 }
 
 }  // namespace
