@@ -94,15 +94,56 @@ struct Segment {
   uint32_t bits;
 };
 
+// Per call, per thread (O(kW L) bit operations): for each kernel column kj, which output pixels l
+// of an image read inside it (bit l of a bitset, set when 0 <= l % W + kj - pW < W; kW rows of
+// `words` 64-bit words, the last one zero so that any 32-bit window reads two whole words); for
+// each kernel row ki the range [row_lo, row_hi) of l whose row reads inside it; each tap's shift.
+struct TapBits {
+  int64_t words = 0;
+  std::vector<uint64_t> col;
+  std::vector<int64_t> row_lo, row_hi, shift;
+
+  void build(const ImplicitConvShape& s) {
+    const int64_t L = s.OH * s.W;
+    words = L / 64 + 2;
+    col.assign(static_cast<size_t>(s.kW * words), 0);
+    for (int64_t kj = 0; kj < s.kW; ++kj)
+      for (int64_t l = 0, j = 0; l < L; ++l, j = j + 1 == s.W ? 0 : j + 1)  // j = l % W
+        if (j + kj - s.pW >= 0 && j + kj - s.pW < s.W)
+          col[static_cast<size_t>(kj * words + l / 64)] |= uint64_t(1) << (l % 64);
+    row_lo.resize(static_cast<size_t>(s.kH));
+    row_hi.resize(static_cast<size_t>(s.kH));
+    for (int64_t ki = 0; ki < s.kH; ++ki) {
+      const int64_t off = ki * s.dH - s.pH;  // output row i reads input row i + off
+      const int64_t i0 = std::clamp<int64_t>(-off, 0, s.OH), i1 = std::clamp<int64_t>(s.H - off, i0, s.OH);
+      row_lo[static_cast<size_t>(ki)] = i0 * s.W;
+      row_hi[static_cast<size_t>(ki)] = i1 * s.W;
+    }
+    shift.resize(static_cast<size_t>(s.kH * s.kW));
+    for (int64_t ki = 0; ki < s.kH; ++ki)
+      for (int64_t kj = 0; kj < s.kW; ++kj)
+        shift[static_cast<size_t>(ki * s.kW + kj)] = (ki * s.dH - s.pH) * s.W + kj - s.pW;
+  }
+  // Bits l .. l + len - 1 (len <= 32) of kj's bitset, as the low len bits.
+  uint32_t cols(int64_t kj, int64_t l, int64_t len) const {
+    const uint64_t* w = col.data() + kj * words + l / 64;
+    const int64_t o = l % 64;
+    const uint64_t v = o == 0 ? w[0] : (w[0] >> o) | (w[1] << (64 - o));
+    return static_cast<uint32_t>(v) & lanes(0, len);
+  }
+};
+
 // Where the 32 columns of panel `panel` come from, and for each kernel tap (ki, kj) the lanes
-// whose input pixel is inside the image (zero padding elsewhere).
+// whose input pixel is inside the image (zero padding elsewhere): per image segment of the panel,
+// a bit range per kernel row and a window of TapBits' bitset per kernel column.
 struct PanelMap {
   int nseg = 0;
   Segment seg[kNr];
-  std::vector<uint32_t> tap;     // [ki kW + kj]
-  std::vector<int64_t> shift;    // [ki kW + kj]: col[(c, ki, kj), l] = x[c, l + shift]
+  std::vector<uint32_t> tap;  // [ki kW + kj]
+  const int64_t* shift = nullptr;  // [ki kW + kj]: col[(c, ki, kj), l] = x[c, l + shift] (TapBits')
+  std::vector<uint32_t> rows, cols;
 
-  void build(const ImplicitConvShape& s, int64_t panel, std::vector<uint32_t>& rows, std::vector<uint32_t>& cols) {
+  void build(const ImplicitConvShape& s, const TapBits& tb, int64_t panel) {
     const int64_t L = s.OH * s.W;
     int64_t n = panel * kNr / L, l = panel * kNr % L, t = 0;
     nseg = 0;
@@ -111,28 +152,19 @@ struct PanelMap {
     while (t < kNr && n < s.N) {
       const int64_t len = std::min(kNr - t, L - l);
       seg[nseg++] = {n, l - t, lanes(t, t + len)};
-      int64_t i = l / s.W, j = l % s.W;
-      for (int64_t e = 0; e < len; ++e) {
-        const uint32_t bit = uint32_t(1) << (t + e);
-        for (int64_t ki = 0; ki < s.kH; ++ki) {
-          const int64_t ih = i + ki * s.dH - s.pH;
-          if (ih >= 0 && ih < s.H) rows[static_cast<size_t>(ki)] |= bit;
-        }
-        for (int64_t kj = 0; kj < s.kW; ++kj) {
-          const int64_t iw = j + kj - s.pW;
-          if (iw >= 0 && iw < s.W) cols[static_cast<size_t>(kj)] |= bit;
-        }
-        if (++j == s.W) j = 0, ++i;
+      for (int64_t ki = 0; ki < s.kH; ++ki) {
+        const int64_t lo = std::max(l, tb.row_lo[static_cast<size_t>(ki)]);
+        const int64_t hi = std::min(l + len, tb.row_hi[static_cast<size_t>(ki)]);
+        rows[static_cast<size_t>(ki)] |= lanes(t + lo - l, t + hi - l);
       }
+      for (int64_t kj = 0; kj < s.kW; ++kj) cols[static_cast<size_t>(kj)] |= tb.cols(kj, l, len) << t;
       t += len, ++n, l = 0;
     }
     tap.resize(static_cast<size_t>(s.kH * s.kW));
-    shift.resize(static_cast<size_t>(s.kH * s.kW));
     for (int64_t ki = 0; ki < s.kH; ++ki)
-      for (int64_t kj = 0; kj < s.kW; ++kj) {
+      for (int64_t kj = 0; kj < s.kW; ++kj)
         tap[static_cast<size_t>(ki * s.kW + kj)] = rows[static_cast<size_t>(ki)] & cols[static_cast<size_t>(kj)];
-        shift[static_cast<size_t>(ki * s.kW + kj)] = (ki * s.dH - s.pH) * s.W + kj - s.pW;
-      }
+    shift = tb.shift.data();
   }
 };
 
@@ -335,11 +367,12 @@ MT_CONV void run_panels(const ImplicitConvShape& s, const E* x, const void* apac
   const int64_t kc_max = kNative ? kKcBf16 : kKcF32;
   thread_local AlignedBuffer<float> acc_buf, bf_buf;
   thread_local AlignedBuffer<uint16_t> bh_buf;
-  thread_local std::vector<uint32_t> rows, cols;
-  float* acc = acc_buf.get(panels * kMr * kNr);
+  TapBits tb;
   PanelMap pm;
+  tb.build(s);
+  float* acc = acc_buf.get(panels * kMr * kNr);
   for (int64_t panel = lo; panel < hi; ++panel) {
-    pm.build(s, panel, rows, cols);
+    pm.build(s, tb, panel);
     for (int64_t p0 = 0; p0 < K; p0 += kc_max) {
       const int64_t kc = std::min(kc_max, K - p0);
       if constexpr (kNative) {
@@ -387,15 +420,16 @@ MT_AMX void run_panels_amx(const ImplicitConvShape& s, const uint16_t* x, const 
   const int64_t panels = (s.O + amx::kBlock - 1) / amx::kBlock, K2 = (K + 1) / 2;
   thread_local AlignedBuffer<float> acc_buf;
   thread_local AlignedBuffer<uint16_t> bh_buf;
-  thread_local std::vector<uint32_t> rows, cols;
+  TapBits tb;
+  PanelMap pm;
+  tb.build(s);
   float* acc = acc_buf.get(panels * amx::kBlock * kNr);
   uint16_t* bp = bh_buf.get(steps * amx::kStep * kNr);
   // Pair rows past the depth are zero once for all panels (pack_b_bf16 writes only up to K).
   std::memset(bp + K2 * kNr * 2, 0, static_cast<size_t>((steps * amx::kStep / 2 - K2) * kNr * 2) * sizeof(uint16_t));
   const amx::TileScope tiles;  // released however this ends (PanelMap::build allocates)
-  PanelMap pm;
   for (int64_t panel = lo; panel < hi; ++panel) {
-    pm.build(s, panel, rows, cols);
+    pm.build(s, tb, panel);
     pack_b_bf16(s, x, pm, 0, K, bp);
     for (int64_t ip = 0; ip < panels; ++ip) {
       amx::block_product(steps, ap + ip * steps * amx::kBlock * amx::kStep, bp);
