@@ -51,6 +51,13 @@ struct F32Lanes {
     const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     return _mm512_permutex2var_epi32(lo, idx, hi);
   }
+  // Lane u <- element 2u of a for u < n, element 2 (u - n) of b for n <= u < 2n (n <= 8).
+  MT_AVX512_BW static __m512i two_rows_index(int64_t n) {
+    alignas(64) int32_t idx[16] = {};
+    for (int64_t u = 0; u < 2 * n; ++u) idx[u] = static_cast<int32_t>(u < n ? 2 * u : 16 + 2 * (u - n));
+    return _mm512_load_si512(idx);
+  }
+  MT_AVX512_BW static __m512i permute2(__m512i a, __m512i idx, __m512i b) { return _mm512_permutex2var_epi32(a, idx, b); }
 };
 struct Bf16Lanes {
   using E = uint16_t;
@@ -63,6 +70,13 @@ struct Bf16Lanes {
                                                   32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
     return _mm512_permutex2var_epi16(lo, _mm512_load_si512(kIdx), hi);
   }
+  // Lane u <- element 2u of a for u < n, element 2 (u - n) of b for n <= u < 2n (n <= 16).
+  MT_AVX512_BW static __m512i two_rows_index(int64_t n) {
+    alignas(64) uint16_t idx[32] = {};
+    for (int64_t u = 0; u < 2 * n; ++u) idx[u] = static_cast<uint16_t>(u < n ? 2 * u : 32 + 2 * (u - n));
+    return _mm512_load_si512(idx);
+  }
+  MT_AVX512_BW static __m512i permute2(__m512i a, __m512i idx, __m512i b) { return _mm512_permutex2var_epi16(a, idx, b); }
 };
 
 template <typename V>
@@ -168,10 +182,44 @@ MT_AVX512_BW void im2col_rows_strided(const typename V::E* x, const Im2colRows& 
       }
     }
 }
+// Stride 2 with output rows of at most half a vector (ResNet's downsampling convs at 14x14 and
+// 7x7 outputs in BF16, at 7x7 in f32): one masked load per input row holds every element a row
+// of outputs reads, and one permute takes the even ones of two rows at once, so each store
+// writes two output rows (a lone last row pairs with zeros).
+// Input row ih of a plane (already offset by the kernel column), lanes `in`; zero outside the image.
+template <typename V>
+MT_AVX512_BW inline __m512i input_row(const typename V::E* plane, const Im2colRows& g, int64_t ih, uint32_t in) {
+  return ih >= 0 && ih < g.H ? V::load(in, plane + ih * g.W) : _mm512_setzero_si512();
+}
+template <typename V>
+MT_AVX512_BW void im2col_rows_paired(const typename V::E* x, const Im2colRows& g, typename V::E* col, int64_t ld) {
+  using E = typename V::E;
+  constexpr int64_t N = V::kLanes;
+  const __m512i idx = V::two_rows_index(g.OW), zero = _mm512_setzero_si512();
+  const uint32_t one = bit_range(0, g.OW), two = bit_range(0, 2 * g.OW);
+  for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t ki = 0; ki < g.kH; ++ki)
+      for (int64_t kj = 0; kj < g.kW; ++kj) {
+        const int64_t b = kj - g.pW;  // the input column of output column 0
+        const uint32_t in = inside(b, g.W, N);
+        const E* plane = x + c * g.H * g.W + b;
+        E* out = col + ((c * g.kH + ki) * g.kW + kj) * ld;
+        const int64_t off = ki * g.dH - g.pH;  // output row i reads input row i sH + off
+        int64_t i = 0;
+        for (; i + 1 < g.OH; i += 2)
+          V::store(two, out + i * g.OW,
+                   V::permute2(input_row<V>(plane, g, i * g.sH + off, in), idx,
+                               input_row<V>(plane, g, (i + 1) * g.sH + off, in)));
+        if (i < g.OH) V::store(one, out + i * g.OW, V::permute2(input_row<V>(plane, g, i * g.sH + off, in), idx, zero));
+      }
+}
+
 template <typename V>
 void im2col_rows(const typename V::E* x, const Im2colRows& g, typename V::E* col, int64_t ld) {
   if (g.sW == 1)
     im2col_rows_strided<V, 1>(x, g, col, ld);
+  else if (2 * g.OW <= V::kLanes)
+    im2col_rows_paired<V>(x, g, col, ld);
   else
     im2col_rows_strided<V, 2>(x, g, col, ld);
 }
