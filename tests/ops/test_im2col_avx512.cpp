@@ -6,10 +6,14 @@
 //     chunk to many, sizes on and off the 16/32-lane chunks, 1-row planes, row dilation, 1x3 /
 //     3x1 / 5x5 kernels;
 //   - the row kernel (column stride 1 or 2) likewise: stride 2 with odd and even widths, padding
-//     0-2, row strides and dilations, 1x1 shortcuts, output rows longer than a vector.
+//     0-2, row strides and dilations, 1x1 shortcuts, output rows longer than a vector;
+//   - its col2im adds into a plane holding values (-0.0 among them) in the generic loop's order,
+//     bit for bit, pixels nothing reads untouched.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -148,6 +152,29 @@ TEST(Im2colAvx512, RowKernelEqualsTheDefinition) {
   }
   EXPECT_FALSE(cpu::im2col_rows_applies(3, 1));
   EXPECT_FALSE(cpu::im2col_rows_applies(1, 2));
+}
+
+// col2im: x += the columns, each pixel's contributions in row order (r ascending), as the generic
+// loop adds them; a plane of mixed values and signed zeros, summands spread over 40 binades, so
+// an extra +0 (turning -0.0 into +0.0) or a reordered sum shows in the bits.
+TEST(Im2colAvx512, RowCol2imEqualsTheGenericSumsBitForBit) {
+  if (!cpu::im2col_avx512_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW";
+  for (const RowsGeo& geo : kRowsGeos) {
+    SCOPED_TRACE(name_of(geo));
+    const cpu::Im2colRows g = rows_of(geo);
+    const int64_t L = g.OH * g.OW, K = g.C * g.kH * g.kW;
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> col(static_cast<size_t>(K * L)), x(static_cast<size_t>(g.C * g.H * g.W));
+    for (float& v : col) v = std::ldexp(nd(rng), std::uniform_int_distribution<int>(-20, 20)(rng));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = i % 3 == 0 ? -0.0f : i % 3 == 1 ? 0.0f : nd(rng);
+    std::vector<float> want = x;
+    for (int64_t r = 0; r < K; ++r)
+      for (int64_t l = 0; l < L; ++l)
+        if (const int64_t s = source(g, r, l); s >= 0) want[static_cast<size_t>(s)] += col[static_cast<size_t>(r * L + l)];
+    cpu::col2im_rows_avx512(col.data(), g, x.data());
+    EXPECT_EQ(std::memcmp(x.data(), want.data(), x.size() * sizeof(float)), 0);
+  }
 }
 
 }  // namespace
