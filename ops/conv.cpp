@@ -212,7 +212,9 @@ void im2col(const T* x, const ConvGeom& g, T* col, int64_t ld) {
   if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, float>) {
     if (plane_shift(g) && cpu::im2col_avx512_available())  // the same bits, 16 or 32 columns a load
       return cpu::im2col_plane_shift_avx512(x, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH, col, ld);
-    if (cpu::im2col_rows_applies(g.sW, g.dW) && cpu::im2col_avx512_available())  // strides 2, "valid" padding
+    // Every other geometry with column stride 1 or 2 and unit column dilation (strided convs,
+    // "valid" or wide padding): the row kernel.
+    if (cpu::im2col_rows_applies(g.sW, g.dW) && cpu::im2col_avx512_available())
       return cpu::im2col_rows_avx512(x, im2col_rows_of(g), col, ld);
   }
   if (plane_shift(g)) {
@@ -455,6 +457,7 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   // straddle two lines.
   constexpr int64_t line = 64 / static_cast<int64_t>(sizeof(A));
   const int64_t ld = (L + line - 1) / line * line;
+  MT_CHECK(ld <= INT_MAX, "conv2d_weight_grad: BLAS takes int dimensions; got ", L, " output pixels per image");
   cpu::AlignedBuffer<A> cols;
   if (!g.direct()) cols.get(nt * K * ld);
   Staging<S, A> xbuf(nt, g.image()), gybuf(nt, g.O * L);

@@ -56,7 +56,10 @@ struct TileScope {
 //   A panel: per step, two row-major 16 x 32 BF16 tiles (rows 0-15, then 16-31): ap + s 1024.
 //   B panel: per step, 16 pair rows of 32 columns (the pair layout of ops/cpu/bf16_pairs_avx512.h,
 //            128 bytes a row): bp + s 1024; columns 0-15 are the first 64 bytes of each row.
-MT_AMX inline void block_product(int64_t steps, const uint16_t* ap, const uint16_t* bp) {
+// With `top`, rows 0-15 only (tmm0-1), for a block whose rows 16-31 are padding (16 output
+// channels: ResNet's first stage): half the tile loads and products. Each accumulator tile is its
+// own chain, so those rows' sums are the full block's, bit for bit.
+MT_AMX inline void block_product(int64_t steps, const uint16_t* ap, const uint16_t* bp, bool top = false) {
   // The tile loads are asm without a memory operand: make the packers' stores happen first.
   __asm__ volatile("" : : : "memory");
   _tile_zero(0);
@@ -67,43 +70,22 @@ MT_AMX inline void block_product(int64_t steps, const uint16_t* ap, const uint16
     const uint16_t* as = ap + s * kBlock * kStep;
     const uint16_t* bs = bp + s * kStep * kBlock;
     _tile_loadd(4, as, kStep * 2);
-    _tile_loadd(5, as + kTile * kStep, kStep * 2);
     _tile_loadd(6, bs, kBlock * 4);
     _tile_loadd(7, bs + kTile * 2, kBlock * 4);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
+    if (top) continue;
+    _tile_loadd(5, as + kTile * kStep, kStep * 2);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
 }
 
-// Rows 0-15 of block_product only (tmm0-1), for a block whose rows 16-31 are padding (16 output
-// channels: ResNet's first stage): half the tile loads and products. Each accumulator tile is its
-// own chain, so those rows' sums are block_product's, bit for bit.
-MT_AMX inline void block_product_top(int64_t steps, const uint16_t* ap, const uint16_t* bp) {
-  __asm__ volatile("" : : : "memory");  // (see block_product)
-  _tile_zero(0);
-  _tile_zero(1);
-  for (int64_t s = 0; s < steps; ++s) {
-    const uint16_t* as = ap + s * kBlock * kStep;
-    const uint16_t* bs = bp + s * kStep * kBlock;
-    _tile_loadd(4, as, kStep * 2);
-    _tile_loadd(6, bs, kBlock * 4);
-    _tile_loadd(7, bs + kTile * 2, kBlock * 4);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-  }
-}
-// Stores tmm0-1 as rows 0-15 of a 32-column FP32 block with row stride ld floats.
-MT_AMX inline void store_block_top(float* t, int64_t ld) {
+// Stores tmm0-3 (with `top`, tmm0-1: rows 0-15) as a 32 x 32 FP32 block with row stride ld floats.
+MT_AMX inline void store_block(float* t, int64_t ld, bool top = false) {
   _tile_stored(0, t, ld * 4);
   _tile_stored(1, t + kTile, ld * 4);
-}
-
-// Stores tmm0-3 as a 32 x 32 FP32 block with row stride ld floats.
-MT_AMX inline void store_block(float* t, int64_t ld) {
-  _tile_stored(0, t, ld * 4);
-  _tile_stored(1, t + kTile, ld * 4);
+  if (top) return;
   _tile_stored(2, t + kTile * ld, ld * 4);
   _tile_stored(3, t + kTile * ld + kTile, ld * 4);
 }

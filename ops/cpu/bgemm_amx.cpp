@@ -100,18 +100,15 @@ MT_AMX void pack_b(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t 
 
 // One block of the product with rows x cols valid elements, element (i, j) at c[i ldc + j]: a
 // full block with beta == 0 straight from the tiles into C, else through a scratch block merged
-// with the single-rounding fma(beta, c, t) of the determinism rule.
+// with the single-rounding fma(beta, c, t) of the determinism rule. With at most 16 valid rows
+// only the top tiles run.
 MT_AMX void block(int64_t steps, const uint16_t* ap, const uint16_t* bp, float* c, int64_t ldc, int64_t rows,
                   int64_t cols, float beta) {
   alignas(64) float t[kMr * kNr];
-  if (rows <= amx::kTile) {  // the lower half of the block is padding: only its top tiles
-    amx::block_product_top(steps, ap, bp);
-    amx::store_block_top(t, kNr);
-  } else {
-    amx::block_product(steps, ap, bp);
-    if (rows == kMr && cols == kNr && beta == 0.0f) return amx::store_block(c, ldc);
-    amx::store_block(t, kNr);
-  }
+  const bool top = rows <= amx::kTile;  // the lower half of the block is padding
+  amx::block_product(steps, ap, bp, top);
+  if (rows == kMr && cols == kNr && beta == 0.0f) return amx::store_block(c, ldc);
+  amx::store_block(t, kNr, top);
   if (rows == kMr && cols == kNr) {
     const __m512 vb = _mm512_set1_ps(beta);
     for (int64_t i = 0; i < kMr; ++i)

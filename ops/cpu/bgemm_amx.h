@@ -10,8 +10,9 @@
 // rows deep), op(A) into 32-row panels, each depth step of 32 stored as two row-major 16 x 32 A
 // tiles; both zero-padded to whole tiles (rows, columns, and the depth up to a multiple of 32). A
 // 32 x 32 block of C is 2 x 2 accumulator tiles (tmm0-3), fed per depth step by two A tiles
-// (tmm4-5) and two B tiles (tmm6-7). Threads take whole 32-wide column (or row) ranges, as in
-// ops/cpu/tile_threads.h.
+// (tmm4-5) and two B tiles (tmm6-7) — or, when its rows 16-31 are padding (m - i0 <= 16), only
+// the top two (the same sums: each tile is its own chain). Threads take whole 32-wide column (or
+// row) ranges, as in ops/cpu/tile_threads.h.
 //
 // Determinism rule: element (i, j) is, bit for bit, whatever the thread count:
 //   for each depth slice [s, s + kBgemmKc) in order, t = +0, then for each step of 32 depths of

@@ -432,14 +432,9 @@ MT_AMX void run_panels_amx(const ImplicitConvShape& s, const uint16_t* x, const 
     pm.build(s, tb, panel);
     pack_b_bf16(s, x, pm, 0, K, bp);
     for (int64_t ip = 0; ip < panels; ++ip) {
-      const uint16_t* a = ap + ip * steps * amx::kBlock * amx::kStep;
-      if (s.O - ip * amx::kBlock <= amx::kTile) {  // rows 16-31 are padding (store_panel reads o < O)
-        amx::block_product_top(steps, a, bp);
-        amx::store_block_top(acc + ip * amx::kBlock * kNr, kNr);
-      } else {
-        amx::block_product(steps, a, bp);
-        amx::store_block(acc + ip * amx::kBlock * kNr, kNr);
-      }
+      const bool top = s.O - ip * amx::kBlock <= amx::kTile;  // rows 16-31 padding (store_panel reads o < O)
+      amx::block_product(steps, ap + ip * steps * amx::kBlock * amx::kStep, bp, top);
+      amx::store_block(acc + ip * amx::kBlock * kNr, kNr, top);
     }
     store_panel(s, pm, acc, bias, y);
   }

@@ -3,6 +3,7 @@
 #include "ops/cpu/im2col_avx512.h"
 
 #include <algorithm>
+#include <cassert>
 #include <vector>
 
 #include "ops/cpu/cpu_features.h"
@@ -12,6 +13,7 @@
 #define MIXTAPE_HAVE_AVX512_IM2COL 1
 #define MT_AVX512_BW __attribute__((target("avx512f,avx512bw")))
 // GCC 12's permute intrinsics start from _mm512_undefined_*(); see ops/cpu/sgemm_avx512.cpp.
+#pragma GCC diagnostic push
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -221,6 +223,7 @@ MT_AVX512_BW void im2col_rows_paired(const typename V::E* x, const Im2colRows& g
 
 template <typename V>
 void im2col_rows(const typename V::E* x, const Im2colRows& g, typename V::E* col, int64_t ld) {
+  assert(im2col_rows_applies(g.sW, 1));
   if (g.sW == 1)
     im2col_rows_strided<V, 1>(x, g, col, ld);
   else if (2 * g.OW <= V::kLanes)
@@ -321,3 +324,7 @@ void im2col_plane_shift_avx512(const BFloat16*, int64_t, int64_t, int64_t, int64
 #endif
 
 }  // namespace mixtape::cpu
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif

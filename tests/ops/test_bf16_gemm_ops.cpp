@@ -176,11 +176,13 @@ TEST_P(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
 }
 
 // The BF16 im2col of "same" convolutions (ops/cpu/im2col_avx512.h's plane-shift kernel, 32
-// columns per masked load) against the other path: the same conv on an input zero-padded by hand
-// along W (padding 0 there, so OW != W) takes the row kernel (or, without AVX-512, the generic
-// loops). Forward and weight gradient see the same col values at the same GEMM positions: the
-// same bits. Planes of one partial chunk to several, OH != H, dilation, groups.
-TEST_P(Bf16GemmOps, Conv2dBf16Im2colEqualsTheGeneralLoopsBitForBit) {
+// columns per masked load) against its row kernel: the same conv on an input zero-padded by hand
+// along W (padding 0 there, so OW != W) takes the latter. The weight gradient sees the same col
+// values at the same GEMM positions: the same bits. The forward too: with groups both sides run
+// im2col + GEMM; with one group the "same" side runs the implicit-GEMM kernel, one chain per
+// element like the GEMM's single depth slice here (K <= 512). Planes of one partial chunk to
+// several, OH != H, dilation, groups.
+TEST_P(Bf16GemmOps, Conv2dBf16PlaneShiftIm2colEqualsTheRowKernelBitForBit) {
   MT_REQUIRE_NATIVE_BF16();
   cpu::Bf16GemmOverride native(g_native);
   struct Case {

@@ -66,6 +66,8 @@ const Geo kGeos[] = {
     {2, 5, 6, 11, 6, 1, 3, 0, 1, 1, true},     // 1x3
     {2, 3, 9, 6, 5, 3, 3, 3, 1, 3, false},     // row dilation 3 with padding 3
     {4, 32, 14, 14, 64, 3, 3, 1, 1, 1, true},  // SmallCNN's conv2, smaller batch
+    {2, 5, 6, 7, 17, 3, 3, 1, 1, 1, true},     // O = 17: AMX's full block with one row past 16
+    {2, 9, 5, 5, 31, 3, 3, 1, 1, 1, false},    // O = 31 (and 16: the top tiles only, above)
 };
 
 std::string name_of(const Geo& g) {

@@ -293,8 +293,10 @@ TEST(ConvPoolLinear, BatchParallelPathMatchesOneImageAtATime) {
 
 // "Same" convolutions (unit strides and column dilation, OW == W) take im2col/col2im's
 // plane-shift path (ops/conv.cpp); the same conv on an input zero-padded by hand with padding 0
-// along W has OW != W and takes the general loops. Forward and weight gradient must give the same
-// bits: the same values reach the GEMMs at the same places. The input gradient may take another
+// along W has OW != W and takes the other path: the general loops, or on AVX-512 (f32) the row
+// kernel of ops/cpu/im2col_avx512.h (and the forward's "same" side the implicit-GEMM kernel, one
+// group). Forward and weight gradient must give the same bits: the same values reach the GEMMs at
+// the same places. The input gradient may take another
 // algorithm on the two sides (with O <= C the "same" conv runs it as a forward conv of gy, the
 // padded one, whose H W exceeds OH OW, through col2im): there, within the FP32/FP64 summation
 // bound of its O/G kH kW terms (col2im's adds included).

@@ -52,7 +52,8 @@ void check(const Geo& g, int64_t extra) {
   const int64_t OH = g.H + 2 * g.pH - g.dH * (g.kH - 1), L = OH * g.W, K = g.C * g.kH * g.kW, ld = L + extra;
   std::mt19937 rng(7);
   std::vector<E> x(static_cast<size_t>(g.C * g.H * g.W));
-  for (E& v : x) v = E(float(std::uniform_int_distribution<int>(1, 1000)(rng)));  // never 0: a zero is padding
+  // Distinct neighbours, exact in BF16 (8 significant bits), never 0 (a zero is padding).
+  for (size_t i = 0; i < x.size(); ++i) x[i] = E(float(1 + (i * 37 + rng() % 3) % 251));
   const E sentinel = E(-12345.0f);
   std::vector<E> col(static_cast<size_t>(K * ld), sentinel);
   cpu::im2col_plane_shift_avx512(x.data(), g.C, g.H, g.W, OH, g.kH, g.kW, g.pH, g.pW, g.dH, col.data(), ld);
@@ -100,6 +101,12 @@ const RowsGeo kRowsGeos[] = {
     {2, 6, 40, 2, 5, 1, 1, 1, 0, 1},   // stride 1, OW = 36
     {2, 5, 6, 3, 3, 1, 1, 2, 2, 1},    // stride 1, padding 2 on a 3-wide kernel: OW = W + 2
     {1, 3, 3, 3, 3, 2, 2, 2, 2, 1},    // padding as large as the image
+    {2, 16, 16, 3, 3, 2, 2, 1, 1, 1},  // OW = 8: f32's paired rows exactly fill a vector
+    {2, 32, 32, 3, 3, 2, 2, 1, 1, 1},  // OW = 16: BF16's paired rows fill one; f32 col2im W = 2 x 16
+    {1, 6, 40, 3, 3, 2, 2, 1, 1, 1},   // OW = 20: BF16 stride 2 in one chunk, f32 in two
+    {2, 1, 9, 3, 3, 1, 2, 1, 1, 1},    // H = 1
+    {2, 7, 1, 3, 3, 2, 2, 1, 1, 1},    // W = 1
+    {2, 5, 6, 1, 1, 2, 2, 1, 1, 1},    // a 1x1 kernel with padding beyond its reach
 };
 std::string name_of(const RowsGeo& g) {
   return "C" + std::to_string(g.C) + " " + std::to_string(g.H) + "x" + std::to_string(g.W) + " k" +
@@ -124,7 +131,8 @@ void check_rows(const RowsGeo& geo, int64_t extra) {
   const int64_t L = g.OH * g.OW, K = g.C * g.kH * g.kW, ld = L + extra;
   std::mt19937 rng(8);
   std::vector<E> x(static_cast<size_t>(g.C * g.H * g.W));
-  for (E& v : x) v = E(float(std::uniform_int_distribution<int>(1, 1000)(rng)));  // never 0: a zero is padding
+  // Distinct neighbours, exact in BF16 (8 significant bits), never 0 (a zero is padding).
+  for (size_t i = 0; i < x.size(); ++i) x[i] = E(float(1 + (i * 37 + rng() % 3) % 251));
   const E sentinel = E(-12345.0f);
   std::vector<E> col(static_cast<size_t>(K * ld), sentinel);
   cpu::im2col_rows_avx512(x.data(), g, col.data(), ld);
