@@ -48,12 +48,8 @@ struct F32Lanes {
   MT_AVX512_BW static void store(uint32_t m, E* p, __m512i v) {
     _mm512_mask_storeu_ps(p, static_cast<__mmask16>(m), _mm512_castsi512_ps(v));
   }
-  // Elements 0, 2, ..., 30 of the 32 in lo:hi.
-  MT_AVX512_BW static __m512i evens(__m512i lo, __m512i hi) {
-    const __m512i idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    return _mm512_permutex2var_epi32(lo, idx, hi);
-  }
-  // Lane u <- element 2u of a for u < n, element 2 (u - n) of b for n <= u < 2n (n <= 8).
+  // Lane u <- element 2u of a for u < n, element 2 (u - n) of b for n <= u < 2n (n <= 8; with
+  // n = 8, the even elements of the 32 in a:b).
   MT_AVX512_BW static __m512i two_rows_index(int64_t n) {
     alignas(64) int32_t idx[16] = {};
     for (int64_t u = 0; u < 2 * n; ++u) idx[u] = static_cast<int32_t>(u < n ? 2 * u : 16 + 2 * (u - n));
@@ -66,13 +62,8 @@ struct Bf16Lanes {
   static constexpr int64_t kLanes = 32;
   MT_AVX512_BW static __m512i load(uint32_t m, const E* p) { return _mm512_maskz_loadu_epi16(m, p); }
   MT_AVX512_BW static void store(uint32_t m, E* p, __m512i v) { _mm512_mask_storeu_epi16(p, m, v); }
-  // Elements 0, 2, ..., 62 of the 64 in lo:hi.
-  MT_AVX512_BW static __m512i evens(__m512i lo, __m512i hi) {
-    alignas(64) static const uint16_t kIdx[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30,
-                                                  32, 34, 36, 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
-    return _mm512_permutex2var_epi16(lo, _mm512_load_si512(kIdx), hi);
-  }
-  // Lane u <- element 2u of a for u < n, element 2 (u - n) of b for n <= u < 2n (n <= 16).
+  // Lane u <- element 2u of a for u < n, element 2 (u - n) of b for n <= u < 2n (n <= 16; with
+  // n = 16, the even elements of the 64 in a:b).
   MT_AVX512_BW static __m512i two_rows_index(int64_t n) {
     alignas(64) uint16_t idx[32] = {};
     for (int64_t u = 0; u < 2 * n; ++u) idx[u] = static_cast<uint16_t>(u < n ? 2 * u : 32 + 2 * (u - n));
@@ -163,7 +154,7 @@ MT_AVX512_BW void im2col_rows_strided(const typename V::E* x, const Im2colRows& 
       t.lo = inside(t.b, g.W, N) & (kStride == 1 ? t.st : ~0u);
       t.hi = inside(t.b + N, g.W, N);
     }
-  const __m512i zero = _mm512_setzero_si512();
+  const __m512i zero = _mm512_setzero_si512(), evens = V::two_rows_index(N / 2);
   const RowChunk* chunk = tab.data();  // (see im2col_plane_shift)
   for (int64_t c = 0; c < g.C; ++c)
     for (int64_t ki = 0; ki < g.kH; ++ki) {
@@ -182,7 +173,7 @@ MT_AVX512_BW void im2col_rows_strided(const typename V::E* x, const Im2colRows& 
           E* out = rows + kj * ld + i * g.OW;
           for (int64_t q = 0; q < chunks; ++q) {
             __m512i v = V::load(t[q].lo, src + t[q].b);
-            if constexpr (kStride == 2) v = V::evens(v, V::load(t[q].hi, src + t[q].b + N));
+            if constexpr (kStride == 2) v = V::permute2(v, evens, V::load(t[q].hi, src + t[q].b + N));
             V::store(t[q].st, out + q * N, v);
           }
         }

@@ -24,6 +24,37 @@
 namespace mixtape {
 namespace {
 
+// The input element row r's column l reads, or -1 for padding.
+int64_t source(const cpu::Im2colRows& g, int64_t r, int64_t l) {
+  const int64_t c = r / (g.kH * g.kW), ki = r / g.kW % g.kH, kj = r % g.kW;
+  const int64_t ih = l / g.OW * g.sH + ki * g.dH - g.pH, iw = l % g.OW * g.sW + kj - g.pW;
+  return ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? (c * g.H + ih) * g.W + iw : -1;
+}
+
+// Runs kernel(x, col, ld) on distinct, BF16-exact inputs (never 0: a zero is padding) and checks
+// every element of col against source(): the input element, 0 for padding, and each row's gap
+// [L, ld) left holding the sentinel.
+template <typename E, typename Kernel>
+void check_kernel(const cpu::Im2colRows& g, int64_t extra, uint32_t seed, Kernel kernel) {
+  const int64_t L = g.OH * g.OW, K = g.C * g.kH * g.kW, ld = L + extra;
+  std::mt19937 rng(seed);
+  std::vector<E> x(static_cast<size_t>(g.C * g.H * g.W));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = E(float(1 + (i * 37 + rng() % 3) % 251));
+  const E sentinel = E(-12345.0f);
+  std::vector<E> col(static_cast<size_t>(K * ld), sentinel);
+  kernel(x.data(), col.data(), ld);
+  int64_t bad = 0;
+  for (int64_t r = 0; r < K; ++r)
+    for (int64_t l = 0; l < ld; ++l) {
+      const int64_t src = l < L ? source(g, r, l) : -2;
+      const float want = src >= 0 ? float(x[static_cast<size_t>(src)]) : src == -1 ? 0.0f : float(sentinel);
+      const float got = float(col[static_cast<size_t>(r * ld + l)]);
+      if (got != want && bad++ < 3)
+        ADD_FAILURE() << "row " << r << " column " << l << ": got " << got << ", want " << want;
+    }
+  EXPECT_EQ(bad, 0);
+}
+
 struct Geo {
   int64_t C, H, W, kH, kW, pH, pW, dH;
 };
@@ -49,32 +80,11 @@ std::string name_of(const Geo& g) {
 
 template <typename E>
 void check(const Geo& g, int64_t extra) {
-  const int64_t OH = g.H + 2 * g.pH - g.dH * (g.kH - 1), L = OH * g.W, K = g.C * g.kH * g.kW, ld = L + extra;
-  std::mt19937 rng(7);
-  std::vector<E> x(static_cast<size_t>(g.C * g.H * g.W));
-  // Distinct neighbours, exact in BF16 (8 significant bits), never 0 (a zero is padding).
-  for (size_t i = 0; i < x.size(); ++i) x[i] = E(float(1 + (i * 37 + rng() % 3) % 251));
-  const E sentinel = E(-12345.0f);
-  std::vector<E> col(static_cast<size_t>(K * ld), sentinel);
-  cpu::im2col_plane_shift_avx512(x.data(), g.C, g.H, g.W, OH, g.kH, g.kW, g.pH, g.pW, g.dH, col.data(), ld);
-  int64_t bad = 0;
-  for (int64_t c = 0; c < g.C; ++c)
-    for (int64_t ki = 0; ki < g.kH; ++ki)
-      for (int64_t kj = 0; kj < g.kW; ++kj) {
-        const int64_t r = (c * g.kH + ki) * g.kW + kj;
-        for (int64_t l = 0; l < ld; ++l) {
-          float want = float(sentinel);
-          if (l < L) {
-            const int64_t ih = l / g.W + ki * g.dH - g.pH, iw = l % g.W + kj - g.pW;
-            want = ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? float(x[static_cast<size_t>((c * g.H + ih) * g.W + iw)])
-                                                              : 0.0f;
-          }
-          const float got = float(col[static_cast<size_t>(r * ld + l)]);
-          if (got != want && bad++ < 3)
-            ADD_FAILURE() << "row " << r << " column " << l << ": got " << got << ", want " << want;
-        }
-      }
-  EXPECT_EQ(bad, 0);
+  const int64_t OH = g.H + 2 * g.pH - g.dH * (g.kH - 1);
+  const cpu::Im2colRows rows{g.C, g.H, g.W, OH, g.W, g.kH, g.kW, 1, 1, g.pH, g.pW, g.dH};
+  check_kernel<E>(rows, extra, 7, [&](const E* x, E* col, int64_t ld) {
+    cpu::im2col_plane_shift_avx512(x, g.C, g.H, g.W, OH, g.kH, g.kW, g.pH, g.pW, g.dH, col, ld);
+  });
 }
 
 TEST(Im2colAvx512, EqualsTheDefinitionAndLeavesTheRowGapsAlone) {
@@ -118,34 +128,11 @@ cpu::Im2colRows rows_of(const RowsGeo& g) {
   const int64_t OW = (g.W + 2 * g.pW - (g.kW - 1) - 1) / g.sW + 1;
   return {g.C, g.H, g.W, OH, OW, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH};
 }
-// The input element row r's column l reads, or -1 for padding.
-int64_t source(const cpu::Im2colRows& g, int64_t r, int64_t l) {
-  const int64_t c = r / (g.kH * g.kW), ki = r / g.kW % g.kH, kj = r % g.kW;
-  const int64_t ih = l / g.OW * g.sH + ki * g.dH - g.pH, iw = l % g.OW * g.sW + kj - g.pW;
-  return ih >= 0 && ih < g.H && iw >= 0 && iw < g.W ? (c * g.H + ih) * g.W + iw : -1;
-}
 
 template <typename E>
 void check_rows(const RowsGeo& geo, int64_t extra) {
   const cpu::Im2colRows g = rows_of(geo);
-  const int64_t L = g.OH * g.OW, K = g.C * g.kH * g.kW, ld = L + extra;
-  std::mt19937 rng(8);
-  std::vector<E> x(static_cast<size_t>(g.C * g.H * g.W));
-  // Distinct neighbours, exact in BF16 (8 significant bits), never 0 (a zero is padding).
-  for (size_t i = 0; i < x.size(); ++i) x[i] = E(float(1 + (i * 37 + rng() % 3) % 251));
-  const E sentinel = E(-12345.0f);
-  std::vector<E> col(static_cast<size_t>(K * ld), sentinel);
-  cpu::im2col_rows_avx512(x.data(), g, col.data(), ld);
-  int64_t bad = 0;
-  for (int64_t r = 0; r < K; ++r)
-    for (int64_t l = 0; l < ld; ++l) {
-      const int64_t src = l < L ? source(g, r, l) : -2;
-      const float want = src >= 0 ? float(x[static_cast<size_t>(src)]) : src == -1 ? 0.0f : float(sentinel);
-      const float got = float(col[static_cast<size_t>(r * ld + l)]);
-      if (got != want && bad++ < 3)
-        ADD_FAILURE() << "row " << r << " column " << l << ": got " << got << ", want " << want;
-    }
-  EXPECT_EQ(bad, 0);
+  check_kernel<E>(g, extra, 8, [&](const E* x, E* col, int64_t ld) { cpu::im2col_rows_avx512(x, g, col, ld); });
 }
 
 TEST(Im2colAvx512, RowKernelEqualsTheDefinition) {
