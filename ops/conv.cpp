@@ -68,6 +68,7 @@
 #include "ops/cpu/aligned_buffer.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
+#include "ops/cpu/conv_weight_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/im2col_avx512.h"
@@ -450,6 +451,13 @@ void conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
 // x (N, C, H, W), gy (N, O, L) -> gw (O, K/G), summed over n
 template <typename S, typename T, typename A>
 void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<A, float>) {
+    // FP32 arithmetic (f32, FP16, emulated BF16) on AVX-512: outer products straight from the
+    // padded input, no col (ops/cpu/conv_weight_grad_avx512.h).
+    const cpu::WeightGradShape ws{g.N, g.C, g.H, g.W, g.O, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW, g.OH, g.OW};
+    if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_weight_grad_direct_applies(ws))
+      return cpu::conv_weight_grad_direct(ws, x, gy, gw);
+  }
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og(), wsize = g.O * Kg;

@@ -23,6 +23,7 @@
 
 #include <mixtape/mixtape.h>
 
+#include "common/sum_bound.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
 
@@ -102,24 +103,7 @@ Tensor with_bf16(cpu::Bf16GemmPath p, const std::function<Tensor()>& f) {
   return f();
 }
 
-// |got - ref| <= slack k u (|x| * |w| + |b|) + bf16_steps 2^-8 |ref| element by element (ref in f64).
-::testing::AssertionResult near(const Tensor& got, const Tensor& ref, const Tensor& absprod, int64_t k, double slack,
-                                double bf16_steps) {
-  const Tensor a = got.to(DType::Float64).contiguous(), r = ref.contiguous(), p = absprod.contiguous();
-  if (a.sizes() != r.sizes()) return ::testing::AssertionFailure() << "shapes differ";
-  int64_t bad = 0;
-  double worst = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double x = get_element(a, i), y = get_element(r, i);
-    const double tol = slack * double(k + 1) * std::ldexp(1.0, -24) * get_element(p, i) +
-                       bf16_steps * std::ldexp(std::fabs(y), -8) + 1e-30;
-    worst = std::max(worst, std::fabs(x - y) / tol);
-    if (!(std::fabs(x - y) <= tol) && bad++ < 3)
-      std::cerr << "  [" << i << "] got " << x << " ref " << y << " tol " << tol << "\n";
-  }
-  if (bad) return ::testing::AssertionFailure() << bad << " of " << a.numel() << " outside the bound";
-  return ::testing::AssertionSuccess() << "worst " << worst << " of the bound";
-}
+using testing::within_sum_bound;  // FP32 summation error of an FP64 reference
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
@@ -138,8 +122,8 @@ TEST(ConvImplicitGemm, Fp32MatchesFp64AndIm2colAtEveryEdge) {
         conv(g, abs(cast(in.x, DType::Float64)), abs(cast(in.w, DType::Float64)), abs_or_none(cast(in.b, DType::Float64)));
     const Tensor got = with_algo(cpu::ConvAlgo::Auto, [&] { return conv(g, in.x, in.w, in.b); });
     const Tensor old = with_algo(cpu::ConvAlgo::Im2col, [&] { return conv(g, in.x, in.w, in.b); });
-    EXPECT_TRUE(near(got, ref, absprod, k, 1.0, 0));
-    EXPECT_TRUE(near(got, old.to(DType::Float64), absprod, k, 2.0, 0));
+    EXPECT_TRUE(within_sum_bound(got, ref, absprod, k, 1.0, 0));
+    EXPECT_TRUE(within_sum_bound(got, old.to(DType::Float64), absprod, k, 2.0, 0));
   }
 }
 
@@ -159,7 +143,7 @@ TEST(ConvImplicitGemm, KernelCalledDirectlyMatchesFp64) {
     const Tensor ref = conv(g, cast(in.x, DType::Float64), cast(in.w, DType::Float64), cast(in.b, DType::Float64));
     const Tensor absprod =
         conv(g, abs(cast(in.x, DType::Float64)), abs(cast(in.w, DType::Float64)), abs_or_none(cast(in.b, DType::Float64)));
-    EXPECT_TRUE(near(y, ref, absprod, g.C * g.kH * g.kW, 1.0, 0));
+    EXPECT_TRUE(within_sum_bound(y, ref, absprod, g.C * g.kH * g.kW, 1.0, 0));
   }
 }
 
@@ -191,8 +175,8 @@ TEST(ConvImplicitGemm, Bf16NativeMatchesFp64WithinTheBound) {
       const Tensor ref = conv(g, x64, w64, b64), absprod = conv(g, abs(x64), abs(w64), abs_or_none(b64));
       const Tensor got = with_bf16(p, [&] { return conv(g, xb, wb, bb); });
       const Tensor old = with_bf16(p, [&] { return with_algo(cpu::ConvAlgo::Im2col, [&] { return conv(g, xb, wb, bb); }); });
-      EXPECT_TRUE(near(got, ref, absprod, g.C * g.kH * g.kW, 1.0, 1.0));
-      EXPECT_TRUE(near(got, old.to(DType::Float64), absprod, g.C * g.kH * g.kW, 2.0, 2.0));
+      EXPECT_TRUE(within_sum_bound(got, ref, absprod, g.C * g.kH * g.kW, 1.0, 1.0));
+      EXPECT_TRUE(within_sum_bound(got, old.to(DType::Float64), absprod, g.C * g.kH * g.kW, 2.0, 2.0));
     }
 }
 
@@ -242,13 +226,13 @@ TEST(ConvImplicitGemm, InputGradAsAConvMatchesFp64) {
     const Tensor absprod = conv2d_input_grad(abs(gy.to(DType::Float64)), abs(in.w.to(DType::Float64)), xs, st, pd, dl);
     const int64_t k = g.O * g.kH * g.kW;
     const Tensor got = with_algo(cpu::ConvAlgo::Auto, [&] { return conv2d_input_grad(gy, in.w, xs, st, pd, dl); });
-    EXPECT_TRUE(near(got, ref, absprod, k, 1.0, 0));
+    EXPECT_TRUE(within_sum_bound(got, ref, absprod, k, 1.0, 0));
     for (cpu::Bf16GemmPath p : bf16_paths(true)) {
       const Tensor gb = gy.to(DType::BFloat16), wb = in.w.to(DType::BFloat16);
       const Tensor r16 = conv2d_input_grad(gb.to(DType::Float64), wb.to(DType::Float64), xs, st, pd, dl);
       const Tensor a16 = conv2d_input_grad(abs(gb.to(DType::Float64)), abs(wb.to(DType::Float64)), xs, st, pd, dl);
       const Tensor g16 = with_bf16(p, [&] { return conv2d_input_grad(gb, wb, xs, st, pd, dl); });
-      EXPECT_TRUE(near(g16, r16, a16, k, 1.0, 1.0)) << path_name(p);
+      EXPECT_TRUE(within_sum_bound(g16, r16, a16, k, 1.0, 1.0)) << path_name(p);
     }
   }
 }
