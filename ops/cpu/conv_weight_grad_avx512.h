@@ -21,24 +21,19 @@
 
 #include "core/bfloat16.h"
 #include "core/half.h"
+#include "ops/cpu/conv_shape.h"
 
 namespace mixtape::cpu {
-
-// x (N, C, H, W), gy (N, O, OH, OW), gw (O, C, kH, kW); OH = (H + 2 pH - dH (kH - 1) - 1) / sH + 1
-// and OW likewise (the caller's geometry).
-struct WeightGradShape {
-  int64_t N, C, H, W, O, kH, kW, sH, sW, pH, pW, dH, dW, OH, OW;
-};
 
 // True when the CPU can run the kernel (conv_implicit_gemm_enabled(): AVX-512 F/BW/VL and no
 // MIXTAPE_CPU_CONV=im2col) and the geometry is one it takes: kW == 3, dW == 1, and at least 4
 // register blocks to share between threads (so not the 1-channel first layers, whose 9-deep
 // gradient stays on im2col + GEMM). Depends on the shape, never on the thread count.
-bool conv_weight_grad_direct_applies(const WeightGradShape& s);
+bool conv_weight_grad_direct_applies(const ConvShape& s);
 
 // Overwrites gw with the FP32 weight gradient. Requires conv_weight_grad_direct_applies(s).
-void conv_weight_grad_direct(const WeightGradShape& s, const float* x, const float* gy, float* gw);
-void conv_weight_grad_direct(const WeightGradShape& s, const BFloat16* x, const BFloat16* gy, float* gw);
-void conv_weight_grad_direct(const WeightGradShape& s, const Half* x, const Half* gy, float* gw);
+void conv_weight_grad_direct(const ConvShape& s, const float* x, const float* gy, float* gw);
+void conv_weight_grad_direct(const ConvShape& s, const BFloat16* x, const BFloat16* gy, float* gw);
+void conv_weight_grad_direct(const ConvShape& s, const Half* x, const Half* gy, float* gw);
 
 }  // namespace mixtape::cpu

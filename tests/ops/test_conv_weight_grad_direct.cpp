@@ -62,7 +62,7 @@ struct Conv {
   Geo g;
   int64_t OH() const { return (g.H + 2 * g.pH - g.dH * (g.kH - 1) - 1) / g.sH + 1; }
   int64_t OW() const { return (g.W + 2 * g.pW - 3) / g.sW + 1; }
-  cpu::WeightGradShape shape() const {
+  cpu::ConvShape shape() const {
     return {g.N, g.C, g.H, g.W, g.O, g.kH, 3, g.sH, g.sW, g.pH, g.pW, g.dH, 1, OH(), OW()};
   }
   IntList wsize() const { return {g.O, g.C, g.kH, 3}; }

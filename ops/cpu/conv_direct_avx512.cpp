@@ -1,0 +1,202 @@
+// ops/cpu/conv_direct_avx512.cpp — see conv_direct_avx512.h. Only the functions marked MT_DIRECT
+// hold AVX-512 instructions; they run only after conv_direct_applies() (which checks the CPU)
+// said yes.
+#include "ops/cpu/conv_direct_avx512.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "core/error.h"
+#include "ops/cpu/aligned_buffer.h"
+#include "ops/cpu/conv_implicit_gemm.h"
+#include "ops/cpu/tile_threads.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#include "ops/cpu/padded_planes_avx512.h"
+#include "ops/cpu/transpose_avx512.h"
+#define MIXTAPE_HAVE_DIRECT_AVX512 1
+#define MT_DIRECT __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#else
+#define MIXTAPE_HAVE_DIRECT_AVX512 0
+#endif
+
+namespace mixtape::cpu {
+namespace {
+
+constexpr int kAccumulators = 24;                    // zmm accumulators per block: P pixels x V vectors
+constexpr int64_t kParallelMacs = int64_t(1) << 21;  // below this, one thread (as the implicit conv)
+
+bool stride_ok(const ConvShape& s) { return s.sW == 1 || s.sW == 2; }
+
+#if MIXTAPE_HAVE_DIRECT_AVX512
+
+struct Plan {
+  ConvShape s;
+  PaddedPlanes pp;
+  int64_t L, Opad, K;
+  int V, P, Plast;  // a block: P pixels (the row's last block Plast) x V vectors of 16 channels
+  int64_t row_blocks, oblocks;
+};
+
+// V and P: the most accumulators in use over the row's blocks (equal blocks of at most 24 / V
+// pixels), the wider V on a tie (fewer broadcasts per multiply-add).
+Plan plan_of(const ConvShape& s) {
+  Plan p{};
+  p.s = s;
+  p.pp = PaddedPlanes::of(s);
+  p.L = s.OH * s.OW;
+  p.Opad = (s.O + 15) / 16 * 16;
+  p.K = s.C * s.kH * kPaddedTaps;
+  const int64_t vectors = p.Opad / 16;
+  int64_t best = -1;
+  for (int V : {4, 2, 1}) {
+    if (vectors % V != 0) continue;
+    const int64_t pmax = kAccumulators / V, blocks = (s.OW + pmax - 1) / pmax, P = (s.OW + blocks - 1) / blocks;
+    if (P * V > best) {
+      best = P * V;
+      p.V = V, p.P = static_cast<int>(P), p.row_blocks = blocks;
+    }
+  }
+  p.Plast = static_cast<int>(s.OW - (p.row_blocks - 1) * p.P);
+  p.oblocks = vectors / p.V;
+  return p;
+}
+
+// Weights as wt[k Opad + o] = w[o, k] (k = (c kH + ki) 3 + kj), zero for o >= O.
+void pack_weights(const Plan& p, const float* w, float* wt) {
+  std::fill(wt, wt + p.K * p.Opad, 0.0f);
+  for (int64_t o = 0; o < p.s.O; ++o)
+    for (int64_t k = 0; k < p.K; ++k) wt[k * p.Opad + o] = w[o * p.K + k];
+}
+
+// Output pixels [ow0, ow0 + P) of row oh x channels [o0, o0 + 16 V) of one staged image xp:
+// yt[(oh OW + ow) Opad + o] = sum over k of wt[k, o] xp[tap k of the pixel].
+template <int V, int P, int SW>
+MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh, int64_t ow0, int64_t o0,
+                     float* yt) {
+  const ConvShape& s = p.s;
+  __m512 acc[P][V];
+  for (int j = 0; j < P; ++j)
+    for (int v = 0; v < V; ++v) acc[j][v] = _mm512_setzero_ps();
+  const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
+  const float* base = xp + oh * s.sH * Wp + ow0 * SW;
+  const float* w = wt + o0;
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t ki = 0; ki < s.kH; ++ki) {
+      const float* row = base + c * plane + ki * s.dH * Wp;
+      for (int kj = 0; kj < kPaddedTaps; ++kj, w += Opad) {
+        __m512 wv[V];
+        for (int v = 0; v < V; ++v) wv[v] = _mm512_load_ps(w + 16 * v);
+        for (int j = 0; j < P; ++j) {
+          const __m512 b = _mm512_set1_ps(row[j * SW + kj]);
+          for (int v = 0; v < V; ++v) acc[j][v] = _mm512_fmadd_ps(wv[v], b, acc[j][v]);
+        }
+      }
+    }
+  float* d = yt + (oh * s.OW + ow0) * Opad + o0;
+  for (int j = 0; j < P; ++j)
+    for (int v = 0; v < V; ++v) _mm512_store_ps(d + j * Opad + 16 * v, acc[j][v]);
+}
+
+using BlockFn = void (*)(const Plan&, const float*, const float*, int64_t, int64_t, int64_t, float*);
+template <int V, int SW, int... Ps>
+constexpr std::array<BlockFn, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
+  return {&block<V, Ps + 1, SW>...};
+}
+template <int SW>
+BlockFn block_for(int V, int P) {
+  static constexpr auto v1 = blocks_of<1, SW>(std::make_integer_sequence<int, kAccumulators>{});
+  static constexpr auto v2 = blocks_of<2, SW>(std::make_integer_sequence<int, kAccumulators / 2>{});
+  static constexpr auto v4 = blocks_of<4, SW>(std::make_integer_sequence<int, kAccumulators / 4>{});
+  const size_t i = static_cast<size_t>(P - 1);
+  return V == 4 ? v4[i] : V == 2 ? v2[i] : v1[i];
+}
+BlockFn block_fn(int sW, int V, int P) { return sW == 2 ? block_for<2>(V, P) : block_for<1>(V, P); }
+
+// yt (L, Opad) -> y (O, L) + bias, 16 x 16 blocks transposed in registers.
+MT_DIRECT void store_image(const Plan& p, const float* yt, const float* bias, float* y) {
+  const int64_t O = p.s.O, L = p.L;
+  for (int64_t o0 = 0; o0 < O; o0 += 16)
+    for (int64_t l0 = 0; l0 < L; l0 += 16) {
+      const int64_t n = std::min<int64_t>(16, L - l0);
+      const __mmask16 m = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
+      __m512 r[16];
+      for (int64_t q = 0; q < 16; ++q) r[q] = q < n ? _mm512_load_ps(yt + (l0 + q) * p.Opad + o0) : _mm512_setzero_ps();
+      transpose16x16(r);
+      for (int64_t q = 0; q < 16 && o0 + q < O; ++q) {
+        const __m512 v = bias ? _mm512_add_ps(r[q], _mm512_set1_ps(bias[o0 + q])) : r[q];
+        _mm512_mask_storeu_ps(y + (o0 + q) * L + l0, m, v);
+      }
+    }
+}
+
+// Output rows [r0, r1) of image n: staged into this thread's xp, computed into its yt.
+void image_rows(const Plan& p, const float* x, const float* wt, const float* bias, float* y, int64_t n, int64_t r0,
+                int64_t r1, float* xp, float* yt) {
+  const ConvShape& s = p.s;
+  stage_padded(p.pp, x + n * s.C * s.H * s.W, xp);
+  const BlockFn full = block_fn(static_cast<int>(s.sW), p.V, p.P), last = block_fn(static_cast<int>(s.sW), p.V, p.Plast);
+  for (int64_t ob = 0; ob < p.oblocks; ++ob)
+    for (int64_t oh = r0; oh < r1; ++oh)
+      for (int64_t b = 0; b < p.row_blocks; ++b)
+        (b + 1 < p.row_blocks ? full : last)(p, xp, wt, oh, b * p.P, ob * p.V * 16, yt);
+  if (r0 == 0 && r1 == s.OH) return store_image(p, yt, bias, y + n * s.O * p.L);
+  // Part of an image (a batch smaller than the team): its rows only, element by element.
+  for (int64_t o = 0; o < s.O; ++o)
+    for (int64_t l = r0 * s.OW; l < r1 * s.OW; ++l) {
+      const float v = yt[l * p.Opad + o];
+      y[(n * s.O + o) * p.L + l] = bias ? v + bias[o] : v;
+    }
+}
+
+#endif  // MIXTAPE_HAVE_DIRECT_AVX512
+
+}  // namespace
+
+bool conv_direct_applies(const ConvShape& s) {
+  return MIXTAPE_HAVE_DIRECT_AVX512 && padded_geometry_ok(s) && stride_ok(s) && conv_implicit_gemm_enabled();
+}
+
+#if MIXTAPE_HAVE_DIRECT_AVX512
+void conv_direct_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+  MT_CHECK(conv_direct_applies(s), "conv_direct_forward: this CPU or geometry is not one it takes ",
+           "(check conv_direct_applies() first)");
+  const Plan p = plan_of(s);
+  AlignedBuffer<float> wt;
+  pack_weights(p, w, wt.get(p.K * p.Opad));
+  const int64_t macs = s.N * p.L * s.O * p.K;
+  const int nt = omp_in_parallel() || macs < kParallelMacs ? 1 : omp_get_max_threads();
+  // Units of work: whole images, or with fewer images than threads, row ranges of each image.
+  const int64_t split = s.N >= nt ? 1 : std::min<int64_t>(s.OH, (nt + s.N - 1) / s.N);
+  const int64_t units = s.N * split;
+  const int64_t xsize = (p.pp.image() + 15) / 16 * 16, ysize = p.L * p.Opad;
+  AlignedBuffer<float> scratch;
+  float* buf = scratch.get(static_cast<int64_t>(nt) * (xsize + ysize));
+  const auto run = [&](int64_t lo, int64_t hi) {
+    const int slot = nt > 1 ? omp_get_thread_num() : 0;  // (nt == 1 may run inside another team)
+    float* xp = buf + static_cast<int64_t>(slot) * (xsize + ysize);
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t n = u / split, part = u % split;
+      image_rows(p, x, wt.data.get(), bias, y, n, s.OH * part / split, s.OH * (part + 1) / split, xp, xp + xsize);
+    }
+  };
+  if (nt <= 1) return run(0, units);
+  for_tile_ranges(nt, units, 1, run);
+}
+#pragma GCC diagnostic pop
+#else
+void conv_direct_forward(const ConvShape&, const float*, const float*, const float*, float*) {
+  MT_ERROR("conv_direct_forward: not built for this target");
+}
+#endif
+
+}  // namespace mixtape::cpu

@@ -1,0 +1,82 @@
+// ops/cpu/padded_planes_avx512.h — the direct (no im2col) convolution kernels' staging of an image
+// into zero-padded FP32 planes (ops/cpu/conv_shape.h's PaddedPlanes) on AVX-512: a copy, BF16 /
+// FP16 widened exactly. Invariant: padded row r, column q of channel c holds x[c, r - pH, q - pW],
+// or +0 where that is outside the image.
+// Include only in a file built for x86-64 with GCC or Clang; the functions carry their own target
+// and run only after a CPUID check (conv_implicit_gemm_enabled()).
+// Internal: ops/cpu/conv_weight_grad_avx512.cpp and ops/cpu/conv_direct_avx512.cpp.
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/bfloat16.h"
+#include "core/half.h"
+#include "ops/cpu/conv_shape.h"
+
+// GCC 12's widening intrinsics start from a self-initialised "undefined" vector, which
+// -Wmaybe-uninitialized reports in every caller; the value is never read.
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace mixtape::cpu {
+
+#define MT_PADDED __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+// 16 elements of E at src (lanes in mask m; zero elsewhere) as FP32, exactly.
+template <typename E>
+MT_PADDED inline __m512 load16_as_f32(__mmask16 m, const E* src) {
+  if constexpr (std::is_same_v<E, float>) {
+    return _mm512_maskz_loadu_ps(m, src);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, src);
+    if constexpr (std::is_same_v<E, Half>)
+      return _mm512_cvtph_ps(h);
+    else
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// One image x (C, H, W) -> xp (C, Hp, Wp). Each padded row is whole 16-column chunks: a load
+// masked to the columns inside the image (lanes before the row start are masked off, so nothing
+// outside it is read) and a store masked to the row's Wp columns; the masks depend on the chunk
+// only and are built once.
+template <typename E>
+MT_PADDED void stage_padded(const PaddedPlanes& p, const E* x, float* xp) {
+  constexpr int64_t kMaxChunks = kMaxPaddedWidth / 16;
+  const int64_t chunks = (p.Wp + 15) / 16;
+  __mmask16 in[kMaxChunks], out[kMaxChunks];
+  for (int64_t j = 0; j < chunks; ++j) {
+    uint32_t mi = 0, mo = 0;
+    for (int q = 0; q < 16; ++q) {
+      const int64_t col = j * 16 + q;
+      if (col < p.Wp) mo |= 1u << q;
+      if (col < p.Wp && col >= p.pW && col < p.pW + p.W) mi |= 1u << q;
+    }
+    in[j] = static_cast<__mmask16>(mi), out[j] = static_cast<__mmask16>(mo);
+  }
+  for (int64_t c = 0; c < p.C; ++c)
+    for (int64_t r = 0; r < p.Hp; ++r) {
+      float* d = xp + c * p.plane() + r * p.Wp;
+      const int64_t ih = r - p.pH;
+      if (ih < 0 || ih >= p.H) {
+        for (int64_t j = 0; j < chunks; ++j) _mm512_mask_storeu_ps(d + 16 * j, out[j], _mm512_setzero_ps());
+        continue;
+      }
+      // Element q of chunk j is x's column 16 j + q - pW: the pointer is formed as an integer, as
+      // it may precede the row (those lanes are masked off).
+      const uintptr_t row = reinterpret_cast<uintptr_t>(x + (c * p.H + ih) * p.W);
+      for (int64_t j = 0; j < chunks; ++j) {
+        const E* src = reinterpret_cast<const E*>(row + static_cast<uintptr_t>((16 * j - p.pW) * int64_t(sizeof(E))));
+        _mm512_mask_storeu_ps(d + 16 * j, out[j], load16_as_f32(in[j], src));
+      }
+    }
+}
+
+}  // namespace mixtape::cpu
+
+#undef MT_PADDED
+#pragma GCC diagnostic pop

@@ -1,0 +1,180 @@
+// tests/ops/test_conv_direct.cpp — the direct FP32 convolution (ops/cpu/conv_direct_avx512.h) that
+// conv2d takes for kernels 3 columns wide with column stride 1 or 2:
+//   - called directly, against an FP64 reference within the FP32 summation bound of its depth, at
+//     every blocking edge: 1, 2 and 4 vectors of output channels and O not a multiple of 16, pixel
+//     blocks of every length the row split makes (rows of 1, 7, 13, 25, 49 pixels), row strides 1-3,
+//     padding past the kernel's reach, row dilation, kernel heights 1 and 5, no bias;
+//   - on the implicit GEMM's geometry, bit for bit that kernel (the same FMA chain per output),
+//     infinities, NaN and signed zeros included;
+//   - conv2d returns the kernel's bits where it takes it, within twice the bound of im2col + GEMM;
+//   - the same bits on 1, 2 and 3 threads, a batch of one (rows split between threads) included;
+//   - geometries it does not take.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include <mixtape/mixtape.h>
+
+#include "common/bit_equal.h"
+#include "common/sum_bound.h"
+#include "ops/cpu/conv_direct_avx512.h"
+#include "ops/cpu/conv_implicit_gemm.h"
+
+namespace mixtape {
+namespace {
+
+using testing::bit_equal;
+using testing::within_sum_bound;
+
+bool kernel_available() {
+  cpu::ConvAlgoOverride o(cpu::ConvAlgo::Auto);
+  return cpu::conv_direct_applies({1, 1, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4});
+}
+#define MT_REQUIRE_KERNEL() \
+  if (!kernel_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW/VL: conv2d stays on im2col + GEMM"
+
+// kW = 3, dW = 1 throughout.
+struct Geo {
+  int64_t N, C, H, W, O, kH, sH, sW, pH, pW, dH;
+  bool bias;
+  const char* what;
+};
+const Geo kGeos[] = {
+    {2, 16, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "ResNet-8's layer1: one vector, two 14-pixel blocks a row"},
+    {2, 16, 28, 28, 32, 3, 2, 2, 1, 1, 1, false, "ResNet-8's stride-2 layer: two vectors, 14-pixel rows"},
+    {2, 32, 14, 14, 64, 3, 2, 2, 1, 1, 1, true, "stride 2 onto 7x7: four vectors, blocks of 4 and 3"},
+    {3, 5, 9, 11, 17, 3, 1, 1, 1, 1, 1, true, "O = 17: two vectors, the second one channel"},
+    {1, 3, 13, 49, 40, 3, 1, 1, 1, 1, 1, true, "O = 40: one-vector blocks; 49-pixel rows (3 blocks of 17 and 15)"},
+    {2, 4, 10, 25, 80, 3, 3, 2, 0, 2, 2, false, "O = 80; row stride 3, row dilation 2, pW past reach"},
+    {2, 6, 5, 40, 8, 5, 1, 2, 2, 1, 1, true, "5 rows, column stride 2: 20-pixel rows"},
+    {2, 3, 1, 3, 16, 3, 1, 1, 1, 1, 1, true, "H = 1: two of three kernel rows read padding"},
+    {2, 8, 6, 11, 64, 1, 1, 1, 0, 1, 1, false, "1x3 kernel"},
+    {2, 4, 6, 3, 5, 3, 1, 1, 0, 0, 1, true, "no padding: 1-pixel rows, O = 5"},
+    {1, 1, 7, 13, 3, 3, 1, 1, 1, 1, 1, true, "one channel"},
+};
+
+struct Conv {
+  Geo g;
+  int64_t OH() const { return (g.H + 2 * g.pH - g.dH * (g.kH - 1) - 1) / g.sH + 1; }
+  int64_t OW() const { return (g.W + 2 * g.pW - 3) / g.sW + 1; }
+  cpu::ConvShape shape() const {
+    return {g.N, g.C, g.H, g.W, g.O, g.kH, 3, g.sH, g.sW, g.pH, g.pW, g.dH, 1, OH(), OW()};
+  }
+  Tensor op(const Tensor& x, const Tensor& w, const Tensor& b) const {
+    return conv2d(x, w, b, {g.sH, g.sW}, {g.pH, g.pW}, {g.dH, 1});
+  }
+};
+
+struct Inputs {
+  Tensor x, w, b;  // f32
+};
+Inputs make_inputs(const Conv& c, uint64_t seed) {
+  Generator gen(seed);
+  Inputs in;
+  in.x = randn({c.g.N, c.g.C, c.g.H, c.g.W}, {}, &gen);
+  in.w = randn({c.g.O, c.g.C, c.g.kH, 3}, {}, &gen);
+  if (c.g.bias) in.b = randn({c.g.O}, {}, &gen);
+  return in;
+}
+Tensor f64(const Tensor& t) { return t.defined() ? t.to(DType::Float64) : Tensor(); }
+Tensor abs_or_none(const Tensor& t) { return t.defined() ? abs(t) : Tensor(); }
+
+Tensor direct(const Conv& c, const Inputs& in) {
+  Tensor y = full({c.g.N, c.g.O, c.OH(), c.OW()}, std::numeric_limits<float>::quiet_NaN());  // all written
+  cpu::conv_direct_forward(c.shape(), static_cast<const float*>(in.x.data_ptr()),
+                           static_cast<const float*>(in.w.data_ptr()),
+                           in.b.defined() ? static_cast<const float*>(in.b.data_ptr()) : nullptr,
+                           static_cast<float*>(y.data_ptr()));
+  return y;
+}
+Tensor with_algo(cpu::ConvAlgo a, const std::function<Tensor()>& f) {
+  cpu::ConvAlgoOverride o(a);
+  return f();
+}
+
+TEST(ConvDirect, KernelMatchesFp64AtEveryEdge) {
+  MT_REQUIRE_KERNEL();
+  for (const Geo& geo : kGeos) {
+    SCOPED_TRACE(geo.what);
+    const Conv c{geo};
+    ASSERT_TRUE(cpu::conv_direct_applies(c.shape()));
+    const Inputs in = make_inputs(c, 41);
+    const Tensor ref = c.op(f64(in.x), f64(in.w), f64(in.b));
+    const Tensor absterms = c.op(abs(f64(in.x)), abs(f64(in.w)), abs_or_none(f64(in.b)));
+    EXPECT_TRUE(within_sum_bound(direct(c, in), ref, absterms, geo.C * geo.kH * 3, 1.0, 0));
+  }
+}
+
+TEST(ConvDirect, OnPlaneShiftGeometryItIsTheImplicitGemmBitForBit) {
+  MT_REQUIRE_KERNEL();
+  int checked = 0;
+  for (const Geo& geo : kGeos) {
+    const Conv c{geo};
+    if (geo.sH != 1 || geo.sW != 1 || geo.pW != 1 || c.OW() != geo.W) continue;
+    SCOPED_TRACE(geo.what);
+    Inputs in = make_inputs(c, 42);
+    // Specials reach some outputs: an infinity (inf * 0 from the padding is NaN), NaN, -0.
+    float* x = static_cast<float*>(in.x.data_ptr());
+    if (in.x.numel() > 20) x[5] = std::numeric_limits<float>::infinity(), x[11] = std::numeric_limits<float>::quiet_NaN();
+    static_cast<float*>(in.w.data_ptr())[0] = -0.0f;
+    Tensor y = full({geo.N, geo.O, c.OH(), c.OW()}, 0.0f);
+    const cpu::ImplicitConvShape s{geo.N, geo.C, geo.H, geo.W, geo.O, geo.kH, 3, geo.pH, 1, geo.dH, c.OH()};
+    cpu::conv_implicit_gemm(s, x, static_cast<const float*>(in.w.data_ptr()),
+                            in.b.defined() ? static_cast<const float*>(in.b.data_ptr()) : nullptr,
+                            static_cast<float*>(y.data_ptr()));
+    EXPECT_TRUE(bit_equal(direct(c, in), y));
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+}
+
+TEST(ConvDirect, Conv2dReturnsTheKernelsBitsWithinTheBoundOfIm2col) {
+  MT_REQUIRE_KERNEL();
+  for (const Geo& geo : kGeos) {
+    SCOPED_TRACE(geo.what);
+    const Conv c{geo};
+    const Inputs in = make_inputs(c, 43);
+    const Tensor got = with_algo(cpu::ConvAlgo::Auto, [&] { return c.op(in.x, in.w, in.b); });
+    const Tensor old = with_algo(cpu::ConvAlgo::Im2col, [&] { return c.op(in.x, in.w, in.b); });
+    // Where conv2d takes the implicit GEMM instead (narrow "same" rows), the bits are the same too.
+    EXPECT_TRUE(bit_equal(got, direct(c, in)));
+    const Tensor absterms = c.op(abs(f64(in.x)), abs(f64(in.w)), abs_or_none(f64(in.b)));
+    EXPECT_TRUE(within_sum_bound(got, old.to(DType::Float64), absterms, geo.C * geo.kH * 3, 2.0, 0));
+  }
+}
+
+TEST(ConvDirect, SameBitsOnOneTwoAndThreeThreads) {
+  MT_REQUIRE_KERNEL();
+  // 2^21+ multiply-adds, so a team runs: five images (images split), and one (rows split).
+  for (const Geo& geo : {Geo{5, 24, 16, 16, 20, 3, 2, 2, 1, 1, 1, true, "five images"},
+                         Geo{1, 32, 30, 30, 48, 3, 1, 1, 1, 1, 1, false, "one image"}}) {
+    SCOPED_TRACE(geo.what);
+    const Conv c{geo};
+    const Inputs in = make_inputs(c, 44);
+    const int saved = omp_get_max_threads();
+    std::vector<Tensor> got;
+    for (int t : {1, 2, 3}) {
+      omp_set_num_threads(t);
+      got.push_back(direct(c, in));
+    }
+    omp_set_num_threads(saved);
+    EXPECT_TRUE(bit_equal(got[0], got[1]));
+    EXPECT_TRUE(bit_equal(got[0], got[2]));
+  }
+}
+
+TEST(ConvDirect, GeometriesItDoesNotTake) {
+  MT_REQUIRE_KERNEL();
+  EXPECT_FALSE(cpu::conv_direct_applies({1, 2, 9, 9, 4, 3, 3, 1, 3, 1, 1, 1, 1, 9, 3}));   // column stride 3
+  EXPECT_FALSE(cpu::conv_direct_applies({1, 2, 9, 9, 4, 3, 5, 1, 1, 1, 2, 1, 1, 9, 9}));   // kernel width 5
+  EXPECT_FALSE(cpu::conv_direct_applies({1, 2, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 2, 9, 7}));   // column dilation
+  EXPECT_FALSE(cpu::conv_direct_applies({1, 2, 9, 2000, 4, 3, 3, 1, 1, 1, 1, 1, 1, 9, 2000}));  // rows > 1024
+  cpu::ConvAlgoOverride o(cpu::ConvAlgo::Im2col);
+  EXPECT_FALSE(cpu::conv_direct_applies({1, 1, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4}));
+}
+
+}  // namespace
+}  // namespace mixtape
