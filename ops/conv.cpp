@@ -69,6 +69,7 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_direct_avx512.h"
 #include "ops/cpu/conv_implicit_gemm.h"
+#include "ops/cpu/conv_input_grad_avx512.h"
 #include "ops/cpu/conv_weight_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
@@ -441,6 +442,12 @@ void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
 // gy (N, O, L), w (O, K/G) -> gx (N, C, H, W)
 template <typename S, typename T, typename A>
 void conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
+  if constexpr (std::is_same_v<S, float> && std::is_same_v<A, float>) {
+    // FP32, 3 columns wide (the strided convs; unit-stride ones mostly run as a forward conv):
+    // no col, no col2im (ops/cpu/conv_input_grad_avx512.h).
+    if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_input_grad_direct_applies(conv_shape(g)))
+      return cpu::conv_input_grad_direct(conv_shape(g), gy, w, gx);
+  }
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
   const int64_t K = g.K(), Kg = g.Kg(), L = g.L(), Og = g.Og();

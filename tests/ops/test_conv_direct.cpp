@@ -20,6 +20,7 @@
 
 #include "common/bit_equal.h"
 #include "common/sum_bound.h"
+#include "ops/conv3_geometry.h"
 #include "ops/cpu/conv_direct_avx512.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 
@@ -36,12 +37,7 @@ bool kernel_available() {
 #define MT_REQUIRE_KERNEL() \
   if (!kernel_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW/VL: conv2d stays on im2col + GEMM"
 
-// kW = 3, dW = 1 throughout.
-struct Geo {
-  int64_t N, C, H, W, O, kH, sH, sW, pH, pW, dH;
-  bool bias;
-  const char* what;
-};
+using Geo = testing::Conv3;
 const Geo kGeos[] = {
     {2, 16, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "ResNet-8's layer1: one vector, two 14-pixel blocks a row"},
     {2, 16, 28, 28, 32, 3, 2, 2, 1, 1, 1, false, "ResNet-8's stride-2 layer: two vectors, 14-pixel rows"},
@@ -56,35 +52,27 @@ const Geo kGeos[] = {
     {1, 1, 7, 13, 3, 3, 1, 1, 1, 1, 1, true, "one channel"},
 };
 
-struct Conv {
-  Geo g;
-  int64_t OH() const { return (g.H + 2 * g.pH - g.dH * (g.kH - 1) - 1) / g.sH + 1; }
-  int64_t OW() const { return (g.W + 2 * g.pW - 3) / g.sW + 1; }
-  cpu::ConvShape shape() const {
-    return {g.N, g.C, g.H, g.W, g.O, g.kH, 3, g.sH, g.sW, g.pH, g.pW, g.dH, 1, OH(), OW()};
-  }
-  Tensor op(const Tensor& x, const Tensor& w, const Tensor& b) const {
-    return conv2d(x, w, b, {g.sH, g.sW}, {g.pH, g.pW}, {g.dH, 1});
-  }
-};
+Tensor op(const Geo& g, const Tensor& x, const Tensor& w, const Tensor& b) {
+  return conv2d(x, w, b, g.stride(), g.padding(), g.dilation());
+}
 
 struct Inputs {
   Tensor x, w, b;  // f32
 };
-Inputs make_inputs(const Conv& c, uint64_t seed) {
+Inputs make_inputs(const Geo& g, uint64_t seed) {
   Generator gen(seed);
   Inputs in;
-  in.x = randn({c.g.N, c.g.C, c.g.H, c.g.W}, {}, &gen);
-  in.w = randn({c.g.O, c.g.C, c.g.kH, 3}, {}, &gen);
-  if (c.g.bias) in.b = randn({c.g.O}, {}, &gen);
+  in.x = randn(g.x_size(), {}, &gen);
+  in.w = randn(g.w_size(), {}, &gen);
+  if (g.bias) in.b = randn({g.O}, {}, &gen);
   return in;
 }
 Tensor f64(const Tensor& t) { return t.defined() ? t.to(DType::Float64) : Tensor(); }
 Tensor abs_or_none(const Tensor& t) { return t.defined() ? abs(t) : Tensor(); }
 
-Tensor direct(const Conv& c, const Inputs& in) {
-  Tensor y = full({c.g.N, c.g.O, c.OH(), c.OW()}, std::numeric_limits<float>::quiet_NaN());  // all written
-  cpu::conv_direct_forward(c.shape(), static_cast<const float*>(in.x.data_ptr()),
+Tensor direct(const Geo& g, const Inputs& in) {
+  Tensor y = full(g.y_size(), std::numeric_limits<float>::quiet_NaN());  // every element written
+  cpu::conv_direct_forward(g.shape(), static_cast<const float*>(in.x.data_ptr()),
                            static_cast<const float*>(in.w.data_ptr()),
                            in.b.defined() ? static_cast<const float*>(in.b.data_ptr()) : nullptr,
                            static_cast<float*>(y.data_ptr()));
@@ -99,12 +87,11 @@ TEST(ConvDirect, KernelMatchesFp64AtEveryEdge) {
   MT_REQUIRE_KERNEL();
   for (const Geo& geo : kGeos) {
     SCOPED_TRACE(geo.what);
-    const Conv c{geo};
-    ASSERT_TRUE(cpu::conv_direct_applies(c.shape()));
-    const Inputs in = make_inputs(c, 41);
-    const Tensor ref = c.op(f64(in.x), f64(in.w), f64(in.b));
-    const Tensor absterms = c.op(abs(f64(in.x)), abs(f64(in.w)), abs_or_none(f64(in.b)));
-    EXPECT_TRUE(within_sum_bound(direct(c, in), ref, absterms, geo.C * geo.kH * 3, 1.0, 0));
+    ASSERT_TRUE(cpu::conv_direct_applies(geo.shape()));
+    const Inputs in = make_inputs(geo, 41);
+    const Tensor ref = op(geo, f64(in.x), f64(in.w), f64(in.b));
+    const Tensor absterms = op(geo, abs(f64(in.x)), abs(f64(in.w)), abs_or_none(f64(in.b)));
+    EXPECT_TRUE(within_sum_bound(direct(geo, in), ref, absterms, geo.C * geo.kH * 3, 1.0, 0));
   }
 }
 
@@ -112,20 +99,19 @@ TEST(ConvDirect, OnPlaneShiftGeometryItIsTheImplicitGemmBitForBit) {
   MT_REQUIRE_KERNEL();
   int checked = 0;
   for (const Geo& geo : kGeos) {
-    const Conv c{geo};
-    if (geo.sH != 1 || geo.sW != 1 || geo.pW != 1 || c.OW() != geo.W) continue;
+    if (geo.sH != 1 || geo.sW != 1 || geo.pW != 1 || geo.OW() != geo.W) continue;
     SCOPED_TRACE(geo.what);
-    Inputs in = make_inputs(c, 42);
+    Inputs in = make_inputs(geo, 42);
     // Specials reach some outputs: an infinity (inf * 0 from the padding is NaN), NaN, -0.
     float* x = static_cast<float*>(in.x.data_ptr());
     if (in.x.numel() > 20) x[5] = std::numeric_limits<float>::infinity(), x[11] = std::numeric_limits<float>::quiet_NaN();
     static_cast<float*>(in.w.data_ptr())[0] = -0.0f;
-    Tensor y = full({geo.N, geo.O, c.OH(), c.OW()}, 0.0f);
-    const cpu::ImplicitConvShape s{geo.N, geo.C, geo.H, geo.W, geo.O, geo.kH, 3, geo.pH, 1, geo.dH, c.OH()};
+    Tensor y = full(geo.y_size(), 0.0f);
+    const cpu::ImplicitConvShape s{geo.N, geo.C, geo.H, geo.W, geo.O, geo.kH, 3, geo.pH, 1, geo.dH, geo.OH()};
     cpu::conv_implicit_gemm(s, x, static_cast<const float*>(in.w.data_ptr()),
                             in.b.defined() ? static_cast<const float*>(in.b.data_ptr()) : nullptr,
                             static_cast<float*>(y.data_ptr()));
-    EXPECT_TRUE(bit_equal(direct(c, in), y));
+    EXPECT_TRUE(bit_equal(direct(geo, in), y));
     ++checked;
   }
   EXPECT_GE(checked, 5);
@@ -135,13 +121,12 @@ TEST(ConvDirect, Conv2dReturnsTheKernelsBitsWithinTheBoundOfIm2col) {
   MT_REQUIRE_KERNEL();
   for (const Geo& geo : kGeos) {
     SCOPED_TRACE(geo.what);
-    const Conv c{geo};
-    const Inputs in = make_inputs(c, 43);
-    const Tensor got = with_algo(cpu::ConvAlgo::Auto, [&] { return c.op(in.x, in.w, in.b); });
-    const Tensor old = with_algo(cpu::ConvAlgo::Im2col, [&] { return c.op(in.x, in.w, in.b); });
+    const Inputs in = make_inputs(geo, 43);
+    const Tensor got = with_algo(cpu::ConvAlgo::Auto, [&] { return op(geo, in.x, in.w, in.b); });
+    const Tensor old = with_algo(cpu::ConvAlgo::Im2col, [&] { return op(geo, in.x, in.w, in.b); });
     // Where conv2d takes the implicit GEMM instead (narrow "same" rows), the bits are the same too.
-    EXPECT_TRUE(bit_equal(got, direct(c, in)));
-    const Tensor absterms = c.op(abs(f64(in.x)), abs(f64(in.w)), abs_or_none(f64(in.b)));
+    EXPECT_TRUE(bit_equal(got, direct(geo, in)));
+    const Tensor absterms = op(geo, abs(f64(in.x)), abs(f64(in.w)), abs_or_none(f64(in.b)));
     EXPECT_TRUE(within_sum_bound(got, old.to(DType::Float64), absterms, geo.C * geo.kH * 3, 2.0, 0));
   }
 }
@@ -152,13 +137,12 @@ TEST(ConvDirect, SameBitsOnOneTwoAndThreeThreads) {
   for (const Geo& geo : {Geo{5, 24, 16, 16, 20, 3, 2, 2, 1, 1, 1, true, "five images"},
                          Geo{1, 32, 30, 30, 48, 3, 1, 1, 1, 1, 1, false, "one image"}}) {
     SCOPED_TRACE(geo.what);
-    const Conv c{geo};
-    const Inputs in = make_inputs(c, 44);
+    const Inputs in = make_inputs(geo, 44);
     const int saved = omp_get_max_threads();
     std::vector<Tensor> got;
     for (int t : {1, 2, 3}) {
       omp_set_num_threads(t);
-      got.push_back(direct(c, in));
+      got.push_back(direct(geo, in));
     }
     omp_set_num_threads(saved);
     EXPECT_TRUE(bit_equal(got[0], got[1]));

@@ -23,6 +23,7 @@
 
 #include "common/bit_equal.h"
 #include "common/sum_bound.h"
+#include "ops/conv3_geometry.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/conv_weight_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
@@ -40,50 +41,37 @@ bool kernel_available() {
 #define MT_REQUIRE_KERNEL() \
   if (!kernel_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW/VL: the weight gradient stays on im2col + GEMM"
 
-// kW = 3 and dW = 1 throughout (the kernel's geometry).
-struct Geo {
-  int64_t N, C, H, W, O, kH, sH, sW, pH, pW, dH;
-  const char* what;
-};
+using Geo = testing::Conv3;  // the bias flag unused here
 const Geo kGeos[] = {
-    {2, 16, 28, 28, 16, 3, 1, 1, 1, 1, 1, "ResNet-8's layer1: one vector of channels, 6 full pair blocks"},
-    {3, 5, 9, 11, 17, 3, 1, 1, 1, 1, 1, "O = 17: two vectors, the second one channel; 15 pairs, last block 3"},
-    {2, 16, 12, 12, 32, 3, 2, 2, 1, 1, 1, "stride 2, two vectors"},
-    {2, 8, 7, 7, 64, 3, 1, 1, 1, 1, 1, "four vectors, 7x7 planes (49 pixels: a ragged 16-pixel transpose)"},
-    {2, 6, 10, 9, 48, 3, 2, 1, 0, 2, 2, "O = 48 (three one-vector blocks), row stride 2, dilation 2, pW past reach"},
-    {1, 6, 5, 40, 8, 5, 1, 2, 2, 1, 1, "5 rows, column stride 2, padded rows of 41 columns (3 chunks)"},
-    {7, 64, 20, 20, 16, 3, 1, 1, 1, 1, 1, "3 images per chunk: chunks of 3, 3 and 1"},
-    {2, 3, 1, 3, 64, 3, 1, 1, 1, 1, 1, "H = 1: two of three kernel rows read padding"},
-    {2, 8, 6, 11, 64, 1, 1, 1, 0, 1, 1, "1x3 kernel"},
-    {3, 4, 6, 6, 40, 3, 1, 1, 0, 0, 1, "no padding, O = 40: three one-vector blocks"},
+    {2, 16, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "ResNet-8's layer1: one vector of channels, 6 full pair blocks"},
+    {3, 5, 9, 11, 17, 3, 1, 1, 1, 1, 1, false, "O = 17: two vectors, the second one channel; 15 pairs, last block 3"},
+    {2, 16, 12, 12, 32, 3, 2, 2, 1, 1, 1, false, "stride 2, two vectors"},
+    {2, 8, 7, 7, 64, 3, 1, 1, 1, 1, 1, false, "four vectors, 7x7 planes (49 pixels: a ragged 16-pixel transpose)"},
+    {2, 6, 10, 9, 48, 3, 2, 1, 0, 2, 2, false, "O = 48 (three one-vector blocks), row stride 2, dilation 2, pW past reach"},
+    {1, 6, 5, 40, 8, 5, 1, 2, 2, 1, 1, false, "5 rows, column stride 2, padded rows of 41 columns (3 chunks)"},
+    {7, 64, 20, 20, 16, 3, 1, 1, 1, 1, 1, false, "3 images per chunk: chunks of 3, 3 and 1"},
+    {2, 3, 1, 3, 64, 3, 1, 1, 1, 1, 1, false, "H = 1: two of three kernel rows read padding"},
+    {2, 8, 6, 11, 64, 1, 1, 1, 0, 1, 1, false, "1x3 kernel"},
+    {3, 4, 6, 6, 40, 3, 1, 1, 0, 0, 1, false, "no padding, O = 40: three one-vector blocks"},
 };
 
-struct Conv {
-  Geo g;
-  int64_t OH() const { return (g.H + 2 * g.pH - g.dH * (g.kH - 1) - 1) / g.sH + 1; }
-  int64_t OW() const { return (g.W + 2 * g.pW - 3) / g.sW + 1; }
-  cpu::ConvShape shape() const {
-    return {g.N, g.C, g.H, g.W, g.O, g.kH, 3, g.sH, g.sW, g.pH, g.pW, g.dH, 1, OH(), OW()};
-  }
-  IntList wsize() const { return {g.O, g.C, g.kH, 3}; }
-  Tensor op(const Tensor& x, const Tensor& gy) const {
-    return conv2d_weight_grad(x, gy, wsize(), {g.sH, g.sW}, {g.pH, g.pW}, {g.dH, 1});
-  }
-};
+Tensor op(const Geo& g, const Tensor& x, const Tensor& gy) {
+  return conv2d_weight_grad(x, gy, g.w_size(), g.stride(), g.padding(), g.dilation());
+}
 
 struct Inputs {
   Tensor x, gy;  // f32
 };
-Inputs make_inputs(const Conv& c, uint64_t seed) {
+Inputs make_inputs(const Geo& g, uint64_t seed) {
   Generator gen(seed);
-  return {randn({c.g.N, c.g.C, c.g.H, c.g.W}, {}, &gen), randn({c.g.N, c.g.O, c.OH(), c.OW()}, {}, &gen)};
+  return {randn(g.x_size(), {}, &gen), randn(g.y_size(), {}, &gen)};
 }
 
 // The kernel itself on x and gy of storage type E.
 template <typename E>
-Tensor direct(const Conv& c, const Tensor& x, const Tensor& gy) {
-  Tensor gw = full(c.wsize(), std::numeric_limits<float>::quiet_NaN());  // every element written
-  cpu::conv_weight_grad_direct(c.shape(), static_cast<const E*>(x.data_ptr()), static_cast<const E*>(gy.data_ptr()),
+Tensor direct(const Geo& g, const Tensor& x, const Tensor& gy) {
+  Tensor gw = full(g.w_size(), std::numeric_limits<float>::quiet_NaN());  // every element written
+  cpu::conv_weight_grad_direct(g.shape(), static_cast<const E*>(x.data_ptr()), static_cast<const E*>(gy.data_ptr()),
                                static_cast<float*>(gw.data_ptr()));
   return gw;
 }
@@ -96,12 +84,11 @@ TEST(ConvWeightGradDirect, KernelMatchesFp64AtEveryEdge) {
   MT_REQUIRE_KERNEL();
   for (const Geo& geo : kGeos) {
     SCOPED_TRACE(geo.what);
-    const Conv c{geo};
-    ASSERT_TRUE(cpu::conv_weight_grad_direct_applies(c.shape()));
-    const Inputs in = make_inputs(c, 31);
+    ASSERT_TRUE(cpu::conv_weight_grad_direct_applies(geo.shape()));
+    const Inputs in = make_inputs(geo, 31);
     const Tensor x64 = in.x.to(DType::Float64), g64 = in.gy.to(DType::Float64);
-    const Tensor ref = c.op(x64, g64), absterms = c.op(abs(x64), abs(g64));
-    EXPECT_TRUE(within_sum_bound(direct<float>(c, in.x, in.gy), ref, absterms, geo.N * c.OH() * c.OW(), 1.0, 0));
+    const Tensor ref = op(geo, x64, g64), absterms = op(geo, abs(x64), abs(g64));
+    EXPECT_TRUE(within_sum_bound(direct<float>(geo, in.x, in.gy), ref, absterms, geo.N * geo.OH() * geo.OW(), 1.0, 0));
   }
 }
 
@@ -109,13 +96,12 @@ TEST(ConvWeightGradDirect, TheOpReturnsTheKernelsBitsWithinTheBoundOfIm2col) {
   MT_REQUIRE_KERNEL();
   for (const Geo& geo : kGeos) {
     SCOPED_TRACE(geo.what);
-    const Conv c{geo};
-    const Inputs in = make_inputs(c, 32);
-    const Tensor got = with_algo(cpu::ConvAlgo::Auto, [&] { return c.op(in.x, in.gy); });
-    const Tensor old = with_algo(cpu::ConvAlgo::Im2col, [&] { return c.op(in.x, in.gy); });
-    EXPECT_TRUE(bit_equal(got, direct<float>(c, in.x, in.gy)));
+    const Inputs in = make_inputs(geo, 32);
+    const Tensor got = with_algo(cpu::ConvAlgo::Auto, [&] { return op(geo, in.x, in.gy); });
+    const Tensor old = with_algo(cpu::ConvAlgo::Im2col, [&] { return op(geo, in.x, in.gy); });
+    EXPECT_TRUE(bit_equal(got, direct<float>(geo, in.x, in.gy)));
     const Tensor x64 = in.x.to(DType::Float64), g64 = in.gy.to(DType::Float64);
-    EXPECT_TRUE(within_sum_bound(got, old.to(DType::Float64), c.op(abs(x64), abs(g64)), geo.N * c.OH() * c.OW(),
+    EXPECT_TRUE(within_sum_bound(got, old.to(DType::Float64), op(geo, abs(x64), abs(g64)), geo.N * geo.OH() * geo.OW(),
                                  2.0, 0));
   }
 }
@@ -123,13 +109,13 @@ TEST(ConvWeightGradDirect, TheOpReturnsTheKernelsBitsWithinTheBoundOfIm2col) {
 TEST(ConvWeightGradDirect, SameBitsOnOneTwoAndThreeThreads) {
   MT_REQUIRE_KERNEL();
   // A team's worth of work (2^21 multiply-adds), two chunks and a short one, a short pair block.
-  const Conv c{{30, 24, 13, 13, 20, 3, 1, 1, 1, 1, 1, ""}};
-  const Inputs in = make_inputs(c, 33);
+  const Geo geo{30, 24, 13, 13, 20, 3, 1, 1, 1, 1, 1, false, ""};
+  const Inputs in = make_inputs(geo, 33);
   const int saved = omp_get_max_threads();
   std::vector<Tensor> got;
   for (int t : {1, 2, 3}) {
     omp_set_num_threads(t);
-    got.push_back(c.op(in.x, in.gy));
+    got.push_back(op(geo, in.x, in.gy));
   }
   omp_set_num_threads(saved);
   EXPECT_TRUE(bit_equal(got[0], got[1]));
@@ -140,15 +126,14 @@ TEST(ConvWeightGradDirect, SixteenBitStorageIsTheFp32KernelOnWidenedOperands) {
   MT_REQUIRE_KERNEL();
   for (const Geo& geo : kGeos) {
     SCOPED_TRACE(geo.what);
-    const Conv c{geo};
-    const Inputs in = make_inputs(c, 34);
+    const Inputs in = make_inputs(geo, 34);
     for (DType dt : {DType::BFloat16, DType::Float16}) {
       const Tensor x = in.x.to(dt), gy = in.gy.to(dt);
-      const Tensor f32 = direct<float>(c, x.to(DType::Float32), gy.to(DType::Float32));
-      const Tensor got = dt == DType::BFloat16 ? direct<BFloat16>(c, x, gy) : direct<Half>(c, x, gy);
+      const Tensor f32 = direct<float>(geo, x.to(DType::Float32), gy.to(DType::Float32));
+      const Tensor got = dt == DType::BFloat16 ? direct<BFloat16>(geo, x, gy) : direct<Half>(geo, x, gy);
       EXPECT_TRUE(bit_equal(got, f32)) << dtype_name(dt);
       cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);  // BF16 in FP32 arithmetic (FP16 always is)
-      EXPECT_TRUE(bit_equal(c.op(x, gy), f32.to(dt))) << dtype_name(dt);
+      EXPECT_TRUE(bit_equal(op(geo, x, gy), f32.to(dt))) << dtype_name(dt);
     }
   }
 }

@@ -1,0 +1,191 @@
+// ops/cpu/conv_input_grad_avx512.cpp — see conv_input_grad_avx512.h. Only the functions marked
+// MT_IGRAD hold AVX-512 instructions; they run only after conv_input_grad_direct_applies() (which
+// checks the CPU) said yes.
+#include "ops/cpu/conv_input_grad_avx512.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "core/error.h"
+#include "ops/cpu/aligned_buffer.h"
+#include "ops/cpu/conv_implicit_gemm.h"
+#include "ops/cpu/tile_threads.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#include "ops/cpu/transpose_avx512.h"
+#define MIXTAPE_HAVE_IGRAD_AVX512 1
+#define MT_IGRAD __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#pragma GCC diagnostic push
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#else
+#define MIXTAPE_HAVE_IGRAD_AVX512 0
+#endif
+
+namespace mixtape::cpu {
+namespace {
+
+constexpr int kAccumulators = 24;                    // P pixels x 3 taps x V vectors
+constexpr int kMaxV = 2;                             // + 3 V weight vectors: at most 30 zmm live
+constexpr int64_t kParallelMacs = int64_t(1) << 21;  // below this, one thread (as the implicit conv)
+
+#if MIXTAPE_HAVE_IGRAD_AVX512
+
+struct Plan {
+  ConvShape s;
+  PaddedPlanes pp;
+  int64_t L, Cpad;
+  int V, P, Plast;  // a block: P pixels (the row's last block Plast) x 3 taps x V vectors of 16 channels
+  int64_t row_blocks, cblocks;
+};
+
+Plan plan_of(const ConvShape& s) {
+  Plan p{};
+  p.s = s;
+  p.pp = PaddedPlanes::of(s);
+  p.L = s.OH * s.OW;
+  p.Cpad = (s.C + 15) / 16 * 16;
+  const int64_t vectors = p.Cpad / 16;
+  p.V = vectors % kMaxV == 0 ? kMaxV : 1;
+  const int64_t pmax = kAccumulators / (kPaddedTaps * p.V);
+  p.row_blocks = (s.OW + pmax - 1) / pmax;
+  p.P = static_cast<int>((s.OW + p.row_blocks - 1) / p.row_blocks);
+  p.Plast = static_cast<int>(s.OW - (p.row_blocks - 1) * p.P);
+  p.cblocks = vectors / p.V;
+  return p;
+}
+
+// wt[((o kH + ki) 3 + kj) Cpad + c] = w[o, c, ki, kj], zero for c >= C.
+void pack_weights(const Plan& p, const float* w, float* wt) {
+  const ConvShape& s = p.s;
+  std::fill(wt, wt + s.O * s.kH * kPaddedTaps * p.Cpad, 0.0f);
+  for (int64_t o = 0; o < s.O; ++o)
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t t = 0; t < s.kH * kPaddedTaps; ++t)
+        wt[(o * s.kH * kPaddedTaps + t) * p.Cpad + c] = w[(o * s.C + c) * s.kH * kPaddedTaps + t];
+}
+
+// Output pixels [ow0, ow0 + P) of row oh, kernel row ki, channels [c0, c0 + 16 V) of one image:
+// gxt[(oh sH + ki dH, (ow0 + j) SW + kj), c] += sum over o of wt[o, ki, kj, c] gy[o, pixel j].
+template <int V, int P, int SW>
+MT_IGRAD void block(const Plan& p, const float* gy, const float* wt, int64_t oh, int64_t ki, int64_t ow0, int64_t c0,
+                    float* gxt) {
+  const ConvShape& s = p.s;
+  __m512 acc[P * kPaddedTaps][V];
+  for (int a = 0; a < P * kPaddedTaps; ++a)
+    for (int v = 0; v < V; ++v) acc[a][v] = _mm512_setzero_ps();
+  const int64_t L = p.L, Cpad = p.Cpad, wstep = s.kH * kPaddedTaps * Cpad;
+  const float* g = gy + oh * s.OW + ow0;
+  const float* w = wt + ki * kPaddedTaps * Cpad + c0;
+  for (int64_t o = 0; o < s.O; ++o, g += L, w += wstep) {
+    __m512 wv[kPaddedTaps][V];
+    for (int k = 0; k < kPaddedTaps; ++k)
+      for (int v = 0; v < V; ++v) wv[k][v] = _mm512_load_ps(w + k * Cpad + 16 * v);
+    for (int j = 0; j < P; ++j) {
+      const __m512 b = _mm512_set1_ps(g[j]);
+      for (int k = 0; k < kPaddedTaps; ++k)
+        for (int v = 0; v < V; ++v) acc[j * kPaddedTaps + k][v] = _mm512_fmadd_ps(wv[k][v], b, acc[j * kPaddedTaps + k][v]);
+    }
+  }
+  float* row = gxt + ((oh * s.sH + ki * s.dH) * p.pp.Wp + ow0 * SW) * Cpad + c0;
+  for (int j = 0; j < P; ++j)
+    for (int k = 0; k < kPaddedTaps; ++k) {
+      float* d = row + (j * SW + k) * Cpad;
+      for (int v = 0; v < V; ++v)
+        _mm512_store_ps(d + 16 * v, _mm512_add_ps(_mm512_load_ps(d + 16 * v), acc[j * kPaddedTaps + k][v]));
+    }
+}
+
+using BlockFn = void (*)(const Plan&, const float*, const float*, int64_t, int64_t, int64_t, int64_t, float*);
+template <int V, int SW, int... Ps>
+constexpr std::array<BlockFn, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
+  return {&block<V, Ps + 1, SW>...};
+}
+template <int SW>
+BlockFn block_for(int V, int P) {
+  static constexpr auto v1 = blocks_of<1, SW>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps>{});
+  static constexpr auto v2 = blocks_of<2, SW>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 2>{});
+  const size_t i = static_cast<size_t>(P - 1);
+  return V == 2 ? v2[i] : v1[i];
+}
+BlockFn block_fn(int sW, int V, int P) { return sW == 2 ? block_for<2>(V, P) : block_for<1>(V, P); }
+
+// gxt (Hp, Wp, Cpad) -> gx (C, H, W): gx[c, h, w] = gxt[h + pH, w + pW, c], 0 where that is past the
+// padded plane (input pixels no tap reads). 16 columns x 16 channels transposed in registers.
+MT_IGRAD void store_image(const Plan& p, const float* gxt, float* gx) {
+  const ConvShape& s = p.s;
+  const int64_t Hp = p.pp.Hp, Wp = p.pp.Wp, HW = s.H * s.W;
+  for (int64_t h = 0; h < s.H; ++h) {
+    const int64_t r = h + s.pH;
+    for (int64_t w0 = 0; w0 < s.W; w0 += 16) {
+      const int64_t n = std::min<int64_t>(16, s.W - w0);
+      const __mmask16 m = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
+      for (int64_t c0 = 0; c0 < s.C; c0 += 16) {
+        __m512 v[16];
+        for (int64_t q = 0; q < 16; ++q) {
+          const int64_t col = w0 + q + s.pW;
+          v[q] = q < n && r < Hp && col < Wp ? _mm512_load_ps(gxt + (r * Wp + col) * p.Cpad + c0) : _mm512_setzero_ps();
+        }
+        transpose16x16(v);
+        for (int64_t q = 0; q < 16 && c0 + q < s.C; ++q) _mm512_mask_storeu_ps(gx + (c0 + q) * HW + h * s.W + w0, m, v[q]);
+      }
+    }
+  }
+}
+
+void image(const Plan& p, const float* gy, const float* wt, float* gx, float* gxt) {
+  const ConvShape& s = p.s;
+  std::memset(gxt, 0, static_cast<size_t>(p.pp.Hp * p.pp.Wp * p.Cpad) * sizeof(float));
+  const BlockFn full = block_fn(static_cast<int>(s.sW), p.V, p.P), last = block_fn(static_cast<int>(s.sW), p.V, p.Plast);
+  for (int64_t ki = 0; ki < s.kH; ++ki)
+    for (int64_t oh = 0; oh < s.OH; ++oh)
+      for (int64_t b = 0; b < p.row_blocks; ++b)
+        for (int64_t cb = 0; cb < p.cblocks; ++cb)
+          (b + 1 < p.row_blocks ? full : last)(p, gy, wt, oh, ki, b * p.P, cb * p.V * 16, gxt);
+  store_image(p, gxt, gx);
+}
+
+#endif  // MIXTAPE_HAVE_IGRAD_AVX512
+
+}  // namespace
+
+bool conv_input_grad_direct_applies(const ConvShape& s) {
+  return MIXTAPE_HAVE_IGRAD_AVX512 && padded_geometry_ok(s) && (s.sW == 1 || s.sW == 2) &&
+         conv_implicit_gemm_enabled();
+}
+
+#if MIXTAPE_HAVE_IGRAD_AVX512
+void conv_input_grad_direct(const ConvShape& s, const float* gy, const float* w, float* gx) {
+  MT_CHECK(conv_input_grad_direct_applies(s), "conv_input_grad_direct: this CPU or geometry is not one it takes ",
+           "(check conv_input_grad_direct_applies() first)");
+  const Plan p = plan_of(s);
+  AlignedBuffer<float> wt;
+  pack_weights(p, w, wt.get(s.O * s.kH * kPaddedTaps * p.Cpad));
+  const int64_t macs = s.N * p.L * s.O * s.C * s.kH * kPaddedTaps;
+  const int nt = omp_in_parallel() || macs < kParallelMacs ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), s.N));
+  const int64_t gsize = p.pp.Hp * p.pp.Wp * p.Cpad;
+  AlignedBuffer<float> scratch;
+  float* buf = scratch.get(static_cast<int64_t>(nt) * gsize);
+  const auto run = [&](int64_t lo, int64_t hi) {
+    const int slot = nt > 1 ? omp_get_thread_num() : 0;  // (nt == 1 may run inside another team)
+    for (int64_t n = lo; n < hi; ++n)
+      image(p, gy + n * s.O * p.L, wt.data.get(), gx + n * s.C * s.H * s.W, buf + static_cast<int64_t>(slot) * gsize);
+  };
+  if (nt <= 1) return run(0, s.N);
+  for_tile_ranges(nt, s.N, 1, run);
+}
+#pragma GCC diagnostic pop
+#else
+void conv_input_grad_direct(const ConvShape&, const float*, const float*, float*) {
+  MT_ERROR("conv_input_grad_direct: not built for this target");
+}
+#endif
+
+}  // namespace mixtape::cpu

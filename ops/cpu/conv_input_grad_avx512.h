@@ -1,0 +1,32 @@
+// ops/cpu/conv_input_grad_avx512.h — conv2d's input gradient in FP32 on AVX-512 without the
+// col = w^T gy matrix and col2im, for kernels 3 columns wide with unit column dilation and column
+// stride 1 or 2 (any row stride, padding, kernel height, row dilation), one group: the strided
+// convs' input gradient (unit-stride ones run as a forward conv, ops/conv.cpp). FP32 operands.
+//
+// Algorithm (docs/CPU.md, "Input gradient of strided convolutions"): the weights are packed once
+// per call as (o, ki, kj) rows of C rounded up to 16. Per image, a zero-filled channel-minor
+// padded gradient gxt (Hp, Wp, C rounded up to 16) receives, for every output pixel and tap, the
+// vector sum over o of w[o, c, ki, kj] gy[o, pixel]: a register block is P consecutive output
+// pixels of one row x the 3 kernel columns x V vectors of 16 input channels (3 P V = 24
+// accumulators), gy broadcast per pixel and depth step, then added into gxt once per block. gxt is
+// then cropped to the image and transposed (16 x 16 in registers) into gx.
+// Invariant (determinism): each gx element is one thread's sum in a fixed order (kernel row,
+// output row, pixel block, pixel, kernel column; within a block over o in order from +0), so the
+// bits are the same at every thread count.
+// Internal: called by ops/conv.cpp only.
+#pragma once
+#include <cstdint>
+
+#include "ops/cpu/conv_shape.h"
+
+namespace mixtape::cpu {
+
+// True when the CPU can run the kernel (conv_implicit_gemm_enabled()) and the geometry is one it
+// takes (padded_geometry_ok, column stride 1 or 2). Depends on the shape only.
+bool conv_input_grad_direct_applies(const ConvShape& s);
+
+// gx (N, C, H, W) = the input gradient of conv2d(x, w) for the output gradient gy (N, O, OH, OW);
+// w (O, C, kH, 3) contiguous. Requires conv_input_grad_direct_applies(s).
+void conv_input_grad_direct(const ConvShape& s, const float* gy, const float* w, float* gx);
+
+}  // namespace mixtape::cpu
