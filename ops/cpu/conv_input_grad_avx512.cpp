@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
+#include "core/convert.h"
 #include "core/error.h"
 #include "ops/cpu/aligned_buffer.h"
 #include "ops/cpu/conv_implicit_gemm.h"
@@ -62,14 +64,18 @@ Plan plan_of(const ConvShape& s) {
   return p;
 }
 
-// wt[((o kH + ki) 3 + kj) Cpad + c] = w[o, c, ki, kj], zero for c >= C.
-void pack_weights(const Plan& p, const float* w, float* wt) {
+float as_float(float v) { return v; }
+float as_float(BFloat16 v) { return bfloat16_bits_to_float(v.bits); }
+
+// wt[((o kH + ki) 3 + kj) Cpad + c] = w[o, c, ki, kj] (widened exactly), zero for c >= C.
+template <typename W>
+void pack_weights(const Plan& p, const W* w, float* wt) {
   const ConvShape& s = p.s;
   std::fill(wt, wt + s.O * s.kH * kPaddedTaps * p.Cpad, 0.0f);
   for (int64_t o = 0; o < s.O; ++o)
     for (int64_t c = 0; c < s.C; ++c)
       for (int64_t t = 0; t < s.kH * kPaddedTaps; ++t)
-        wt[(o * s.kH * kPaddedTaps + t) * p.Cpad + c] = w[(o * s.C + c) * s.kH * kPaddedTaps + t];
+        wt[(o * s.kH * kPaddedTaps + t) * p.Cpad + c] = as_float(w[(o * s.C + c) * s.kH * kPaddedTaps + t]);
 }
 
 // Output pixels [ow0, ow0 + P) of row oh, kernel row ki, channels [c0, c0 + 16 V) of one image:
@@ -140,8 +146,22 @@ MT_IGRAD void store_image(const Plan& p, const float* gxt, float* gx) {
   }
 }
 
-void image(const Plan& p, const float* gy, const float* wt, float* gx, float* gxt) {
+// One image: gy (O, L) and gx (C, H, W) of storage E; 16-bit ones widened into / rounded once from
+// this thread's FP32 scratch (gyf: O L floats, gxf: C H W floats).
+template <typename E>
+void image(const Plan& p, const E* gy_e, const float* wt, E* gx_e, float* gxt, float* gyf, float* gxf) {
   const ConvShape& s = p.s;
+  const float* gy;
+  float* gx;
+  if constexpr (std::is_same_v<E, float>) {
+    gy = gy_e, gx = gx_e;
+  } else {
+    if constexpr (std::is_same_v<E, Half>)
+      convert_half_to_float(gy_e, gyf, static_cast<size_t>(s.O * p.L));
+    else
+      convert_bfloat16_to_float(gy_e, gyf, static_cast<size_t>(s.O * p.L));
+    gy = gyf, gx = gxf;
+  }
   std::memset(gxt, 0, static_cast<size_t>(p.pp.Hp * p.pp.Wp * p.Cpad) * sizeof(float));
   const BlockFn full = block_fn(static_cast<int>(s.sW), p.V, p.P), last = block_fn(static_cast<int>(s.sW), p.V, p.Plast);
   for (int64_t ki = 0; ki < s.kH; ++ki)
@@ -150,6 +170,10 @@ void image(const Plan& p, const float* gy, const float* wt, float* gx, float* gx
         for (int64_t cb = 0; cb < p.cblocks; ++cb)
           (b + 1 < p.row_blocks ? full : last)(p, gy, wt, oh, ki, b * p.P, cb * p.V * 16, gxt);
   store_image(p, gxt, gx);
+  if constexpr (std::is_same_v<E, Half>)
+    convert_float_to_half(gxf, gx_e, static_cast<size_t>(s.C * s.H * s.W));
+  else if constexpr (std::is_same_v<E, BFloat16>)
+    convert_float_to_bfloat16(gxf, gx_e, static_cast<size_t>(s.C * s.H * s.W));  // the one rounding
 }
 
 #endif  // MIXTAPE_HAVE_IGRAD_AVX512
@@ -162,7 +186,9 @@ bool conv_input_grad_direct_applies(const ConvShape& s) {
 }
 
 #if MIXTAPE_HAVE_IGRAD_AVX512
-void conv_input_grad_direct(const ConvShape& s, const float* gy, const float* w, float* gx) {
+namespace {
+template <typename E, typename W>
+void run(const ConvShape& s, const E* gy, const W* w, E* gx) {
   MT_CHECK(conv_input_grad_direct_applies(s), "conv_input_grad_direct: this CPU or geometry is not one it takes ",
            "(check conv_input_grad_direct_applies() first)");
   const Plan p = plan_of(s);
@@ -170,20 +196,42 @@ void conv_input_grad_direct(const ConvShape& s, const float* gy, const float* w,
   pack_weights(p, w, wt.get(s.O * s.kH * kPaddedTaps * p.Cpad));
   const int64_t macs = s.N * p.L * s.O * s.C * s.kH * kPaddedTaps;
   const int nt = omp_in_parallel() || macs < kParallelMacs ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), s.N));
-  const int64_t gsize = p.pp.Hp * p.pp.Wp * p.Cpad;
+  // Per thread: the padded gradient, and for 16-bit storage the image's gy and gx in FP32.
+  constexpr bool wide = !std::is_same_v<E, float>;
+  const int64_t gsize = p.pp.Hp * p.pp.Wp * p.Cpad, ysize = wide ? s.O * p.L : 0, xsize = wide ? s.C * s.H * s.W : 0;
+  const int64_t per = (gsize + ysize + xsize + 15) / 16 * 16;
   AlignedBuffer<float> scratch;
-  float* buf = scratch.get(static_cast<int64_t>(nt) * gsize);
-  const auto run = [&](int64_t lo, int64_t hi) {
-    const int slot = nt > 1 ? omp_get_thread_num() : 0;  // (nt == 1 may run inside another team)
+  float* buf = scratch.get(static_cast<int64_t>(nt) * per);
+  const auto work = [&](int64_t lo, int64_t hi) {
+    float* mine = buf + static_cast<int64_t>(nt > 1 ? omp_get_thread_num() : 0) * per;  // (nt == 1: maybe in a team)
     for (int64_t n = lo; n < hi; ++n)
-      image(p, gy + n * s.O * p.L, wt.data.get(), gx + n * s.C * s.H * s.W, buf + static_cast<int64_t>(slot) * gsize);
+      image(p, gy + n * s.O * p.L, wt.data.get(), gx + n * s.C * s.H * s.W, mine, mine + gsize, mine + gsize + ysize);
   };
-  if (nt <= 1) return run(0, s.N);
-  for_tile_ranges(nt, s.N, 1, run);
+  if (nt <= 1) return work(0, s.N);
+  for_tile_ranges(nt, s.N, 1, work);
 }
+}  // namespace
+
+void conv_input_grad_direct(const ConvShape& s, const float* gy, const float* w, float* gx) { run(s, gy, w, gx); }
+void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx) {
+  run(s, gy, w, gx);
+}
+void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const float* w, BFloat16* gx) {
+  run(s, gy, w, gx);
+}
+void conv_input_grad_direct(const ConvShape& s, const Half* gy, const float* w, Half* gx) { run(s, gy, w, gx); }
 #pragma GCC diagnostic pop
 #else
 void conv_input_grad_direct(const ConvShape&, const float*, const float*, float*) {
+  MT_ERROR("conv_input_grad_direct: not built for this target");
+}
+void conv_input_grad_direct(const ConvShape&, const BFloat16*, const BFloat16*, BFloat16*) {
+  MT_ERROR("conv_input_grad_direct: not built for this target");
+}
+void conv_input_grad_direct(const ConvShape&, const BFloat16*, const float*, BFloat16*) {
+  MT_ERROR("conv_input_grad_direct: not built for this target");
+}
+void conv_input_grad_direct(const ConvShape&, const Half*, const float*, Half*) {
   MT_ERROR("conv_input_grad_direct: not built for this target");
 }
 #endif

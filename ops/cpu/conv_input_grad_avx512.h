@@ -1,7 +1,8 @@
 // ops/cpu/conv_input_grad_avx512.h — conv2d's input gradient in FP32 on AVX-512 without the
 // col = w^T gy matrix and col2im, for kernels 3 columns wide with unit column dilation and column
 // stride 1 or 2 (any row stride, padding, kernel height, row dilation), one group: the strided
-// convs' input gradient (unit-stride ones run as a forward conv, ops/conv.cpp). FP32 operands.
+// convs' input gradient (unit-stride ones run as a forward conv, ops/conv.cpp). FP32 arithmetic on
+// FP32, BF16 or FP16 storage.
 //
 // Algorithm (docs/CPU.md, "Input gradient of strided convolutions"): the weights are packed once
 // per call as (o, ki, kj) rows of C rounded up to 16. Per image, a zero-filled channel-minor
@@ -17,6 +18,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/bfloat16.h"
+#include "core/half.h"
 #include "ops/cpu/conv_shape.h"
 
 namespace mixtape::cpu {
@@ -26,7 +29,12 @@ namespace mixtape::cpu {
 bool conv_input_grad_direct_applies(const ConvShape& s);
 
 // gx (N, C, H, W) = the input gradient of conv2d(x, w) for the output gradient gy (N, O, OH, OW);
-// w (O, C, kH, 3) contiguous. Requires conv_input_grad_direct_applies(s).
+// w (O, C, kH, 3) contiguous. Requires conv_input_grad_direct_applies(s). 16-bit gy and w are
+// widened exactly (per image, and once per call) and gx rounded once per element: BF16 products
+// are exact in FP32, so this is the BF16 GEMM contract (FP32 accumulation) on every BF16 path.
 void conv_input_grad_direct(const ConvShape& s, const float* gy, const float* w, float* gx);
+void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx);
+void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const float* w, BFloat16* gx);
+void conv_input_grad_direct(const ConvShape& s, const Half* gy, const float* w, Half* gx);
 
 }  // namespace mixtape::cpu

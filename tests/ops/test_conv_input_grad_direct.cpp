@@ -8,6 +8,8 @@
 //     heights 1 and 5, input rows and columns no tap reads (zero gradient there);
 //   - conv2d_input_grad returns the kernel's bits for strided convs, within twice the bound of
 //     col2im's;
+//   - BF16 (every BF16 path: emulated, vdpbf16ps, AMX) and FP16 storage: bit for bit the FP32 kernel
+//     on the widened operands, rounded once;
 //   - the same bits on 1, 2 and 3 threads;
 //   - geometries it does not take.
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@
 #include "ops/conv3_geometry.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/conv_input_grad_avx512.h"
+#include "ops/cpu/cpu_features.h"
 
 namespace mixtape {
 namespace {
@@ -103,6 +106,27 @@ TEST(ConvInputGradDirect, TheOpReturnsTheKernelsBitsForStridedConvsWithinTheBoun
     EXPECT_TRUE(within_sum_bound(got, old.to(DType::Float64), op(g, abs(gy64), abs(w64)), g.O * g.kH * 3, 2.0, 0));
   }
   EXPECT_GE(strided, 7);
+}
+
+TEST(ConvInputGradDirect, SixteenBitStorageIsTheFp32KernelOnWidenedOperandsRoundedOnce) {
+  MT_REQUIRE_KERNEL();
+  std::vector<cpu::Bf16GemmPath> paths{cpu::Bf16GemmPath::Emulated};
+  if (cpu::can_run_bf16_native(cpu::cpu_features())) paths.push_back(cpu::Bf16GemmPath::Avx512Bf16);
+  if (cpu::can_run_bf16_amx(cpu::cpu_features_with_amx())) paths.push_back(cpu::Bf16GemmPath::Amx);
+  for (const Geo& g : kGeos) {
+    if (g.sH == 1 && g.sW == 1) continue;  // unit strides run as a forward conv
+    SCOPED_TRACE(g.what);
+    const Inputs in = make_inputs(g, 54);
+    for (DType dt : {DType::BFloat16, DType::Float16}) {
+      const Tensor gy = in.gy.to(dt), w = in.w.to(dt);
+      const Tensor f32 = direct(g, {gy.to(DType::Float32), w.to(DType::Float32)}).to(dt);
+      for (cpu::Bf16GemmPath path : paths) {
+        cpu::Bf16GemmOverride o(path);
+        EXPECT_TRUE(bit_equal(op(g, gy, w), f32)) << dtype_name(dt) << " path " << static_cast<int>(path);
+        if (dt == DType::Float16) break;  // FP16 has one CPU path
+      }
+    }
+  }
 }
 
 TEST(ConvInputGradDirect, SameBitsOnOneTwoAndThreeThreads) {
