@@ -12,13 +12,22 @@
 // f32 GEMM and the result rounded once — a 16-bit conv equals the f32 conv of the widened
 // operands, rounded, bit for bit (the same f32 code runs). Except BF16 on the native BF16 GEMM
 // (cpu::bf16_native_gemm(), MIXTAPE_CPU_BF16): there im2col and the GEMM's operands stay BF16
-// and the GEMM accumulates in FP32 (vdpbf16ps), then one rounding — the same products in another
-// order, within FP32 summation error of the widened path (docs/CPU.md, "BF16 GEMM").
+// and the GEMM accumulates in FP32 (vdpbf16ps / AMX), then one rounding — the same products in
+// another order, within FP32 summation error of the widened path (docs/CPU.md, "BF16 GEMM"); the
+// strided input gradient below widens BF16 to FP32 on every path (the products are exact there).
 //
-// CPU algorithm: on AVX-512 CPUs, "same" convs (unit strides, unit column dilation, OW == W, one
-// group) and their input gradients run on the implicit-GEMM kernel (ops/cpu/conv_implicit_gemm.h:
-// no col matrix, the whole batch's pixels as GEMM columns; implicit_gemm_applies). Otherwise, and
-// for every weight gradient: im2col + GEMM, one image at a time (im2col on AVX-512 kernels for
+// CPU algorithm, on AVX-512 CPUs (docs/CPU.md, "Convolution"), one group, FP32 arithmetic unless
+// said:
+//   - forward, kernels 3 columns wide, column stride 1 or 2, FP32 storage: the direct kernel
+//     (ops/cpu/conv_direct_avx512.h) where direct_conv_preferred says so; "same" convs otherwise
+//     (and in BF16 / FP16) on the implicit GEMM (ops/cpu/conv_implicit_gemm.h: no col matrix, the
+//     whole batch's pixels as GEMM columns; implicit_gemm_applies);
+//   - input gradient: as a forward conv where input_grad_is_a_conv (unit strides); else, 3 columns
+//     wide with column stride 1 or 2, the direct input-gradient kernel (any storage;
+//     ops/cpu/conv_input_grad_avx512.h);
+//   - weight gradient, 3 columns wide, FP32 arithmetic (f32, FP16, emulated BF16): the direct
+//     weight-gradient kernel (ops/cpu/conv_weight_grad_avx512.h);
+// and everything else: im2col + GEMM, one image at a time (im2col on AVX-512 kernels for
 // plane-shift geometry and for column strides 1 and 2: ops/cpu/im2col_avx512.h).
 //   col: (K, L) row-major, K = C kH kW, L = OH OW. Row r = (c kH + ki) kW + kj, column l = i OW + j:
 //        col[r, l] = x[n, c, i sH - pH + ki dH, j sW - pW + kj dW]  (0 where that is padding).

@@ -33,6 +33,7 @@ namespace mixtape::cpu {
 namespace {
 
 constexpr int kAccumulators = 24;                    // zmm accumulators per block: P pixels x V vectors
+constexpr int64_t kWeightSliceBytes = 16 << 10;      // a depth slice's weights for one block: in L1
 constexpr int64_t kParallelMacs = int64_t(1) << 21;  // below this, one thread (as the implicit conv)
 
 bool stride_ok(const ConvShape& s) { return s.sW == 1 || s.sW == 2; }
@@ -45,6 +46,7 @@ struct Plan {
   int64_t L, Opad, K;
   int V, P, Plast;  // a block: P pixels (the row's last block Plast) x V vectors of 16 channels
   int64_t row_blocks, oblocks;
+  int64_t cslice;  // input channels per depth slice: their weights (cslice kH 3 rows x 16 V) stay in L1
 };
 
 // V and P: the most accumulators in use over the row's blocks (equal blocks of at most 24 / V
@@ -68,6 +70,8 @@ Plan plan_of(const ConvShape& s) {
   }
   p.Plast = static_cast<int>(s.OW - (p.row_blocks - 1) * p.P);
   p.oblocks = vectors / p.V;
+  const int64_t row_bytes = 64 * p.V * s.kH * kPaddedTaps;  // one channel's weight rows for a block
+  p.cslice = std::max<int64_t>(1, kWeightSliceBytes / row_bytes);
   return p;
 }
 
@@ -78,19 +82,22 @@ void pack_weights(const Plan& p, const float* w, float* wt) {
     for (int64_t k = 0; k < p.K; ++k) wt[k * p.Opad + o] = w[o * p.K + k];
 }
 
-// Output pixels [ow0, ow0 + P) of row oh x channels [o0, o0 + 16 V) of one staged image xp:
-// yt[(oh OW + ow) Opad + o] = sum over k of wt[k, o] xp[tap k of the pixel].
+// Output pixels [ow0, ow0 + P) of row oh x channels [o0, o0 + 16 V) of one staged image xp, input
+// channels [c0, c1): yt[(oh OW + ow) Opad + o] += sum over those depths k of wt[k, o] xp[tap k of
+// the pixel], in depth order, from +0 when c0 == 0. A slice continues the previous one's FMA chain
+// (its sums stored and reloaded exactly), so slicing leaves the bits alone.
 template <int V, int P, int SW>
 MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh, int64_t ow0, int64_t o0,
-                     float* yt) {
+                     int64_t c0, int64_t c1, float* yt) {
   const ConvShape& s = p.s;
+  const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
+  float* d = yt + (oh * s.OW + ow0) * Opad + o0;
   __m512 acc[P][V];
   for (int j = 0; j < P; ++j)
-    for (int v = 0; v < V; ++v) acc[j][v] = _mm512_setzero_ps();
-  const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
+    for (int v = 0; v < V; ++v) acc[j][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(d + j * Opad + 16 * v);
   const float* base = xp + oh * s.sH * Wp + ow0 * SW;
-  const float* w = wt + o0;
-  for (int64_t c = 0; c < s.C; ++c)
+  const float* w = wt + c0 * s.kH * kPaddedTaps * Opad + o0;
+  for (int64_t c = c0; c < c1; ++c)
     for (int64_t ki = 0; ki < s.kH; ++ki) {
       const float* row = base + c * plane + ki * s.dH * Wp;
       for (int kj = 0; kj < kPaddedTaps; ++kj, w += Opad) {
@@ -102,12 +109,12 @@ MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh
         }
       }
     }
-  float* d = yt + (oh * s.OW + ow0) * Opad + o0;
   for (int j = 0; j < P; ++j)
     for (int v = 0; v < V; ++v) _mm512_store_ps(d + j * Opad + 16 * v, acc[j][v]);
 }
 
-using BlockFn = void (*)(const Plan&, const float*, const float*, int64_t, int64_t, int64_t, float*);
+using BlockFn = void (*)(const Plan&, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         float*);
 template <int V, int SW, int... Ps>
 constexpr std::array<BlockFn, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
   return {&block<V, Ps + 1, SW>...};
@@ -144,11 +151,14 @@ void image_rows(const Plan& p, const float* x, const float* wt, const float* bia
                 int64_t r1, float* xp, float* yt) {
   const ConvShape& s = p.s;
   stage_padded(p.pp, x + n * s.C * s.H * s.W, xp);
-  const BlockFn full = block_fn(static_cast<int>(s.sW), p.V, p.P), last = block_fn(static_cast<int>(s.sW), p.V, p.Plast);
+  const int sW = static_cast<int>(s.sW);
+  const BlockFn full = block_fn(sW, p.V, p.P), last = block_fn(sW, p.V, p.Plast);
   for (int64_t ob = 0; ob < p.oblocks; ++ob)
-    for (int64_t oh = r0; oh < r1; ++oh)
-      for (int64_t b = 0; b < p.row_blocks; ++b)
-        (b + 1 < p.row_blocks ? full : last)(p, xp, wt, oh, b * p.P, ob * p.V * 16, yt);
+    for (int64_t c0 = 0; c0 < s.C; c0 += p.cslice)
+      for (int64_t oh = r0; oh < r1; ++oh)
+        for (int64_t b = 0; b < p.row_blocks; ++b)
+          (b + 1 < p.row_blocks ? full : last)(p, xp, wt, oh, b * p.P, ob * p.V * 16, c0,
+                                               std::min(s.C, c0 + p.cslice), yt);
   if (r0 == 0 && r1 == s.OH) return store_image(p, yt, bias, y + n * s.O * p.L);
   // Part of an image (a batch smaller than the team): its rows only, element by element.
   for (int64_t o = 0; o < s.O; ++o)

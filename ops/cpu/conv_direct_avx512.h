@@ -8,7 +8,8 @@
 // (ops/cpu/padded_planes_avx512.h). A register block is P consecutive output pixels of one output
 // row x V vectors of 16 output channels (P V <= 24 accumulators): per depth step it loads the V
 // weight vectors and multiplies each by the P input values the pixels' tap reads, broadcast
-// straight from the padded plane at constant offsets. The block's sums go to a pixel-major copy of
+// straight from the padded plane at constant offsets, over depth slices whose weights fit in L1
+// (the sums carried between slices in the output buffer). The block's sums go to a pixel-major copy of
 // the image's output, transposed (16 x 16 in registers) into y with the bias added.
 // Invariant (determinism): y[n, o, l] is one FMA chain over the depth in order k = 0, 1, ..., K - 1
 // from +0, then + bias[o] (one FP32 add) — the implicit-GEMM kernel's order, so on its geometry

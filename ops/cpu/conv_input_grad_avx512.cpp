@@ -97,7 +97,10 @@ MT_IGRAD void block(const Plan& p, const float* gy, const float* wt, int64_t oh,
     for (int j = 0; j < P; ++j) {
       const __m512 b = _mm512_set1_ps(g[j]);
       for (int k = 0; k < kPaddedTaps; ++k)
-        for (int v = 0; v < V; ++v) acc[j * kPaddedTaps + k][v] = _mm512_fmadd_ps(wv[k][v], b, acc[j * kPaddedTaps + k][v]);
+        for (int v = 0; v < V; ++v) {
+          __m512& a = acc[j * kPaddedTaps + k][v];
+          a = _mm512_fmadd_ps(wv[k][v], b, a);
+        }
     }
   }
   float* row = gxt + ((oh * s.sH + ki * s.dH) * p.pp.Wp + ow0 * SW) * Cpad + c0;
@@ -140,7 +143,8 @@ MT_IGRAD void store_image(const Plan& p, const float* gxt, float* gx) {
           v[q] = q < n && r < Hp && col < Wp ? _mm512_load_ps(gxt + (r * Wp + col) * p.Cpad + c0) : _mm512_setzero_ps();
         }
         transpose16x16(v);
-        for (int64_t q = 0; q < 16 && c0 + q < s.C; ++q) _mm512_mask_storeu_ps(gx + (c0 + q) * HW + h * s.W + w0, m, v[q]);
+        for (int64_t q = 0; q < 16 && c0 + q < s.C; ++q)
+          _mm512_mask_storeu_ps(gx + (c0 + q) * HW + h * s.W + w0, m, v[q]);
       }
     }
   }
@@ -163,7 +167,8 @@ void image(const Plan& p, const E* gy_e, const float* wt, E* gx_e, float* gxt, f
     gy = gyf, gx = gxf;
   }
   std::memset(gxt, 0, static_cast<size_t>(p.pp.Hp * p.pp.Wp * p.Cpad) * sizeof(float));
-  const BlockFn full = block_fn(static_cast<int>(s.sW), p.V, p.P), last = block_fn(static_cast<int>(s.sW), p.V, p.Plast);
+  const int sW = static_cast<int>(s.sW);
+  const BlockFn full = block_fn(sW, p.V, p.P), last = block_fn(sW, p.V, p.Plast);
   for (int64_t ki = 0; ki < s.kH; ++ki)
     for (int64_t oh = 0; oh < s.OH; ++oh)
       for (int64_t b = 0; b < p.row_blocks; ++b)
@@ -195,7 +200,8 @@ void run(const ConvShape& s, const E* gy, const W* w, E* gx) {
   AlignedBuffer<float> wt;
   pack_weights(p, w, wt.get(s.O * s.kH * kPaddedTaps * p.Cpad));
   const int64_t macs = s.N * p.L * s.O * s.C * s.kH * kPaddedTaps;
-  const int nt = omp_in_parallel() || macs < kParallelMacs ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), s.N));
+  const int nt =
+      omp_in_parallel() || macs < kParallelMacs ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), s.N));
   // Per thread: the padded gradient, and for 16-bit storage the image's gy and gx in FP32.
   constexpr bool wide = !std::is_same_v<E, float>;
   const int64_t gsize = p.pp.Hp * p.pp.Wp * p.Cpad, ysize = wide ? s.O * p.L : 0, xsize = wide ? s.C * s.H * s.W : 0;

@@ -1,7 +1,7 @@
 // ops/cpu/conv_input_grad_avx512.h — conv2d's input gradient in FP32 on AVX-512 without the
 // col = w^T gy matrix and col2im, for kernels 3 columns wide with unit column dilation and column
 // stride 1 or 2 (any row stride, padding, kernel height, row dilation), one group: the strided
-// convs' input gradient (unit-stride ones run as a forward conv, ops/conv.cpp). FP32 arithmetic on
+// convs' input gradient (unit-stride ones mostly run as a forward conv: ops/conv.cpp). FP32 arithmetic on
 // FP32, BF16 or FP16 storage.
 //
 // Algorithm (docs/CPU.md, "Input gradient of strided convolutions"): the weights are packed once

@@ -1,5 +1,6 @@
 // ops/cpu/conv_shape.h — the geometry shared by the direct (no im2col) convolution kernels on
-// AVX-512 (ops/cpu/conv_direct_avx512.h, ops/cpu/conv_weight_grad_avx512.h): a conv2d's sizes, and
+// AVX-512 (ops/cpu/conv_direct_avx512.h, conv_input_grad_avx512.h, conv_weight_grad_avx512.h):
+// a conv2d's sizes, and
 // the zero-padded input plane they read (PaddedPlanes: exactly the rows and columns the taps
 // touch). The kernels take kernels 3 columns wide with unit column dilation and one group.
 // Internal: ops/conv.cpp and those kernels.
@@ -28,11 +29,14 @@ struct PaddedPlanes {
   }
 };
 
-// Whether s is a geometry the padded-plane kernels take: kW == 3, dW == 1, sizes positive, the
-// taps within the padded input, a padded row at most kMaxPaddedWidth columns.
+// Whether s is a geometry the padded-plane kernels take: kW == 3, dW == 1, sizes positive, OH and
+// OW conv2d's, the taps within the padded input, a padded row at most kMaxPaddedWidth columns.
 inline bool padded_geometry_ok(const ConvShape& s) {
   return s.N > 0 && s.C > 0 && s.O > 0 && s.kH > 0 && s.kW == kPaddedTaps && s.dW == 1 && s.sH > 0 && s.sW > 0 &&
          s.dH > 0 && s.pH >= 0 && s.pW >= 0 && s.OH > 0 && s.OW > 0 && s.H > 0 && s.W > 0 &&
+         s.H + 2 * s.pH - s.dH * (s.kH - 1) > 0 && s.W + 2 * s.pW - kPaddedTaps >= 0 &&
+         s.OH == (s.H + 2 * s.pH - s.dH * (s.kH - 1) - 1) / s.sH + 1 &&
+         s.OW == (s.W + 2 * s.pW - kPaddedTaps) / s.sW + 1 &&
          (s.OH - 1) * s.sH + (s.kH - 1) * s.dH < s.H + 2 * s.pH &&
          (s.OW - 1) * s.sW + kPaddedTaps <= std::min(s.W + 2 * s.pW, kMaxPaddedWidth);
 }

@@ -115,7 +115,10 @@ MT_WGRAD void block(const Plan& p, const float* xpad, const float* gyT, int64_t 
         for (int i = 0; i < P; ++i)
           for (int k = 0; k < kPaddedTaps; ++k) {
             const __m512 b = _mm512_set1_ps(r[i][xo + k]);
-            for (int v = 0; v < V; ++v) acc[i * kPaddedTaps + k][v] = _mm512_fmadd_ps(gv[v], b, acc[i * kPaddedTaps + k][v]);
+            for (int v = 0; v < V; ++v) {
+              __m512& a = acc[i * kPaddedTaps + k][v];
+              a = _mm512_fmadd_ps(gv[v], b, a);
+            }
           }
       }
     }
@@ -137,7 +140,8 @@ BlockFn block_fn(int V, int P) {
   static constexpr auto v1 = blocks_of<1>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps>{});
   static constexpr auto v2 = blocks_of<2>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 2>{});
   static constexpr auto v4 = blocks_of<4>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 4>{});
-  return V == 4 ? v4[static_cast<size_t>(P - 1)] : V == 2 ? v2[static_cast<size_t>(P - 1)] : v1[static_cast<size_t>(P - 1)];
+  const size_t i = static_cast<size_t>(P - 1);
+  return V == 4 ? v4[i] : V == 2 ? v2[i] : v1[i];
 }
 
 template <typename E>

@@ -4,7 +4,7 @@
 // the zoo, any stride, padding, kernel height and row dilation), one group. FP32 operands, or BF16 /
 // FP16 storage widened exactly while staged (the emulated BF16 path and FP16 on the CPU).
 //
-// Algorithm (docs/CPU.md, "Weight gradient"): a chunk of images is staged once per call step —
+// Algorithm (docs/CPU.md, "Weight gradient without im2col"): a chunk of images is staged once per call step —
 // each image zero-padded (so every tap reads inside a plane) and its gy transposed to pixel-major
 // (L, O rounded up to 16) rows. Register blocks then compute outer products: per output pixel, V
 // vectors of 16 output channels (gy's row for that pixel) times P (channel, kernel row) pairs x 3

@@ -1,5 +1,6 @@
 // ops/cpu/transpose_avx512.h — the 16 x 16 FP32 transpose in AVX-512 registers, shared by the
-// SGEMM's transposed B packing and the weight gradient's staging of gy (pixels x channels).
+// SGEMM's transposed B packing and the direct conv kernels (the weight gradient's staging of gy,
+// the forward's and the input gradient's stores into NCHW).
 // Include only in a file built for x86-64 with GCC or Clang; the function carries its own target,
 // so it may be called only from AVX-512F code that runs after a CPUID check.
 #pragma once

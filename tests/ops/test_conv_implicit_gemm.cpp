@@ -9,7 +9,9 @@
 //   - against im2col + GEMM (ConvAlgoOverride(Im2col)) within twice the bound;
 //   - BF16 emulated: bit for bit the FP32 kernel on the widened inputs, rounded once (NaN too);
 //   - the same bits on 1 and 2 OpenMP threads, on both BF16 paths;
-//   - geometries it does not take (stride, column dilation, groups) give im2col's bits exactly.
+//   - geometries it does not take (column dilation, groups) give im2col's bits exactly.
+// (For FP32 rows of 16+ pixels conv2d itself now takes the direct kernel, which computes the same
+// bits on this geometry: tests/ops/test_conv_direct.cpp; the kernel-level tests here call this one.)
 #include <gtest/gtest.h>
 #include <omp.h>
 
