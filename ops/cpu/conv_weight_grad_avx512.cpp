@@ -92,7 +92,7 @@ MT_WGRAD void stage_gy(const Plan& p, const E* gy, float* gt) {
 // (stored when first).
 template <int V, int P>
 MT_WGRAD void block(const Plan& p, const float* xpad, const float* gyT, int64_t nb, int64_t pair0, int64_t c0,
-                    float* accT, bool first) {
+                    float* accT, bool first, SpreadPrefetch* pf) {
   const ConvShape& s = p.s;
   int64_t off[P];
   for (int i = 0; i < P; ++i) {
@@ -109,6 +109,7 @@ MT_WGRAD void block(const Plan& p, const float* xpad, const float* gyT, int64_t 
     for (int64_t oh = 0; oh < s.OH; ++oh) {
       const float* r[P];
       for (int i = 0; i < P; ++i) r[i] = xn + off[i] + oh * row_step;
+      pf[0].step(), pf[1].step();
       for (int64_t ow = 0, xo = 0; ow < OW; ++ow, xo += sW, g += Opad) {
         __m512 gv[V];
         for (int v = 0; v < V; ++v) gv[v] = _mm512_load_ps(g + 16 * v);
@@ -130,7 +131,8 @@ MT_WGRAD void block(const Plan& p, const float* xpad, const float* gyT, int64_t 
   }
 }
 
-using BlockFn = void (*)(const Plan&, const float*, const float*, int64_t, int64_t, int64_t, float*, bool);
+using BlockFn = void (*)(const Plan&, const float*, const float*, int64_t, int64_t, int64_t, float*, bool,
+                         SpreadPrefetch*);
 template <int V, int... Ps>
 constexpr std::array<BlockFn, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
   return {&block<V, Ps + 1>...};
@@ -164,11 +166,20 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
       stage_padded(p.pp, x + (n0 + i) * ximage, xpad.data.get() + i * p.pp.image());
       stage_gy(p, gy + (n0 + i) * gimage, gyT.data.get() + i * p.L * p.Opad);
     }
+    // While computing, each thread prefetches the images it stages next: OpenMP's static schedule
+    // gives thread t the same share of the next chunk's images as of this one's.
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t next = n0 + p.nb, m2 = std::max<int64_t>(0, std::min(p.nb, s.N - next));
+    const int64_t q = m2 / T, r = m2 % T, first = next + t * q + std::min<int64_t>(t, r), count = q + (t < r);
+    const int64_t my_blocks = p.blocks() / T + (t < p.blocks() % T), steps = my_blocks * m * s.OH;
+    SpreadPrefetch pf[2] = {
+        SpreadPrefetch(count ? x + first * ximage : nullptr, count * ximage * int64_t(sizeof(E)), steps),
+        SpreadPrefetch(count ? gy + first * gimage : nullptr, count * gimage * int64_t(sizeof(E)), steps)};
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < p.blocks(); ++b) {
       const int64_t pb = b / p.oblocks, ob = b % p.oblocks, pair0 = pb * p.P;
       const int P = static_cast<int>(std::min<int64_t>(p.P, p.pairs - pair0));
-      block_fn(p.V, P)(p, xpad.data.get(), gyT.data.get(), m, pair0, ob * p.V * 16, accT.data.get(), n0 == 0);
+      block_fn(p.V, P)(p, xpad.data.get(), gyT.data.get(), m, pair0, ob * p.V * 16, accT.data.get(), n0 == 0, pf);
     }
   }
   for (int64_t o = 0; o < s.O; ++o)
