@@ -19,6 +19,7 @@
 #include <mixtape/mixtape.h>
 
 #include "common/bit_equal.h"
+#include "common/on_thread_counts.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
 #include "ops/cpu/conv_direct_avx512.h"
@@ -142,13 +143,7 @@ TEST(ConvDirect, SameBitsOnOneTwoAndThreeThreads) {
                          Geo{1, 32, 30, 30, 48, 3, 1, 1, 1, 1, 1, false, "one image"}}) {
     SCOPED_TRACE(geo.what);
     const Inputs in = make_inputs(geo, 44);
-    const int saved = omp_get_max_threads();
-    std::vector<Tensor> got;
-    for (int t : {1, 2, 3}) {
-      omp_set_num_threads(t);
-      got.push_back(direct(geo, in));
-    }
-    omp_set_num_threads(saved);
+    const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return direct(geo, in); });
     EXPECT_TRUE(bit_equal(got[0], got[1]));
     EXPECT_TRUE(bit_equal(got[0], got[2]));
   }

@@ -22,6 +22,7 @@
 #include <mixtape/mixtape.h>
 
 #include "common/bit_equal.h"
+#include "common/on_thread_counts.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
 #include "ops/cpu/conv_implicit_gemm.h"
@@ -133,13 +134,7 @@ TEST(ConvInputGradDirect, SameBitsOnOneTwoAndThreeThreads) {
   MT_REQUIRE_KERNEL();
   const Geo g{5, 24, 16, 16, 40, 3, 2, 2, 1, 1, 1, false, ""};  // 2^21+ multiply-adds: a team runs
   const Inputs in = make_inputs(g, 53);
-  const int saved = omp_get_max_threads();
-  std::vector<Tensor> got;
-  for (int t : {1, 2, 3}) {
-    omp_set_num_threads(t);
-    got.push_back(direct(g, in));
-  }
-  omp_set_num_threads(saved);
+  const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return direct(g, in); });
   EXPECT_TRUE(bit_equal(got[0], got[1]));
   EXPECT_TRUE(bit_equal(got[0], got[2]));
 }

@@ -22,6 +22,7 @@
 #include <mixtape/mixtape.h>
 
 #include "common/bit_equal.h"
+#include "common/on_thread_counts.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
 #include "ops/cpu/conv_implicit_gemm.h"
@@ -112,13 +113,7 @@ TEST(ConvWeightGradDirect, SameBitsOnOneTwoAndThreeThreads) {
   // short pair block (75 pairs, 4 to a block).
   const Geo geo{30, 25, 13, 13, 20, 3, 1, 1, 1, 1, 1, false, ""};
   const Inputs in = make_inputs(geo, 33);
-  const int saved = omp_get_max_threads();
-  std::vector<Tensor> got;
-  for (int t : {1, 2, 3}) {
-    omp_set_num_threads(t);
-    got.push_back(op(geo, in.x, in.gy));
-  }
-  omp_set_num_threads(saved);
+  const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return op(geo, in.x, in.gy); });
   EXPECT_TRUE(bit_equal(got[0], got[1]));
   EXPECT_TRUE(bit_equal(got[0], got[2]));
 }
