@@ -14,7 +14,8 @@
 // (cpu::bf16_native_gemm(), MIXTAPE_CPU_BF16): there im2col and the GEMM's operands stay BF16
 // and the GEMM accumulates in FP32 (vdpbf16ps / AMX), then one rounding — the same products in
 // another order, within FP32 summation error of the widened path (docs/CPU.md, "BF16 GEMM"); the
-// strided input gradient below widens BF16 to FP32 on every path (the products are exact there).
+// direct input-gradient kernel below (strided convs, and unit-stride ones that do not run as a
+// forward conv) widens BF16 to FP32 on every path (the products are exact there).
 //
 // CPU algorithm, on AVX-512 CPUs (docs/CPU.md, "Convolution"), one group, FP32 arithmetic unless
 // said:
@@ -23,8 +24,8 @@
 //     (and in BF16 / FP16) on the implicit GEMM (ops/cpu/conv_implicit_gemm.h: no col matrix, the
 //     whole batch's pixels as GEMM columns; implicit_gemm_applies);
 //   - input gradient: as a forward conv where input_grad_is_a_conv (unit strides); else, 3 columns
-//     wide with column stride 1 or 2, the direct input-gradient kernel (any storage;
-//     ops/cpu/conv_input_grad_avx512.h);
+//     wide with column stride 1 or 2, the direct input-gradient kernel (f32, FP16 and BF16
+//     storage; ops/cpu/conv_input_grad_avx512.h);
 //   - weight gradient, 3 columns wide, FP32 arithmetic (f32, FP16, emulated BF16): the direct
 //     weight-gradient kernel (ops/cpu/conv_weight_grad_avx512.h);
 // and everything else: im2col + GEMM, one image at a time (im2col on AVX-512 kernels for

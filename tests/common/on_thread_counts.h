@@ -12,13 +12,15 @@ namespace mixtape::testing {
 
 template <typename F>
 std::vector<Tensor> on_thread_counts(std::initializer_list<int> counts, F&& f) {
-  const int saved = omp_get_max_threads();
+  struct Restore {
+    int saved = omp_get_max_threads();
+    ~Restore() { omp_set_num_threads(saved); }  // also when f throws
+  } restore;
   std::vector<Tensor> out;
   for (int t : counts) {
     omp_set_num_threads(t);
     out.push_back(f());
   }
-  omp_set_num_threads(saved);
   return out;
 }
 

@@ -121,6 +121,22 @@ TEST(ConvInputGradDirect, SixteenBitStorageIsTheFp32KernelOnWidenedOperandsRound
     for (DType dt : {DType::BFloat16, DType::Float16}) {
       const Tensor gy = in.gy.to(dt), w = in.w.to(dt);
       const Tensor f32 = direct(g, {gy.to(DType::Float32), w.to(DType::Float32)}).to(dt);
+      // The 16-bit overloads themselves (every element written), then the op on each path.
+      Tensor got = full(g.x_size(), std::numeric_limits<float>::quiet_NaN()).to(dt);
+      const Tensor wf = w.to(DType::Float32);
+      if (dt == DType::BFloat16) {
+        const auto* gp = static_cast<const BFloat16*>(gy.data_ptr());
+        cpu::conv_input_grad_direct(g.shape(), gp, static_cast<const BFloat16*>(w.data_ptr()),
+                                    static_cast<BFloat16*>(got.data_ptr()));
+        EXPECT_TRUE(bit_equal(got, f32)) << "BF16 weights";
+        got.fill_(std::numeric_limits<float>::quiet_NaN());
+        cpu::conv_input_grad_direct(g.shape(), gp, static_cast<const float*>(wf.data_ptr()),
+                                    static_cast<BFloat16*>(got.data_ptr()));
+      } else {
+        cpu::conv_input_grad_direct(g.shape(), static_cast<const Half*>(gy.data_ptr()),
+                                    static_cast<const float*>(wf.data_ptr()), static_cast<Half*>(got.data_ptr()));
+      }
+      EXPECT_TRUE(bit_equal(got, f32)) << dtype_name(dt) << " with FP32 weights";
       for (cpu::Bf16GemmPath path : paths) {
         cpu::Bf16GemmOverride o(path);
         EXPECT_TRUE(bit_equal(op(g, gy, w), f32)) << dtype_name(dt) << " path " << static_cast<int>(path);
