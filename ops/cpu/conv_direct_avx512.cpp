@@ -34,7 +34,6 @@ namespace {
 
 constexpr int kAccumulators = 24;                    // zmm accumulators per block: P pixels x V vectors
 constexpr int64_t kWeightSliceBytes = 16 << 10;      // a depth slice's weights for one block: in L1
-constexpr int64_t kParallelMacs = int64_t(1) << 21;  // below this, one thread (as the implicit conv)
 
 bool stride_ok(const ConvShape& s) { return s.sW == 1 || s.sW == 2; }
 
@@ -44,8 +43,9 @@ struct Plan {
   ConvShape s;
   PaddedPlanes pp;
   int64_t L, Opad, K;
-  int V, P, Plast;  // a block: P pixels (the row's last block Plast) x V vectors of 16 channels
-  int64_t row_blocks, oblocks;
+  int V;             // a block: V vectors of 16 channels x the pixels of one of the row's blocks
+  RowBlocks row;
+  int64_t oblocks;
   int64_t cslice;  // input channels per depth slice: their weights (cslice kH 3 rows x 16 V) stay in L1
 };
 
@@ -62,13 +62,9 @@ Plan plan_of(const ConvShape& s) {
   int64_t best = -1;
   for (int V : {4, 2, 1}) {
     if (vectors % V != 0) continue;
-    const int64_t pmax = kAccumulators / V, blocks = (s.OW + pmax - 1) / pmax, P = (s.OW + blocks - 1) / blocks;
-    if (P * V > best) {
-      best = P * V;
-      p.V = V, p.P = static_cast<int>(P), p.row_blocks = blocks;
-    }
+    const RowBlocks row = RowBlocks::of(s.OW, kAccumulators / V);
+    if (row.size * V > best) best = row.size * V, p.V = V, p.row = row;
   }
-  p.Plast = static_cast<int>(s.OW - (p.row_blocks - 1) * p.P);
   p.oblocks = vectors / p.V;
   const int64_t row_bytes = 64 * p.V * s.kH * kPaddedTaps;  // one channel's weight rows for a block
   p.cslice = std::max<int64_t>(1, kWeightSliceBytes / row_bytes);
@@ -155,14 +151,14 @@ void image_rows(const Plan& p, const float* x, const float* wt, const float* bia
   const int64_t image = s.C * s.H * s.W;
   stage_padded(p.pp, x + n * image, xp);
   const int sW = static_cast<int>(s.sW);
-  const BlockFn full = block_fn(sW, p.V, p.P), last = block_fn(sW, p.V, p.Plast);
+  const BlockFn full = block_fn(sW, p.V, p.row.size), last = block_fn(sW, p.V, p.row.last);
   SpreadPrefetch pf(next, image * static_cast<int64_t>(sizeof(float)),
                     p.oblocks * ((s.C + p.cslice - 1) / p.cslice) * (r1 - r0));
   for (int64_t ob = 0; ob < p.oblocks; ++ob)
     for (int64_t c0 = 0; c0 < s.C; c0 += p.cslice)
       for (int64_t oh = r0; oh < r1; ++oh) {
-        for (int64_t b = 0; b < p.row_blocks; ++b)
-          (b + 1 < p.row_blocks ? full : last)(p, xp, wt, oh, b * p.P, ob * p.V * 16, c0,
+        for (int64_t b = 0; b < p.row.count; ++b)
+          (b + 1 < p.row.count ? full : last)(p, xp, wt, oh, b * p.row.size, ob * p.V * 16, c0,
                                                std::min(s.C, c0 + p.cslice), yt);
         pf.step();
       }
@@ -191,10 +187,11 @@ void conv_direct_forward(const ConvShape& s, const float* x, const float* w, con
   AlignedBuffer<float> wt;
   pack_weights(p, w, wt.get(p.K * p.Opad));
   const int64_t macs = s.N * p.L * s.O * p.K;
-  const int nt = omp_in_parallel() || macs < kParallelMacs ? 1 : omp_get_max_threads();
+  const int team = padded_kernel_threads(macs, s.N * s.OH);
   // Units of work: whole images, or with fewer images than threads, row ranges of each image.
-  const int64_t split = s.N >= nt ? 1 : std::min<int64_t>(s.OH, (nt + s.N - 1) / s.N);
+  const int64_t split = s.N >= team ? 1 : std::min<int64_t>(s.OH, (team + s.N - 1) / s.N);
   const int64_t units = s.N * split;
+  const int nt = static_cast<int>(std::min<int64_t>(team, units));
   const int64_t xsize = (p.pp.image() + 15) / 16 * 16, ysize = p.L * p.Opad;
   AlignedBuffer<float> scratch;
   float* buf = scratch.get(static_cast<int64_t>(nt) * (xsize + ysize));

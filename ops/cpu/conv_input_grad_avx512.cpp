@@ -36,7 +36,6 @@ namespace {
 
 constexpr int kAccumulators = 24;                    // P pixels x 3 taps x V vectors
 constexpr int kMaxV = 2;                             // + 3 V weight vectors: at most 30 zmm live
-constexpr int64_t kParallelMacs = int64_t(1) << 21;  // below this, one thread (as the implicit conv)
 
 #if MIXTAPE_HAVE_IGRAD_AVX512
 
@@ -44,8 +43,9 @@ struct Plan {
   ConvShape s;
   PaddedPlanes pp;
   int64_t L, Cpad;
-  int V, P, Plast;  // a block: P pixels (the row's last block Plast) x 3 taps x V vectors of 16 channels
-  int64_t row_blocks, cblocks;
+  int V;             // a block: the pixels of one of the row's blocks x 3 taps x V vectors of 16 channels
+  RowBlocks row;
+  int64_t cblocks;
 };
 
 Plan plan_of(const ConvShape& s) {
@@ -56,16 +56,10 @@ Plan plan_of(const ConvShape& s) {
   p.Cpad = (s.C + 15) / 16 * 16;
   const int64_t vectors = p.Cpad / 16;
   p.V = vectors % kMaxV == 0 ? kMaxV : 1;
-  const int64_t pmax = kAccumulators / (kPaddedTaps * p.V);
-  p.row_blocks = (s.OW + pmax - 1) / pmax;
-  p.P = static_cast<int>((s.OW + p.row_blocks - 1) / p.row_blocks);
-  p.Plast = static_cast<int>(s.OW - (p.row_blocks - 1) * p.P);
+  p.row = RowBlocks::of(s.OW, kAccumulators / (kPaddedTaps * p.V));
   p.cblocks = vectors / p.V;
   return p;
 }
-
-float as_float(float v) { return v; }
-float as_float(BFloat16 v) { return bfloat16_bits_to_float(v.bits); }
 
 // wt[((o kH + ki) 3 + kj) Cpad + c] = w[o, c, ki, kj] (widened exactly), zero for c >= C.
 template <typename W>
@@ -75,7 +69,7 @@ void pack_weights(const Plan& p, const W* w, float* wt) {
   for (int64_t o = 0; o < s.O; ++o)
     for (int64_t c = 0; c < s.C; ++c)
       for (int64_t t = 0; t < s.kH * kPaddedTaps; ++t)
-        wt[(o * s.kH * kPaddedTaps + t) * p.Cpad + c] = as_float(w[(o * s.C + c) * s.kH * kPaddedTaps + t]);
+        wt[(o * s.kH * kPaddedTaps + t) * p.Cpad + c] = static_cast<float>(w[(o * s.C + c) * s.kH * kPaddedTaps + t]);
 }
 
 // Output pixels [ow0, ow0 + P) of row oh, kernel row ki, channels [c0, c0 + 16 V) of one image:
@@ -168,12 +162,12 @@ void image(const Plan& p, const E* gy_e, const float* wt, E* gx_e, float* gxt, f
   }
   std::memset(gxt, 0, static_cast<size_t>(p.pp.Hp * p.pp.Wp * p.Cpad) * sizeof(float));
   const int sW = static_cast<int>(s.sW);
-  const BlockFn full = block_fn(sW, p.V, p.P), last = block_fn(sW, p.V, p.Plast);
+  const BlockFn full = block_fn(sW, p.V, p.row.size), last = block_fn(sW, p.V, p.row.last);
   for (int64_t ki = 0; ki < s.kH; ++ki)
     for (int64_t oh = 0; oh < s.OH; ++oh)
-      for (int64_t b = 0; b < p.row_blocks; ++b)
+      for (int64_t b = 0; b < p.row.count; ++b)
         for (int64_t cb = 0; cb < p.cblocks; ++cb)
-          (b + 1 < p.row_blocks ? full : last)(p, gy, wt, oh, ki, b * p.P, cb * p.V * 16, gxt);
+          (b + 1 < p.row.count ? full : last)(p, gy, wt, oh, ki, b * p.row.size, cb * p.V * 16, gxt);
   store_image(p, gxt, gx);
   if constexpr (std::is_same_v<E, Half>)
     convert_float_to_half(gxf, gx_e, static_cast<size_t>(s.C * s.H * s.W));
@@ -200,8 +194,7 @@ void run(const ConvShape& s, const E* gy, const W* w, E* gx) {
   AlignedBuffer<float> wt;
   pack_weights(p, w, wt.get(s.O * s.kH * kPaddedTaps * p.Cpad));
   const int64_t macs = s.N * p.L * s.O * s.C * s.kH * kPaddedTaps;
-  const int nt =
-      omp_in_parallel() || macs < kParallelMacs ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), s.N));
+  const int nt = padded_kernel_threads(macs, s.N);
   // Per thread: the padded gradient, and for 16-bit storage the image's gy and gx in FP32.
   constexpr bool wide = !std::is_same_v<E, float>;
   const int64_t gsize = p.pp.Hp * p.pp.Wp * p.Cpad, ysize = wide ? s.O * p.L : 0, xsize = wide ? s.C * s.H * s.W : 0;

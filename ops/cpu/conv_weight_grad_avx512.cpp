@@ -38,7 +38,6 @@ namespace {
 
 constexpr int kAccumulators = 24;                   // zmm accumulators per block: P pairs x 3 taps x V
 constexpr int64_t kChunkBytes = int64_t(512) << 10;  // staged images per step: about half an L2
-constexpr int64_t kParallelMacs = int64_t(1) << 21;  // below this, one thread (as the implicit conv)
 constexpr int64_t kMinBlocks = 4;
 
 // Everything the kernels need, derived from the shape once per call.
@@ -157,7 +156,7 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
   gyT.get(p.nb * p.L * p.Opad);
   accT.get(K * p.Opad);
   const int64_t macs = s.N * p.L * s.O * K;
-  const int nt = omp_in_parallel() || macs < kParallelMacs ? 1 : omp_get_max_threads();
+  const int nt = padded_kernel_threads(macs, p.blocks());
 #pragma omp parallel num_threads(nt) if (nt > 1)
   for (int64_t n0 = 0; n0 < s.N; n0 += p.nb) {
     const int64_t m = std::min(p.nb, s.N - n0);

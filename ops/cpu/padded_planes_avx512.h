@@ -1,7 +1,8 @@
 // ops/cpu/padded_planes_avx512.h — the direct (no im2col) convolution kernels' staging of an image
 // into zero-padded FP32 planes (ops/cpu/conv_shape.h's PaddedPlanes) on AVX-512: a copy, BF16 /
-// FP16 widened exactly; and the prefetch that brings the next image in while one is computed. Invariant: padded row r, column q of channel c holds x[c, r - pH, q - pW],
-// or +0 where that is outside the image.
+// FP16 widened exactly; and the prefetch that brings the next image in while one is computed.
+// Invariant: padded row r, column q of channel c holds x[c, r - pH, q - pW], or +0 where that is
+// outside the image.
 // Include only in a file built for x86-64 with GCC or Clang; the functions carry their own target
 // and run only after a CPUID check (conv_implicit_gemm_enabled()).
 // Internal: ops/cpu/conv_weight_grad_avx512.cpp and ops/cpu/conv_direct_avx512.cpp.
