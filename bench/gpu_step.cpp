@@ -2,8 +2,10 @@
 //   gemm_f16/4096, gemm_f32/4096, gemm_f32_tf32/4096   4096^3 matmul, counter TFLOPS (2 n^3 / time)
 //   smallcnn_step/{fp32,amp_fp16,amp_bf16}            one SGD training step, batch 128, 28x28x1
 //   resnet20_step/{fp32,amp_fp16,amp_bf16}            one SGD training step, batch 128, 32x32x3
-// Step counters: images_per_s and peak_bytes (the CUDA caching allocator's high-water mark since
-// the process started). Every timed iteration ends with cuda::synchronize(), so times are device
+//   resnet20_b1024_step/{fp32,amp_fp16,amp_bf16}      the same at batch 1024: at 128 an H200 step is
+//                                                     bound by launches, not by arithmetic
+// Step counters: images_per_s and peak_bytes (the CUDA caching allocator's high-water mark of
+// allocated bytes over the timed steps: reset after the warm-up step, as bench/gpu_torch_step.py). Every timed iteration ends with cuda::synchronize(), so times are device
 // times as seen by the host. AMP modes: autocast on CUDA (FP16 with a GradScaler, BF16 without),
 // FP32 parameters, as PyTorch's torch.autocast recipe.
 // Without a usable GPU it prints "skipped: <reason>", writes an empty result file when
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
@@ -47,8 +50,7 @@ void gemm(benchmark::State& state, DType dt, bool tf32) {
 
 enum class Mode { Fp32, AmpFp16, AmpBf16 };
 
-void train_step(benchmark::State& state, const std::string& model_name, Mode mode) {
-  const int64_t batch = 128;
+void train_step(benchmark::State& state, const std::string& model_name, Mode mode, int64_t batch) {
   manual_seed(0);
   std::shared_ptr<nn::Module> model;
   IntList in_shape;
@@ -81,6 +83,7 @@ void train_step(benchmark::State& state, const std::string& model_name, Mode mod
   };
   step();  // warm-up: optimizer state, cuDNN algorithm choices, allocator cache
   cuda::synchronize();
+  reset_peak_memory(Device::CUDA());  // this mode's steps only, not the earlier benchmarks'
   for (auto _ : state) {
     step();
     cuda::synchronize();
@@ -94,11 +97,17 @@ void register_all() {
   benchmark::RegisterBenchmark("gemm_f16", gemm, DType::Float16, false)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("gemm_f32", gemm, DType::Float32, false)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("gemm_f32_tf32", gemm, DType::Float32, true)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
-  for (const char* m : {"smallcnn", "resnet20"}) {
-    const std::string name = std::string(m) + "_step/";
-    benchmark::RegisterBenchmark((name + "fp32").c_str(), train_step, std::string(m), Mode::Fp32)->UseRealTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark((name + "amp_fp16").c_str(), train_step, std::string(m), Mode::AmpFp16)->UseRealTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark((name + "amp_bf16").c_str(), train_step, std::string(m), Mode::AmpBf16)->UseRealTime()->Unit(benchmark::kMillisecond);
+  struct Row {
+    const char* name;
+    const char* model;
+    int64_t batch;
+  };
+  for (const Row& r : {Row{"smallcnn", "smallcnn", 128}, Row{"resnet20", "resnet20", 128}, Row{"resnet20_b1024", "resnet20", 1024}}) {
+    const std::string name = std::string(r.name) + "_step/";
+    for (auto [suffix, mode] : {std::pair{"fp32", Mode::Fp32}, std::pair{"amp_fp16", Mode::AmpFp16}, std::pair{"amp_bf16", Mode::AmpBf16}}) {
+      benchmark::RegisterBenchmark((name + suffix).c_str(), train_step, std::string(r.model), mode, r.batch)
+          ->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
   }
 }
 

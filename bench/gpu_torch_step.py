@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/gpu_torch_step.py — PyTorch eager on the GPU, the twin of bench_gpu_step's training
 steps, for scripts/gpu-check.sh's side-by-side table: SmallCNN (batch 128, 1x28x28) and ResNet-20
-(batch 128, 3x32x32), one SGD step (lr 0.01, momentum 0.9) in FP32, autocast FP16 with a
+(batch 128 and 1024, 3x32x32), one SGD step (lr 0.01, momentum 0.9) in FP32, autocast FP16 with a
 GradScaler, and autocast BF16; the same random batch every step, as bench_gpu_step does.
 
 Each row: one line in bench_gpu_step's naming, the median step time over the timed windows and
@@ -24,23 +24,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_fashion_mnist as tfm  # noqa: E402  (SmallCNN)
 from torch_suite import ResNet  # noqa: E402  (models/zoo/resnet.cpp's ResNet)
 
-BATCH = 128
+# (row name, model, batch, steps per window or None for --steps): bench_gpu_step's rows
+ROWS = [("smallcnn", "smallcnn", 128, None), ("resnet20", "resnet20", 128, None), ("resnet20_b1024", "resnet20", 1024, 8)]
 
 
-def step_time(model_name, mode, steps, windows, device):
+def step_time(model_name, mode, steps, windows, device, batch=128):
     torch.manual_seed(0)
     if model_name == "smallcnn":
-        model, shape = tfm.SmallCNN(), (BATCH, 1, 28, 28)
+        model, shape = tfm.SmallCNN(), (batch, 1, 28, 28)
     else:
-        model, shape = ResNet(20, 10, 3), (BATCH, 3, 32, 32)
+        model, shape = ResNet(20, 10, 3), (batch, 3, 32, 32)
     dev = torch.device(device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     model = model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.cuda.amp.GradScaler(enabled=mode == "amp_fp16" and dev.type == "cuda")
+    scaler = torch.amp.GradScaler("cuda", enabled=mode == "amp_fp16" and dev.type == "cuda")
     g = torch.Generator().manual_seed(1)
     x = torch.randn(shape, generator=g).to(dev)
-    y = (torch.rand(BATCH, generator=g) * 10).long().to(dev)
+    y = (torch.rand(batch, generator=g) * 10).long().to(dev)
     dtype = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}.get(mode)
 
     def step():
@@ -86,11 +87,11 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = False
     print(f"# torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
-    for model_name in ("smallcnn", "resnet20"):
+    for row, model_name, batch, steps in ROWS:
         for mode in ("fp32", "amp_fp16", "amp_bf16"):
-            t, peak = step_time(model_name, mode, a.steps, a.windows, "cuda")
-            print(f"{model_name + '_step/' + mode:<48} {t * 1e3:>10.3f} ms images_per_s={BATCH / t:.4g} "
-                  f"peak_bytes={peak:.4g}")
+            t, peak = step_time(model_name, mode, steps or a.steps, a.windows, "cuda", batch)
+            print(f"{row + '_step/' + mode:<48} {t * 1e3:>10.3f} ms images_per_s={batch / t:.4g} "
+                  f"peak_bytes={peak:.4g}", flush=True)
     return 0
 
 

@@ -243,7 +243,8 @@ fi
 record deps ok 0
 
 # ---- 3. configure and build for this arch only ----
-gpu_targets=(test_cuda_runtime test_cuda_ops test_cuda_amp bench_gpu_step)  # the gpu label's suites, the benchmark
+# The gpu label's suites and programs (the main job runs on two ranks), the benchmark.
+gpu_targets=(test_cuda_runtime test_cuda_ops test_cuda_amp train_fashion_mnist bench_gpu_step)
 if [ $skip_build = 0 ]; then
   run_stage configure 120 "$logdir/configure.log" \
     cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=ON \

@@ -54,7 +54,7 @@ TEST(CudaConvPlans, BenchmarkModeTakesTheTimedRankingOncePerShape) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "cuDNN's choices exist on the device side only";
 #if !defined(MIXTAPE_CUDA_EMULATOR)
-  GTEST_SKIP() << "needs the CUDA emulator's cuDNN";
+  GTEST_SKIP() << "needs the CUDA emulator's cuDNN counters";
 #else
   struct Restore {
     ~Restore() {

@@ -55,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaMultiStep, ::testing::ValuesIn(ms::cases()),
 TEST(CudaMultiStep, TensorsOnTwoDevicesAreRefusedNamingBoth) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "the CPU standing in for the device has one device";
-  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two devices";
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs, have " << cuda::device_count();
   const ms::Case c = ms::cases()[1];  // SGD with momentum, f32
   auto [in, a] = ms::multi_call(c, ms::copy_to(ms::make(c, {3, 4}, 1), gpu()));
   in[3] = in[3].to(Device::CUDA(1));  // tensor 1's grad
