@@ -38,7 +38,11 @@ def step_time(model_name, mode, steps, windows, device, batch=128):
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     model = model.to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.amp.GradScaler("cuda", enabled=mode == "amp_fp16" and dev.type == "cuda")
+    enabled = mode == "amp_fp16" and dev.type == "cuda"
+    # torch.amp.GradScaler("cuda") where it exists (2.3 on; torch.cuda.amp's is deprecated there),
+    # torch.cuda.amp's in older releases (Debian's 1.13).
+    scaler = (torch.amp.GradScaler("cuda", enabled=enabled) if hasattr(torch.amp, "GradScaler")
+              else torch.cuda.amp.GradScaler(enabled=enabled))
     g = torch.Generator().manual_seed(1)
     x = torch.randn(shape, generator=g).to(dev)
     y = (torch.rand(batch, generator=g) * 10).long().to(dev)
