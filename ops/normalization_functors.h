@@ -54,7 +54,11 @@ MIXTAPE_INLINE void layer_norm_row(const T* xr, const acc_t<T>* w, const acc_t<T
   double q = 0;
   for (int64_t j = 0; j < M; ++j) {
     const double d = static_cast<double>(static_cast<A>(xr[j])) - mu;
+#if defined(__CUDA_ARCH__)
+    q += __dmul_rn(d, d);  // nvcc would fuse d * d + q into an FMA; the CPU (-ffp-contract=off) rounds twice
+#else
     q += d * d;
+#endif
   }
   const double rs = 1.0 / std::sqrt(q / static_cast<double>(M) + eps);
   mean = mu;
