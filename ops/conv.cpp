@@ -20,7 +20,8 @@
 // CPU algorithm, on AVX-512 CPUs (docs/CPU.md, "Convolution"), one group, FP32 arithmetic unless
 // said:
 //   - forward, kernels 3 columns wide, column stride 1 or 2, FP32 storage: the direct kernel
-//     (ops/cpu/conv_direct_avx512.h) where direct_conv_preferred says so; "same" convs otherwise
+//     (ops/cpu/conv_direct_avx512.h) where direct_conv_preferred says so; BF16 on vdpbf16ps its
+//     channel-pair twin where direct_conv_bf16_preferred says so; "same" convs otherwise
 //     (and in BF16 / FP16) on the implicit GEMM (ops/cpu/conv_implicit_gemm.h: no col matrix, the
 //     whole batch's pixels as GEMM columns; implicit_gemm_applies);
 //   - input gradient: as a forward conv where input_grad_is_a_conv (unit strides); else, 3 columns
@@ -395,10 +396,21 @@ bool direct_conv_preferred(const ConvGeom& g) {
   return !implicit_gemm_applies(g, DType::Float32) || (g.OW >= 16 && g.C > 1);
 }
 
+// BF16 on vdpbf16ps (native, both operands BF16): the direct kernel on channel pairs where the
+// FP32 rule picks it (measured in docs/CPU.md, "Direct BF16 convolution on vdpbf16ps": 14x14 and
+// 7x7 "same" layers stay on the implicit GEMM).
+bool direct_conv_bf16_preferred(const ConvGeom& g) {
+  if (g.G != 1 || g.C < 2 || !cpu::own_float_gemm() || !cpu::conv_direct_bf16_applies(conv_shape(g))) return false;
+  return !implicit_gemm_applies(g, DType::BFloat16) || g.OW >= 16;
+}
+
 template <typename S, typename T, typename A>
 void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
   if constexpr (std::is_same_v<S, float> && std::is_same_v<A, float>) {
     if (direct_conv_preferred(g)) return cpu::conv_direct_forward(conv_shape(g), x, w, b, y);
+  }
+  if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
+    if (direct_conv_bf16_preferred(g)) return cpu::conv_direct_forward(conv_shape(g), x, w, b, y);
   }
   if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, BFloat16>) && std::is_same_v<T, float>) {
     if (implicit_gemm_applies(g, std::is_same_v<S, float> ? DType::Float32 : DType::BFloat16))

@@ -1,26 +1,31 @@
 // ops/cpu/conv_direct_avx512.cpp — see conv_direct_avx512.h. Only the functions marked MT_DIRECT
-// hold AVX-512 instructions; they run only after conv_direct_applies() (which checks the CPU)
-// said yes.
+// (MT_DIRECT_BF16) hold AVX-512 (AVX512-BF16) instructions; they run only after
+// conv_direct_applies() (conv_direct_bf16_applies()), which checks the CPU, said yes.
 #include "ops/cpu/conv_direct_avx512.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <array>
+#include <type_traits>
 #include <utility>
 
+#include "core/bfloat16.h"
 #include "core/error.h"
 #include "ops/cpu/aligned_buffer.h"
+#include "ops/cpu/cpu_features.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/tile_threads.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "ops/cpu/bf16_round_avx512.h"
 #include "ops/cpu/padded_planes_avx512.h"
 #include "ops/cpu/transpose_avx512.h"
 #define MIXTAPE_HAVE_DIRECT_AVX512 1
 #define MT_DIRECT __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define MT_DIRECT_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 #pragma GCC diagnostic push
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -41,23 +46,26 @@ bool stride_ok(const ConvShape& s) { return s.sW == 1 || s.sW == 2; }
 
 struct Plan {
   ConvShape s;
-  PaddedPlanes pp;
-  int64_t L, Opad, K;
+  PaddedPlanes pp;   // FP32: one plane per channel; BF16 pairs: one per channel pair (pp.C = planes)
+  int64_t planes;    // staged planes: C, or (C + 1) / 2 channel pairs
+  int64_t L, Opad, K;  // K: depth steps, planes kH 3
   int V;             // a block: V vectors of 16 channels x the pixels of one of the row's blocks
   RowBlocks row;
   int64_t oblocks;
-  int64_t cslice;  // input channels per depth slice: their weights (cslice kH 3 rows x 16 V) stay in L1
+  int64_t cslice;  // planes per depth slice: their weights (cslice kH 3 rows x 16 V) stay in L1
 };
 
 // V and P: the most accumulators in use over the row's blocks (equal blocks of at most 24 / V
 // pixels), the wider V on a tie (fewer broadcasts per multiply-add).
-Plan plan_of(const ConvShape& s) {
+Plan plan_of(const ConvShape& s, bool pairs) {
   Plan p{};
   p.s = s;
+  p.planes = pairs ? (s.C + 1) / 2 : s.C;
   p.pp = PaddedPlanes::of(s);
+  p.pp.C = p.planes;
   p.L = s.OH * s.OW;
   p.Opad = (s.O + 15) / 16 * 16;
-  p.K = s.C * s.kH * kPaddedTaps;
+  p.K = p.planes * s.kH * kPaddedTaps;
   const int64_t vectors = p.Opad / 16;
   int64_t best = -1;
   for (int V : {4, 2, 1}) {
@@ -76,6 +84,58 @@ void pack_weights(const Plan& p, const float* w, float* wt) {
   std::fill(wt, wt + p.K * p.Opad, 0.0f);
   for (int64_t o = 0; o < p.s.O; ++o)
     for (int64_t k = 0; k < p.K; ++k) wt[k * p.Opad + o] = w[o * p.K + k];
+}
+
+// BF16 pairs: wt[k Opad + o] = w[o, 2 c2, ki, kj] | w[o, 2 c2 + 1, ki, kj] << 16 for depth step
+// k = (c2 kH + ki) 3 + kj, the high half zero past C, both zero for o >= O.
+void pack_weights(const Plan& p, const BFloat16* w, uint32_t* wt) {
+  const ConvShape& s = p.s;
+  const int64_t taps = s.kH * kPaddedTaps;
+  std::fill(wt, wt + p.K * p.Opad, 0u);
+  for (int64_t o = 0; o < s.O; ++o)
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t t = 0; t < taps; ++t)
+        wt[((c / 2) * taps + t) * p.Opad + o] |= uint32_t(w[(o * s.C + c) * taps + t].bits) << (16 * (c % 2));
+}
+
+// One BF16 image x (C, H, W) -> xp (planes, Hp, Wp) of 32-bit words: word (c2, r, q) holds
+// x[2 c2, r - pH, q - pW] in its low half and x[2 c2 + 1, ...] in its high half, +0 outside the
+// image or past C (stage_padded's masks, 16 columns at a time).
+MT_DIRECT void stage_pairs(const PaddedPlanes& p, int64_t C, const BFloat16* x, uint32_t* xp) {
+  const int64_t chunks = (p.Wp + 15) / 16;
+  __mmask16 in[kMaxPaddedWidth / 16], out[kMaxPaddedWidth / 16];
+  for (int64_t j = 0; j < chunks; ++j) {
+    uint32_t mi = 0, mo = 0;
+    for (int q = 0; q < 16; ++q) {
+      const int64_t col = j * 16 + q;
+      if (col < p.Wp) mo |= 1u << q;
+      if (col < p.Wp && col >= p.pW && col < p.pW + p.W) mi |= 1u << q;
+    }
+    in[j] = static_cast<__mmask16>(mi), out[j] = static_cast<__mmask16>(mo);
+  }
+  for (int64_t c2 = 0; c2 < p.C; ++c2)
+    for (int64_t r = 0; r < p.Hp; ++r) {
+      uint32_t* d = xp + c2 * p.plane() + r * p.Wp;
+      const int64_t ih = r - p.pH;
+      if (ih < 0 || ih >= p.H) {
+        for (int64_t j = 0; j < chunks; ++j) _mm512_mask_storeu_epi32(d + 16 * j, out[j], _mm512_setzero_si512());
+        continue;
+      }
+      // As stage_padded: lanes before the row start are masked off, the pointers formed as integers.
+      const uintptr_t lo = reinterpret_cast<uintptr_t>(x + (2 * c2 * p.H + ih) * p.W);
+      const bool odd = 2 * c2 + 1 < C;
+      for (int64_t j = 0; j < chunks; ++j) {
+        const uintptr_t at = static_cast<uintptr_t>((16 * j - p.pW) * int64_t(sizeof(BFloat16)));
+        const __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(in[j], reinterpret_cast<const void*>(lo + at)));
+        __m512i v = a;
+        if (odd) {
+          const uintptr_t hi = lo + static_cast<uintptr_t>(p.H * p.W * int64_t(sizeof(BFloat16)));
+          const __m256i b = _mm256_maskz_loadu_epi16(in[j], reinterpret_cast<const void*>(hi + at));
+          v = _mm512_or_si512(a, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+        }
+        _mm512_mask_storeu_epi32(d + 16 * j, out[j], v);
+      }
+    }
 }
 
 // Output pixels [ow0, ow0 + P) of row oh x channels [o0, o0 + 16 V) of one staged image xp, input
@@ -109,24 +169,61 @@ MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh
     for (int v = 0; v < V; ++v) _mm512_store_ps(d + j * Opad + 16 * v, acc[j][v]);
 }
 
-using BlockFn = void (*)(const Plan&, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                         float*);
-template <int V, int SW, int... Ps>
-constexpr std::array<BlockFn, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
-  return {&block<V, Ps + 1, SW>...};
+// block's BF16 twin on channel pairs: per depth step one vdpbf16ps per pixel and vector adds both
+// channels' products (exact in FP32) to the FP32 sum, the pair's word broadcast from the staged plane.
+template <int V, int P, int SW>
+MT_DIRECT_BF16 void block_bf16(const Plan& p, const uint32_t* xp, const uint32_t* wt, int64_t oh, int64_t ow0,
+                               int64_t o0, int64_t c0, int64_t c1, float* yt) {
+  const ConvShape& s = p.s;
+  const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
+  float* d = yt + (oh * s.OW + ow0) * Opad + o0;
+  __m512 acc[P][V];
+  for (int j = 0; j < P; ++j)
+    for (int v = 0; v < V; ++v) acc[j][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(d + j * Opad + 16 * v);
+  const uint32_t* base = xp + oh * s.sH * Wp + ow0 * SW;
+  const uint32_t* w = wt + c0 * s.kH * kPaddedTaps * Opad + o0;
+  for (int64_t c = c0; c < c1; ++c)
+    for (int64_t ki = 0; ki < s.kH; ++ki) {
+      const uint32_t* row = base + c * plane + ki * s.dH * Wp;
+      for (int kj = 0; kj < kPaddedTaps; ++kj, w += Opad) {
+        __m512bh wv[V];
+        for (int v = 0; v < V; ++v) wv[v] = (__m512bh)_mm512_load_si512(w + 16 * v);
+        for (int j = 0; j < P; ++j) {
+          const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(row[j * SW + kj]));
+          for (int v = 0; v < V; ++v) acc[j][v] = _mm512_dpbf16_ps(acc[j][v], wv[v], b);
+        }
+      }
+    }
+  for (int j = 0; j < P; ++j)
+    for (int v = 0; v < V; ++v) _mm512_store_ps(d + j * Opad + 16 * v, acc[j][v]);
 }
-template <int SW>
-BlockFn block_for(int V, int P) {
-  static constexpr auto v1 = blocks_of<1, SW>(std::make_integer_sequence<int, kAccumulators>{});
-  static constexpr auto v2 = blocks_of<2, SW>(std::make_integer_sequence<int, kAccumulators / 2>{});
-  static constexpr auto v4 = blocks_of<4, SW>(std::make_integer_sequence<int, kAccumulators / 4>{});
+
+// The block function for (column stride, V, P): E float runs block, E uint32_t (BF16 pairs) block_bf16.
+template <typename E>
+using BlockFn = void (*)(const Plan&, const E*, const E*, int64_t, int64_t, int64_t, int64_t, int64_t, float*);
+template <typename E, int V, int SW, int... Ps>
+constexpr std::array<BlockFn<E>, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
+  if constexpr (std::is_same_v<E, float>)
+    return {&block<V, Ps + 1, SW>...};
+  else
+    return {&block_bf16<V, Ps + 1, SW>...};
+}
+template <typename E, int SW>
+BlockFn<E> block_for(int V, int P) {
+  static constexpr auto v1 = blocks_of<E, 1, SW>(std::make_integer_sequence<int, kAccumulators>{});
+  static constexpr auto v2 = blocks_of<E, 2, SW>(std::make_integer_sequence<int, kAccumulators / 2>{});
+  static constexpr auto v4 = blocks_of<E, 4, SW>(std::make_integer_sequence<int, kAccumulators / 4>{});
   const size_t i = static_cast<size_t>(P - 1);
   return V == 4 ? v4[i] : V == 2 ? v2[i] : v1[i];
 }
-BlockFn block_fn(int sW, int V, int P) { return sW == 2 ? block_for<2>(V, P) : block_for<1>(V, P); }
+template <typename E>
+BlockFn<E> block_fn(int sW, int V, int P) {
+  return sW == 2 ? block_for<E, 2>(V, P) : block_for<E, 1>(V, P);
+}
 
-// yt (L, Opad) -> y (O, L) + bias, 16 x 16 blocks transposed in registers.
-MT_DIRECT void store_image(const Plan& p, const float* yt, const float* bias, float* y) {
+// yt (L, Opad) -> y (O, L) + bias, 16 x 16 blocks transposed in registers; BF16 y rounded once.
+template <typename S>
+MT_DIRECT void store_image(const Plan& p, const float* yt, const float* bias, S* y) {
   const int64_t O = p.s.O, L = p.L;
   for (int64_t o0 = 0; o0 < O; o0 += 16)
     for (int64_t l0 = 0; l0 < L; l0 += 16) {
@@ -137,38 +234,77 @@ MT_DIRECT void store_image(const Plan& p, const float* yt, const float* bias, fl
       transpose16x16(r);
       for (int64_t q = 0; q < 16 && o0 + q < O; ++q) {
         const __m512 v = bias ? _mm512_add_ps(r[q], _mm512_set1_ps(bias[o0 + q])) : r[q];
-        _mm512_mask_storeu_ps(y + (o0 + q) * L + l0, m, v);
+        if constexpr (std::is_same_v<S, float>)
+          _mm512_mask_storeu_ps(y + (o0 + q) * L + l0, m, v);
+        else
+          _mm256_mask_storeu_epi16(y + (o0 + q) * L + l0, m, round_to_bf16(v));
       }
     }
 }
 
 // Output rows [r0, r1) of image n: staged into this thread's xp, computed into its yt. While it
 // computes, the image this thread stages next (`next`, or null) is prefetched into L2 a share per
-// output row, so staging it reads from cache rather than waiting on memory.
-void image_rows(const Plan& p, const float* x, const float* wt, const float* bias, float* y, int64_t n, int64_t r0,
-                int64_t r1, float* xp, float* yt, const float* next) {
+// output row, so staging it reads from cache rather than waiting on memory. S is x's and y's
+// storage, E the staged element (float, or uint32_t BF16 pairs).
+template <typename S, typename E>
+void image_rows(const Plan& p, const S* x, const E* wt, const float* bias, S* y, int64_t n, int64_t r0, int64_t r1,
+                E* xp, float* yt, const S* next) {
   const ConvShape& s = p.s;
   const int64_t image = s.C * s.H * s.W;
-  stage_padded(p.pp, x + n * image, xp);
+  if constexpr (std::is_same_v<E, float>)
+    stage_padded(p.pp, x + n * image, xp);
+  else
+    stage_pairs(p.pp, s.C, x + n * image, xp);
   const int sW = static_cast<int>(s.sW);
-  const BlockFn full = block_fn(sW, p.V, p.row.size), last = block_fn(sW, p.V, p.row.last);
-  SpreadPrefetch pf(next, image * static_cast<int64_t>(sizeof(float)),
-                    p.oblocks * ((s.C + p.cslice - 1) / p.cslice) * (r1 - r0));
+  const BlockFn<E> full = block_fn<E>(sW, p.V, p.row.size), last = block_fn<E>(sW, p.V, p.row.last);
+  SpreadPrefetch pf(next, image * static_cast<int64_t>(sizeof(S)),
+                    p.oblocks * ((p.planes + p.cslice - 1) / p.cslice) * (r1 - r0));
   for (int64_t ob = 0; ob < p.oblocks; ++ob)
-    for (int64_t c0 = 0; c0 < s.C; c0 += p.cslice)
+    for (int64_t c0 = 0; c0 < p.planes; c0 += p.cslice)
       for (int64_t oh = r0; oh < r1; ++oh) {
         for (int64_t b = 0; b < p.row.count; ++b)
           (b + 1 < p.row.count ? full : last)(p, xp, wt, oh, b * p.row.size, ob * p.V * 16, c0,
-                                               std::min(s.C, c0 + p.cslice), yt);
+                                               std::min(p.planes, c0 + p.cslice), yt);
         pf.step();
       }
   if (r0 == 0 && r1 == s.OH) return store_image(p, yt, bias, y + n * s.O * p.L);
   // Part of an image (a batch smaller than the team): its rows only, element by element.
   for (int64_t o = 0; o < s.O; ++o)
     for (int64_t l = r0 * s.OW; l < r1 * s.OW; ++l) {
-      const float v = yt[l * p.Opad + o];
-      y[(n * s.O + o) * p.L + l] = bias ? v + bias[o] : v;
+      const float v = bias ? yt[l * p.Opad + o] + bias[o] : yt[l * p.Opad + o];
+      y[(n * s.O + o) * p.L + l] = static_cast<S>(v);
     }
+}
+
+// The forward for storage S (float, or BFloat16 on channel pairs) with weights wa of dtype S.
+template <typename S>
+void direct_forward(const ConvShape& s, const S* x, const S* wa, const float* bias, S* y) {
+  using E = std::conditional_t<std::is_same_v<S, float>, float, uint32_t>;
+  const Plan p = plan_of(s, !std::is_same_v<S, float>);
+  AlignedBuffer<E> wt;
+  pack_weights(p, wa, wt.get(p.K * p.Opad));
+  const int64_t macs = s.N * p.L * s.O * s.C * s.kH * kPaddedTaps;
+  const int team = padded_kernel_threads(macs, s.N * s.OH);
+  // Units of work: whole images, or with fewer images than threads, row ranges of each image.
+  const int64_t split = s.N >= team ? 1 : std::min<int64_t>(s.OH, (team + s.N - 1) / s.N);
+  const int64_t units = s.N * split;
+  const int nt = static_cast<int>(std::min<int64_t>(team, units));
+  const int64_t xsize = (p.pp.image() + 15) / 16 * 16, ysize = p.L * p.Opad;
+  AlignedBuffer<E> xbuf;
+  AlignedBuffer<float> ybuf;
+  E* xs = xbuf.get(static_cast<int64_t>(nt) * xsize);
+  float* ys = ybuf.get(static_cast<int64_t>(nt) * ysize);
+  const auto run = [&](int64_t lo, int64_t hi) {
+    const int slot = nt > 1 ? omp_get_thread_num() : 0;  // (nt == 1 may run inside another team)
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t n = u / split, part = u % split;
+      const S* next = u + 1 < hi ? x + (u + 1) / split * s.C * s.H * s.W : nullptr;
+      image_rows(p, x, wt.data.get(), bias, y, n, s.OH * part / split, s.OH * (part + 1) / split,
+                 xs + static_cast<int64_t>(slot) * xsize, ys + static_cast<int64_t>(slot) * ysize, next);
+    }
+  };
+  if (nt <= 1) return run(0, units);
+  for_tile_ranges(nt, units, 1, run);
 }
 
 #endif  // MIXTAPE_HAVE_DIRECT_AVX512
@@ -179,38 +315,27 @@ bool conv_direct_applies(const ConvShape& s) {
   return MIXTAPE_HAVE_DIRECT_AVX512 && padded_geometry_ok(s) && stride_ok(s) && conv_implicit_gemm_enabled();
 }
 
+bool conv_direct_bf16_applies(const ConvShape& s) {
+  return conv_direct_applies(s) && bf16_native_gemm() && bf16_gemm_kernel() == Bf16Kernel::Avx512Bf16;
+}
+
 #if MIXTAPE_HAVE_DIRECT_AVX512
 void conv_direct_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
   MT_CHECK(conv_direct_applies(s), "conv_direct_forward: this CPU or geometry is not one it takes ",
            "(check conv_direct_applies() first)");
-  const Plan p = plan_of(s);
-  AlignedBuffer<float> wt;
-  pack_weights(p, w, wt.get(p.K * p.Opad));
-  const int64_t macs = s.N * p.L * s.O * p.K;
-  const int team = padded_kernel_threads(macs, s.N * s.OH);
-  // Units of work: whole images, or with fewer images than threads, row ranges of each image.
-  const int64_t split = s.N >= team ? 1 : std::min<int64_t>(s.OH, (team + s.N - 1) / s.N);
-  const int64_t units = s.N * split;
-  const int nt = static_cast<int>(std::min<int64_t>(team, units));
-  const int64_t xsize = (p.pp.image() + 15) / 16 * 16, ysize = p.L * p.Opad;
-  AlignedBuffer<float> scratch;
-  float* buf = scratch.get(static_cast<int64_t>(nt) * (xsize + ysize));
-  const auto run = [&](int64_t lo, int64_t hi) {
-    const int slot = nt > 1 ? omp_get_thread_num() : 0;  // (nt == 1 may run inside another team)
-    float* xp = buf + static_cast<int64_t>(slot) * (xsize + ysize);
-    for (int64_t u = lo; u < hi; ++u) {
-      const int64_t n = u / split, part = u % split;
-      const float* next = u + 1 < hi ? x + (u + 1) / split * s.C * s.H * s.W : nullptr;
-      image_rows(p, x, wt.data.get(), bias, y, n, s.OH * part / split, s.OH * (part + 1) / split, xp, xp + xsize,
-                 next);
-    }
-  };
-  if (nt <= 1) return run(0, units);
-  for_tile_ranges(nt, units, 1, run);
+  direct_forward(s, x, w, bias, y);
+}
+void conv_direct_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y) {
+  MT_CHECK(conv_direct_bf16_applies(s), "conv_direct_forward (BF16): this CPU or geometry is not one it takes ",
+           "(check conv_direct_bf16_applies() first)");
+  direct_forward(s, x, w, bias, y);
 }
 #pragma GCC diagnostic pop
 #else
 void conv_direct_forward(const ConvShape&, const float*, const float*, const float*, float*) {
+  MT_ERROR("conv_direct_forward: not built for this target");
+}
+void conv_direct_forward(const ConvShape&, const BFloat16*, const BFloat16*, const float*, BFloat16*) {
   MT_ERROR("conv_direct_forward: not built for this target");
 }
 #endif

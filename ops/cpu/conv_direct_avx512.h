@@ -19,6 +19,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/bfloat16.h"
 #include "ops/cpu/conv_shape.h"
 
 namespace mixtape::cpu {
@@ -31,5 +32,17 @@ bool conv_direct_applies(const ConvShape& s);
 // y (N, O, OH, OW) = conv2d(x, w) + bias (bias null: none); w (O, C, kH, 3) contiguous. Requires
 // conv_direct_applies(s).
 void conv_direct_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
+
+// The BF16 kernel: conv_direct_applies(s) and BF16 GEMMs run on vdpbf16ps (cpu::bf16_gemm_kernel()
+// is Avx512Bf16: AVX512-BF16 without AMX, or MIXTAPE_CPU_BF16=avx512bf16; AMX CPUs keep their
+// AMX paths, emulated BF16 the FP32 kernel's).
+bool conv_direct_bf16_applies(const ConvShape& s);
+
+// BF16 x, w and y, FP32 bias: the same blocks on channel pairs — each depth step one vdpbf16ps
+// adds w[o, c] x[c] + w[o, c + 1] x[c + 1] (products exact in FP32) to the FP32 sum, in order
+// (c/2, ki, kj); then + bias and one rounding to BF16. Another order than the implicit GEMM's
+// (which pairs consecutive taps), so the two agree within FP32 summation error, not bit for bit;
+// the same bits at every thread count. Requires conv_direct_bf16_applies(s).
+void conv_direct_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y);
 
 }  // namespace mixtape::cpu

@@ -24,6 +24,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "ops/cpu/bf16_round_avx512.h"
 #define MIXTAPE_HAVE_CONV_IGEMM 1
 #define MT_CONV __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define MT_CONV_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
@@ -295,18 +297,7 @@ MT_CONV_BF16 void tile_bf16(int64_t kc2, const uint16_t* __restrict ap, const ui
   }
 }
 
-// ---- epilogue: + bias, stored (rounded once to BF16) into each image the panel covers ----
-// Round to nearest even, NaN made quiet: core/bfloat16.h's float_to_bfloat16_bits, 16 lanes.
-MT_CONV inline __m256i round_bf16(__m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)), 16);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                _mm512_set1_epi32(0x7F800000));
-  const __m512i q = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
-}
-
+// ---- epilogue: + bias, stored (rounded once to BF16: round_to_bf16) into each image the panel covers ----
 template <typename E>
 MT_CONV void store_panel(const ImplicitConvShape& s, const PanelMap& pm, const float* acc, const float* bias, E* y) {
   const int64_t L = s.OH * s.W;
@@ -323,8 +314,8 @@ MT_CONV void store_panel(const ImplicitConvShape& s, const PanelMap& pm, const f
         _mm512_mask_storeu_ps(dst, static_cast<__mmask16>(m & 0xFFFFu), lo);
         _mm512_mask_storeu_ps(dst + 16, static_cast<__mmask16>(m >> 16), hi);
       } else {
-        _mm256_mask_storeu_epi16(dst, static_cast<__mmask16>(m & 0xFFFFu), round_bf16(lo));
-        _mm256_mask_storeu_epi16(dst + 16, static_cast<__mmask16>(m >> 16), round_bf16(hi));
+        _mm256_mask_storeu_epi16(dst, static_cast<__mmask16>(m & 0xFFFFu), round_to_bf16(lo));
+        _mm256_mask_storeu_epi16(dst + 16, static_cast<__mmask16>(m >> 16), round_to_bf16(hi));
       }
     }
   }

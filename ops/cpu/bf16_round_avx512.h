@@ -1,0 +1,23 @@
+// ops/cpu/bf16_round_avx512.h — FP32 -> BF16 on 16 AVX-512 lanes, bit for bit core/bfloat16.h's
+// float_to_bfloat16_bits: round to nearest even (add 0x7FFF plus the kept lsb, drop the low half),
+// a NaN keeps its upper half with the quiet bit set; subnormals round like any other value (no
+// flush, unlike vcvtneps2bf16's treatment of subnormal inputs). Shared by the kernels that write
+// BF16 results (the implicit-GEMM and direct convolutions' epilogues).
+// Include only in a file built for x86-64 with GCC or Clang; the function carries its own target
+// and may be called only from AVX-512 F/BW code that runs after a CPUID check.
+#pragma once
+#include <immintrin.h>
+
+namespace mixtape::cpu {
+
+__attribute__((target("avx512f,avx512bw"))) inline __m256i round_to_bf16(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+  const __m512i q = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
+}
+
+}  // namespace mixtape::cpu
