@@ -15,6 +15,7 @@
 #include "ops/cpu/aligned_buffer.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/conv_shape.h"
+#include "ops/cpu/cpu_features.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -23,6 +24,7 @@
 #include "ops/cpu/transpose_avx512.h"
 #define MIXTAPE_HAVE_WGRAD_AVX512 1
 #define MT_WGRAD __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define MT_WGRAD_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 // GCC 12's shuffle intrinsics start from _mm512_undefined_ps(), a self-initialised variable that
 // -Wmaybe-uninitialized reports in every caller; the value is never read.
 #pragma GCC diagnostic push
@@ -45,16 +47,19 @@ struct Plan {
   ConvShape s;
   PaddedPlanes pp;  // the staged input images
   int64_t L, Opad;  // output pixels per image; O rounded up to 16 (gy's staged rows)
+  int64_t Lg;       // gy's staged rows per image: L, or L / 2 pixel pairs (the BF16 twin)
   int V, P;         // a block: V vectors of 16 channels x P pairs x 3 taps
   int64_t pairs, pblocks, oblocks, nb;
   int64_t blocks() const { return pblocks * oblocks; }
 };
 
-Plan plan_of(const ConvShape& s) {
+// pairs: the BF16 twin's plan (x staged as BF16, gy as pixel pairs: half the bytes per image).
+Plan plan_of(const ConvShape& s, bool pairs = false) {
   Plan p{};
   p.s = s;
   p.pp = PaddedPlanes::of(s);
   p.L = s.OH * s.OW;
+  p.Lg = pairs ? p.L / 2 : p.L;
   p.Opad = (s.O + 15) / 16 * 16;
   const int64_t vectors = p.Opad / 16;
   // The widest block whose V divides the channel vectors: fewer broadcasts per multiply-add.
@@ -63,7 +68,7 @@ Plan plan_of(const ConvShape& s) {
   p.pairs = s.C * s.kH;
   p.pblocks = (p.pairs + p.P - 1) / p.P;
   p.oblocks = vectors / p.V;
-  const int64_t per_image = (p.pp.image() + p.L * p.Opad) * static_cast<int64_t>(sizeof(float));
+  const int64_t per_image = (p.pp.image() + p.L * p.Opad) * static_cast<int64_t>(pairs ? 2 : sizeof(float));
   p.nb = std::max<int64_t>(1, std::min(s.N, kChunkBytes / std::max<int64_t>(per_image, 1)));
   return p;
 }
@@ -130,30 +135,131 @@ MT_WGRAD void block(const Plan& p, const float* xpad, const float* gyT, int64_t 
   }
 }
 
-using BlockFn = void (*)(const Plan&, const float*, const float*, int64_t, int64_t, int64_t, float*, bool,
-                         SpreadPrefetch*);
-template <int V, int... Ps>
-constexpr std::array<BlockFn, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
-  return {&block<V, Ps + 1>...};
+// ---- the BF16 twin on pixel pairs (native BF16, unit column stride, even OW) ----
+
+// One BF16 image x (C, H, W) -> xp (C, Hp, Wp) BF16, zero-padded as stage_padded does, unwidened:
+// the 32-bit word at column q of a padded row is the pair (column q, column q + 1).
+MT_WGRAD void stage_padded_bf16(const PaddedPlanes& p, const BFloat16* x, uint16_t* xp) {
+  const int64_t chunks = (p.Wp + 15) / 16;
+  __mmask16 in[kMaxPaddedWidth / 16], out[kMaxPaddedWidth / 16];
+  for (int64_t j = 0; j < chunks; ++j) {
+    uint32_t mi = 0, mo = 0;
+    for (int q = 0; q < 16; ++q) {
+      const int64_t col = j * 16 + q;
+      if (col < p.Wp) mo |= 1u << q;
+      if (col < p.Wp && col >= p.pW && col < p.pW + p.W) mi |= 1u << q;
+    }
+    in[j] = static_cast<__mmask16>(mi), out[j] = static_cast<__mmask16>(mo);
+  }
+  for (int64_t c = 0; c < p.C; ++c)
+    for (int64_t r = 0; r < p.Hp; ++r) {
+      uint16_t* d = xp + c * p.plane() + r * p.Wp;
+      const int64_t ih = r - p.pH;
+      // As stage_padded: lanes before the row start are masked off, the pointer formed as an integer.
+      const uintptr_t row = reinterpret_cast<uintptr_t>(x + (c * p.H + (ih < 0 || ih >= p.H ? 0 : ih)) * p.W);
+      for (int64_t j = 0; j < chunks; ++j) {
+        const __mmask16 m = ih < 0 || ih >= p.H ? __mmask16(0) : in[j];
+        const uintptr_t src = row + static_cast<uintptr_t>((16 * j - p.pW) * int64_t(sizeof(BFloat16)));
+        _mm256_mask_storeu_epi16(d + 16 * j, out[j], _mm256_maskz_loadu_epi16(m, reinterpret_cast<const void*>(src)));
+      }
+    }
 }
-// The kernel for V vectors and P pairs (P <= 24 / (3 V): the last pair block may be short).
-BlockFn block_fn(int V, int P) {
-  static constexpr auto v1 = blocks_of<1>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps>{});
-  static constexpr auto v2 = blocks_of<2>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 2>{});
-  static constexpr auto v4 = blocks_of<4>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 4>{});
+
+// One image's gy (O, L) BF16, L even -> gt (L / 2, Opad) words: gt[l2 Opad + o] = the pair
+// (gy[o, 2 l2], gy[o, 2 l2 + 1]) — gy's own 32-bit words, transposed 16 x 16; 0 for o >= O.
+MT_WGRAD void stage_gy_pairs(const Plan& p, const BFloat16* gy, uint32_t* gt) {
+  const int64_t O = p.s.O, L2 = p.Lg;
+  for (int64_t o0 = 0; o0 < p.Opad; o0 += 16)
+    for (int64_t l0 = 0; l0 < L2; l0 += 16) {
+      const int64_t n = std::min<int64_t>(16, L2 - l0);
+      const __mmask16 m = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
+      __m512 r[16];
+      for (int q = 0; q < 16; ++q)
+        r[q] = o0 + q < O ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, gy + (o0 + q) * p.L + 2 * l0))
+                          : _mm512_setzero_ps();
+      transpose16x16(r);
+      for (int64_t q = 0; q < n; ++q) _mm512_store_si512(gt + (l0 + q) * p.Opad + o0, _mm512_castps_si512(r[q]));
+    }
+}
+
+// block's twin: per pixel pair (2 j, 2 j + 1) of an output row, V vectors of gy pairs times the
+// x pair each tap reads (adjacent columns, unit column stride), one vdpbf16ps each: both pixels'
+// products (exact in FP32) added to the FP32 sum.
+template <int V, int P>
+MT_WGRAD_BF16 void block_pairs(const Plan& p, const uint16_t* xpad, const uint32_t* gyT, int64_t nb, int64_t pair0,
+                               int64_t c0, float* accT, bool first, SpreadPrefetch* pf) {
+  const ConvShape& s = p.s;
+  int64_t off[P];
+  for (int i = 0; i < P; ++i) {
+    const int64_t q = pair0 + i, c = q / s.kH, ki = q % s.kH;
+    off[i] = c * p.pp.plane() + ki * s.dH * p.pp.Wp;
+  }
+  __m512 acc[P * kPaddedTaps][V];
+  for (int a = 0; a < P * kPaddedTaps; ++a)
+    for (int v = 0; v < V; ++v) acc[a][v] = _mm512_setzero_ps();
+  const int64_t row_step = s.sH * p.pp.Wp, OW2 = s.OW / 2, Opad = p.Opad;
+  for (int64_t n = 0; n < nb; ++n) {
+    const uint16_t* xn = xpad + n * p.pp.image();
+    const uint32_t* g = gyT + n * p.Lg * Opad + c0;
+    for (int64_t oh = 0; oh < s.OH; ++oh) {
+      const uint16_t* r[P];
+      for (int i = 0; i < P; ++i) r[i] = xn + off[i] + oh * row_step;
+      pf[0].step(), pf[1].step();
+      for (int64_t j = 0; j < OW2; ++j, g += Opad) {
+        __m512bh gv[V];
+        for (int v = 0; v < V; ++v) gv[v] = (__m512bh)_mm512_load_si512(g + 16 * v);
+        for (int i = 0; i < P; ++i)
+          for (int k = 0; k < kPaddedTaps; ++k) {
+            uint32_t word;
+            std::memcpy(&word, r[i] + 2 * j + k, sizeof word);
+            const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(word));
+            for (int v = 0; v < V; ++v) {
+              __m512& a = acc[i * kPaddedTaps + k][v];
+              a = _mm512_dpbf16_ps(a, gv[v], b);
+            }
+          }
+      }
+    }
+  }
+  for (int a = 0; a < P * kPaddedTaps; ++a) {
+    float* d = accT + (pair0 * kPaddedTaps + a) * Opad + c0;
+    for (int v = 0; v < V; ++v)
+      _mm512_store_ps(d + 16 * v, first ? acc[a][v] : _mm512_add_ps(_mm512_load_ps(d + 16 * v), acc[a][v]));
+  }
+}
+
+// The kernel for V vectors and P pairs (P <= 24 / (3 V): the last pair block may be short); X and G
+// the staged x and gy elements: float (block), or uint16_t and uint32_t (block_pairs).
+template <typename X, typename G>
+using BlockFn = void (*)(const Plan&, const X*, const G*, int64_t, int64_t, int64_t, float*, bool, SpreadPrefetch*);
+template <typename X, typename G, int V, int... Ps>
+constexpr std::array<BlockFn<X, G>, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
+  if constexpr (std::is_same_v<X, float>)
+    return {&block<V, Ps + 1>...};
+  else
+    return {&block_pairs<V, Ps + 1>...};
+}
+template <typename X, typename G>
+BlockFn<X, G> block_fn(int V, int P) {
+  static constexpr auto v1 = blocks_of<X, G, 1>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps>{});
+  static constexpr auto v2 = blocks_of<X, G, 2>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 2>{});
+  static constexpr auto v4 = blocks_of<X, G, 4>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 4>{});
   const size_t i = static_cast<size_t>(P - 1);
   return V == 4 ? v4[i] : V == 2 ? v2[i] : v1[i];
 }
 
-template <typename E>
+// Pairs: the BF16 twin (E BFloat16, x staged as BF16 and gy as pixel pairs).
+template <bool Pairs, typename E>
 void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
-  MT_CHECK(conv_weight_grad_direct_applies(s), "conv_weight_grad_direct: this CPU or geometry is not one it takes ",
-           "(check conv_weight_grad_direct_applies() first)");
-  const Plan p = plan_of(s);
+  using X = std::conditional_t<Pairs, uint16_t, float>;
+  using G = std::conditional_t<Pairs, uint32_t, float>;
+  const Plan p = plan_of(s, Pairs);
   const int64_t K = p.pairs * kPaddedTaps, ximage = s.C * s.H * s.W, gimage = s.O * p.L;
-  AlignedBuffer<float> xpad, gyT, accT;
+  AlignedBuffer<X> xpad;
+  AlignedBuffer<G> gyT;
+  AlignedBuffer<float> accT;
   xpad.get(p.nb * p.pp.image());
-  gyT.get(p.nb * p.L * p.Opad);
+  gyT.get(p.nb * p.Lg * p.Opad);
   accT.get(K * p.Opad);
   const int64_t macs = s.N * p.L * s.O * K;
   const int nt = padded_kernel_threads(macs, p.blocks());
@@ -162,8 +268,13 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
     const int64_t m = std::min(p.nb, s.N - n0);
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < m; ++i) {
-      stage_padded(p.pp, x + (n0 + i) * ximage, xpad.data.get() + i * p.pp.image());
-      stage_gy(p, gy + (n0 + i) * gimage, gyT.data.get() + i * p.L * p.Opad);
+      if constexpr (Pairs) {
+        stage_padded_bf16(p.pp, x + (n0 + i) * ximage, xpad.data.get() + i * p.pp.image());
+        stage_gy_pairs(p, gy + (n0 + i) * gimage, gyT.data.get() + i * p.Lg * p.Opad);
+      } else {
+        stage_padded(p.pp, x + (n0 + i) * ximage, xpad.data.get() + i * p.pp.image());
+        stage_gy(p, gy + (n0 + i) * gimage, gyT.data.get() + i * p.L * p.Opad);
+      }
     }
     // While computing, each thread prefetches the images it stages next: OpenMP's static schedule
     // gives thread t the same share of the next chunk's images as of this one's.
@@ -178,7 +289,8 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
     for (int64_t b = 0; b < p.blocks(); ++b) {
       const int64_t pb = b / p.oblocks, ob = b % p.oblocks, pair0 = pb * p.P;
       const int P = static_cast<int>(std::min<int64_t>(p.P, p.pairs - pair0));
-      block_fn(p.V, P)(p, xpad.data.get(), gyT.data.get(), m, pair0, ob * p.V * 16, accT.data.get(), n0 == 0, pf);
+      block_fn<X, G>(p.V, P)(p, xpad.data.get(), gyT.data.get(), m, pair0, ob * p.V * 16, accT.data.get(), n0 == 0,
+                             pf);
     }
   }
   for (int64_t o = 0; o < s.O; ++o)
@@ -194,15 +306,31 @@ bool conv_weight_grad_direct_applies(const ConvShape& s) {
   return plan_of(s).blocks() >= kMinBlocks;
 }
 
+bool conv_weight_grad_pairs_applies(const ConvShape& s) {
+  return conv_weight_grad_direct_applies(s) && s.sW == 1 && s.OW % 2 == 0 && bf16_native_gemm() &&
+         bf16_gemm_kernel() == Bf16Kernel::Avx512Bf16;
+}
+
 #if MIXTAPE_HAVE_WGRAD_AVX512
 void conv_weight_grad_direct(const ConvShape& s, const float* x, const float* gy, float* gw) {
-  run(s, x, gy, gw);
+  MT_CHECK(conv_weight_grad_direct_applies(s), "conv_weight_grad_direct: this CPU or geometry is not one it takes ",
+           "(check conv_weight_grad_direct_applies() first)");
+  run<false>(s, x, gy, gw);
 }
 void conv_weight_grad_direct(const ConvShape& s, const BFloat16* x, const BFloat16* gy, float* gw) {
-  run(s, x, gy, gw);
+  MT_CHECK(conv_weight_grad_direct_applies(s), "conv_weight_grad_direct: this CPU or geometry is not one it takes ",
+           "(check conv_weight_grad_direct_applies() first)");
+  run<false>(s, x, gy, gw);
 }
 void conv_weight_grad_direct(const ConvShape& s, const Half* x, const Half* gy, float* gw) {
-  run(s, x, gy, gw);
+  MT_CHECK(conv_weight_grad_direct_applies(s), "conv_weight_grad_direct: this CPU or geometry is not one it takes ",
+           "(check conv_weight_grad_direct_applies() first)");
+  run<false>(s, x, gy, gw);
+}
+void conv_weight_grad_pairs(const ConvShape& s, const BFloat16* x, const BFloat16* gy, float* gw) {
+  MT_CHECK(conv_weight_grad_pairs_applies(s), "conv_weight_grad_pairs: this CPU or geometry is not one it takes ",
+           "(check conv_weight_grad_pairs_applies() first)");
+  run<true>(s, x, gy, gw);
 }
 #pragma GCC diagnostic pop
 #else
@@ -214,6 +342,9 @@ void conv_weight_grad_direct(const ConvShape&, const BFloat16*, const BFloat16*,
 }
 void conv_weight_grad_direct(const ConvShape&, const Half*, const Half*, float*) {
   MT_ERROR("conv_weight_grad_direct: not built for this target");
+}
+void conv_weight_grad_pairs(const ConvShape&, const BFloat16*, const BFloat16*, float*) {
+  MT_ERROR("conv_weight_grad_pairs: not built for this target");
 }
 #endif
 

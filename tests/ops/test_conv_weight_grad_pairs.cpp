@@ -1,0 +1,125 @@
+// tests/ops/test_conv_weight_grad_pairs.cpp — the BF16 weight-gradient kernel on pixel pairs
+// (ops/cpu/conv_weight_grad_avx512.h, conv_weight_grad_pairs) that conv2d_weight_grad takes for
+// native BF16 on vdpbf16ps (unit column stride, even output width):
+//   - called directly, against an FP64 reference of the BF16 operands within the FP32 summation
+//     bound of its reduction length N OH OW, at every blocking edge: 1, 2 and 4 vectors of output
+//     channels and O not a multiple of 16, short last pair blocks, row strides, padding past the
+//     kernel's reach, row dilation, kernel heights 1 and 5, several image chunks, a ragged
+//     transpose of gy's pixel pairs;
+//   - the same bits on 1, 2 and 3 threads;
+//   - conv2d_weight_grad returns its bits where it applies, within twice the bound of the FP32
+//     kernel on the widened operands (the emulated path);
+//   - geometries it does not take: column stride 2, odd output width, emulated BF16.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+#include <mixtape/mixtape.h>
+
+#include "common/bit_equal.h"
+#include "common/on_thread_counts.h"
+#include "common/sum_bound.h"
+#include "ops/conv3_geometry.h"
+#include "ops/cpu/conv_weight_grad_avx512.h"
+#include "ops/cpu/cpu_features.h"
+
+namespace mixtape {
+namespace {
+
+using testing::bit_equal;
+using testing::within_sum_bound;
+
+// False without AVX512-BF16 (or with AMX), under MIXTAPE_CPU_BF16=emulated or amx, and under
+// MIXTAPE_CPU_CONV=im2col.
+bool kernel_available() {
+  return cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
+}
+#define MT_REQUIRE_KERNEL() \
+  if (!kernel_available()) GTEST_SKIP() << "BF16 GEMMs do not run on AVX512-BF16 here (or MIXTAPE_CPU_CONV=im2col)"
+
+using Geo = testing::Conv3;  // the bias flag unused here
+const Geo kGeos[] = {
+    {2, 16, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "ResNet-8's layer1: one vector of channels, 14 pixel pairs a row"},
+    {3, 5, 9, 12, 17, 3, 1, 1, 1, 1, 1, false, "O = 17: two vectors, the second one channel; 15 pairs, last block 3"},
+    {2, 16, 12, 12, 32, 3, 2, 1, 1, 1, 1, false, "row stride 2, two vectors"},
+    {2, 8, 7, 8, 64, 3, 1, 1, 1, 1, 1, false, "four vectors, 7 rows of 4 pairs (28 pairs: a ragged transpose)"},
+    {2, 6, 10, 10, 48, 3, 2, 1, 0, 1, 2, false, "O = 48 (three one-vector blocks), row stride 2, dH 2"},
+    {1, 6, 5, 40, 8, 5, 1, 1, 2, 2, 1, false, "5 rows, pW past reach (40 + 4 - 2 = 42 wide), 3 chunks"},
+    {7, 64, 20, 20, 16, 3, 1, 1, 1, 1, 1, false, "3 images per chunk: chunks of 3, 3 and 1"},
+    {2, 3, 1, 4, 64, 3, 1, 1, 1, 1, 1, false, "H = 1: two of three kernel rows read padding"},
+    {2, 8, 6, 12, 64, 1, 1, 1, 0, 1, 1, false, "1x3 kernel"},
+    {3, 4, 6, 6, 40, 3, 1, 1, 0, 0, 1, false, "no padding (4 wide), O = 40"},
+};
+
+Tensor op(const Geo& g, const Tensor& x, const Tensor& gy) {
+  return conv2d_weight_grad(x, gy, g.w_size(), g.stride(), g.padding(), g.dilation());
+}
+
+struct Inputs {
+  Tensor x, gy;  // BF16
+};
+Inputs make_inputs(const Geo& g, uint64_t seed) {
+  Generator gen(seed);
+  return {randn(g.x_size(), {}, &gen).to(DType::BFloat16), randn(g.y_size(), {}, &gen).to(DType::BFloat16)};
+}
+
+Tensor pairs(const Geo& g, const Inputs& in) {
+  Tensor gw = full(g.w_size(), std::numeric_limits<float>::quiet_NaN());  // every element written
+  cpu::conv_weight_grad_pairs(g.shape(), static_cast<const BFloat16*>(in.x.data_ptr()),
+                              static_cast<const BFloat16*>(in.gy.data_ptr()), static_cast<float*>(gw.data_ptr()));
+  return gw;
+}
+
+TEST(ConvWeightGradPairs, KernelMatchesFp64AtEveryEdge) {
+  MT_REQUIRE_KERNEL();
+  for (const Geo& geo : kGeos) {
+    SCOPED_TRACE(geo.what);
+    ASSERT_EQ(geo.OW() % 2, 0);
+    ASSERT_TRUE(cpu::conv_weight_grad_pairs_applies(geo.shape()));
+    const Inputs in = make_inputs(geo, 61);
+    const Tensor x64 = in.x.to(DType::Float64), g64 = in.gy.to(DType::Float64);
+    const Tensor ref = op(geo, x64, g64), absterms = op(geo, abs(x64), abs(g64));
+    EXPECT_TRUE(within_sum_bound(pairs(geo, in), ref, absterms, geo.N * geo.OH() * geo.OW(), 1.0, 0));
+  }
+}
+
+TEST(ConvWeightGradPairs, SameBitsOnOneTwoAndThreeThreads) {
+  MT_REQUIRE_KERNEL();
+  // A team's worth of work (2^21 multiply-adds), two chunks and a short one, a short pair block.
+  const Geo geo{30, 25, 14, 14, 20, 3, 1, 1, 1, 1, 1, false, ""};
+  const Inputs in = make_inputs(geo, 62);
+  const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return pairs(geo, in); });
+  EXPECT_TRUE(bit_equal(got[0], got[1]));
+  EXPECT_TRUE(bit_equal(got[0], got[2]));
+}
+
+TEST(ConvWeightGradPairs, TheOpReturnsItsBitsWithinTheBoundOfTheEmulatedPath) {
+  MT_REQUIRE_KERNEL();
+  for (const Geo& geo : kGeos) {
+    SCOPED_TRACE(geo.what);
+    const Inputs in = make_inputs(geo, 63);
+    const Tensor got = op(geo, in.x, in.gy);
+    EXPECT_TRUE(bit_equal(got, pairs(geo, in).to(DType::BFloat16)));  // the op's one rounding
+    Tensor emulated;
+    {
+      cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+      emulated = op(geo, in.x, in.gy);
+    }
+    const Tensor x64 = in.x.to(DType::Float64), g64 = in.gy.to(DType::Float64);
+    // Two FP32 sums of the same exact products, each rounded once to BF16.
+    EXPECT_TRUE(within_sum_bound(got, emulated.to(DType::Float64), op(geo, abs(x64), abs(g64)),
+                                 geo.N * geo.OH() * geo.OW(), 2.0, 2));
+  }
+}
+
+TEST(ConvWeightGradPairs, GeometriesItDoesNotTake) {
+  MT_REQUIRE_KERNEL();
+  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 6, 6}));  // sW 2
+  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 7, 7, 32, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7}));    // OW 7
+  cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8}));
+}
+
+}  // namespace
+}  // namespace mixtape
