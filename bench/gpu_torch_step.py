@@ -41,7 +41,7 @@ def step_time(model_name, mode, steps, windows, device, batch=128):
     enabled = mode == "amp_fp16" and dev.type == "cuda"
     # torch.amp.GradScaler("cuda") where it exists (2.3 on; torch.cuda.amp's is deprecated there),
     # torch.cuda.amp's in older releases (Debian's 1.13).
-    scaler = (torch.amp.GradScaler("cuda", enabled=enabled) if hasattr(torch.amp, "GradScaler")
+    scaler = (torch.amp.GradScaler("cuda", enabled=enabled) if hasattr(getattr(torch, "amp", None), "GradScaler")
               else torch.cuda.amp.GradScaler(enabled=enabled))
     g = torch.Generator().manual_seed(1)
     x = torch.randn(shape, generator=g).to(dev)
@@ -79,10 +79,10 @@ def main():
                     help="one tiny window per row on the CPU (bf16 autocast stands in for fp16): checks the script")
     a = ap.parse_args()
     if a.self_test:
-        for model_name in ("smallcnn", "resnet20"):
+        for row, model_name, batch, _ in ROWS:  # the rows' models and batches, a tenth of each batch
             for mode in ("fp32", "amp_bf16"):
-                t, _ = step_time(model_name, mode, 1, 1, "cpu")
-                print(f"{model_name + '_step/' + mode:<48} {t * 1e3:>10.3f} ms (cpu self-test)")
+                t, _ = step_time(model_name, mode, 1, 1, "cpu", batch // 10)
+                print(f"{row + '_step/' + mode:<48} {t * 1e3:>10.3f} ms (cpu self-test, batch {batch // 10})")
         return 0
     if not torch.cuda.is_available():
         print("skipped: torch.cuda.is_available() is false")

@@ -42,11 +42,14 @@ set_target_properties(mixtape_cuda_emulator PROPERTIES INSTALL_RPATH "$ORIGIN")
 install(TARGETS mixtape_cuda_emulator EXPORT mixtapeTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
 # mixtape_cuda_sources(<sources...>): the .cu files among them become host C++17.
+# -ffp-contract=off: device code shares functors with the CPU loops (ops/*_functors.h), some of which
+# the CPU build compiles without contraction (ops/normalization.cpp) and the device rounds the same
+# way on purpose (__dmul_rn); an FMA-enabled host build (-march=native) must not fuse them here.
 function(mixtape_cuda_sources)
   foreach(src IN LISTS ARGN)
     if(src MATCHES "\\.cu$")
       set_source_files_properties(${src} PROPERTIES LANGUAGE CXX
-        COMPILE_OPTIONS "-xc++;-std=c++17;-Wno-sign-compare;-Wno-unknown-pragmas;-include;${PROJECT_SOURCE_DIR}/tests/cuda_emulator/device.h")
+        COMPILE_OPTIONS "-xc++;-std=c++17;-ffp-contract=off;-Wno-sign-compare;-Wno-unknown-pragmas;-include;${PROJECT_SOURCE_DIR}/tests/cuda_emulator/device.h")
     endif()
   endforeach()
 endfunction()

@@ -37,6 +37,9 @@ ALLOWED_SKIPS = [
     r"a GPU is available: cudnnCreate succeeds",
     r"cuBLAS already used by an earlier test in this process",
 ]
+# What a skipped program's output may not say anywhere (its reason is then "no GPU", whatever else
+# it printed): these are the unhealthy reasons.
+FORBIDDEN_IN_PROGRAM_SKIPS = [r"CUDA is not available", r"no usable GPU"]
 # The gpu-labelled tests a complete build has (ctest -L gpu -N; 248 on 2026-12-02), less a margin
 # for tests removed later: fewer means the build or the discovery lost some.
 DEFAULT_MIN_GPU_TESTS = 200
@@ -50,6 +53,9 @@ def skip_reason(system_out):
     for i, line in enumerate(lines):
         if line.rstrip().endswith(": Skipped") and i + 1 < len(lines):
             return lines[i + 1].strip()
+    for line in lines:
+        if any(re.search(p, line) for p in FORBIDDEN_IN_PROGRAM_SKIPS):
+            return line.strip()
     for line in lines:
         if any(re.search(p, line) for p in ALLOWED_SKIPS):
             return line.strip()
@@ -148,6 +154,10 @@ def self_test():
         ("no benchmark figures", True, "healthy.xml", ["bench_empty.json"], False, "produced no figures"),
         ("GEMM figures only", True, "healthy.xml", ["bench_gemm_only.json"], False, "no training-step figures"),
         ("no JUnit file (the stage timed out)", True, "missing.xml", ["bench.json"], False, "no JUnit results"),
+        ("a program skipped for want of a GPU per NCCL rank", True, "program_skip.xml", ["bench.json"], True,
+         "1 skipped (1 for an expected reason)"),
+        ("a program skipped without CUDA", True, "program_no_cuda.xml", ["bench.json"], False,
+         "gpu test skipped: example_train_two_ranks_cuda: rank 0 of 2 failed: train_fashion_mnist: CUDA is not available"),
     ]
     ok = True
     for name, visible, junit, benches, expect, phrase in cases:

@@ -39,7 +39,8 @@ void conv_direct_forward(const ConvShape& s, const float* x, const float* w, con
 bool conv_direct_bf16_applies(const ConvShape& s);
 
 // BF16 x, w and y, FP32 bias: the same blocks on channel pairs — each depth step one vdpbf16ps
-// adds w[o, c] x[c] + w[o, c + 1] x[c + 1] (products exact in FP32) to the FP32 sum, in order
+// adds w[o, c] x[c] + w[o, c + 1] x[c + 1] (products exact in FP32; subnormal inputs read as zero
+// and subnormal results flushed, as everywhere vdpbf16ps runs) to the FP32 sum, in order
 // (c/2, ki, kj); then + bias and one rounding to BF16. Another order than the implicit GEMM's
 // (which pairs consecutive taps), so the two agree within FP32 summation error, not bit for bit;
 // the same bits at every thread count. Requires conv_direct_bf16_applies(s).

@@ -19,6 +19,7 @@
 #include <mixtape/mixtape.h>
 
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
 
 namespace mixtape {
@@ -178,10 +179,11 @@ TEST_P(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
 // The BF16 im2col of "same" convolutions (ops/cpu/im2col_avx512.h's plane-shift kernel, 32
 // columns per masked load) against its row kernel: the same conv on an input zero-padded by hand
 // along W (padding 0 there, so OW != W) takes the latter. The weight gradient sees the same col
-// values at the same GEMM positions: the same bits. The forward too: with groups both sides run
-// im2col + GEMM; with one group the "same" side runs the implicit-GEMM kernel, one chain per
-// element like the GEMM's single depth slice here (K <= 512). Planes of one partial chunk to
-// several, OH != H, dilation, groups.
+// values at the same GEMM positions: the same bits. The forward too, with the convs held on
+// im2col + GEMM (ConvAlgo::Im2col: the implicit GEMM would take the "same" side, and on
+// AVX512-BF16 the direct kernel the hand-padded one, which sums in another order). The weight
+// gradient as conv2d_weight_grad runs it (both sides on the same kernel). Planes of one partial
+// chunk to several, OH != H, dilation, groups.
 TEST_P(Bf16GemmOps, Conv2dBf16PlaneShiftIm2colEqualsTheRowKernelBitForBit) {
   MT_REQUIRE_NATIVE_BF16();
   cpu::Bf16GemmOverride native(g_native);
@@ -199,13 +201,17 @@ TEST_P(Bf16GemmOps, Conv2dBf16PlaneShiftIm2colEqualsTheRowKernelBitForBit) {
                         Case{{1, 3, 28, 28}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1}}) {
     SCOPED_TRACE("x " + shape_str(c.x) + " w " + shape_str(c.w));
     const Tensor x = bf16_randn(c.x, seed++), w = bf16_randn(c.w, seed++);
-    const Tensor y1 = conv2d(x, w, Tensor(), {1, 1}, c.padding, c.dilation, c.groups);
-    const Tensor gy = bf16_randn(y1.sizes(), seed++);
     const int64_t P = c.padding[1];
     const Tensor side = zeros({c.x[0], c.x[1], c.x[2], P}, DType::BFloat16);
     const Tensor xp = P > 0 ? cat({side, x, side}, 3) : x;
     const IntList general_pad{c.padding[0], 0};
-    const Tensor y2 = conv2d(xp, w, Tensor(), {1, 1}, general_pad, c.dilation, c.groups);
+    Tensor y1, y2;
+    {
+      cpu::ConvAlgoOverride im2col(cpu::ConvAlgo::Im2col);
+      y1 = conv2d(x, w, Tensor(), {1, 1}, c.padding, c.dilation, c.groups);
+      y2 = conv2d(xp, w, Tensor(), {1, 1}, general_pad, c.dilation, c.groups);
+    }
+    const Tensor gy = bf16_randn(y1.sizes(), seed++);
     EXPECT_EQ(std::memcmp(y1.contiguous().data_ptr(), y2.contiguous().data_ptr(), y1.nbytes()), 0) << "forward";
     const Tensor gw1 = conv2d_weight_grad(x, gy, c.w, {1, 1}, c.padding, c.dilation, c.groups);
     const Tensor gw2 = conv2d_weight_grad(xp, gy, c.w, {1, 1}, general_pad, c.dilation, c.groups);

@@ -5,11 +5,13 @@
 //     bound of its depth plus the one rounding to BF16, at every blocking edge (vectors of output
 //     channels, pixel blocks, strides, padding, dilation, kernel heights) and for odd channel
 //     counts (the last pair's high half is zero) and one channel;
-//   - the same bits on 1, 2 and 3 threads, a batch of one (rows split between threads) included;
-//   - conv2d returns the kernel's bits where it takes it (and the emulated path's bits under
-//     MIXTAPE_CPU_BF16=emulated), within the bound of the emulated path.
+//   - the same bits on 1, 2 and 3 threads, a batch of one (rows split between threads, with a
+//     bias: the element-by-element store) included;
+//   - conv2d returns the kernel's bits where it takes it, within the bound of the emulated path
+//     (FP32 arithmetic on the widened operands); infinities and NaN reach the same outputs as there.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <vector>
@@ -94,7 +96,7 @@ TEST(ConvDirectBf16, SameBitsOnOneTwoAndThreeThreads) {
   MT_REQUIRE_KERNEL();
   // 2^21+ multiply-adds, so a team runs: eight images (images split), and one (rows split).
   for (const Geo& geo : {Geo{8, 24, 16, 16, 32, 3, 2, 2, 1, 1, 1, true, "eight images"},
-                         Geo{1, 33, 30, 30, 48, 3, 1, 1, 1, 1, 1, false, "one image, C odd"}}) {
+                         Geo{1, 33, 30, 30, 48, 3, 1, 1, 1, 1, 1, true, "one image, C odd, a bias"}}) {
     SCOPED_TRACE(geo.what);
     const Inputs in = make_inputs(geo, 52);
     const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return direct(geo, in); });
@@ -132,6 +134,35 @@ TEST(ConvDirectBf16, Conv2dReturnsTheKernelsBitsWithinTheBoundOfTheEmulatedPath)
     EXPECT_TRUE(within_sum_bound(got, emulated.to(DType::Float64), absterms, geo.C * geo.kH * 3, 2.0, 2));
   }
   EXPECT_GE(taken, 5);
+}
+
+TEST(ConvDirectBf16, InfinitiesAndNanReachTheOutputsTheEmulatedPathGives) {
+  MT_REQUIRE_KERNEL();
+  const Geo geo = kGeos[0];
+  Inputs in = make_inputs(geo, 54);
+  BFloat16* x = static_cast<BFloat16*>(in.x.data_ptr());
+  x[5] = BFloat16(std::numeric_limits<float>::infinity());  // a border pixel: inf * 0 from padding is NaN
+  x[300] = BFloat16(-std::numeric_limits<float>::infinity());
+  x[2000] = BFloat16(std::numeric_limits<float>::quiet_NaN());
+  static_cast<BFloat16*>(in.w.data_ptr())[4] = BFloat16(0.0f);  // inf * a zero weight: NaN
+  const Tensor got = op(geo, in.x, in.w, Tensor()).to(DType::Float32).contiguous();
+  Tensor emulated;
+  {
+    cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+    emulated = op(geo, in.x, in.w, Tensor()).to(DType::Float32).contiguous();
+  }
+  int64_t specials = 0, bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = get_element(got, i), e = get_element(emulated, i);
+    if (std::isfinite(e)) {
+      bad += !std::isfinite(a);
+    } else {
+      ++specials;
+      bad += !(std::isnan(e) ? std::isnan(a) : a == e);
+    }
+  }
+  EXPECT_GT(specials, 20);
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(ConvDirectBf16, NotUnderEmulatedBf16) {

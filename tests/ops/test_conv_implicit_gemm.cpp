@@ -262,9 +262,10 @@ TEST(ConvImplicitGemm, SameBitsOnOneAndTwoThreads) {
 }
 
 TEST(ConvImplicitGemm, OtherGeometriesKeepIm2colsBits) {
-  // Column dilation and groups are not plane-shift geometry (nor the direct kernel's, which takes
-  // the FP32 strided and width-changing 3-wide convs: tests/ops/test_conv_direct.cpp): conv2d runs
-  // im2col + GEMM for them whatever the switch says.
+  // Column dilation and groups are not plane-shift geometry, nor the direct kernels' (3-wide convs
+  // with unit column dilation and one group: tests/ops/test_conv_direct.cpp and
+  // test_conv_direct_bf16.cpp, which also take strided BF16 convs on AVX512-BF16): conv2d runs
+  // im2col + GEMM for them whatever the switch says, in FP32 and in BF16.
   MT_REQUIRE_KERNEL();
   Generator gen(19);
   const Tensor x = randn({2, 4, 9, 8}, {}, &gen), w = randn({6, 4, 3, 3}, {}, &gen);
@@ -272,7 +273,8 @@ TEST(ConvImplicitGemm, OtherGeometriesKeepIm2colsBits) {
   const std::function<Tensor()> cases[] = {
       [&] { return conv2d(x, w, Tensor(), {1, 1}, {1, 2}, {1, 2}); },
       [&] { return conv2d(x, wg, Tensor(), {1, 1}, {1, 1}, {1, 1}, 2); },
-      [&] { return conv2d(x.to(DType::BFloat16), w.to(DType::BFloat16), Tensor(), {2, 2}, {1, 1}); },
+      [&] { return conv2d(x.to(DType::BFloat16), w.to(DType::BFloat16), Tensor(), {1, 1}, {1, 2}, {1, 2}); },
+      [&] { return conv2d(x.to(DType::BFloat16), wg.to(DType::BFloat16), Tensor(), {2, 2}, {1, 1}, {1, 1}, 2); },
   };
   for (const auto& f : cases) {
     EXPECT_TRUE(same_bits(with_algo(cpu::ConvAlgo::Auto, f), with_algo(cpu::ConvAlgo::Im2col, f)));
