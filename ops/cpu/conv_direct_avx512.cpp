@@ -98,46 +98,6 @@ void pack_weights(const Plan& p, const BFloat16* w, uint32_t* wt) {
         wt[((c / 2) * taps + t) * p.Opad + o] |= uint32_t(w[(o * s.C + c) * taps + t].bits) << (16 * (c % 2));
 }
 
-// One BF16 image x (C, H, W) -> xp (planes, Hp, Wp) of 32-bit words: word (c2, r, q) holds
-// x[2 c2, r - pH, q - pW] in its low half and x[2 c2 + 1, ...] in its high half, +0 outside the
-// image or past C (stage_padded's masks, 16 columns at a time).
-MT_DIRECT void stage_pairs(const PaddedPlanes& p, int64_t C, const BFloat16* x, uint32_t* xp) {
-  const int64_t chunks = (p.Wp + 15) / 16;
-  __mmask16 in[kMaxPaddedWidth / 16], out[kMaxPaddedWidth / 16];
-  for (int64_t j = 0; j < chunks; ++j) {
-    uint32_t mi = 0, mo = 0;
-    for (int q = 0; q < 16; ++q) {
-      const int64_t col = j * 16 + q;
-      if (col < p.Wp) mo |= 1u << q;
-      if (col < p.Wp && col >= p.pW && col < p.pW + p.W) mi |= 1u << q;
-    }
-    in[j] = static_cast<__mmask16>(mi), out[j] = static_cast<__mmask16>(mo);
-  }
-  for (int64_t c2 = 0; c2 < p.C; ++c2)
-    for (int64_t r = 0; r < p.Hp; ++r) {
-      uint32_t* d = xp + c2 * p.plane() + r * p.Wp;
-      const int64_t ih = r - p.pH;
-      if (ih < 0 || ih >= p.H) {
-        for (int64_t j = 0; j < chunks; ++j) _mm512_mask_storeu_epi32(d + 16 * j, out[j], _mm512_setzero_si512());
-        continue;
-      }
-      // As stage_padded: lanes before the row start are masked off, the pointers formed as integers.
-      const uintptr_t lo = reinterpret_cast<uintptr_t>(x + (2 * c2 * p.H + ih) * p.W);
-      const bool odd = 2 * c2 + 1 < C;
-      for (int64_t j = 0; j < chunks; ++j) {
-        const uintptr_t at = static_cast<uintptr_t>((16 * j - p.pW) * int64_t(sizeof(BFloat16)));
-        const __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(in[j], reinterpret_cast<const void*>(lo + at)));
-        __m512i v = a;
-        if (odd) {
-          const uintptr_t hi = lo + static_cast<uintptr_t>(p.H * p.W * int64_t(sizeof(BFloat16)));
-          const __m256i b = _mm256_maskz_loadu_epi16(in[j], reinterpret_cast<const void*>(hi + at));
-          v = _mm512_or_si512(a, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-        }
-        _mm512_mask_storeu_epi32(d + 16 * j, out[j], v);
-      }
-    }
-}
-
 // Output pixels [ow0, ow0 + P) of row oh x channels [o0, o0 + 16 V) of one staged image xp, input
 // channels [c0, c1): yt[(oh OW + ow) Opad + o] += sum over those depths k of wt[k, o] xp[tap k of
 // the pixel], in depth order, from +0 when c0 == 0. A slice continues the previous one's FMA chain

@@ -137,34 +137,6 @@ MT_WGRAD void block(const Plan& p, const float* xpad, const float* gyT, int64_t 
 
 // ---- the BF16 twin on pixel pairs (native BF16, unit column stride, even OW) ----
 
-// One BF16 image x (C, H, W) -> xp (C, Hp, Wp) BF16, zero-padded as stage_padded does, unwidened:
-// the 32-bit word at column q of a padded row is the pair (column q, column q + 1).
-MT_WGRAD void stage_padded_bf16(const PaddedPlanes& p, const BFloat16* x, uint16_t* xp) {
-  const int64_t chunks = (p.Wp + 15) / 16;
-  __mmask16 in[kMaxPaddedWidth / 16], out[kMaxPaddedWidth / 16];
-  for (int64_t j = 0; j < chunks; ++j) {
-    uint32_t mi = 0, mo = 0;
-    for (int q = 0; q < 16; ++q) {
-      const int64_t col = j * 16 + q;
-      if (col < p.Wp) mo |= 1u << q;
-      if (col < p.Wp && col >= p.pW && col < p.pW + p.W) mi |= 1u << q;
-    }
-    in[j] = static_cast<__mmask16>(mi), out[j] = static_cast<__mmask16>(mo);
-  }
-  for (int64_t c = 0; c < p.C; ++c)
-    for (int64_t r = 0; r < p.Hp; ++r) {
-      uint16_t* d = xp + c * p.plane() + r * p.Wp;
-      const int64_t ih = r - p.pH;
-      // As stage_padded: lanes before the row start are masked off, the pointer formed as an integer.
-      const uintptr_t row = reinterpret_cast<uintptr_t>(x + (c * p.H + (ih < 0 || ih >= p.H ? 0 : ih)) * p.W);
-      for (int64_t j = 0; j < chunks; ++j) {
-        const __mmask16 m = ih < 0 || ih >= p.H ? __mmask16(0) : in[j];
-        const uintptr_t src = row + static_cast<uintptr_t>((16 * j - p.pW) * int64_t(sizeof(BFloat16)));
-        _mm256_mask_storeu_epi16(d + 16 * j, out[j], _mm256_maskz_loadu_epi16(m, reinterpret_cast<const void*>(src)));
-      }
-    }
-}
-
 // One image's gy (O, L) BF16, L even -> gt (L / 2, Opad) words: gt[l2 Opad + o] = the pair
 // (gy[o, 2 l2], gy[o, 2 l2 + 1]) — gy's own 32-bit words, transposed 16 x 16; 0 for o >= O.
 MT_WGRAD void stage_gy_pairs(const Plan& p, const BFloat16* gy, uint32_t* gt) {

@@ -1,11 +1,12 @@
 // ops/cpu/padded_planes_avx512.h — the direct (no im2col) convolution kernels' staging of an image
-// into zero-padded FP32 planes (ops/cpu/conv_shape.h's PaddedPlanes) on AVX-512: a copy, BF16 /
-// FP16 widened exactly; and the prefetch that brings the next image in while one is computed.
+// into zero-padded planes (ops/cpu/conv_shape.h's PaddedPlanes) on AVX-512: FP32 (a copy, BF16 /
+// FP16 widened exactly), BF16 as it is, or BF16 channel pairs in 32-bit words; and the prefetch
+// that brings the next image in while one is computed.
 // Invariant: padded row r, column q of channel c holds x[c, r - pH, q - pW], or +0 where that is
 // outside the image.
 // Include only in a file built for x86-64 with GCC or Clang; the functions carry their own target
 // and run only after a CPUID check (conv_implicit_gemm_enabled()).
-// Internal: ops/cpu/conv_weight_grad_avx512.cpp and ops/cpu/conv_direct_avx512.cpp.
+// Internal: ops/cpu/conv_direct_avx512.cpp and ops/cpu/conv_weight_grad_avx512.cpp.
 #pragma once
 #include <immintrin.h>
 
@@ -42,38 +43,86 @@ MT_PADDED inline __m512 load16_as_f32(__mmask16 m, const E* src) {
   }
 }
 
-// One image x (C, H, W) -> xp (C, Hp, Wp). Each padded row is whole 16-column chunks: a load
-// masked to the columns inside the image (lanes before the row start are masked off, so nothing
-// outside it is read) and a store masked to the row's Wp columns; the masks depend on the chunk
-// only and are built once.
+// Each padded row is whole 16-column chunks: a load masked to the columns inside the image (`in`:
+// lanes before the row start are masked off, so nothing outside it is read) and a store masked to
+// the row's Wp columns (`out`); the masks depend on the chunk only and are built once per image.
+struct ChunkMasks {
+  int64_t chunks;
+  __mmask16 in[kMaxPaddedWidth / 16], out[kMaxPaddedWidth / 16];
+  explicit ChunkMasks(const PaddedPlanes& p) : chunks((p.Wp + 15) / 16) {
+    for (int64_t j = 0; j < chunks; ++j) {
+      uint32_t mi = 0, mo = 0;
+      for (int q = 0; q < 16; ++q) {
+        const int64_t col = j * 16 + q;
+        if (col < p.Wp) mo |= 1u << q;
+        if (col < p.Wp && col >= p.pW && col < p.pW + p.W) mi |= 1u << q;
+      }
+      in[j] = static_cast<__mmask16>(mi), out[j] = static_cast<__mmask16>(mo);
+    }
+  }
+};
+// Element q of chunk j of padded row `ih` of channel c is x's column 16 j + q - pW: the address is
+// formed as an integer, as it may precede the row (those lanes are masked off). Rows outside the
+// image give row 0's address (every lane is masked off there).
+template <typename E>
+inline uintptr_t chunk_source(const PaddedPlanes& p, const E* x, int64_t c, int64_t ih, int64_t j) {
+  const int64_t row = ih < 0 || ih >= p.H ? 0 : ih;
+  return reinterpret_cast<uintptr_t>(x + (c * p.H + row) * p.W) +
+         static_cast<uintptr_t>((16 * j - p.pW) * int64_t(sizeof(E)));
+}
+
+// One image x (C, H, W) -> xp (C, Hp, Wp) FP32, 16-bit storage widened exactly.
 template <typename E>
 MT_PADDED void stage_padded(const PaddedPlanes& p, const E* x, float* xp) {
-  constexpr int64_t kMaxChunks = kMaxPaddedWidth / 16;
-  const int64_t chunks = (p.Wp + 15) / 16;
-  __mmask16 in[kMaxChunks], out[kMaxChunks];
-  for (int64_t j = 0; j < chunks; ++j) {
-    uint32_t mi = 0, mo = 0;
-    for (int q = 0; q < 16; ++q) {
-      const int64_t col = j * 16 + q;
-      if (col < p.Wp) mo |= 1u << q;
-      if (col < p.Wp && col >= p.pW && col < p.pW + p.W) mi |= 1u << q;
-    }
-    in[j] = static_cast<__mmask16>(mi), out[j] = static_cast<__mmask16>(mo);
-  }
+  const ChunkMasks mk(p);
   for (int64_t c = 0; c < p.C; ++c)
     for (int64_t r = 0; r < p.Hp; ++r) {
       float* d = xp + c * p.plane() + r * p.Wp;
       const int64_t ih = r - p.pH;
-      if (ih < 0 || ih >= p.H) {
-        for (int64_t j = 0; j < chunks; ++j) _mm512_mask_storeu_ps(d + 16 * j, out[j], _mm512_setzero_ps());
-        continue;
+      const bool inside = ih >= 0 && ih < p.H;
+      for (int64_t j = 0; j < mk.chunks; ++j) {
+        const E* src = reinterpret_cast<const E*>(chunk_source(p, x, c, ih, j));
+        _mm512_mask_storeu_ps(d + 16 * j, mk.out[j], inside ? load16_as_f32(mk.in[j], src) : _mm512_setzero_ps());
       }
-      // Element q of chunk j is x's column 16 j + q - pW: the pointer is formed as an integer, as
-      // it may precede the row (those lanes are masked off).
-      const uintptr_t row = reinterpret_cast<uintptr_t>(x + (c * p.H + ih) * p.W);
-      for (int64_t j = 0; j < chunks; ++j) {
-        const E* src = reinterpret_cast<const E*>(row + static_cast<uintptr_t>((16 * j - p.pW) * int64_t(sizeof(E))));
-        _mm512_mask_storeu_ps(d + 16 * j, out[j], load16_as_f32(in[j], src));
+    }
+}
+
+// One BF16 image x (C, H, W) -> xp (C, Hp, Wp) BF16, unwidened (the pixel-pair weight gradient):
+// the 32-bit word at column q of a padded row is the pair (column q, column q + 1).
+MT_PADDED inline void stage_padded_bf16(const PaddedPlanes& p, const BFloat16* x, uint16_t* xp) {
+  const ChunkMasks mk(p);
+  for (int64_t c = 0; c < p.C; ++c)
+    for (int64_t r = 0; r < p.Hp; ++r) {
+      uint16_t* d = xp + c * p.plane() + r * p.Wp;
+      const int64_t ih = r - p.pH;
+      const bool inside = ih >= 0 && ih < p.H;
+      for (int64_t j = 0; j < mk.chunks; ++j) {
+        const void* src = reinterpret_cast<const void*>(chunk_source(p, x, c, ih, j));
+        _mm256_mask_storeu_epi16(d + 16 * j, mk.out[j], _mm256_maskz_loadu_epi16(inside ? mk.in[j] : 0, src));
+      }
+    }
+}
+
+// One BF16 image x (C, H, W) -> xp (p.C = (C + 1) / 2 planes, Hp, Wp) of 32-bit words (the direct
+// BF16 forward's channel pairs): word (c2, r, q) holds x[2 c2, r - pH, q - pW] in its low half and
+// x[2 c2 + 1, ...] in its high half, +0 outside the image or past C.
+MT_PADDED inline void stage_pairs(const PaddedPlanes& p, int64_t C, const BFloat16* x, uint32_t* xp) {
+  const ChunkMasks mk(p);
+  for (int64_t c2 = 0; c2 < p.C; ++c2)
+    for (int64_t r = 0; r < p.Hp; ++r) {
+      uint32_t* d = xp + c2 * p.plane() + r * p.Wp;
+      const int64_t ih = r - p.pH;
+      const bool inside = ih >= 0 && ih < p.H, odd = 2 * c2 + 1 < C;
+      for (int64_t j = 0; j < mk.chunks; ++j) {
+        const __mmask16 m = inside ? mk.in[j] : 0;
+        __m512i v = _mm512_cvtepu16_epi32(
+            _mm256_maskz_loadu_epi16(m, reinterpret_cast<const void*>(chunk_source(p, x, 2 * c2, ih, j))));
+        if (odd) {
+          const __m256i b =
+              _mm256_maskz_loadu_epi16(m, reinterpret_cast<const void*>(chunk_source(p, x, 2 * c2 + 1, ih, j)));
+          v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+        }
+        _mm512_mask_storeu_epi32(d + 16 * j, mk.out[j], v);
       }
     }
 }
