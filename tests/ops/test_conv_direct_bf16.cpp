@@ -19,6 +19,7 @@
 #include <mixtape/mixtape.h>
 
 #include "common/bit_equal.h"
+#include "common/on_avx512_bf16.h"
 #include "common/on_thread_counts.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
@@ -31,10 +32,11 @@ namespace {
 using testing::bit_equal;
 using testing::within_sum_bound;
 
-// False without AVX512-BF16 (or with AMX, whose paths BF16 keeps), under MIXTAPE_CPU_BF16=emulated
-// or amx, and under MIXTAPE_CPU_CONV=im2col.
+// False without AVX512-BF16 and under MIXTAPE_CPU_CONV=im2col (MT_REQUIRE_KERNEL puts BF16 GEMMs on
+// vdpbf16ps for the test where the CPU has it, AMX CPUs included).
 bool kernel_available() { return cpu::conv_direct_bf16_applies({1, 2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4}); }
-#define MT_REQUIRE_KERNEL() \
+#define MT_REQUIRE_KERNEL()              \
+  const testing::OnAvx512Bf16 on_avx512_bf16; \
   if (!kernel_available()) GTEST_SKIP() << "BF16 GEMMs do not run on AVX512-BF16 here (or MIXTAPE_CPU_CONV=im2col)"
 
 using Geo = testing::Conv3;

@@ -12,12 +12,14 @@
 //   - geometries it does not take: column stride 2, odd output width, emulated BF16.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
 #include <mixtape/mixtape.h>
 
 #include "common/bit_equal.h"
+#include "common/on_avx512_bf16.h"
 #include "common/on_thread_counts.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
@@ -30,12 +32,13 @@ namespace {
 using testing::bit_equal;
 using testing::within_sum_bound;
 
-// False without AVX512-BF16 (or with AMX), under MIXTAPE_CPU_BF16=emulated or amx, and under
-// MIXTAPE_CPU_CONV=im2col.
+// False without AVX512-BF16 and under MIXTAPE_CPU_CONV=im2col (MT_REQUIRE_KERNEL puts BF16 GEMMs on
+// vdpbf16ps for the test where the CPU has it, AMX CPUs included).
 bool kernel_available() {
   return cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
 }
-#define MT_REQUIRE_KERNEL() \
+#define MT_REQUIRE_KERNEL()              \
+  const testing::OnAvx512Bf16 on_avx512_bf16; \
   if (!kernel_available()) GTEST_SKIP() << "BF16 GEMMs do not run on AVX512-BF16 here (or MIXTAPE_CPU_CONV=im2col)"
 
 using Geo = testing::Conv3;  // the bias flag unused here
@@ -45,8 +48,8 @@ const Geo kGeos[] = {
     {2, 16, 12, 12, 32, 3, 2, 1, 1, 1, 1, false, "row stride 2, two vectors"},
     {2, 8, 7, 8, 64, 3, 1, 1, 1, 1, 1, false, "four vectors, 7 rows of 4 pairs (28 pairs: a ragged transpose)"},
     {2, 6, 10, 10, 48, 3, 2, 1, 0, 1, 2, false, "O = 48 (three one-vector blocks), row stride 2, dH 2"},
-    {1, 6, 5, 40, 8, 5, 1, 1, 2, 2, 1, false, "5 rows, pW past reach (40 + 4 - 2 = 42 wide), 3 chunks"},
-    {7, 64, 20, 20, 16, 3, 1, 1, 1, 1, 1, false, "3 images per chunk: chunks of 3, 3 and 1"},
+    {1, 6, 5, 40, 8, 5, 1, 1, 2, 2, 1, false, "5 rows, pW 2 (42 pixels a row), padded rows of 44: 3 chunks"},
+    {7, 64, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "3 images per staged chunk: chunks of 3, 3 and 1"},
     {2, 3, 1, 4, 64, 3, 1, 1, 1, 1, 1, false, "H = 1: two of three kernel rows read padding"},
     {2, 8, 6, 12, 64, 1, 1, 1, 0, 1, 1, false, "1x3 kernel"},
     {3, 4, 6, 6, 40, 3, 1, 1, 0, 0, 1, false, "no padding (4 wide), O = 40"},
@@ -86,7 +89,7 @@ TEST(ConvWeightGradPairs, KernelMatchesFp64AtEveryEdge) {
 
 TEST(ConvWeightGradPairs, SameBitsOnOneTwoAndThreeThreads) {
   MT_REQUIRE_KERNEL();
-  // A team's worth of work (2^21 multiply-adds), two chunks and a short one, a short pair block.
+  // A team's worth of work (2^21 multiply-adds), two staged chunks (20 and 10 images), a short pair block.
   const Geo geo{30, 25, 14, 14, 20, 3, 1, 1, 1, 1, 1, false, ""};
   const Inputs in = make_inputs(geo, 62);
   const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return pairs(geo, in); });
@@ -111,6 +114,34 @@ TEST(ConvWeightGradPairs, TheOpReturnsItsBitsWithinTheBoundOfTheEmulatedPath) {
     EXPECT_TRUE(within_sum_bound(got, emulated.to(DType::Float64), op(geo, abs(x64), abs(g64)),
                                  geo.N * geo.OH() * geo.OW(), 2.0, 2));
   }
+}
+
+TEST(ConvWeightGradPairs, InfinitiesAndNanReachTheGradientsTheEmulatedPathGives) {
+  MT_REQUIRE_KERNEL();
+  const Geo geo = kGeos[0];
+  Inputs in = make_inputs(geo, 64);
+  BFloat16* x = static_cast<BFloat16*>(in.x.data_ptr());
+  x[29] = BFloat16(std::numeric_limits<float>::infinity());  // row 1's first pixel: its neighbours' taps
+  x[900] = BFloat16(std::numeric_limits<float>::quiet_NaN());
+  static_cast<BFloat16*>(in.gy.data_ptr())[100] = BFloat16(-std::numeric_limits<float>::infinity());
+  const Tensor got = op(geo, in.x, in.gy).to(DType::Float32).contiguous();
+  Tensor emulated;
+  {
+    cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+    emulated = op(geo, in.x, in.gy).to(DType::Float32).contiguous();
+  }
+  int64_t specials = 0, bad = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = get_element(got, i), e = get_element(emulated, i);
+    if (std::isfinite(e)) {
+      bad += !std::isfinite(a);
+    } else {
+      ++specials;
+      bad += !(std::isnan(e) ? std::isnan(a) : a == e);
+    }
+  }
+  EXPECT_GT(specials, 10);
+  EXPECT_EQ(bad, 0);
 }
 
 TEST(ConvWeightGradPairs, GeometriesItDoesNotTake) {
