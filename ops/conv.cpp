@@ -28,8 +28,8 @@
 //     wide with column stride 1 or 2, the direct input-gradient kernel (f32, FP16 and BF16
 //     storage; ops/cpu/conv_input_grad_avx512.h);
 //   - weight gradient, 3 columns wide, FP32 arithmetic (f32, FP16, emulated BF16): the direct
-//     weight-gradient kernel (ops/cpu/conv_weight_grad_avx512.h); native BF16 on vdpbf16ps with
-//     unit column stride and an even output width: its twin on pixel pairs;
+//     weight-gradient kernel (ops/cpu/conv_weight_grad_avx512.h); native BF16 on vdpbf16ps: its
+//     twin on image pairs;
 // and everything else: im2col + GEMM, one image at a time (im2col on AVX-512 kernels for
 // plane-shift geometry and for column strides 1 and 2: ops/cpu/im2col_avx512.h).
 //   col: (K, L) row-major, K = C kH kW, L = OH OW. Row r = (c kH + ki) kW + kj, column l = i OW + j:
@@ -509,7 +509,7 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
       return cpu::conv_weight_grad_direct(conv_shape(g), x, gy, gw);
   }
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
-    // Native BF16 on vdpbf16ps: the same kernel on pixel pairs (unit column stride, even OW).
+    // Native BF16 on vdpbf16ps: the same kernel on image pairs.
     if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_weight_grad_pairs_applies(conv_shape(g)))
       return cpu::conv_weight_grad_pairs(conv_shape(g), x, gy, gw);
   }

@@ -214,7 +214,9 @@ void image_rows(const Plan& p, const S* x, const E* wt, const float* bias, S* y,
   if constexpr (std::is_same_v<E, float>)
     stage_padded(p.pp, x + n * image, xp);
   else
-    stage_pairs(p.pp, s.C, x + n * image, xp);
+    stage_pairs(
+        p.pp, [&](int64_t q) { return x + n * image + 2 * q * s.H * s.W; },
+        [&](int64_t q) { return 2 * q + 1 < s.C ? x + n * image + (2 * q + 1) * s.H * s.W : nullptr; }, xp);
   const int sW = static_cast<int>(s.sW);
   const BlockFn<E> full = block_fn<E>(sW, p.V, p.row.size), last = block_fn<E>(sW, p.V, p.row.last);
   SpreadPrefetch pf(next, image * static_cast<int64_t>(sizeof(S)),

@@ -47,19 +47,18 @@ struct Plan {
   ConvShape s;
   PaddedPlanes pp;  // the staged input images
   int64_t L, Opad;  // output pixels per image; O rounded up to 16 (gy's staged rows)
-  int64_t Lg;       // gy's staged rows per image: L, or L / 2 pixel pairs (the BF16 twin)
   int V, P;         // a block: V vectors of 16 channels x P pairs x 3 taps
   int64_t pairs, pblocks, oblocks, nb;
   int64_t blocks() const { return pblocks * oblocks; }
 };
 
-// pairs: the BF16 twin's plan (x staged as BF16, gy as pixel pairs: half the bytes per image).
+// pairs: the BF16 twin's plan (images staged in pairs of BF16: half the bytes per image, and an
+// even number of images per chunk, so that a pair never spans two chunks).
 Plan plan_of(const ConvShape& s, bool pairs = false) {
   Plan p{};
   p.s = s;
   p.pp = PaddedPlanes::of(s);
   p.L = s.OH * s.OW;
-  p.Lg = pairs ? p.L / 2 : p.L;
   p.Opad = (s.O + 15) / 16 * 16;
   const int64_t vectors = p.Opad / 16;
   // The widest block whose V divides the channel vectors: fewer broadcasts per multiply-add.
@@ -70,6 +69,7 @@ Plan plan_of(const ConvShape& s, bool pairs = false) {
   p.oblocks = vectors / p.V;
   const int64_t per_image = (p.pp.image() + p.L * p.Opad) * static_cast<int64_t>(pairs ? 2 : sizeof(float));
   p.nb = std::max<int64_t>(1, std::min(s.N, kChunkBytes / std::max<int64_t>(per_image, 1)));
+  if (pairs && p.nb < s.N) p.nb = std::max<int64_t>(2, p.nb / 2 * 2);
   return p;
 }
 
@@ -135,30 +135,39 @@ MT_WGRAD void block(const Plan& p, const float* xpad, const float* gyT, int64_t 
   }
 }
 
-// ---- the BF16 twin on pixel pairs (native BF16, unit column stride, even OW) ----
+// ---- the BF16 twin on image pairs (native BF16 on vdpbf16ps) ----
+// Images n and n + 1 are staged together: the x planes as 32-bit words (x[n], x[n + 1]) at every
+// padded position (stage_pairs), gy as words (gy[n, o, l], gy[n + 1, o, l]) transposed to (L, Opad);
+// a last odd image is paired with zeros.
 
-// One image's gy (O, L) BF16, L even -> gt (L / 2, Opad) words: gt[l2 Opad + o] = the pair
-// (gy[o, 2 l2], gy[o, 2 l2 + 1]) — gy's own 32-bit words, transposed 16 x 16; 0 for o >= O.
-MT_WGRAD void stage_gy_pairs(const Plan& p, const BFloat16* gy, uint32_t* gt) {
-  const int64_t O = p.s.O, L2 = p.Lg;
+// gy of images a and b (b null: zeros), (O, L) BF16 each -> gt (L, Opad) words, 0 for o >= O.
+MT_WGRAD void stage_gy_pairs(const Plan& p, const BFloat16* a, const BFloat16* b, uint32_t* gt) {
+  const int64_t O = p.s.O, L = p.L;
   for (int64_t o0 = 0; o0 < p.Opad; o0 += 16)
-    for (int64_t l0 = 0; l0 < L2; l0 += 16) {
-      const int64_t n = std::min<int64_t>(16, L2 - l0);
+    for (int64_t l0 = 0; l0 < L; l0 += 16) {
+      const int64_t n = std::min<int64_t>(16, L - l0);
       const __mmask16 m = static_cast<__mmask16>(n == 16 ? 0xFFFF : (1u << n) - 1);
       __m512 r[16];
-      for (int q = 0; q < 16; ++q)
-        r[q] = o0 + q < O ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, gy + (o0 + q) * p.L + 2 * l0))
-                          : _mm512_setzero_ps();
+      for (int q = 0; q < 16; ++q) {
+        __m512i w = _mm512_setzero_si512();
+        if (o0 + q < O) {
+          w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, a + (o0 + q) * L + l0));
+          if (b) {
+            const __m256i h = _mm256_maskz_loadu_epi16(m, b + (o0 + q) * L + l0);
+            w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+          }
+        }
+        r[q] = _mm512_castsi512_ps(w);
+      }
       transpose16x16(r);
       for (int64_t q = 0; q < n; ++q) _mm512_store_si512(gt + (l0 + q) * p.Opad + o0, _mm512_castps_si512(r[q]));
     }
 }
 
-// block's twin: per pixel pair (2 j, 2 j + 1) of an output row, V vectors of gy pairs times the
-// x pair each tap reads (adjacent columns, unit column stride), one vdpbf16ps each: both pixels'
-// products (exact in FP32) added to the FP32 sum.
+// block's twin over nb staged image pairs: per output pixel, V vectors of gy words times the x word
+// each tap reads, one vdpbf16ps each: both images' products (exact in FP32) added to the FP32 sum.
 template <int V, int P>
-MT_WGRAD_BF16 void block_pairs(const Plan& p, const uint16_t* xpad, const uint32_t* gyT, int64_t nb, int64_t pair0,
+MT_WGRAD_BF16 void block_pairs(const Plan& p, const uint32_t* xpad, const uint32_t* gyT, int64_t nb, int64_t pair0,
                                int64_t c0, float* accT, bool first, SpreadPrefetch* pf) {
   const ConvShape& s = p.s;
   int64_t off[P];
@@ -169,22 +178,20 @@ MT_WGRAD_BF16 void block_pairs(const Plan& p, const uint16_t* xpad, const uint32
   __m512 acc[P * kPaddedTaps][V];
   for (int a = 0; a < P * kPaddedTaps; ++a)
     for (int v = 0; v < V; ++v) acc[a][v] = _mm512_setzero_ps();
-  const int64_t row_step = s.sH * p.pp.Wp, OW2 = s.OW / 2, Opad = p.Opad;
+  const int64_t row_step = s.sH * p.pp.Wp, sW = s.sW, OW = s.OW, Opad = p.Opad;
   for (int64_t n = 0; n < nb; ++n) {
-    const uint16_t* xn = xpad + n * p.pp.image();
-    const uint32_t* g = gyT + n * p.Lg * Opad + c0;
+    const uint32_t* xn = xpad + n * p.pp.image();
+    const uint32_t* g = gyT + n * p.L * Opad + c0;
     for (int64_t oh = 0; oh < s.OH; ++oh) {
-      const uint16_t* r[P];
+      const uint32_t* r[P];
       for (int i = 0; i < P; ++i) r[i] = xn + off[i] + oh * row_step;
       pf[0].step(), pf[1].step();
-      for (int64_t j = 0; j < OW2; ++j, g += Opad) {
+      for (int64_t ow = 0, xo = 0; ow < OW; ++ow, xo += sW, g += Opad) {
         __m512bh gv[V];
         for (int v = 0; v < V; ++v) gv[v] = (__m512bh)_mm512_load_si512(g + 16 * v);
         for (int i = 0; i < P; ++i)
           for (int k = 0; k < kPaddedTaps; ++k) {
-            uint32_t word;
-            std::memcpy(&word, r[i] + 2 * j + k, sizeof word);
-            const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(word));
+            const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(r[i][xo + k]));
             for (int v = 0; v < V; ++v) {
               __m512& a = acc[i * kPaddedTaps + k][v];
               a = _mm512_dpbf16_ps(a, gv[v], b);
@@ -200,60 +207,68 @@ MT_WGRAD_BF16 void block_pairs(const Plan& p, const uint16_t* xpad, const uint32
   }
 }
 
-// The kernel for V vectors and P pairs (P <= 24 / (3 V): the last pair block may be short); X and G
-// the staged x and gy elements: float (block), or uint16_t and uint32_t (block_pairs).
-template <typename X, typename G>
-using BlockFn = void (*)(const Plan&, const X*, const G*, int64_t, int64_t, int64_t, float*, bool, SpreadPrefetch*);
-template <typename X, typename G, int V, int... Ps>
-constexpr std::array<BlockFn<X, G>, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
+// The kernel for V vectors and P pairs (P <= 24 / (3 V): the last pair block may be short); X the
+// staged element: float (block), or uint32_t BF16 image pairs (block_pairs).
+template <typename X>
+using BlockFn = void (*)(const Plan&, const X*, const X*, int64_t, int64_t, int64_t, float*, bool, SpreadPrefetch*);
+template <typename X, int V, int... Ps>
+constexpr std::array<BlockFn<X>, sizeof...(Ps)> blocks_of(std::integer_sequence<int, Ps...>) {
   if constexpr (std::is_same_v<X, float>)
     return {&block<V, Ps + 1>...};
   else
     return {&block_pairs<V, Ps + 1>...};
 }
-template <typename X, typename G>
-BlockFn<X, G> block_fn(int V, int P) {
-  static constexpr auto v1 = blocks_of<X, G, 1>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps>{});
-  static constexpr auto v2 = blocks_of<X, G, 2>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 2>{});
-  static constexpr auto v4 = blocks_of<X, G, 4>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 4>{});
+template <typename X>
+BlockFn<X> block_fn(int V, int P) {
+  static constexpr auto v1 = blocks_of<X, 1>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps>{});
+  static constexpr auto v2 = blocks_of<X, 2>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 2>{});
+  static constexpr auto v4 = blocks_of<X, 4>(std::make_integer_sequence<int, kAccumulators / kPaddedTaps / 4>{});
   const size_t i = static_cast<size_t>(P - 1);
   return V == 4 ? v4[i] : V == 2 ? v2[i] : v1[i];
 }
 
-// Pairs: the BF16 twin (E BFloat16, x staged as BF16 and gy as pixel pairs).
+// Pairs: the BF16 twin (E BFloat16, images staged in pairs). A staged unit is one image, or a pair.
 template <bool Pairs, typename E>
 void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
-  using X = std::conditional_t<Pairs, uint16_t, float>;
-  using G = std::conditional_t<Pairs, uint32_t, float>;
+  using X = std::conditional_t<Pairs, uint32_t, float>;
   const Plan p = plan_of(s, Pairs);
   const int64_t K = p.pairs * kPaddedTaps, ximage = s.C * s.H * s.W, gimage = s.O * p.L;
-  AlignedBuffer<X> xpad;
-  AlignedBuffer<G> gyT;
+  const int64_t per_unit = Pairs ? 2 : 1, units = (p.nb + per_unit - 1) / per_unit;
+  AlignedBuffer<X> xpad, gyT;
   AlignedBuffer<float> accT;
-  xpad.get(p.nb * p.pp.image());
-  gyT.get(p.nb * p.Lg * p.Opad);
+  xpad.get(units * p.pp.image());
+  gyT.get(units * p.L * p.Opad);
   accT.get(K * p.Opad);
   const int64_t macs = s.N * p.L * s.O * K;
   const int nt = padded_kernel_threads(macs, p.blocks());
 #pragma omp parallel num_threads(nt) if (nt > 1)
   for (int64_t n0 = 0; n0 < s.N; n0 += p.nb) {
-    const int64_t m = std::min(p.nb, s.N - n0);
+    const int64_t m = std::min(p.nb, s.N - n0), mu = (m + per_unit - 1) / per_unit;
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < m; ++i) {
+    for (int64_t i = 0; i < mu; ++i) {
+      X* xi = xpad.data.get() + i * p.pp.image();
+      X* gi = gyT.data.get() + i * p.L * p.Opad;
       if constexpr (Pairs) {
-        stage_padded_bf16(p.pp, x + (n0 + i) * ximage, xpad.data.get() + i * p.pp.image());
-        stage_gy_pairs(p, gy + (n0 + i) * gimage, gyT.data.get() + i * p.Lg * p.Opad);
+        const int64_t n = n0 + 2 * i;
+        const bool two = n + 1 < s.N;
+        stage_pairs(
+            p.pp, [&](int64_t c) { return x + n * ximage + c * s.H * s.W; },
+            [&](int64_t c) { return two ? x + (n + 1) * ximage + c * s.H * s.W : nullptr; }, xi);
+        stage_gy_pairs(p, gy + n * gimage, two ? gy + (n + 1) * gimage : nullptr, gi);
       } else {
-        stage_padded(p.pp, x + (n0 + i) * ximage, xpad.data.get() + i * p.pp.image());
-        stage_gy(p, gy + (n0 + i) * gimage, gyT.data.get() + i * p.L * p.Opad);
+        stage_padded(p.pp, x + (n0 + i) * ximage, xi);
+        stage_gy(p, gy + (n0 + i) * gimage, gi);
       }
     }
     // While computing, each thread prefetches the images it stages next: OpenMP's static schedule
-    // gives thread t the same share of the next chunk's images as of this one's.
+    // gives thread t the same share of the next chunk's units as of this one's.
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t next = n0 + p.nb, m2 = std::max<int64_t>(0, std::min(p.nb, s.N - next));
-    const int64_t q = m2 / T, r = m2 % T, first = next + t * q + std::min<int64_t>(t, r), count = q + (t < r);
-    const int64_t my_blocks = p.blocks() / T + (t < p.blocks() % T), steps = my_blocks * m * s.OH;
+    const int64_t u2 = (m2 + per_unit - 1) / per_unit, q = u2 / T, r = u2 % T;
+    const int64_t ufirst = t * q + std::min<int64_t>(t, r), ucount = q + (t < r);
+    const int64_t first = next + ufirst * per_unit;
+    const int64_t count = std::max<int64_t>(0, std::min(ucount * per_unit, s.N - first));
+    const int64_t my_blocks = p.blocks() / T + (t < p.blocks() % T), steps = my_blocks * mu * s.OH;
     SpreadPrefetch pf[2] = {
         SpreadPrefetch(count ? x + first * ximage : nullptr, count * ximage * int64_t(sizeof(E)), steps),
         SpreadPrefetch(count ? gy + first * gimage : nullptr, count * gimage * int64_t(sizeof(E)), steps)};
@@ -261,8 +276,7 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
     for (int64_t b = 0; b < p.blocks(); ++b) {
       const int64_t pb = b / p.oblocks, ob = b % p.oblocks, pair0 = pb * p.P;
       const int P = static_cast<int>(std::min<int64_t>(p.P, p.pairs - pair0));
-      block_fn<X, G>(p.V, P)(p, xpad.data.get(), gyT.data.get(), m, pair0, ob * p.V * 16, accT.data.get(), n0 == 0,
-                             pf);
+      block_fn<X>(p.V, P)(p, xpad.data.get(), gyT.data.get(), mu, pair0, ob * p.V * 16, accT.data.get(), n0 == 0, pf);
     }
   }
   for (int64_t o = 0; o < s.O; ++o)
@@ -279,8 +293,7 @@ bool conv_weight_grad_direct_applies(const ConvShape& s) {
 }
 
 bool conv_weight_grad_pairs_applies(const ConvShape& s) {
-  return conv_weight_grad_direct_applies(s) && s.sW == 1 && s.OW % 2 == 0 && bf16_native_gemm() &&
-         bf16_gemm_kernel() == Bf16Kernel::Avx512Bf16;
+  return conv_weight_grad_direct_applies(s) && bf16_native_gemm() && bf16_gemm_kernel() == Bf16Kernel::Avx512Bf16;
 }
 
 #if MIXTAPE_HAVE_WGRAD_AVX512

@@ -37,12 +37,12 @@ void conv_weight_grad_direct(const ConvShape& s, const BFloat16* x, const BFloat
 void conv_weight_grad_direct(const ConvShape& s, const Half* x, const Half* gy, float* gw);
 
 // The BF16 twin for native BF16 on vdpbf16ps (cpu::bf16_gemm_kernel() is Avx512Bf16): the same
-// blocks with the reduction over pixel pairs — x staged as BF16, gy as (gy[o, 2j], gy[o, 2j + 1])
-// words, one vdpbf16ps per pixel pair, tap and vector adds both pixels' exact products to the FP32
-// sum (subnormal inputs read as zero and subnormal results flushed, as everywhere vdpbf16ps runs).
-// The pair's x values are adjacent columns, so it takes unit column stride and an even OW (pairs
-// never span rows) on top of conv_weight_grad_direct_applies. Another order than the FP32 kernel's
-// (pixel pairs), so within FP32 summation error of it; the same bits at every thread count.
+// blocks with the images taken in pairs — x staged as words (x[n], x[n + 1]) at every padded
+// position, gy as words (gy[n, o, l], gy[n + 1, o, l]), a last odd image paired with zeros — so one
+// vdpbf16ps per pixel, tap and vector adds both images' exact products to the FP32 sum (subnormal
+// inputs read as zero and subnormal results flushed, as everywhere vdpbf16ps runs). Any geometry
+// conv_weight_grad_direct_applies takes. Another order than the FP32 kernel's (image pairs), so
+// within FP32 summation error of it; the same bits at every thread count.
 bool conv_weight_grad_pairs_applies(const ConvShape& s);
 void conv_weight_grad_pairs(const ConvShape& s, const BFloat16* x, const BFloat16* gy, float* gw);
 

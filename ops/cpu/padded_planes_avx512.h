@@ -1,7 +1,7 @@
 // ops/cpu/padded_planes_avx512.h — the direct (no im2col) convolution kernels' staging of an image
 // into zero-padded planes (ops/cpu/conv_shape.h's PaddedPlanes) on AVX-512: FP32 (a copy, BF16 /
-// FP16 widened exactly), BF16 as it is, or BF16 channel pairs in 32-bit words; and the prefetch
-// that brings the next image in while one is computed.
+// FP16 widened exactly), or pairs of BF16 planes in 32-bit words (what vdpbf16ps multiplies); and
+// the prefetch that brings the next image in while one is computed.
 // Invariant: padded row r, column q of channel c holds x[c, r - pH, q - pW], or +0 where that is
 // outside the image.
 // Include only in a file built for x86-64 with GCC or Clang; the functions carry their own target
@@ -87,44 +87,32 @@ MT_PADDED void stage_padded(const PaddedPlanes& p, const E* x, float* xp) {
     }
 }
 
-// One BF16 image x (C, H, W) -> xp (C, Hp, Wp) BF16, unwidened (the pixel-pair weight gradient):
-// the 32-bit word at column q of a padded row is the pair (column q, column q + 1).
-MT_PADDED inline void stage_padded_bf16(const PaddedPlanes& p, const BFloat16* x, uint16_t* xp) {
+// BF16 planes (H, W) in pairs -> xp (p.C, Hp, Wp) of 32-bit words: word (q, r, c) holds plane
+// lo(q)'s value at (r - pH, c - pW) in its low half and plane hi(q)'s in its high half (+0 outside
+// the image, and the high half +0 where hi(q) is null). lo and hi map a plane index to a plane's
+// first element: the direct BF16 forward pairs an image's channels 2q and 2q + 1, the BF16 weight
+// gradient the same channel of two images.
+template <typename Lo, typename Hi>
+MT_PADDED void stage_pairs(const PaddedPlanes& p, Lo&& lo, Hi&& hi, uint32_t* xp) {
   const ChunkMasks mk(p);
-  for (int64_t c = 0; c < p.C; ++c)
+  for (int64_t q = 0; q < p.C; ++q) {
+    const BFloat16 *a = lo(q), *b = hi(q);
     for (int64_t r = 0; r < p.Hp; ++r) {
-      uint16_t* d = xp + c * p.plane() + r * p.Wp;
+      uint32_t* d = xp + q * p.plane() + r * p.Wp;
       const int64_t ih = r - p.pH;
       const bool inside = ih >= 0 && ih < p.H;
       for (int64_t j = 0; j < mk.chunks; ++j) {
-        const void* src = reinterpret_cast<const void*>(chunk_source(p, x, c, ih, j));
-        _mm256_mask_storeu_epi16(d + 16 * j, mk.out[j], _mm256_maskz_loadu_epi16(inside ? mk.in[j] : 0, src));
-      }
-    }
-}
-
-// One BF16 image x (C, H, W) -> xp (p.C = (C + 1) / 2 planes, Hp, Wp) of 32-bit words (the direct
-// BF16 forward's channel pairs): word (c2, r, q) holds x[2 c2, r - pH, q - pW] in its low half and
-// x[2 c2 + 1, ...] in its high half, +0 outside the image or past C.
-MT_PADDED inline void stage_pairs(const PaddedPlanes& p, int64_t C, const BFloat16* x, uint32_t* xp) {
-  const ChunkMasks mk(p);
-  for (int64_t c2 = 0; c2 < p.C; ++c2)
-    for (int64_t r = 0; r < p.Hp; ++r) {
-      uint32_t* d = xp + c2 * p.plane() + r * p.Wp;
-      const int64_t ih = r - p.pH;
-      const bool inside = ih >= 0 && ih < p.H, odd = 2 * c2 + 1 < C;
-      for (int64_t j = 0; j < mk.chunks; ++j) {
         const __mmask16 m = inside ? mk.in[j] : 0;
         __m512i v = _mm512_cvtepu16_epi32(
-            _mm256_maskz_loadu_epi16(m, reinterpret_cast<const void*>(chunk_source(p, x, 2 * c2, ih, j))));
-        if (odd) {
-          const __m256i b =
-              _mm256_maskz_loadu_epi16(m, reinterpret_cast<const void*>(chunk_source(p, x, 2 * c2 + 1, ih, j)));
-          v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+            _mm256_maskz_loadu_epi16(m, reinterpret_cast<const void*>(chunk_source(p, a, 0, ih, j))));
+        if (b) {
+          const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const void*>(chunk_source(p, b, 0, ih, j)));
+          v = _mm512_or_si512(v, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
         }
         _mm512_mask_storeu_epi32(d + 16 * j, mk.out[j], v);
       }
     }
+  }
 }
 
 // Prefetches the bytes [base, base + bytes) into L2 a share per step(), spread over `steps` calls:

@@ -1,15 +1,17 @@
-// tests/ops/test_conv_weight_grad_pairs.cpp — the BF16 weight-gradient kernel on pixel pairs
+// tests/ops/test_conv_weight_grad_pairs.cpp — the BF16 weight-gradient kernel on image pairs
 // (ops/cpu/conv_weight_grad_avx512.h, conv_weight_grad_pairs) that conv2d_weight_grad takes for
-// native BF16 on vdpbf16ps (unit column stride, even output width):
+// native BF16 on vdpbf16ps:
 //   - called directly, against an FP64 reference of the BF16 operands within the FP32 summation
 //     bound of its reduction length N OH OW, at every blocking edge: 1, 2 and 4 vectors of output
-//     channels and O not a multiple of 16, short last pair blocks, row strides, padding past the
-//     kernel's reach, row dilation, kernel heights 1 and 5, several image chunks, a ragged
-//     transpose of gy's pixel pairs;
+//     channels and O not a multiple of 16, short last pair blocks, column and row strides, odd
+//     output widths, padding past the kernel's reach, row dilation, kernel heights 1 and 5, several
+//     staged chunks, an odd batch (the last image paired with zeros) and a batch of one, a ragged
+//     16-pixel transpose of gy;
 //   - the same bits on 1, 2 and 3 threads;
 //   - conv2d_weight_grad returns its bits where it applies, within twice the bound of the FP32
-//     kernel on the widened operands (the emulated path);
-//   - geometries it does not take: column stride 2, odd output width, emulated BF16.
+//     kernel on the widened operands (the emulated path); infinities and NaN reach the same
+//     gradients as there;
+//   - what it does not take: geometries the FP32 kernel does not take, emulated BF16.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,16 +45,16 @@ bool kernel_available() {
 
 using Geo = testing::Conv3;  // the bias flag unused here
 const Geo kGeos[] = {
-    {2, 16, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "ResNet-8's layer1: one vector of channels, 14 pixel pairs a row"},
-    {3, 5, 9, 12, 17, 3, 1, 1, 1, 1, 1, false, "O = 17: two vectors, the second one channel; 15 pairs, last block 3"},
-    {2, 16, 12, 12, 32, 3, 2, 1, 1, 1, 1, false, "row stride 2, two vectors"},
-    {2, 8, 7, 8, 64, 3, 1, 1, 1, 1, 1, false, "four vectors, 7 rows of 4 pairs (28 pairs: a ragged transpose)"},
-    {2, 6, 10, 10, 48, 3, 2, 1, 0, 1, 2, false, "O = 48 (three one-vector blocks), row stride 2, dH 2"},
-    {1, 6, 5, 40, 8, 5, 1, 1, 2, 2, 1, false, "5 rows, pW 2 (42 pixels a row), padded rows of 44: 3 chunks"},
-    {7, 64, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "3 images per staged chunk: chunks of 3, 3 and 1"},
-    {2, 3, 1, 4, 64, 3, 1, 1, 1, 1, 1, false, "H = 1: two of three kernel rows read padding"},
-    {2, 8, 6, 12, 64, 1, 1, 1, 0, 1, 1, false, "1x3 kernel"},
-    {3, 4, 6, 6, 40, 3, 1, 1, 0, 0, 1, false, "no padding (4 wide), O = 40"},
+    {2, 16, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "ResNet-8's layer1: one vector of channels, one image pair"},
+    {3, 5, 9, 11, 17, 3, 1, 1, 1, 1, 1, false, "O = 17; 15 pairs, last block 3; N = 3: the last image with zeros"},
+    {2, 16, 12, 12, 32, 3, 2, 2, 1, 1, 1, false, "stride 2, two vectors"},
+    {2, 8, 7, 7, 64, 3, 1, 1, 1, 1, 1, false, "four vectors, 7x7 planes (49 pixels: a ragged transpose)"},
+    {2, 6, 10, 9, 48, 3, 2, 1, 0, 2, 2, false, "O = 48 (three one-vector blocks), row stride 2, dH 2, pW past reach"},
+    {1, 6, 5, 40, 8, 5, 1, 2, 2, 1, 1, false, "N = 1 (a pair with zeros), column stride 2, padded rows of 41"},
+    {7, 64, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "2 images (one pair) per staged chunk: chunks of 2, 2, 2 and 1"},
+    {2, 3, 1, 3, 64, 3, 1, 1, 1, 1, 1, false, "H = 1: two of three kernel rows read padding"},
+    {2, 8, 6, 11, 64, 1, 1, 1, 0, 1, 1, false, "1x3 kernel"},
+    {3, 4, 6, 6, 40, 3, 1, 1, 0, 0, 1, false, "no padding, O = 40"},
 };
 
 Tensor op(const Geo& g, const Tensor& x, const Tensor& gy) {
@@ -78,7 +80,6 @@ TEST(ConvWeightGradPairs, KernelMatchesFp64AtEveryEdge) {
   MT_REQUIRE_KERNEL();
   for (const Geo& geo : kGeos) {
     SCOPED_TRACE(geo.what);
-    ASSERT_EQ(geo.OW() % 2, 0);
     ASSERT_TRUE(cpu::conv_weight_grad_pairs_applies(geo.shape()));
     const Inputs in = make_inputs(geo, 61);
     const Tensor x64 = in.x.to(DType::Float64), g64 = in.gy.to(DType::Float64);
@@ -89,8 +90,9 @@ TEST(ConvWeightGradPairs, KernelMatchesFp64AtEveryEdge) {
 
 TEST(ConvWeightGradPairs, SameBitsOnOneTwoAndThreeThreads) {
   MT_REQUIRE_KERNEL();
-  // A team's worth of work (2^21 multiply-adds), two staged chunks (20 and 10 images), a short pair block.
-  const Geo geo{30, 25, 14, 14, 20, 3, 1, 1, 1, 1, 1, false, ""};
+  // A team's worth of work (2^21 multiply-adds), two staged chunks (20 and 11 images: the last pair
+  // half empty), a short pair block.
+  const Geo geo{31, 25, 14, 14, 20, 3, 1, 1, 1, 1, 1, false, ""};
   const Inputs in = make_inputs(geo, 62);
   const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return pairs(geo, in); });
   EXPECT_TRUE(bit_equal(got[0], got[1]));
@@ -144,10 +146,11 @@ TEST(ConvWeightGradPairs, InfinitiesAndNanReachTheGradientsTheEmulatedPathGives)
   EXPECT_EQ(bad, 0);
 }
 
-TEST(ConvWeightGradPairs, GeometriesItDoesNotTake) {
+TEST(ConvWeightGradPairs, WhatItDoesNotTake) {
   MT_REQUIRE_KERNEL();
-  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 6, 6}));  // sW 2
-  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 7, 7, 32, 3, 3, 1, 1, 1, 1, 1, 1, 7, 7}));    // OW 7
+  EXPECT_TRUE(cpu::conv_weight_grad_pairs_applies({2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 6, 6}));   // sW 2
+  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 5, 1, 1, 1, 2, 1, 1, 8, 8}));    // kW 5
+  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}));  // 3 blocks
   cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
   EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8}));
 }
