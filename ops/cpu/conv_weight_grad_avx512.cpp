@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -52,9 +51,9 @@ struct Plan {
   int64_t blocks() const { return pblocks * oblocks; }
 };
 
-// pairs: the BF16 twin's plan (images staged in pairs of BF16: half the bytes per image, and an
+// image_pairs: the BF16 twin's plan (images staged in pairs of BF16: half the bytes per image, and an
 // even number of images per chunk, so that a pair never spans two chunks).
-Plan plan_of(const ConvShape& s, bool pairs = false) {
+Plan plan_of(const ConvShape& s, bool image_pairs = false) {
   Plan p{};
   p.s = s;
   p.pp = PaddedPlanes::of(s);
@@ -67,9 +66,9 @@ Plan plan_of(const ConvShape& s, bool pairs = false) {
   p.pairs = s.C * s.kH;
   p.pblocks = (p.pairs + p.P - 1) / p.P;
   p.oblocks = vectors / p.V;
-  const int64_t per_image = (p.pp.image() + p.L * p.Opad) * static_cast<int64_t>(pairs ? 2 : sizeof(float));
+  const int64_t per_image = (p.pp.image() + p.L * p.Opad) * static_cast<int64_t>(image_pairs ? 2 : sizeof(float));
   p.nb = std::max<int64_t>(1, std::min(s.N, kChunkBytes / std::max<int64_t>(per_image, 1)));
-  if (pairs && p.nb < s.N) p.nb = std::max<int64_t>(2, p.nb / 2 * 2);
+  if (image_pairs && p.nb < s.N) p.nb = std::max<int64_t>(2, p.nb / 2 * 2);
   return p;
 }
 
@@ -164,10 +163,10 @@ MT_WGRAD void stage_gy_pairs(const Plan& p, const BFloat16* a, const BFloat16* b
     }
 }
 
-// block's twin over nb staged image pairs: per output pixel, V vectors of gy words times the x word
+// block's twin over `units` staged image pairs: per output pixel, V vectors of gy words times the x word
 // each tap reads, one vdpbf16ps each: both images' products (exact in FP32) added to the FP32 sum.
 template <int V, int P>
-MT_WGRAD_BF16 void block_pairs(const Plan& p, const uint32_t* xpad, const uint32_t* gyT, int64_t nb, int64_t pair0,
+MT_WGRAD_BF16 void block_pairs(const Plan& p, const uint32_t* xpad, const uint32_t* gyT, int64_t units, int64_t pair0,
                                int64_t c0, float* accT, bool first, SpreadPrefetch* pf) {
   const ConvShape& s = p.s;
   int64_t off[P];
@@ -179,7 +178,7 @@ MT_WGRAD_BF16 void block_pairs(const Plan& p, const uint32_t* xpad, const uint32
   for (int a = 0; a < P * kPaddedTaps; ++a)
     for (int v = 0; v < V; ++v) acc[a][v] = _mm512_setzero_ps();
   const int64_t row_step = s.sH * p.pp.Wp, sW = s.sW, OW = s.OW, Opad = p.Opad;
-  for (int64_t n = 0; n < nb; ++n) {
+  for (int64_t n = 0; n < units; ++n) {
     const uint32_t* xn = xpad + n * p.pp.image();
     const uint32_t* g = gyT + n * p.L * Opad + c0;
     for (int64_t oh = 0; oh < s.OH; ++oh) {

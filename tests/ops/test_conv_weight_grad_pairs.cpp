@@ -120,11 +120,14 @@ TEST(ConvWeightGradPairs, TheOpReturnsItsBitsWithinTheBoundOfTheEmulatedPath) {
 
 TEST(ConvWeightGradPairs, InfinitiesAndNanReachTheGradientsTheEmulatedPathGives) {
   MT_REQUIRE_KERNEL();
-  const Geo geo = kGeos[0];
+  // Three images: the third is paired with zeros, and holds a NaN of its own.
+  const Geo geo{3, 16, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "three images"};
   Inputs in = make_inputs(geo, 64);
   BFloat16* x = static_cast<BFloat16*>(in.x.data_ptr());
-  x[29] = BFloat16(std::numeric_limits<float>::infinity());  // row 1's first pixel: its neighbours' taps
+  const int64_t image = geo.C * geo.H * geo.W;
+  x[29] = BFloat16(std::numeric_limits<float>::infinity());  // row 1, column 1 of image 0, channel 0
   x[900] = BFloat16(std::numeric_limits<float>::quiet_NaN());
+  x[2 * image + 5 * 784 + 400] = BFloat16(std::numeric_limits<float>::quiet_NaN());  // image 2, channel 5
   static_cast<BFloat16*>(in.gy.data_ptr())[100] = BFloat16(-std::numeric_limits<float>::infinity());
   const Tensor got = op(geo, in.x, in.gy).to(DType::Float32).contiguous();
   Tensor emulated;
@@ -150,7 +153,7 @@ TEST(ConvWeightGradPairs, WhatItDoesNotTake) {
   MT_REQUIRE_KERNEL();
   EXPECT_TRUE(cpu::conv_weight_grad_pairs_applies({2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 6, 6}));   // sW 2
   EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 5, 1, 1, 1, 2, 1, 1, 8, 8}));    // kW 5
-  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}));  // 3 blocks
+  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}));  // 1 block
   cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
   EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8}));
 }
