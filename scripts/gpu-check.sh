@@ -4,10 +4,10 @@
 # architecture only, build what the GPU stages need with all cores, then, most telling first: the
 # gpu-labelled tests, the GPU benchmark (bench_gpu_step), one profiled ResNet-20 AMP step
 # (MIXTAPE_PROFILE=1: per-op device time and kernel launches), PyTorch eager on the same GPU when it
-# is there, and last the rest of the build and the CPU tests (capped by the remaining budget). Prints a final table and an honest verdict
-# (scripts/gpu_verdict.py): PASS only if a GPU was visible, the gpu-labelled tests ran on it (a
-# skip counts only for an expected reason) and the benchmark produced figures. Every log stays under
-# LOGDIR; a stage that times out leaves its log. Budget: 8 minutes on 16 cores.
+# is there, and last the rest of the build and the CPU tests (capped by the remaining budget).
+# Prints a final table and an honest verdict (scripts/gpu_verdict.py): PASS only if a GPU was
+# visible, the gpu-labelled tests ran on it (a skip counts only for an expected reason) and the
+# benchmark produced figures. Every log stays under LOGDIR; a stage that times out leaves its log.
 #
 #   scripts/gpu-check.sh LOGDIR                 the real run
 #   scripts/gpu-check.sh LOGDIR --dry-run       no GPU needed: print the plan, then run the
@@ -340,9 +340,9 @@ if [ $skip_build = 0 ]; then
     exit 0
   fi
 elif [ $dry_run = 0 ] && grep -q '_NOT_BUILT' <<<"$(ctest --test-dir "$build_dir" -N 2>/dev/null || true)"; then
-  # (The listing is read whole first: grep -q would close the pipe early and, under pipefail, the
-  # SIGPIPE'd ctest would fail the test.)
   # --skip-build on a build dir whose rest was cut: ctest would count the unbuilt suites as failed.
+  # (The listing is read whole first: grep -q would close a pipe early and, under pipefail, the
+  # SIGPIPE'd ctest would fail the test.)
   echo "gpu-check: $build_dir holds only part of the build (ctest lists *_NOT_BUILT): CPU tests left out"
   record cpu-tests "cut (partial build)" 0
   exit 0

@@ -278,7 +278,7 @@ bool conv_direct_applies(const ConvShape& s) {
 }
 
 bool conv_direct_bf16_applies(const ConvShape& s) {
-  return conv_direct_applies(s) && bf16_native_gemm() && bf16_gemm_kernel() == Bf16Kernel::Avx512Bf16;
+  return conv_direct_applies(s) && bf16_on_vdpbf16ps();
 }
 
 #if MIXTAPE_HAVE_DIRECT_AVX512

@@ -229,6 +229,9 @@ BlockFn<X> block_fn(int V, int P) {
 // Pairs: the BF16 twin (E BFloat16, images staged in pairs). A staged unit is one image, or a pair.
 template <bool Pairs, typename E>
 void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
+  const char* name = Pairs ? "conv_weight_grad_pairs" : "conv_weight_grad_direct";
+  MT_CHECK(Pairs ? conv_weight_grad_pairs_applies(s) : conv_weight_grad_direct_applies(s), name,
+           ": this CPU or geometry is not one it takes (check ", name, "_applies() first)");
   using X = std::conditional_t<Pairs, uint32_t, float>;
   const Plan p = plan_of(s, Pairs);
   const int64_t K = p.pairs * kPaddedTaps, ximage = s.C * s.H * s.W, gimage = s.O * p.L;
@@ -292,28 +295,20 @@ bool conv_weight_grad_direct_applies(const ConvShape& s) {
 }
 
 bool conv_weight_grad_pairs_applies(const ConvShape& s) {
-  return conv_weight_grad_direct_applies(s) && bf16_native_gemm() && bf16_gemm_kernel() == Bf16Kernel::Avx512Bf16;
+  return conv_weight_grad_direct_applies(s) && bf16_on_vdpbf16ps();
 }
 
 #if MIXTAPE_HAVE_WGRAD_AVX512
 void conv_weight_grad_direct(const ConvShape& s, const float* x, const float* gy, float* gw) {
-  MT_CHECK(conv_weight_grad_direct_applies(s), "conv_weight_grad_direct: this CPU or geometry is not one it takes ",
-           "(check conv_weight_grad_direct_applies() first)");
   run<false>(s, x, gy, gw);
 }
 void conv_weight_grad_direct(const ConvShape& s, const BFloat16* x, const BFloat16* gy, float* gw) {
-  MT_CHECK(conv_weight_grad_direct_applies(s), "conv_weight_grad_direct: this CPU or geometry is not one it takes ",
-           "(check conv_weight_grad_direct_applies() first)");
   run<false>(s, x, gy, gw);
 }
 void conv_weight_grad_direct(const ConvShape& s, const Half* x, const Half* gy, float* gw) {
-  MT_CHECK(conv_weight_grad_direct_applies(s), "conv_weight_grad_direct: this CPU or geometry is not one it takes ",
-           "(check conv_weight_grad_direct_applies() first)");
   run<false>(s, x, gy, gw);
 }
 void conv_weight_grad_pairs(const ConvShape& s, const BFloat16* x, const BFloat16* gy, float* gw) {
-  MT_CHECK(conv_weight_grad_pairs_applies(s), "conv_weight_grad_pairs: this CPU or geometry is not one it takes ",
-           "(check conv_weight_grad_pairs_applies() first)");
   run<true>(s, x, gy, gw);
 }
 #pragma GCC diagnostic pop

@@ -182,6 +182,8 @@ bool bf16_native_gemm() {
   return native;
 }
 
+bool bf16_on_vdpbf16ps() { return bf16_native_gemm() && bf16_gemm_kernel() == Bf16Kernel::Avx512Bf16; }
+
 std::string bf16_gemm_description() {
   switch (bf16_gemm_kernel()) {
     case Bf16Kernel::Amx:

@@ -73,6 +73,10 @@ Bf16Kernel bf16_gemm_kernel();
 // True when BF16 operands are multiplied natively (AMX or vdpbf16ps), false when widened to FP32.
 // Under auto it does not resolve the kernel (so it never asks Linux for AMX): FP32 code paths call it.
 bool bf16_native_gemm();
+// True when BF16 GEMMs run on vdpbf16ps (bf16_gemm_kernel() is Avx512Bf16): the condition of the
+// direct BF16 convolution kernels, which AMX and emulated BF16 leave to their own paths. Resolves
+// the kernel only where BF16 runs natively.
+bool bf16_on_vdpbf16ps();
 
 // e.g. "native (AMX tdpbf16ps)", "native (AVX512_BF16 vdpbf16ps)" or "emulated (BF16 widened to
 // FP32, FP32 GEMM)", for logs.
