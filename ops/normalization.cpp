@@ -37,6 +37,7 @@
 #include "ops/normalization_args.h"
 #include "ops/normalization_functors.h"
 #include "ops/op_def.h"
+#include "ops/threads.h"
 
 namespace mixtape {
 
@@ -180,6 +181,15 @@ bool bn_avx512() {
   return false;
 }
 
+// Whether batch norm's passes go channel by channel, each thread taking whole channels, so a
+// channel's values are read from memory once and re-read from cache (a 28x28 channel of a batch
+// of 128 is 200 KB in BF16): when the channels alone keep every thread busy. Otherwise the
+// statistics go by channel and the elementwise pass by row. Both orders give the same bits.
+bool by_channel_passes(const ChannelView& v) {
+  const int64_t threads = get_num_threads();
+  return v.C >= threads && (v.C % threads == 0 || v.C >= 4 * threads);
+}
+
 // Sum of f(x) over channel c's values in RowLaneSum's order (rows n = 0..N-1 of S values).
 template <typename T, typename F>
 double channel_sum(const T* px, const ChannelView& v, int64_t c, F&& f) {
@@ -192,33 +202,6 @@ double channel_sum(const T* px, const ChannelView& v, int64_t c, F&& f) {
     s.end_row();
   }
   return s.total();
-}
-
-// out[n, c, s] = x * scale[c] + shift[c], in acc_t<T>, rounded once.
-template <typename T>
-void affine_per_channel(const Tensor& xc, Tensor& out, const ChannelView& v, const std::vector<double>& scale,
-                        const std::vector<double>& shift) {
-  using A = acc_t<T>;
-  const T* px = static_cast<const T*>(xc.data_ptr());
-  T* po = static_cast<T*>(out.data_ptr());
-  const int64_t rows = v.N * v.C;
-  const bool vec = bn_avx512<T>();
-#pragma omp parallel for if (rows * v.S >= cpu::kParallelGrain && rows > 1) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto c = static_cast<size_t>(r % v.C);
-    const A a = static_cast<A>(scale[c]), b = static_cast<A>(shift[c]);
-    T* orow = po + r * v.S;
-    if constexpr (kBnAvx512Type<T>)
-      if (vec) {
-        cpu::bn_affine_row_avx512(px + r * v.S, v.S, a, b, orow);
-        continue;
-      }
-    int64_t done = 0;
-    cpu::for_each_widened(px + r * v.S, 1, v.S, [&](const A* xv, int64_t n) {
-      cpu::store_each(orow + done, n, [&](int64_t i) { return xv[i] * a + b; });
-      done += n;
-    });
-  }
 }
 
 // inputs: x, running_mean, running_var, weight, bias, num_batches_tracked; attrs: training,
@@ -238,46 +221,84 @@ TensorList batch_norm_cpu(const OpCall& call) {
   const auto C = static_cast<size_t>(v.C);
   const Tensor xc = contiguous_as(x, x.dtype());
   std::vector<double> mean(C), var(C), var_unbiased(C);
-  if (training) {
-    visit_floating(x.dtype(), call.name(), [&]<typename T>() {
-      const T* px = static_cast<const T*>(xc.data_ptr());
-      const bool vec = bn_avx512<T>();
-#pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && v.C > 1) schedule(static)
-      for (int64_t c = 0; c < v.C; ++c) {
-        double mu = 0, q = 0;
-        if constexpr (kBnAvx512Type<T>)
-          if (vec) {
-            const T* first = px + c * v.S;
-            mu = cpu::bn_sum_avx512(first, v.N, v.C * v.S, v.S) / static_cast<double>(v.M());
-            q = cpu::bn_sum_sq_dev_avx512(first, v.N, v.C * v.S, v.S, mu);
-          }
-        if (!vec) {
-          mu = channel_sum(px, v, c, [](double xv) { return xv; }) / static_cast<double>(v.M());
-          q = channel_sum(px, v, c, [mu](double xv) {
-            const double d = xv - mu;
-            return d * d;
-          });
-        }
-        mean[static_cast<size_t>(c)] = mu;
-        var[static_cast<size_t>(c)] = q / static_cast<double>(v.M());
-        var_unbiased[static_cast<size_t>(c)] = q / static_cast<double>(v.M() - 1);
-      }
-    });
-  } else {
+  if (!training) {
     mean = channel_values(rm, v.C, 0.0);
     var = channel_values(rv, v.C, 1.0);
   }
   std::vector<double> invstd(C), scale(C), shift(C);
   const std::vector<double> wv = channel_values(w, v.C, 1.0), bv = channel_values(b, v.C, 0.0);
-  for (size_t c = 0; c < C; ++c) {
-    const fn::BnCoefficients k = fn::bn_coefficients(mean[c], var[c], wv[c], bv[c], eps);
-    invstd[c] = k.invstd;
-    scale[c] = k.scale;
-    shift[c] = k.shift;
-  }
   Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
-  visit_floating(x.dtype(), call.name(),
-                 [&]<typename T>() { affine_per_channel<T>(xc, out, v, scale, shift); });
+  visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+    using A = acc_t<T>;
+    const T* px = static_cast<const T*>(xc.data_ptr());
+    T* po = static_cast<T*>(out.data_ptr());
+    const bool vec = bn_avx512<T>();
+    const auto M = static_cast<double>(v.M());
+    // Channel c's batch statistics (training).
+    auto statistics = [&](int64_t c) {
+      double mu = 0, q = 0;
+      if constexpr (kBnAvx512Type<T>)
+        if (vec) {
+          const T* first = px + c * v.S;
+          mu = cpu::bn_sum_avx512(first, v.N, v.C * v.S, v.S) / M;
+          q = cpu::bn_sum_sq_dev_avx512(first, v.N, v.C * v.S, v.S, mu);
+        }
+      if (!vec) {
+        mu = channel_sum(px, v, c, [](double xv) { return xv; }) / M;
+        q = channel_sum(px, v, c, [mu](double xv) {
+          const double d = xv - mu;
+          return d * d;
+        });
+      }
+      const auto ci = static_cast<size_t>(c);
+      mean[ci] = mu;
+      var[ci] = q / M;
+      var_unbiased[ci] = q / static_cast<double>(v.M() - 1);
+    };
+    auto coefficients = [&](int64_t c) {
+      const auto ci = static_cast<size_t>(c);
+      const fn::BnCoefficients k = fn::bn_coefficients(mean[ci], var[ci], wv[ci], bv[ci], eps);
+      invstd[ci] = k.invstd;
+      scale[ci] = k.scale;
+      shift[ci] = k.shift;
+    };
+    // Row r = (n, c) of out = x * scale[c] + shift[c], in acc_t<T>, rounded once.
+    auto affine_row = [&](int64_t r) {
+      const auto c = static_cast<size_t>(r % v.C);
+      const A a = static_cast<A>(scale[c]), b = static_cast<A>(shift[c]);
+      T* orow = po + r * v.S;
+      if constexpr (kBnAvx512Type<T>)
+        if (vec) {
+          cpu::bn_affine_row_avx512(px + r * v.S, v.S, a, b, orow);
+          return;
+        }
+      int64_t done = 0;
+      cpu::for_each_widened(px + r * v.S, 1, v.S, [&](const A* xv, int64_t n) {
+        cpu::store_each(orow + done, n, [&](int64_t i) { return xv[i] * a + b; });
+        done += n;
+      });
+    };
+    const bool parallel = x.numel() >= cpu::kParallelGrain;
+    if (training && by_channel_passes(v)) {
+      // Each thread takes whole channels: a channel's rows are read for its two statistics and
+      // again, still in cache, for its output rows (see by_channel_passes; the same bits).
+#pragma omp parallel for if (parallel) schedule(static)
+      for (int64_t c = 0; c < v.C; ++c) {
+        statistics(c);
+        coefficients(c);
+        for (int64_t n = 0; n < v.N; ++n) affine_row(n * v.C + c);
+      }
+    } else {
+      if (training) {
+#pragma omp parallel for if (parallel && v.C > 1) schedule(static)
+        for (int64_t c = 0; c < v.C; ++c) statistics(c);
+      }
+      for (int64_t c = 0; c < v.C; ++c) coefficients(c);
+      const int64_t rows = v.N * v.C;
+#pragma omp parallel for if (parallel && rows > 1) schedule(static)
+      for (int64_t r = 0; r < rows; ++r) affine_row(r);
+    }
+  });
 
   if (training && rm.defined()) {
     // running = (1 - m) running + m batch; an in-place write below autograd: bump the versions
@@ -321,9 +342,11 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
     using A = acc_t<T>;
     const T* px = static_cast<const T*>(xc.data_ptr());
     const T* pg = static_cast<const T*>(gc.data_ptr());
+    T* po = static_cast<T*>(gx.data_ptr());
     const bool vec = bn_avx512<T>();
-#pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && v.C > 1) schedule(static)
-    for (int64_t c = 0; c < v.C; ++c) {
+    const auto M = static_cast<double>(v.M());
+    // Channel c's sums, then its coefficients, each from channel c's values alone.
+    auto channel_sums = [&](int64_t c) {
       const auto ci = static_cast<size_t>(c);
       const double mu = mean[ci];
       double g_sum = 0, gx_sum = 0;
@@ -345,32 +368,43 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
       }
       sum_g[ci] = g_sum;
       sum_gxhat[ci] = gx_sum * invstd[ci];
-    }
-    const auto M = static_cast<double>(v.M());
-    for (size_t c = 0; c < C; ++c) {
       const fn::BnGradCoefficients k =
-          fn::bn_grad_coefficients(wv[c], invstd[c], mean[c], sum_g[c], sum_gxhat[c], M, training);
-      ka[c] = k.ka;
-      kb[c] = k.kb;
-      kd[c] = k.kd;
-    }
-    T* po = static_cast<T*>(gx.data_ptr());
-    const int64_t rows = v.N * v.C;
-#pragma omp parallel for if (x.numel() >= cpu::kParallelGrain && rows > 1) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
+          fn::bn_grad_coefficients(wv[ci], invstd[ci], mean[ci], sum_g[ci], sum_gxhat[ci], M, training);
+      ka[ci] = k.ka;
+      kb[ci] = k.kb;
+      kd[ci] = k.kd;
+    };
+    // Row r = (n, c) of grad_x from channel c's coefficients.
+    auto grad_row = [&](int64_t r) {
       const auto c = static_cast<size_t>(r % v.C);
       const A a = static_cast<A>(ka[c]), bx = static_cast<A>(kb[c]), d = static_cast<A>(kd[c]);
       const int64_t o = r * v.S;
       if constexpr (kBnAvx512Type<T>)
         if (vec) {
           cpu::bn_grad_row_avx512(pg + o, px + o, v.S, a, bx, d, po + o);
-          continue;
+          return;
         }
       int64_t done = 0;
       widened2(pg + o, px + o, v.S, [&](const A* gv, const A* xv, int64_t m) {
         cpu::store_each(po + o + done, m, [&](int64_t j) { return a * gv[j] + bx * xv[j] + d; });
         done += m;
       });
+    };
+    const bool parallel = x.numel() >= cpu::kParallelGrain;
+    if (by_channel_passes(v)) {
+      // Each thread takes whole channels: a channel's rows are read for its sums and again, still
+      // in cache, for its grad_x rows (one trip to memory instead of two; the same bits).
+#pragma omp parallel for if (parallel) schedule(static)
+      for (int64_t c = 0; c < v.C; ++c) {
+        channel_sums(c);
+        for (int64_t n = 0; n < v.N; ++n) grad_row(n * v.C + c);
+      }
+    } else {
+#pragma omp parallel for if (parallel && v.C > 1) schedule(static)
+      for (int64_t c = 0; c < v.C; ++c) channel_sums(c);
+      const int64_t rows = v.N * v.C;
+#pragma omp parallel for if (parallel && rows > 1) schedule(static)
+      for (int64_t r = 0; r < rows; ++r) grad_row(r);
     }
   });
   const DType sd = norm_stat_dtype(x.dtype());

@@ -102,6 +102,9 @@ void pack_weights(const Plan& p, const BFloat16* w, uint32_t* wt) {
 // channels [c0, c1): yt[(oh OW + ow) Opad + o] += sum over those depths k of wt[k, o] xp[tap k of
 // the pixel], in depth order, from +0 when c0 == 0. A slice continues the previous one's FMA chain
 // (its sums stored and reloaded exactly), so slicing leaves the bits alone.
+// Every loop over acc's indices carries #pragma GCC unroll. Left rolled (GCC 12 does
+// not unroll the set-up and store loops itself), acc stays an array in memory and its 14-24
+// accumulators are stored and reloaded around every depth row: 3-12% of the forward's time.
 template <int V, int P, int SW>
 MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh, int64_t ow0, int64_t o0,
                      int64_t c0, int64_t c1, float* yt) {
@@ -109,23 +112,39 @@ MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh
   const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
   float* d = yt + (oh * s.OW + ow0) * Opad + o0;
   __m512 acc[P][V];
+#pragma GCC unroll 24
   for (int j = 0; j < P; ++j)
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[j][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(d + j * Opad + 16 * v);
   const float* base = xp + oh * s.sH * Wp + ow0 * SW;
   const float* w = wt + c0 * s.kH * kPaddedTaps * Opad + o0;
-  for (int64_t c = c0; c < c1; ++c)
-    for (int64_t ki = 0; ki < s.kH; ++ki) {
-      const float* row = base + c * plane + ki * s.dH * Wp;
-      for (int kj = 0; kj < kPaddedTaps; ++kj, w += Opad) {
-        __m512 wv[V];
-        for (int v = 0; v < V; ++v) wv[v] = _mm512_load_ps(w + 16 * v);
-        for (int j = 0; j < P; ++j) {
-          const __m512 b = _mm512_set1_ps(row[j * SW + kj]);
-          for (int v = 0; v < V; ++v) acc[j][v] = _mm512_fmadd_ps(wv[v], b, acc[j][v]);
-        }
+  // One loop over the slice's (channel, kernel row) pairs around taps x pixels x vectors, all
+  // unrolled, so acc lives in registers (above).
+  const int64_t kH = s.kH, rows = (c1 - c0) * kH, row_step = s.dH * Wp;
+  const float* row = base + c0 * plane;
+  for (int64_t r = 0, ki = 0; r < rows; ++r) {
+#pragma GCC unroll 3
+    for (int kj = 0; kj < kPaddedTaps; ++kj, w += Opad) {
+      __m512 wv[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) wv[v] = _mm512_load_ps(w + 16 * v);
+#pragma GCC unroll 24
+      for (int j = 0; j < P; ++j) {
+        const __m512 b = _mm512_set1_ps(row[j * SW + kj]);
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[j][v] = _mm512_fmadd_ps(wv[v], b, acc[j][v]);
       }
     }
+    if (++ki < kH) {
+      row += row_step;
+    } else {
+      ki = 0;
+      row += plane - (kH - 1) * row_step;
+    }
+  }
+#pragma GCC unroll 24
   for (int j = 0; j < P; ++j)
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) _mm512_store_ps(d + j * Opad + 16 * v, acc[j][v]);
 }
 
@@ -138,23 +157,39 @@ MT_DIRECT_BF16 void block_bf16(const Plan& p, const uint32_t* xp, const uint32_t
   const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
   float* d = yt + (oh * s.OW + ow0) * Opad + o0;
   __m512 acc[P][V];
+#pragma GCC unroll 24
   for (int j = 0; j < P; ++j)
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[j][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(d + j * Opad + 16 * v);
   const uint32_t* base = xp + oh * s.sH * Wp + ow0 * SW;
   const uint32_t* w = wt + c0 * s.kH * kPaddedTaps * Opad + o0;
-  for (int64_t c = c0; c < c1; ++c)
-    for (int64_t ki = 0; ki < s.kH; ++ki) {
-      const uint32_t* row = base + c * plane + ki * s.dH * Wp;
-      for (int kj = 0; kj < kPaddedTaps; ++kj, w += Opad) {
-        __m512bh wv[V];
-        for (int v = 0; v < V; ++v) wv[v] = (__m512bh)_mm512_load_si512(w + 16 * v);
-        for (int j = 0; j < P; ++j) {
-          const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(row[j * SW + kj]));
-          for (int v = 0; v < V; ++v) acc[j][v] = _mm512_dpbf16_ps(acc[j][v], wv[v], b);
-        }
+  // One loop over the slice's (channel, kernel row) pairs around taps x pixels x vectors, all
+  // unrolled, so acc lives in registers (above).
+  const int64_t kH = s.kH, rows = (c1 - c0) * kH, row_step = s.dH * Wp;
+  const uint32_t* row = base + c0 * plane;
+  for (int64_t r = 0, ki = 0; r < rows; ++r) {
+#pragma GCC unroll 3
+    for (int kj = 0; kj < kPaddedTaps; ++kj, w += Opad) {
+      __m512bh wv[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) wv[v] = (__m512bh)_mm512_load_si512(w + 16 * v);
+#pragma GCC unroll 24
+      for (int j = 0; j < P; ++j) {
+        const __m512bh b = (__m512bh)_mm512_set1_epi32(static_cast<int>(row[j * SW + kj]));
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[j][v] = _mm512_dpbf16_ps(acc[j][v], wv[v], b);
       }
     }
+    if (++ki < kH) {
+      row += row_step;
+    } else {
+      ki = 0;
+      row += plane - (kH - 1) * row_step;
+    }
+  }
+#pragma GCC unroll 24
   for (int j = 0; j < P; ++j)
+#pragma GCC unroll 4
     for (int v = 0; v < V; ++v) _mm512_store_ps(d + j * Opad + 16 * v, acc[j][v]);
 }
 

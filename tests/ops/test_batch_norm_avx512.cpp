@@ -19,6 +19,7 @@
 #include "ops/normalization.h"
 #include "ops/pointwise.h"
 #include "ops/reduce.h"
+#include "ops/threads.h"
 
 namespace mixtape::testing {
 namespace {
@@ -228,6 +229,35 @@ TEST(BnAvx512Op, GenericAndKernelPathsAgreeThroughTheOp) {
       (y32 * g16.to(DType::Float32)).sum().backward();
       EXPECT_TRUE(bit_equal(xg16.grad(), xg32.grad().to(dt))) << dtype_name(dt) << " grad x";
       EXPECT_TRUE(bit_equal(w16.grad(), w32.grad())) << dtype_name(dt) << " grad weight";
+    }
+  }
+}
+
+// The op's two orders — channel at a time (a thread's channels read once for the statistics and
+// re-read from cache for the elementwise pass) and statistics-then-rows — give the same bits:
+// one thread always goes channel at a time; 3 threads on 4 channels take the other order.
+TEST(BnOrder, ChannelAtATimeAndTwoPassOrdersGiveTheSameBits) {
+  const int threads = get_num_threads();
+  for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
+    for (const IntList& shape : {IntList{8, 4, 33, 33}, IntList{4, 9, 31, 32}}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + shape_str(shape));
+      Generator gen(11);
+      const Tensor x = (randn(shape, {}, &gen) * 3.0 + 1.0).to(dt), g = randn(shape, {}, &gen).to(dt);
+      const Tensor w = rand({shape[1]}, {}, &gen) + 0.5, b = randn({shape[1]}, {}, &gen);
+      // Any statistics will do for the backward's order (not the batch's own: bits are the point).
+      const Tensor mean = randn({shape[1]}, {}, &gen), invstd = rand({shape[1]}, {}, &gen) + 0.5;
+      std::vector<TensorList> runs;
+      for (int t : {1, 2, 3, 4}) {
+        set_num_threads(t);
+        Tensor rm = zeros({shape[1]}), rv = ones({shape[1]});
+        const Tensor y = batch_norm(x, rm, rv, w, b, true, 0.1, 1e-5);
+        const auto [gx, gw, gb] = batch_norm_backward(g, x, w, mean, invstd, true, 1e-5);
+        runs.push_back({y, rm, rv, gx, gw, gb});
+      }
+      set_num_threads(threads);
+      for (size_t r = 1; r < runs.size(); ++r)
+        for (size_t i = 0; i < runs[0].size(); ++i)
+          EXPECT_TRUE(bit_equal(runs[r][i], runs[0][i])) << "threads " << r + 1 << ", output " << i;
     }
   }
 }
