@@ -1,0 +1,43 @@
+// ops/cpu/bf16_lanes_avx512.h — contiguous BF16 rows of add, sub, mul and div on 16 AVX-512 lanes
+// (widen, exact; one vaddps / vsubps / vmulps / vdivps, each lane rounded as the scalar operation;
+// round once as core/bfloat16.h rounds), and of relu and its gradient on 32 lanes of BF16 bits (the
+// functors' bf16_bits, decided with AVX-512BW masks). The same bits as the generic loops of
+// ops/cpu/elementwise.h, which are bound by their conversions (or, for the bit functors, by 8-lane
+// SSE2), not by memory: 1.7-3x faster on ResNet-8's tensors (docs/CPU.md, "Elementwise BF16").
+// Invariant: bf16_binary_lanes runs only where bf16_lanes_available() (AVX-512 F/BW/VL and the OS
+// saving ZMM state); the rest of the library stays baseline x86-64.
+#pragma once
+#include <cstdint>
+
+#include "ops/activation_functors.h"
+#include "ops/functors.h"
+
+namespace mixtape::cpu {
+
+enum class LaneOp { None, Add, Sub, Mul, Div, Relu, ReluGrad };
+
+// The lane operation that computes functor F's operator() bit for bit, or None.
+template <typename F>
+inline constexpr LaneOp lane_op_v = LaneOp::None;
+template <>
+inline constexpr LaneOp lane_op_v<fn::Add> = LaneOp::Add;
+template <>
+inline constexpr LaneOp lane_op_v<fn::Sub> = LaneOp::Sub;
+template <>
+inline constexpr LaneOp lane_op_v<fn::Mul> = LaneOp::Mul;
+template <>
+inline constexpr LaneOp lane_op_v<fn::Div> = LaneOp::Div;
+template <>
+inline constexpr LaneOp lane_op_v<fn::Relu> = LaneOp::Relu;
+template <>
+inline constexpr LaneOp lane_op_v<fn::ReluGrad> = LaneOp::ReluGrad;
+
+bool bf16_lanes_available();
+
+// out[i] = op(a[i], b[i]) for i < n: BF16 rows, 2-byte strides; op is Add, Sub, Mul, Div or ReluGrad
+// (a the gradient, b relu's output).
+void bf16_binary_lanes(LaneOp op, int64_t n, char* out, const char* a, const char* b);
+// out[i] = op(a[i]) for i < n: BF16 rows; op is Relu.
+void bf16_unary_lanes(LaneOp op, int64_t n, char* out, const char* a);
+
+}  // namespace mixtape::cpu
