@@ -465,10 +465,16 @@ void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
 // gy (N, O, L), w (O, K/G) -> gx (N, C, H, W)
 template <typename S, typename T, typename A>
 void conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
+  if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
+    // Native BF16 on vdpbf16ps: the same kernel on output-channel pairs.
+    if (g.G == 1 && g.O >= 2 && cpu::own_float_gemm() && cpu::conv_input_grad_pairs_applies(conv_shape(g)))
+      return cpu::conv_input_grad_pairs(conv_shape(g), gy, w, gx);
+  }
   if constexpr (std::is_same_v<T, float>) {
     // FP32 accumulation, 3 columns wide (the strided convs; unit-stride ones mostly run as a
-    // forward conv): no col, no col2im (ops/cpu/conv_input_grad_avx512.h). BF16 on AMX or
-    // vdpbf16ps too: its products are exact in FP32, and this kernel measured faster.
+    // forward conv): no col, no col2im (ops/cpu/conv_input_grad_avx512.h). BF16 on AMX too (and
+    // one output channel on vdpbf16ps): its products are exact in FP32, and this kernel measured
+    // faster than the AMX GEMM + col2im.
     if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_input_grad_direct_applies(conv_shape(g)))
       return cpu::conv_input_grad_direct(conv_shape(g), gy, w, gx);
   }

@@ -8,8 +8,9 @@
 //     heights 1 and 5, input rows and columns no tap reads (zero gradient there);
 //   - conv2d_input_grad returns the kernel's bits for strided convs, within twice the bound of
 //     col2im's;
-//   - BF16 (every BF16 path: emulated, vdpbf16ps, AMX) and FP16 storage: bit for bit the FP32 kernel
-//     on the widened operands, rounded once;
+//   - BF16 (the 16-bit overloads; the op on the emulated and AMX paths, and on vdpbf16ps with FP32
+//     weights) and FP16 storage: bit for bit the FP32 kernel on the widened operands, rounded once;
+//     native BF16 on vdpbf16ps is the output-channel-pair kernel's (tests/ops/test_conv_input_grad_pairs.cpp);
 //   - the same bits on 1, 2 and 3 threads;
 //   - geometries it does not take.
 #include <gtest/gtest.h>
@@ -139,7 +140,13 @@ TEST(ConvInputGradDirect, SixteenBitStorageIsTheFp32KernelOnWidenedOperandsRound
       EXPECT_TRUE(bit_equal(got, f32)) << dtype_name(dt) << " with FP32 weights";
       for (cpu::Bf16GemmPath path : paths) {
         cpu::Bf16GemmOverride o(path);
-        EXPECT_TRUE(bit_equal(op(g, gy, w), f32)) << dtype_name(dt) << " path " << static_cast<int>(path);
+        Tensor want = f32;
+        if (dt == DType::BFloat16 && g.O >= 2 && cpu::conv_input_grad_pairs_applies(g.shape())) {
+          want = full(g.x_size(), std::numeric_limits<float>::quiet_NaN()).to(dt);  // native BF16: the pair kernel
+          cpu::conv_input_grad_pairs(g.shape(), static_cast<const BFloat16*>(gy.data_ptr()),
+                                     static_cast<const BFloat16*>(w.data_ptr()), static_cast<BFloat16*>(want.data_ptr()));
+        }
+        EXPECT_TRUE(bit_equal(op(g, gy, w), want)) << dtype_name(dt) << " path " << static_cast<int>(path);
         if (dt == DType::Float16) break;  // FP16 has one CPU path
       }
     }
