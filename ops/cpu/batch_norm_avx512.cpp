@@ -11,6 +11,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "ops/cpu/bf16_round_avx512.h"
 #define MIXTAPE_HAVE_AVX512_BN 1
 #define MT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 // GCC 12's extract/convert intrinsics start from _mm*_undefined_*(); see ops/cpu/sgemm_avx512.cpp.
@@ -163,18 +165,8 @@ MT_AVX512 void grad_sums_impl(const T* g, const T* x, int64_t rows, int64_t stri
 MT_AVX512 inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 MT_AVX512 inline __m512 load16(const BFloat16* p, __mmask16 m) { return widen(_mm256_maskz_loadu_epi16(m, p)); }
 MT_AVX512 inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
-// float -> BF16 as float_to_bfloat16_bits: add 0x7FFF + the kept lsb and drop the low half; a NaN
-// keeps its upper half with the quiet bit set.
-MT_AVX512 inline void store16(BFloat16* p, __mmask16 m, __m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i hi = _mm512_srli_epi32(u, 16);
-  const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
-  r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r));
-}
+// float -> BF16 as float_to_bfloat16_bits (ops/cpu/bf16_round_avx512.h).
+MT_AVX512 inline void store16(BFloat16* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, round_to_bf16(v)); }
 inline __mmask16 first16(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u); }
 
 template <typename T>
