@@ -15,7 +15,8 @@
 // and the GEMM accumulates in FP32 (vdpbf16ps / AMX), then one rounding — the same products in
 // another order, within FP32 summation error of the widened path (docs/CPU.md, "BF16 GEMM"); the
 // direct input-gradient kernel below (strided convs, and unit-stride ones that do not run as a
-// forward conv) widens BF16 to FP32 on every path (the products are exact there).
+// forward conv) widens BF16 to FP32 (the products are exact there), except on vdpbf16ps with BF16
+// operands, where its twin on output-channel pairs runs.
 //
 // CPU algorithm, on AVX-512 CPUs (docs/CPU.md, "Convolution"), one group, FP32 arithmetic unless
 // said:
@@ -26,7 +27,8 @@
 //     whole batch's pixels as GEMM columns; implicit_gemm_applies);
 //   - input gradient: as a forward conv where input_grad_is_a_conv (unit strides); else, 3 columns
 //     wide with column stride 1 or 2, the direct input-gradient kernel (f32, FP16 and BF16
-//     storage; ops/cpu/conv_input_grad_avx512.h);
+//     storage; ops/cpu/conv_input_grad_avx512.h); native BF16 on vdpbf16ps (O >= 2): its twin on
+//     output-channel pairs;
 //   - weight gradient, 3 columns wide, FP32 arithmetic (f32, FP16, emulated BF16): the direct
 //     weight-gradient kernel (ops/cpu/conv_weight_grad_avx512.h); native BF16 on vdpbf16ps: its
 //     twin on image pairs;
