@@ -90,13 +90,14 @@ MT_AVX512 inline double total(const Lanes& l) {
 
 // A channel's rows are S values each, `stride` apart (the other channels in between): the hardware
 // prefetcher restarts at every row, so each row's loads would wait on memory (perf put two thirds
-// of grad_sums' time on its first use of the loaded values). Rows `ahead` rows on are prefetched
-// instead, about 2 KB ahead of the reads.
-inline int64_t rows_ahead(int64_t S, int64_t elem) { return std::max<int64_t>(1, 2048 / std::max<int64_t>(1, S * elem)); }
+// of grad_sums' time on its first use of the loaded values). The row `ahead` rows on is prefetched
+// instead: about 2 KB of cache lines ahead (a row costs at least one line), or the next row where
+// a row is longer. Contiguous rows (stride == S, one channel) are left to the hardware.
+inline int64_t rows_ahead(int64_t S, int64_t elem) { return std::max<int64_t>(1, 2048 / std::max<int64_t>(64, S * elem)); }
 MT_AVX512 inline void prefetch_row(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(c + b, _MM_HINT_T0);
-  _mm_prefetch(c + bytes - 1, _MM_HINT_T0);
+  if (bytes > 0) _mm_prefetch(c + bytes - 1, _MM_HINT_T0);
 }
 
 template <typename T, typename Chunk>
@@ -104,7 +105,7 @@ MT_AVX512 void for_each_chunk(const T* x, int64_t rows, int64_t stride, int64_t 
   const int64_t ahead = rows_ahead(S, sizeof(T));
   for (int64_t r = 0; r < rows; ++r) {
     const T* row = x + r * stride;
-    if (r + ahead < rows) prefetch_row(row + ahead * stride, S * int64_t(sizeof(T)));
+    if (stride != S && r + ahead < rows) prefetch_row(row + ahead * stride, S * int64_t(sizeof(T)));
     for (int64_t s = 0; s < S; s += kLanes) chunk(row + s, S - s < kLanes ? S - s : kLanes);
   }
 }
@@ -146,7 +147,7 @@ MT_AVX512 void grad_sums_impl(const T* g, const T* x, int64_t rows, int64_t stri
   for (int64_t r = 0; r < rows; ++r) {
     const T* grow = g + r * stride;
     const T* xrow = x + r * stride;
-    if (r + ahead < rows) {
+    if (stride != S && r + ahead < rows) {
       prefetch_row(grow + ahead * stride, S * int64_t(sizeof(T)));
       prefetch_row(xrow + ahead * stride, S * int64_t(sizeof(T)));
     }

@@ -2,10 +2,12 @@
 // (widen, exact; one vaddps / vsubps / vmulps / vdivps, each lane rounded as the scalar operation;
 // round once as core/bfloat16.h rounds), and of relu and its gradient on 32 lanes of BF16 bits (the
 // functors' bf16_bits, decided with AVX-512BW masks). The same bits as the generic loops of
-// ops/cpu/elementwise.h, which are bound by their conversions (or, for the bit functors, by 8-lane
-// SSE2), not by memory: 1.7-3x faster on ResNet-8's tensors (docs/CPU.md, "Elementwise BF16").
-// Invariant: bf16_binary_lanes runs only where bf16_lanes_available() (AVX-512 F/BW/VL and the OS
-// saving ZMM state); the rest of the library stays baseline x86-64.
+// ops/cpu/elementwise.h (NaN payloads aside: where two NaNs meet, which one x86 hands on follows the
+// operand order, which is the compiler's in the scalar loop), which are bound by their conversions
+// (or, for the bit functors, by 8-lane SSE2), not by memory: 2.4-3.5x faster on ResNet-8's tensors
+// (docs/CPU.md, "16-bit storage").
+// Invariant: bf16_binary_lanes and bf16_unary_lanes run only where bf16_lanes_available() (AVX-512
+// F/BW/VL and the OS saving ZMM state); the rest of the library stays baseline x86-64.
 #pragma once
 #include <cstdint>
 
@@ -14,11 +16,12 @@
 
 namespace mixtape::cpu {
 
-enum class LaneOp { None, Add, Sub, Mul, Div, Relu, ReluGrad };
+// NotLanewise: the functor runs on the generic loops.
+enum class LaneOp { NotLanewise, Add, Sub, Mul, Div, Relu, ReluGrad };
 
-// The lane operation that computes functor F's operator() bit for bit, or None.
+// The lane operation that computes functor F's operator() bit for bit, or NotLanewise.
 template <typename F>
-inline constexpr LaneOp lane_op_v = LaneOp::None;
+inline constexpr LaneOp lane_op_v = LaneOp::NotLanewise;
 template <>
 inline constexpr LaneOp lane_op_v<fn::Add> = LaneOp::Add;
 template <>

@@ -121,8 +121,9 @@ MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh
   // One loop over the slice's (channel, kernel row) pairs around taps x pixels x vectors, all
   // unrolled, so acc lives in registers (above).
   const int64_t kH = s.kH, rows = (c1 - c0) * kH, row_step = s.dH * Wp;
-  const float* row = base + c0 * plane;
+  int64_t off = c0 * plane;  // of the (channel, kernel row)'s staged row from base
   for (int64_t r = 0, ki = 0; r < rows; ++r) {
+    const float* row = base + off;
 #pragma GCC unroll 3
     for (int kj = 0; kj < kPaddedTaps; ++kj, w += Opad) {
       __m512 wv[V];
@@ -136,10 +137,10 @@ MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh
       }
     }
     if (++ki < kH) {
-      row += row_step;
+      off += row_step;
     } else {
       ki = 0;
-      row += plane - (kH - 1) * row_step;
+      off += plane - (kH - 1) * row_step;
     }
   }
 #pragma GCC unroll 24
@@ -166,8 +167,9 @@ MT_DIRECT_BF16 void block_bf16(const Plan& p, const uint32_t* xp, const uint32_t
   // One loop over the slice's (channel, kernel row) pairs around taps x pixels x vectors, all
   // unrolled, so acc lives in registers (above).
   const int64_t kH = s.kH, rows = (c1 - c0) * kH, row_step = s.dH * Wp;
-  const uint32_t* row = base + c0 * plane;
+  int64_t off = c0 * plane;  // of the (channel, kernel row)'s staged row from base
   for (int64_t r = 0, ki = 0; r < rows; ++r) {
+    const uint32_t* row = base + off;
 #pragma GCC unroll 3
     for (int kj = 0; kj < kPaddedTaps; ++kj, w += Opad) {
       __m512bh wv[V];
@@ -181,10 +183,10 @@ MT_DIRECT_BF16 void block_bf16(const Plan& p, const uint32_t* xp, const uint32_t
       }
     }
     if (++ki < kH) {
-      row += row_step;
+      off += row_step;
     } else {
       ki = 0;
-      row += plane - (kH - 1) * row_step;
+      off += plane - (kH - 1) * row_step;
     }
   }
 #pragma GCC unroll 24

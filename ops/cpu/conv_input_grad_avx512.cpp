@@ -1,6 +1,6 @@
 // ops/cpu/conv_input_grad_avx512.cpp — see conv_input_grad_avx512.h. Only the functions marked
-// MT_IGRAD hold AVX-512 instructions; they run only after conv_input_grad_direct_applies() (which
-// checks the CPU) said yes.
+// MT_IGRAD (MT_IGRAD_BF16) hold AVX-512 (AVX512-BF16) instructions; they run only after
+// conv_input_grad_direct_applies() (conv_input_grad_pairs_applies()), which checks the CPU, said yes.
 #include "ops/cpu/conv_input_grad_avx512.h"
 
 #include <omp.h>

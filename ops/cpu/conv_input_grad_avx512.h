@@ -39,10 +39,11 @@ void conv_input_grad_direct(const ConvShape& s, const Half* gy, const float* w, 
 
 // The BF16 twin on vdpbf16ps (native BF16): output channels in pairs, gy staged per image as words
 // (gy[2 o2], gy[2 o2 + 1]) and the weights packed as the matching pairs, so one vdpbf16ps adds both
-// channels' products (exact in FP32) to each FP32 sum: half the depth steps. The same sums as
-// conv_input_grad_direct up to their order (pairs, then the pair into the sum), gx rounded once; the
-// same bits at every thread count. Applies where conv_input_grad_direct_applies and BF16 GEMMs run
-// on vdpbf16ps (bf16_on_vdpbf16ps: AVX512-BF16, MIXTAPE_CPU_BF16 not emulated).
+// channels' products (exact in FP32) to each FP32 sum: half the depth steps. The same products as
+// conv_input_grad_direct, summed pair by pair (the order of a pair's two adds is the instruction's;
+// its subnormal treatment too), gx rounded once; the same bits at every thread count. Applies where
+// conv_input_grad_direct_applies and BF16 GEMMs run on vdpbf16ps (bf16_on_vdpbf16ps: AVX512-BF16,
+// no AMX or MIXTAPE_CPU_BF16=avx512bf16, not emulated): depends on the shape and on that choice.
 bool conv_input_grad_pairs_applies(const ConvShape& s);
 void conv_input_grad_pairs(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx);
 

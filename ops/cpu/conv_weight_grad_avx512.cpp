@@ -39,7 +39,7 @@ namespace {
 
 constexpr int kAccumulators = 24;                   // zmm accumulators per block: P pairs x 3 taps x V
 constexpr int64_t kChunkBytes = int64_t(512) << 10;  // staged images per step: about half an L2
-constexpr int64_t kMinBlocks = 4;
+constexpr int64_t kMinBlocks = 4;                   // fewer: the team splits chunks (run_by_chunks)
 
 // Everything the kernels need, derived from the shape once per call.
 struct Plan {
@@ -226,6 +226,61 @@ BlockFn<X> block_fn(int V, int P) {
   return V == 4 ? v4[i] : V == 2 ? v2[i] : v1[i];
 }
 
+// Stages images [n0, n0 + m) as units (one image, or an image pair) into xs / gs.
+template <bool Pairs, typename E, typename X>
+void stage_unit(const Plan& p, const E* x, const E* gy, int64_t n0, int64_t i, X* xs, X* gs) {
+  const ConvShape& s = p.s;
+  const int64_t ximage = s.C * s.H * s.W, gimage = s.O * p.L;
+  X* xi = xs + i * p.pp.image();
+  X* gi = gs + i * p.L * p.Opad;
+  if constexpr (Pairs) {
+    const int64_t n = n0 + 2 * i;
+    const bool two = n + 1 < s.N;
+    stage_pairs(
+        p.pp, [&](int64_t c) { return x + n * ximage + c * s.H * s.W; },
+        [&](int64_t c) { return two ? x + (n + 1) * ximage + c * s.H * s.W : nullptr; }, xi);
+    stage_gy_pairs(p, gy + n * gimage, two ? gy + (n + 1) * gimage : nullptr, gi);
+  } else {
+    stage_padded(p.pp, x + (n0 + i) * ximage, xi);
+    stage_gy(p, gy + (n0 + i) * gimage, gi);
+  }
+}
+
+// Fewer blocks than kMinBlocks (the 1-channel first layers: 3 pairs, one short block): the team
+// splits the chunks instead. Each chunk's blocks run from +0 into that chunk's own partial, and the
+// partials are then added into accT in chunk order — the operations of the block split (the first
+// chunk stored, then accT + partial for each next one), so the same bits, at every thread count.
+template <bool Pairs, typename E>
+void run_by_chunks(const Plan& p, const E* x, const E* gy, float* accT) {
+  using X = std::conditional_t<Pairs, uint32_t, float>;
+  const ConvShape& s = p.s;
+  const int64_t K = p.pairs * kPaddedTaps, per_unit = Pairs ? 2 : 1, units = (p.nb + per_unit - 1) / per_unit;
+  const int64_t chunks = (s.N + p.nb - 1) / p.nb, part = K * p.Opad;
+  const int nt = padded_kernel_threads(s.N * p.L * s.O * K, chunks);
+  AlignedBuffer<X> xpad, gyT;
+  AlignedBuffer<float> parts;
+  X* xs = xpad.get(static_cast<int64_t>(nt) * units * p.pp.image());
+  X* gs = gyT.get(static_cast<int64_t>(nt) * units * p.L * p.Opad);
+  float* pt = parts.get(chunks * part);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+  for (int64_t q = 0; q < chunks; ++q) {
+    const int64_t t = nt > 1 ? omp_get_thread_num() : 0;
+    X* xt = xs + t * units * p.pp.image();
+    X* gt = gs + t * units * p.L * p.Opad;
+    const int64_t n0 = q * p.nb, m = std::min(p.nb, s.N - n0), mu = (m + per_unit - 1) / per_unit;
+    for (int64_t i = 0; i < mu; ++i) stage_unit<Pairs>(p, x, gy, n0, i, xt, gt);
+    SpreadPrefetch none[2];
+    for (int64_t b = 0; b < p.blocks(); ++b) {
+      const int64_t pb = b / p.oblocks, ob = b % p.oblocks, pair0 = pb * p.P;
+      const int P = static_cast<int>(std::min<int64_t>(p.P, p.pairs - pair0));
+      block_fn<X>(p.V, P)(p, xt, gt, mu, pair0, ob * p.V * 16, pt + q * part, true, none);
+    }
+  }
+  std::copy(pt, pt + part, accT);
+  for (int64_t q = 1; q < chunks; ++q)
+    for (int64_t i = 0; i < part; ++i) accT[i] = accT[i] + pt[q * part + i];
+}
+
 // Pairs: the BF16 twin (E BFloat16, images staged in pairs). A staged unit is one image, or a pair.
 template <bool Pairs, typename E>
 void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
@@ -236,32 +291,26 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
   const Plan p = plan_of(s, Pairs);
   const int64_t K = p.pairs * kPaddedTaps, ximage = s.C * s.H * s.W, gimage = s.O * p.L;
   const int64_t per_unit = Pairs ? 2 : 1, units = (p.nb + per_unit - 1) / per_unit;
-  AlignedBuffer<X> xpad, gyT;
   AlignedBuffer<float> accT;
+  accT.get(K * p.Opad);
+  auto transpose_out = [&] {
+    for (int64_t o = 0; o < s.O; ++o)
+      for (int64_t k = 0; k < K; ++k) gw[o * K + k] = accT.data.get()[k * p.Opad + o];
+  };
+  if (p.blocks() < kMinBlocks) {
+    run_by_chunks<Pairs>(p, x, gy, accT.data.get());
+    return transpose_out();
+  }
+  AlignedBuffer<X> xpad, gyT;
   xpad.get(units * p.pp.image());
   gyT.get(units * p.L * p.Opad);
-  accT.get(K * p.Opad);
   const int64_t macs = s.N * p.L * s.O * K;
   const int nt = padded_kernel_threads(macs, p.blocks());
 #pragma omp parallel num_threads(nt) if (nt > 1)
   for (int64_t n0 = 0; n0 < s.N; n0 += p.nb) {
     const int64_t m = std::min(p.nb, s.N - n0), mu = (m + per_unit - 1) / per_unit;
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < mu; ++i) {
-      X* xi = xpad.data.get() + i * p.pp.image();
-      X* gi = gyT.data.get() + i * p.L * p.Opad;
-      if constexpr (Pairs) {
-        const int64_t n = n0 + 2 * i;
-        const bool two = n + 1 < s.N;
-        stage_pairs(
-            p.pp, [&](int64_t c) { return x + n * ximage + c * s.H * s.W; },
-            [&](int64_t c) { return two ? x + (n + 1) * ximage + c * s.H * s.W : nullptr; }, xi);
-        stage_gy_pairs(p, gy + n * gimage, two ? gy + (n + 1) * gimage : nullptr, gi);
-      } else {
-        stage_padded(p.pp, x + (n0 + i) * ximage, xi);
-        stage_gy(p, gy + (n0 + i) * gimage, gi);
-      }
-    }
+    for (int64_t i = 0; i < mu; ++i) stage_unit<Pairs>(p, x, gy, n0, i, xpad.data.get(), gyT.data.get());
     // While computing, each thread prefetches the images it stages next: OpenMP's static schedule
     // gives thread t the same share of the next chunk's units as of this one's.
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
@@ -281,8 +330,7 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
       block_fn<X>(p.V, P)(p, xpad.data.get(), gyT.data.get(), mu, pair0, ob * p.V * 16, accT.data.get(), n0 == 0, pf);
     }
   }
-  for (int64_t o = 0; o < s.O; ++o)
-    for (int64_t k = 0; k < K; ++k) gw[o * K + k] = accT.data.get()[k * p.Opad + o];
+  transpose_out();
 }
 
 #endif  // MIXTAPE_HAVE_WGRAD_AVX512
@@ -290,8 +338,7 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
 }  // namespace
 
 bool conv_weight_grad_direct_applies(const ConvShape& s) {
-  if (!MIXTAPE_HAVE_WGRAD_AVX512 || !padded_geometry_ok(s) || !conv_implicit_gemm_enabled()) return false;
-  return plan_of(s).blocks() >= kMinBlocks;
+  return MIXTAPE_HAVE_WGRAD_AVX512 && padded_geometry_ok(s) && conv_implicit_gemm_enabled();
 }
 
 bool conv_weight_grad_pairs_applies(const ConvShape& s) {

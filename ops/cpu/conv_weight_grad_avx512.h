@@ -13,8 +13,9 @@
 // (K, O) buffer, transposed into gw at the end.
 // Invariant (determinism): element (o, k) is one thread's sum — per chunk, images in order, pixels
 // in row-major order, one FMA each from +0 — and the chunks' partial sums added in chunk order.
-// The chunk size depends on the geometry only, and threads split whole blocks, so the bits are the
-// same at every thread count (im2col + GEMM's weight gradient sums per thread and is not).
+// The chunk size depends on the geometry only, and threads split whole blocks (or, with fewer than
+// 4 blocks, whole chunks, each into its own partial), so the bits are the same at every thread
+// count (im2col + GEMM's weight gradient sums per thread and is not).
 // Internal: called by ops/conv.cpp only.
 #pragma once
 #include <cstdint>
@@ -26,9 +27,8 @@
 namespace mixtape::cpu {
 
 // True when the CPU can run the kernel (conv_implicit_gemm_enabled(): AVX-512 F/BW/VL and no
-// MIXTAPE_CPU_CONV=im2col) and the geometry is one it takes: kW == 3, dW == 1, and at least 4
-// register blocks to share between threads (so not the 1-channel first layers, whose 9-deep
-// gradient stays on im2col + GEMM). Depends on the shape, never on the thread count.
+// MIXTAPE_CPU_CONV=im2col) and the geometry is one it takes: kW == 3, dW == 1 (padded_geometry_ok).
+// Depends on the shape, never on the thread count.
 bool conv_weight_grad_direct_applies(const ConvShape& s);
 
 // Overwrites gw with the FP32 weight gradient. Requires conv_weight_grad_direct_applies(s).

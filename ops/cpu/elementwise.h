@@ -21,7 +21,7 @@ void copy_into(const Tensor& dst, const Tensor& src);
 // rows then run on the 16-bit patterns (a loop the compiler vectorizes), with no conversion.
 // Before either, the functors ops/cpu/bf16_lanes_avx512.h knows (lane_op_v: add, sub, mul, div,
 // relu, relu's gradient) run their contiguous BF16 rows there where the CPU has AVX-512: the same
-// bits again.
+// bits again (NaN payloads aside).
 template <typename F, typename T, int Arity>
 inline constexpr bool has_bf16_bits = std::is_same_v<T, BFloat16> && [] {
   if constexpr (Arity == 1) return requires { F::bf16_bits(uint16_t{}); };
@@ -45,7 +45,8 @@ TensorList unary_loop(const OpCall& call, DType dt, const F& f) {
       strided_loop<2>(x.sizes(), {{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
                                   {broadcast_byte_strides(out, x.sizes()), broadcast_byte_strides(x, x.sizes())}},
                       [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
-                        if constexpr (lane_op_v<F> != LaneOp::None && std::is_same_v<T, BFloat16>) {
+                        if constexpr (lane_op_v<F> != LaneOp::NotLanewise && std::is_same_v<T, BFloat16>) {
+                          static_assert(lane_op_v<F> == LaneOp::Relu, "a unary functor with a binary lane operation");
                           if (s[0] == 2 && s[1] == 2 && bf16_lanes_available())
                             return bf16_unary_lanes(lane_op_v<F>, n, p[0], p[1]);
                         }
@@ -128,7 +129,8 @@ TensorList binary_loop(const OpCall& call, DType dt, const F& f) {
                        {broadcast_byte_strides(out, shape), broadcast_byte_strides(ca, shape),
                         broadcast_byte_strides(cb, shape)}},
                       [&](std::array<char*, 3> p, std::array<int64_t, 3> st, int64_t n) {
-                        if constexpr (lane_op_v<F> != LaneOp::None && std::is_same_v<T, BFloat16> && !kBool) {
+                        if constexpr (lane_op_v<F> != LaneOp::NotLanewise && std::is_same_v<T, BFloat16> && !kBool) {
+                          static_assert(lane_op_v<F> != LaneOp::Relu, "a binary functor with a unary lane operation");
                           if (st[0] == 2 && st[1] == 2 && st[2] == 2 && bf16_lanes_available())
                             return bf16_binary_lanes(lane_op_v<F>, n, p[0], p[1], p[2]);
                         }

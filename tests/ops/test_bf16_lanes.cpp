@@ -16,7 +16,7 @@
 #include "ops/creation.h"
 #include "ops/functors.h"
 #include "ops/pointwise.h"
-#include "tests/common/bit_equal.h"
+#include "common/bit_equal.h"
 
 namespace mixtape::testing {
 namespace {
@@ -133,6 +133,19 @@ TEST_F(Bf16Lanes, OpsGiveTheFloatResultRoundedOnce) {
   EXPECT_TRUE(bit_equal(mul(a, b), mul(a32, b32).to(DType::BFloat16)));
   EXPECT_TRUE(bit_equal(div(a, b), div(a32, b32).to(DType::BFloat16)));
   EXPECT_TRUE(bit_equal(relu(a), relu(a32).to(DType::BFloat16)));
+}
+
+// Operands the kernels do not take stay on the generic loops, with the same results: a broadcast
+// operand, a strided view, a wrapped scalar, a bool-producing comparison.
+TEST_F(Bf16Lanes, OtherOperandsKeepTheGenericLoopsResults) {
+  Generator gen(4);
+  const Tensor a = randn({6, 40}, {}, &gen).to(DType::BFloat16), row = randn({40}, {}, &gen).to(DType::BFloat16);
+  const Tensor a32 = a.to(DType::Float32), row32 = row.to(DType::Float32);
+  EXPECT_TRUE(bit_equal(add(a, row), add(a32, row32).to(DType::BFloat16)));           // broadcast
+  EXPECT_TRUE(bit_equal(mul(a.t(), a.t()), mul(a32.t(), a32.t()).to(DType::BFloat16)));  // strided
+  EXPECT_TRUE(bit_equal(relu(a.t()), relu(a32.t()).to(DType::BFloat16)));
+  EXPECT_TRUE(bit_equal(mul(a, 0.1), mul(a32, 0.1).to(DType::BFloat16)));             // wrapped scalar
+  EXPECT_TRUE(bit_equal(eq(a, a), eq(a32, a32)));                                      // bool output
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "common/on_thread_counts.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/conv_input_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
@@ -37,12 +38,13 @@ using testing::bit_equal;
 using testing::within_sum_bound;
 using Geo = testing::Conv3;  // the bias flag unused here
 
-// False on CPUs without AVX-512 F/BW/VL and under MIXTAPE_CPU_CONV=im2col (the kernel refuses to run).
+// False on CPUs without AVX-512 F/BW/VL and under MIXTAPE_CPU_CONV=im2col (the kernel refuses to run),
+// and under MIXTAPE_GEMM=blas (conv2d keeps its GEMM paths there).
 bool kernel_available() {
-  return cpu::conv_input_grad_direct_applies({1, 1, 4, 4, 1, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
+  return cpu::own_float_gemm() && cpu::conv_input_grad_direct_applies({1, 1, 4, 4, 1, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
 }
 #define MT_REQUIRE_KERNEL() \
-  if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col"
+  if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col, or MIXTAPE_GEMM=blas"
 
 const Geo kGeos[] = {
     {2, 16, 28, 28, 32, 3, 2, 2, 1, 1, 1, false, "ResNet-8's 16 -> 32 stride 2: one vector, blocks of 7"},
@@ -142,7 +144,9 @@ TEST(ConvInputGradDirect, SixteenBitStorageIsTheFp32KernelOnWidenedOperandsRound
         cpu::Bf16GemmOverride o(path);
         Tensor want = f32;
         if (dt == DType::BFloat16 && g.O >= 2 && cpu::conv_input_grad_pairs_applies(g.shape())) {
-          want = full(g.x_size(), std::numeric_limits<float>::quiet_NaN()).to(dt);  // native BF16: the pair kernel
+          // Native BF16 takes the pair kernel: only the route is checked here; its numbers are
+          // tests/ops/test_conv_input_grad_pairs.cpp's (against FP64).
+          want = full(g.x_size(), std::numeric_limits<float>::quiet_NaN()).to(dt);
           cpu::conv_input_grad_pairs(g.shape(), static_cast<const BFloat16*>(gy.data_ptr()),
                                      static_cast<const BFloat16*>(w.data_ptr()), static_cast<BFloat16*>(want.data_ptr()));
         }

@@ -25,6 +25,7 @@
 #include "common/same_specials.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/conv_input_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
 
@@ -34,12 +35,16 @@ namespace {
 using testing::bit_equal;
 using testing::within_sum_bound;
 
-// False without AVX512-BF16 and under MIXTAPE_CPU_CONV=im2col (MT_REQUIRE_KERNEL puts BF16 GEMMs on
-// vdpbf16ps for the test where the CPU has it, AMX CPUs included).
-bool kernel_available() { return cpu::conv_input_grad_pairs_applies({1, 2, 4, 4, 2, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2}); }
+// False without AVX512-BF16, under MIXTAPE_CPU_CONV=im2col and under MIXTAPE_GEMM=blas (where conv2d
+// keeps its GEMM paths; MT_REQUIRE_KERNEL puts BF16 GEMMs on vdpbf16ps for the test where the CPU
+// has it, AMX CPUs included).
+bool kernel_available() {
+  return cpu::own_float_gemm() && cpu::conv_input_grad_pairs_applies({1, 2, 4, 4, 2, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
+}
 #define MT_REQUIRE_KERNEL()                   \
   const testing::OnAvx512Bf16 on_avx512_bf16; \
-  if (!kernel_available()) GTEST_SKIP() << "BF16 GEMMs do not run on AVX512-BF16 here (or MIXTAPE_CPU_CONV=im2col)"
+  if (!kernel_available())                    \
+  GTEST_SKIP() << "BF16 GEMMs do not run on AVX512-BF16 here (or MIXTAPE_CPU_CONV=im2col, MIXTAPE_GEMM=blas)"
 
 using Geo = testing::Conv3;  // the bias flag unused here
 const Geo kGeos[] = {

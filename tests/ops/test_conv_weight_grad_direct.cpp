@@ -4,7 +4,8 @@
 //     length N OH OW, at every blocking edge: 1, 2 and 4 vectors of output channels and O not a
 //     multiple of 16, short last pair blocks, strides, padding past the kernel's reach, row
 //     dilation, kernel heights 1 and 5, padded rows longer than one 16-column chunk, several image
-//     chunks with a short last one;
+//     chunks with a short last one, one input channel (fewer blocks than threads: the team splits
+//     the image chunks instead, run_by_chunks);
 //   - conv2d_weight_grad returns exactly the kernel's bits (so the op really takes it), and stays
 //     within twice the bound of im2col + GEMM;
 //   - the same bits on 1, 2 and 3 OpenMP threads (im2col + GEMM's weight gradient is not);
@@ -54,6 +55,7 @@ const Geo kGeos[] = {
     {2, 3, 1, 3, 64, 3, 1, 1, 1, 1, 1, false, "H = 1: two of three kernel rows read padding"},
     {2, 8, 6, 11, 64, 1, 1, 1, 0, 1, 1, false, "1x3 kernel"},
     {3, 4, 6, 6, 40, 3, 1, 1, 0, 0, 1, false, "no padding, O = 40: three one-vector blocks"},
+    {20, 1, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "one channel: one short block, chunks of 9, 9 and 2 split"},
 };
 
 Tensor op(const Geo& g, const Tensor& x, const Tensor& gy) {
@@ -111,11 +113,15 @@ TEST(ConvWeightGradDirect, SameBitsOnOneTwoAndThreeThreads) {
   MT_REQUIRE_KERNEL();
   // A team's worth of work (2^21 multiply-adds), two chunks of 11 images and a short one of 8, a
   // short pair block (75 pairs, 4 to a block).
-  const Geo geo{30, 25, 13, 13, 20, 3, 1, 1, 1, 1, 1, false, ""};
-  const Inputs in = make_inputs(geo, 33);
-  const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return op(geo, in.x, in.gy); });
-  EXPECT_TRUE(bit_equal(got[0], got[1]));
-  EXPECT_TRUE(bit_equal(got[0], got[2]));
+  // One channel, 64 images: one block, 8 chunks the team splits (run_by_chunks).
+  for (const Geo& geo : {Geo{30, 25, 13, 13, 20, 3, 1, 1, 1, 1, 1, false, "blocks split"},
+                         Geo{64, 1, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "chunks split"}}) {
+    SCOPED_TRACE(geo.what);
+    const Inputs in = make_inputs(geo, 33);
+    const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return op(geo, in.x, in.gy); });
+    EXPECT_TRUE(bit_equal(got[0], got[1]));
+    EXPECT_TRUE(bit_equal(got[0], got[2]));
+  }
 }
 
 TEST(ConvWeightGradDirect, SixteenBitStorageIsTheFp32KernelOnWidenedOperands) {
@@ -148,7 +154,6 @@ TEST(ConvWeightGradDirect, OtherGeometriesKeepIm2colsBits) {
       {{16, 4, 3, 5}, {1, 1}, {1, 2}, {1, 1}, 1, "kernel width 5"},
       {{16, 4, 3, 3}, {1, 1}, {1, 2}, {1, 2}, 1, "column dilation"},
       {{16, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 2, "groups"},
-      {{4, 4, 1, 3}, {1, 1}, {0, 1}, {1, 1}, 1, "too few blocks to share (4 pairs, one vector)"},
   };
   for (const Case& k : cases) {
     SCOPED_TRACE(k.what);
@@ -157,8 +162,8 @@ TEST(ConvWeightGradDirect, OtherGeometriesKeepIm2colsBits) {
     const auto f = [&] { return conv2d_weight_grad(x, gy, k.w, k.stride, k.padding, k.dilation, k.groups); };
     EXPECT_TRUE(bit_equal(with_algo(cpu::ConvAlgo::Auto, f), with_algo(cpu::ConvAlgo::Im2col, f)));
   }
-  // The kernel's own test of the geometry, on the shapes above and the 1-channel first layers.
-  EXPECT_FALSE(cpu::conv_weight_grad_direct_applies({2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}));
+  // The kernel's own test of the geometry, on the shapes above; the 1-channel first layers it takes.
+  EXPECT_TRUE(cpu::conv_weight_grad_direct_applies({2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}));
   EXPECT_FALSE(cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 2, 8, 6}));
   EXPECT_FALSE(cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 5, 1, 1, 1, 2, 1, 1, 8, 8}));
   EXPECT_FALSE(cpu::conv_weight_grad_direct_applies({2, 16, 8, 2000, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 2000}));

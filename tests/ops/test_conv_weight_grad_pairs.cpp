@@ -6,7 +6,7 @@
 //     channels and O not a multiple of 16, short last pair blocks, column and row strides, odd
 //     output widths, padding past the kernel's reach, row dilation, kernel heights 1 and 5, several
 //     staged chunks, an odd batch (the last image paired with zeros) and a batch of one, a ragged
-//     16-pixel transpose of gy;
+//     16-pixel transpose of gy, one input channel (one block: the team splits the chunks);
 //   - the same bits on 1, 2 and 3 threads;
 //   - conv2d_weight_grad returns its bits where it applies, within twice the bound of the FP32
 //     kernel on the widened operands (the emulated path); infinities and NaN reach the same
@@ -56,6 +56,7 @@ const Geo kGeos[] = {
     {2, 3, 1, 3, 64, 3, 1, 1, 1, 1, 1, false, "H = 1: two of three kernel rows read padding"},
     {2, 8, 6, 11, 64, 1, 1, 1, 0, 1, 1, false, "1x3 kernel"},
     {3, 4, 6, 6, 40, 3, 1, 1, 0, 0, 1, false, "no padding, O = 40"},
+    {41, 1, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "one channel: one short block; chunks of 18, 18 and 5 split"},
 };
 
 Tensor op(const Geo& g, const Tensor& x, const Tensor& gy) {
@@ -93,11 +94,15 @@ TEST(ConvWeightGradPairs, SameBitsOnOneTwoAndThreeThreads) {
   MT_REQUIRE_KERNEL();
   // A team's worth of work (2^21 multiply-adds), two staged chunks (20 and 11 images: the last pair
   // half empty), a short pair block.
-  const Geo geo{31, 25, 14, 14, 20, 3, 1, 1, 1, 1, 1, false, ""};
-  const Inputs in = make_inputs(geo, 62);
-  const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return pairs(geo, in); });
-  EXPECT_TRUE(bit_equal(got[0], got[1]));
-  EXPECT_TRUE(bit_equal(got[0], got[2]));
+  // One channel, 75 images: one block, 5 chunks the team splits (the last image paired with zeros).
+  for (const Geo& geo : {Geo{31, 25, 14, 14, 20, 3, 1, 1, 1, 1, 1, false, "blocks split"},
+                         Geo{75, 1, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "chunks split"}}) {
+    SCOPED_TRACE(geo.what);
+    const Inputs in = make_inputs(geo, 62);
+    const std::vector<Tensor> got = testing::on_thread_counts({1, 2, 3}, [&] { return pairs(geo, in); });
+    EXPECT_TRUE(bit_equal(got[0], got[1]));
+    EXPECT_TRUE(bit_equal(got[0], got[2]));
+  }
 }
 
 TEST(ConvWeightGradPairs, TheOpReturnsItsBitsWithinTheBoundOfTheEmulatedPath) {
@@ -143,7 +148,7 @@ TEST(ConvWeightGradPairs, WhatItDoesNotTake) {
   MT_REQUIRE_KERNEL();
   EXPECT_TRUE(cpu::conv_weight_grad_pairs_applies({2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 6, 6}));   // sW 2
   EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 5, 1, 1, 1, 2, 1, 1, 8, 8}));    // kW 5
-  EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}));  // 1 block
+  EXPECT_TRUE(cpu::conv_weight_grad_pairs_applies({2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}));   // 1 block
   cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
   EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8}));
 }
