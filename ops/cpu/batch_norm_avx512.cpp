@@ -66,12 +66,14 @@ struct Lanes {
   __m512d acc[4];
 };
 MT_AVX512 inline void zero(Lanes& l) {
+#pragma GCC unroll 4
   for (auto& a : l.acc) a = _mm512_setzero_pd();
 }
 // Adds term(q) to lanes 8q .. 8q + 7 where those lanes hold one of the chunk's n values.
 template <typename Term>
 MT_AVX512 inline void add_chunk(Lanes& l, int64_t n, Term&& term) {
   const uint32_t m = first_bits(n);
+#pragma GCC unroll 4
   for (int q = 0; q < 4; ++q) {
     const auto mq = static_cast<__mmask8>(m >> (8 * q));
     if (mq == 0xFF)
