@@ -39,7 +39,8 @@ namespace {
 
 constexpr int kAccumulators = 24;                   // zmm accumulators per block: P pairs x 3 taps x V
 constexpr int64_t kChunkBytes = int64_t(512) << 10;  // staged images per step: about half an L2
-constexpr int64_t kMinBlocks = 4;                   // fewer: the team splits chunks (run_by_chunks)
+
+#if MIXTAPE_HAVE_WGRAD_AVX512
 
 // Everything the kernels need, derived from the shape once per call.
 struct Plan {
@@ -71,8 +72,6 @@ Plan plan_of(const ConvShape& s, bool image_pairs = false) {
   if (image_pairs && p.nb < s.N) p.nb = std::max<int64_t>(2, p.nb / 2 * 2);
   return p;
 }
-
-#if MIXTAPE_HAVE_WGRAD_AVX512
 
 // One image's gy (O, L) -> gt (L, Opad): gt[l Opad + o] = gy[o, l], 0 for o >= O. 16 x 16 blocks
 // transposed in registers.
@@ -246,10 +245,12 @@ void stage_unit(const Plan& p, const E* x, const E* gy, int64_t n0, int64_t i, X
   }
 }
 
-// Fewer blocks than kMinBlocks (the 1-channel first layers: 3 pairs, one short block): the team
-// splits the chunks instead. Each chunk's blocks run from +0 into that chunk's own partial, and the
-// partials are then added into accT in chunk order — the operations of the block split (the first
-// chunk stored, then accT + partial for each next one), so the same bits, at every thread count.
+// Where whole chunks keep more threads busy than the blocks do (the 1-channel first layers: 3
+// pairs, one short block), the team splits the chunks instead. Each chunk's blocks run from +0
+// into that chunk's own partial, and the partials are then added into accT in chunk order — the
+// operations of the block split (the first chunk stored, then accT + partial for each next one), so
+// the same bits (NaN payloads aside), and the choice may follow the thread count. Staging is per
+// thread here: nt chunks' worth of padded images and gy rows.
 template <bool Pairs, typename E>
 void run_by_chunks(const Plan& p, const E* x, const E* gy, float* accT) {
   using X = std::conditional_t<Pairs, uint32_t, float>;
@@ -297,7 +298,8 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
     for (int64_t o = 0; o < s.O; ++o)
       for (int64_t k = 0; k < K; ++k) gw[o * K + k] = accT.data.get()[k * p.Opad + o];
   };
-  if (p.blocks() < kMinBlocks) {
+  const int64_t chunks = (s.N + p.nb - 1) / p.nb, team = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (std::min(chunks, team) > std::min(p.blocks(), team)) {
     run_by_chunks<Pairs>(p, x, gy, accT.data.get());
     return transpose_out();
   }

@@ -13,9 +13,9 @@
 // (K, O) buffer, transposed into gw at the end.
 // Invariant (determinism): element (o, k) is one thread's sum — per chunk, images in order, pixels
 // in row-major order, one FMA each from +0 — and the chunks' partial sums added in chunk order.
-// The chunk size depends on the geometry only, and threads split whole blocks (or, with fewer than
-// 4 blocks, whole chunks, each into its own partial), so the bits are the same at every thread
-// count (im2col + GEMM's weight gradient sums per thread and is not).
+// The chunk size depends on the geometry only, and threads split whole blocks (or, where that keeps
+// more threads busy, whole chunks, each into its own partial: the same operations), so the bits
+// are the same at every thread count (im2col + GEMM's weight gradient sums per thread and is not).
 // Internal: called by ops/conv.cpp only.
 #pragma once
 #include <cstdint>

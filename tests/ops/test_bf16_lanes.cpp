@@ -139,9 +139,9 @@ TEST_F(Bf16Lanes, OpsGiveTheFloatResultRoundedOnce) {
 // operand, a strided view, a wrapped scalar, a bool-producing comparison.
 TEST_F(Bf16Lanes, OtherOperandsKeepTheGenericLoopsResults) {
   Generator gen(4);
-  const Tensor a = randn({6, 40}, {}, &gen).to(DType::BFloat16), row = randn({40}, {}, &gen).to(DType::BFloat16);
-  const Tensor a32 = a.to(DType::Float32), row32 = row.to(DType::Float32);
-  EXPECT_TRUE(bit_equal(add(a, row), add(a32, row32).to(DType::BFloat16)));           // broadcast
+  const Tensor a = randn({6, 40}, {}, &gen).to(DType::BFloat16), col = randn({6, 1}, {}, &gen).to(DType::BFloat16);
+  const Tensor a32 = a.to(DType::Float32), col32 = col.to(DType::Float32);
+  EXPECT_TRUE(bit_equal(add(a, col), add(a32, col32).to(DType::BFloat16)));           // broadcast (stride 0)
   EXPECT_TRUE(bit_equal(mul(a.t(), a.t()), mul(a32.t(), a32.t()).to(DType::BFloat16)));  // strided
   EXPECT_TRUE(bit_equal(relu(a.t()), relu(a32.t()).to(DType::BFloat16)));
   EXPECT_TRUE(bit_equal(mul(a, 0.1), mul(a32, 0.1).to(DType::BFloat16)));             // wrapped scalar

@@ -25,6 +25,7 @@
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
 #include "ops/cpu/conv_direct_avx512.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/cpu_features.h"
 
 namespace mixtape {
@@ -35,10 +36,12 @@ using testing::within_sum_bound;
 
 // False without AVX512-BF16 and under MIXTAPE_CPU_CONV=im2col (MT_REQUIRE_KERNEL puts BF16 GEMMs on
 // vdpbf16ps for the test where the CPU has it, AMX CPUs included).
-bool kernel_available() { return cpu::conv_direct_bf16_applies({1, 2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4}); }
+bool kernel_available() {
+  return cpu::own_float_gemm() && cpu::conv_direct_bf16_applies({1, 2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4});
+}
 #define MT_REQUIRE_KERNEL()              \
   const testing::OnAvx512Bf16 on_avx512_bf16; \
-  if (!kernel_available()) GTEST_SKIP() << "BF16 GEMMs do not run on AVX512-BF16 here (or MIXTAPE_CPU_CONV=im2col)"
+  if (!kernel_available()) GTEST_SKIP() << "BF16 GEMMs do not run on AVX512-BF16 here (or MIXTAPE_CPU_CONV=im2col, MIXTAPE_GEMM=blas)"
 
 using Geo = testing::Conv3;
 const Geo kGeos[] = {

@@ -13,6 +13,7 @@
 
 #include "leaf.h"
 #include "ops/conv.h"
+#include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/linear.h"
 #include "ops/pooling.h"
@@ -294,9 +295,11 @@ TEST(ConvPoolLinear, BatchParallelPathMatchesOneImageAtATime) {
 // "Same" convolutions (unit strides and column dilation, OW == W) take im2col/col2im's
 // plane-shift path (ops/conv.cpp); the same conv on an input zero-padded by hand with padding 0
 // along W has OW != W and takes the other path: the general loops, or on AVX-512 (f32) the row
-// kernel of ops/cpu/im2col_avx512.h (and the forward's "same" side the implicit-GEMM kernel, one
-// group). Forward and weight gradient must give the same bits: the same values reach the GEMMs at
-// the same places. The input gradient may take another
+// kernel of ops/cpu/im2col_avx512.h. Run twice: with the convs held on im2col + GEMM
+// (ConvAlgo::Im2col, what this test is about), and by default (on AVX-512 the forward's "same" side
+// takes the implicit-GEMM kernel, and 3-wide weight gradients the direct kernel on both sides,
+// which stage the same padded values). Forward and weight gradient must give the same bits: the
+// same values reach the GEMMs at the same places. The input gradient may take another
 // algorithm on the two sides (with O <= C the "same" conv runs it as a forward conv of gy, the
 // padded one, whose H W exceeds OH OW, through col2im): there, within the FP32/FP64 summation
 // bound of its O/G kH kW terms (col2im's adds included).
@@ -305,6 +308,7 @@ TEST(ConvPoolLinear, PlaneShiftIm2colEqualsTheGeneralLoopsBitForBit) {
     IntList x, w, padding, dilation;
     int64_t groups;
   };
+  for (cpu::ConvAlgo algo : {cpu::ConvAlgo::Im2col, cpu::ConvAlgo::Auto})
   for (DType dt : {DType::Float32, DType::Float64})
     for (const Case& c : {Case{{2, 3, 6, 7}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1},
                           Case{{1, 2, 7, 5}, {3, 2, 3, 3}, {2, 1}, {2, 1}, 1},
@@ -312,7 +316,9 @@ TEST(ConvPoolLinear, PlaneShiftIm2colEqualsTheGeneralLoopsBitForBit) {
                           Case{{1, 2, 4, 6}, {2, 2, 1, 3}, {0, 1}, {1, 1}, 1},
                           Case{{1, 2, 9, 10}, {3, 2, 3, 3}, {0, 1}, {1, 1}, 1},    // OH = H - 2
                           Case{{2, 3, 14, 14}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1}}) {  // L = 196: 13 chunks of 16
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " x " + shape_str(c.x) + " w " + shape_str(c.w));
+      SCOPED_TRACE(std::string(algo == cpu::ConvAlgo::Im2col ? "im2col " : "default ") + std::string(dtype_name(dt)) + " x " +
+                   shape_str(c.x) + " w " + shape_str(c.w));
+      cpu::ConvAlgoOverride on(algo);
       Generator gen(17);
       Tensor x = randn(c.x, dt, &gen).requires_grad_(), w = randn(c.w, dt, &gen).requires_grad_();
       Tensor b = randn({c.w[0]}, dt, &gen);

@@ -4,8 +4,10 @@
 //     length N OH OW, at every blocking edge: 1, 2 and 4 vectors of output channels and O not a
 //     multiple of 16, short last pair blocks, strides, padding past the kernel's reach, row
 //     dilation, kernel heights 1 and 5, padded rows longer than one 16-column chunk, several image
-//     chunks with a short last one, one input channel (fewer blocks than threads: the team splits
-//     the image chunks instead, run_by_chunks);
+//     chunks with a short last one, one input channel (one block: with more than one thread the
+//     team splits the image chunks instead, run_by_chunks);
+//   - (the thread-count test also compares that chunk split, 2 and 3 threads, with the block split,
+//     1 thread)
 //   - conv2d_weight_grad returns exactly the kernel's bits (so the op really takes it), and stays
 //     within twice the bound of im2col + GEMM;
 //   - the same bits on 1, 2 and 3 OpenMP threads (im2col + GEMM's weight gradient is not);
@@ -26,6 +28,7 @@
 #include "common/on_thread_counts.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/conv_weight_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
@@ -38,10 +41,10 @@ using testing::within_sum_bound;
 
 // False on CPUs without AVX-512 F/BW/VL and under MIXTAPE_CPU_CONV=im2col (the kernel refuses to run).
 bool kernel_available() {
-  return cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
+  return cpu::own_float_gemm() && cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
 }
 #define MT_REQUIRE_KERNEL() \
-  if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col"
+  if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col, or MIXTAPE_GEMM=blas"
 
 using Geo = testing::Conv3;  // the bias flag unused here
 const Geo kGeos[] = {
@@ -113,7 +116,8 @@ TEST(ConvWeightGradDirect, SameBitsOnOneTwoAndThreeThreads) {
   MT_REQUIRE_KERNEL();
   // A team's worth of work (2^21 multiply-adds), two chunks of 11 images and a short one of 8, a
   // short pair block (75 pairs, 4 to a block).
-  // One channel, 64 images: one block, 8 chunks the team splits (run_by_chunks).
+  // One channel, 64 images: one block, 8 chunks: 1 thread runs the block split, 2 and 3 split the
+  // chunks (run_by_chunks) — the same operations, so the same bits.
   for (const Geo& geo : {Geo{30, 25, 13, 13, 20, 3, 1, 1, 1, 1, 1, false, "blocks split"},
                          Geo{64, 1, 28, 28, 16, 3, 1, 1, 1, 1, 1, false, "chunks split"}}) {
     SCOPED_TRACE(geo.what);
