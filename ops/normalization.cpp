@@ -181,13 +181,28 @@ bool bn_avx512() {
   return false;
 }
 
-// Whether batch norm's passes go channel by channel, each thread taking whole channels, so a
-// channel's values are read from memory once and re-read from cache (a 28x28 channel of a batch
-// of 128 is 200 KB in BF16): when the channels alone keep every thread busy. Otherwise the
-// statistics go by channel and the elementwise pass by row. Both orders give the same bits.
-bool by_channel_passes(const ChannelView& v) {
+// Runs channel(c) for every channel c and row(r) for every row r = (n, c) after its channel. Where
+// the channels alone keep every thread busy (C at least the thread count, and a multiple of it or
+// at least four times it), each thread takes whole channels and runs a channel's rows right after
+// it, so the values channel(c) read come from cache the second time (a 28x28 channel of a batch
+// of 128 is 200 KB in BF16); otherwise all channels, then all rows, each loop split on its own.
+// row(r) depends only on channel(r % C)'s results, so both orders give the same bits.
+template <typename Channel, typename Row>
+void channels_then_rows(const ChannelView& v, bool parallel, Channel&& channel, Row&& row) {
   const int64_t threads = get_num_threads();
-  return v.C >= threads && (v.C % threads == 0 || v.C >= 4 * threads);
+  if (v.C >= threads && (v.C % threads == 0 || v.C >= 4 * threads)) {
+#pragma omp parallel for if (parallel) schedule(static)
+    for (int64_t c = 0; c < v.C; ++c) {
+      channel(c);
+      for (int64_t n = 0; n < v.N; ++n) row(n * v.C + c);
+    }
+    return;
+  }
+#pragma omp parallel for if (parallel && v.C > 1) schedule(static)
+  for (int64_t c = 0; c < v.C; ++c) channel(c);
+  const int64_t rows = v.N * v.C;
+#pragma omp parallel for if (parallel && rows > 1) schedule(static)
+  for (int64_t r = 0; r < rows; ++r) row(r);
 }
 
 // Sum of f(x) over channel c's values in RowLaneSum's order (rows n = 0..N-1 of S values).
@@ -278,26 +293,13 @@ TensorList batch_norm_cpu(const OpCall& call) {
         done += n;
       });
     };
-    const bool parallel = x.numel() >= cpu::kParallelGrain;
-    if (training && by_channel_passes(v)) {
-      // Each thread takes whole channels: a channel's rows are read for its two statistics and
-      // again, still in cache, for its output rows (see by_channel_passes; the same bits).
-#pragma omp parallel for if (parallel) schedule(static)
-      for (int64_t c = 0; c < v.C; ++c) {
-        statistics(c);
-        coefficients(c);
-        for (int64_t n = 0; n < v.N; ++n) affine_row(n * v.C + c);
-      }
-    } else {
-      if (training) {
-#pragma omp parallel for if (parallel && v.C > 1) schedule(static)
-        for (int64_t c = 0; c < v.C; ++c) statistics(c);
-      }
-      for (int64_t c = 0; c < v.C; ++c) coefficients(c);
-      const int64_t rows = v.N * v.C;
-#pragma omp parallel for if (parallel && rows > 1) schedule(static)
-      for (int64_t r = 0; r < rows; ++r) affine_row(r);
-    }
+    channels_then_rows(
+        v, x.numel() >= cpu::kParallelGrain,
+        [&](int64_t c) {
+          if (training) statistics(c);
+          coefficients(c);
+        },
+        affine_row);
   });
 
   if (training && rm.defined()) {
@@ -390,22 +392,7 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
         done += m;
       });
     };
-    const bool parallel = x.numel() >= cpu::kParallelGrain;
-    if (by_channel_passes(v)) {
-      // Each thread takes whole channels: a channel's rows are read for its sums and again, still
-      // in cache, for its grad_x rows (one trip to memory instead of two; the same bits).
-#pragma omp parallel for if (parallel) schedule(static)
-      for (int64_t c = 0; c < v.C; ++c) {
-        channel_sums(c);
-        for (int64_t n = 0; n < v.N; ++n) grad_row(n * v.C + c);
-      }
-    } else {
-#pragma omp parallel for if (parallel && v.C > 1) schedule(static)
-      for (int64_t c = 0; c < v.C; ++c) channel_sums(c);
-      const int64_t rows = v.N * v.C;
-#pragma omp parallel for if (parallel && rows > 1) schedule(static)
-      for (int64_t r = 0; r < rows; ++r) grad_row(r);
-    }
+    channels_then_rows(v, x.numel() >= cpu::kParallelGrain, channel_sums, grad_row);
   });
   const DType sd = norm_stat_dtype(x.dtype());
   return {gx, from_doubles(sum_gxhat, {v.C}, sd), from_doubles(sum_g, {v.C}, sd)};

@@ -42,7 +42,6 @@ inline uint32_t first_bits(int64_t n) { return n >= 32 ? 0xFFFFFFFFu : (uint32_t
 struct Pair {
   __m512 lo, hi;
 };
-MT_AVX512 inline __m512 widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 MT_AVX512 inline Pair load32(const float* p, int64_t n) {
   const uint32_t m = first_bits(n);
   return {_mm512_maskz_loadu_ps(static_cast<__mmask16>(m), p),
@@ -50,7 +49,7 @@ MT_AVX512 inline Pair load32(const float* p, int64_t n) {
 }
 MT_AVX512 inline Pair load32(const BFloat16* p, int64_t n) {
   const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>(first_bits(n)), p);
-  return {widen(_mm512_castsi512_si256(v)), widen(_mm512_extracti64x4_epi64(v, 1))};
+  return {widen_bf16(_mm512_castsi512_si256(v)), widen_bf16(_mm512_extracti64x4_epi64(v, 1))};
 }
 
 // Values 8q .. 8q + 7 of a Pair as doubles (exact).
@@ -166,7 +165,7 @@ MT_AVX512 void grad_sums_impl(const T* g, const T* x, int64_t rows, int64_t stri
 
 // 16 values at a time for the row maps.
 MT_AVX512 inline __m512 load16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-MT_AVX512 inline __m512 load16(const BFloat16* p, __mmask16 m) { return widen(_mm256_maskz_loadu_epi16(m, p)); }
+MT_AVX512 inline __m512 load16(const BFloat16* p, __mmask16 m) { return widen_bf16(_mm256_maskz_loadu_epi16(m, p)); }
 MT_AVX512 inline void store16(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 // float -> BF16 as float_to_bfloat16_bits (ops/cpu/bf16_round_avx512.h).
 MT_AVX512 inline void store16(BFloat16* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, round_to_bf16(v)); }

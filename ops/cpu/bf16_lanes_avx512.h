@@ -1,23 +1,21 @@
-// ops/cpu/bf16_lanes_avx512.h — contiguous BF16 rows of add, sub, mul and div on 16 AVX-512 lanes
-// (widen, exact; one vaddps / vsubps / vmulps / vdivps, each lane rounded as the scalar operation;
-// round once as core/bfloat16.h rounds), and of relu and its gradient on 32 lanes of BF16 bits (the
-// functors' bf16_bits, decided with AVX-512BW masks). The same bits as the generic loops of
-// ops/cpu/elementwise.h (NaN payloads aside: where two NaNs meet, which one x86 hands on follows the
-// operand order, which is the compiler's in the scalar loop), which are bound by their conversions
-// (or, for the bit functors, by 8-lane SSE2), not by memory: 2.4-3.5x faster on ResNet-8's tensors
-// (docs/CPU.md, "16-bit storage").
-// Invariant: bf16_binary_lanes and bf16_unary_lanes run only where bf16_lanes_available() (AVX-512
-// F/BW/VL and the OS saving ZMM state); the rest of the library stays baseline x86-64.
+// ops/cpu/bf16_lanes_avx512.h — contiguous BF16 rows of add, sub, mul and div on 16 AVX-512 lanes:
+// widen (exact), one vaddps / vsubps / vmulps / vdivps (each lane rounded as the scalar operation),
+// round once as core/bfloat16.h rounds. The same bits as the generic block loop of
+// ops/cpu/elementwise.h (NaN payloads aside: where two NaNs meet, which one x86 hands on follows
+// the operand order, which is the compiler's in the scalar loop), which is bound by its
+// conversions rather than by memory: 2.7-3.5x faster on ResNet-8's tensors (docs/CPU.md, "16-bit
+// storage").
+// Invariant: bf16_binary_lanes runs only where bf16_lanes_available() (AVX-512 F/BW/VL and the OS
+// saving ZMM state); the rest of the library stays baseline x86-64.
 #pragma once
 #include <cstdint>
 
-#include "ops/activation_functors.h"
 #include "ops/functors.h"
 
 namespace mixtape::cpu {
 
 // NotLanewise: the functor runs on the generic loops.
-enum class LaneOp { NotLanewise, Add, Sub, Mul, Div, Relu, ReluGrad };
+enum class LaneOp { NotLanewise, Add, Sub, Mul, Div };
 
 // The lane operation that computes functor F's operator() bit for bit, or NotLanewise.
 template <typename F>
@@ -30,17 +28,11 @@ template <>
 inline constexpr LaneOp lane_op_v<fn::Mul> = LaneOp::Mul;
 template <>
 inline constexpr LaneOp lane_op_v<fn::Div> = LaneOp::Div;
-template <>
-inline constexpr LaneOp lane_op_v<fn::Relu> = LaneOp::Relu;
-template <>
-inline constexpr LaneOp lane_op_v<fn::ReluGrad> = LaneOp::ReluGrad;
 
+// Also the gate of elementwise.h's AVX-512 build of the bf16_bits loops (relu and its gradient).
 bool bf16_lanes_available();
 
-// out[i] = op(a[i], b[i]) for i < n: BF16 rows, 2-byte strides; op is Add, Sub, Mul, Div or ReluGrad
-// (a the gradient, b relu's output).
+// out[i] = a[i] op b[i] for i < n: BF16 rows, 2-byte strides; op is not NotLanewise.
 void bf16_binary_lanes(LaneOp op, int64_t n, char* out, const char* a, const char* b);
-// out[i] = op(a[i]) for i < n: BF16 rows; op is Relu.
-void bf16_unary_lanes(LaneOp op, int64_t n, char* out, const char* a);
 
 }  // namespace mixtape::cpu

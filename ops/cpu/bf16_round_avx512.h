@@ -1,9 +1,10 @@
-// ops/cpu/bf16_round_avx512.h — FP32 -> BF16 on 16 AVX-512 lanes, bit for bit core/bfloat16.h's
-// float_to_bfloat16_bits: round to nearest even (add 0x7FFF plus the kept lsb, drop the low half),
-// a NaN keeps its upper half with the quiet bit set; subnormals round like any other value (no
-// flush, unlike vcvtneps2bf16's treatment of subnormal inputs). Shared by the kernels that write
-// BF16 results (the implicit-GEMM and direct convolutions' epilogues).
-// Include only in a file built for x86-64 with GCC or Clang; the function carries its own target
+// ops/cpu/bf16_round_avx512.h — BF16 and FP32 in AVX-512 registers, bit for bit core/bfloat16.h:
+// FP32 -> BF16 on 16 lanes as float_to_bfloat16_bits (round to nearest even: add 0x7FFF plus the
+// kept lsb, drop the low half; a NaN keeps its upper half with the quiet bit set; subnormals round
+// like any other value, no flush, unlike vcvtneps2bf16's treatment of subnormal inputs); BF16 ->
+// FP32 (exact: the bits in the upper half). Shared by the kernels that read and write BF16
+// (convolutions' staging and epilogues, batch norm, the elementwise lanes).
+// Include only in a file built for x86-64 with GCC or Clang; the functions carry their own target
 // and may be called only from AVX-512 F/BW code that runs after a CPUID check.
 #pragma once
 #include <immintrin.h>
@@ -18,6 +19,11 @@ __attribute__((target("avx512f,avx512bw"))) inline __m256i round_to_bf16(__m512 
       _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
   const __m512i q = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
   return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
+}
+
+// 16 BF16 -> 16 floats, exactly.
+__attribute__((target("avx512f,avx512bw"))) inline __m512 widen_bf16(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 }  // namespace mixtape::cpu

@@ -116,6 +116,25 @@ struct DepthRows {
   }
 };
 
+// A block's accumulators (pixel j, vector v at acc[j][v], their sums at d + j Opad + 16 v): from +0
+// on the first depth slice, else reloaded; stored at the end. Shared by both blocks, inlined (the
+// BF16 one's target includes this one's).
+template <int V, int P>
+MT_DIRECT __attribute__((always_inline)) inline void start_block(__m512 (&acc)[P][V], const float* d, int64_t Opad,
+                                                                 bool first) {
+#pragma GCC unroll 24
+  for (int j = 0; j < P; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[j][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(d + j * Opad + 16 * v);
+}
+template <int V, int P>
+MT_DIRECT __attribute__((always_inline)) inline void end_block(const __m512 (&acc)[P][V], float* d, int64_t Opad) {
+#pragma GCC unroll 24
+  for (int j = 0; j < P; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm512_store_ps(d + j * Opad + 16 * v, acc[j][v]);
+}
+
 // Every loop over acc's indices carries #pragma GCC unroll. Left rolled (GCC 12 does
 // not unroll the set-up and store loops itself), acc stays an array in memory and its 14-24
 // accumulators are stored and reloaded around every depth row: 3-12% of the forward's time.
@@ -126,10 +145,7 @@ MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh
   const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
   float* d = yt + (oh * s.OW + ow0) * Opad + o0;
   __m512 acc[P][V];
-#pragma GCC unroll 24
-  for (int j = 0; j < P; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) acc[j][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(d + j * Opad + 16 * v);
+  start_block<V, P>(acc, d, Opad, c0 == 0);
   const float* base = xp + oh * s.sH * Wp + ow0 * SW;
   const float* w = wt + c0 * s.kH * kPaddedTaps * Opad + o0;
   // One loop over the slice's (channel, kernel row) pairs around taps x pixels x vectors, all
@@ -150,10 +166,7 @@ MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh
       }
     }
   }
-#pragma GCC unroll 24
-  for (int j = 0; j < P; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm512_store_ps(d + j * Opad + 16 * v, acc[j][v]);
+  end_block<V, P>(acc, d, Opad);
 }
 
 // block's BF16 twin on channel pairs: per depth step one vdpbf16ps per pixel and vector adds both
@@ -165,10 +178,7 @@ MT_DIRECT_BF16 void block_bf16(const Plan& p, const uint32_t* xp, const uint32_t
   const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
   float* d = yt + (oh * s.OW + ow0) * Opad + o0;
   __m512 acc[P][V];
-#pragma GCC unroll 24
-  for (int j = 0; j < P; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) acc[j][v] = c0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(d + j * Opad + 16 * v);
+  start_block<V, P>(acc, d, Opad, c0 == 0);
   const uint32_t* base = xp + oh * s.sH * Wp + ow0 * SW;
   const uint32_t* w = wt + c0 * s.kH * kPaddedTaps * Opad + o0;
   // One loop over the slice's (channel, kernel row) pairs around taps x pixels x vectors, all
@@ -189,10 +199,7 @@ MT_DIRECT_BF16 void block_bf16(const Plan& p, const uint32_t* xp, const uint32_t
       }
     }
   }
-#pragma GCC unroll 24
-  for (int j = 0; j < P; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) _mm512_store_ps(d + j * Opad + 16 * v, acc[j][v]);
+  end_block<V, P>(acc, d, Opad);
 }
 
 // The block function for (column stride, V, P): E float runs block, E uint32_t (BF16 pairs) block_bf16.

@@ -21,6 +21,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "ops/cpu/bf16_round_avx512.h"
 #include "ops/cpu/transpose_avx512.h"
 #define MIXTAPE_HAVE_IGRAD_AVX512 1
 #define MT_IGRAD __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
@@ -107,6 +108,30 @@ MT_IGRAD void stage_gy_pairs(const Plan& p, const BFloat16* gy, uint32_t* gp) {
 
 // Output pixels [ow0, ow0 + P) of row oh, kernel row ki, channels [c0, c0 + 16 V) of one image:
 // gxt[(oh sH + ki dH, (ow0 + j) SW + kj), c] += sum over o of wt[o, ki, kj, c] gy[o, pixel j].
+// A block's accumulators (pixel j, tap k at acc[3 j + k]): zeroed, and at the end added into gxt
+// from `row` (pixel j, tap k to padded column j SW + k). Shared by both blocks, inlined (the BF16
+// one's target includes this one's); unrolled so acc stays in registers.
+template <int V, int P>
+MT_IGRAD __attribute__((always_inline)) inline void zero_block(__m512 (&acc)[P * kPaddedTaps][V]) {
+#pragma GCC unroll 24
+  for (int a = 0; a < P * kPaddedTaps; ++a)
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) acc[a][v] = _mm512_setzero_ps();
+}
+template <int V, int P, int SW>
+MT_IGRAD __attribute__((always_inline)) inline void add_block(const Plan& p, const __m512 (&acc)[P * kPaddedTaps][V],
+                                                              float* row) {
+#pragma GCC unroll 24
+  for (int j = 0; j < P; ++j)
+#pragma GCC unroll 3
+    for (int k = 0; k < kPaddedTaps; ++k) {
+      float* d = row + (j * SW + k) * p.Cpad;
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v)
+        _mm512_store_ps(d + 16 * v, _mm512_add_ps(_mm512_load_ps(d + 16 * v), acc[j * kPaddedTaps + k][v]));
+    }
+}
+
 // Every loop over acc's indices is unrolled (#pragma GCC unroll) so acc lives in registers; see
 // the comment above ops/cpu/conv_direct_avx512.cpp's block: 12-17% of this kernel's time on stride 2.
 template <int V, int P, int SW>
@@ -114,10 +139,7 @@ MT_IGRAD void block(const Plan& p, const float* gy, const float* wt, int64_t oh,
                     float* gxt) {
   const ConvShape& s = p.s;
   __m512 acc[P * kPaddedTaps][V];
-#pragma GCC unroll 24
-  for (int a = 0; a < P * kPaddedTaps; ++a)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) acc[a][v] = _mm512_setzero_ps();
+  zero_block<V, P>(acc);
   const int64_t L = p.L, Cpad = p.Cpad, wstep = s.kH * kPaddedTaps * Cpad;
   const float* g = gy + oh * s.OW + ow0;
   const float* w = wt + ki * kPaddedTaps * Cpad + c0;
@@ -139,16 +161,7 @@ MT_IGRAD void block(const Plan& p, const float* gy, const float* wt, int64_t oh,
         }
     }
   }
-  float* row = gxt + ((oh * s.sH + ki * s.dH) * p.pp.Wp + ow0 * SW) * Cpad + c0;
-#pragma GCC unroll 24
-  for (int j = 0; j < P; ++j)
-#pragma GCC unroll 3
-    for (int k = 0; k < kPaddedTaps; ++k) {
-      float* d = row + (j * SW + k) * Cpad;
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v)
-        _mm512_store_ps(d + 16 * v, _mm512_add_ps(_mm512_load_ps(d + 16 * v), acc[j * kPaddedTaps + k][v]));
-    }
+  add_block<V, P, SW>(p, acc, gxt + ((oh * s.sH + ki * s.dH) * p.pp.Wp + ow0 * SW) * Cpad + c0);
 }
 
 // block's BF16 twin on output-channel pairs: per depth step one vdpbf16ps per pixel, tap and vector
@@ -158,10 +171,7 @@ MT_IGRAD_BF16 void block_pairs(const Plan& p, const uint32_t* gy, const uint32_t
                                int64_t ow0, int64_t c0, float* gxt) {
   const ConvShape& s = p.s;
   __m512 acc[P * kPaddedTaps][V];
-#pragma GCC unroll 24
-  for (int a = 0; a < P * kPaddedTaps; ++a)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) acc[a][v] = _mm512_setzero_ps();
+  zero_block<V, P>(acc);
   const int64_t L = p.L, Cpad = p.Cpad, wstep = s.kH * kPaddedTaps * Cpad;
   const uint32_t* g = gy + oh * s.OW + ow0;
   const uint32_t* w = wt + ki * kPaddedTaps * Cpad + c0;
@@ -183,16 +193,7 @@ MT_IGRAD_BF16 void block_pairs(const Plan& p, const uint32_t* gy, const uint32_t
         }
     }
   }
-  float* row = gxt + ((oh * s.sH + ki * s.dH) * p.pp.Wp + ow0 * SW) * Cpad + c0;
-#pragma GCC unroll 24
-  for (int j = 0; j < P; ++j)
-#pragma GCC unroll 3
-    for (int k = 0; k < kPaddedTaps; ++k) {
-      float* d = row + (j * SW + k) * Cpad;
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v)
-        _mm512_store_ps(d + 16 * v, _mm512_add_ps(_mm512_load_ps(d + 16 * v), acc[j * kPaddedTaps + k][v]));
-    }
+  add_block<V, P, SW>(p, acc, gxt + ((oh * s.sH + ki * s.dH) * p.pp.Wp + ow0 * SW) * Cpad + c0);
 }
 
 // The block function for (column stride, V, P): E float runs block, E uint32_t (BF16 pairs) block_pairs.

@@ -225,7 +225,7 @@ BlockFn<X> block_fn(int V, int P) {
   return V == 4 ? v4[i] : V == 2 ? v2[i] : v1[i];
 }
 
-// Stages images [n0, n0 + m) as units (one image, or an image pair) into xs / gs.
+// Stages unit i of the chunk starting at image n0 (one image, or an image pair) into slot i of xs / gs.
 template <bool Pairs, typename E, typename X>
 void stage_unit(const Plan& p, const E* x, const E* gy, int64_t n0, int64_t i, X* xs, X* gs) {
   const ConvShape& s = p.s;

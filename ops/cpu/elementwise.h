@@ -19,9 +19,9 @@ void copy_into(const Tensor& dst, const Tensor& src);
 // A functor with a static bf16_bits(uint16_t...) (ops/activation_functors.h's Relu) computes a
 // BF16 result from BF16 bits, the same bits as widening, operator() and rounding: contiguous BF16
 // rows then run on the 16-bit patterns (a loop the compiler vectorizes), with no conversion.
-// Before either, the functors ops/cpu/bf16_lanes_avx512.h knows (lane_op_v: add, sub, mul, div,
-// relu, relu's gradient) run their contiguous BF16 rows there where the CPU has AVX-512: the same
-// bits again (NaN payloads aside).
+// Where the CPU has AVX-512 BW that loop runs compiled for it (bf16_rows_avx512), and contiguous
+// BF16 rows of add, sub, mul and div run on ops/cpu/bf16_lanes_avx512.h's lanes (lane_op_v): the
+// same bits again (NaN payloads aside).
 template <typename F, typename T, int Arity>
 inline constexpr bool has_bf16_bits = std::is_same_v<T, BFloat16> && [] {
   if constexpr (Arity == 1) return requires { F::bf16_bits(uint16_t{}); };
@@ -31,6 +31,25 @@ template <typename F, typename... In>
 void bf16_rows(const F&, int64_t n, char* out, In*... in) {
   uint16_t* o = reinterpret_cast<uint16_t*>(out);
   for (int64_t i = 0; i < n; ++i) o[i] = F::bf16_bits(reinterpret_cast<const uint16_t*>(in)[i]...);
+}
+// The same loop compiled for AVX-512 BW (32 lanes where SSE2 has 8); call only where
+// bf16_lanes_available().
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
+template <typename F, typename... In>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void bf16_rows_avx512(const F&, int64_t n, char* out, In*... in) {
+  uint16_t* o = reinterpret_cast<uint16_t*>(out);
+  for (int64_t i = 0; i < n; ++i) o[i] = F::bf16_bits(reinterpret_cast<const uint16_t*>(in)[i]...);
+}
+#else
+template <typename F, typename... In>
+void bf16_rows_avx512(const F& f, int64_t n, char* out, In*... in) {  // never reached off x86-64
+  bf16_rows(f, n, out, in...);
+}
+#endif
+template <typename F, typename... In>
+void bf16_rows_fastest(const F& f, int64_t n, char* out, In*... in) {
+  if (bf16_lanes_available()) return bf16_rows_avx512(f, n, out, in...);
+  bf16_rows(f, n, out, in...);
 }
 
 // out = f(x) in compute dtype `dt` (x is converted to it first; ops/pointwise_op.cpp chose it).
@@ -45,13 +64,8 @@ TensorList unary_loop(const OpCall& call, DType dt, const F& f) {
       strided_loop<2>(x.sizes(), {{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
                                   {broadcast_byte_strides(out, x.sizes()), broadcast_byte_strides(x, x.sizes())}},
                       [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
-                        if constexpr (lane_op_v<F> != LaneOp::NotLanewise && std::is_same_v<T, BFloat16>) {
-                          static_assert(lane_op_v<F> == LaneOp::Relu, "a unary functor with a binary lane operation");
-                          if (s[0] == 2 && s[1] == 2 && bf16_lanes_available())
-                            return bf16_unary_lanes(lane_op_v<F>, n, p[0], p[1]);
-                        }
                         if constexpr (has_bf16_bits<F, T, 1>) {
-                          if (s[0] == 2 && s[1] == 2) return bf16_rows(f, n, p[0], p[1]);
+                          if (s[0] == 2 && s[1] == 2) return bf16_rows_fastest(f, n, p[0], p[1]);
                         }
                         if constexpr (is_16bit_v<T>) {
                           float in[kBlock], out[kBlock];
@@ -130,12 +144,11 @@ TensorList binary_loop(const OpCall& call, DType dt, const F& f) {
                         broadcast_byte_strides(cb, shape)}},
                       [&](std::array<char*, 3> p, std::array<int64_t, 3> st, int64_t n) {
                         if constexpr (lane_op_v<F> != LaneOp::NotLanewise && std::is_same_v<T, BFloat16> && !kBool) {
-                          static_assert(lane_op_v<F> != LaneOp::Relu, "a binary functor with a unary lane operation");
                           if (st[0] == 2 && st[1] == 2 && st[2] == 2 && bf16_lanes_available())
                             return bf16_binary_lanes(lane_op_v<F>, n, p[0], p[1], p[2]);
                         }
                         if constexpr (has_bf16_bits<F, T, 2> && !kBool) {
-                          if (st[0] == 2 && st[1] == 2 && st[2] == 2) return bf16_rows(f, n, p[0], p[1], p[2]);
+                          if (st[0] == 2 && st[1] == 2 && st[2] == 2) return bf16_rows_fastest(f, n, p[0], p[1], p[2]);
                         }
                         if constexpr (is_16bit_v<T> && !kBool) {
                           float x[kBlock], y[kBlock];

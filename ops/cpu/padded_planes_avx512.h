@@ -16,6 +16,7 @@
 
 #include "core/bfloat16.h"
 #include "core/half.h"
+#include "ops/cpu/bf16_round_avx512.h"
 #include "ops/cpu/conv_shape.h"
 
 // GCC 12's widening intrinsics start from a self-initialised "undefined" vector, which
@@ -39,7 +40,7 @@ MT_PADDED inline __m512 load16_as_f32(__mmask16 m, const E* src) {
     if constexpr (std::is_same_v<E, Half>)
       return _mm512_cvtph_ps(h);
     else
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      return widen_bf16(h);
   }
 }
 

@@ -1,8 +1,10 @@
-// tests/ops/test_bf16_lanes.cpp — the AVX-512 BF16 row kernels (ops/cpu/bf16_lanes_avx512.h) give
-// the generic loops' bits: relu on all 65536 patterns, relu's gradient on every pattern of either
-// operand against special values of the other, add / sub / mul / div on random patterns (NaNs,
-// infinities, subnormals, zeros and rounding ties included) against widen -> float operation ->
-// round; every row length around the 16- and 32-lane chunks; and through the ops.
+// tests/ops/test_bf16_lanes.cpp — the AVX-512 BF16 row kernels give the generic loops' bits: relu
+// and its gradient as the bf16_bits loop compiled for AVX-512 BW (ops/cpu/elementwise.h,
+// bf16_rows_avx512) — relu on all 65536 patterns, relu's gradient on every pattern of either operand
+// against special values of the other; add / sub / mul / div on AVX-512 lanes
+// (ops/cpu/bf16_lanes_avx512.h) on random patterns (NaNs, infinities, subnormals, zeros and rounding
+// ties included) against widen -> float operation -> round; every row length around the 16- and
+// 32-lane chunks; and through the ops.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,6 +15,7 @@
 #include "ops/activation.h"
 #include "ops/activation_functors.h"
 #include "ops/cpu/bf16_lanes_avx512.h"
+#include "ops/cpu/elementwise.h"
 #include "ops/creation.h"
 #include "ops/functors.h"
 #include "ops/pointwise.h"
@@ -23,6 +26,9 @@ namespace {
 
 using Bits = std::vector<uint16_t>;
 using cpu::LaneOp;
+
+// The kernels under test: the four lane operations, and the AVX-512 build of relu's bit loops.
+enum class Op { Add, Sub, Mul, Div, Relu, ReluGrad };
 
 char* bytes(Bits& v) { return reinterpret_cast<char*>(v.data()); }
 const char* bytes(const Bits& v) { return reinterpret_cast<const char*>(v.data()); }
@@ -36,15 +42,28 @@ Bits specials() {
   return s;
 }
 
-uint16_t reference(LaneOp op, uint16_t a, uint16_t b) {
+uint16_t reference(Op op, uint16_t a, uint16_t b) {
   const float x = bfloat16_bits_to_float(a), y = bfloat16_bits_to_float(b);
   switch (op) {
-    case LaneOp::Add: return float_to_bfloat16_bits(fn::Add{}(x, y));
-    case LaneOp::Sub: return float_to_bfloat16_bits(fn::Sub{}(x, y));
-    case LaneOp::Mul: return float_to_bfloat16_bits(fn::Mul{}(x, y));
-    case LaneOp::Div: return float_to_bfloat16_bits(fn::Div{}(x, y));
-    case LaneOp::ReluGrad: return fn::ReluGrad::bf16_bits(a, b);
-    default: return 0;
+    case Op::Add: return float_to_bfloat16_bits(fn::Add{}(x, y));
+    case Op::Sub: return float_to_bfloat16_bits(fn::Sub{}(x, y));
+    case Op::Mul: return float_to_bfloat16_bits(fn::Mul{}(x, y));
+    case Op::Div: return float_to_bfloat16_bits(fn::Div{}(x, y));
+    case Op::Relu: return fn::Relu::bf16_bits(b);
+    case Op::ReluGrad: return fn::ReluGrad::bf16_bits(a, b);
+  }
+  return 0;
+}
+
+// out[i] = op(a[i], b[i]) (relu: of b[i]) over n values.
+void run(Op op, int64_t n, Bits& out, const Bits& a, const Bits& b) {
+  switch (op) {
+    case Op::Add: return cpu::bf16_binary_lanes(LaneOp::Add, n, bytes(out), bytes(a), bytes(b));
+    case Op::Sub: return cpu::bf16_binary_lanes(LaneOp::Sub, n, bytes(out), bytes(a), bytes(b));
+    case Op::Mul: return cpu::bf16_binary_lanes(LaneOp::Mul, n, bytes(out), bytes(a), bytes(b));
+    case Op::Div: return cpu::bf16_binary_lanes(LaneOp::Div, n, bytes(out), bytes(a), bytes(b));
+    case Op::Relu: return cpu::bf16_rows_avx512(fn::Relu{}, n, bytes(out), bytes(b));
+    case Op::ReluGrad: return cpu::bf16_rows_avx512(fn::ReluGrad{}, n, bytes(out), bytes(a), bytes(b));
   }
 }
 
@@ -58,7 +77,7 @@ class Bf16Lanes : public ::testing::Test {
 TEST_F(Bf16Lanes, ReluOnEveryPattern) {
   Bits in(65536), out(65536, 0xDEAD);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint16_t>(i);
-  cpu::bf16_unary_lanes(LaneOp::Relu, 65536, bytes(out), bytes(in));
+  run(Op::Relu, 65536, out, in, in);
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], fn::Relu::bf16_bits(in[i])) << std::hex << in[i];
 }
 
@@ -69,10 +88,10 @@ TEST_F(Bf16Lanes, ReluGradOnEveryPatternOfEitherOperand) {
   for (uint16_t s : sp) {
     const Bits fixed(65536, s);
     Bits out(65536);
-    cpu::bf16_binary_lanes(LaneOp::ReluGrad, 65536, bytes(out), bytes(all), bytes(fixed));  // every g
-    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(out[i], reference(LaneOp::ReluGrad, all[i], s)) << i << " " << s;
-    cpu::bf16_binary_lanes(LaneOp::ReluGrad, 65536, bytes(out), bytes(fixed), bytes(all));  // every output
-    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(out[i], reference(LaneOp::ReluGrad, s, all[i])) << s << " " << i;
+    run(Op::ReluGrad, 65536, out, all, fixed);  // every g
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(out[i], reference(Op::ReluGrad, all[i], s)) << i << " " << s;
+    run(Op::ReluGrad, 65536, out, fixed, all);  // every output
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(out[i], reference(Op::ReluGrad, s, all[i])) << s << " " << i;
   }
 }
 
@@ -90,8 +109,8 @@ TEST_F(Bf16Lanes, ArithmeticEqualsWidenOperateRound) {
                         : static_cast<uint16_t>(rng());
   }
   auto nan = [](uint16_t v) { return (v & 0x7FFFu) > 0x7F80u; };
-  for (LaneOp op : {LaneOp::Add, LaneOp::Sub, LaneOp::Mul, LaneOp::Div}) {
-    cpu::bf16_binary_lanes(op, n, bytes(out), bytes(a), bytes(b));
+  for (Op op : {Op::Add, Op::Sub, Op::Mul, Op::Div}) {
+    run(op, n, out, a, b);
     for (int64_t i = 0; i < n; ++i) {
       // Which of two NaN operands x86 hands on depends on the operand order the compiler picked for
       // the scalar loop (the first source's); neither loop promises a payload then, only a quiet NaN.
@@ -110,14 +129,11 @@ TEST_F(Bf16Lanes, EveryRowLengthWritesExactlyItsValues) {
     SCOPED_TRACE(n);
     Bits a(n + 8), b(n + 8);
     for (int64_t i = 0; i < n + 8; ++i) a[i] = uint16_t(0x3F80 + i), b[i] = uint16_t(i % 3 == 0 ? 0xBF80 : 0x4000 + i);
-    for (LaneOp op : {LaneOp::Add, LaneOp::Mul, LaneOp::ReluGrad, LaneOp::Relu}) {
+    for (Op op : {Op::Add, Op::Mul, Op::ReluGrad, Op::Relu}) {
       Bits out(n + 8, 0xABCD);
-      if (op == LaneOp::Relu)
-        cpu::bf16_unary_lanes(op, n, bytes(out), bytes(b));
-      else
-        cpu::bf16_binary_lanes(op, n, bytes(out), bytes(a), bytes(b));
+      run(op, n, out, a, b);
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(out[i], op == LaneOp::Relu ? fn::Relu::bf16_bits(b[i]) : reference(op, a[i], b[i])) << i;
+        ASSERT_EQ(out[i], op == Op::Relu ? fn::Relu::bf16_bits(b[i]) : reference(op, a[i], b[i])) << i;
       for (int64_t i = n; i < n + 8; ++i) ASSERT_EQ(out[i], 0xABCD) << "wrote past the row at " << i;
     }
   }
