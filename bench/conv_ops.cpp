@@ -44,6 +44,8 @@ const Shape kShapes[] = {
     {"r8.l2b 32->32 14x14", 128, 32, 14, 14, 32, 3, 1, 1, false, true},
     {"r8.l3a 32->64 14x14 s2", 128, 32, 14, 14, 64, 3, 2, 1, false, true},
     {"r8.l3b 64->64 7x7", 128, 64, 7, 7, 64, 3, 1, 1, false, true},
+    {"r8.ds2 16->32 1x1 28x28 s2", 128, 16, 28, 28, 32, 1, 2, 0, false, true},
+    {"r8.ds3 32->64 1x1 14x14 s2", 128, 32, 14, 14, 64, 1, 2, 0, false, true},
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

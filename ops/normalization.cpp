@@ -205,18 +205,100 @@ void channels_then_rows(const ChannelView& v, bool parallel, Channel&& channel, 
   for (int64_t r = 0; r < rows; ++r) row(r);
 }
 
-// Sum of f(x) over channel c's values in RowLaneSum's order (rows n = 0..N-1 of S values).
-template <typename T, typename F>
+// Sums over channel c's values (rows n = 0..N-1 of S values, x's and, for the backward, g's) in
+// RowLaneSum<P>'s order: sum f(x) -> *s0 and, with two terms, sum f2(x) -> *s1 (f over P values).
+template <typename P, typename T, typename F>
 double channel_sum(const T* px, const ChannelView& v, int64_t c, F&& f) {
   using A = acc_t<T>;
-  cpu::RowLaneSum<double> s;
+  cpu::RowLaneSum<P> s;
   for (int64_t n = 0; n < v.N; ++n) {
     cpu::for_each_widened(px + (n * v.C + c) * v.S, 1, v.S, [&](const A* xv, int64_t m) {
-      s.add(m, [&](int64_t j) { return f(static_cast<double>(xv[j])); });
+      s.add(m, [&](int64_t j) { return f(static_cast<P>(xv[j])); });
     });
     s.end_row();
   }
   return s.total();
+}
+template <typename P, typename T, typename F0, typename F1>
+void channel_sums2(const T* pa, const T* pb, const ChannelView& v, int64_t c, F0&& f0, F1&& f1, double* s0,
+                   double* s1) {
+  using A = acc_t<T>;
+  cpu::RowLaneSum<P> r0, r1;
+  for (int64_t n = 0; n < v.N; ++n) {
+    const int64_t o = (n * v.C + c) * v.S;
+    widened2(pa + o, pb + o, v.S, [&](const A* av, const A* bv, int64_t m) {
+      r0.add(m, [&](int64_t j) { return f0(static_cast<P>(av[j]), static_cast<P>(bv[j])); });
+      r1.add(m, [&](int64_t j) { return f1(static_cast<P>(av[j]), static_cast<P>(bv[j])); });
+    });
+    r0.end_row();
+    r1.end_row();
+  }
+  *s0 = r0.total();
+  *s1 = r1.total();
+}
+
+// A channel's mean and sum of squared deviations q, from two passes whose terms are P (acc_t<T>:
+// float below f64) in RowLaneSum<P>'s order: the first sums x for an estimate mu1 of the mean; the
+// second sums d = x - shift and d^2, shift = mu1 in P, and mean = shift + sum d / M,
+// q = sum d^2 - (sum d)^2 / M (the corrected two-pass formula: the estimate's error, up to ~31
+// float roundings of the mean, cancels, so a large mean with a small spread keeps its digits). A
+// float partial that overflows (|x - shift| past ~1e19, sums near 3e38) or meets inf or NaN
+// makes a sum non-finite: the channel is then summed again with f64 terms and partials, which
+// give what f64 can. `vec`: the f32/BF16 AVX-512 kernels.
+struct Moments {
+  double mean, q;
+};
+template <typename P, typename T>
+constexpr bool kBnKernels = std::is_same_v<P, float> && kBnAvx512Type<T>;
+
+template <typename P, typename T>
+Moments channel_moments(const T* px, const ChannelView& v, int64_t c, bool vec) {
+  const auto M = static_cast<double>(v.M());
+  const T* first = px + c * v.S;
+  const bool kernels = kBnKernels<P, T> && vec;
+  double s1 = 0, sd = 0, sd2 = 0;
+  if (kernels) {
+    if constexpr (kBnKernels<P, T>) s1 = cpu::bn_sum_avx512(first, v.N, v.C * v.S, v.S);
+  } else {
+    s1 = channel_sum<P>(px, v, c, [](P x) { return x; });
+  }
+  const auto shift = static_cast<P>(s1 / M);
+  if (kernels) {
+    if constexpr (kBnKernels<P, T>) cpu::bn_dev_sums_avx512(first, v.N, v.C * v.S, v.S, shift, &sd, &sd2);
+  } else {
+    channel_sums2<P>(
+        px, px, v, c, [shift](P x, P) { return x - shift; },
+        [shift](P x, P) {
+          const P d = x - shift;
+          return d * d;
+        },
+        &sd, &sd2);
+  }
+  if constexpr (std::is_same_v<P, float>)
+    if (!std::isfinite(s1) || !std::isfinite(sd) || !std::isfinite(sd2)) return channel_moments<double>(px, v, c, false);
+  const double q = sd2 - sd * sd / M;
+  return {static_cast<double>(shift) + sd / M, q < 0 ? 0.0 : q};
+}
+
+// The backward's sums over channel c: sum g and sum g (x - mean), the second as sum g d with
+// d = x - shift, shift = mean in P, plus (shift - mean) sum g; with f64 terms where a float sum
+// is not finite, as above.
+template <typename P, typename T>
+std::pair<double, double> channel_grad_sums(const T* pg, const T* px, const ChannelView& v, int64_t c, double mean,
+                                            bool vec) {
+  const auto shift = static_cast<P>(mean);
+  double sg = 0, sgd = 0;
+  if (kBnKernels<P, T> && vec) {
+    if constexpr (kBnKernels<P, T>)
+      cpu::bn_grad_sums_avx512(pg + c * v.S, px + c * v.S, v.N, v.C * v.S, v.S, shift, &sg, &sgd);
+  } else {
+    channel_sums2<P>(
+        pg, px, v, c, [](P g, P) { return g; }, [shift](P g, P x) { return g * (x - shift); }, &sg, &sgd);
+  }
+  if constexpr (std::is_same_v<P, float>)
+    if (!std::isfinite(sg) || !std::isfinite(sgd)) return channel_grad_sums<double>(pg, px, v, c, mean, false);
+  const double delta = static_cast<double>(shift) - mean;
+  return {sg, delta == 0 ? sgd : sgd + delta * sg};
 }
 
 // inputs: x, running_mean, running_var, weight, bias, num_batches_tracked; attrs: training,
@@ -251,24 +333,11 @@ TensorList batch_norm_cpu(const OpCall& call) {
     const auto M = static_cast<double>(v.M());
     // Channel c's batch statistics (training).
     auto statistics = [&](int64_t c) {
-      double mu = 0, q = 0;
-      if constexpr (kBnAvx512Type<T>)
-        if (vec) {
-          const T* first = px + c * v.S;
-          mu = cpu::bn_sum_avx512(first, v.N, v.C * v.S, v.S) / M;
-          q = cpu::bn_sum_sq_dev_avx512(first, v.N, v.C * v.S, v.S, mu);
-        }
-      if (!vec) {
-        mu = channel_sum(px, v, c, [](double xv) { return xv; }) / M;
-        q = channel_sum(px, v, c, [mu](double xv) {
-          const double d = xv - mu;
-          return d * d;
-        });
-      }
+      const Moments m = channel_moments<A>(px, v, c, vec);
       const auto ci = static_cast<size_t>(c);
-      mean[ci] = mu;
-      var[ci] = q / M;
-      var_unbiased[ci] = q / static_cast<double>(v.M() - 1);
+      mean[ci] = m.mean;
+      var[ci] = m.q / M;
+      var_unbiased[ci] = m.q / static_cast<double>(v.M() - 1);
     };
     auto coefficients = [&](int64_t c) {
       const auto ci = static_cast<size_t>(c);
@@ -351,23 +420,7 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
     auto channel_sums = [&](int64_t c) {
       const auto ci = static_cast<size_t>(c);
       const double mu = mean[ci];
-      double g_sum = 0, gx_sum = 0;
-      if constexpr (kBnAvx512Type<T>)
-        if (vec) cpu::bn_grad_sums_avx512(pg + c * v.S, px + c * v.S, v.N, v.C * v.S, v.S, mu, &g_sum, &gx_sum);
-      if (!vec) {
-        cpu::RowLaneSum<double> sg, sgx;
-        for (int64_t n = 0; n < v.N; ++n) {
-          const int64_t o = (n * v.C + c) * v.S;
-          widened2(pg + o, px + o, v.S, [&](const A* gv, const A* xv, int64_t m) {
-            sg.add(m, [&](int64_t j) { return static_cast<double>(gv[j]); });
-            sgx.add(m, [&](int64_t j) { return static_cast<double>(gv[j]) * (static_cast<double>(xv[j]) - mu); });
-          });
-          sg.end_row();
-          sgx.end_row();
-        }
-        g_sum = sg.total();
-        gx_sum = sgx.total();
-      }
+      const auto [g_sum, gx_sum] = channel_grad_sums<A>(pg, px, v, c, mu, vec);
       sum_g[ci] = g_sum;
       sum_gxhat[ci] = gx_sum * invstd[ci];
       const fn::BnGradCoefficients k =

@@ -11,14 +11,25 @@
 
 namespace mixtape::cpu {
 
-__attribute__((target("avx512f,avx512bw"))) inline __m256i round_to_bf16(__m512 v) {
+// The BF16 bits of each lane's value, in the low half of its 32 bits (the high half zero).
+__attribute__((target("avx512f,avx512bw"))) inline __m512i round_to_bf16_lanes(__m512 v) {
   const __m512i x = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
   const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)), 16);
   const __mmask16 nan =
       _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
   const __m512i q = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
+  return _mm512_mask_mov_epi32(r, nan, q);
+}
+__attribute__((target("avx512f,avx512bw"))) inline __m256i round_to_bf16(__m512 v) {
+  return _mm512_cvtepi32_epi16(round_to_bf16_lanes(v));
+}
+// 32 values, lo's 16 then hi's, in one register: a pack (within 128-bit lanes) and a qword
+// permute put them in order. Cheaper than two narrowing vpmovdw, which perf found to be half of
+// batch norm's row passes when fused with their masked store on this AMD CPU.
+__attribute__((target("avx512f,avx512bw"))) inline __m512i round_to_bf16_x2(__m512 lo, __m512 hi) {
+  const __m512i p = _mm512_packus_epi32(round_to_bf16_lanes(lo), round_to_bf16_lanes(hi));
+  return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), p);
 }
 
 // 16 BF16 -> 16 floats, exactly.

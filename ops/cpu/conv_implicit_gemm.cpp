@@ -224,20 +224,25 @@ MT_CONV_BF16 void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, con
   const uint16_t* seg_x[kNr];
   for (int q = 0; q < pm.nseg; ++q) seg_x[q] = x + pm.seg[q].n * s.C * HW + pm.seg[q].base;
   RowCursor rc(s, p0);
-  for (int64_t p2 = 0; 2 * p2 < kc; ++p2) {
-    __m512i r[2];
-    for (int e = 0; e < 2; ++e) {  // rows p0 + 2 p2 + e (zero past K)
-      r[e] = _mm512_setzero_si512();
-      if (p0 + 2 * p2 + e >= K) continue;
-      const uint32_t mk = pm.tap[static_cast<size_t>(rc.k)];
-      const int64_t off = rc.c * HW + pm.shift[static_cast<size_t>(rc.k)];
-      for (int q = 0; q < pm.nseg; ++q) {
-        const uint32_t m = mk & pm.seg[q].bits;
-        if (m) r[e] = _mm512_mask_loadu_epi16(r[e], m, seg_x[q] + off);
-      }
-      rc.next();
+  // The cursor's row, its lanes inside the image (zero elsewhere), then the cursor moved on. One
+  // segment (most panels) is one zero-masked load; both rows stay in registers (an array of the
+  // two, indexed in a loop, went through the stack and stalled the loads that merged into it).
+  const auto row = [&]() MT_CONV_BF16 {
+    const uint32_t mk = pm.tap[static_cast<size_t>(rc.k)];
+    const int64_t off = rc.c * HW + pm.shift[static_cast<size_t>(rc.k)];
+    rc.next();
+    if (pm.nseg == 1) return _mm512_maskz_loadu_epi16(mk & pm.seg[0].bits, seg_x[0] + off);
+    __m512i r = _mm512_setzero_si512();
+    for (int q = 0; q < pm.nseg; ++q) {
+      const uint32_t m = mk & pm.seg[q].bits;
+      if (m) r = _mm512_mask_loadu_epi16(r, m, seg_x[q] + off);
     }
-    bf16_pairs::store_pair_row(r[0], r[1], dst + p2 * kNr * 2);
+    return r;
+  };
+  for (int64_t p2 = 0; 2 * p2 < kc; ++p2) {  // rows p0 + 2 p2 and p0 + 2 p2 + 1 (zero past K)
+    const __m512i r0 = row();
+    const __m512i r1 = p0 + 2 * p2 + 1 < K ? row() : _mm512_setzero_si512();
+    bf16_pairs::store_pair_row(r0, r1, dst + p2 * kNr * 2);
   }
 }
 

@@ -1,9 +1,11 @@
 // tests/ops/test_batch_norm_avx512.cpp — batch norm's statistics order (ops/cpu/row_lane_sum.h)
 // and its AVX-512 kernels (ops/cpu/batch_norm_avx512.h): each kernel equals the generic loop bit
-// for bit — sums in RowLaneSum's 32 lanes, row maps as float multiply then add, BF16 rounded
-// as core/bfloat16.h rounds — on every row length around the 32-lane and 16-value chunks, on
-// special values, and through the batch_norm op (f16 runs the generic loops, f32 and BF16 the
-// kernels: 16-bit results must be the f32 ones rounded).
+// for bit — sums in RowLaneSum's 32 lanes (float partials flushed into f64 every 32 chunks), row
+// maps as float multiply then add, BF16 rounded as core/bfloat16.h rounds — on every row length
+// around the 32-lane and 16-value chunks, across flushes, on special values, and through the
+// batch_norm op (f16 runs the generic loops, f32 and BF16 the kernels: 16-bit results must be the
+// f32 ones rounded); the statistics' accuracy (a large mean, a tiny spread) and the f64 sums taken
+// where a float partial overflows.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,6 +53,30 @@ TEST(RowLaneSum, TotalIsTheHalvingTree) {
   for (int w = 16; w >= 1; w /= 2)
     for (int i = 0; i < w; ++i) t[i] += t[i + w];
   EXPECT_EQ(sum.total(), t[0]);
+}
+
+// The float partials go into the f64 lanes after every 32 chunks, counted across rows (a row's
+// short last chunk counts as one): lane 0 gets 2^24 and then ones. The ones of chunks 2..32 are
+// lost in the float partial that holds 2^24 (2^24 + 1 rounds back to 2^24); from chunk 33 on the
+// partial starts again from zero and keeps them. Rows of 33 values (two chunks each) flush at the
+// same count.
+TEST(RowLaneSum, FloatPartialsFlushEvery32Chunks) {
+  for (int64_t S : {32, 33}) {
+    SCOPED_TRACE(::testing::Message() << "S " << S);
+    const int64_t rows = 64 / ((S + 31) / 32);  // 64 chunks: two flushes
+    cpu::RowLaneSum<float> sum;
+    int64_t chunk = 0, kept = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t s0 = 0; s0 < S; s0 += 32, ++chunk) {
+        const float v = chunk == 0 ? 0x1p24f : 1.0f;
+        if (chunk >= 32) ++kept;
+        sum.add(std::min<int64_t>(32, S - s0), [&](int64_t j) { return j == 0 ? v : 0.0f; });
+      }
+      sum.end_row();
+    }
+    // Every later block of 32 chunks sums its 32 ones exactly.
+    EXPECT_EQ(sum.total(), 0x1p24 + double(kept));
+  }
 }
 
 template <typename T>
@@ -102,16 +128,12 @@ std::vector<T> make_rows(int64_t rows, int64_t stride, uint32_t seed, bool speci
   return v;
 }
 
-template <typename T>
-double generic_sum(const std::vector<T>& x, int64_t rows, int64_t stride, int64_t S, double mu, int kind) {
-  cpu::RowLaneSum<double> s;
+// The generic loop's sums with float terms, as ops/normalization.cpp takes them.
+template <typename T, typename F>
+double generic_sum(const std::vector<T>& x, int64_t rows, int64_t stride, int64_t S, F&& term) {
+  cpu::RowLaneSum<float> s;
   for (int64_t r = 0; r < rows; ++r) {
-    s.add(S, [&](int64_t j) {
-      const double xv = widen(x[static_cast<size_t>(r * stride + j)]);
-      if (kind == 0) return xv;
-      const double d = xv - mu;
-      return d * d;
-    });
+    s.add(S, [&](int64_t j) { return term(static_cast<float>(widen(x[static_cast<size_t>(r * stride + j)])), r, j); });
     s.end_row();
   }
   return s.total();
@@ -128,26 +150,33 @@ TYPED_TEST(BnAvx512, SumsEqualTheGenericLoopBitForBit) {
   for (bool specials : {false, true})
     for (int64_t S : {1, 7, 16, 31, 32, 33, 49, 63, 64, 65, 100, 196, 784}) {
       SCOPED_TRACE(::testing::Message() << "S " << S << (specials ? " with specials" : ""));
-      const int64_t rows = 5, stride = S + 3;  // a gap between rows, as between channels
-      // Finite specials (-0, subnormals, 3e38): the sums stay numbers, so the order shows.
+      // A gap between rows, as between channels; 40 rows: at least 40 chunks, so the partials
+      // flush at least once.
+      const int64_t rows = 40, stride = S + 3;
+      // Finite specials (-0, subnormals).
       const auto x = make_rows<T>(rows, stride, static_cast<uint32_t>(S), specials, false);
       const auto g = make_rows<T>(rows, stride, static_cast<uint32_t>(S + 1000), specials, false);
-      const double mu = 0.37;
-      EXPECT_TRUE(same(cpu::bn_sum_avx512(x.data(), rows, stride, S), generic_sum(x, rows, stride, S, 0, 0)));
-      EXPECT_TRUE(same(cpu::bn_sum_sq_dev_avx512(x.data(), rows, stride, S, mu), generic_sum(x, rows, stride, S, mu, 1)));
-      double sg = 0, sgx = 0;
-      cpu::bn_grad_sums_avx512(g.data(), x.data(), rows, stride, S, mu, &sg, &sgx);
-      cpu::RowLaneSum<double> eg, egx;
-      for (int64_t r = 0; r < rows; ++r) {
-        const auto at = [&](const std::vector<T>& v, int64_t j) { return widen(v[static_cast<size_t>(r * stride + j)]); };
-        eg.add(S, [&](int64_t j) { return at(g, j); });
-        egx.add(S, [&](int64_t j) { return at(g, j) * (at(x, j) - mu); });
-        eg.end_row();
-        egx.end_row();
+      const float k = 0.37f;
+      EXPECT_TRUE(same(cpu::bn_sum_avx512(x.data(), rows, stride, S),
+                       generic_sum(x, rows, stride, S, [](float v, int64_t, int64_t) { return v; })));
+      double sd = 0, sd2 = 0;
+      cpu::bn_dev_sums_avx512(x.data(), rows, stride, S, k, &sd, &sd2);
+      EXPECT_TRUE(same(sd, generic_sum(x, rows, stride, S, [k](float v, int64_t, int64_t) { return v - k; })));
+      EXPECT_TRUE(same(sd2, generic_sum(x, rows, stride, S, [k](float v, int64_t, int64_t) {
+                         const float d = v - k;
+                         return d * d;
+                       })));
+      double sg = 0, sgd = 0;
+      cpu::bn_grad_sums_avx512(g.data(), x.data(), rows, stride, S, k, &sg, &sgd);
+      const auto at = [&](const std::vector<T>& v, int64_t r, int64_t j) {
+        return static_cast<float>(widen(v[static_cast<size_t>(r * stride + j)]));
+      };
+      EXPECT_TRUE(same(sg, generic_sum(g, rows, stride, S, [](float v, int64_t, int64_t) { return v; })));
+      EXPECT_TRUE(same(sgd, generic_sum(g, rows, stride, S,
+                                        [&](float v, int64_t r, int64_t j) { return v * (at(x, r, j) - k); })));
+      if (!specials) {
+        EXPECT_FALSE(std::isnan(sg) || std::isnan(sgd) || std::isnan(sd2));  // numbers compared
       }
-      EXPECT_TRUE(same(sg, eg.total()));
-      EXPECT_TRUE(same(sgx, egx.total()));
-      EXPECT_FALSE(std::isnan(sg) || std::isnan(sgx));  // the sums compared are numbers
     }
 }
 
@@ -230,6 +259,109 @@ TEST(BnAvx512Op, GenericAndKernelPathsAgreeThroughTheOp) {
       EXPECT_TRUE(bit_equal(xg16.grad(), xg32.grad().to(dt))) << dtype_name(dt) << " grad x";
       EXPECT_TRUE(bit_equal(w16.grad(), w32.grad())) << dtype_name(dt) << " grad weight";
     }
+  }
+}
+
+// The batch's mean and biased variance of channel c of an (N, C, S) f32 tensor, in f64 from
+// the f32 values, two passes (the reference the op's float partials are held to).
+std::pair<double, double> f64_moments(const Tensor& x, int64_t c) {
+  const Tensor xc = x.contiguous();
+  const int64_t N = x.size(0), C = x.size(1), S = x.numel() / (N * C);
+  const float* p = static_cast<const float*>(xc.data_ptr());
+  double s = 0, q = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < S; ++i) s += p[(n * C + c) * S + i];
+  const double mean = s / double(N * S);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < S; ++i) q += (p[(n * C + c) * S + i] - mean) * (p[(n * C + c) * S + i] - mean);
+  return {mean, q / double(N * S)};
+}
+
+// The statistics the op computes (momentum 1 writes them into f64 running statistics; the
+// unbiased variance is scaled back to the biased one).
+std::pair<std::vector<double>, std::vector<double>> op_moments(const Tensor& x) {
+  const int64_t C = x.size(1), M = x.numel() / C;
+  Tensor rm = zeros({C}, TensorOptions(DType::Float64)), rv = ones({C}, TensorOptions(DType::Float64));
+  batch_norm(x, rm, rv, Tensor(), Tensor(), true, 1.0, 1e-5);
+  std::vector<double> mean = rm.to_vector<double>(), var = rv.to_vector<double>();
+  for (double& v : var) v = v * double(M - 1) / double(M);
+  return {mean, var};
+}
+
+// Float partials hold at most 32 terms and the second pass sums deviations from the first pass's
+// estimate, so the statistics stay within a few dozen f32 roundings of the f64 ones: the variance
+// relative 64 2^-24 (31 roundings in a partial, one for a square, the rest margin), the mean within
+// 64 2^-24 of the values' spread. A mean of 1e4 with a spread of 1e-3 (the f32 values 2^-10 apart)
+// is the hard case: the first pass's estimate is off by more than the spread (float partials of
+// ~3e5 round to 2^-5), which the corrected formula cancels; E x^2 - (E x)^2, or the variance
+// about the estimate, would be off by more than the variance itself.
+TEST(BnStatistics, FloatPartialsStayWithinAFewDozenRoundingsOfF64) {
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<double> noise(-1.0, 1.0);
+  std::normal_distribution<double> normal(0.5, 3.0);
+  const IntList shape{8, 3, 33, 31};
+  for (bool large_mean : {false, true}) {
+    SCOPED_TRACE(large_mean ? "mean 1e4, spread 1e-3" : "normal(0.5, 3)");
+    Tensor x = Tensor::empty(shape, TensorOptions(DType::Float32));
+    float* p = static_cast<float*>(x.data_ptr());
+    for (int64_t i = 0; i < x.numel(); ++i)
+      p[i] = static_cast<float>(large_mean ? 1e4 + 1e-3 * noise(gen) : normal(gen));
+    const auto [mean, var] = op_moments(x);
+    for (int64_t c = 0; c < shape[1]; ++c) {
+      const auto [m64, v64] = f64_moments(x, c);
+      const double spread = std::sqrt(v64) * 4;
+      EXPECT_NEAR(mean[static_cast<size_t>(c)], m64, 64 * 0x1p-24 * spread + 4 * 0x1p-53 * std::fabs(m64)) << c;
+      EXPECT_NEAR(var[static_cast<size_t>(c)], v64, 64 * 0x1p-24 * v64) << c;
+    }
+  }
+}
+
+// Where a float partial overflows (values near 3e38: their squares, and sums of a few of them) or
+// the data holds inf, the channel is summed again in f64: the statistics are the f64 ones, finite
+// where f64's are, and the output is the normalised values, not NaN. The backward's sums likewise.
+TEST(BnStatistics, OverflowingFloatPartialsAreSummedAgainInF64) {
+  for (DType dt : {DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Generator gen(3);
+    Tensor x = (randn({4, 2, 5, 7}, {}, &gen) * 1e37).to(dt);  // |x| up to ~3e38
+    set_element(x, 3, 3.0e38);
+    set_element(x, 70 + 5, -3.0e38);
+    const Tensor xf = x.to(DType::Float32);
+    const auto [mean, var] = op_moments(x);
+    for (int64_t c = 0; c < 2; ++c) {
+      const auto [m64, v64] = f64_moments(xf, c);
+      ASSERT_TRUE(std::isfinite(v64));
+      EXPECT_NEAR(mean[static_cast<size_t>(c)], m64, 1e-12 * std::sqrt(v64)) << c;
+      EXPECT_NEAR(var[static_cast<size_t>(c)], v64, 1e-12 * v64) << c;
+    }
+    const Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true).to(DType::Float32);
+    EXPECT_TRUE(std::isfinite(y.abs().flatten().amax(0).item<double>()));
+    EXPECT_LT(y.abs().flatten().amax(0).item<double>(), 10.0);
+
+    // Backward: g of the same size, so sum g (x - mean) overflows a float partial.
+    const Tensor g = (randn({4, 2, 5, 7}, {}, &gen) * 1e37).to(dt);
+    const Tensor save_mean = tensor({mean[0], mean[1]}), save_invstd = tensor({1 / std::sqrt(var[0]), 1 / std::sqrt(var[1])});
+    const auto [gx, gsum_gxhat, gsum_g] = batch_norm_backward(g, x, Tensor(), save_mean, save_invstd, true, 1e-5);
+    const Tensor gf = g.to(DType::Float32).contiguous();
+    const float* pg = static_cast<const float*>(gf.data_ptr());
+    const float* px = static_cast<const float*>(xf.contiguous().data_ptr());
+    for (int64_t c = 0; c < 2; ++c) {
+      double sg = 0, sgx = 0, abs_g = 0, abs_gx = 0;
+      for (int64_t n = 0; n < 4; ++n)
+        for (int64_t i = 0; i < 35; ++i) {
+          const int64_t o = (n * 2 + c) * 35 + i;
+          const double t = double(pg[o]) * (double(px[o]) - get_element(save_mean, c));
+          sg += pg[o], abs_g += std::fabs(pg[o]);
+          sgx += t, abs_gx += std::fabs(t);
+        }
+      ASSERT_TRUE(std::isfinite(abs_gx));
+      EXPECT_GT(abs_gx, 1e60);  // float products g (x - mean) would overflow
+      const double is = get_element(save_invstd, c);
+      // f64 sums in another order, rounded to f32 (the op's sums are f32 outputs).
+      EXPECT_NEAR(get_element(gsum_g, c), sg, 1e-12 * abs_g + 0x1p-23 * std::fabs(sg)) << c;
+      EXPECT_NEAR(get_element(gsum_gxhat, c), sgx * is, (1e-12 * abs_gx + 0x1p-23 * std::fabs(sgx)) * is) << c;
+    }
+    EXPECT_TRUE(std::isfinite(gx.to(DType::Float32).abs().flatten().amax(0).item<double>()));
   }
 }
 
