@@ -17,9 +17,11 @@
 //   statistics outputs are differentiable (d mean / dx = 1/M, d rstd / dx = -rstd^2 xhat / M),
 //   which is what makes the ops-written backward differentiable again.
 //
-// Numerics: per-channel / per-row statistics accumulate in f64 (two passes: mean, then the sum
-// of squared deviations, so no cancellation; batch_norm's in 32 lanes per row,
-// ops/cpu/row_lane_sum.h, which its AVX-512 kernels for f32 and BF16 follow bit for bit);
+// Numerics: layer_norm's statistics accumulate in f64 (two passes: mean, then the sum of squared
+// deviations, so no cancellation); batch_norm's in 32 lanes per row, float partials of at most
+// 32 terms flushed into f64 (ops/cpu/row_lane_sum.h, which its AVX-512 kernels for f32 and BF16
+// follow bit for bit; f64 again where a float sum overflows), the variance by the corrected
+// two-pass formula (channel_moments);
 // 16-bit rows are widened in blocks (F16C); the elementwise transforms run in acc_t<T> from
 // per-channel coefficients computed in f64, and round once on store. Statistics outputs are f64
 // for f64 x, else f32.
