@@ -20,8 +20,8 @@
 // Numerics: layer_norm's statistics accumulate in f64 (two passes: mean, then the sum of squared
 // deviations, so no cancellation); batch_norm's in 32 lanes per row, float partials of at most
 // 32 terms flushed into f64 (ops/cpu/row_lane_sum.h, which its AVX-512 kernels for f32 and BF16
-// follow bit for bit; f64 again where a float sum overflows), the variance by the corrected
-// two-pass formula (channel_moments);
+// follow bit for bit; f64 again where a float sum overflows, meets inf or NaN, or the squares may
+// have underflowed), the variance by the corrected two-pass formula (channel_moments);
 // 16-bit rows are widened in blocks (F16C); the elementwise transforms run in acc_t<T> from
 // per-channel coefficients computed in f64, and round once on store. Statistics outputs are f64
 // for f64 x, else f32.
@@ -207,8 +207,9 @@ void channels_then_rows(const ChannelView& v, bool parallel, Channel&& channel, 
   for (int64_t r = 0; r < rows; ++r) row(r);
 }
 
-// Sums over channel c's values (rows n = 0..N-1 of S values, x's and, for the backward, g's) in
-// RowLaneSum<P>'s order: sum f(x) -> *s0 and, with two terms, sum f2(x) -> *s1 (f over P values).
+// Sums over channel c's values (rows n = 0..N-1 of S values) in RowLaneSum<P>'s order:
+// channel_sum returns sum f(x); channel_sums2 reads two tensors of x's layout (a, b) and writes
+// sum f0(a, b) -> *s0 and sum f1(a, b) -> *s1 (the f over P values).
 template <typename P, typename T, typename F>
 double channel_sum(const T* px, const ChannelView& v, int64_t c, F&& f) {
   using A = acc_t<T>;
@@ -245,8 +246,10 @@ void channel_sums2(const T* pa, const T* pb, const ChannelView& v, int64_t c, F0
 // q = sum d^2 - (sum d)^2 / M (the corrected two-pass formula: the estimate's error, up to ~31
 // float roundings of the mean, cancels, so a large mean with a small spread keeps its digits). A
 // float partial that overflows (|x - shift| past ~1e19, sums near 3e38) or meets inf or NaN
-// makes a sum non-finite: the channel is then summed again with f64 terms and partials, which
-// give what f64 can. `vec`: the f32/BF16 AVX-512 kernels.
+// makes a sum non-finite, and squares below 2^-126 lose bits: in either case (the second seen as
+// sum d^2 < M 2^-100, so that squares lost to underflow could weigh 2^-26 of it at most; an eps of
+// 0 makes the variance itself count) the channel is summed again with f64 terms and partials,
+// which give what f64 can. `vec`: the f32/BF16 AVX-512 kernels.
 struct Moments {
   double mean, q;
 };
@@ -277,14 +280,16 @@ Moments channel_moments(const T* px, const ChannelView& v, int64_t c, bool vec) 
         &sd, &sd2);
   }
   if constexpr (std::is_same_v<P, float>)
-    if (!std::isfinite(s1) || !std::isfinite(sd) || !std::isfinite(sd2)) return channel_moments<double>(px, v, c, false);
+    if (!std::isfinite(s1) || !std::isfinite(sd) || !std::isfinite(sd2) || sd2 < M * 0x1p-100)
+      return channel_moments<double>(px, v, c, false);
   const double q = sd2 - sd * sd / M;
   return {static_cast<double>(shift) + sd / M, q < 0 ? 0.0 : q};
 }
 
 // The backward's sums over channel c: sum g and sum g (x - mean), the second as sum g d with
 // d = x - shift, shift = mean in P, plus (shift - mean) sum g; with f64 terms where a float sum
-// is not finite, as above.
+// is not finite, as above, or where products g d below 2^-126 may have lost bits (seen as
+// |sum g d| < M 2^-100: also true of an all-zero gradient, which then costs one more pass).
 template <typename P, typename T>
 std::pair<double, double> channel_grad_sums(const T* pg, const T* px, const ChannelView& v, int64_t c, double mean,
                                             bool vec) {
@@ -298,7 +303,8 @@ std::pair<double, double> channel_grad_sums(const T* pg, const T* px, const Chan
         pg, px, v, c, [](P g, P) { return g; }, [shift](P g, P x) { return g * (x - shift); }, &sg, &sgd);
   }
   if constexpr (std::is_same_v<P, float>)
-    if (!std::isfinite(sg) || !std::isfinite(sgd)) return channel_grad_sums<double>(pg, px, v, c, mean, false);
+    if (!std::isfinite(sg) || !std::isfinite(sgd) || std::fabs(sgd) < static_cast<double>(v.M()) * 0x1p-100)
+      return channel_grad_sums<double>(pg, px, v, c, mean, false);
   const double delta = static_cast<double>(shift) - mean;
   return {sg, delta == 0 ? sgd : sgd + delta * sg};
 }

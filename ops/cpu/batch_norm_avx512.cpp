@@ -112,8 +112,8 @@ MT_AVX512 inline void prefetch_row(const void* p, int64_t bytes) {
   if (bytes > 0) _mm_prefetch(c + bytes - 1, _MM_HINT_T0);
 }
 
-// chunk(offset in the row, n, a's chunk, b's chunk) for each chunk of the rows of a and of b (b
-// may be null: then b's chunk is a's), in RowLaneSum's order.
+// chunk(n, a's chunk, b's chunk) for each chunk of n values of the rows of a and of b (b may be
+// null: then b's chunk is empty), in RowLaneSum's order.
 template <typename T, typename Chunk>
 MT_AVX512 void for_each_chunk(const T* a, const T* b, int64_t rows, int64_t stride, int64_t S, Chunk&& chunk) {
   const int64_t ahead = rows_ahead(S, sizeof(T));

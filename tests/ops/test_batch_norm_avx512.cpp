@@ -292,20 +292,21 @@ std::pair<std::vector<double>, std::vector<double>> op_moments(const Tensor& x) 
 // estimate, so the statistics stay within a few dozen f32 roundings of the f64 ones: the variance
 // relative 64 2^-24 (31 roundings in a partial, one for a square, the rest margin), the mean within
 // 64 2^-24 of the values' spread. A mean of 1e4 with a spread of 1e-3 (the f32 values 2^-10 apart)
-// is the hard case: the first pass's estimate is off by more than the spread (float partials of
-// ~3e5 round to 2^-5), which the corrected formula cancels; E x^2 - (E x)^2, or the variance
-// about the estimate, would be off by more than the variance itself.
+// is a hard case: float partials of ~3e5 round to 2^-5, so the first pass's estimate loses the
+// noise, and the variance about it would be off by ~1e-4 relative; the corrected formula cancels
+// the estimate's error. Values of ~1e-22 are another: their squares are f32 subnormals, which
+// keep few bits, so the channel is summed in f64 (sum d^2 < M 2^-100).
 TEST(BnStatistics, FloatPartialsStayWithinAFewDozenRoundingsOfF64) {
   std::mt19937 gen(5);
   std::uniform_real_distribution<double> noise(-1.0, 1.0);
   std::normal_distribution<double> normal(0.5, 3.0);
   const IntList shape{8, 3, 33, 31};
-  for (bool large_mean : {false, true}) {
-    SCOPED_TRACE(large_mean ? "mean 1e4, spread 1e-3" : "normal(0.5, 3)");
+  for (int kind : {0, 1, 2}) {
+    SCOPED_TRACE(kind == 0 ? "normal(0.5, 3)" : kind == 1 ? "mean 1e4, spread 1e-3" : "normal(0.5, 3) x 1e-22");
     Tensor x = Tensor::empty(shape, TensorOptions(DType::Float32));
     float* p = static_cast<float*>(x.data_ptr());
     for (int64_t i = 0; i < x.numel(); ++i)
-      p[i] = static_cast<float>(large_mean ? 1e4 + 1e-3 * noise(gen) : normal(gen));
+      p[i] = static_cast<float>(kind == 0 ? normal(gen) : kind == 1 ? 1e4 + 1e-3 * noise(gen) : 1e-22 * normal(gen));
     const auto [mean, var] = op_moments(x);
     for (int64_t c = 0; c < shape[1]; ++c) {
       const auto [m64, v64] = f64_moments(x, c);
@@ -362,6 +363,32 @@ TEST(BnStatistics, OverflowingFloatPartialsAreSummedAgainInF64) {
       EXPECT_NEAR(get_element(gsum_gxhat, c), sgx * is, (1e-12 * abs_gx + 0x1p-23 * std::fabs(sgx)) * is) << c;
     }
     EXPECT_TRUE(std::isfinite(gx.to(DType::Float32).abs().flatten().amax(0).item<double>()));
+  }
+}
+
+// The backward's products g (x - mean) below 2^-126 are f32 subnormals that keep few bits: with
+// gradients of ~1e-28 against deviations of ~1e-15 (products ~1e-43) the sums are taken again in
+// f64. invstd 1e15 (the deviations' scale) brings sum g xhat back to f32's normal range, where
+// the f64 reference's digits show.
+TEST(BnStatistics, UnderflowingGradientProductsAreSummedAgainInF64) {
+  Generator gen(9);
+  const Tensor x = randn({4, 2, 9, 9}, {}, &gen) * 1e-15, g = randn({4, 2, 9, 9}, {}, &gen) * 1e-28;
+  const double invstd = 1e15;
+  const Tensor save_mean = zeros({2}), save_invstd = full({2}, invstd);
+  const auto [gx, sum_gxhat, sum_g] = batch_norm_backward(g, x, Tensor(), save_mean, save_invstd, true, 1e-5);
+  const float* pg = static_cast<const float*>(g.data_ptr());
+  const float* px = static_cast<const float*>(x.data_ptr());
+  for (int64_t c = 0; c < 2; ++c) {
+    double sgx = 0, abs_gx = 0;
+    for (int64_t n = 0; n < 4; ++n)
+      for (int64_t i = 0; i < 81; ++i) {
+        const int64_t o = (n * 2 + c) * 81 + i;
+        sgx += double(pg[o]) * double(px[o]);
+        abs_gx += std::fabs(double(pg[o]) * double(px[o]));
+      }
+    ASSERT_LT(abs_gx / 324, 0x1p-126);  // the float products would be subnormal
+    const double want = sgx * double(static_cast<float>(invstd));
+    EXPECT_NEAR(get_element(sum_gxhat, c), want, 1e-6 * abs_gx * invstd) << c;
   }
 }
 

@@ -241,49 +241,63 @@ TEST(ConvPoolLinear, AvgPoolDivisors) {
   EXPECT_EQ(c.to_vector<float>(), (std::vector<float>{3.0f, 4.5f, 7.5f, 9.0f}));
 }
 
-// A window covering the whole plane (global average pooling) takes its own loops (8 planes side
-// by side, and a fill for the gradient): each plane must still be summed in order, row by row, in
-// the compute type, divided once and rounded once, and the gradient be grad / area + 0 (-0 gives
-// +0, as an accumulation from zero does). 21 planes: two groups of 8 and a tail of 5; values over
-// 30 binades, so any other order would round differently.
+// A window covering the whole plane (global average pooling, or a kernel as large as the padded
+// plane) takes its own loops (8 planes side by side, and a fill for the gradient): each plane must
+// still be summed in order, row by row, in the compute type, divided once by the window's divisor
+// (81 for a 9x9 kernel with padding 1 counted, else 49) and rounded once, and the gradient be
+// grad / divisor + 0 (-0 gives +0, as an accumulation from zero does). 21 planes: two groups of 8
+// and a tail of 5; values over 30 binades, so any other order would round differently.
 TEST(ConvPoolLinear, GlobalAveragePoolSumsEachPlaneInOrder) {
   std::mt19937 gen(3);
   std::normal_distribution<double> nd(0.0, 1.0);
   std::uniform_int_distribution<int> binade(-15, 15);
   for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
     SCOPED_TRACE(dtype_name(dt));
+    const DType acc = dt == DType::Float64 ? DType::Float64 : DType::Float32;
     Tensor x = Tensor::empty({3, 7, 7, 7}, TensorOptions(dt));
     for (int64_t i = 0; i < x.numel(); ++i) set_element(x, i, std::ldexp(nd(gen), dt == DType::Float16 ? binade(gen) / 3 : binade(gen)));
     const std::vector<double> xv = x.to_vector<double>();
-    Tensor want = Tensor::empty({3, 7, 1, 1}, TensorOptions(dt == DType::Float64 ? DType::Float64 : DType::Float32));
-    for (int64_t p = 0; p < 21; ++p) {
-      if (dt == DType::Float64) {
-        double s = 0;
-        for (int64_t i = 0; i < 49; ++i) s += xv[static_cast<size_t>(p * 49 + i)];
-        set_element(want, p, s / 49.0);
-      } else {
-        float s = 0;
-        for (int64_t i = 0; i < 49; ++i) s += static_cast<float>(xv[static_cast<size_t>(p * 49 + i)]);
-        set_element(want, p, s / 49.0f);
+    // Each plane's sum in order, divided by `divisor`, in the compute type, then rounded to dt.
+    auto means = [&](double divisor) {
+      Tensor want = Tensor::empty({3, 7, 1, 1}, TensorOptions(acc));
+      for (int64_t p = 0; p < 21; ++p) {
+        if (dt == DType::Float64) {
+          double s = 0;
+          for (int64_t i = 0; i < 49; ++i) s += xv[static_cast<size_t>(p * 49 + i)];
+          set_element(want, p, s / divisor);
+        } else {
+          float s = 0;
+          for (int64_t i = 0; i < 49; ++i) s += static_cast<float>(xv[static_cast<size_t>(p * 49 + i)]);
+          set_element(want, p, s / static_cast<float>(divisor));
+        }
       }
-    }
-    want = want.to(dt);
-    for (const Tensor& got : {adaptive_avg_pool2d(x, {1}), avg_pool2d(x, {7})}) {
+      return want.to(dt);
+    };
+    const std::pair<Tensor, double> forwards[] = {
+        {adaptive_avg_pool2d(x, {1}), 49}, {avg_pool2d(x, {7}), 49},
+        {avg_pool2d(x, {9}, {9}, {1}, false, true), 81}, {avg_pool2d(x, {9}, {9}, {1}, false, false), 49}};
+    for (const auto& [got, divisor] : forwards) {
+      const Tensor want = means(divisor);
       ASSERT_EQ(got.sizes(), want.sizes());
-      EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), want.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), want.nbytes()), 0) << "divisor " << divisor;
     }
     Tensor grad = Tensor::empty({3, 7, 1, 1}, TensorOptions(dt));
     for (int64_t p = 0; p < 21; ++p) set_element(grad, p, p == 4 ? -0.0 : nd(gen));
-    const Tensor gx = adaptive_avg_pool2d_backward(grad, {3, 7, 7, 7});
     const std::vector<double> gv = grad.to_vector<double>();
-    Tensor gwant = Tensor::empty({3, 7, 7, 7}, TensorOptions(want.dtype() == DType::Float64 ? DType::Float64 : DType::Float32));
-    for (int64_t i = 0; i < gx.numel(); ++i) {
-      const double g = gv[static_cast<size_t>(i / 49)];
-      set_element(gwant, i, dt == DType::Float64 ? g / 49.0 + 0.0 : static_cast<double>(static_cast<float>(g) / 49.0f + 0.0f));
+    const std::pair<Tensor, double> backwards[] = {
+        {adaptive_avg_pool2d_backward(grad, {3, 7, 7, 7}), 49},
+        {avg_pool2d_backward(grad, {3, 7, 7, 7}, {9}, {9}, {1}, false, true), 81}};
+    for (const auto& [gx, divisor] : backwards) {
+      Tensor want = Tensor::empty({3, 7, 7, 7}, TensorOptions(acc));
+      for (int64_t i = 0; i < gx.numel(); ++i) {
+        const double g = gv[static_cast<size_t>(i / 49)];
+        set_element(want, i, dt == DType::Float64 ? g / divisor + 0.0
+                                                  : static_cast<double>(static_cast<float>(g) / static_cast<float>(divisor) + 0.0f));
+      }
+      want = want.to(dt);
+      EXPECT_EQ(std::memcmp(gx.data_ptr(), want.data_ptr(), want.nbytes()), 0) << "divisor " << divisor;
+      EXPECT_FALSE(std::signbit(get_element(gx, 4 * 49))) << "a -0 gradient gives +0";
     }
-    gwant = gwant.to(dt);
-    EXPECT_EQ(std::memcmp(gx.data_ptr(), gwant.data_ptr(), gwant.nbytes()), 0);
-    EXPECT_FALSE(std::signbit(get_element(gx, 4 * 49))) << "a -0 gradient gives +0";
   }
 }
 
