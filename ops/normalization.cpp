@@ -154,7 +154,8 @@ bool saved(const BackwardContext& c, size_t i) {
 }
 
 // ---- batch_norm ----
-// The same over two rows of one length, piece by piece: f(a, b, n) (cpu::for_each_widened).
+// The same over two rows of one length, piece by piece: f(a, b, n) (cpu::for_each_widened); one
+// row passed twice (ra == rb: the variance's pass) is widened once.
 template <typename T, typename F>
 void widened2(const T* ra, const T* rb, int64_t n, F&& f) {
   if constexpr (cpu::is_16bit_v<T>) {
@@ -162,6 +163,10 @@ void widened2(const T* ra, const T* rb, int64_t n, F&& f) {
     for (int64_t i = 0; i < n; i += cpu::kBlock) {
       const int64_t m = std::min(cpu::kBlock, n - i);
       cpu::load_block<T>(reinterpret_cast<const char*>(ra + i), sizeof(T), m, ba);
+      if (ra == rb) {
+        f(ba, ba, m);
+        continue;
+      }
       cpu::load_block<T>(reinterpret_cast<const char*>(rb + i), sizeof(T), m, bb);
       f(ba, bb, m);
     }

@@ -188,8 +188,7 @@ MT_CONV inline __m512 load16_f32(__m512 v, uint32_t m, const E* src) {
     return _mm512_mask_loadu_ps(v, static_cast<__mmask16>(m), src);
   } else {  // BF16 bits: widen exactly (a float's upper half)
     const __m256i h = _mm256_maskz_loadu_epi16(static_cast<__mmask16>(m), src);
-    const __m512 w = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    return _mm512_mask_mov_ps(v, static_cast<__mmask16>(m), w);
+    return _mm512_mask_mov_ps(v, static_cast<__mmask16>(m), widen_bf16(h));
   }
 }
 

@@ -8,6 +8,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "ops/cpu/bf16_round_avx512.h"
 #define MIXTAPE_HAVE_AVX512_POOL 1
 #define MT_AVX512 __attribute__((target("avx512f")))
 #define MT_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl")))
@@ -48,9 +50,6 @@ struct RowPair {
 };
 MT_AVX512 inline RowPair load_row(const float* r, const ChunkShape& cs) {
   return {_mm512_maskz_loadu_ps(cs.lo, r), _mm512_maskz_loadu_ps(cs.hi, r + 16)};
-}
-MT_AVX512_BW inline __m512 widen_bf16(__m256i h) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 MT_AVX512_BW inline RowPair load_row(const BFloat16* r, const ChunkShape& cs) {
   const __m512i v = _mm512_maskz_loadu_epi16(__mmask32(cs.lo) | (__mmask32(cs.hi) << 16), r);
