@@ -9,7 +9,8 @@
 //   update_scale     once per iteration: back off on overflow, grow after growth_interval
 //                    clean iterations (_amp_update_scale_)
 // Invariant: the same IEEE operations in the same order as PyTorch's kernels, so a scale
-// trajectory and every unscaled gradient are bit-identical to torch's.
+// trajectory and every unscaled gradient are bit-identical to torch's, except where
+// update_scale's three deliberate differences (below) apply.
 // C++17-clean: CUDA translation units include this header.
 #pragma once
 #include <cmath>
@@ -54,33 +55,41 @@ struct UnscaleAndCheck {
 
 // PyTorch's _amp_update_scale_ (the CPU and CUDA kernels agree), in place on the 1-element
 // scale (f32) and growth tracker (i32):
-//   found_inf != 0 (inf and NaN count):  scale = float(scale * backoff_factor); tracker = 0
+//   found_inf != 0 (inf and NaN count):  scale = max(float(scale * backoff_factor), kMinScale);
+//                                        tracker = 0
 //   otherwise, successful = tracker + 1:
 //     successful >= growth_interval:     grown = float(scale * growth_factor);
 //                                        scale = grown only if grown is finite (pytorch#98828:
 //                                        never grow to inf); tracker = 0
 //     else:                              tracker = successful
 // The factors are doubles, the products are formed in double and narrowed to float once.
-// One deliberate difference (docs/AMP.md): PyTorch tests successful == growth_interval, so a
-// tracker left above a lowered interval (set_growth_interval(3) at tracker 5) never grows again
-// until an overflow resets it; here it grows on the next clean iteration. Whenever the tracker is
-// below the interval -- always, unless the interval was lowered -- the two agree bit for bit.
-// There is no lower bound: repeated backoff reaches subnormals and then 0 (GradScaler's
-// min_scale is the guard, and it lives in the scaler, not here).
+// Three deliberate differences (docs/AMP.md, "The scale's range" and "One iteration"):
+// * PyTorch tests successful == growth_interval, so a tracker left above a lowered interval
+//   (set_growth_interval(3) at tracker 5) never grows again until an overflow resets it; here it
+//   grows on the next clean iteration. Whenever the tracker is below the interval -- always,
+//   unless the interval was lowered -- the two agree bit for bit.
+// * The test is written tracker >= growth_interval - 1, so a tracker of INT32_MAX (a loaded
+//   state, or the op called directly) grows instead of overflowing int32 (UB; PyTorch's tracker
+//   wraps negative). growth_interval >= 1, so growth_interval - 1 cannot overflow either.
+// * Backoff stops at kMinScale = 2^-126, the smallest normal float, where PyTorch goes on to
+//   subnormals and 0 (after which every step is skipped). Below 2^-126, 1/S overflows float
+//   towards 2^-128; GradScaler reports a backoff that reaches the floor as a collapse.
+constexpr float kMinScale = 1.17549435e-38f;  // FLT_MIN = 2^-126 (<cfloat> is not device code)
+
 MIXTAPE_INLINE void update_scale(float& scale, int32_t& growth_tracker, float found_inf, double growth_factor,
                                  double backoff_factor, int32_t growth_interval) {
   if (found_inf != 0.0f) {  // NaN != 0 is true: a NaN flag also backs off
-    scale = static_cast<float>(static_cast<double>(scale) * backoff_factor);
+    const float backed_off = static_cast<float>(static_cast<double>(scale) * backoff_factor);
+    scale = backed_off >= kMinScale ? backed_off : kMinScale;
     growth_tracker = 0;
     return;
   }
-  const int32_t successful = growth_tracker + 1;
-  if (successful >= growth_interval) {
+  if (growth_tracker >= growth_interval - 1) {  // successful = tracker + 1 >= interval, without overflow
     const float grown = static_cast<float>(static_cast<double>(scale) * growth_factor);
     if (is_finite(grown)) scale = grown;
     growth_tracker = 0;
   } else {
-    growth_tracker = successful;
+    growth_tracker = growth_tracker + 1;
   }
 }
 

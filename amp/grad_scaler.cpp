@@ -31,6 +31,16 @@ void check_growth_interval(int64_t n, const char* who) {
   MT_CHECK(n >= 1 && n <= INT32_MAX, who, ": the growth interval must be >= 1 (and fit the i32 tracker), got ", n);
 }
 
+// The one rule for a scale, wherever it comes from (constructor, update(new_scale), a loaded
+// state; backoff keeps to it in fn::update_scale): a finite float32 >= 2^-126, the smallest
+// normal float. Below it 1/S overflows float on the way to 0, and at 0 every step is skipped.
+void check_scale(double s, const char* who, const char* what) {
+  const float f = static_cast<float>(s);
+  MT_CHECK(std::isfinite(f) && f >= fn::kMinScale, who, ": ", what, " must be a positive, finite, normal float32 "
+           "value (>= 2^-126 = 1.17549435e-38, the smallest normal float; below it 1/scale overflows and a scale "
+           "of 0 skips every step), got ", s);
+}
+
 std::string describe_scale(double s) {
   std::ostringstream os;
   os << s;
@@ -61,9 +71,7 @@ GradScaler::GradScaler(GradScalerOptions o)
   check_growth_factor(o.growth_factor, who);
   check_backoff_factor(o.backoff_factor, who);
   check_growth_interval(o.growth_interval, who);
-  const float s = static_cast<float>(o.init_scale);
-  MT_CHECK(std::isfinite(s) && s > 0.0f, who, ": init_scale must be a positive finite float32 value, got ",
-           o.init_scale);
+  check_scale(o.init_scale, who, "init_scale");
   if (min_scale_)
     MT_CHECK(std::isfinite(*min_scale_) && *min_scale_ > 0.0, who, ": min_scale must be positive and finite, got ",
              *min_scale_);
@@ -202,30 +210,44 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool exp
     if (!grads.empty()) non_finite_check_and_unscale_(grads, found_inf, to_device(inv, b.device), unscale_count);
     st.found_inf_per_device.push_back(found_inf);
   }
-  if (found_inf_reducer_) {
-    // One flag for all devices, combined across processes: every process then decides alike.
-    autograd::NoGradGuard no_grad;
-    Tensor combined = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
-    for (const Tensor& f : st.found_inf_per_device) combined.add_(to_device(f, scale_.device()));
-    found_inf_reducer_(combined);
-    st.found_inf_per_device = {combined};
-  }
   // What step() still has to apply to the gradients left scaled: the check-only ones. The same
   // float as `inv`, from the host copy of S (docs/AMP.md#the-inverse-scale).
   st.inv_scale = explicit_unscale ? 1.0f : static_cast<float>(1.0 / static_cast<double>(scale_host_));
+  // The gradients are unscaled in place now: from here on nothing may unscale them again, even
+  // if the reduction below (a collective that can time out) throws.
+  st.stage = OptState::UNSCALED;
+  st.reduction_pending = static_cast<bool>(found_inf_reducer_);
+  reduce_found_inf(st);
+}
+
+// Replaces this process's flags by the reducer's verdict. The flag handed to the reducer is built
+// afresh from the local flags on every try, so a retry after a failed call (which may have left
+// anything in it) reduces this process's own verdict again; the flags stay local until it succeeds.
+void GradScaler::reduce_found_inf(PerOptimizer& st) {
+  if (!st.reduction_pending) return;
+  // One flag for all devices, combined across processes: every process then decides alike.
+  autograd::NoGradGuard no_grad;
+  Tensor combined = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
+  for (const Tensor& f : st.found_inf_per_device) combined.add_(to_device(f, scale_.device()));
+  found_inf_reducer_(combined);
+  st.found_inf_per_device = {combined};
+  st.reduction_pending = false;
 }
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (!enabled_) return;
   check_scale_initialized("unscale_");
   PerOptimizer& st = state_of(optimizer);
+  if (st.stage == OptState::UNSCALED && st.reduction_pending) {
+    reduce_found_inf(st);  // a retry after the reducer failed: the gradients are already unscaled
+    return;
+  }
   MT_CHECK(st.stage != OptState::UNSCALED, "GradScaler.unscale_(", optimizer.name(), "): unscale_() has already been "
            "called on this optimizer since the last update(). Call it once per iteration, after the last backward "
            "and before step() (with gradient accumulation: only on the micro-batch that steps).");
   MT_CHECK(st.stage != OptState::STEPPED, "GradScaler.unscale_(", optimizer.name(), "): unscale_() is being called "
            "after step(). Unscale before step(), and call update() to end the iteration.");
   unscale_grads(optimizer, st, /*explicit_unscale=*/true);
-  st.stage = OptState::UNSCALED;
 }
 
 // ---- step ----
@@ -239,12 +261,13 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   PerOptimizer& st = state_of(optimizer);
   MT_CHECK(st.stage != OptState::STEPPED, "GradScaler.step(", optimizer.name(), "): step() has already been called "
            "since the last update(). Call update() once at the end of every iteration.");
-  if (st.stage == OptState::READY) {
+  // unscale_grads marks the stage UNSCALED before anything that may throw (the reducer, the
+  // host read below: a deferred device check), so a retried step() never unscales twice; it
+  // re-runs a reduction that failed, and only that.
+  if (st.stage == OptState::READY)
     unscale_grads(optimizer, st, /*explicit_unscale=*/false);
-    // Before the host read below, which may throw (a deferred device check): a retried step()
-    // must not unscale again.
-    st.stage = OptState::UNSCALED;
-  }
+  else
+    reduce_found_inf(st);
   MT_CHECK(!st.found_inf_per_device.empty(), "GradScaler.step(", optimizer.name(), "): No inf checks were recorded "
            "for this optimizer. (None of its parameters has a gradient: did backward() reach them?)");
   float found = 0.0f;
@@ -268,7 +291,18 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
 
 // ---- update ----
 
-void GradScaler::finish_update(float scale_before, bool skipped) {
+std::string GradScaler::skipped_steps_diagnosis() const {
+  std::ostringstream os;
+  os << consecutive_skips_ << " consecutive skipped steps (inf/NaN gradients each time), loss scale now "
+     << describe_scale(get_scale()) << ". When backing off the scale after each one does not help, the inf/NaN "
+     "gradients do not come from overflow of scaled gradients: they come from the forward pass or the loss itself "
+     "(an inf/NaN in the data, an activation or loss beyond FP16's 65504, log(0), 0/0), and lowering the scale "
+     "further cannot fix that (NVIDIA/apex#715). Check the loss and activations for non-finite values before "
+     "backward(); keep overflow-prone ops in FP32.";
+  return os.str();
+}
+
+void GradScaler::finish_update(float scale_before, bool skipped, bool hit_floor) {
   per_optimizer_.clear();
   history_.push_back(ScaleRecord{static_cast<int64_t>(history_.size()), static_cast<double>(scale_before), skipped});
   if (skipped) {
@@ -284,19 +318,20 @@ void GradScaler::finish_update(float scale_before, bool skipped) {
        << get_growth_tracker() << "/" << growth_interval_ << (skipped ? ", iteration skipped)" : ")");
     trace_line(TraceKind::Amp, os.str());
   }
-  if (skipped && min_scale_ && now < *min_scale_) {
-    MT_ERROR("GradScaler.update: the loss scale fell to ", describe_scale(now), ", below min_scale ",
-             describe_scale(*min_scale_), ", after ", consecutive_skips_, " consecutive skipped steps. At this scale "
-             "the inf/NaN gradients cannot come from overflow of scaled gradients: they come from the forward pass or "
-             "the loss itself (an inf/NaN in the data, an activation or loss beyond FP16's 65504, log(0), 0/0), and "
-             "lowering the scale further cannot fix that (NVIDIA/apex#715). Check the loss and activations for "
-             "non-finite values before backward(); keep overflow-prone ops in FP32.");
-  }
+  if (skipped && min_scale_ && now < *min_scale_)
+    MT_ERROR("GradScaler.update: the loss scale fell below min_scale ", describe_scale(*min_scale_), " after ",
+             skipped_steps_diagnosis());
+  // Without min_scale the floor is the collapse: PyTorch's scale would go on through the
+  // subnormals to 0, skipping every step in silence.
+  if (hit_floor)
+    MT_ERROR("GradScaler.update: the loss scale collapsed: a backoff reached the floor 2^-126 (the smallest normal "
+             "float; a scale never goes below it) after ", skipped_steps_diagnosis());
 }
 
 void GradScaler::update() {
   if (!enabled_) return;
   check_scale_initialized("update");
+  for (PerOptimizer& st : per_optimizer_) reduce_found_inf(st);  // every process backs off alike
   std::vector<Tensor> found;
   for (const PerOptimizer& st : per_optimizer_)
     for (const Tensor& f : st.found_inf_per_device) found.push_back(f);
@@ -317,17 +352,20 @@ void GradScaler::update() {
   update_scale_(scale_, growth_tracker_, combined, growth_factor_, backoff_factor_, growth_interval_);
   fn::update_scale(scale_host_, growth_tracker_host_, combined_host, growth_factor_, backoff_factor_,
                    static_cast<int32_t>(growth_interval_));
-  finish_update(before, combined_host != 0.0f);
+  const bool skipped = combined_host != 0.0f;
+  // The backoff the kernel clamped to the floor (fn::update_scale's product, before the clamp).
+  const bool hit_floor = skipped && !(static_cast<float>(static_cast<double>(before) * backoff_factor_) >= fn::kMinScale);
+  finish_update(before, skipped, hit_floor);
 }
 
 void GradScaler::update(double new_scale) {
   if (!enabled_) return;
   check_scale_initialized("update");
+  check_scale(new_scale, "GradScaler.update", "new_scale");
   const float s = static_cast<float>(new_scale);
-  MT_CHECK(std::isfinite(s) && s >= 0.0f, "GradScaler.update: new_scale must be a finite, non-negative float32 "
-           "value, got ", new_scale);
   MT_CHECK(!min_scale_ || s >= *min_scale_, "GradScaler.update: new_scale ", new_scale, " is below min_scale ",
            *min_scale_);
+  for (PerOptimizer& st : per_optimizer_) reduce_found_inf(st);  // the recorded skip is every process's
   bool skipped = false;
   for (const PerOptimizer& st : per_optimizer_) {
     if (st.found_on_host) {  // step() has read it
@@ -340,7 +378,7 @@ void GradScaler::update(double new_scale) {
   autograd::NoGradGuard no_grad;
   scale_.fill_(static_cast<double>(s));
   scale_host_ = s;
-  finish_update(before, skipped);
+  finish_update(before, skipped, /*hit_floor=*/false);
 }
 
 void GradScaler::update(const Tensor& new_scale) {
@@ -392,7 +430,7 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   const double backoff = get("backoff_factor", DType::Float64).item<double>();
   const int64_t interval = get("growth_interval", DType::Int64).item<int64_t>();
   const int32_t tracker = get("_growth_tracker", DType::Int32).item<int32_t>();
-  MT_CHECK(std::isfinite(scale) && scale >= 0.0f, who, ": key 'scale' must be finite and >= 0, got ", scale);
+  check_scale(scale, who, "key 'scale'");
   try {
     check_growth_factor(growth, "key 'growth_factor'");
     check_backoff_factor(backoff, "key 'backoff_factor'");

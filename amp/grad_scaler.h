@@ -26,7 +26,7 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;    // in (0, 1)
   int64_t growth_interval = 2000; // clean update()s before growing, >= 1
   bool enabled = true;
-  std::optional<double> min_scale;  // off (PyTorch has no floor); see addition (c)
+  std::optional<double> min_scale;  // off: only the floor 2^-126 (PyTorch has none); addition (c)
 };
 
 // PyTorch's OptState: where one optimizer is in the current iteration.
@@ -44,7 +44,8 @@ struct ScaleRecord {
 class GradScaler {
  public:
   // Errors (whether enabled or not): growth_factor <= 1, backoff_factor outside (0, 1),
-  // growth_interval < 1, init_scale not a positive finite float, min_scale not positive/finite.
+  // growth_interval < 1, init_scale not a finite float32 >= 2^-126 (the one rule for a scale:
+  // docs/AMP.md, "The scale's range"), min_scale not positive/finite.
   explicit GradScaler(GradScalerOptions options = {});
   GradScaler(const GradScaler&) = delete;  // two scalers must not share one scale tensor
   GradScaler& operator=(const GradScaler&) = delete;
@@ -62,10 +63,14 @@ class GradScaler {
   void unscale_(optim::Optimizer& optimizer);
   // Unscales first unless unscale_ ran; steps the optimizer only if no inf/NaN was found.
   // True if optimizer.step() ran; false if it was skipped because of inf/NaN gradients.
+  // If the found_inf reducer throws, the gradients stay unscaled once: a retried unscale_ or
+  // step() runs the reduction again, and only that.
   bool step(optim::Optimizer& optimizer);
   // Once per iteration, after every step(): backoff or growth of S, and every stage back to READY.
+  // Errors after the update is applied: a backoff below min_scale, or one that reaches the floor
+  // 2^-126 (the scale has collapsed); both explain it (skipped_steps_diagnosis()).
   void update();
-  void update(double new_scale);             // S = float(new_scale), tracker unchanged
+  void update(double new_scale);             // S = float(new_scale) (>= 2^-126), tracker unchanged
   void update(const Tensor& new_scale);      // a 1-element f32 tensor without requires_grad
 
   // The current scale (init_scale before the first scale(); 1.0 when disabled).
@@ -97,6 +102,12 @@ class GradScaler {
   // Grows by one record per update() (24 bytes), for the whole run.
   const std::vector<ScaleRecord>& scale_history() const { return history_; }
   int64_t skipped_steps() const { return skipped_steps_; }  // iterations with inf/NaN so far
+  // Skipped update()s since the last clean one (0 after a clean update(); not saved by state_dict).
+  int64_t consecutive_skipped_steps() const { return consecutive_skips_; }
+  // What a run of skipped steps means and what to check, with the count and the current scale:
+  // the text of the collapse and min_scale errors, for a training loop that gives up after K
+  // skipped steps of its own.
+  std::string skipped_steps_diagnosis() const;
 
   // PyTorch's keys, each a 0-d tensor: scale (f32), growth_factor, backoff_factor (f64),
   // growth_interval (i64), _growth_tracker (i32). Empty when disabled. Call it after update().
@@ -111,6 +122,7 @@ class GradScaler {
     const optim::Optimizer* optimizer = nullptr;
     OptState stage = OptState::READY;
     std::vector<Tensor> found_inf_per_device;  // one 0-d f32 per device that held gradients
+    bool reduction_pending = false;            // the flags are still this process's: reducer not yet run
     float inv_scale = 1.0f;                    // what step() applies to grads left scaled
     std::optional<float> found_on_host;        // their sum, once step() has read it
   };
@@ -118,7 +130,8 @@ class GradScaler {
   void lazy_init(Device device);
   PerOptimizer& state_of(const optim::Optimizer& optimizer);
   void unscale_grads(optim::Optimizer& optimizer, PerOptimizer& st, bool explicit_unscale);
-  void finish_update(float scale_before, bool skipped);
+  void reduce_found_inf(PerOptimizer& st);
+  void finish_update(float scale_before, bool skipped, bool hit_floor);
 
   bool enabled_;
   double init_scale_;

@@ -16,7 +16,8 @@ void check_unscale_operands(const OpCall& c);
 // Input i (>= 2), a gradient, when defined: floating and contiguous.
 void check_unscale_grad(const OpCall& c, size_t i);
 
-// inputs (scale, growth_tracker, found_inf): 1-element f32, 1-element i32, 1-element f32.
+// inputs (scale, growth_tracker, found_inf): 1-element f32, 1-element i32, 1-element f32; the
+// attribute growth_interval in [1, 2^31 - 1].
 void check_update_scale_operands(const OpCall& c);
 
 }  // namespace mixtape::amp

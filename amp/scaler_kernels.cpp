@@ -54,6 +54,10 @@ void check_update_scale_operands(const OpCall& c) {
            tracker.defined() ? tracker.describe() : "undefined");
   MT_CHECK(is_one_element_f32(found_inf), c.name(), ": found_inf must be a 1-element f32 tensor, got ",
            found_inf.defined() ? found_inf.describe() : "undefined");
+  // The kernels take the interval as i32 and test tracker >= interval - 1.
+  const int64_t interval = c.attrs.get<int64_t>("growth_interval");
+  MT_CHECK(interval >= 1 && interval <= INT32_MAX, c.name(), ": growth_interval must be in [1, 2^31 - 1], got ",
+           interval);
 }
 
 namespace {

@@ -1,6 +1,8 @@
 // tests/amp/test_found_inf_reducer.cpp — GradScaler::set_found_inf_reducer, the hook that makes
 // every process of a data-parallel job take the same skip/step decision (the two-process run
 // is in tests/distributed_mpi): the reducer's verdict, not the local gradients, decides.
+#include <stdexcept>
+
 #include "scaler_test_util.h"
 
 namespace mixtape::testing {
@@ -46,6 +48,43 @@ TEST(FoundInfReducer, ALocalInfReachesTheReducerAndAllFiniteStepsNormally) {
   EXPECT_EQ(seen.size(), 2u);
   EXPECT_EQ(seen[0], 0.0f);
   EXPECT_GT(seen[1], 0.0f);
+}
+
+// A reducer that throws (a collective timeout) after the gradients were unscaled in place: a
+// retried step() must run the reduction again and step once with the gradient unscaled once
+// (w = 1 - 3 = -2; a second division by S gave 1 - 3/1024).
+TEST(FoundInfReducer, ARetryAfterAFailingReducerUnscalesOnce) {
+  for (bool explicit_unscale : {false, true}) {
+    Tensor w = make_param({1.0}, {1});
+    optim::SGD opt({w}, {.lr = 1.0});
+    amp::GradScaler scaler({.init_scale = 1024.0});
+    std::vector<float> seen;
+    scaler.set_found_inf_reducer([&](const Tensor& f) {
+      seen.push_back(f.item<float>());
+      if (seen.size() == 1) {
+        const_cast<Tensor&>(f).fill_(7.0);  // a half-done collective may leave anything behind
+        throw std::runtime_error("all-reduce timed out");
+      }
+    });
+    scaler.scale((w * 3.0).sum()).backward();
+    auto first = [&] {
+      if (explicit_unscale)
+        scaler.unscale_(opt);
+      else
+        scaler.step(opt);
+    };
+    EXPECT_THROW(first(), std::runtime_error);
+    EXPECT_EQ(w.item<float>(), 1.0f) << "nothing stepped";
+    EXPECT_EQ(w.grad().item<float>(), 3.0f) << "unscaled once, before the reducer";
+    if (explicit_unscale) scaler.unscale_(opt);  // the retry of unscale_ itself
+    EXPECT_TRUE(scaler.step(opt));
+    EXPECT_EQ(w.grad().item<float>(), 3.0f) << (explicit_unscale ? "unscale_" : "step") << ": unscaled twice";
+    EXPECT_EQ(w.item<float>(), -2.0f);
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_EQ(seen[1], 0.0f) << "the retry reduces this process's own flag again, not the failed call's leftovers";
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), 1024.0);
+  }
 }
 
 }  // namespace
