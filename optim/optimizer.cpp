@@ -37,6 +37,26 @@ std::string key(const char* a, size_t i, const std::string& b) {
 
 Tensor snapshot(const Tensor& t) { return clone(t).detach(); }
 
+// Where parameter p (any floating dtype) still holds what a write-back of `master` into the 16-bit
+// format dt gave: exactly RNE(master) after a round-to-nearest write; after a stochastic one
+// (which writes one of the two dt neighbours) a dt value within one dt spacing of the master.
+Tensor holds_write_of(const Tensor& master, const Tensor& p, DType dt, bool stochastic) {
+  if (!stochastic) return eq(to_dtype(to_dtype(master, dt), p.dtype()), p);
+  // |float(p) - m| <= |m| * 2^-(mantissa bits) + the smallest dt subnormal; sign(excess) is -1,
+  // 0, 1 or NaN, and relu(sign) == 0 exactly for "within".
+  const bool half = dt == DType::Float16;
+  const double rel = half ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  const double tiny = half ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
+  const Tensor p32 = to_dtype(p, DType::Float32);  // exact once p is a dt value (checked below)
+  const Tensor excess = sub(abs(sub(p32, master)), add(mul(abs(master), rel), tiny));
+  Tensor keep = eq(relu(sign(excess)), zeros_like(excess));
+  if (p.dtype() != dt) {  // a wider parameter must hold a dt value to count as written from dt
+    const Tensor is_dt_value = eq(to_dtype(to_dtype(p, dt), p.dtype()), p);
+    keep = where(is_dt_value, keep, is_dt_value);
+  }
+  return keep;
+}
+
 }  // namespace
 
 // ---- HyperParams ----
@@ -201,26 +221,31 @@ void Optimizer::set_stochastic_rounding(bool on, uint64_t seed) {
 // write to one row re-seeds that row only. Device ops only, no host read: it never adds a
 // synchronisation to a step, even where many parameters share one storage (one version counter).
 void Optimizer::sync_master(const ParamState& s) const {
-  if (!s.master.defined() || (!s.needs_check && s.param.version() == s.synced_version)) return;
+  if (!s.master.defined()) {
+    if (s.loaded_master.defined()) adopt_loaded_master(s);
+    return;
+  }
+  if (!s.needs_check && s.param.version() == s.synced_version) return;
   autograd::NoGradGuard no_grad;
   const Tensor& p = s.param;
-  const Tensor p32 = to_dtype(p, DType::Float32);  // exact
-  Tensor keep;
-  if (!s.written_stochastically) {
-    keep = eq(to_dtype(s.master, p.dtype()), p);
-  } else {
-    // |float(p) - m| <= |m| * 2^-(mantissa bits) + the smallest 16-bit subnormal; sign(excess)
-    // is -1, 0, 1 or NaN, and relu(sign) == 0 exactly for "within".
-    const bool half = p.dtype() == DType::Float16;
-    const double rel = half ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
-    const double tiny = half ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
-    const Tensor excess = sub(abs(sub(p32, s.master)), add(mul(abs(s.master), rel), tiny));
-    keep = eq(relu(sign(excess)), zeros_like(excess));
-  }
+  const Tensor keep = holds_write_of(s.master, p, p.dtype(), s.written_stochastically);
   Tensor m = s.master;
-  copy_(m, where(keep, s.master, p32));  // the user's write wins where the two disagree
+  copy_(m, where(keep, s.master, to_dtype(p, DType::Float32)));  // the user's write wins where the two disagree
   s.synced_version = p.version();
   s.needs_check = false;
+}
+
+// An f32/f64 parameter given the master of a 16-bit model's optimizer (the dict does not say
+// which 16-bit format): wherever the parameter holds what that model's write-back gave, in FP16
+// or in BF16, it takes the master's finer value; elsewhere the model's own weights win, as above.
+void Optimizer::adopt_loaded_master(const ParamState& s) const {
+  autograd::NoGradGuard no_grad;
+  Tensor p = s.param;
+  Tensor value = p;
+  for (DType dt : {DType::Float16, DType::BFloat16})
+    value = where(holds_write_of(s.loaded_master, p, dt, s.written_stochastically), s.loaded_master, value);
+  copy_(p, value);  // exact: the master widens exactly into f32/f64
+  s.loaded_master = Tensor();
 }
 
 // ---- step ----
@@ -429,7 +454,10 @@ StateDict Optimizer::state_dict() const {
   for (size_t i = 0; i < states_.size(); ++i) {
     const ParamState& s = states_[i];
     sync_master(s);
-    if (s.master.defined()) sd[key("state", i, "master")] = snapshot(s.master);
+    if (s.master.defined()) {
+      sd[key("state", i, "master")] = snapshot(s.master);
+      sd[key("state", i, "written_stochastically")] = i64_scalar(s.written_stochastically ? 1 : 0);
+    }
     if (s.step > 0) sd[key("state", i, "step")] = i64_scalar(s.step);
     for (auto& [n, t] : s.buffers) sd[key("state", i, n)] = snapshot(t);
   }
@@ -493,8 +521,16 @@ void Optimizer::load_state_dict(const StateDict& sd) {
     }
     new_options[g] = std::move(opts);
   }
+  int64_t rounding[3];
+  const char* rkeys[3] = {"rounding.stochastic", "rounding.seed", "rounding.offset"};
+  for (int r = 0; r < 3; ++r) {
+    const Tensor& t = need(rkeys[r]);
+    expect(rkeys[r], t, DType::Int64, {});
+    rounding[r] = *on_cpu(t).data_ptr<int64_t>();
+  }
   struct Loaded {
-    Tensor master;
+    Tensor master;  // undefined: none saved (the dict comes from an f32/f64 parameter)
+    bool written_stochastically = false;
     int64_t step = 0;
     std::map<std::string, Tensor> buffers;
   };
@@ -506,11 +542,26 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       const ParamState& s = states_[k];
       const Tensor& p = s.param;
       const DType wt = s.master.defined() ? DType::Float32 : p.dtype();
-      if (s.master.defined()) {
-        const std::string mk = key("state", k, "master");
-        const Tensor& m = need(mk);
-        expect(mk, m, DType::Float32, p.sizes());
-        loaded[k].master = m;
+      // A master is saved with how its 16-bit parameter was last written. The dict of a 16-bit
+      // parameter's state may meet an f32/f64 parameter and the other way round (the same model
+      // trained in another precision): an extra master is kept as the FP32 value it is, a
+      // missing one is seeded from the parameter (docs/AMP.md, "Master weights").
+      const std::string mk = key("state", k, "master"), wk = key("state", k, "written_stochastically");
+      const Tensor* m = find(mk);
+      const Tensor* w = find(wk);
+      if (m != nullptr) {
+        expect(mk, *m, DType::Float32, p.sizes());
+        loaded[k].master = *m;
+        // Dicts saved before the per-parameter key: the optimizer-wide flag.
+        loaded[k].written_stochastically = rounding[0] != 0;
+      }
+      if (w != nullptr) {
+        MT_CHECK(m != nullptr, who, ": missing key '", mk, "' ('", wk, "' is present: the dict holds the state of a "
+                 "16-bit parameter without its master)");
+        expect(wk, *w, DType::Int64, {});
+        const int64_t v = *on_cpu(*w).data_ptr<int64_t>();
+        MT_CHECK(v == 0 || v == 1, who, ": '", wk, "' must be 0 or 1, got ", v);
+        loaded[k].written_stochastically = v != 0;
       }
       const std::string sk = key("state", k, "step");
       if (const Tensor* st = find(sk)) {
@@ -532,13 +583,6 @@ void Optimizer::load_state_dict(const StateDict& sd) {
                    " has been updated ", loaded[k].step, " times)");
     }
   }
-  int64_t rounding[3];
-  const char* rkeys[3] = {"rounding.stochastic", "rounding.seed", "rounding.offset"};
-  for (int r = 0; r < 3; ++r) {
-    const Tensor& t = need(rkeys[r]);
-    expect(rkeys[r], t, DType::Int64, {});
-    rounding[r] = *on_cpu(t).data_ptr<int64_t>();
-  }
   for (auto& [n, t] : sd) {
     if (used.count(n)) continue;
     if (n.rfind("param_groups.", 0) == 0)
@@ -546,7 +590,8 @@ void Optimizer::load_state_dict(const StateDict& sd) {
                " does not have; it has ", groups_.size(), " groups with options ", defaults_.names(), ")");
     if (n.rfind("state.", 0) == 0)
       MT_ERROR(who, ": unexpected key '", n, "' (this optimizer has ", states_.size(), " parameters, ",
-               "per-parameter state 'step', 'master' (16-bit parameters) and buffers of ", name_, ")");
+               "per-parameter state 'step', 'master' and 'written_stochastically' (from 16-bit parameters) and "
+               "buffers of ", name_, ")");
     MT_ERROR(who, ": unexpected key '", n, "'");
   }
 
@@ -556,13 +601,23 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   for (size_t i = 0; i < states_.size(); ++i) {
     ParamState& s = states_[i];
     const Device dev = s.param.device();
-    if (s.master.defined()) {
+    // The model's weights stay authoritative, as in PyTorch (loading an optimizer never changes
+    // the model's values beyond the precision its 16-bit state dict lost): the next sync keeps
+    // the loaded master only where the model holds its rounding, whichever of the two was loaded
+    // first.
+    s.loaded_master = Tensor();
+    if (s.master.defined() && loaded[i].master.defined()) {
       copy_(s.master, to_device(loaded[i].master, dev));  // keeps the master's identity
-      // The model's weights stay authoritative, as in PyTorch (loading an optimizer never changes
-      // the model): the next sync keeps the loaded master only where the model holds its
-      // rounding, whichever of the two was loaded first.
       s.needs_check = true;
-      s.written_stochastically = rounding[0] != 0;
+      s.written_stochastically = loaded[i].written_stochastically;
+    } else if (s.master.defined()) {  // state from an f32/f64 parameter: the master is the parameter
+      copy_(s.master, s.param);       // exact; a model loaded later re-seeds it through the version
+      s.synced_version = s.param.version();
+      s.needs_check = false;
+      s.written_stochastically = false;
+    } else if (loaded[i].master.defined()) {  // state from a 16-bit parameter: its FP32 value
+      s.loaded_master = snapshot(to_device(loaded[i].master, dev));
+      s.written_stochastically = loaded[i].written_stochastically;
     }
     s.step = loaded[i].step;
     s.buffers.clear();

@@ -103,13 +103,17 @@ class Optimizer {
   //   param_groups.<g>.params        i64[n]  the parameter indices of group g
   //   param_groups.<g>.<option>      f64     every hyperparameter (bools as 0/1)
   //   state.<i>.master               f32     the master of a 16-bit parameter
+  //   state.<i>.written_stochastically i64   with it: 1 if the parameter's last write-back from
+  //                                          the master rounded stochastically, 0 if to nearest
   //   state.<i>.step                 i64     updates applied (present once parameter i was updated)
   //   state.<i>.<buffer>             the buffers, dtype of the master (present with step)
   //   rounding.stochastic / .seed / .offset   i64, the write-back rounding and its stream
   StateDict state_dict() const;
   // Validates every key, shape and dtype against this optimizer first (nothing changes on error),
-  // then copies the values in (the dict is not aliased). Parameters themselves are not touched:
-  // they come from the model's own state_dict.
+  // then copies the values in (the dict is not aliased). Parameters come from the model's own
+  // state_dict; the one exception is a dict from a 16-bit model loaded for an f32/f64 parameter,
+  // whose master the parameter takes where it holds that master's 16-bit rounding. A dict from an
+  // f32/f64 parameter seeds a 16-bit parameter's master from the parameter (docs/AMP.md).
   void load_state_dict(const StateDict& sd);
 
  protected:
@@ -165,6 +169,9 @@ class Optimizer {
     mutable uint32_t synced_version = 0;
     mutable bool needs_check = false;
     bool written_stochastically = false;
+    // An f32/f64 parameter only: the master loaded from a 16-bit parameter's state, adopted by the
+    // next sync where the parameter holds its 16-bit write-back (written_stochastically: how).
+    mutable Tensor loaded_master;
   };
   size_t index_of(const Tensor& param, const char* what) const;  // error if not a parameter here
   std::string describe_param(size_t index) const;                // "param 3 'fc.weight' (f16[4, 2])"
@@ -172,6 +179,7 @@ class Optimizer {
   // Re-seeds the master entries whose 16-bit parameter was written since the optimizer last
   // wrote it and no longer holds round(master) (docs/AMP.md, "Master weights", "The model wins").
   void sync_master(const ParamState& s) const;
+  void adopt_loaded_master(const ParamState& s) const;
 
   std::string name_;
   HyperParams defaults_;

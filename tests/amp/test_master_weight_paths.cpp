@@ -13,6 +13,7 @@ namespace mixtape::testing {
 namespace {
 
 using amp::GradScaler;
+using optim::ParamGroup;
 using optim::SGD;
 
 constexpr DType k16[] = {DType::Float16, DType::BFloat16};
@@ -221,6 +222,13 @@ TEST(MasterWeights, LoadingOtherWeightsIntoTheModelAfterTheOptimizerReseeds) {
     copy_(w2, full({4}, 0.25));  // fine-tuning from other weights
   }
   EXPECT_EQ(opt2.master(w2).to_vector<float>(), std::vector<float>(4, 0.25f));
+  // The step continues from the model's weights with the loaded state: 0.25 - 1 * 0.5, where the
+  // loaded master would give RNE(1 - 1e-4 - 0.5) = 0.5.
+  w2.set_grad(full({4}, 0.5));
+  opt2.step();
+  EXPECT_EQ(w2.to_vector<float>(), std::vector<float>(4, -0.25f));
+  EXPECT_EQ(opt2.master(w2).to_vector<float>(), std::vector<float>(4, -0.25f));
+  EXPECT_EQ(opt2.step_count(w2), 2) << "the loaded step count continues";
 }
 
 TEST(MasterWeights, OtherWeightsLoadedIntoTheModelBeforeTheOptimizerWin) {
@@ -277,6 +285,45 @@ TEST(MasterWeights, TheCheckFollowsHowTheParameterWasWrittenNotTheCurrentFlag) {
     copy_(w, w.detach().clone());
   }
   EXPECT_TRUE(same_bytes(opt.master(w), master));
+}
+
+TEST(MasterWeights, AResumeKeepsStochasticallyWrittenMastersAfterTheFlagWasTurnedOff) {
+  // Trained with stochastic rounding, the flag turned off before saving: the resumed optimizer
+  // must judge the model by how each parameter was last written (stochastically), not by the
+  // flag, or it re-seeds every master entry whose model value is the stochastic neighbour.
+  Tensor w = full({64}, 1.0, TensorOptions(DType::BFloat16)).requires_grad_(true);
+  Tensor r = full({64}, 1.0, TensorOptions(DType::BFloat16)).requires_grad_(true);  // RNE from the start
+  SGD opt({ParamGroup({w}), ParamGroup({r})}, {.lr = 1.0});
+  Generator gen(9);
+  auto step = [&] {
+    w.set_grad(mul(randn({64}, {}, &gen), 1e-3));
+    r.set_grad(mul(randn({64}, {}, &gen), 1e-3));
+    opt.step();
+  };
+  opt.set_stochastic_rounding(true, 5);
+  for (int i = 0; i < 5; ++i) step();
+  opt.set_stochastic_rounding(false);
+  r.set_grad(mul(randn({64}, {}, &gen), 1e-3));
+  w.set_grad(Tensor());
+  opt.step();  // r is now written by RNE again, w is not stepped
+  const StateDict saved = opt.state_dict();
+  const Tensor w_master = saved.at("state.0.master"), r_master = saved.at("state.1.master");
+  ASSERT_FALSE(same_bytes(to_dtype(w_master, DType::BFloat16), w)) << "some entries are not RNE(master)";
+  for (bool model_first : {true, false}) {
+    Tensor w2 = full({64}, 0.5, TensorOptions(DType::BFloat16)).requires_grad_(true);
+    Tensor r2 = full({64}, 0.5, TensorOptions(DType::BFloat16)).requires_grad_(true);
+    SGD opt2({ParamGroup({w2}), ParamGroup({r2})}, {.lr = 1.0});
+    auto load_model = [&] {
+      autograd::NoGradGuard no_grad;
+      copy_(w2, w);
+      copy_(r2, r);
+    };
+    if (model_first) load_model();
+    opt2.load_state_dict(saved);
+    if (!model_first) load_model();
+    EXPECT_TRUE(same_bytes(opt2.master(w2), w_master)) << (model_first ? "model first" : "optimizer first");
+    EXPECT_TRUE(same_bytes(opt2.master(r2), r_master)) << (model_first ? "model first" : "optimizer first");
+  }
 }
 
 TEST(MasterWeights, AnEmptySixteenBitParameterSurvivesAWrite) {

@@ -3,6 +3,8 @@
 // and stochastic rounding of the write-back. The paths off the demo's road (accumulation, writes
 // to the model, clipping) are in tests/amp/test_master_weight_paths.cpp.
 #include <cmath>
+#include <memory>
+#include <string>
 
 #include "optim/optim_functors.h"
 #include "optim_test_util.h"
@@ -321,6 +323,100 @@ TEST(StochasticRounding, OptimizerWriteBackIsUnbiasedSeededAndOffByDefault) {
   EXPECT_NEAR(static_cast<double>(up), 1024.0, 139.0);
   EXPECT_TRUE(same_bits(a, b)) << "same seed, same bits";
   EXPECT_FALSE(same_bits(a, c)) << "another seed, another draw";
+}
+
+// ---- optimizer state between a 16-bit model and an FP32 one (PyTorch casts state on load) ----
+
+// An Adam over a [8] parameter of dtype dt after three steps, with its parameter.
+struct Trained {
+  Tensor w;
+  std::unique_ptr<Adam> opt;
+};
+Trained trained_adam(DType dt) {
+  Generator gen(21);
+  Trained t{mul(randn({8}, {}, &gen), 0.5).to(dt).requires_grad_(true), nullptr};
+  t.opt = std::make_unique<Adam>(std::vector<Tensor>{t.w}, optim::AdamOptions{.lr = 1e-3});
+  for (int i = 0; i < 3; ++i) {
+    t.w.set_grad(randn({8}, {}, &gen));
+    t.opt->step();
+  }
+  return t;
+}
+const Tensor& next_grad() {
+  static const Tensor g = [] {
+    Generator gen(22);
+    return randn({8}, {}, &gen);
+  }();
+  return g;
+}
+
+TEST(MasterStateDict, SixteenBitStateLoadsIntoAnFp32ModelWhoseWeightsTakeTheMasters) {
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    for (bool model_first : {true, false}) {
+      Trained src = trained_adam(dt);
+      const StateDict sd = src.opt->state_dict();
+      const Tensor master = sd.at("state.0.master");
+      ASSERT_FALSE(same_bits(master, to_dtype(src.w, DType::Float32))) << "the master is finer than the model";
+      Tensor w32 = zeros({8}).requires_grad_(true);
+      Adam opt32({w32}, {.lr = 1e-3});
+      auto load_model = [&] {  // the model's 16-bit state dict, loaded into the FP32 model
+        autograd::NoGradGuard no_grad;
+        copy_(w32, src.w);
+      };
+      if (model_first) load_model();
+      opt32.load_state_dict(sd);
+      if (!model_first) load_model();
+      const std::string how = std::string(dtype_name(dt)) + (model_first ? ", model first" : ", optimizer first");
+      EXPECT_TRUE(same_bits(opt32.master(w32), master)) << how << ": the FP32 weights are the masters";
+      EXPECT_TRUE(same_bits(w32, master)) << how;
+      // The FP32 run continues exactly as the 16-bit run's masters do.
+      src.w.set_grad(next_grad());
+      w32.set_grad(next_grad().clone());
+      src.opt->step();
+      opt32.step();
+      EXPECT_TRUE(same_bits(w32, src.opt->master(src.w))) << how;
+      EXPECT_TRUE(same_bits(opt32.state(w32, "exp_avg_sq"), src.opt->state(src.w, "exp_avg_sq"))) << how;
+      EXPECT_EQ(opt32.step_count(w32), 4);
+    }
+  }
+  // Other weights in the FP32 model (not a 16-bit rounding of the masters) win.
+  Trained src = trained_adam(DType::Float16);
+  Tensor w32 = full({8}, 0.125).requires_grad_(true);
+  Adam opt32({w32}, {.lr = 1e-3});
+  opt32.load_state_dict(src.opt->state_dict());
+  EXPECT_EQ(opt32.master(w32).to_vector<float>(), std::vector<float>(8, 0.125f));
+}
+
+TEST(MasterStateDict, Fp32StateLoadsIntoASixteenBitModelWithMastersSeededFromIt) {
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    for (bool model_first : {true, false}) {
+      Trained src = trained_adam(DType::Float32);
+      const StateDict sd = src.opt->state_dict();
+      Tensor w16 = zeros({8}, TensorOptions(dt)).requires_grad_(true);
+      Adam opt16({w16}, {.lr = 1e-3});
+      auto load_model = [&] {  // the FP32 model's state dict, rounded into the 16-bit model
+        autograd::NoGradGuard no_grad;
+        copy_(w16, src.w);
+      };
+      if (model_first) load_model();
+      opt16.load_state_dict(sd);
+      if (!model_first) load_model();
+      const std::string how = std::string(dtype_name(dt)) + (model_first ? ", model first" : ", optimizer first");
+      const Tensor widened = to_dtype(w16, DType::Float32).detach();
+      EXPECT_TRUE(same_bits(opt16.master(w16), widened)) << how << ": the master is the 16-bit weight, widened";
+      EXPECT_TRUE(same_bits(opt16.state(w16, "exp_avg"), sd.at("state.0.exp_avg"))) << how;
+      EXPECT_EQ(opt16.step_count(w16), 3);
+      // It continues as an FP32 run from the 16-bit weights would.
+      Tensor ref = widened.clone().detach().requires_grad_(true);
+      Adam opt_ref({ref}, {.lr = 1e-3});
+      opt_ref.load_state_dict(sd);
+      w16.set_grad(next_grad());
+      ref.set_grad(next_grad().clone());
+      opt16.step();
+      opt_ref.step();
+      EXPECT_TRUE(same_bits(opt16.master(w16), ref)) << how;
+    }
+  }
 }
 
 }  // namespace

@@ -264,7 +264,8 @@ TEST(StateDict, KeysDtypesAndShapes) {
                       "param_groups.1.dampening", "param_groups.1.lr", "param_groups.1.momentum",
                       "param_groups.1.nesterov", "param_groups.1.params", "param_groups.1.weight_decay",
                       "rounding.offset", "rounding.seed", "rounding.stochastic", "state.0.momentum_buffer",
-                      "state.0.step", "state.1.master", "state.1.momentum_buffer", "state.1.step"}));
+                      "state.0.step", "state.1.master", "state.1.momentum_buffer", "state.1.step",
+                      "state.1.written_stochastically"}));
   EXPECT_EQ(sd.at("param_groups.1.lr").describe(), "f64[]");
   EXPECT_EQ(sd.at("param_groups.1.lr").item<double>(), 0.01);
   EXPECT_EQ(sd.at("param_groups.1.params").to_vector<int64_t>(), std::vector<int64_t>{1});
@@ -273,6 +274,8 @@ TEST(StateDict, KeysDtypesAndShapes) {
   EXPECT_EQ(sd.at("state.1.master").describe(), "f32[2]");
   EXPECT_EQ(sd.at("state.1.step").describe(), "i64[]");
   EXPECT_EQ(sd.at("state.1.step").item<int64_t>(), 1);
+  EXPECT_EQ(sd.at("state.1.written_stochastically").describe(), "i64[]");
+  EXPECT_EQ(sd.at("state.1.written_stochastically").item<int64_t>(), 0);
   // A snapshot: changing it does not change the optimizer.
   fill_(sd.at("state.0.momentum_buffer"), 7.0);
   EXPECT_EQ(opt.state(w, "momentum_buffer").to_vector<float>(), std::vector<float>(6, 1.0f));
