@@ -239,7 +239,11 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   check_scale_initialized("unscale_");
   PerOptimizer& st = state_of(optimizer);
   if (st.stage == OptState::UNSCALED && st.reduction_pending) {
-    reduce_found_inf(st);  // a retry after the reducer failed: the gradients are already unscaled
+    // A retry after the reducer failed: the gradients are already unscaled. Not after a failed
+    // step(), which left 16-bit gradients scaled for the optimizer to unscale as it widens them.
+    MT_CHECK(st.inv_scale == 1.0f, "GradScaler.unscale_(", optimizer.name(), "): the found_inf reducer failed "
+             "during step(), which had already unscaled the gradients; retry step() (it re-runs only the reduction)");
+    reduce_found_inf(st);
     return;
   }
   MT_CHECK(st.stage != OptState::UNSCALED, "GradScaler.unscale_(", optimizer.name(), "): unscale_() has already been "
