@@ -72,9 +72,9 @@ struct UnscaleAndCheck {
 //   state, or the op called directly) grows instead of overflowing int32 (UB; PyTorch's tracker
 //   wraps negative). growth_interval >= 1, so growth_interval - 1 cannot overflow either.
 // * Backoff stops at kMinScale = 2^-126, the smallest normal float, where PyTorch goes on to
-//   subnormals and 0 (after which every step is skipped). Below 2^-126, 1/S overflows float
-//   towards 2^-128; GradScaler reports a backoff that reaches the floor as a collapse.
-constexpr float kMinScale = 1.17549435e-38f;  // FLT_MIN = 2^-126 (<cfloat> is not device code)
+//   subnormals and 0 (after which every step is skipped). Below 2^-128, 1/S overflows float;
+//   GradScaler reports a backoff that reaches the floor as a collapse.
+constexpr float kMinScale = 0x1p-126f;  // FLT_MIN, the smallest normal float
 
 MIXTAPE_INLINE void update_scale(float& scale, int32_t& growth_tracker, float found_inf, double growth_factor,
                                  double backoff_factor, int32_t growth_interval) {
