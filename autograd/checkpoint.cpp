@@ -1,7 +1,8 @@
-// autograd/checkpoint.cpp — see autograd/checkpoint.h. The tape gets one CheckpointNode per
-// segment; its apply() is a small forward + backward of its own. Invariant: between forward and
-// backward a segment holds only its inputs; everything else it computes is freed as soon as
-// the op that uses it has run.
+// autograd/checkpoint.cpp — see autograd/checkpoint.h. Non-reentrant: a Frame per segment is the
+// saved-tensor hooks of its forward and recomputes its placeholders on first unpack. Reentrant:
+// one CheckpointNode per segment, whose apply() is a small forward + backward of its own.
+// Invariant (both): between forward and backward a segment holds only its inputs; everything
+// else it computes is freed as soon as the op that uses it has run.
 #include "autograd/checkpoint.h"
 
 #include <atomic>
@@ -55,9 +56,10 @@ InputKind kind_of(const Tensor& t) {
   return t.is_leaf() && !t.is_view() ? InputKind::Leaf : InputKind::Computed;
 }
 
-// The grad_fn of the recompute's non-leaf inputs: the engine sums the gradients of all their
-// uses in its slots exactly as it does at the input's own grad_fn in the plain graph, and
-// hands them here, where apply() keeps them for CheckpointNode to return.
+// The grad_fn of the recompute's non-leaf inputs (so they stay non-leaves). Reentrant: the
+// engine sums the gradients of all their uses in its slots exactly as it does at the input's own
+// grad_fn in the plain graph, and hands them here, where apply() keeps them for CheckpointNode
+// to return. Non-reentrant: the recompute's graph is never backpropagated; it only stands there.
 class InputGradSink final : public Node {
  public:
   explicit InputGradSink(size_t n) : Node(next_seq_nr()), grads_(n) {}
@@ -79,16 +81,155 @@ void run_in_forward_region(const AutocastState& forward, const std::function<voi
   body();
 }
 
+constexpr const char* kNoCreateGraph =
+    "checkpoint: create_graph=true (double backward) through a checkpointed segment is not supported: the "
+    "recomputed tensors its backward uses are not recorded";
+
+// A segment's inputs, kept for the recompute (version-checked), with how each took part in
+// the forward's graph.
+class SegmentInputs {
+ public:
+  explicit SegmentInputs(const TensorList& inputs) {
+    for (const Tensor& t : inputs) {
+      saved_.emplace_back(t.defined() ? SavedTensor(t, false) : SavedTensor());
+      kinds_.push_back(kind_of(t));
+    }
+  }
+  size_t size() const { return saved_.size(); }
+  InputKind kind(size_t i) const { return kinds_[i]; }
+  void release() {
+    for (auto& s : saved_) s.release();
+  }
+  // The inputs of a recompute, detached, each with its forward standing: a leaf that required
+  // grad is again such a leaf, a computed tensor again a non-leaf (its grad_fn the `sink`).
+  TensorList for_recompute(const std::shared_ptr<Node>& sink) const {
+    TensorList in;
+    for (size_t i = 0; i < saved_.size(); ++i) {
+      if (!saved_[i].defined()) {
+        in.emplace_back();
+        continue;
+      }
+      Tensor t = saved_[i].unpack(nullptr, "checkpoint input " + std::to_string(i)).detach();
+      if (kinds_[i] == InputKind::Leaf) t.requires_grad_(true);
+      if (kinds_[i] == InputKind::Computed) t.set_history(sink, static_cast<uint32_t>(i));
+      in.push_back(t);
+    }
+    return in;
+  }
+
+ private:
+  std::vector<SavedTensor> saved_;
+  std::vector<InputKind> kinds_;
+};
+
+// Reruns the segment exactly as its forward ran: same random draws, recording on, inside a
+// region with the forward's autocast settings and a cache of its own.
+TensorList rerun(const SegmentFn& fn, const TensorList& in, const AutocastState& autocast, Generator::Range rng) {
+  TensorList outs;
+  RngAtForward at_forward(rng);
+  EnableGradGuard grad_on;
+  RecomputeScope recomputing;
+  run_in_forward_region(autocast, [&] { outs = fn(in); });
+  return outs;
+}
+
+// ---- non-reentrant ----
+
+// What a recompute saves, in order; the recompute's own graph keeps nothing.
+class Capture final : public SavedTensorHooks {
+ public:
+  std::optional<uint32_t> pack(const Tensor& t) override {
+    saved.push_back(t.detach());
+    return std::nullopt;
+  }
+  Tensor unpack(uint32_t, const std::string&) override { return {}; }  // never reached: nothing packed
+  void release(uint32_t) override {}
+  TensorList saved;
+};
+
+// One non-reentrant segment: the saved-tensor hooks of its forward (slot k = the k-th tensor its
+// ops saved, with its metadata) and, after the first unpack, the recomputed tensor of every slot
+// not yet released. Held by the placeholders only: it goes with the last of them.
+class Frame final : public SavedTensorHooks {
+ public:
+  Frame(SegmentFn fn, const TensorList& inputs, AutocastState autocast, Generator::Range rng)
+      : fn_(std::move(fn)), inputs_(inputs), autocast_(autocast), rng_(rng) {}
+
+  std::optional<uint32_t> pack(const Tensor& t) override {
+    meta_.push_back(TensorMeta::of(t));
+    live_.push_back(true);
+    return static_cast<uint32_t>(meta_.size() - 1);
+  }
+
+  Tensor unpack(uint32_t slot, const std::string& what) override {
+    // The engine turns grad mode on only for create_graph: the recomputed tensors would enter
+    // the double backward without their history.
+    MT_CHECK(!GradMode::is_enabled(), kNoCreateGraph, " (", what, ")");
+    if (!recomputed_) recompute();
+    MT_CHECK(slot < slots_.size() && slots_[slot].defined(), "checkpoint: internal error: ", what,
+             " (slot ", slot, ") is not held by its segment's frame");
+    return slots_[slot];
+  }
+
+  void release(uint32_t slot) override {
+    if (slot >= live_.size()) return;
+    live_[slot] = false;
+    if (slot < slots_.size()) slots_[slot] = Tensor();
+  }
+
+ private:
+  void recompute() {
+    MT_CHECK(!recomputing_, "checkpoint: the segment unpacked its own saved tensors while being recomputed");
+    recomputing_ = true;
+    struct Done {
+      bool& flag;
+      ~Done() { flag = false; }
+    } done{recomputing_};
+    // The inputs first, outside the rerun's region: an input that is itself a placeholder of an
+    // enclosing checkpoint recomputes that one now.
+    TensorList in = inputs_.for_recompute(std::make_shared<InputGradSink>(inputs_.size()));
+    auto capture = std::make_shared<Capture>();
+    {
+      SavedTensorHooksGuard capturing(capture);
+      rerun(fn_, in, autocast_, rng_);
+    }
+    TensorList& got = capture->saved;
+    MT_CHECK(got.size() == meta_.size(), "checkpoint: the segment's recompute saved ", got.size(),
+             " tensors for backward, its forward saved ", meta_.size(), kDeterministic);
+    for (size_t k = 0; k < got.size(); ++k) {
+      const TensorMeta& m = meta_[k];
+      MT_CHECK(got[k].sizes() == m.sizes && got[k].dtype() == m.dtype && got[k].device() == m.device,
+               "checkpoint: saved tensor ", k, " of the segment is ", got[k].describe(), " in the recompute, ",
+               dtype_short(m.dtype), shape_str(m.sizes), " on ", m.device, " in the forward", kDeterministic);
+      if (!live_[k]) got[k] = Tensor();  // its node has finished without it
+    }
+    slots_ = std::move(got);
+    recomputed_ = true;
+  }
+
+  static constexpr const char* kDeterministic =
+      " (the segment must run the same ops when recomputed: deterministic given its inputs, the autocast "
+      "settings and the default generator)";
+
+  SegmentFn fn_;
+  SegmentInputs inputs_;
+  AutocastState autocast_;
+  Generator::Range rng_;  // the default generator's (seed, offset) when forward started
+  std::vector<TensorMeta> meta_;
+  std::vector<bool> live_;  // per slot: its SavedTensor not yet released
+  TensorList slots_;        // the recomputed tensors
+  bool recomputed_ = false;
+  bool recomputing_ = false;
+};
+
+// ---- reentrant ----
+
 class CheckpointNode final : public Node {
  public:
   CheckpointNode(SegmentFn fn, const TensorList& inputs, const TensorList& outputs, AutocastState autocast,
                  Generator::Range rng)
-      : Node(next_seq_nr()), fn_(std::move(fn)), autocast_(autocast), rng_(rng) {
-    for (const Tensor& t : inputs) {
-      saved_.emplace_back(t.defined() ? SavedTensor(t, false) : SavedTensor());
-      input_kind_.push_back(kind_of(t));
-      next_edges_.push_back(t.defined() ? gradient_edge(t) : Edge{});
-    }
+      : Node(next_seq_nr()), fn_(std::move(fn)), inputs_(inputs), autocast_(autocast), rng_(rng) {
+    for (const Tensor& t : inputs) next_edges_.push_back(t.defined() ? gradient_edge(t) : Edge{});
     for (const Tensor& o : outputs) output_meta_.push_back(TensorMeta::of(o));
   }
 
@@ -96,29 +237,10 @@ class CheckpointNode final : public Node {
     MT_CHECK(!released_, "checkpoint: trying to backward through a checkpointed segment a second time; "
              "pass retain_graph=true to the first backward");
     // The engine turns grad mode on only for create_graph.
-    MT_CHECK(!GradMode::is_enabled(), "checkpoint: create_graph=true (double backward) through a checkpointed "
-             "segment is not supported: its gradients come from a backward of its own, which is not recorded");
-    auto sink = std::make_shared<InputGradSink>(saved_.size());
-    TensorList in;
-    for (size_t i = 0; i < saved_.size(); ++i) {
-      if (!saved_[i].defined()) {
-        in.emplace_back();
-        continue;
-      }
-      Tensor t = saved_[i].unpack(shared_from_this(), "checkpoint input " + std::to_string(i)).detach();
-      if (input_kind_[i] == InputKind::Leaf) t.requires_grad_(true);
-      if (input_kind_[i] == InputKind::Computed) t.set_history(sink, static_cast<uint32_t>(i));
-      in.push_back(t);
-    }
-    TensorList outs;
-    {
-      // Recompute exactly as forward did: same random draws, recording on, inside a region with
-      // the forward's autocast settings and a cache of its own.
-      RngAtForward rng(rng_);
-      EnableGradGuard grad_on;
-      RecomputeScope recomputing;
-      run_in_forward_region(autocast_, [&] { outs = fn_(in); });
-    }
+    MT_CHECK(!GradMode::is_enabled(), kNoCreateGraph);
+    auto sink = std::make_shared<InputGradSink>(inputs_.size());
+    TensorList in = inputs_.for_recompute(sink);
+    TensorList outs = rerun(fn_, in, autocast_, rng_);
     MT_CHECK(outs.size() == output_meta_.size(), "checkpoint: the recomputed segment returned ", outs.size(),
              " tensors, the forward returned ", output_meta_.size(), " (the function must be deterministic)");
     TensorList roots, root_grads;
@@ -135,7 +257,7 @@ class CheckpointNode final : public Node {
     if (!roots.empty()) backward(roots, root_grads);
     TensorList in_grads;
     for (size_t i = 0; i < in.size(); ++i) {
-      switch (input_kind_[i]) {
+      switch (inputs_.kind(i)) {
         case InputKind::NoGrad: in_grads.emplace_back(); break;
         case InputKind::Leaf: in_grads.push_back(in[i].grad()); break;
         case InputKind::Computed: in_grads.push_back(sink->grad(i)); break;
@@ -147,21 +269,20 @@ class CheckpointNode final : public Node {
   std::string name() const override { return "CheckpointBackward"; }
   std::string describe() const override {
     std::ostringstream os;
-    os << name() << "  (recomputes its segment; saved: " << saved_.size() << " inputs)";
+    os << name() << "  (recomputes its segment; saved: " << inputs_.size() << " inputs)";
     return os.str();
   }
   void release_saved() override {
-    for (auto& s : saved_) s.release();
+    inputs_.release();
     released_ = true;
   }
   size_t num_outputs() const override { return output_meta_.size(); }
 
  private:
   SegmentFn fn_;
+  SegmentInputs inputs_;
   AutocastState autocast_;
   Generator::Range rng_;  // the default generator's (seed, offset) when forward started
-  std::vector<SavedTensor> saved_;
-  std::vector<InputKind> input_kind_;
   std::vector<TensorMeta> output_meta_;
   bool released_ = false;
 };
@@ -172,12 +293,19 @@ bool in_checkpoint_recompute() { return tls_recomputing > 0; }
 
 void set_recompute_region(RecomputeRegion region) { g_region.store(region, std::memory_order_release); }
 
-TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs) {
+TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs, CheckpointOptions options) {
   MT_CHECK(fn, "checkpoint: expected a function");
   if (!GradMode::is_enabled()) return fn(inputs);  // nothing will be differentiated: a plain call
   Generator& gen = default_generator();
   const Generator::Range rng{gen.seed(), gen.offset()};
   const AutocastState autocast = autocast_state();
+  if (!options.use_reentrant) {
+    // The frame keeps the inputs under the hooks around this call (inside an enclosing
+    // checkpoint: placeholders of that one), then becomes the hooks of fn's own ops.
+    auto frame = std::make_shared<Frame>(fn, inputs, autocast, rng);
+    SavedTensorHooksGuard placeholders(frame);
+    return fn(inputs);
+  }
   TensorList outs;
   bool needs_grad = false;
   {
@@ -200,8 +328,8 @@ TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs) {
   return outs;
 }
 
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input) {
-  return checkpoint([fn](const TensorList& in) { return TensorList{fn(in[0])}; }, TensorList{input})[0];
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input, CheckpointOptions options) {
+  return checkpoint([fn](const TensorList& in) { return TensorList{fn(in[0])}; }, TensorList{input}, options)[0];
 }
 
 }  // namespace mixtape::autograd

@@ -4,40 +4,44 @@
 //   Tensor h = autograd::checkpoint([&](const TensorList& in) { return TensorList{block.forward(in[0])}; },
 //                                   {x})[0];
 //
-// Forward runs fn once with its ops recorded but nothing saved (DiscardSavedTensorsGuard,
-// autograd/saved_tensor.h): requires_grad comes out as in the plain graph, so a parameter fn
-// captures counts as much as an input, and no activation inside the segment outlives the op
-// that uses it — the peak inside the segment is its working set, not its graph. The outputs are
-// detached from that graph (which is then freed) and attached to one CheckpointBackward node,
-// which keeps only `inputs` (version-checked, so an in-place change before backward is an
-// error). This is PyTorch's non-reentrant variant in effect (record, keep nothing); its reentrant
-// one runs forward under no_grad and can therefore only count the inputs.
+// Two modes, as PyTorch's use_reentrant (the default is the one PyTorch recommends):
 //
-// Backward reruns fn on the saved inputs with grad mode on, from the default generator's RNG
-// position the forward saw (dropout draws the same mask), inside an autocast region opened with
-// the forward's settings for every device type (enabled, dtype, cache_enabled), as
-// torch.utils.checkpoint re-enters torch.autocast. A real region matters: its weight-cast cache
-// makes a weight used twice in the segment one cast whose two gradients meet in 16 bits, as in
-// the plain graph (cast per use, they would be summed in FP32 instead). The region has a cache
-// of its own, also when backward() runs inside an open region: the recompute neither reuses the
-// forward's cached casts nor leaves its own behind. The recomputed inputs keep what that cache
-// keys on: an input that was a leaf requiring grad (a parameter passed in) is again such a leaf,
-// an activation is again a non-leaf, so neither is cached where the plain graph did not cache it.
-// Then the incoming gradients are backpropagated through the rerun: parameters used inside fn
-// receive their .grad there, and the segment's inputs get theirs through this node. Scaled
-// gradients (GradScaler) pass through unchanged; nothing here knows about scaling.
+// Non-reentrant (default). Forward runs fn once, recorded into the ordinary graph, under
+// saved-tensor hooks (autograd/saved_tensor.h) that keep a placeholder for every tensor an op
+// saves: the graph is the plain graph's, nodes and edges alike, but it holds no activation of the
+// segment, and each one is freed once the op that uses it has run (the peak inside the segment
+// is its working set). The segment's inputs are kept (version-checked: an in-place change before
+// backward is an error). The first time backward unpacks a placeholder, the segment is rerun
+// on those inputs with grad mode on, from the default generator's RNG position of its forward
+// (dropout draws the same mask), inside an autocast region with the forward's settings for every
+// device type (enabled, dtype, cache_enabled; as torch.utils.checkpoint re-enters torch.autocast)
+// and a weight-cast cache of its own (amp/checkpoint_region.cpp). The k-th tensor the rerun
+// saves fills the k-th placeholder; the rerun's own graph is dropped. Gradients then flow through
+// the forward's graph: a weight used in two segments reaches its AccumulateGrad through the
+// forward's one cached cast, once per backward, so every gradient equals the plain graph's bit
+// for bit (FP32, autocast FP16/BF16, a 16-bit model), a tensor computed inside a segment may be
+// used outside it, and DDP's per-parameter hook fires once as in the plain graph. A recomputed
+// cast of a weight has the forward's bits (RNE is deterministic); only its value is used, never
+// its graph. A rerun that saves a different number of tensors, or one of another shape, dtype or
+// device, is an error naming the tensor. Recomputed tensors are freed as the nodes that use them
+// finish (kept with retain_graph, so a second backward reuses them).
 //
-// So the gradients are the plain graph's bit for bit (FP32, autocast FP16/BF16, a 16-bit model),
-// provided a segment's weights and inputs are used only inside it. A weight also used outside the
-// segment (in another segment, or before it in the same region) is cast once per segment and the
-// parts are summed in its own dtype; an input also used outside sums its in-segment part first:
-// the same values up to rounding, as in PyTorch.
-// Layers with side effects must not repeat them in the rerun: BatchNorm2d checks
-// in_checkpoint_recompute() and leaves its running statistics alone then.
-// Limits: fn must be deterministic given its inputs, the autocast settings and the default
-// generator (other generators are not rewound); a tensor computed inside fn and used outside it
-// other than as an output has a graph that saved nothing (backward through it is an error that
-// says so); create_graph (double backward) through a checkpoint is an error.
+// Reentrant (CheckpointOptions{.use_reentrant = true}). Forward records fn's ops but saves
+// nothing and detaches the outputs, which get one CheckpointBackward node keeping the inputs.
+// Its backward reruns fn (same RNG position, same autocast region) and runs a backward of its
+// own through the rerun: parameters get their .grad there, inputs through the node. Exact as
+// long as a segment's weights and inputs are used only inside it; a weight shared with another
+// segment is cast once per segment and its parts summed in its own dtype (FP16: one rounding
+// away from the plain graph), its AccumulateGrad runs once per segment (DDP refuses that once
+// the bucket has left), and a tensor computed inside the segment cannot be differentiated
+// outside it (an error that says so).
+//
+// Both: layers with side effects must not repeat them in the rerun: BatchNorm2d checks
+// in_checkpoint_recompute() and leaves its running statistics alone then. fn must be
+// deterministic given its inputs, the autocast settings and the default generator (other
+// generators are not rewound). create_graph (double backward) through a checkpoint is an error.
+// Scaled gradients (GradScaler) pass through unchanged. A checkpoint inside a checkpoint works
+// (the inner segment's inputs are the outer one's placeholders, recomputed first).
 #pragma once
 #include <functional>
 
@@ -48,8 +52,12 @@ namespace mixtape::autograd {
 
 using SegmentFn = std::function<TensorList(const TensorList&)>;
 
-TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs);
-Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input);
+struct CheckpointOptions {
+  bool use_reentrant = false;  // see above; false is PyTorch's recommendation and the exact one
+};
+
+TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs, CheckpointOptions options = {});
+Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& input, CheckpointOptions options = {});
 
 // True on this thread while a checkpointed segment is being recomputed in backward. Layers with
 // side effects consult it: BatchNorm2d does not update its running statistics a second time.

@@ -14,8 +14,8 @@ void backward(const TensorList& roots, const TensorList& grad_roots = {}, bool r
               bool create_graph = false);
 
 // Runs `fn` once the outermost backward() running on this thread has processed every node
-// (PyTorch's Variable._execution_engine.queue_callback): a nested backward (a checkpointed
-// segment's recompute) does not run it. Callbacks run in the order queued; one may queue another.
+// (PyTorch's Variable._execution_engine.queue_callback): a nested backward (a reentrant
+// checkpointed segment's own) does not run it. Callbacks run in the order queued; one may queue another.
 // Called outside a backward it throws. If the backward throws, pending callbacks are dropped.
 void queue_callback(std::function<void()> fn);
 // True while a backward() is running on this thread.

@@ -116,7 +116,7 @@ std::string OpNode::describe() const {
   auto saved = [&](const std::vector<SavedTensor>& v, const char* kind) {
     for (size_t i = 0; i < v.size(); ++i) {
       if (!v[i].defined()) continue;
-      os << (any ? ", " : "  saved: ") << kind << i << ' ' << v[i].peek().describe();
+      os << (any ? ", " : "  saved: ") << kind << i << ' ' << v[i].describe();
       any = true;
     }
   };

@@ -1,44 +1,87 @@
-// autograd/saved_tensor.cpp — save / unpack with version checks; the discard mode.
+// autograd/saved_tensor.cpp — save / unpack with version checks; saved-tensor hooks.
 #include "autograd/saved_tensor.h"
+
+#include "core/error.h"
 
 namespace mixtape::autograd {
 
 namespace {
-thread_local bool tls_discard = false;
-}
+thread_local std::shared_ptr<SavedTensorHooks> tls_hooks;
 
-DiscardSavedTensorsGuard::DiscardSavedTensorsGuard() : prev_(tls_discard) { tls_discard = true; }
-DiscardSavedTensorsGuard::~DiscardSavedTensorsGuard() { tls_discard = prev_; }
+class KeepNothing final : public SavedTensorHooks {
+ public:
+  std::optional<uint32_t> pack(const Tensor&) override { return std::nullopt; }
+  Tensor unpack(uint32_t, const std::string&) override { return {}; }  // never reached: nothing packed
+  void release(uint32_t) override {}
+};
+
+std::string modified_in_place(const std::string& what, const std::string& desc, uint32_t now, uint32_t saved) {
+  return detail::str_cat("one of the tensors needed for gradient computation has been modified by an in-place "
+                         "operation: ", what, " (", desc, ") is at version ", now, "; expected version ", saved,
+                         ". Use an out-of-place op, or clone() the tensor before changing it.");
+}
+}  // namespace
+
+SavedTensorHooksGuard::SavedTensorHooksGuard(std::shared_ptr<SavedTensorHooks> hooks) : prev_(std::move(tls_hooks)) {
+  tls_hooks = std::move(hooks);
+}
+SavedTensorHooksGuard::~SavedTensorHooksGuard() { tls_hooks = std::move(prev_); }
+
+DiscardSavedTensorsGuard::DiscardSavedTensorsGuard() : guard_(std::make_shared<KeepNothing>()) {}
 
 SavedTensor::SavedTensor(const Tensor& t, bool is_output, uint32_t output_nr)
     : output_nr_(output_nr), is_output_(is_output) {
   if (!t.defined()) return;
-  if (tls_discard) {
-    discarded_ = true;
+  version_ = t.version();
+  if (tls_hooks) {
+    std::optional<uint32_t> slot = tls_hooks->pack(t);
+    if (!slot) {
+      discarded_ = true;
+      return;
+    }
+    hooks_ = tls_hooks;
+    slot_ = *slot;
+    // Kept weakly: while the saved tensor's storage lives, an in-place change to it is an error
+    // as in the plain graph (a parameter changed between a retain_graph backward and the next).
+    placeholder_of_ = t.storage();
     return;
   }
-  version_ = t.version();
-  if (is_output) {
-    data_ = t.detach();
-  } else {
-    data_ = t;
-  }
+  data_ = is_output ? t.detach() : t;
+}
+
+void SavedTensor::release() {
+  if (hooks_) hooks_->release(slot_);
+  hooks_.reset();
+  data_ = Tensor();
+  released_ = true;
+}
+
+std::string SavedTensor::describe() const {
+  if (hooks_) return "(placeholder " + std::to_string(slot_) + ", recomputed in backward)";
+  return data_.defined() ? data_.describe() : std::string("(none)");
 }
 
 Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const std::string& what) const {
-  MT_CHECK(!discarded_, what, " was not kept for backward: it belongs to a graph recorded inside a checkpointed "
-           "segment's forward, which saves nothing (autograd::checkpoint recomputes the segment in backward, and "
-           "only the segment's outputs lead back into it). A tensor computed inside the segment and used outside "
-           "it must be returned by the segment.");
+  MT_CHECK(!discarded_, what, " was not kept for backward: it belongs to a graph recorded without saving (the forward "
+           "of a reentrant checkpointed segment, or a segment's recompute), which only the segment's own backward "
+           "uses. A tensor computed inside a reentrant segment and used outside it must be returned by the segment.");
   MT_CHECK(!released_, "Trying to backward through the graph a second time (or to read saved tensors after they "
            "were freed): ", what, " was released after the first backward. Pass retain_graph=true to the first "
            "backward() if you need to backward twice.");
-  if (!data_.defined()) return {};
-  MT_CHECK(data_.version() == version_, "one of the tensors needed for gradient computation has been modified by "
-           "an in-place operation: ", what, " (", data_.describe(), ") is at version ", data_.version(),
-           "; expected version ", version_, ". Use an out-of-place op, or clone() the tensor before changing it.");
-  if (!is_output_) return data_;
-  Tensor t = data_.detach();
+  Tensor t;
+  if (hooks_) {
+    if (auto storage = placeholder_of_.lock())
+      MT_CHECK(storage->version() == version_, modified_in_place(what, "saved in a checkpointed segment",
+                                                                 storage->version(), version_));
+    t = hooks_->unpack(slot_, what);
+  } else {
+    if (!data_.defined()) return {};
+    MT_CHECK(data_.version() == version_, modified_in_place(what, data_.describe(), data_.version(), version_));
+    if (!is_output_) return data_;
+    t = data_;
+  }
+  if (!is_output_) return t;
+  t = t.detach();
   if (owner) t.set_history(owner, output_nr_);
   return t;
 }
