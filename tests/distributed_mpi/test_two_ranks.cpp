@@ -273,7 +273,8 @@ TEST(TwoRanksDDP, NoSyncAccumulatesLocallyAndTheSyncedBackwardAveragesTheSums) {
   }
   EXPECT_EQ(pg().collectives(), c0);  // nothing communicated for the first micro-batch
   (cross_entropy(ddp(m1.x.narrow(0, rank() * 32, 32)), m1.y.narrow(0, rank() * 32, 32)) * 0.5).backward();
-  EXPECT_EQ(pg().collectives(), c0 + static_cast<int64_t>(ddp.bucket_layout().size()));
+  // The forward's and the backward's step checks, and the buckets.
+  EXPECT_EQ(pg().collectives(), c0 + 2 + static_cast<int64_t>(ddp.bucket_layout().size()));
   (cross_entropy((*ref)(m0.x), m0.y) * 0.5).backward();
   (cross_entropy((*ref)(m1.x), m1.y) * 0.5).backward();
   auto a = ref->parameters(), b = inner->parameters();
@@ -312,7 +313,8 @@ TEST(TwoRanksDDP, BuffersFollowRankZeroBeforeEachTrainingForward) {
   Tensor same = full({4, 1, 6, 6}, 0.25);
   const int64_t c0 = pg().collectives();
   ddp(same);  // rank 0's statistics are copied first, then updated alike
-  EXPECT_EQ(pg().collectives() - c0, 2);  // one broadcast per buffer dtype (f32, i64), no layout checks
+  // The step check, then one broadcast per buffer dtype (f32, i64), no layout checks.
+  EXPECT_EQ(pg().collectives() - c0, 3);
   auto mean = net->named_buffers();
   for (auto& [name, t] : mean) {
     auto all = pg().all_gather(t);
