@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/dtype.h"
 #include "distributed/process_group.h"
@@ -28,6 +29,9 @@ class Backend {
   virtual void barrier() = 0;
   // Ends every rank of the job; any thread, even while a collective is stuck.
   [[noreturn]] virtual void abort(int code) = 0;
+  // Any thread, for a timeout's message: which ranks have gone silent (a frozen process, an
+  // unreachable host), or that every rank is alive; empty when the backend cannot tell.
+  virtual std::string silence_report() const { return ""; }
 };
 
 // A world of one: reductions and broadcasts leave the buffer as it is.

@@ -47,9 +47,12 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   build_buckets();
   for (size_t i = 0; i < params_.size(); ++i)
     hook_ids_.push_back(params_[i].second.register_post_accumulate_grad_hook([this, i](const Tensor&) { on_grad_ready(i); }));
+  if (group_.world_size() > 1)
+    observer_id_ = group_.add_collective_observer([this](const std::string& what) { on_collective(what); });
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
+  if (observer_id_ >= 0) group_.remove_collective_observer(observer_id_);
   for (size_t i = 0; i < params_.size(); ++i) params_[i].second.remove_post_accumulate_grad_hook(hook_ids_[i]);
 }
 
@@ -130,7 +133,12 @@ void DistributedDataParallel::build_buckets() {
     b.numel += p.numel();
     bucket_of_[k] = it->second;
   }
-  for (Bucket& b : buckets_) b.flat = empty({b.numel}, TensorOptions(b.dtype).with_device(b.device));
+  // Each bucket ends with one count per parameter: 1 from every rank that had a .grad for it, so
+  // the ranks learn in the same all-reduce which parameters no rank produced a gradient for.
+  for (Bucket& b : buckets_) {
+    b.used_at = b.numel;
+    b.flat = empty({b.numel + static_cast<int64_t>(b.params.size())}, TensorOptions(b.dtype).with_device(b.device));
+  }
   ready_.assign(params_.size(), false);
   reset_backward_state();
 }
@@ -170,12 +178,82 @@ Tensor DistributedDataParallel::forward(const Tensor& x) {
              "averaged", any_left ? "; some buckets had already been sent, so the replicas may now differ" : "",
              wait_error, ". Restart from a checkpoint.");
   }
-  if (is_training() && options_.broadcast_buffers) sync_buffers();
+  if (is_training()) {
+    OwnCollectives own(own_collectives_);
+    if (sync_ && group_.world_size() > 1) {
+      // A rank still due from its previous forward skipped that backward: its peers are in the
+      // step check of their reductions, which this one meets.
+      start_step_check(kNotReducing).wait();
+      verify_step_check(kNotReducing, "at its next training forward");
+    }
+    ++forwards_;
+    due_ = sync_ && group_.world_size() > 1;
+    if (options_.broadcast_buffers) sync_buffers();
+  }
   return (*module_)(x);
 }
 
+Work DistributedDataParallel::start_step_check(Status mine) {
+  const int world = group_.world_size();
+  std::vector<double> v(static_cast<size_t>(2 * world), 0.0);
+  v[static_cast<size_t>(group_.rank())] = static_cast<double>(mine);
+  v[static_cast<size_t>(world + group_.rank())] = static_cast<double>(forwards_);
+  step_check_ = tensor(v, {2 * world}, TensorOptions(DType::Int64));
+  return group_.all_reduce_async(step_check_, ReduceOp::Max, "DistributedDataParallel step check");
+}
+
+void DistributedDataParallel::verify_step_check(Status mine, const std::string& doing) {
+  const int world = group_.world_size();
+  const auto v = step_check_.to_vector<int64_t>();
+  std::vector<int> skipped, reducing;
+  bool same_count = true;
+  for (int r = 0; r < world; ++r) {
+    (v[static_cast<size_t>(r)] == kReducing ? reducing : skipped).push_back(r);
+    same_count = same_count && v[static_cast<size_t>(world + r)] == forwards_;
+  }
+  if ((reducing.empty() || skipped.empty()) && same_count) return;
+  auto names = [](const std::vector<int>& rs) {
+    std::string s = rs.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < rs.size(); ++i) s += (i ? ", " : "") + std::to_string(rs[i]);
+    return s;
+  };
+  std::string why;
+  if (!reducing.empty() && !skipped.empty() && mine == kReducing) {
+    why = names(skipped) + " did not reduce the gradients of training forward #" + std::to_string(forwards_) +
+          " with this rank: it ran no synchronised backward after that forward (it went on to its next forward or "
+          "another collective)";
+  } else if (!reducing.empty() && !skipped.empty()) {
+    why = names(reducing) + " reduced the gradients of training forward #" + std::to_string(forwards_) +
+          ", but this rank (" + std::to_string(group_.rank()) + ") ran no synchronised backward after it and is " + doing;
+  } else {
+    why = "the ranks are at different training forwards (";
+    for (int r = 0; r < world; ++r)
+      why += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " ran " +
+             std::to_string(v[static_cast<size_t>(world + r)]);
+    why += "): a rank skipped an iteration or ran a forward the others did not";
+  }
+  // The reducing ranks queued their buckets behind the check: no later collective of any rank
+  // can pair up with the others' any more.
+  group_.mark_failed("DistributedDataParallel's step check");
+  MT_ERROR("DistributedDataParallel: ", why, ". Every rank must run a synchronised backward after each training "
+           "forward, in step with the others (a rank with an empty shard too: a forward and backward on zero "
+           "samples, or every rank skips alike). The process group is unusable now.");
+}
+
+void DistributedDataParallel::on_collective(const std::string& what) {
+  if (own_collectives_ || !due_) return;
+  // Another collective after a training forward, before its backward: fine if every rank does
+  // it (still due afterwards), fatal if a peer is reducing that forward's gradients meanwhile.
+  OwnCollectives own(own_collectives_);
+  start_step_check(kNotReducing).wait();
+  verify_step_check(kNotReducing, "issuing " + what);
+}
+
 void DistributedDataParallel::on_grad_ready(size_t i) {
-  if (!sync_) return;
+  if (!sync_) {
+    due_ = false;  // the forward's backward ran, locally (no_sync): nothing to reduce this time
+    return;
+  }
   if (!armed_) {
     MT_CHECK(autograd::in_backward(), "DistributedDataParallel: a gradient of '", params_[i].first,
              "' was accumulated outside backward()");
@@ -185,6 +263,11 @@ void DistributedDataParallel::on_grad_ready(size_t i) {
     armed_ = true;
     stats_ = {};
     autograd::queue_callback([this] { finish_backward(); });
+    if (group_.world_size() > 1) {
+      OwnCollectives own(own_collectives_);
+      step_work_ = start_step_check(kReducing);  // ahead of the buckets; read in finish_backward
+    }
+    due_ = false;
   }
   Bucket& b = buckets_[bucket_of_[i]];
   if (ready_[i]) {
@@ -203,19 +286,24 @@ void DistributedDataParallel::launch(size_t bi) {
   Bucket& b = buckets_[bi];
   autograd::NoGradGuard no_grad;
   const int world = group_.world_size();
+  std::vector<double> used(b.params.size());
   for (size_t j = 0; j < b.params.size(); ++j) {
     const Tensor& p = params_[b.params[j]].second;
     Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
     Tensor g = p.grad();
+    used[j] = g.defined() ? 1.0 : 0.0;
     if (!g.defined())
       slot.zero_();  // unused on this rank this time: it contributes nothing
     else
       slot.copy_(g);  // casts to the bucket's dtype
   }
-  if (options_.predivide && world > 1) b.flat.mul_(Scalar(1.0 / world));
+  if (options_.predivide && world > 1) b.flat.narrow(0, 0, b.numel).mul_(Scalar(1.0 / world));
+  const int64_t n = static_cast<int64_t>(used.size());
+  b.flat.narrow(0, b.used_at, n).copy_(tensor(used, {n}, TensorOptions(DType::Float64)));
   b.launched = true;
   stats_.buckets += 1;
   stats_.bytes += static_cast<int64_t>(b.flat.nbytes());
+  OwnCollectives own(own_collectives_);
   b.work = group_.all_reduce_async(b.flat, ReduceOp::Sum, "DistributedDataParallel bucket " + std::to_string(bi));
 }
 
@@ -225,6 +313,10 @@ void DistributedDataParallel::finish_backward() {
   while (next_launch_ < buckets_.size()) launch(next_launch_++);
   const auto t0 = std::chrono::steady_clock::now();
   try {
+    if (group_.world_size() > 1) {
+      step_work_.wait();
+      verify_step_check(kReducing, "reducing");
+    }
     for (Bucket& b : buckets_) b.work.wait();
   } catch (...) {
     reset_backward_state();
@@ -235,8 +327,10 @@ void DistributedDataParallel::finish_backward() {
   const int world = group_.world_size();
   for (Bucket& b : buckets_) {
     stats_.comm_seconds += b.work.busy_seconds();
-    if (!options_.predivide && world > 1) b.flat.mul_(Scalar(1.0 / world));
+    if (!options_.predivide && world > 1) b.flat.narrow(0, 0, b.numel).mul_(Scalar(1.0 / world));
+    const auto used = b.flat.narrow(0, b.used_at, static_cast<int64_t>(b.params.size())).to_vector<double>();
     for (size_t j = 0; j < b.params.size(); ++j) {
+      if (used[j] == 0) continue;  // no rank produced a gradient: it keeps none (the optimizer skips it)
       const Tensor& p = params_[b.params[j]].second;
       Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
       Tensor g = p.grad();

@@ -3,8 +3,13 @@
 // (torch.nn.parallel.DistributedDataParallel).
 //
 // Invariant: after a synchronised backward every rank holds the same .grad for every parameter
-// (the average over ranks), written when that backward ends; the buckets are reduced in the same
-// order on every rank, whatever order their gradients became ready in. Under no_sync() nothing
+// that some rank produced a gradient for (the sum over the ranks that did, divided by the world
+// size), written when that backward ends; a parameter no rank produced one for keeps no .grad.
+// The buckets are reduced in the same order on every rank, whatever order their gradients became
+// ready in. Every training forward and every synchronised backward starts with a step check
+// (a small collective): a rank that ran a training forward and then anything but a synchronised
+// backward (its next forward, another collective) fails there, and so do the ranks reducing,
+// each naming the ranks that skipped (docs/DISTRIBUTED.md, "Every rank reduces every step"). Under no_sync() nothing
 // is communicated and gradients accumulate locally; the next synchronised backward averages the
 // accumulated sums. Construction refuses ranks whose models differ (names, shapes, dtypes) and
 // then copies rank 0's parameters and buffers to every rank.
@@ -93,6 +98,7 @@ class DistributedDataParallel : public nn::Module {
     Device device;
     int64_t numel = 0;
     Tensor flat;
+    int64_t used_at = 0;                 // `flat`'s tail: one "had a .grad" count per parameter
     size_t pending = 0;                  // parameters not yet ready this backward
     bool launched = false;
     Work work;
@@ -105,6 +111,21 @@ class DistributedDataParallel : public nn::Module {
   void launch(size_t bucket_index);
   void finish_backward();
   void reset_backward_state();
+  // The step check: an i64[2 * world] max-reduced, slot r rank r's status, slot world + r the
+  // number of training forwards it had run. Returns the Work (its tensor in step_check_).
+  enum Status : int64_t { kReducing = 1, kNotReducing = 2 };
+  Work start_step_check(Status mine);
+  // Throws, and marks the group failed, if the ranks' statuses or forward counts differ; `doing`
+  // says what this rank is doing (for its message).
+  void verify_step_check(Status mine, const std::string& doing);
+  void on_collective(const std::string& what);
+  // Marks DDP's own collectives (step checks, buckets, buffer broadcasts): not "another collective".
+  struct OwnCollectives {
+    explicit OwnCollectives(bool& f) : f_(f), was_(f) { f_ = true; }
+    ~OwnCollectives() { f_ = was_; }
+    bool& f_;
+    bool was_;
+  };
 
   std::shared_ptr<nn::Module> module_;
   ProcessGroup& group_;
@@ -118,6 +139,12 @@ class DistributedDataParallel : public nn::Module {
   size_t next_launch_ = 0;
   bool armed_ = false;  // a backward has reached a hook and queued finish_backward
   bool sync_ = true;
+  int64_t forwards_ = 0;  // training forwards run (every rank runs as many)
+  bool due_ = false;      // a training forward ran; its backward has not reduced (or run under no_sync) yet
+  Tensor step_check_;
+  Work step_work_;
+  int observer_id_ = -1;
+  bool own_collectives_ = false;
   DataParallelStats stats_;
 };
 

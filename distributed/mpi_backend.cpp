@@ -2,17 +2,24 @@
 // Invariant: every MPI call but MPI_Abort is made on the process group's communication thread
 // (which also initialises and finalises MPI), and every failing call throws with MPI's message.
 // 16-bit floats travel as 16-bit words with mixtape's own reduction operators (MPI has no
-// 16-bit float type); Max propagates NaN, as torch.maximum does.
+// 16-bit float type); Max propagates NaN, as torch.maximum does. Where MPI gives
+// MPI_THREAD_MULTIPLE, a heartbeat thread of its own sends every peer a byte every 250 ms on a
+// duplicate of MPI_COMM_WORLD and notes when each peer's last arrived: a timeout then names the
+// ranks that went silent (frozen, or their host gone) rather than merely "another rank".
 #include "distributed/backend.h"
 
 #if MIXTAPE_WITH_MPI
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 namespace mixtape::distributed {
 namespace {
@@ -51,6 +58,10 @@ void max_with_nan(void* in, void* inout, int* len, MPI_Datatype*) {
 
 class MpiBackend final : public Backend {
  public:
+  ~MpiBackend() override {
+    stop_beat_.store(true);  // (stop() joined it already, unless the job is being torn down)
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
   const char* name() const override { return "mpi"; }
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
@@ -83,9 +94,11 @@ class MpiBackend final : public Backend {
     check(MPI_Op_create(&combine16<BFloat16, true>, 1, &bf16_max_), "MPI_Op_create");
     check(MPI_Op_create(&max_with_nan<float>, 1, &f32_max_), "MPI_Op_create");
     check(MPI_Op_create(&max_with_nan<double>, 1, &f64_max_), "MPI_Op_create");
+    if (provided_ == MPI_THREAD_MULTIPLE && size_ > 1) start_heartbeat();
   }
 
   void stop() override {
+    stop_heartbeat();
     for (MPI_Op* op : {&half_sum_, &half_max_, &bf16_sum_, &bf16_max_, &f32_max_, &f64_max_})
       if (*op != MPI_OP_NULL) MPI_Op_free(op);
     if (owns_mpi_) MPI_Finalize();
@@ -130,13 +143,85 @@ class MpiBackend final : public Backend {
 
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
+  std::string silence_report() const override {
+    if (!heartbeat_.joinable() || stop_beat_.load()) return "";
+    const int64_t now = now_ms();
+    std::string silent;
+    int64_t worst = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const int64_t age = now - last_heard_[static_cast<size_t>(r)].load();
+      worst = std::max(worst, age);
+      if (age > kSilentMs)
+        silent += (silent.empty() ? "" : ", ") + std::to_string(r) + " (none for " + std::to_string(age / 1000.0).substr(0, 4) + " s)";
+    }
+    if (!silent.empty()) return "no heartbeat from rank " + silent + ": frozen (stopped, swapping) or its host unreachable";
+    return "every rank's heartbeat is current (the oldest " + std::to_string(worst) + " ms): the missing rank is alive "
+           "but elsewhere (another collective, or none)";
+  }
+
   [[noreturn]] void abort(int code) override {
     if (provided_ == MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);  // mpirun ends the job when a rank exits without MPI_Finalize
   }
 
  private:
+  static constexpr int64_t kBeatMs = 250, kSilentMs = 2000;
+  static int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  void start_heartbeat() {
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &beat_comm_), "MPI_Comm_dup");
+    last_heard_ = std::vector<std::atomic<int64_t>>(static_cast<size_t>(size_));
+    for (auto& t : last_heard_) t.store(now_ms());
+    heartbeat_ = std::thread([this] {
+      static const char kBeat = 1;  // Isend's buffer: must outlive the freed requests
+      while (!stop_beat_.load()) {
+        for (int r = 0; r < size_; ++r) {
+          if (r == rank_) continue;
+          MPI_Request req;
+          if (MPI_Isend(&kBeat, 1, MPI_CHAR, r, 0, beat_comm_, &req) == MPI_SUCCESS) MPI_Request_free(&req);
+        }
+        drain_beats();
+        std::this_thread::sleep_for(std::chrono::milliseconds(kBeatMs));
+      }
+    });
+  }
+  void drain_beats() {
+    for (;;) {
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, 0, beat_comm_, &flag, &st) != MPI_SUCCESS || !flag) return;
+      char c;
+      MPI_Recv(&c, 1, MPI_CHAR, st.MPI_SOURCE, 0, beat_comm_, MPI_STATUS_IGNORE);
+      last_heard_[static_cast<size_t>(st.MPI_SOURCE)].store(now_ms());
+    }
+  }
+  void stop_heartbeat() {
+    if (!heartbeat_.joinable()) return;
+    // Wait for every rank to get here while still beating (a frozen rank is then named by a
+    // timeout of the group's end); then stop, and once the second barrier shows every rank has
+    // stopped sending, receive what is left: no message stays unmatched at MPI_Finalize.
+    MPI_Request all_here;
+    if (MPI_Ibarrier(beat_comm_, &all_here) == MPI_SUCCESS) {
+      for (int done = 0; !done;) {
+        if (MPI_Test(&all_here, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    stop_beat_.store(true);
+    heartbeat_.join();
+    MPI_Barrier(beat_comm_);
+    drain_beats();
+    MPI_Comm_free(&beat_comm_);
+  }
+
   int rank_ = 0, size_ = 1;
+  std::thread heartbeat_;
+  std::atomic<bool> stop_beat_{false};
+  std::vector<std::atomic<int64_t>> last_heard_;
+  MPI_Comm beat_comm_ = MPI_COMM_NULL;
   int provided_ = MPI_THREAD_SINGLE;
   bool owns_mpi_ = false;
   MPI_Op half_sum_ = MPI_OP_NULL, half_max_ = MPI_OP_NULL, bf16_sum_ = MPI_OP_NULL, bf16_max_ = MPI_OP_NULL,

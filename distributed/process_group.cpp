@@ -2,6 +2,7 @@
 // timeouts, and the world group.
 #include "distributed/process_group.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -39,6 +40,7 @@ struct Work::State {
   double busy = 0;
   std::function<bool()> device_done;  // set for a collective queued on a device
   std::function<void()> on_timeout;   // marks the group unusable: the collective is still queued
+  std::function<std::string()> explain;  // the backend's silence report, for the timeout's message
 };
 
 struct ProcessGroup::Queue {
@@ -46,7 +48,7 @@ struct ProcessGroup::Queue {
   std::condition_variable cv;
   std::deque<std::shared_ptr<Work::State>> jobs;
   int running = 0;
-  bool stop = false, started = false;
+  bool stop = false, started = false, finished = false;  // finished: the worker has returned
   std::exception_ptr start_error;
   std::string failed;  // the first collective that failed: the group is unusable after it
   std::thread worker;
@@ -128,8 +130,10 @@ void Work::wait() {
   if (!s.cv.wait_for(lk, s.timeout, [&] { return s.done; })) {
     lk.unlock();
     if (s.on_timeout) s.on_timeout();
-    MT_ERROR(s.what, " timed out after ", s.timeout.count() / 1000.0, " s on rank ", s.rank, " of ", s.world,
-             ": another rank failed, exited or issued a different collective (MIXTAPE_DIST_TIMEOUT sets the limit)");
+    const std::string report = s.explain ? s.explain() : "";
+    MT_ERROR(s.what, " timed out after ", s.timeout.count() / 1000.0, " s on rank ", s.rank, " of ", s.world, ": ",
+             report.empty() ? "another rank failed, exited or issued a different collective" : report,
+             " (MIXTAPE_DIST_TIMEOUT sets the limit)");
   }
   if (s.error) std::rethrow_exception(s.error);
   if (!s.finished) {
@@ -158,7 +162,13 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions
   Queue& q = *queue_;
   q.worker = std::thread([this] { worker_loop(); });
   std::unique_lock lk(q.m);
-  q.cv.wait(lk, [&] { return q.started; });
+  if (!q.cv.wait_for(lk, options_.timeout, [&] { return q.started; })) {
+    // MPI_Init waits for every rank: one that never started or is frozen holds it forever.
+    std::cerr << "mixtape: starting the process group (" << backend_->name() << ") did not complete within "
+              << options_.timeout.count() / 1000.0 << " s: a rank did not start, or is frozen (MIXTAPE_DIST_TIMEOUT "
+              << "sets the limit); ending this process\n" << std::flush;
+    std::_Exit(1);
+  }
   if (q.start_error) {
     q.stop = true;
     lk.unlock();
@@ -197,6 +207,18 @@ ProcessGroup::~ProcessGroup() {
     q.stop = true;
   }
   q.cv.notify_all();
+  {
+    // MPI_Finalize waits for every rank: a frozen one would hold this rank forever.
+    std::unique_lock lk(q.m);
+    if (!q.cv.wait_for(lk, options_.timeout, [&] { return q.finished; })) {
+      lk.unlock();
+      const std::string report = backend_->silence_report();
+      std::cerr << "mixtape: rank " << rank_ << " of " << world_size_ << " failed: ending the process group ("
+                << backend_->name() << ") did not complete within " << options_.timeout.count() / 1000.0 << " s"
+                << (report.empty() ? "" : ": " + report) << " (MIXTAPE_DIST_TIMEOUT sets the limit)\n" << std::flush;
+      backend_->abort(1);
+    }
+  }
   if (q.worker.joinable()) q.worker.join();
 }
 
@@ -292,6 +314,11 @@ void ProcessGroup::worker_loop() {
     } catch (...) {
     }
   }
+  {
+    std::lock_guard lk(q.m);
+    q.finished = true;
+  }
+  q.cv.notify_all();
 }
 
 Work ProcessGroup::submit(std::string what, std::function<void()> job, std::function<void()> finish) {
@@ -300,6 +327,7 @@ Work ProcessGroup::submit(std::string what, std::function<void()> job, std::func
   st->rank = rank_;
   st->world = world_size_;
   st->timeout = options_.timeout;
+  st->explain = [b = backend_.get()] { return b->silence_report(); };
   st->job = std::move(job);
   st->finish = std::move(finish);
   // A timed-out collective stays queued (MPI cannot cancel it): nothing may be issued after it,
@@ -324,13 +352,74 @@ Work ProcessGroup::submit(std::string what, std::function<void()> job, std::func
 
 void ProcessGroup::check_same_everywhere(const char* op, const Tensor& t) {
   std::string mine = layout_of(t);
-  auto all = all_gather_string(mine);
+  auto all = gather_strings(mine);
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r] == mine) continue;
     std::string list;
     for (size_t i = 0; i < all.size(); ++i) list += (i ? ", " : "") + std::string("rank ") + std::to_string(i) + ": " + all[i];
     MT_ERROR(op, ": every rank must pass the same shape and dtype, got ", list);
   }
+}
+
+void ProcessGroup::mark_failed(const std::string& why) {
+  std::lock_guard lk(queue_->m);
+  if (queue_->failed.empty()) queue_->failed = why;
+}
+
+int ProcessGroup::add_collective_observer(std::function<void(const std::string&)> fn) {
+  observers_.emplace_back(next_observer_, std::move(fn));
+  return next_observer_++;
+}
+
+void ProcessGroup::remove_collective_observer(int id) {
+  std::erase_if(observers_, [id](const auto& o) { return o.first == id; });
+}
+
+void ProcessGroup::begin_collective(const std::string& descriptor) {
+  if (world_size_ == 1) return;
+  if (!observing_ && !observers_.empty()) {
+    observing_ = true;
+    try {
+      for (auto& [id, fn] : std::vector(observers_)) fn(descriptor);
+    } catch (...) {
+      observing_ = false;
+      throw;
+    }
+    observing_ = false;
+  }
+  const int64_t seq = ++issued_;
+  if (!debug_) return;
+  // A fixed-size record, so that even ranks inside different collectives exchange it safely:
+  // the k-th descriptor exchange of every rank pairs with the k-th of the others.
+  constexpr size_t kText = 120;
+  struct Record {
+    int64_t seq;
+    char text[kText];
+  };
+  static_assert(sizeof(Record) == 128);
+  auto buf = std::make_shared<std::vector<Record>>(static_cast<size_t>(world_size_) + 1);  // owned by the job
+  Record& mine = buf->back();
+  mine.seq = seq;
+  std::memset(mine.text, 0, kText);
+  std::memcpy(mine.text, descriptor.data(), std::min(descriptor.size(), kText - 1));
+  Backend* b = backend_.get();
+  submit("all_gather (MIXTAPE_DIST_DEBUG descriptor of " + descriptor + ")",
+         [b, buf] { b->all_gather(&buf->back(), buf->data(), sizeof(Record)); }, nullptr)
+      .wait();
+  bool same = true;
+  for (int r = 0; r < world_size_; ++r) {
+    const Record& o = (*buf)[static_cast<size_t>(r)];
+    same = same && o.seq == mine.seq && std::strncmp(o.text, mine.text, kText) == 0;
+  }
+  if (same) return;
+  std::string list;
+  for (int r = 0; r < world_size_; ++r) {
+    const Record& o = (*buf)[static_cast<size_t>(r)];
+    list += (r ? "; " : "") + std::string("rank ") + std::to_string(r) + ": #" + std::to_string(o.seq) + " " +
+            std::string(o.text, strnlen(o.text, kText));
+  }
+  MT_ERROR("MIXTAPE_DIST_DEBUG: the ranks issued different collectives (every rank must issue the same collectives, "
+           "with the same shapes, in the same order): ", list, ". Nothing was exchanged but the descriptors.");
 }
 
 Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, std::string what) {
@@ -342,7 +431,7 @@ Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, std::string wh
            op == ReduceOp::Avg ? "" : " and Int64", ", got ", dtype_name(dt));
   std::string desc = describe_collective("all_reduce", t, what);
   if (world_size_ == 1) return Work::on_device(std::move(desc), nullptr, [] { return true; });  // nothing to do
-  if (debug_) check_same_everywhere("all_reduce", t);
+  begin_collective(desc + " " + reduce_op_name(op));
   bytes_reduced_ += static_cast<int64_t>(t.nbytes());
   if (DeviceCollectives* dev = device_collectives(t)) {
     ++collectives_;  // (submit() counts the host ones)
@@ -373,7 +462,8 @@ void ProcessGroup::broadcast(const Tensor& t, int root, bool check_layout) {
   MT_CHECK(t.defined(), "broadcast: the tensor is undefined");
   MT_CHECK(root >= 0 && root < world_size_, "broadcast: root ", root, " is not a rank of this group of ", world_size_);
   if (world_size_ == 1) return;
-  if (check_layout || debug_) check_same_everywhere("broadcast", t);
+  begin_collective(describe_collective("broadcast", t, "") + " from rank " + std::to_string(root));
+  if (check_layout && !debug_) check_same_everywhere("broadcast", t);  // (the descriptor holds the layout)
   if (DeviceCollectives* dev = device_collectives(t)) {
     ++collectives_;
     if (t.is_contiguous()) return dev->broadcast(t, root);
@@ -392,7 +482,10 @@ void ProcessGroup::broadcast(const Tensor& t, int root, bool check_layout) {
 
 std::vector<Tensor> ProcessGroup::all_gather(const Tensor& t) {
   MT_CHECK(t.defined(), "all_gather: the tensor is undefined");
-  if (world_size_ > 1) check_same_everywhere("all_gather", t);
+  if (world_size_ > 1) {
+    begin_collective(describe_collective("all_gather", t, ""));
+    if (!debug_) check_same_everywhere("all_gather", t);
+  }
   if (DeviceCollectives* dev = device_collectives(t)) {
     ++collectives_;
     return dev->all_gather(t.contiguous());
@@ -410,6 +503,11 @@ std::vector<Tensor> ProcessGroup::all_gather(const Tensor& t) {
 }
 
 std::vector<std::string> ProcessGroup::all_gather_string(const std::string& s) {
+  begin_collective("all_gather_string");
+  return gather_strings(s);
+}
+
+std::vector<std::string> ProcessGroup::gather_strings(const std::string& s) {
   const int world = world_size_;
   Backend* b = backend_.get();
   // The jobs own their buffers: after a timeout this frame is gone while the job may still run.
@@ -440,6 +538,7 @@ std::vector<std::string> ProcessGroup::all_gather_string(const std::string& s) {
 }
 
 void ProcessGroup::barrier() {
+  begin_collective("barrier");
   Backend* b = backend_.get();
   submit("barrier", [b] { b->barrier(); }, nullptr).wait();
 }

@@ -95,11 +95,30 @@ class ProcessGroup {
   // Collectives issued so far (every rank counts the same) and bytes this rank sent into them.
   int64_t collectives() const { return collectives_; }
   int64_t bytes_reduced() const { return bytes_reduced_; }
+  // Whether MIXTAPE_DIST_DEBUG is on (for every rank: agreed at construction). Then every public
+  // collective first exchanges a fixed-size descriptor (its number in this rank's sequence, kind,
+  // label, layout, op or root) and throws naming every rank's when they differ, before the
+  // collective itself is issued (the group stays usable).
+  bool debug() const { return debug_; }
+
+  // Marks the group unusable (as a timed-out collective does): every later collective throws,
+  // naming `why`. For a caller that finds the ranks' sequences of collectives out of step after
+  // it queued some (DistributedDataParallel's step check): they can never pair up again.
+  void mark_failed(const std::string& why);
+
+  // `fn(what)` runs on the calling thread at the start of every public collective (what names
+  // it, e.g. "all_reduce (x) of f32[4]"), before anything is exchanged; collectives issued from
+  // inside an observer do not call the observers again. Returns an id for remove.
+  int add_collective_observer(std::function<void(const std::string&)> fn);
+  void remove_collective_observer(int id);
 
  private:
   Work submit(std::string what, std::function<void()> job, std::function<void()> finish);
   void worker_loop();
   void check_same_everywhere(const char* op, const Tensor& t);
+  // The start of every public collective: observers, then (debug) the descriptor check.
+  void begin_collective(const std::string& descriptor);
+  std::vector<std::string> gather_strings(const std::string& s);
 
   DeviceCollectives* device_collectives(const Tensor& t);
 
@@ -111,6 +130,10 @@ class ProcessGroup {
   ProcessGroupOptions options_;
   int rank_ = 0, world_size_ = 1;
   int64_t collectives_ = 0, bytes_reduced_ = 0;
+  int64_t issued_ = 0;  // public collectives issued (the debug descriptors' sequence numbers)
+  std::vector<std::pair<int, std::function<void(const std::string&)>>> observers_;
+  int next_observer_ = 0;
+  bool observing_ = false;
   struct Queue;
   std::unique_ptr<Queue> queue_;
 };

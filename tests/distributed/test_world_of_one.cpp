@@ -77,7 +77,7 @@ TEST(DataParallelOfOne, GradientsAreThePlainModelsBitForBit) {
   }
   const auto& st = ddp.last_stats();
   EXPECT_EQ(st.buckets, 1);  // 20*32 + 32 + 32*10 + 10 = 1002 floats: one first bucket
-  EXPECT_EQ(st.bytes, 1002 * 4);
+  EXPECT_EQ(st.bytes, (1002 + 4) * 4);  // the gradients and a used count per parameter
 }
 
 TEST(DataParallelOfOne, BucketsFillInReverseRegistrationOrderUpToTheirCapacity) {
@@ -134,7 +134,7 @@ TEST(DataParallelOfOne, BucketsFollowTheGradDtypeAnOptimizerMadeLaterSets) {
   optim::SGD opt(m->parameters(), {.lr = 0.1});  // FP32 masters: the gradients become FP32
   auto batch = dist_test::global_batch(8, 0, DType::Float16);
   cross_entropy(ddp(batch.x), batch.y).backward();
-  EXPECT_EQ(ddp.last_stats().bytes, 1002 * 4);  // reduced in FP32, as they are
+  EXPECT_EQ(ddp.last_stats().bytes, (1002 + 4) * 4);  // reduced in FP32 (with the used counts), as they are
   EXPECT_EQ(m->parameters()[0].grad().dtype(), DType::Float32);
 }
 

@@ -184,8 +184,13 @@ TEST(TwoRanksDDP, Float64TrainingFollowsTheWholeBatchRun) {
     EXPECT_LE(dist_test::max_abs_diff(a[k], b[k]), 1e-13 * (1.0 + dist_test::max_abs(a[k])));
 }
 
-// One FP16-autocast run of `steps` iterations with dynamic loss scaling; returns the scaler's history.
-std::vector<amp::ScaleRecord> fp16_run(bool distributed_run, int steps) {
+// One FP16-autocast run of `steps` iterations with dynamic loss scaling: the scaler's history and
+// each iteration's (scaled) gradients as backward left them, averaged over the ranks under DDP.
+struct Fp16Run {
+  std::vector<amp::ScaleRecord> history;
+  std::vector<std::vector<Tensor>> grads;
+};
+Fp16Run fp16_run(bool distributed_run, int steps) {
   auto model = dist_test::make_mlp(2);
   std::unique_ptr<DistributedDataParallel> ddp;
   if (distributed_run) ddp = std::make_unique<DistributedDataParallel>(model, pg());
@@ -193,6 +198,7 @@ std::vector<amp::ScaleRecord> fp16_run(bool distributed_run, int steps) {
   // 2^30: the first iterations overflow in FP16 and back off; growth every 3 clean steps.
   amp::GradScaler scaler({.init_scale = std::ldexp(1.0, 30), .growth_interval = 3});
   if (distributed_run) scaler.set_found_inf_reducer(distributed::found_inf_reducer(pg()));
+  Fp16Run out;
   for (int step = 0; step < steps; ++step) {
     auto gb = dist_test::global_batch(128, step);
     Tensor x = distributed_run ? gb.x.narrow(0, rank() * 64, 64) : gb.x;
@@ -204,23 +210,47 @@ std::vector<amp::ScaleRecord> fp16_run(bool distributed_run, int steps) {
       loss = cross_entropy(distributed_run ? (*ddp)(x) : (*model)(x), y);
     }
     scaler.scale(loss).backward();
+    out.grads.emplace_back();
+    for (const Tensor& p : model->parameters()) out.grads.back().push_back(p.grad().clone());
     scaler.step(opt);
     scaler.update();
   }
-  return scaler.scale_history();
+  out.history = scaler.scale_history();
+  return out;
+}
+
+bool all_finite(const Tensor& t) {
+  for (double v : t.to_vector<double>())
+    if (!std::isfinite(v)) return false;
+  return true;
 }
 
 TEST(TwoRanksDDP, Fp16LossScaleTrajectoryIsTheWholeBatchRuns) {
   auto one = fp16_run(false, 12), two = fp16_run(true, 12);
-  ASSERT_EQ(one.size(), two.size());
+  ASSERT_EQ(one.history.size(), two.history.size());
   int skipped = 0;
-  for (size_t i = 0; i < one.size(); ++i) {
-    EXPECT_EQ(one[i].scale, two[i].scale) << "iteration " << i;
-    EXPECT_EQ(one[i].skipped, two[i].skipped) << "iteration " << i;
-    skipped += one[i].skipped;
+  for (size_t i = 0; i < one.history.size(); ++i) {
+    EXPECT_EQ(one.history[i].scale, two.history[i].scale) << "iteration " << i;
+    EXPECT_EQ(one.history[i].skipped, two.history[i].skipped) << "iteration " << i;
+    skipped += one.history[i].skipped;
+    if (two.history[i].skipped) {  // where it overflowed may differ (64 rows or 128), not that it did
+      bool any = false;
+      for (const Tensor& g : two.grads[i]) any = any || !all_finite(g);
+      EXPECT_TRUE(any) << "iteration " << i;
+      continue;
+    }
+    // The averaged gradients are the whole batch's, up to FP16 autocast's rounding (its GEMMs' outputs round to 2^-11 relative; the
+    // two runs multiply 128 rows at once or two halves of 64): 4 ulps of the largest element.
+    for (size_t k = 0; k < one.grads[i].size(); ++k) {
+      const Tensor& a = one.grads[i][k];
+      const Tensor& b = two.grads[i][k];
+      ASSERT_TRUE(all_finite(a) && all_finite(b)) << "iteration " << i << ", parameter " << k;
+      EXPECT_LE(dist_test::max_abs_diff(a, b), 4 * std::ldexp(1.0, -11) * dist_test::max_abs(a))
+          << "iteration " << i << ", parameter " << k;
+    }
   }
   EXPECT_GT(skipped, 0);             // the trajectory had backoffs to reproduce
-  EXPECT_LT(skipped, static_cast<int>(one.size()));
+  EXPECT_LT(skipped, static_cast<int>(one.history.size()));
 }
 
 TEST(TwoRanksDDP, AnInfOnOneRankSkipsTheStepEverywhereAndHalvesTheScale) {
@@ -273,7 +303,8 @@ TEST(TwoRanksDDP, NoSyncAccumulatesLocallyAndTheSyncedBackwardAveragesTheSums) {
   }
   EXPECT_EQ(pg().collectives(), c0);  // nothing communicated for the first micro-batch
   (cross_entropy(ddp(m1.x.narrow(0, rank() * 32, 32)), m1.y.narrow(0, rank() * 32, 32)) * 0.5).backward();
-  EXPECT_EQ(pg().collectives(), c0 + static_cast<int64_t>(ddp.bucket_layout().size()));
+  // The forward's and the backward's step checks, and the buckets.
+  EXPECT_EQ(pg().collectives(), c0 + 2 + static_cast<int64_t>(ddp.bucket_layout().size()));
   (cross_entropy((*ref)(m0.x), m0.y) * 0.5).backward();
   (cross_entropy((*ref)(m1.x), m1.y) * 0.5).backward();
   auto a = ref->parameters(), b = inner->parameters();
@@ -312,7 +343,8 @@ TEST(TwoRanksDDP, BuffersFollowRankZeroBeforeEachTrainingForward) {
   Tensor same = full({4, 1, 6, 6}, 0.25);
   const int64_t c0 = pg().collectives();
   ddp(same);  // rank 0's statistics are copied first, then updated alike
-  EXPECT_EQ(pg().collectives() - c0, 2);  // one broadcast per buffer dtype (f32, i64), no layout checks
+  // The step check, then one broadcast per buffer dtype (f32, i64), no layout checks.
+  EXPECT_EQ(pg().collectives() - c0, 3);
   auto mean = net->named_buffers();
   for (auto& [name, t] : mean) {
     auto all = pg().all_gather(t);
@@ -332,19 +364,23 @@ TEST(TwoRanksDDP, CheckpointedForwardGivesTheSameGradients) {
 }
 
 TEST(TwoRanksDDP, StatesAreBitIdenticalOnBothRanksAfterTraining) {
-  // A 16-bit model with FP32 masters, Adam, FP16 autocast and dynamic loss scaling.
+  // A BF16 model with FP32 masters, Adam, BF16 autocast and dynamic loss scaling at 2^127, the
+  // largest power of two FP32 holds: step 2's inputs are 10^4 times larger on rank 1, whose
+  // scaled gradients overflow there only; the averages and the found-inf reducer make every rank
+  // skip that step, so the skip path's state (scale, growth tracker) must match too.
   auto model = dist_test::make_mlp(9 + static_cast<uint64_t>(rank()), DType::BFloat16);
   DistributedDataParallel ddp(model, pg());
   optim::Adam opt(model->parameters(), {.lr = 1e-2});
-  amp::GradScaler scaler({.init_scale = 256.0, .growth_interval = 2});
+  amp::GradScaler scaler({.init_scale = std::ldexp(1.0, 127), .growth_interval = 2});
   scaler.set_found_inf_reducer(distributed::found_inf_reducer(pg()));
-  for (int step = 0; step < 6; ++step) {
+  for (int step = 0; step < 8; ++step) {
     auto gb = dist_test::global_batch(64, step);
     opt.zero_grad();
     Tensor loss;
     {
       amp::AutocastGuard autocast(DeviceType::CPU, DType::BFloat16);
-      loss = cross_entropy(ddp(gb.x.narrow(0, rank() * 32, 32)), gb.y.narrow(0, rank() * 32, 32));
+      Tensor x = gb.x.narrow(0, rank() * 32, 32);
+      loss = cross_entropy(ddp(step == 2 && rank() == 1 ? x * 1e4 : x), gb.y.narrow(0, rank() * 32, 32));
     }
     scaler.scale(loss).backward();
     scaler.step(opt);
@@ -357,6 +393,9 @@ TEST(TwoRanksDDP, StatesAreBitIdenticalOnBothRanksAfterTraining) {
   auto hashes = pg().all_gather_string(dist_test::hash_state(all));
   EXPECT_EQ(hashes[0], hashes[1]);
   EXPECT_GT(opt.state_dict().size(), 4u);  // masters and moments were hashed too
+  int skipped = 0;
+  for (const auto& rec : scaler.scale_history()) skipped += rec.skipped;
+  EXPECT_EQ(skipped, 1);  // step 2: the overflow and skip path ran, and only there
 }
 
 }  // namespace
