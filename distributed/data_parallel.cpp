@@ -272,8 +272,9 @@ void DistributedDataParallel::on_grad_ready(size_t i) {
   Bucket& b = buckets_[bucket_of_[i]];
   if (ready_[i]) {
     MT_CHECK(!b.launched, "DistributedDataParallel: parameter '", params_[i].first, "' received a second gradient in "
-             "one backward after its bucket's all-reduce had started (is it used both inside and outside a "
-             "checkpointed segment, or shared between two segments?); the later gradient would not be averaged");
+             "one backward after its bucket's all-reduce had started (is it used in a segment checkpointed with "
+             "use_reentrant = true, whose inner backward accumulates its own gradient? The default, non-reentrant "
+             "checkpoint accumulates once); the later gradient would not be averaged");
     return;  // accumulated again before its bucket left: the bucket copies the final sum
   }
   ready_[i] = true;
