@@ -3,6 +3,8 @@
 #      removed when a run with --save starts, even one that fails before its first save.
 #   2. A run killed with SIGKILL after its first saved epoch keeps its logs: stdout (redirected
 #      to a file) has the banner and the epoch's line, and metrics.csv that epoch's step rows.
+#   3. Within a long first epoch (ResNet-8, one thread: seconds) the CSV's rows reach the file
+#      after a few seconds, before the epoch ends (fewer than 4 KB of them: no buffer fills).
 # Inputs: -DTRAIN=<train_fashion_mnist> -DWORK=<scratch dir>; needs sh, sleep and kill.
 cmake_minimum_required(VERSION 3.19)
 file(REMOVE_RECURSE ${WORK})
@@ -40,3 +42,20 @@ if(n LESS 9 OR NOT rows MATCHES "^step,epoch,loss,lr,images_per_s,loss_scale,ski
   message(FATAL_ERROR "metrics.csv of the killed run lacks epoch 1's 8 steps (${n} lines):\n${rows}")
 endif()
 message(STATUS "killed after epoch 1: stdout and metrics.csv kept (${n} CSV lines)")
+
+set(args --model resnet8 --limit 4096 --limit-test 100 --batch-size 64 --threads 1 --log-every 1000 --epochs 1
+         --save ${WORK}/slow.safetensors --metrics ${WORK}/slow.csv --summary-json ${WORK}/slow.json)
+list(JOIN args " " args)
+execute_process(
+  COMMAND sh -c "'${TRAIN}' ${args} > /dev/null 2>&1 & pid=$!
+                 i=0
+                 while [ \"$(cat '${WORK}/slow.csv' 2> /dev/null | wc -l)\" -lt 2 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+                 [ -f '${WORK}/slow.safetensors' ] && echo 'epoch over'
+                 kill -9 $pid; wait $pid 2> /dev/null; exit 0"
+  OUTPUT_VARIABLE poll TIMEOUT 120)
+file(STRINGS ${WORK}/slow.csv rows)
+list(LENGTH rows n)
+if(n LESS 2 OR poll MATCHES "epoch over")
+  message(FATAL_ERROR "no metrics row reached slow.csv before the end of the epoch (${n} lines; ${poll})")
+endif()
+message(STATUS "killed within epoch 1: ${n} CSV lines already in the file")
