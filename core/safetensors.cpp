@@ -89,7 +89,12 @@ const char* safetensors_dtype_name(DType t) {
 
 // ---------------------------------------------------------------------------------- writing
 
-void save_safetensors(const StateDict& state, const std::string& path, const SafetensorsMetadata& metadata) {
+namespace {
+
+// Writes the file `file` (nothing else: no temporary, no rename); errors name `path`, the file
+// the caller is saving, and `file` where the write itself fails.
+void write_file(const StateDict& state, const std::string& path, const std::string& file,
+                const SafetensorsMetadata& metadata) {
   struct Entry {
     const std::string* name;
     const Tensor* t;
@@ -135,10 +140,9 @@ void save_safetensors(const StateDict& state, const std::string& path, const Saf
 
   std::string prefix;
   write_u64_le(prefix, json.size());
-  const std::string tmp = path + ".tmp";
   {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    MT_CHECK(f.is_open(), "save_safetensors: cannot open ", tmp, " for writing: ", std::strerror(errno));
+    std::ofstream f(file, std::ios::binary | std::ios::trunc);
+    MT_CHECK(f.is_open(), "save_safetensors: cannot open ", file, " for writing: ", std::strerror(errno));
     f.write(prefix.data(), static_cast<std::streamsize>(prefix.size()));
     f.write(json.data(), static_cast<std::streamsize>(json.size()));
     std::vector<char> buf;
@@ -150,10 +154,21 @@ void save_safetensors(const StateDict& state, const std::string& path, const Saf
     f.flush();
     if (!f.good()) {
       f.close();
-      std::remove(tmp.c_str());
-      MT_ERROR("save_safetensors: writing ", tmp, " failed (disk full?)");
+      std::remove(file.c_str());
+      MT_ERROR("save_safetensors: writing ", file, " failed (disk full?)");
     }
   }
+}
+
+}  // namespace
+
+void write_safetensors_file(const StateDict& state, const std::string& path, const SafetensorsMetadata& metadata) {
+  write_file(state, path, path, metadata);
+}
+
+void save_safetensors(const StateDict& state, const std::string& path, const SafetensorsMetadata& metadata) {
+  const std::string tmp = path + ".tmp";
+  write_file(state, path, tmp, metadata);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     std::remove(tmp.c_str());

@@ -35,6 +35,11 @@ using SafetensorsMetadata = std::map<std::string, std::string>;
 // `path + ".tmp"` and renamed, so a failed save never leaves a half-written `path`.
 void save_safetensors(const StateDict& state, const std::string& path, const SafetensorsMetadata& metadata = {});
 
+// The same bytes written to `path` itself (truncated first; removed if the write fails), with
+// no temporary and no rename: for a caller with its own atomic replace (nn::save_checkpoint
+// writes `path.tmp` with this, fsyncs it and renames it, so only one temporary name exists).
+void write_safetensors_file(const StateDict& state, const std::string& path, const SafetensorsMetadata& metadata = {});
+
 // Reads and validates `path` (see the invariant above). Tensors are fresh, contiguous, CPU
 // tensors that own their memory. When `metadata` is given it receives "__metadata__"
 // (empty if the file has none).

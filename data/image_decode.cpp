@@ -33,6 +33,8 @@ enum class Format { Png, Jpeg, Bmp };
 
 uint32_t le16(const uint8_t* p) { return uint32_t(p[0]) | (uint32_t(p[1]) << 8); }
 uint32_t le32(const uint8_t* p) { return le16(p) | (le16(p + 2) << 16); }
+uint32_t be16(const uint8_t* p) { return (uint32_t(p[0]) << 8) | p[1]; }
+uint32_t be32(const uint8_t* p) { return (be16(p) << 16) | be16(p + 2); }
 
 // Offsets of the first start-of-frame and start-of-scan markers of a JPEG (size when absent),
 // found by walking the marker segments from byte 2.
@@ -300,7 +302,22 @@ Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::s
   BmpLayout bmp{};
   if (fmt == Format::Bmp) bmp = bmp_layout(data, size, name);
 
-  // The declared size, from the header alone (stb_image parses it; nothing is allocated).
+  // The declared size, read by us where the header is where the format puts it, and checked
+  // against the per-side limit first: stb_image's header reader refuses a side over
+  // STBI_MAX_DIMENSIONS with no more than "unknown image type".
+  auto check_sides = [&](int64_t w, int64_t h) {
+    MT_CHECK(w > 0 && h > 0, "decode_image: '", name, "' declares ", w, "x", h, " pixels (header at byte ", dims_at,
+             "): no image");
+    MT_CHECK(w <= kMaxImageSide && h <= kMaxImageSide, "decode_image: '", name, "' declares ", w, "x", h,
+             " pixels (header at byte ", dims_at, "), over the limit of ", kMaxImageSide, " pixels per side");
+  };
+  if (fmt == Format::Png && size >= 24 && std::memcmp(data + 12, "IHDR", 4) == 0)
+    check_sides(int64_t(be32(data + 16)), int64_t(be32(data + 20)));
+  else if (fmt == Format::Jpeg && dims_at + 9 <= size)  // SOF: marker, length, precision, height, width
+    check_sides(int64_t(be16(data + dims_at + 7)), int64_t(be16(data + dims_at + 5)));
+  else if (fmt == Format::Bmp)
+    check_sides(bmp.width, bmp.height);
+  // Then the header as stb_image reads it (nothing is allocated).
   stbi_io_callbacks io{cursor_read, cursor_skip, cursor_eof};
   int info_w = 0, info_h = 0, n = 0;
   Cursor info_cursor{data, size, 0};
@@ -308,10 +325,7 @@ Tensor decode_image(const uint8_t* data, size_t size, int channels, const std::s
            "': unreadable header: ", stbi_failure_reason(), " (stb_image stopped by byte ", info_cursor.pos, " of ",
            size, ")");
   const int64_t w = fmt == Format::Bmp ? bmp.width : info_w, h = fmt == Format::Bmp ? bmp.height : info_h;
-  MT_CHECK(w > 0 && h > 0, "decode_image: '", name, "' declares ", w, "x", h, " pixels (header at byte ", dims_at,
-           "): no image");
-  MT_CHECK(w <= kMaxImageSide && h <= kMaxImageSide, "decode_image: '", name, "' declares ", w, "x", h,
-           " pixels (header at byte ", dims_at, "), over the limit of ", kMaxImageSide, " pixels per side");
+  check_sides(w, h);
   MT_CHECK(w * h <= options.max_pixels, "decode_image: '", name, "' declares ", w, "x", h, " = ", w * h,
            " pixels (header at byte ", dims_at, "), over the limit of ", options.max_pixels,
            " pixels (DecodeOptions::max_pixels)");

@@ -3,8 +3,8 @@
 #   2. the same run stopped after epoch 2 (--epochs 2 --save),
 #   3. resumed from that checkpoint for the third epoch (--epochs 3 --resume),
 # and requires 1 and 3 to report bit-identical test_accuracy and test_loss (JSON numbers are
-# printed round-trip exact). Then resuming that checkpoint into another model must fail and name
-# the first mismatched tensor.
+# printed round-trip exact). Then resuming that checkpoint with another --lr must be refused,
+# naming both values, and into another model must fail naming the first mismatched tensor.
 # Inputs: -DTRAIN=<train_fashion_mnist> -DWORK=<scratch dir> [-DEXTRA=<more options, ;-separated>]
 # With EXTRA (e.g. --amp;fp16;--master-weights) the loss scaler, the 16-bit model and its FP32
 # masters must resume exactly too (final_loss_scale and skipped_steps compared as well).
@@ -46,7 +46,14 @@ if(NOT resumed_from EQUAL 2)
 endif()
 
 if(EXTRA)
-  return()  # the model-mismatch case below is about the model section; once is enough
+  return()  # the mismatch cases below are about the options and the model section; once is enough
+endif()
+# A new --lr is refused, naming both values: the optimizer's state would bring the old one back.
+execute_process(COMMAND ${TRAIN} ${common} --model lenet5 --epochs 3 --lr 0.01 --resume ${WORK}/ck.safetensors
+                        --metrics ${WORK}/lr.csv --summary-json ${WORK}/lr.json
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "was saved with --lr 0\\.05, this run has 0\\.01; resume with the same options \\(the optimizer's state carries --lr over")
+  message(FATAL_ERROR "resuming with another --lr should be refused naming both values; got (${rc}):\n${out}\n${err}")
 endif()
 execute_process(COMMAND ${TRAIN} ${common} --model smallcnn --epochs 3 --resume ${WORK}/ck.safetensors
                         --metrics ${WORK}/bad.csv --summary-json ${WORK}/bad.json

@@ -16,11 +16,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -28,6 +31,7 @@
 
 #include "amp/grad_scaler.h"
 #include "core/cuda_api.h"
+#include "distributed/state_agreement.h"
 #include "ops/cpu/blas.h"
 #include "svg_plot.h"
 
@@ -64,6 +68,11 @@ struct Config {
   bool checkpoint_activations = false;
   std::string device = "cpu";  // cpu | cuda | cuda:N | auto
   bool allow_nonfinite_loss = false;  // go on past a NaN/inf loss that no scaler handles
+  // Under --amp fp16: stop once this many optimizer steps in a row were skipped (0 = never).
+  // From the initial scale 2^16, 40 halvings reach 2^-24, FP16's smallest subnormal: gradients
+  // that still overflow are inf or NaN at any scale, and a healthy run's longest streak (the
+  // first steps finding a scale that fits) is about 16.
+  int max_skipped_steps = 40;
 };
 
 // --device: auto is CUDA when a GPU is usable, else the CPU; cuda without one names the reason.
@@ -84,23 +93,31 @@ std::optional<DType> amp_dtype(const Config& c) {
 
 // The options a resumed run must share with the run that saved the checkpoint, or it would
 // silently train something else. (--model is checked tensor by tensor by restore_checkpoint,
-// which names the first mismatch; --epochs may grow; --lr etc. come back with the optimizer.)
+// which names the first mismatch; --epochs may grow.) --lr, --momentum, --nesterov and
+// --weight-decay come back with the optimizer's state, so a new value would be ignored: they
+// are refused, naming both values, rather than silently replaced. Keys are the option names.
 nlohmann::json resume_relevant(const Config& c) {
-  return {{"optimizer", c.optimizer}, {"schedule", c.schedule},        {"batch_size", c.batch_size},
-          {"seed", c.seed},           {"augment", c.augment},          {"limit_train", c.limit_train},
-          {"data", c.data_dir},       {"amp", c.amp},                  {"master_weights", c.master_weights},
-          {"accumulate", c.accumulate}};
+  return {{"optimizer", c.optimizer}, {"schedule", c.schedule},    {"batch-size", c.batch_size},
+          {"seed", c.seed},           {"augment", c.augment},      {"limit", c.limit_train},
+          {"data", c.data_dir},       {"amp", c.amp},              {"master-weights", c.master_weights},
+          {"accumulate", c.accumulate}, {"lr", c.lr},              {"momentum", c.momentum},
+          {"nesterov", c.nesterov},   {"weight-decay", c.weight_decay}};
 }
 
 void check_resume_config(const Config& c, const nn::Checkpoint& ck) {
   auto it = ck.progress.extra.find("config");
   if (it == ck.progress.extra.end()) return;  // a checkpoint written by other code
   nlohmann::json saved = nlohmann::json::parse(it->second), now = resume_relevant(c);
+  // Checkpoints written before the keys were option names.
+  for (auto [old_key, key] : {std::pair{"batch_size", "batch-size"}, {"limit_train", "limit"}, {"master_weights", "master-weights"}})
+    if (saved.contains(old_key)) saved[key] = saved[old_key];
   for (auto& [key, value] : now.items())
     if (saved.contains(key) && saved[key] != value)
-      MT_ERROR("--resume '", ck.path, "' was saved with --",
-               key == "limit_train" ? "limit" : key == "master_weights" ? "master-weights" : key, " ",
-               saved[key].dump(), ", this run has ", value.dump(), "; resume with the same options");
+      MT_ERROR("--resume '", ck.path, "' was saved with --", key, " ", saved[key].dump(), ", this run has ",
+               value.dump(), "; resume with the same options",
+               key == "lr" || key == "momentum" || key == "nesterov" || key == "weight-decay"
+                   ? " (the optimizer's state carries --" + key + " over; a new value is not applied)"
+                   : "");
 }
 
 // The dataset, IDX or ImageFolder (data::load_fashion_mnist), with the CLI's error for a missing one.
@@ -130,7 +147,8 @@ class StridedShard final : public data::Sampler {
 };
 
 // Every rank must run the same configuration (an MPMD launch could pass different options):
-// the first option that differs is named with both values.
+// `mine` holds every option registered as Scope::Computation (main), and the first option that
+// differs is named with both values.
 void check_same_config(distributed::ProcessGroup& pg, const nlohmann::json& mine) {
   auto all = pg.all_gather_string(mine.dump());
   for (size_t r = 1; r < all.size(); ++r) {
@@ -175,7 +193,7 @@ class Progress {
     } else if (log_every_ > 0 && step % log_every_ == 0) {
       std::cout << "  epoch " << epoch << " step " << step << "/" << total_steps_ << "  loss " << std::fixed
                 << std::setprecision(4) << loss << "  lr " << std::setprecision(5) << lr << "  "
-                << std::setprecision(0) << rate << " img/s  ETA " << clock_str(eta) << std::defaultfloat << "\n";
+                << std::setprecision(0) << rate << " img/s  ETA " << clock_str(eta) << std::defaultfloat << std::endl;
     }
   }
   // Ends the bar's line before other output.
@@ -331,7 +349,30 @@ svg::Figure training_curves(const Config& c, const nlohmann::json& epochs, const
   return f;
 }
 
-int run(const Config& c) {
+// Every rank's state at the start, compared with rank 0's before the first step: the epoch and
+// step it starts from, the data it loaded, and every tensor of the model, optimizer, schedule,
+// loss scaler and RNG (a digest each). Each rank restores --resume from its own file (node-local
+// copies), so a rank with another epoch, or other weights, is an error naming it and the first
+// item that differs, instead of a hang or a silently diverged replica.
+void check_same_start(distributed::ProcessGroup& pg, const Config& c, bool resumed, int epoch, int64_t step,
+                      const data::TensorDataset& train, const data::TensorDataset& test, const nn::TrainingState& state) {
+  distributed::AgreementItems items = {{"epoch", std::to_string(epoch)},
+                                       {"step", std::to_string(step)},
+                                       {"training images", distributed::tensor_digest(train.data())},
+                                       {"training labels", distributed::tensor_digest(train.targets())},
+                                       {"test images", distributed::tensor_digest(test.data())},
+                                       {"test labels", distributed::tensor_digest(test.targets())}};
+  const StateDict all = nn::state_tensors(state);
+  for (const char* section : {"model.", "optim.", "sched.", "amp.", "rng."})  // model first: the likeliest to differ
+    for (const auto& [name, t] : all)
+      if (name.rfind(section, 0) == 0) items.emplace_back("tensor '" + name + "'", distributed::tensor_digest(t));
+  distributed::check_same_on_all_ranks(
+      pg, items, "starting state",
+      resumed ? "every rank restores --resume '" + c.resume_path + "' itself: give every rank the same checkpoint"
+              : "every rank must load the same --data");
+}
+
+int run(const Config& c, const nlohmann::json& computation_options) {
   // mpirun -np N: N ranks, each training on its share of every global batch (docs/DISTRIBUTED.md);
   // without mpirun a world of one, and everything below is the single-process job.
   distributed::ProcessGroup& pg = distributed::init_process_group();
@@ -347,10 +388,7 @@ int run(const Config& c) {
   }
   if (!lead) std::cout.setstate(std::ios::failbit);  // rank 0 alone reports
   if (world > 1) {
-    nlohmann::json cfg = resume_relevant(c);
-    cfg["epochs"] = c.epochs, cfg["model"] = c.model, cfg["lr"] = c.lr, cfg["resume"] = c.resume_path;
-    cfg["checkpoint_activations"] = c.checkpoint_activations;
-    check_same_config(pg, cfg);
+    check_same_config(pg, computation_options);
     MT_CHECK(c.batch_size % world == 0, "--batch-size ", c.batch_size, " is the global batch and must divide evenly "
              "over the ", world, " ranks");
   }
@@ -361,6 +399,9 @@ int run(const Config& c) {
     auto parent = std::filesystem::path(f).parent_path();
     if (lead && !f.empty() && !parent.empty()) std::filesystem::create_directories(parent);
   }
+  // A save killed midway leaves its temporary (nn::save_checkpoint's one name, path.tmp): gone
+  // at the start, not only at the next save.
+  if (lead && !c.save_path.empty()) std::filesystem::remove(c.save_path + ".tmp");
   // The picture is written last: a folder it cannot go to fails now, not after the training.
   if (lead) {
     auto parent = std::filesystem::path(curves).parent_path();
@@ -478,11 +519,16 @@ int run(const Config& c) {
                 << get_num_threads() << "; results will not match an uninterrupted run bit for bit (use --threads "
                 << it->second << ")\n";
   }
+  if (world > 1)
+    check_same_start(pg, c, resume.has_value(), start_epoch, step, *train_set, *test_set, state);
+  // The learning rate this run uses: the optimizer's (the schedule's base), restored from the
+  // checkpoint when resuming (check_resume_config refuses a --lr that differs from it).
+  const double lr_used = sched ? sched->base_lrs()[0] : opt->param_groups()[0].lr();
 
   std::cout << "mixtape: training " << c.model << " (" << n_params << " parameters) on Fashion-MNIST ("
             << (data::is_image_folder_split(c.data_dir) ? "ImageFolder" : "IDX") << " in " << c.data_dir << "): "
             << train_set->size() << " train / " << test_set->size() << " test images, batch " << c.batch_size << ", "
-            << c.epochs << " epochs, " << c.optimizer << " lr " << c.lr << ", "
+            << c.epochs << " epochs, " << c.optimizer << " lr " << lr_used << ", "
             << (device.is_cpu() ? std::to_string(get_num_threads()) + " threads (BLAS: " + cpu::blas_info_line() + ")"
                                 : "on " + device.str());
   if (autocast)
@@ -495,20 +541,25 @@ int run(const Config& c) {
     std::cout << ", " << world << " ranks (MPI) x " << local_batch << " images, gradients averaged in " << nb
               << (nb == 1 ? " bucket" : " buckets") << (device.is_cuda() ? std::string(" by ") + pg.cuda_backend_name() : "");
   }
-  std::cout << "\n";
+  std::cout << std::endl;
   if (resume)
-    std::cout << "resuming from " << c.resume_path << " after epoch " << start_epoch << " (step " << step << ")\n";
+    std::cout << "resuming from " << c.resume_path << " after epoch " << start_epoch << " (step " << step << ")"
+              << std::endl;
 
   std::ofstream csv;
   if (lead) {
     csv.open(c.metrics_file);
     MT_CHECK(csv.good(), "cannot write --metrics '", c.metrics_file, "'");
-    csv << "step,epoch,loss,lr,images_per_s,loss_scale,skipped\n";
+    csv << "step,epoch,loss,lr,images_per_s,loss_scale,skipped\n" << std::flush;
   }
+  // The CSV reaches the file at every epoch's end and at least every few seconds, so a run
+  // that is killed keeps its metrics up to then.
+  auto csv_flushed = Clock::now();
   reset_peak_memory();
   auto t_start = Clock::now();
   double train_seconds = 0;
   int64_t images = 0, steps_run = 0, skipped_steps = 0;
+  int64_t skipped_in_a_row = 0, skipping_since = 0;  // --max-skipped-steps
   Progress progress(lead ? c.log_every : 0, total_steps, lead);
   std::vector<StepRecord> step_records;  // for the curves
   step_records.reserve(static_cast<size_t>(std::max<int64_t>(total_steps - step, 0)));
@@ -575,20 +626,37 @@ int run(const Config& c) {
       profiler::step();  // MIXTAPE_PROFILE=1: the table's per-step column
       if (sched) sched->step(stepped);          // a skipped step does not advance the schedule
       if (!stepped) ++skipped_steps;
+      if (stepped) {
+        skipped_in_a_row = 0;
+      } else if (skipped_in_a_row++ == 0) {
+        skipping_since = step + 1;
+      }
       double dt = std::chrono::duration<double>(Clock::now() - t_step).count();
       ++step;
       ++steps_run;
       ++step_in_epoch;
       double lr = opt->param_groups()[0].options.get("lr");
-      if (lead)
+      if (lead) {
         csv << step << ',' << epoch << ',' << step_loss << ',' << lr << ',' << static_cast<double>(step_images) / dt
           << ',' << (scaler.is_enabled() ? scale_used : 1.0) << ',' << (stepped ? 0 : 1) << '\n';
+        if (Clock::now() - csv_flushed > std::chrono::seconds(2)) csv.flush(), csv_flushed = Clock::now();
+      }
+      // A dead FP16 run: every gradient inf/NaN, the scaler halving its scale step after step
+      // (towards 0) while the loop goes on. The same on every rank (the gradients are averaged).
+      if (c.max_skipped_steps > 0 && skipped_in_a_row >= c.max_skipped_steps) {
+        if (lead) csv.flush();
+        MT_ERROR("the loss scale collapsed: ", skipped_in_a_row, " optimizer steps in a row were skipped for inf/NaN "
+                 "gradients, since step ", skipping_since, " (epoch ", epoch + 1, "); the scale is now ",
+                 scaler.get_scale(), ": training has diverged. Try a lower --lr (now ", lr_used, ") or a warmup "
+                 "(--schedule cosine); --max-skipped-steps ", c.max_skipped_steps, " is the limit (0: never stop)");
+      }
       step_records.push_back({step, step_loss, scaler.is_enabled() ? scale_used : 1.0, !stepped});
       double elapsed = train_seconds + std::chrono::duration<double>(Clock::now() - t_epoch).count();
       progress.update(epoch + 1, c.epochs, step_in_epoch, steps_per_epoch, step, step_loss, lr,
                       static_cast<double>(images * world) / elapsed, static_cast<double>(steps_run) / elapsed);
     }
     progress.end_line();
+    if (lead) csv.flush(), csv_flushed = Clock::now();
     double epoch_s = std::chrono::duration<double>(Clock::now() - t_epoch).count();
     train_seconds += epoch_s;
     if (world > 1) {
@@ -605,7 +673,7 @@ int run(const Config& c) {
               << loss_sum / static_cast<double>(std::max<int64_t>(seen, 1)) << ", train acc " << std::setprecision(2)
               << 100 * train_acc << "%, test loss " << std::setprecision(4) << last.loss << ", test acc "
               << std::setprecision(2) << 100 * last.accuracy << "%, " << std::setprecision(1) << epoch_s << " s ("
-              << std::setprecision(0) << static_cast<double>(seen) / epoch_s << " images/s)" << std::defaultfloat << "\n";
+              << std::setprecision(0) << static_cast<double>(seen) / epoch_s << " images/s)" << std::defaultfloat << std::endl;
     epochs.push_back({{"epoch", epoch + 1},
                       {"train_loss", loss_sum / static_cast<double>(std::max<int64_t>(seen, 1))},
                       {"train_accuracy", train_acc},
@@ -619,7 +687,7 @@ int run(const Config& c) {
                                           {"threads", std::to_string(get_num_threads())},
                                           {"world_size", std::to_string(world)}}};
       nn::save_checkpoint(c.save_path, state, done);
-      std::cout << "saved checkpoint " << c.save_path << " (epoch " << epoch + 1 << ")\n";
+      std::cout << "saved checkpoint " << c.save_path << " (epoch " << epoch + 1 << ")" << std::endl;
     }
     if (world > 1 && !c.save_path.empty()) pg.barrier();  // the checkpoint is complete before any rank goes on
   }
@@ -661,62 +729,127 @@ int run(const Config& c) {
   return 0;
 }
 
+// The command line. Every option is registered with its scope: Computation options change what
+// the job computes, so under mpirun every rank must get the same value (check_same_config
+// compares all of them); PerRank options only say where a rank reads or writes, or how it uses
+// its own host, and may differ between ranks (what they lead to is checked instead: the data
+// and the restored checkpoint, by check_same_start).
+enum class Scope { Computation, PerRank };
+
+class Options {
+ public:
+  explicit Options(CLI::App& app) : app_(app) {}
+  template <class T>
+  CLI::Option* option(const std::string& names, T& field, Scope scope, const std::string& help = "") {
+    record(names, field, scope);
+    return app_.add_option(names, field, help);
+  }
+  CLI::Option* flag(const std::string& names, bool& field, Scope scope, const std::string& help) {
+    record(names, field, scope);
+    return app_.add_flag(names, field, help);
+  }
+  // The Computation options' values, by their first name without dashes.
+  nlohmann::json computation() const {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [name, value] : computation_) out[name] = value();
+    return out;
+  }
+
+ private:
+  template <class T>
+  void record(const std::string& names, T& field, Scope scope) {
+    if (scope != Scope::Computation) return;
+    const std::string first = names.substr(0, names.find(','));
+    computation_.emplace_back(first.substr(first.find_first_not_of('-')), [&field] { return nlohmann::json(field); });
+  }
+  CLI::App& app_;
+  std::vector<std::pair<std::string, std::function<nlohmann::json()>>> computation_;
+};
+
+// A number option's lower bound, said plainly ("--batch-size must be >= 1, got 0"); text that
+// is not a number is left to CLI11's conversion error.
+CLI::Validator at_least(double low) {
+  return CLI::Validator(
+      [low](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || v >= low) return "";
+        std::ostringstream os;
+        os << "must be >= " << low << ", got " << text;
+        return os.str();
+      },
+      ">= " + std::to_string(static_cast<long long>(low)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Config c;
   CLI::App app{"Train a CNN on Fashion-MNIST with mixtape"};
-  app.add_option("--model", c.model, "smallcnn | lenet5 | mlp | resnet8 | resnet20")->capture_default_str();
-  app.add_option("--optimizer", c.optimizer, "sgd | adam | adamw")->capture_default_str();
-  app.add_option("--schedule", c.schedule, "cosine (linear warmup + cosine decay) | none")->capture_default_str();
-  app.add_option("--epochs", c.epochs, "total epochs (with --resume: including those already done)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", c.batch_size)->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", c.lr)->capture_default_str();
-  app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  app.add_flag("--nesterov", c.nesterov, "Nesterov momentum (SGD)");
-  app.add_option("--weight-decay", c.weight_decay)->capture_default_str();
-  app.add_option("--seed", c.seed)->capture_default_str();
-  app.add_option("--threads", c.threads, "CPU threads (0 = all)")->capture_default_str();
-  app.add_option("--device", c.device, "cpu | cuda | cuda:N | auto (CUDA when a GPU is usable)")->capture_default_str();
-  app.add_option("--data", c.data_dir,
-                 "the dataset: a folder with the Fashion-MNIST IDX files, or an ImageFolder with train/<class>/*.png "
-                 "and test/<class>/*.png (as export_images writes them)")
+  Options o(app);
+  const auto all = Scope::Computation, mine = Scope::PerRank;
+  o.option("--model", c.model, all, "smallcnn | lenet5 | mlp | resnet8 | resnet20")->capture_default_str();
+  o.option("--optimizer", c.optimizer, all, "sgd | adam | adamw")->capture_default_str();
+  o.option("--schedule", c.schedule, all, "cosine (linear warmup + cosine decay) | none")->capture_default_str();
+  o.option("--epochs", c.epochs, all, "total epochs (with --resume: including those already done)")
+      ->capture_default_str()->check(at_least(1));
+  o.option("--batch-size", c.batch_size, all)->capture_default_str()->check(at_least(1));
+  o.option("--lr", c.lr, all, "learning rate (with --resume: must be the checkpoint's, which the optimizer restores)")
       ->capture_default_str();
-  app.add_option("--metrics", c.metrics_file, "per-step CSV: step, epoch, loss, lr, images/s, loss_scale, skipped (a resumed run writes the steps it runs)")->capture_default_str();
-  app.add_option("--summary-json", c.summary_file, "final summary (accuracy, loss, images/s, peak bytes)")
+  o.option("--momentum", c.momentum, all, "SGD momentum")->capture_default_str();
+  o.flag("--nesterov", c.nesterov, all, "Nesterov momentum (SGD)");
+  o.option("--weight-decay", c.weight_decay, all)->capture_default_str();
+  o.option("--seed", c.seed, all)->capture_default_str();
+  o.option("--threads", c.threads, mine, "CPU threads (0 = all)")->capture_default_str()->check(at_least(0));
+  o.option("--device", c.device, mine, "cpu | cuda | cuda:N | auto (CUDA when a GPU is usable)")->capture_default_str();
+  o.option("--data", c.data_dir, mine,
+           "the dataset: a folder with the Fashion-MNIST IDX files, or an ImageFolder with train/<class>/*.png "
+           "and test/<class>/*.png (as export_images writes them)")
       ->capture_default_str();
-  app.add_option("--curves", c.curves_file,
-                 "SVG of the training curves: train/test loss and accuracy, and under --amp fp16 the loss scale and "
-                 "skipped steps (default: curves.svg beside --metrics)");
-  app.add_option("--limit,--limit-train", c.limit_train,
-                 "use only N training images (0 = all): the first N, or every k-th of an ImageFolder");
-  app.add_option("--limit-test", c.limit_test, "use only N test images (0 = all), chosen as for --limit");
-  app.add_flag("--augment", c.augment, "random crop (pad 2) and horizontal flip");
-  app.add_option("--log-every", c.log_every,
-                 "print a progress line every N steps when stderr is not a terminal (a terminal gets a progress bar)")
+  o.option("--metrics", c.metrics_file, mine,
+           "per-step CSV: step, epoch, loss, lr, images/s, loss_scale, skipped (a resumed run writes the steps it "
+           "runs; flushed every epoch and every few seconds)")
       ->capture_default_str();
-  app.add_option("--save", c.save_path,
-                 "checkpoint (model, optimizer, LR schedule, RNG, epoch) written atomically after every epoch");
-  app.add_option("--resume", c.resume_path,
-                 "continue from a --save checkpoint; --epochs is the total (e.g. saved after 2, --epochs 3 runs one "
-                 "more), and with the same --threads the result equals an uninterrupted run bit for bit");
-  app.add_option("--amp", c.amp,
-                 "mixed precision: off | fp16 (autocast to FP16 + dynamic loss scaling) | bf16 (autocast to BF16, "
-                 "no scaling needed)")
+  o.option("--summary-json", c.summary_file, mine, "final summary (accuracy, loss, images/s, peak bytes)")
       ->capture_default_str();
-  app.add_flag("--allow-nonfinite-loss", c.allow_nonfinite_loss,
-               "keep training after a NaN/inf loss that no loss scaler handles (default: stop with an error)");
-  app.add_flag("--master-weights", c.master_weights,
-               "make the model itself 16-bit (BatchNorm stays FP32) and keep FP32 master weights in the optimizer");
-  app.add_option("--accumulate", c.accumulate,
-                 "micro-batches of --batch-size per optimizer step (gradient accumulation)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_flag("--checkpoint-activations", c.checkpoint_activations,
-               "recompute each residual block in backward instead of keeping its activations (resnet8/resnet20)");
+  o.option("--curves", c.curves_file, mine,
+           "SVG of the training curves: train/test loss and accuracy, and under --amp fp16 the loss scale and "
+           "skipped steps (default: curves.svg beside --metrics)");
+  o.option("--limit,--limit-train", c.limit_train, all,
+           "use only N training images (0 = all): the first N, or every k-th of an ImageFolder")
+      ->check(at_least(0));
+  o.option("--limit-test", c.limit_test, all, "use only N test images (0 = all), chosen as for --limit")
+      ->check(at_least(0));
+  o.flag("--augment", c.augment, all, "random crop (pad 2) and horizontal flip");
+  o.option("--log-every", c.log_every, mine,
+           "print a progress line every N steps when stderr is not a terminal (a terminal gets a progress bar)")
+      ->capture_default_str()->check(at_least(0));
+  o.option("--save", c.save_path, mine,
+           "checkpoint (model, optimizer, LR schedule, RNG, epoch) written atomically after every epoch");
+  o.option("--resume", c.resume_path, mine,
+           "continue from a --save checkpoint; --epochs is the total (e.g. saved after 2, --epochs 3 runs one "
+           "more), and with the same --threads the result equals an uninterrupted run bit for bit. The other "
+           "options must be the saved run's (--lr, --momentum and --weight-decay too: a new value is refused). "
+           "Under mpirun each rank reads its own copy, and every rank's restored state must equal rank 0's");
+  o.option("--amp", c.amp, all,
+           "mixed precision: off | fp16 (autocast to FP16 + dynamic loss scaling) | bf16 (autocast to BF16, "
+           "no scaling needed)")
+      ->capture_default_str();
+  o.flag("--allow-nonfinite-loss", c.allow_nonfinite_loss, all,
+         "keep training after a NaN/inf loss that no loss scaler handles (default: stop with an error)");
+  o.option("--max-skipped-steps", c.max_skipped_steps, all,
+           "--amp fp16: stop with an error once this many optimizer steps in a row were skipped for inf/NaN "
+           "gradients (the loss scale has collapsed; 0 = never stop)")
+      ->capture_default_str()->check(at_least(0));
+  o.flag("--master-weights", c.master_weights, all,
+         "make the model itself 16-bit (BatchNorm stays FP32) and keep FP32 master weights in the optimizer");
+  o.option("--accumulate", c.accumulate, all, "micro-batches of --batch-size per optimizer step (gradient accumulation)")
+      ->capture_default_str()->check(at_least(1));
+  o.flag("--checkpoint-activations", c.checkpoint_activations, all,
+         "recompute each residual block in backward instead of keeping its activations (resnet8/resnet20)");
   CLI11_PARSE(app, argc, argv);
   try {
-    return run(c);
+    return run(c, o.computation());
   } catch (const std::exception& e) {  // the one place the program's name is put before an error
     // Under mpirun the failing rank ends every rank, naming itself, instead of leaving the
     // others inside a collective until the timeout.

@@ -103,8 +103,7 @@ uint64_t scalar_u64(const StateDict& all, const std::string& key) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const TrainingState& state, const TrainingProgress& progress,
-                     const std::function<void(const std::string& tmp_path)>& before_rename) {
+StateDict state_tensors(const TrainingState& state) {
   StateDict all;
   put_section(all, "model.", state.model.state_dict());
   put_section(all, "optim.", state.optimizer.state_dict());
@@ -113,6 +112,12 @@ void save_checkpoint(const std::string& path, const TrainingState& state, const 
   const Generator& gen = default_generator();
   all["rng.global.seed"] = i64_scalar(static_cast<int64_t>(gen.seed()));
   all["rng.global.offset"] = i64_scalar(static_cast<int64_t>(gen.offset()));
+  return all;
+}
+
+void save_checkpoint(const std::string& path, const TrainingState& state, const TrainingProgress& progress,
+                     const std::function<void(const std::string& tmp_path)>& before_rename) {
+  StateDict all = state_tensors(state);
   all["meta.epoch"] = i64_scalar(progress.epoch);
   all["meta.step"] = i64_scalar(progress.step);
   all["meta.data_seed"] = i64_scalar(static_cast<int64_t>(progress.data_seed));
@@ -127,9 +132,11 @@ void save_checkpoint(const std::string& path, const TrainingState& state, const 
   metadata["version"] = std::to_string(kCheckpointVersion);
   metadata["model"] = progress.model_name;
 
+  // One temporary name, always the same: a save killed midway leaves at most `path.tmp`, which
+  // the next save truncates and replaces (save_safetensors would add a second, `path.tmp.tmp`).
   const std::string tmp = path + ".tmp";
   try {
-    save_safetensors(all, tmp, metadata);
+    write_safetensors_file(all, tmp, metadata);
     sync_path(tmp, false);
     if (before_rename) before_rename(tmp);
   } catch (...) {

@@ -16,8 +16,9 @@
 // u64 values (seeds, offsets) are stored bit-for-bit in i64 tensors.
 //
 // Invariants: save_checkpoint never leaves a partly written file at `path` — it writes
-// `path.tmp`, fsyncs it, renames it over `path` and fsyncs the folder, so an interrupted save
-// leaves the previous checkpoint as it was. restore_checkpoint is all or nothing: every tensor is
+// `path.tmp` (the only temporary name it uses; a stale one from a killed save is truncated and
+// replaced by the next), fsyncs it, renames it over `path` and fsyncs the folder, so an
+// interrupted save leaves the previous checkpoint as it was. restore_checkpoint is all or nothing: every tensor is
 // checked against the live model/optimizer/scheduler first (the error names the first
 // mismatched tensor, expected vs found shape and dtype), and if anything fails while loading,
 // the previous state is put back.
@@ -70,6 +71,10 @@ struct Checkpoint {
 // save (the temp file is removed, `path` is untouched).
 void save_checkpoint(const std::string& path, const TrainingState& state, const TrainingProgress& progress,
                      const std::function<void(const std::string& tmp_path)>& before_rename = {});
+
+// The tensors save_checkpoint writes for `state`, every section but meta.* (model., optim.,
+// sched., amp., rng.), on the CPU: what a run holds, for comparing it (e.g. across ranks).
+StateDict state_tensors(const TrainingState& state);
 
 // Reads `path`: a safetensors file with this format and version, the rng.* and meta.* scalars,
 // and no key outside the sections above. Errors name the file and the key.

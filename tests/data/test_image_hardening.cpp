@@ -90,10 +90,23 @@ TEST(ImageHardening, DimensionsOverTheLimitAreRefusedFromTheHeader) {
   put_be32(png, 20, 10000);
   EXPECT_CONTAINS(image_error(png), "'img' declares 10000x10000 = 100000000 pixels (header at byte 16), over the "
                                     "limit of 67108864 pixels (DecodeOptions::max_pixels)");
-  put_be32(png, 16, 20000);  // over stb's own per-side limit: its header reader refuses it
-  EXPECT_CONTAINS(image_error(png), "unreadable header");
+  // Over the per-side limit (stb's header reader would refuse it as an "unknown image type"):
+  // refused by the limit, with the declared size.
+  put_be32(png, 16, 20000);
+  EXPECT_CONTAINS(image_error(png), "'img' declares 20000x10000 pixels (header at byte 16), over the limit of 16384 "
+                                    "pixels per side");
+  put_be32(png, 16, 16385);
+  put_be32(png, 20, 3);
+  EXPECT_CONTAINS(image_error(png), "'img' declares 16385x3 pixels (header at byte 16), over the limit of 16384");
   put_be32(png, 16, 0);
-  EXPECT_CONTAINS(image_error(png), "unreadable header");
+  EXPECT_CONTAINS(image_error(png), "'img' declares 0x3 pixels (header at byte 16): no image");
+  // The same for a JPEG's frame header (height, then width, 16 bits each, after the precision).
+  std::string jpg = seed("gray.jpg");
+  size_t sof = 2;
+  while (!(static_cast<uint8_t>(jpg[sof]) == 0xFF && static_cast<uint8_t>(jpg[sof + 1]) == 0xC0)) ++sof;
+  jpg[sof + 7] = static_cast<char>(0x50), jpg[sof + 8] = 0;  // width 20480
+  EXPECT_CONTAINS(image_error(jpg), "'img' declares 20480x8 pixels (header at byte " + std::to_string(sof) +
+                                        "), over the limit of 16384 pixels per side");
 }
 
 TEST(ImageHardening, JpegHuffmanTableWithTooManyCodesIsRefused) {

@@ -8,6 +8,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <set>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <mixtape/mixtape.h>
 
@@ -173,6 +180,46 @@ TEST(Checkpoint, SaveInterruptedMidwayLeavesThePreviousCheckpointLoadable) {
   std::ofstream(path + ".tmp") << "garbage";
   EXPECT_EQ(nn::load_checkpoint(path, fresh.state()).epoch, 1);
   nn::save_checkpoint(path, run.state(), {.model_name = "m", .epoch = 2, .step = 4});
+  EXPECT_EQ(nn::read_checkpoint(path).progress.epoch, 2);
+}
+
+// A save killed while it writes (here by the file-size limit's SIGXFSZ, mid-write, in a child
+// process) leaves the previous checkpoint and one temporary, `path.tmp`, never a second name
+// such as `path.tmp.tmp`; the next save replaces it and leaves no temporary behind.
+TEST(Checkpoint, SaveKilledWhileWritingLeavesOnlyPathTmpWhichTheNextSaveReplaces) {
+  const std::string path = temp_path("killed.safetensors");
+  TrainingRun run(4, DType::Float32, false);
+  run.train(0, 2);
+  nn::save_checkpoint(path, run.state(), {.model_name = "m", .epoch = 1, .step = 2});
+  const auto size = std::filesystem::file_size(path);
+  run.train(2, 4);
+  std::cout.flush();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The limit cuts the new file off halfway; the write past it raises SIGXFSZ (default: die).
+    struct rlimit lim{size / 2, size / 2};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    try {
+      nn::save_checkpoint(path, run.state(), {.model_name = "m", .epoch = 2, .step = 4});
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(3);  // the save was not killed: the test is not testing anything
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ) << "child status " << status;
+  std::set<std::string> left;
+  const std::string base = std::filesystem::path(path).filename().string();
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path()))
+    if (e.path().filename().string().rfind(base, 0) == 0) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{base, base + ".tmp"}));
+  EXPECT_EQ(nn::read_checkpoint(path).progress.epoch, 1);  // the previous checkpoint, intact
+
+  nn::save_checkpoint(path, run.state(), {.model_name = "m", .epoch = 2, .step = 4});
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp.tmp"));
   EXPECT_EQ(nn::read_checkpoint(path).progress.epoch, 2);
 }
 
