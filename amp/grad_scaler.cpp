@@ -213,6 +213,7 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool exp
   // What step() still has to apply to the gradients left scaled: the check-only ones. The same
   // float as `inv`, from the host copy of S (docs/AMP.md#the-inverse-scale).
   st.inv_scale = explicit_unscale ? 1.0f : static_cast<float>(1.0 / static_cast<double>(scale_host_));
+  st.explicit_unscale = explicit_unscale;
   // The gradients are unscaled in place now: from here on nothing may unscale them again, even
   // if the reduction below (a collective that can time out) throws.
   st.stage = OptState::UNSCALED;
@@ -223,8 +224,14 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool exp
 // Replaces this process's flags by the reducer's verdict. The flag handed to the reducer is built
 // afresh from the local flags on every try, so a retry after a failed call (which may have left
 // anything in it) reduces this process's own verdict again; the flags stay local until it succeeds.
+// A reducer removed (set_found_inf_reducer({})) while its reduction was pending leaves the local
+// flags as the verdict: that is what a scaler without a reducer decides.
 void GradScaler::reduce_found_inf(PerOptimizer& st) {
   if (!st.reduction_pending) return;
+  if (!found_inf_reducer_) {
+    st.reduction_pending = false;
+    return;
+  }
   // One flag for all devices, combined across processes: every process then decides alike.
   autograd::NoGradGuard no_grad;
   Tensor combined = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
@@ -241,7 +248,7 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   if (st.stage == OptState::UNSCALED && st.reduction_pending) {
     // A retry after the reducer failed: the gradients are already unscaled. Not after a failed
     // step(), which left 16-bit gradients scaled for the optimizer to unscale as it widens them.
-    MT_CHECK(st.inv_scale == 1.0f, "GradScaler.unscale_(", optimizer.name(), "): the found_inf reducer failed "
+    MT_CHECK(st.explicit_unscale, "GradScaler.unscale_(", optimizer.name(), "): the found_inf reducer failed "
              "during step(), which had already unscaled the gradients; retry step() (it re-runs only the reduction)");
     reduce_found_inf(st);
     return;
@@ -265,9 +272,9 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   PerOptimizer& st = state_of(optimizer);
   MT_CHECK(st.stage != OptState::STEPPED, "GradScaler.step(", optimizer.name(), "): step() has already been called "
            "since the last update(). Call update() once at the end of every iteration.");
-  // unscale_grads marks the stage UNSCALED before anything that may throw (the reducer, the
-  // host read below: a deferred device check), so a retried step() never unscales twice; it
-  // re-runs a reduction that failed, and only that.
+  // unscale_grads marks the stage UNSCALED as soon as its unscale kernels have run, before what
+  // may throw after them (the reducer, the host read below: a deferred device check), so a step()
+  // retried after those never unscales twice; it re-runs a reduction that failed, and only that.
   if (st.stage == OptState::READY)
     unscale_grads(optimizer, st, /*explicit_unscale=*/false);
   else

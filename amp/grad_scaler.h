@@ -124,6 +124,7 @@ class GradScaler {
     std::vector<Tensor> found_inf_per_device;  // one 0-d f32 per device that held gradients
     bool reduction_pending = false;            // the flags are still this process's: reducer not yet run
     float inv_scale = 1.0f;                    // what step() applies to grads left scaled
+    bool explicit_unscale = false;             // unscaled by unscale_() (else by step())
     std::optional<float> found_on_host;        // their sum, once step() has read it
   };
   void check_scale_initialized(const char* funcname) const;

@@ -453,9 +453,13 @@ StateDict Optimizer::state_dict() const {
   }
   for (size_t i = 0; i < states_.size(); ++i) {
     const ParamState& s = states_[i];
-    sync_master(s);
-    if (s.master.defined()) {
-      sd[key("state", i, "master")] = snapshot(s.master);
+    // A 16-bit model's master loaded for an f32/f64 parameter and not yet adopted is saved as it
+    // came: adopting it here would compare it with whatever weights the model holds now (before
+    // a model load that may still follow) and lose it where they differ.
+    const bool pending = !s.master.defined() && s.loaded_master.defined();
+    if (!pending) sync_master(s);
+    if (s.master.defined() || pending) {
+      sd[key("state", i, "master")] = snapshot(pending ? s.loaded_master : s.master);
       sd[key("state", i, "written_stochastically")] = i64_scalar(s.written_stochastically ? 1 : 0);
     }
     if (s.step > 0) sd[key("state", i, "step")] = i64_scalar(s.step);

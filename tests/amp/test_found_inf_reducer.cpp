@@ -1,6 +1,7 @@
 // tests/amp/test_found_inf_reducer.cpp — GradScaler::set_found_inf_reducer, the hook that makes
 // every process of a data-parallel job take the same skip/step decision (the two-process run
 // is in tests/distributed_mpi): the reducer's verdict, not the local gradients, decides.
+#include <limits>
 #include <stdexcept>
 
 #include "scaler_test_util.h"
@@ -87,6 +88,42 @@ TEST(FoundInfReducer, ARetryAfterAFailingReducerUnscalesOnce) {
     EXPECT_EQ(seen[1], 0.0f) << "the retry reduces this process's own flag again, not the failed call's leftovers";
     scaler.update();
     EXPECT_EQ(scaler.get_scale(), 1024.0);
+  }
+}
+
+// At scale 1, step() leaves its inverse scale at 1.0 exactly, as unscale_() does: the refusal of
+// unscale_() after a failed step() must follow who unscaled, not that value.
+TEST(FoundInfReducer, AtScaleOneUnscaleAfterAFailedStepIsStillRefused) {
+  Tensor w = make_param({1.0}, {1});
+  optim::SGD opt({w}, {.lr = 1.0});
+  amp::GradScaler scaler({.init_scale = 1.0});
+  int calls = 0;
+  scaler.set_found_inf_reducer([&](const Tensor&) {
+    if (++calls == 1) throw std::runtime_error("all-reduce timed out");
+  });
+  scaler.scale((w * 3.0).sum()).backward();
+  EXPECT_THROW(scaler.step(opt), std::runtime_error);
+  expect_error([&] { scaler.unscale_(opt); }, {"GradScaler.unscale_", "reducer failed during step()", "retry step()"});
+  EXPECT_TRUE(scaler.step(opt));
+  EXPECT_EQ(w.item<float>(), -2.0f);
+  EXPECT_EQ(calls, 2);
+}
+
+// A reducer removed after it failed: the retry decides on this process's own flags, as a scaler
+// without a reducer does (it used to call the empty std::function: std::bad_function_call).
+TEST(FoundInfReducer, ARetryAfterTheReducerWasRemovedUsesTheLocalFlags) {
+  for (bool finite : {true, false}) {
+    Tensor w = make_param({1.0}, {1});
+    optim::SGD opt({w}, {.lr = 1.0});
+    amp::GradScaler scaler({.init_scale = 1024.0});
+    scaler.set_found_inf_reducer([](const Tensor&) { throw std::runtime_error("all-reduce timed out"); });
+    scaler.scale((w * (finite ? 3.0 : std::numeric_limits<double>::infinity())).sum()).backward();
+    EXPECT_THROW(scaler.step(opt), std::runtime_error);
+    scaler.set_found_inf_reducer({});
+    EXPECT_EQ(scaler.step(opt), finite);
+    EXPECT_EQ(w.item<float>(), finite ? -2.0f : 1.0f);
+    scaler.update();
+    EXPECT_EQ(scaler.get_scale(), finite ? 1024.0 : 512.0);
   }
 }
 

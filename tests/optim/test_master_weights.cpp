@@ -387,6 +387,25 @@ TEST(MasterStateDict, SixteenBitStateLoadsIntoAnFp32ModelWhoseWeightsTakeTheMast
   EXPECT_EQ(opt32.master(w32).to_vector<float>(), std::vector<float>(8, 0.125f));
 }
 
+// A state_dict() taken between loading the optimizer and loading the model (a save at step 0)
+// neither adopts the loaded masters against the weights the model holds then nor drops them: it
+// saves them as loaded, and the model loaded afterwards still takes them.
+TEST(MasterStateDict, AStateDictBeforeTheModelLoadKeepsThePendingMasters) {
+  Trained src = trained_adam(DType::BFloat16);
+  const StateDict sd = src.opt->state_dict();
+  Tensor w32 = zeros({8}).requires_grad_(true);
+  Adam opt32({w32}, {.lr = 1e-3});
+  opt32.load_state_dict(sd);
+  const StateDict between = opt32.state_dict();
+  ASSERT_TRUE(between.count("state.0.master"));
+  EXPECT_TRUE(same_bits(between.at("state.0.master"), sd.at("state.0.master"))) << "saved as loaded";
+  {
+    autograd::NoGradGuard no_grad;
+    copy_(w32, src.w);
+  }
+  EXPECT_TRUE(same_bits(opt32.master(w32), sd.at("state.0.master"))) << "the later model load still takes them";
+}
+
 TEST(MasterStateDict, Fp32StateLoadsIntoASixteenBitModelWithMastersSeededFromIt) {
   for (DType dt : {DType::Float16, DType::BFloat16}) {
     for (bool model_first : {true, false}) {
