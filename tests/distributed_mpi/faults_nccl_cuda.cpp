@@ -48,7 +48,8 @@ void stuck_collective(distributed::ProcessGroup& pg, bool async) {
   cuda::set_device(dev.index());
   const double r = pg.rank();
   Tensor first = tensor({1.0 + r, 2.0}, {2}).to(dev);
-  pg.all_reduce(first);
+  distributed::Work w1 = pg.all_reduce_async(first, distributed::ReduceOp::Sum, "first");
+  w1.wait();
   require(first.to_vector<double>() == std::vector<double>{3.0, 4.0}, "collective #1 must be a plain sum");
 
   const auto t0 = Clock::now();
@@ -86,6 +87,10 @@ void stuck_collective(distributed::ProcessGroup& pg, bool async) {
   require(error_of([&] { w.wait(); }) == error, "Work::wait must throw the watchdog's error");
   require(error_of([&] { (void)w2.is_completed(); }) == error, "the collective behind it must fail with it");
   require(error_of([&] { w2.wait(); }) == error, "the collective behind it must fail with it on wait()");
+  // One that completed before the abort still says so.
+  bool first_done = false;
+  require(error_of([&] { first_done = w1.is_completed(); }).empty() && first_done,
+          "a collective that completed before the abort must still report completion");
   // Every later collective refuses, CUDA or host, naming the stuck one.
   const std::string refused = "unusable after '" + what + " on NCCL (the watchdog aborted the communicator: ";
   Tensor later = ones({2}).to(dev);
