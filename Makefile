@@ -94,7 +94,7 @@ test-emulator: deps
 	$(CTEST) --test-dir $(EMU_DIR) --output-on-failure -j $(JOBS) -L '^(gpu|cuda_emulator|gpu_selfcheck|gpu_bench_smoke)$$' \
 	  --no-tests=error $(CTEST_ARGS)
 	$(CTEST) --test-dir $(EMU_DIR) --output-on-failure \
-	  -R '^(example_train_fashion_mnist_device_auto|distributed_two_ranks|example_train_two_ranks_cuda)$$' \
+	  -R '^(example_train_fashion_mnist_device_auto|distributed_two_ranks|example_train_two_ranks_cuda|distributed_nccl_watchdog_.*)$$' \
 	  --no-tests=error $(CTEST_ARGS)
 
 # Runs every Google Benchmark program (bench/CMakeLists.txt names them bench_<name>); the

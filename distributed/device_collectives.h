@@ -4,7 +4,9 @@
 // stream had queued, on a stream of its own; the returned Work's wait() makes the caller's then
 // current stream wait for it (the host never blocks), and the tensor's memory is kept from reuse
 // until it has finished (cuda::record_stream). Every rank issues the same device collectives in
-// the same order, as with MPI.
+// the same order, as with MPI. A collective still outstanding after the group's timeout, or an
+// asynchronous NCCL error, makes the communicator's watchdog thread abort it and fail the group:
+// every later collective, and wait()/is_completed() of each aborted one, throws naming it.
 #pragma once
 #include <memory>
 #include <string>

@@ -1,13 +1,28 @@
 // distributed/cuda/nccl_collectives.cpp — DeviceCollectives on NCCL: one communicator for this
 // process's device, its unique id made by rank 0 and sent to the others over MPI (as llm.c
-// does), collectives on a stream of their own ordered after the caller's stream by events.
-// Invariant: see distributed/device_collectives.h. Built only with NCCL (MIXTAPE_WITH_NCCL).
+// does), collectives on a stream of their own ordered after the caller's stream by events, and a
+// watchdog thread per communicator (PyTorch's ProcessGroupNCCL has one too): it polls the event
+// recorded after each collective and ncclCommGetAsyncError, and a collective outstanding longer
+// than the group's timeout, or an asynchronous NCCL error, aborts the communicator
+// (ncclCommAbort: the stuck kernels return) and fails the group, naming the collective.
+// Invariants: see distributed/device_collectives.h; after an abort every later collective, and
+// wait()/is_completed() of every collective not seen complete before it, throws the watchdog's
+// error. Built only with NCCL (MIXTAPE_WITH_NCCL).
 #include "distributed/device_collectives.h"
 
 #if MIXTAPE_WITH_NCCL
 #include <nccl.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
 
 #include "core/cuda/stream.h"
 #include "ops/creation.h"
@@ -42,9 +57,44 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// One collective as the watchdog sees it: what it is, when it was queued, and the event recorded
+// after it on the communication stream. Shared with the Work returned for it.
+struct Queued {
+  std::string what;
+  std::chrono::steady_clock::time_point issued;
+  std::shared_ptr<cuda::Event> done;
+  std::atomic<bool> completed{false};  // seen done (by the watchdog, or by is_completed)
+};
+
+// Whether the watchdog aborted the communicator, and why; shared with the Works, which may
+// outlive the communicator.
+class Health {
+ public:
+  void set(const std::string& error) {
+    std::lock_guard lk(m_);
+    if (error_.empty()) error_ = error;
+  }
+  std::string error() const {
+    std::lock_guard lk(m_);
+    return error_;
+  }
+  // The watchdog marks every collective that finished before the one it gave up on as completed
+  // before it sets the error: any other is part of the aborted queue.
+  void throw_if_aborted(const Queued* q) const {
+    if (q && q->completed.load()) return;
+    std::string e = error();
+    if (!e.empty()) throw Error(e);
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::string error_;
+};
+
 class NcclCollectives final : public DeviceCollectives {
  public:
-  NcclCollectives(ProcessGroup& host, int device) : device_(device), rank_(host.rank()), world_(host.world_size()) {
+  NcclCollectives(ProcessGroup& host, int device)
+      : host_(host), device_(device), rank_(host.rank()), world_(host.world_size()), timeout_(host.timeout()) {
     cuda::DeviceGuard on(device_);
     ncclUniqueId id;
     std::memset(&id, 0, sizeof(id));
@@ -55,10 +105,21 @@ class NcclCollectives final : public DeviceCollectives {
     std::memcpy(&id, bytes.data_ptr(), sizeof(id));
     check(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank", nullptr, rank_, world_);
     stream_ = cuda::create_stream();
+    watchdog_ = std::thread([this] { watch(); });  // last: nothing after it may throw
   }
   ~NcclCollectives() override {
     // At exit the CUDA context may already be going away: errors are not reported here.
-    if (comm_) ncclCommDestroy(comm_);
+    // Whatever is still queued finishes first, with the watchdog still watching: on a stuck
+    // collective it aborts the communicator after the timeout, which releases this wait (and
+    // ncclCommDestroy, which would otherwise wait for the stuck work itself).
+    if (stream_) (void)cudaStreamSynchronize(stream_);
+    {
+      std::lock_guard lk(watch_mu_);
+      stop_ = true;
+    }
+    watch_cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
+    if (comm_) ncclCommDestroy(comm_);  // (null when the watchdog aborted it)
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -67,20 +128,28 @@ class NcclCollectives final : public DeviceCollectives {
   Work all_reduce(const Tensor& t, ReduceOp op, const std::string& what) override {
     check_device("all_reduce", t);
     cuda::DeviceGuard on(device_);
+    std::lock_guard lk(comm_mu_);
+    health_->throw_if_aborted(nullptr);
     after_caller();
     check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype(), "all_reduce"),
                         nccl_op(op), comm_, stream_),
           "ncclAllReduce", comm_, rank_, world_);
-    return finished_work(t, what);
+    return queued_work(t, what);
   }
 
   void broadcast(const Tensor& t, int root) override {
     check_device("broadcast", t);
     cuda::DeviceGuard on(device_);
-    after_caller();
-    check(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), ncclUint8, root, comm_, stream_), "ncclBroadcast",
-          comm_, rank_, world_);
-    finished_work(t, "broadcast").wait();  // the caller's stream now waits for it
+    Work w;
+    {
+      std::lock_guard lk(comm_mu_);
+      health_->throw_if_aborted(nullptr);
+      after_caller();
+      check(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), ncclUint8, root, comm_, stream_), "ncclBroadcast",
+            comm_, rank_, world_);
+      w = queued_work(t, "broadcast of " + t.describe() + " from rank " + std::to_string(root));
+    }
+    w.wait();  // the caller's stream now waits for it
   }
 
   std::vector<Tensor> all_gather(const Tensor& t) override {
@@ -89,11 +158,17 @@ class NcclCollectives final : public DeviceCollectives {
     IntList sizes = t.sizes();
     sizes.insert(sizes.begin(), world_);
     Tensor out = empty(sizes, TensorOptions(t.dtype()).with_device(t.device()));
-    after_caller();
-    check(ncclAllGather(t.data_ptr(), out.data_ptr(), t.nbytes(), ncclUint8, comm_, stream_), "ncclAllGather", comm_,
-          rank_, world_);
-    cuda::record_stream(t, stream_);
-    finished_work(out, "all_gather").wait();
+    Work w;
+    {
+      std::lock_guard lk(comm_mu_);
+      health_->throw_if_aborted(nullptr);
+      after_caller();
+      check(ncclAllGather(t.data_ptr(), out.data_ptr(), t.nbytes(), ncclUint8, comm_, stream_), "ncclAllGather", comm_,
+            rank_, world_);
+      cuda::record_stream(t, stream_);
+      w = queued_work(out, "all_gather of " + t.describe());
+    }
+    w.wait();
     std::vector<Tensor> parts;
     for (int r = 0; r < world_; ++r) parts.push_back(out.select(0, r));
     return parts;
@@ -111,21 +186,144 @@ class NcclCollectives final : public DeviceCollectives {
     ready.wait(stream_);
   }
   // `t` was written on the communication stream: keep its memory from reuse until that is done,
-  // bump its version (an in-place write), and let wait() order the caller's stream after it.
-  Work finished_work(const Tensor& t, const std::string& what) {
+  // bump its version (an in-place write), hand the collective to the watchdog, and let wait()
+  // order the caller's stream after it.
+  Work queued_work(const Tensor& t, const std::string& what) {
     cuda::record_stream(t, stream_);
     t.bump_version();
-    auto done = std::make_shared<cuda::Event>();
-    done->record(stream_);
+    auto q = std::make_shared<Queued>();
+    q->what = what;
+    q->issued = std::chrono::steady_clock::now();
+    q->done = std::make_shared<cuda::Event>();
+    q->done->record(stream_);
+    {
+      std::lock_guard lk(watch_mu_);
+      queued_.push_back(q);
+    }
     // wait() may run after the DeviceGuard is gone, on a thread whose current device is another:
     // the stream that must wait is this device's current one.
-    return Work::on_device(
-        what, [done, d = device_] { done->wait(cuda::current_stream(d)); }, [done] { return done->query(); });
+    auto on_wait = [q, h = health_, d = device_] {
+      h->throw_if_aborted(q.get());
+      q->done->wait(cuda::current_stream(d));
+    };
+    auto done = [q, h = health_] {
+      h->throw_if_aborted(q.get());
+      if (!q->completed.load() && !q->done->query()) return false;
+      h->throw_if_aborted(q.get());  // the abort lets a stuck collective's event complete too
+      q->completed.store(true);
+      return true;
+    };
+    return Work::on_device(what, std::move(on_wait), std::move(done));
   }
 
+  // The watchdog thread: every poll, the collectives done since the last one are dropped (in
+  // stream order, so the first one not done is the oldest outstanding); that one outstanding for
+  // longer than the timeout, or an asynchronous NCCL error, aborts the communicator. One
+  // failure ends the watch (nothing can be issued afterwards).
+  void watch() {
+    try {
+      cuda::set_device(device_);  // (cudaEventQuery and NCCL find the device themselves; this is for clarity)
+    } catch (const std::exception&) {
+    }
+    const auto poll = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(100), timeout_ / 4 + std::chrono::milliseconds(1));
+    std::unique_lock lk(watch_mu_);
+    while (!watch_cv_.wait_for(lk, poll, [&] { return stop_; })) {
+      std::vector<std::shared_ptr<Queued>> queued(queued_.begin(), queued_.end());
+      lk.unlock();
+      const std::string error = inspect(queued);
+      if (!error.empty()) {
+        abort_communicator(error, queued);
+        return;
+      }
+      lk.lock();
+      while (!queued_.empty() && queued_.front()->completed.load()) queued_.pop_front();
+    }
+  }
+
+  // What is wrong, if anything: an empty string while every collective is in time.
+  std::string inspect(const std::vector<std::shared_ptr<Queued>>& queued) {
+    const Queued* oldest = nullptr;  // the oldest collective not done
+    try {
+      for (const auto& q : queued) {
+        if (q->completed.load()) continue;
+        oldest = q.get();
+        if (!q->done->query()) break;
+        q->completed.store(true);
+        oldest = nullptr;
+      }
+    } catch (const std::exception& e) {  // a CUDA error (a fault in some kernel): nothing will complete
+      return describe(oldest, queued) + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
+             ": the NCCL watchdog's event query failed: " + e.what() + "; it aborted the NCCL communicator";
+    }
+    if (std::string async = async_error(); !async.empty())
+      return describe(oldest, queued) + " failed on rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
+             ": NCCL reported an asynchronous error: " + async +
+             " (a peer failed or exited); the NCCL watchdog aborted the communicator";
+    if (oldest && std::chrono::steady_clock::now() - oldest->issued > timeout_)
+      return oldest->what + " timed out after " + seconds(timeout_) + " s on rank " + std::to_string(rank_) + " of " +
+             std::to_string(world_) +
+             ": the NCCL collective did not complete (another rank failed, exited or issued a different collective); "
+             "the NCCL watchdog aborted the communicator (MIXTAPE_DIST_TIMEOUT sets the limit)";
+    return "";
+  }
+
+  std::string describe(const Queued* oldest, const std::vector<std::shared_ptr<Queued>>& queued) const {
+    if (oldest) return oldest->what;
+    return queued.empty() ? std::string("the NCCL communicator") : "the NCCL communicator (after " + queued.back()->what + ")";
+  }
+
+  std::string async_error() {
+    std::lock_guard lk(comm_mu_);
+    if (!comm_) return "";
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) state = r;
+    if (state == ncclSuccess || state == ncclInProgress) return "";
+    const char* detail = ncclGetLastError(comm_);
+    return std::string(ncclGetErrorString(state)) + (detail && *detail ? std::string(" (") + detail + ")" : "");
+  }
+
+  // The error first (a collective issued meanwhile is refused, or, already queued, fails with
+  // the rest), then the abort, then the host group (whose later collectives could never pair
+  // up with the other ranks' again) and stderr (the main thread may be busy elsewhere).
+  void abort_communicator(const std::string& error, const std::vector<std::shared_ptr<Queued>>& queued) {
+    health_->set(error);
+    {
+      std::lock_guard lk(comm_mu_);
+      if (comm_) ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    const Queued* oldest = nullptr;
+    for (const auto& q : queued)
+      if (!q->completed.load()) {
+        oldest = q.get();
+        break;
+      }
+    host_.mark_failed(describe(oldest, queued) + " on NCCL (the watchdog aborted the communicator: " +
+                      (error.find(" timed out after ") != std::string::npos ? "timed out after " + seconds(timeout_) + " s"
+                                                                            : std::string("an NCCL error")) +
+                      ")");
+    const std::string line = "mixtape: rank " + std::to_string(rank_) + " of " + std::to_string(world_) + ": " + error + "\n";
+    std::cerr << line << std::flush;  // one write: the ranks' lines do not interleave
+  }
+
+  static std::string seconds(std::chrono::milliseconds t) {
+    std::ostringstream os;
+    os << t.count() / 1000.0;
+    return os.str();
+  }
+
+  ProcessGroup& host_;
   int device_, rank_, world_;
+  std::chrono::milliseconds timeout_;
+  std::mutex comm_mu_;  // every NCCL call on comm_: the issuing thread's and the watchdog's
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  std::shared_ptr<Health> health_ = std::make_shared<Health>();
+  std::mutex watch_mu_;  // queued_ and stop_
+  std::condition_variable watch_cv_;
+  std::deque<std::shared_ptr<Queued>> queued_;  // in stream order; completed ones leave from the front
+  bool stop_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace

@@ -11,6 +11,19 @@
 // different things, which a GPU never would). Sums are taken in rank order, in float for 16-bit
 // types with one rounding per addition, so every rank gets the same bits. Not kept: speed, and
 // a dead peer is not detected (the barrier waits; ctest's timeout ends such a test).
+//
+// A collective that never completes, for tests of mixtape's NCCL watchdog (the knob is read at
+// ncclCommInitRank): MIXTAPE_CUDA_EMULATOR_NCCL_STUCK=<n> makes this process's communicator's
+// n-th collective (ncclAllReduce, ncclBroadcast and ncclAllGather count, from 1) behave as if a
+// peer never arrived: it exchanges nothing, and it and every collective issued after it become
+// items on their streams that complete only after ncclCommAbort (then they return at once, the
+// data untouched, as an aborted NCCL kernel does). With MIXTAPE_CUDA_EMULATOR_NCCL_ASYNC_ERROR=1
+// ncclCommGetAsyncError also reports ncclRemoteError from that collective on (a peer's connection
+// lost). Set it on every rank alike: the ranks then never meet in that collective. Not modelled:
+// a host that synchronises with such a collective before the abort blocks on a GPU until the
+// watchdog aborts; here the waiting thread would run the item while holding the emulator's lock,
+// which the watchdog's cudaEventQuery needs, so the item faults instead of deadlocking (and under
+// MIXTAPE_CUDA_EMULATOR_STREAMS=immediate the item runs, and faults, at once).
 #include <fcntl.h>
 #include <nccl.h>
 #include <pthread.h>
@@ -23,7 +36,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -39,6 +54,13 @@ struct ncclComm {
   char* base = nullptr;  // the mapped segment: Header, then nranks slots
   size_t size = 0;
   std::string last_error;
+  // The stuck-collective knob (see the file's header): which collective sticks (0: none), how
+  // many were issued, whether one stuck already, and what ncclCommGetAsyncError reports.
+  uint64_t stuck_at = 0, issued = 0;
+  bool remote_error_when_stuck = false, wedged = false;
+  std::atomic<int> async_error{ncclSuccess};
+  // Set by ncclCommAbort; shared with the stuck items, which may run after the comm is freed.
+  std::shared_ptr<std::atomic<bool>> aborted = std::make_shared<std::atomic<bool>>(false);
 };
 
 namespace {
@@ -92,6 +114,37 @@ void reduce(ncclComm_t c, size_t n, ncclDataType_t t, ncclRedOp_t op, void* out)
   }
 }
 
+uint64_t env_count(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (*end != '\0' || v[0] == '-') fault("%s=%s: expected a non-negative integer", name, v);
+  return n;
+}
+
+// The stuck-collective knob: true when this call is the stuck collective or one issued after it;
+// its work then went onto `stream` as an item that completes only once the comm is aborted.
+bool wedged(ncclComm_t c, cudaStream_t stream, const char* call) {
+  ++c->issued;
+  if (!c->wedged && c->issued != c->stuck_at) return false;
+  if (!c->wedged) {
+    c->wedged = true;
+    if (c->remote_error_when_stuck) {
+      c->last_error = "emulated: a peer's connection was lost (MIXTAPE_CUDA_EMULATOR_NCCL_ASYNC_ERROR)";
+      c->async_error.store(ncclRemoteError);
+    }
+  }
+  enqueue(stream, [aborted = c->aborted, call, n = c->issued] {
+    if (!aborted->load())
+      fault("%s (collective #%llu, MIXTAPE_CUDA_EMULATOR_NCCL_STUCK) never completes, and the host waited for it "
+            "before ncclCommAbort: a GPU would block here until the watchdog aborts the communicator, which the "
+            "emulator cannot model",
+            call, static_cast<unsigned long long>(n));
+  });
+  return true;
+}
+
 ncclResult_t check_comm(ncclComm_t c, const char* call) {
   if (!c || !c->base) return ncclInvalidArgument;
   if (current_device() != c->device)
@@ -116,6 +169,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
   if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
   auto* c = new ncclComm;
   c->nranks = nranks, c->rank = rank, c->device = current_device(), c->slot = kSlotBytes;
+  c->stuck_at = env_count("MIXTAPE_CUDA_EMULATOR_NCCL_STUCK");
+  c->remote_error_when_stuck = env_count("MIXTAPE_CUDA_EMULATOR_NCCL_ASYNC_ERROR") != 0;
   c->size = sizeof(Header) + static_cast<size_t>(nranks) * c->slot;
   const std::string name(id.internal, strnlen(id.internal, sizeof(id.internal)));
   int fd = -1;
@@ -170,7 +225,12 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+// Also what lets a stuck collective's items complete (the file's header).
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  comm->aborted->store(true);
+  return ncclCommDestroy(comm);
+}
 
 const char* ncclGetErrorString(ncclResult_t r) {
   switch (r) {
@@ -178,6 +238,7 @@ const char* ncclGetErrorString(ncclResult_t r) {
     case ncclInvalidArgument: return "invalid argument (emulated NCCL)";
     case ncclSystemError: return "system error (emulated NCCL: shared memory)";
     case ncclInvalidUsage: return "invalid usage (emulated NCCL)";
+    case ncclRemoteError: return "remote process exited or there was a network error (emulated NCCL)";
     default: return "unhandled error (emulated NCCL)";
   }
 }
@@ -186,7 +247,7 @@ const char* ncclGetLastError(ncclComm_t comm) { return comm ? comm->last_error.c
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
   if (!comm || !async_error) return ncclInvalidArgument;
-  *async_error = ncclSuccess;
+  *async_error = static_cast<ncclResult_t>(comm->async_error.load());
   return ncclSuccess;
 }
 
@@ -199,6 +260,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   if (!supported) return ncclInvalidArgument;  // (refused on every rank alike, before any barrier)
   require_device_range(sendbuff, count * es, "ncclAllReduce: sendbuff");
   require_device_range(recvbuff, count * es, "ncclAllReduce: recvbuff");
+  if (wedged(comm, stream, "ncclAllReduce")) return ncclSuccess;
   cudaStreamSynchronize(stream);  // run what the stream queued before the collective
   DeviceAccess access;
   const size_t per_round = comm->slot / es;
@@ -219,6 +281,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   if (es == 0 || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
   if (comm->rank == root) require_device_range(sendbuff, count * es, "ncclBroadcast: sendbuff");
   require_device_range(recvbuff, count * es, "ncclBroadcast: recvbuff");
+  if (wedged(comm, stream, "ncclBroadcast")) return ncclSuccess;
   cudaStreamSynchronize(stream);
   DeviceAccess access;
   const size_t bytes = count * es;
@@ -239,6 +302,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (es == 0) return ncclInvalidArgument;
   require_device_range(sendbuff, sendcount * es, "ncclAllGather: sendbuff");
   require_device_range(recvbuff, sendcount * es * static_cast<size_t>(comm->nranks), "ncclAllGather: recvbuff");
+  if (wedged(comm, stream, "ncclAllGather")) return ncclSuccess;
   cudaStreamSynchronize(stream);
   DeviceAccess access;
   const size_t bytes = sendcount * es;

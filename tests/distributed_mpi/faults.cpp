@@ -13,8 +13,6 @@
 #include "distributed/dist_test_util.h"
 
 namespace mixtape::dist_faults {
-namespace {
-
 int guarded(const std::function<void()>& body) {
   try {
     body();
@@ -24,6 +22,8 @@ int guarded(const std::function<void()>& body) {
   }
   return 0;
 }
+
+namespace {
 
 // A loop of small all-reduces; `on_step(i)` runs before step i's.
 void reduce_loop(distributed::ProcessGroup& pg, const std::function<void(int)>& on_step) {
@@ -87,6 +87,9 @@ int run(const std::string& name, distributed::ProcessGroup& pg) {
        }},
   };
   auto it = scenarios.find(name);
+#if MIXTAPE_WITH_CUDA
+  if (it == scenarios.end()) return run_cuda(name, pg);
+#endif
   if (it == scenarios.end()) return -1;
   return guarded(it->second);
 }
