@@ -139,7 +139,14 @@ void Work::wait() {
   if (!s.finished) {
     s.finished = true;
     lk.unlock();
-    if (s.finish) s.finish();
+    if (!s.finish) return;
+    try {
+      s.finish();
+    } catch (...) {  // e.g. the NCCL watchdog's abort: every later wait() throws it too
+      std::lock_guard g(s.m);
+      s.error = std::current_exception();
+      throw;
+    }
   }
 }
 

@@ -85,6 +85,7 @@ void stuck_collective(distributed::ProcessGroup& pg, bool async) {
   }
   // The same error from the Work, and from the collective queued behind it (aborted with it).
   require(error_of([&] { w.wait(); }) == error, "Work::wait must throw the watchdog's error");
+  require(error_of([&] { w.wait(); }) == error, "a second Work::wait must throw it again, not return");
   require(error_of([&] { (void)w2.is_completed(); }) == error, "the collective behind it must fail with it");
   require(error_of([&] { w2.wait(); }) == error, "the collective behind it must fail with it on wait()");
   // One that completed before the abort still says so.
