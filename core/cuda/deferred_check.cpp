@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/stream.h"
 
 namespace mixtape::cuda {
@@ -55,6 +56,8 @@ DeferredCheck::DeferredCheck(const char* op, DescribeFailure describe) : op_(op)
 }
 
 void DeferredCheck::commit(const void* data, size_t element_size) {
+  // Its event would be recorded inside the graph and read by the host: not graph-safe yet.
+  check_not_capturing(op_, "checks its input on the device (a deferred check, read by the host later)");
   const int device = current_device();
   if (pending_on(device) >= static_cast<size_t>(kMaxPendingChecks)) {
     MT_CUDA_CHECK(cudaDeviceSynchronize(), op_);  // a program that never synchronises: bound the list
