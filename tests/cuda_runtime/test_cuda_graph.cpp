@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "models/nn.h"
 #include "ops/creation.h"
+#include "ops/dropout.h"
 #include "ops/loss.h"
 #include "ops/pointwise.h"
 #include "optim/sgd.h"
@@ -248,6 +249,14 @@ TEST(CudaGraph, ADeferredDeviceCheckDuringCaptureNamesTheOp) {
   Tensor logits = zeros({2, 3}, TensorOptions().with_device(Device::CUDA(0)));
   Tensor target = zeros({2}, TensorOptions(DType::Int64).with_device(Device::CUDA(0)));
   expect_refused([&] { (void)cross_entropy(logits, target); }, "checks its input on the device");
+}
+
+// Random numbers: the generator's state would be fixed in the graph (every replay the same mask).
+TEST(CudaGraph, DrawingRandomNumbersDuringCaptureIsRefused) {
+  REQUIRE_GPU();
+  Tensor x = ones({16}, TensorOptions().with_device(Device::CUDA(0)));
+  expect_refused([&] { (void)dropout(x, 0.5, true); }, "dropout: draws random numbers");
+  expect_refused([] { (void)randn({4}, TensorOptions().with_device(Device::CUDA(0))); }, ": draws random numbers");
 }
 
 // What CUDA itself refuses (here a raw cudaMalloc, which the allocator never makes in a capture's
