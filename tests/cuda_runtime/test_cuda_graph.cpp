@@ -1,7 +1,8 @@
 // tests/cuda_runtime/test_cuda_graph.cpp — cuda::Graph (core/cuda/graph.h): a captured training
 // step of a small conv + linear model (forward, MSE loss, backward, SGD) replayed N times gives
 // the eager steps' losses and parameters bit for bit, with each batch copied into static buffers
-// before its replay; the graph's private pool is kept across replays and given back by reset();
+// before its replay, also with momentum and with FP16 parameters over FP32 masters (after a warm-up
+// step); the graph's private pool is kept across replays and given back by reset();
 // each call that cannot be captured is a clear error naming the op, after which capture_end()
 // refuses the graph and eager work goes on normally. Labelled gpu: runs on a GPU and on the CUDA
 // emulator, skips elsewhere.
@@ -151,6 +152,65 @@ TEST(CudaGraph, ACapturedTrainingStepReplaysTheEagerStepsBitForBit) {
   graph.reset();
   EXPECT_FALSE(graph.captured());
   EXPECT_EQ(graph.pool_reserved_bytes(), 0);
+}
+
+// After a warm-up step (which makes the momentum buffers), a captured step replays the eager
+// steps that follow it, bit for bit: momentum, and FP32 masters of FP16 parameters, are state the
+// graph updates in place.
+void expect_replays_equal_eager(DType dtype, optim::SGDOptions options) {
+  const int kSteps = 4;
+  const std::vector<Batch> data = batches(kSteps);
+  auto on_device = [dtype](const Tensor& t) { return t.to(Device::CUDA(0)).to(dtype); };
+  auto make = [dtype] {
+    Generator gen(11);
+    auto m = std::make_shared<nn::Sequential>();
+    m->push_back(std::make_shared<nn::Flatten>());
+    m->push_back(std::make_shared<nn::Linear>(36, 8, true, &gen));
+    m->push_back(std::make_shared<nn::ReLU>());
+    m->push_back(std::make_shared<nn::Linear>(8, 3, true, &gen));
+    m->to(Device::CUDA(0));
+    m->to(dtype);
+    return m;
+  };
+  auto eager = make();
+  optim::SGD eager_opt(eager->parameters(), options);
+  std::vector<std::vector<Tensor>> eager_params;
+  for (const Batch& b : data) {
+    step(*eager, eager_opt, on_device(b.x), on_device(b.y));
+    std::vector<Tensor> ps;
+    for (const Tensor& p : eager->parameters()) ps.push_back(p.to(Device::CPU()));
+    eager_params.push_back(ps);
+  }
+  auto model = make();
+  optim::SGD opt(model->parameters(), options);
+  Tensor static_x = on_device(data[0].x), static_y = on_device(data[0].y);
+  step(*model, opt, static_x, static_y);  // the warm-up is eager step 0
+  cuda::Graph graph;
+  graph.capture_begin();
+  step(*model, opt, static_x, static_y);
+  graph.capture_end();
+  for (int s = 1; s < kSteps; ++s) {
+    SCOPED_TRACE("replay for step " + std::to_string(s));
+    static_x.copy_(on_device(data[s].x));
+    static_y.copy_(on_device(data[s].y));
+    graph.replay();
+    for (size_t i = 0; i < eager_params[s].size(); ++i)
+      EXPECT_TRUE(same_bits(model->parameters()[i], eager_params[s][i])) << "parameter " << i;
+  }
+  // The FP32 masters (the parameters themselves in FP32) after the last step.
+  for (size_t i = 0; i < eager->parameters().size(); ++i)
+    EXPECT_TRUE(same_bits(opt.master(model->parameters()[i]), eager_opt.master(eager->parameters()[i])))
+        << "master " << i;
+}
+
+TEST(CudaGraph, SgdWithMomentumReplaysTheEagerStepsBitForBit) {
+  REQUIRE_GPU();
+  expect_replays_equal_eager(DType::Float32, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+}
+
+TEST(CudaGraph, Fp16ParametersWithFp32MastersReplayTheEagerStepsBitForBit) {
+  REQUIRE_GPU();
+  expect_replays_equal_eager(DType::Float16, optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
 }
 
 // Each refused call: its own message, capture_end() then refuses the graph, and the thread is
