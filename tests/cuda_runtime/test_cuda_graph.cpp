@@ -8,6 +8,7 @@
 // emulator, skips elsewhere.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
