@@ -312,6 +312,26 @@ TEST(CudaGraph, ADeferredDeviceCheckDuringCaptureNamesTheOp) {
   expect_refused([&] { (void)cross_entropy(logits, target); }, "checks its input on the device");
 }
 
+// Benchmark mode's timing of a new convolution shape waits for the device: it belongs in the warm-up.
+TEST(CudaGraph, ANewConvolutionShapeInBenchmarkModeIsRefused) {
+  REQUIRE_GPU();
+  struct Restore {
+    ~Restore() { cuda::set_cudnn_benchmark(false); }
+  } restore;
+  cuda::set_cudnn_benchmark(true);
+  Generator gen(1);
+  nn::Conv2d conv(1, 2, 3, {}, &gen);
+  conv.to(Device::CUDA(0));
+  Tensor x = ones({1, 1, 7, 5}, TensorOptions().with_device(Device::CUDA(0)));  // a shape no other test uses
+  expect_refused([&] { (void)conv.forward(x); }, "times cuDNN's convolution algorithms (benchmark mode");
+  (void)conv.forward(x);  // eagerly: timed and cached
+  cuda::Graph graph;
+  graph.capture_begin();
+  Tensor y = conv.forward(x);  // the cached choice: captured
+  graph.capture_end();
+  EXPECT_TRUE(graph.captured());
+}
+
 // Random numbers: the generator's state would be fixed in the graph (every replay the same mask).
 TEST(CudaGraph, DrawingRandomNumbersDuringCaptureIsRefused) {
   REQUIRE_GPU();
