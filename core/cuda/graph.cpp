@@ -11,6 +11,7 @@
 
 #include "core/cuda/caching_allocator_cuda.h"
 #include "core/cuda/check.h"
+#include "core/cuda/deferred_check.h"
 #include "core/cuda/handles.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
@@ -37,6 +38,13 @@ void check_not_capturing(const char* op, const char* what) {
   detail::fail_capture(std::string(op) + ": " + what +
                        " during CUDA graph capture, which cannot be captured (do it before capture_begin() or after "
                        "capture_end(); docs/CUDA.md, \"CUDA graphs\")");
+}
+
+Graph::Graph() = default;
+
+void detail::add_captured_check(CapturedCheck check) {
+  MT_CHECK(t_capturing, "cuda::Graph: a deferred check was added outside a capture");
+  t_capture.graph->checks_.push_back(std::move(check));
 }
 
 Graph::~Graph() {
@@ -88,7 +96,8 @@ void Graph::capture_begin() {
   capture_stream_ = stream;
   previous_stream_ = previous;
   capturing_ = true;
-  t_capture = detail::ThreadCapture{device, stream, pool};
+  checks_.clear();
+  t_capture = detail::ThreadCapture{device, stream, pool, this};
   t_capturing = true;
   t_capture_error.clear();
   set_current_stream(stream, device);
@@ -139,7 +148,9 @@ void Graph::replay() {
   MT_CHECK(exec_, "cuda::Graph::replay: nothing captured (capture_begin() and capture_end() first)");
   check_not_capturing("cuda::Graph::replay", "replays a graph");
   DeviceGuard guard(device_);
-  MT_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream(device_)), "cuda::Graph::replay");
+  cudaStream_t stream = current_stream(device_);
+  MT_CUDA_CHECK(cudaGraphLaunch(exec_, stream), "cuda::Graph::replay");
+  if (!checks_.empty()) detail::replay_captured_checks(checks_, device_, stream);
 }
 
 void Graph::reset() {
@@ -162,6 +173,7 @@ void Graph::reset() {
   graph_ = nullptr;
   if (capture_stream_) MT_CUDA_CHECK(cudaStreamDestroy(capture_stream_), "cuda::Graph::reset");
   capture_stream_ = nullptr;
+  checks_.clear();  // their slots go back to the pool first
   detail::release_graph_pool(device_, pool_);
   pool_ = 0;
   device_ = -1;

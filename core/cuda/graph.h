@@ -17,7 +17,9 @@
 //   - A call that cannot be captured throws "<op>: <what it does> during CUDA graph capture ..."
 //     before touching CUDA: a host read of a CUDA tensor, a copy from host memory, a
 //     synchronisation, an allocation outside the pool (another stream or device), creating an
-//     event or a cuBLAS/cuDNN handle, a deferred device-side input check. A refusal CUDA itself
+//     event or a cuBLAS/cuDNN handle, drawing random numbers, timing cuDNN algorithms. A
+//     deferred device-side input check (nll_loss) is captured: each replay's inputs are checked
+//     and reported at the next synchronisation (core/cuda/deferred_check.h). A refusal CUDA itself
 //     reports names the op and says the capture is invalidated. Either way capture_end() then
 //     throws and the Graph holds nothing; the destructor or reset() also ends a broken capture.
 //   - Replays run on the current stream. Tensors the graph reads must stay alive (and at the same
@@ -28,12 +30,20 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mixtape::cuda {
 
+struct CapturedCheck;  // core/cuda/deferred_check.h
+class Graph;
+namespace detail {
+// A deferred check committed during this thread's capture joins its graph (deferred_check.cpp).
+void add_captured_check(CapturedCheck check);
+}  // namespace detail
+
 class Graph {
  public:
-  Graph() = default;
+  Graph();
   ~Graph();
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
@@ -49,6 +59,7 @@ class Graph {
 
  private:
   void end_capture_state();  // restores the stream and the allocator after a capture, ok or not
+  friend void detail::add_captured_check(CapturedCheck check);
 
   int device_ = -1;
   uint64_t pool_ = 0;
@@ -57,6 +68,7 @@ class Graph {
   cudaStream_t previous_stream_ = nullptr;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+  std::vector<CapturedCheck> checks_;  // deferred checks each replay makes pending
 };
 
 // Whether this host thread is capturing a Graph (on any device).
@@ -70,6 +82,7 @@ struct ThreadCapture {
   int device;
   cudaStream_t stream;
   uint64_t pool;
+  Graph* graph;
 };
 const ThreadCapture* thread_capture();
 // Throws `message` as a mixtape::Error, and makes this thread's capture fail at capture_end.
