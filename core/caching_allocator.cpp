@@ -3,7 +3,8 @@
 // events of the streams recorded on it; still marked allocated, so no neighbour merges into it), or
 // in exactly one free list; the
 // blocks of a segment tile it without gaps, linked by prev/next, and two free neighbours never
-// stay unmerged; reserved_ is the sum of live segment sizes.
+// stay unmerged; all blocks of a segment share its stream and pool, and a free block of a private
+// pool is found only by requests of that pool's capture; reserved_ is the sum of live segment sizes.
 #include "core/caching_allocator.h"
 
 #include <tuple>
@@ -13,8 +14,8 @@
 namespace mixtape {
 
 bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
-  return std::make_tuple(a->stream, a->size, reinterpret_cast<uintptr_t>(a->ptr)) <
-         std::make_tuple(b->stream, b->size, reinterpret_cast<uintptr_t>(b->ptr));
+  return std::make_tuple(a->pool, a->stream, a->size, reinterpret_cast<uintptr_t>(a->ptr)) <
+         std::make_tuple(b->pool, b->stream, b->size, reinterpret_cast<uintptr_t>(b->ptr));
 }
 
 CachingAllocator::CachingAllocator(RawBackend backend, std::string name)
@@ -40,20 +41,21 @@ size_t CachingAllocator::round_size(size_t nbytes) {
   return (nbytes + kRoundBytes - 1) / kRoundBytes * kRoundBytes;
 }
 
-CachingAllocator::Block* CachingAllocator::find_free(size_t size, bool small, StreamId stream) {
+CachingAllocator::Block* CachingAllocator::find_free(size_t size, bool small, StreamId stream, PoolId pool_id) {
   FreeList& list = pool(small);
   Block key;
+  key.pool = pool_id;
   key.stream = stream;
   key.size = size;
   key.ptr = nullptr;
   auto it = list.lower_bound(&key);
-  if (it == list.end() || (*it)->stream != stream) return nullptr;
+  if (it == list.end() || (*it)->stream != stream || (*it)->pool != pool_id) return nullptr;
   Block* b = *it;
   list.erase(it);
   return b;
 }
 
-CachingAllocator::Block* CachingAllocator::new_segment(size_t size, bool small, StreamId stream) {
+CachingAllocator::Block* CachingAllocator::new_segment(size_t size, bool small, StreamId stream, PoolId pool_id) {
   void* p = backend_.alloc(size);
   if (!p) return nullptr;
   ++backend_allocs_;
@@ -63,6 +65,7 @@ CachingAllocator::Block* CachingAllocator::new_segment(size_t size, bool small, 
   b->ptr = static_cast<char*>(p);
   b->size = size;
   b->stream = stream;
+  b->pool = pool_id;
   b->small = small;
   return b;
 }
@@ -74,17 +77,21 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
   const size_t segment = small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
 
   std::lock_guard<std::mutex> lock(mu_);
-  process_pending_frees();
-  Block* b = find_free(size, small, stream);
-  if (!b) b = new_segment(segment, small, stream);
+  // During a capture, event queries and frees are calls the capturing thread may not make.
+  const bool capturing = capture_pool_ != 0;
+  const PoolId pool_id = capturing && stream == capture_stream_ ? capture_pool_ : 0;
+  if (!capturing) process_pending_frees();
+  Block* b = find_free(size, small, stream, pool_id);
+  if (!b) b = new_segment(segment, small, stream, pool_id);
   if (!b) {
+    if (capturing) throw_oom(nbytes, size, segment);
     // Out of memory: wait for the blocks other streams still use (one may fit), then give the
     // cache back and try once more before failing.
     process_pending_frees(/*wait=*/true);
-    b = find_free(size, small, stream);
+    b = find_free(size, small, stream, pool_id);
     if (!b) {
       release_free_segments();
-      b = new_segment(segment, small, stream);
+      b = new_segment(segment, small, stream, pool_id);
       if (!b) throw_oom(nbytes, size, segment);
     }
   }
@@ -96,6 +103,7 @@ void* CachingAllocator::allocate(size_t nbytes, StreamId stream) {
     tail->ptr = b->ptr + size;
     tail->size = rest;
     tail->stream = b->stream;
+    tail->pool = b->pool;
     tail->small = b->small;
     tail->prev = b;
     tail->next = b->next;
@@ -226,15 +234,82 @@ void CachingAllocator::release_free_segments() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (capture_pool_ != 0) return;  // nothing is freed during a capture (see the header)
   process_pending_frees();
   release_free_segments();
+}
+
+void CachingAllocator::begin_capture(PoolId pool_id, StreamId stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  MT_CHECK(pool_id != 0, name_, " caching allocator: begin_capture needs a private pool id (not 0)");
+  MT_CHECK(capture_pool_ == 0, name_, " caching allocator: begin_capture into pool ", pool_id,
+           " while the capture into pool ", capture_pool_, " is under way (one capture per device at a time)");
+  MT_CHECK(!released_pools_.count(pool_id), name_, " caching allocator: begin_capture into pool ", pool_id,
+           ", which was released");
+  capture_pool_ = pool_id;
+  capture_stream_ = stream;
+}
+
+void CachingAllocator::end_capture() {
+  std::lock_guard<std::mutex> lock(mu_);
+  capture_pool_ = 0;
+  capture_stream_ = 0;
+}
+
+bool CachingAllocator::capturing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return capture_pool_ != 0;
+}
+
+std::vector<CachingAllocator::Block*> CachingAllocator::blocks_of_pool(PoolId pool_id) const {
+  std::vector<Block*> out;
+  for (const FreeList* list : {&small_free_, &large_free_})
+    for (Block* b : *list)
+      if (b->pool == pool_id) out.push_back(b);
+  for (auto& [ptr, b] : in_use_)
+    if (b->pool == pool_id) out.push_back(b);
+  for (const PendingFree& p : pending_frees_)
+    if (p.block->pool == pool_id) out.push_back(p.block);
+  return out;
+}
+
+void CachingAllocator::release_pool(PoolId pool_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool_id == 0) return;
+  MT_CHECK(capture_pool_ != pool_id, name_, " caching allocator: release_pool of pool ", pool_id,
+           " during its capture");
+  released_pools_.insert(pool_id);
+  for (Block* b : blocks_of_pool(pool_id)) {
+    if (!b->allocated && !b->prev && !b->next) {  // a whole free segment: back to the backend
+      pool(b->small).erase(b);
+      backend_.free(b->ptr);
+      reserved_ -= static_cast<int64_t>(b->size);
+      --segments_;
+      delete b;
+      continue;
+    }
+    // Part of a segment still in use: the ordinary pool's from now on (re-sorted in its list).
+    const bool listed = !b->allocated;
+    if (listed) pool(b->small).erase(b);
+    b->pool = 0;
+    if (listed) pool(b->small).insert(b);
+  }
+}
+
+int64_t CachingAllocator::pool_reserved_bytes(PoolId pool_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t bytes = 0;
+  for (Block* b : blocks_of_pool(pool_id)) bytes += static_cast<int64_t>(b->size);
+  return bytes;
 }
 
 void CachingAllocator::throw_oom(size_t nbytes, size_t rounded, size_t segment) const {
   MT_ERROR(name_, ": out of memory allocating ", nbytes, " bytes (rounded to ", rounded, ", segment of ", segment,
            " bytes); allocator statistics: current ", current_, " bytes in ", in_use_.size(), " blocks, peak ",
            peak_, ", reserved ", reserved_, " in ", segments_, " segments, allocation count ", count_,
-           " (the cache was freed and the allocation retried once)");
+           capture_pool_ != 0 ? " (during a CUDA graph capture, whose private pool cannot take cached memory: the "
+                                "cache is not freed then; empty_cache() before the capture gives it back)"
+                              : " (the cache was freed and the allocation retried once)");
 }
 
 AllocatorStats CachingAllocator::stats() const {

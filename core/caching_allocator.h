@@ -17,6 +17,15 @@
 //     it is freed, an event is recorded on each of those streams, and the block is reused only
 //     once every event has completed (checked at each allocate and empty_cache; out of memory,
 //     the allocator waits for them before giving the cache back).
+//   - Private pools (CUDA graphs, PyTorch's graph pool): between begin_capture(pool, stream) and
+//     end_capture(), requests on `stream` are served only from segments of `pool` (its own free
+//     lists; new segments join it), and no other request ever gets a block of it, so the
+//     addresses a captured graph uses stay its own across replays. Blocks freed during the
+//     capture are reused by later requests of the same capture (the graph replays in capture
+//     order). While a capture is under way the allocator makes no call that a capturing thread
+//     may not (no event query, no freeing of the cache); out of memory is reported at once.
+//     release_pool(pool) (the graph is gone, its work finished) returns the pool's free segments
+//     to the backend; its blocks still in use join the ordinary pool and are cached when freed.
 //   - empty_cache() returns every segment with no block in use to the backend.
 //   - Out of memory (the backend returns nullptr): free the cache and retry once; then throw
 //     mixtape::Error with the requested size and the statistics.
@@ -51,6 +60,7 @@ struct RawBackend {
 class CachingAllocator {
  public:
   using StreamId = uintptr_t;  // a cudaStream_t's bits on CUDA; any tag in tests
+  using PoolId = uint64_t;     // 0: the ordinary pool; a graph's private pool otherwise
   static constexpr size_t kRoundBytes = 512;
   static constexpr size_t kSmallSize = size_t(1) << 20;
   static constexpr size_t kSmallSegment = size_t(2) << 20;
@@ -73,6 +83,15 @@ class CachingAllocator {
   void empty_cache();
   int64_t pending_free_count() const;  // freed blocks still waiting for their recorded streams
 
+  // Requests on `stream` come from private pool `pool` (!= 0) until end_capture(). One capture at
+  // a time per allocator; throws when one is under way or the pool was released.
+  void begin_capture(PoolId pool, StreamId stream);
+  void end_capture();
+  bool capturing() const;
+  // The pool's graph is gone and its work has finished (see the rules above).
+  void release_pool(PoolId pool);
+  int64_t pool_reserved_bytes(PoolId pool) const;  // bytes of the pool's segments
+
   AllocatorStats stats() const;
   void reset_peak();
   int64_t cached_bytes() const;      // reserved but not handed out
@@ -87,6 +106,7 @@ class CachingAllocator {
     size_t size = 0;        // bytes this block covers
     size_t requested = 0;   // bytes asked for while allocated
     StreamId stream = 0;
+    PoolId pool = 0;
     bool small = false;
     bool allocated = false;
     Block* prev = nullptr;  // neighbours within the same segment
@@ -103,13 +123,14 @@ class CachingAllocator {
   using FreeList = std::set<Block*, BlockLess>;
 
   FreeList& pool(bool small) { return small ? small_free_ : large_free_; }
-  Block* find_free(size_t size, bool small, StreamId stream);
-  Block* new_segment(size_t size, bool small, StreamId stream);  // nullptr when the backend is out
+  Block* find_free(size_t size, bool small, StreamId stream, PoolId pool);
+  Block* new_segment(size_t size, bool small, StreamId stream, PoolId pool);  // nullptr when the backend is out
   void release_free_segments();                                   // the cache, lock held
   void free_block(Block* b);                                      // into its free list, merged; lock held
   void process_pending_frees(bool wait = false);                  // frees those whose events completed (or, with
                                                                   // wait, waits for them first); lock held
   [[noreturn]] void throw_oom(size_t nbytes, size_t rounded, size_t segment) const;
+  std::vector<Block*> blocks_of_pool(PoolId pool) const;  // every block, free or not; lock held
 
   RawBackend backend_;
   std::string name_;
@@ -117,6 +138,9 @@ class CachingAllocator {
   FreeList small_free_, large_free_;
   std::unordered_map<void*, Block*> in_use_;
   std::vector<PendingFree> pending_frees_;
+  PoolId capture_pool_ = 0;  // the capture under way (0: none) and its stream
+  StreamId capture_stream_ = 0;
+  std::set<PoolId> released_pools_;
   int64_t current_ = 0, peak_ = 0, count_ = 0, reserved_ = 0, segments_ = 0, backend_allocs_ = 0;
 };
 

@@ -17,6 +17,7 @@
 #include "core/cuda/caching_allocator_cuda.h"
 #include "core/cuda/check.h"
 #include "core/cuda/deferred_check.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/stream.h"
 #endif
 
@@ -66,6 +67,7 @@ std::string unavailable_reason() { return probe().reason; }
 
 void synchronize(int device) {
   if (!is_available()) return;
+  check_not_capturing("cuda::synchronize", "waits for the device (a synchronisation)");
   const int d = device < 0 ? current_device() : device;  // -1: the current device
   DeviceGuard guard(d);
   MT_CUDA_CHECK(cudaDeviceSynchronize(), "cuda::synchronize");

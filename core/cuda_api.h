@@ -21,7 +21,8 @@ int device_count();
 // "no CUDA device"; empty when a GPU is available.
 std::string unavailable_reason();
 
-// Waits for all work on `device` (-1: the current device). No-op without a GPU.
+// Waits for all work on `device` (-1: the current device). No-op without a GPU; refused during
+// CUDA graph capture (core/cuda/graph.h).
 void synchronize(int device = -1);
 // Returns every cached, unused block of the CUDA caching allocator to the driver.
 // No-op without a GPU or before the first CUDA allocation.

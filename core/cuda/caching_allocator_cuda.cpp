@@ -14,6 +14,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/cuda/check.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
 #include "core/tensor.h"
@@ -26,7 +27,13 @@ RawBackend cuda_backend(int device) {
   b.alloc = [device](size_t n) -> void* {
     DeviceGuard guard(device);
     void* p = nullptr;
+    // A graph's pool grows during its capture: cudaMalloc is not captured (the memory outlives the
+    // capture, as the pool's blocks must), so this thread makes it in relaxed mode, as PyTorch does.
+    const bool relax = detail::thread_capture() != nullptr;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (relax) MT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode), "cuda allocator");
     cudaError_t status = cudaMalloc(&p, n);
+    if (relax) MT_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode), "cuda allocator");
     if (status == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // not sticky: clear it, the caller retries or reports
       return nullptr;
@@ -124,7 +131,18 @@ const bool kInstalled = [] {
 void* device_alloc(int device, size_t nbytes) {
   CachingAllocator& a = for_device(device);
   if (nbytes == 0) return nullptr;
-  return a.allocate(nbytes, reinterpret_cast<CachingAllocator::StreamId>(current_stream(device)));
+  cudaStream_t stream = current_stream(device);
+  if (const ThreadCapture* c = thread_capture()) {
+    // The graph's pool serves only its own stream: memory from anywhere else could be reused
+    // by other work while the graph still writes it at each replay.
+    if (device != c->device || stream != c->stream)
+      fail_capture("cuda allocator: allocation of " + std::to_string(nbytes) + " bytes on cuda:" +
+                   std::to_string(device) + (device == c->device ? " on a stream other than the capture's" : "") +
+                   " during CUDA graph capture on cuda:" + std::to_string(c->device) +
+                   ": outside the graph's private pool, which cannot be captured (allocate on the capture stream, "
+                   "or before capture_begin())");
+  }
+  return a.allocate(nbytes, reinterpret_cast<CachingAllocator::StreamId>(stream));
 }
 
 void device_free(void* ptr) {
@@ -153,6 +171,13 @@ void empty_device_caches() {
   for (CachingAllocator* a : devices().per_device) a->empty_cache();
 }
 
+void begin_graph_pool(int device, uint64_t pool, cudaStream_t stream) {
+  for_device(device).begin_capture(pool, reinterpret_cast<CachingAllocator::StreamId>(stream));
+}
+void end_graph_pool(int device) { for_device(device).end_capture(); }
+void release_graph_pool(int device, uint64_t pool) { for_device(device).release_pool(pool); }
+int64_t graph_pool_reserved_bytes(int device, uint64_t pool) { return for_device(device).pool_reserved_bytes(pool); }
+
 AllocatorStats device_memory_stats(int device) {
   if (!made()) return {};
   return for_device(device).stats();
@@ -164,6 +189,8 @@ namespace mixtape::cuda {
 void record_stream(const Tensor& t, cudaStream_t stream) {
   MT_CHECK(t.defined() && t.device().is_cuda(), "cuda::record_stream: expected a CUDA tensor, got ",
            t.defined() ? t.describe() : std::string("an undefined tensor"));
+  // Its free-time events would be recorded and queried inside the capture.
+  check_not_capturing("cuda::record_stream", "declares another stream's use of a tensor");
   detail::record_stream(t.storage()->data(), stream);
 }
 }  // namespace mixtape::cuda

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "core/allocator.h"
 
@@ -17,6 +18,12 @@ void device_free(void* ptr);
 // ptr (a storage's base, from device_alloc) is also used by work on `stream` (cuda::record_stream).
 void record_stream(void* ptr, cudaStream_t stream);
 void empty_device_caches();
+// A CUDA graph's private pool on `device` (cuda::Graph, core/cuda/graph.h): allocations on
+// `stream` come from pool `pool` between begin and end; release when the graph is gone.
+void begin_graph_pool(int device, uint64_t pool, cudaStream_t stream);
+void end_graph_pool(int device);
+void release_graph_pool(int device, uint64_t pool);
+int64_t graph_pool_reserved_bytes(int device, uint64_t pool);
 AllocatorStats device_memory_stats(int device);
 
 }  // namespace mixtape::cuda::detail

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/stream.h"
 
 namespace mixtape::cuda {
@@ -54,19 +55,50 @@ DeferredCheck::DeferredCheck(const char* op, DescribeFailure describe) : op_(op)
   MT_CUDA_CHECK(cudaMemsetAsync(slot_.data_ptr(), 0xFF, sizeof(kNoFailure), current_stream(device)), op_);
 }
 
+namespace {
+// A program that never synchronises: bound the list by waiting for what is pending.
+void bound_pending(int device, const char* op) {
+  if (pending_on(device) < static_cast<size_t>(kMaxPendingChecks)) return;
+  MT_CUDA_CHECK(cudaDeviceSynchronize(), op);
+  run_deferred_checks(device);
+}
+// `slot` is final once the work enqueued on `stream` so far has run.
+void make_pending(const char* op, const Tensor& slot, const DescribeFailure& describe, int device,
+                  cudaStream_t stream) {
+  cudaEvent_t done = nullptr;
+  MT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), op);
+  const cudaError_t status = cudaEventRecord(done, stream);
+  if (status != cudaSuccess) (void)cudaEventDestroy(done);
+  MT_CUDA_CHECK(status, op);
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().by_device[device].push_back(Pending{op, done, slot, describe});
+}
+}  // namespace
+
 void DeferredCheck::commit(const void* data, size_t element_size) {
   const int device = current_device();
-  if (pending_on(device) >= static_cast<size_t>(kMaxPendingChecks)) {
-    MT_CUDA_CHECK(cudaDeviceSynchronize(), op_);  // a program that never synchronises: bound the list
-    run_deferred_checks(device);
-  }
   cudaStream_t stream = current_stream(device);
+  if (is_capturing()) {  // each replay makes it pending (see the header); no event in the graph
+    MT_CUDA_CHECK(launch_capture_failed_element(slot(), data, element_size, stream), op_);
+    detail::add_captured_check(CapturedCheck{op_, slot_, describe_});
+    return;
+  }
+  bound_pending(device, op_);
   MT_CUDA_CHECK(launch_capture_failed_element(slot(), data, element_size, stream), op_);
-  cudaEvent_t done = nullptr;
-  MT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), op_);
-  MT_CUDA_CHECK(cudaEventRecord(done, stream), op_);
-  std::lock_guard<std::mutex> lock(registry().mu);
-  registry().by_device[device].push_back(Pending{op_, done, slot_, describe_});
+  make_pending(op_, slot_, describe_, device, stream);
+}
+
+void detail::replay_captured_checks(const std::vector<CapturedCheck>& checks, int device, cudaStream_t stream) {
+  for (const CapturedCheck& c : checks) {
+    bound_pending(device, c.op);
+    // The snapshot comes from the ordinary cache on the replay's stream: in stream order after
+    // the replay, before the next one rewrites the slot.
+    Tensor snapshot = Tensor::empty({2}, TensorOptions(DType::Int64).with_device(Device::CUDA(device)));
+    MT_CUDA_CHECK(cudaMemcpyAsync(snapshot.data_ptr(), c.slot.data_ptr(), 2 * sizeof(uint64_t),
+                                  cudaMemcpyDeviceToDevice, stream),
+                  c.op);
+    make_pending(c.op, snapshot, c.describe, device, stream);
+  }
 }
 
 void run_deferred_checks(int device) {

@@ -14,16 +14,22 @@
 // "<op>: <describe(position, value)> (found on the device, reported at the next
 // synchronisation)". PyTorch reports such inputs with device-side asserts, which also surface
 // later but abort the process; this keeps a mixtape::Error.
+// During CUDA graph capture (core/cuda/graph.h) commit() makes the check part of the graph: its
+// kernels are captured, and after each replay() the slot is copied to a snapshot of its own (16
+// bytes, in stream order after the replay, before the next one resets the slot) that becomes
+// pending like an eager check. So every replay's inputs are checked, and a failure is reported at
+// the next synchronisation after that replay even if later replays were clean.
 // Invariants: a check is pending only once committed, is read once (then forgotten, failed or
 // not), and never through a stream handle (streams may be destroyed meanwhile); at most
-// kMaxPendingChecks wait — the next commit first waits for them, so a program that never
-// synchronises stays bounded.
+// kMaxPendingChecks wait — the next commit (or replay) first waits for them, so a program that
+// never synchronises stays bounded.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/cuda/deferred_check_kernels.h"
 #include "core/tensor.h"
@@ -50,6 +56,17 @@ class DeferredCheck {
   DescribeFailure describe_;
   Tensor slot_;  // two UInt64 words: the first bad position, then that element's bytes
 };
+
+// A check committed during graph capture: what each replay makes pending again.
+struct CapturedCheck {
+  const char* op;
+  Tensor slot;  // in the graph's pool, rewritten by every replay
+  DescribeFailure describe;
+};
+namespace detail {
+// After a replay enqueued on `stream` (current on `device`): one pending snapshot per check.
+void replay_captured_checks(const std::vector<CapturedCheck>& checks, int device, cudaStream_t stream);
+}  // namespace detail
 
 // Reads every pending check of `device` whose work has completed and throws the first
 // failure's message as a mixtape::Error. Called where the host has just waited for the device;

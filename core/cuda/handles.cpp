@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/scratch.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
@@ -74,6 +75,7 @@ cublasHandle_t cublas_handle() {
   auto it = mine.find(device);
   if (it == mine.end()) {
     cublasHandle_t h = nullptr;
+    check_not_capturing("cuda::cublas_handle", "creates this thread's cuBLAS handle");
     if (!cublas_pool().take(device, &h)) MT_CUBLAS_CHECK(cublasCreate(&h), "cuda::cublas_handle");
     it = mine.emplace(device, h).first;
   }
@@ -87,6 +89,7 @@ cudnnHandle_t cudnn_handle() {
   auto it = mine.find(device);
   if (it == mine.end()) {
     cudnnHandle_t h = nullptr;
+    check_not_capturing("cuda::cudnn_handle", "creates this thread's cuDNN handle");
     if (!cudnn_pool().take(device, &h)) MT_CUDNN_CHECK(cudnnCreate(&h), "cuda::cudnn_handle");
     it = mine.emplace(device, h).first;
   }
@@ -102,6 +105,7 @@ cublasLtHandle_t cublaslt_handle() {
   auto it = handles->find(device);
   if (it == handles->end()) {
     cublasLtHandle_t h = nullptr;
+    check_not_capturing("cuda::cublaslt_handle", "creates the device's cuBLASLt handle");
     MT_CUBLAS_CHECK(cublasLtCreate(&h), "cuda::cublaslt_handle");
     it = handles->emplace(device, h).first;
   }
@@ -112,7 +116,11 @@ void* cublas_workspace(size_t* nbytes) {
   int device = current_device();
   auto& mine = thread_handles().workspace;
   auto it = mine.find(device);
-  if (it == mine.end()) it = mine.emplace(device, new Scratch(kWorkspaceBytes, device)).first;
+  if (it == mine.end()) {
+    // Kept for the thread's life: it must not come from (and pin) a graph's pool.
+    check_not_capturing("cuda::cublas_workspace", "allocates this thread's cuBLASLt workspace");
+    it = mine.emplace(device, new Scratch(kWorkspaceBytes, device)).first;
+  }
   if (nbytes) *nbytes = it->second->size();
   return it->second->data();
 }

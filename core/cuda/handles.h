@@ -8,6 +8,8 @@
 //   - cuBLAS/cuBLASLt are loaded at first call, not linked: a cuBLAS function mixtape has not
 //     called before needs one MT_LAZY_CUBLAS line in core/cuda/cublas_lazy.cpp (until then the
 //     link fails with "undefined reference to cublas...").
+//   - A handle or workspace is never created during CUDA graph capture (refused, naming the call):
+//     cuda::Graph::capture_begin() makes this thread's for the current device first.
 //   - Handles are kept for the life of the process: a thread that exits gives its handles back
 //     to a per-device pool for the next thread; none is destroyed at exit, when the driver may
 //     already be unloading.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/graph.h"
 #include "core/cuda_api.h"
 
 namespace mixtape::cuda {
@@ -31,8 +32,13 @@ std::string where(const char* file, int line) {
 
 void throw_cuda_error(cudaError_t status, const char* call, const char* op, const char* file, int line) {
   (void)cudaGetLastError();  // clear a non-sticky error so the next call starts clean
+  // The stream-capture family (cudaErrorStreamCaptureUnsupported .. WrongThread): say what it means.
+  const bool capture = status >= cudaErrorStreamCaptureUnsupported && status <= cudaErrorStreamCaptureWrongThread;
   MT_ERROR(op, ": CUDA call ", call, " failed: ", cudaGetErrorName(status), " (", cudaGetErrorString(status),
-           ") at ", where(file, line));
+           ") at ", where(file, line),
+           capture ? ": the call cannot be made during CUDA graph capture, which it invalidated "
+                     "(docs/CUDA.md, \"CUDA graphs\")"
+                   : "");
 }
 
 const char* cublas_status_name(cublasStatus_t status) {
@@ -136,6 +142,7 @@ OwnedStream::~OwnedStream() {
 }
 
 Event::Event(bool enable_timing) : device_(current_device()) {
+  check_not_capturing("cuda::Event", "creates an event");
   MT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, enable_timing ? cudaEventDefault : cudaEventDisableTiming),
                 "cuda::Event");
 }
@@ -155,9 +162,13 @@ void Event::wait(cudaStream_t stream) const {
   MT_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0), "cuda::Event::wait");
 }
 
-void Event::synchronize() const { MT_CUDA_CHECK(cudaEventSynchronize(event_), "cuda::Event::synchronize"); }
+void Event::synchronize() const {
+  check_not_capturing("cuda::Event::synchronize", "waits for an event (a synchronisation)");
+  MT_CUDA_CHECK(cudaEventSynchronize(event_), "cuda::Event::synchronize");
+}
 
 bool Event::query() const {
+  check_not_capturing("cuda::Event::query", "asks whether an event has happened");
   cudaError_t status = cudaEventQuery(event_);
   if (status == cudaErrorNotReady) {
     (void)cudaGetLastError();

@@ -68,7 +68,9 @@ class OwnedStream {
 };
 
 // A CUDA event (timing disabled unless asked): record on a stream, make another stream wait for
-// it without blocking the host, or block the host until it has happened.
+// it without blocking the host, or block the host until it has happened. Creating one, query()
+// and synchronize() are refused during CUDA graph capture (core/cuda/graph.h); record and wait
+// are captured.
 class Event {
  public:
   explicit Event(bool enable_timing = false);

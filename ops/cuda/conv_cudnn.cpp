@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cuda/graph.h"
 #include "core/cuda/handles.h"
 #include "core/cuda/scratch.h"
 #include "core/cuda_api.h"
@@ -263,6 +264,9 @@ struct Operands {
 // first, with a workspace as large as the largest usable heuristic suggestion needs.
 std::vector<Candidate> measured(const PlanKey& k, cudnnHandle_t h, const Plan& p, const Operands& o,
                                 const std::vector<Candidate>& suggested, const char* op) {
+  // Timing runs the algorithms and waits for them: a first call of a shape belongs in the warm-up.
+  check_not_capturing(op, "times cuDNN's convolution algorithms (benchmark mode; run the step once before "
+                      "capture_begin() so the choice is cached)");
   size_t bytes = 0;
   for (const Candidate& c : suggested)
     if (c.status == CUDNN_STATUS_SUCCESS && c.memory <= kWorkspaceCap) bytes = std::max(bytes, c.memory);

@@ -12,6 +12,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/deferred_check.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
 #include "core/dispatcher.h"
@@ -38,6 +39,8 @@ namespace {
 // Host -> device: densify on the CPU, then one copy. From pageable memory cudaMemcpyAsync
 // returns once the source has been staged, so the temporary may die right after.
 Tensor host_to_device(const Tensor& x, int target) {
+  // A captured copy would replay from host memory that may have changed or been freed since.
+  check_not_capturing("to_device", "copies host memory to a CUDA tensor (fill a static device buffer before replay)");
   Tensor src = x;
   if (!x.is_contiguous()) {
     src = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
@@ -54,6 +57,7 @@ Tensor host_to_device(const Tensor& x, int target) {
 
 // Device -> host: densify on the device, copy, wait (the caller reads the bytes next).
 Tensor device_to_host(const Tensor& x) {
+  check_not_capturing("to_device", "reads a CUDA tensor on the host");
   int source = x.device().index();
   DeviceGuard guard(source);
   Tensor src = contiguous_on_device(x);

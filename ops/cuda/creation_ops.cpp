@@ -1,5 +1,6 @@
 // ops/cuda/creation_ops.cpp — fill_, full_like, copy_, add_, mul_ and random_fill_ on CUDA, as
 // ops/creation.cpp defines them on the CPU (argument checks shared through ops/inplace_args.h).
+#include "core/cuda/graph.h"
 #include "ops/creation.h"
 #include "ops/cuda/tensor_iter.h"
 #include "ops/inplace_args.h"
@@ -54,6 +55,7 @@ TensorList mul_inplace_cuda(const OpCall& c) {
 
 TensorList random_fill_cuda(const OpCall& c) {
   const Tensor& t = c.inputs[0];
+  check_not_capturing(c.name(), "draws random numbers (the generator's seed and offset would be fixed in the graph: every replay would repeat the same numbers)");
   MT_CHECK(t.is_contiguous(), c.name(), ": expected a contiguous tensor");
   MT_CHECK(is_floating(t.dtype()), c.name(), ": expected a floating dtype, got ", t.describe());
   DeviceGuard guard(t.device().index());

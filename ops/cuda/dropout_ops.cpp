@@ -1,5 +1,6 @@
 // ops/cuda/dropout_ops.cpp — dropout on CUDA: ops/dropout.cpp's Philox stream layout, element i
 // from word i, so CUDA and CPU drop the same elements for the same generator state.
+#include "core/cuda/graph.h"
 #include "ops/cuda/tensor_iter.h"
 
 namespace mixtape::cuda {
@@ -9,6 +10,7 @@ namespace {
 TensorList dropout_cuda(const OpCall& c) {
   const Tensor& x = c.inputs[0];
   const double p = c.attrs.get<double>("p");
+  check_not_capturing(c.name(), "draws random numbers (the generator's seed and offset would be fixed in the graph: every replay would repeat the same numbers)");
   MT_CHECK(is_floating(x.dtype()), c.name(), ": expected a floating input (f16, bf16, f32, f64), got ", x.describe());
   MT_CHECK(p >= 0.0 && p <= 1.0, c.name(), ": probability has to be between 0 and 1, got p=", p);
   DeviceGuard guard(x.device().index());

@@ -387,5 +387,109 @@ TEST(CachingAllocator, FreeingAForeignPointerIsAnError) {
   a.deallocate(nullptr);  // ignored, like free(nullptr)
 }
 
+// Private pools (CUDA graphs): during a capture, requests on the capture's stream get blocks that
+// no other request ever gets, freed ones are reused within the capture, and release_pool returns
+// the pool's free segments.
+TEST(CachingAllocatorPool, ACaptureIsServedOnlyFromItsPrivatePool) {
+  FakeBackend fb;
+  CachingAllocator a(fb.backend(), "fake");
+  const CachingAllocator::StreamId capture = 2, other = 3;
+  const CachingAllocator::PoolId pool = 7;
+  a.deallocate(a.allocate(1000, capture));  // an ordinary cached block on the capture's stream
+  ASSERT_EQ(fb.allocs, 1);
+  a.begin_capture(pool, capture);
+  EXPECT_TRUE(a.capturing());
+  void* q = a.allocate(1000, capture);
+  EXPECT_EQ(fb.allocs, 2) << "the ordinary cache must not serve a capture";
+  a.deallocate(q);
+  void* r = a.allocate(1000, capture);
+  EXPECT_EQ(r, q) << "a block freed during the capture is reused by the same capture";
+  void* o = a.allocate(1000, other);  // another stream: the ordinary pool
+  EXPECT_EQ(fb.allocs, 3);
+  a.end_capture();
+  EXPECT_FALSE(a.capturing());
+  EXPECT_EQ(a.pool_reserved_bytes(pool), static_cast<int64_t>(CachingAllocator::kSmallSegment));
+  a.deallocate(r);  // the graph's block, free now: still the pool's only
+  void* after = a.allocate(1000, capture);
+  EXPECT_NE(after, r) << "a pool block left the pool";
+  EXPECT_EQ(fb.allocs, 3) << "the ordinary cached block serves the request";
+  EXPECT_EQ(a.pool_reserved_bytes(pool), static_cast<int64_t>(CachingAllocator::kSmallSegment));
+  a.release_pool(pool);
+  EXPECT_EQ(a.pool_reserved_bytes(pool), 0);
+  EXPECT_EQ(fb.frees, 1) << "the pool's free segment goes back to the backend";
+  a.deallocate(after);
+  a.deallocate(o);
+  a.empty_cache();
+  EXPECT_TRUE(fb.live.empty());
+}
+
+TEST(CachingAllocatorPool, BlocksStillInUseWhenThePoolIsReleasedJoinTheOrdinaryPool) {
+  FakeBackend fb;
+  CachingAllocator a(fb.backend(), "fake");
+  a.begin_capture(1, 5);
+  void* kept = a.allocate(3 * MiB, 5);  // a graph output the program keeps
+  a.end_capture();
+  a.release_pool(1);
+  EXPECT_EQ(fb.frees, 0) << "a segment in use is not returned";
+  EXPECT_EQ(a.pool_reserved_bytes(0), a.stats().reserved_bytes);
+  a.deallocate(kept);
+  EXPECT_EQ(a.allocate(3 * MiB, 5), kept) << "freed, it is an ordinary cached block";
+  a.deallocate(kept);
+  a.empty_cache();
+  EXPECT_TRUE(fb.live.empty());
+}
+
+TEST(CachingAllocatorPool, ACaptureQueriesNoEventAndFreesNoCache) {
+  FakeBackend fb;
+  fb.capacity = 6 * MiB;  // two ordinary segments and the pool's first
+  FakeEvents ev;
+  CachingAllocator a = ev.allocator(fb);
+  void* p = a.allocate(1000, 1);
+  a.record_stream(p, 2);
+  a.deallocate(p);  // pending: its event is asked about at the next allocation, but not in a capture
+  a.deallocate(a.allocate(MiB + 1, 1));  // 2 MiB cached in the ordinary pool
+  a.begin_capture(9, 4);
+  void* q = a.allocate(1000, 4);
+  EXPECT_EQ(a.pending_free_count(), 1) << "a pending free was processed (an event query) during the capture";
+  const int frees = fb.frees;
+  const std::string msg = [&] {
+    try {
+      a.allocate(3 * MiB, 4);  // needs the cached 2 MiB back, which a capture may not free
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  EXPECT_NE(msg.find("out of memory allocating 3145728 bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("during a CUDA graph capture"), std::string::npos) << msg;
+  EXPECT_EQ(fb.frees, frees);
+  EXPECT_EQ(ev.waited, 0);
+  a.empty_cache();  // no-op during a capture
+  EXPECT_EQ(fb.frees, frees);
+  a.deallocate(q);
+  a.end_capture();
+  a.release_pool(9);
+  ev.complete_all();
+  a.empty_cache();
+  EXPECT_TRUE(fb.live.empty());
+}
+
+TEST(CachingAllocatorPool, CapturesAreCheckedOnePerAllocator) {
+  FakeBackend fb;
+  CachingAllocator a(fb.backend(), "fake");
+  EXPECT_THROW(a.begin_capture(0, 1), Error);
+  a.begin_capture(1, 1);
+  try {
+    a.begin_capture(2, 1);
+    ADD_FAILURE() << "a second capture was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("while the capture into pool 1 is under way"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(a.release_pool(1), Error);  // during its own capture
+  a.end_capture();
+  a.release_pool(1);
+  EXPECT_THROW(a.begin_capture(1, 1), Error);  // released pools are not reopened
+}
+
 }  // namespace
 }  // namespace mixtape

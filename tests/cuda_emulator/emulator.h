@@ -21,6 +21,11 @@
 //     stale data here as it may on a GPU — when the producer is a created stream (legacy-stream
 //     work has always run). `immediate` runs all work at enqueue time instead.
 //     All work runs on the host thread that triggers it; nothing ever runs concurrently.
+//   - Stream capture records, it never runs: work enqueued on a capturing stream becomes a node
+//     of the capture, and each cudaGraphLaunch of its instantiation runs the same nodes, in
+//     capture order, as one item of the launch stream. Calls a GPU refuses during capture are
+//     refused here with the same error codes, invalidating the capture (runtime.cpp lists them);
+//     what a GPU allows but the emulator does not model (cross-stream capture) is a fault().
 //   - Device memory (every cudaMalloc block) is mapped PROT_NONE except inside a DeviceAccess
 //     scope, so host code that dereferences a device pointer faults here as it would crash on a
 //     GPU. Kernels, copies and the library fakes open a scope; nothing else may.
@@ -46,8 +51,9 @@ int current_device();
 int stream_device(cudaStream_t s);
 
 // Puts `work` on stream `s` (nullptr, cudaStreamLegacy and cudaStreamPerThread are the current
-// device's default stream) under the ordering rules above. `work` must own everything it reads
-// from the host: it may run after the call that enqueued it has returned.
+// device's default stream) under the ordering rules above; on a capturing stream, into its
+// capture. `work` must own everything it reads from the host: it may run after the call that
+// enqueued it has returned, and, captured, once per graph launch.
 void enqueue(cudaStream_t s, std::function<void()> work);
 
 // How many times the host has waited for queued device work so far: each runtime call that

@@ -1,7 +1,7 @@
 // tests/cuda_emulator/runtime.cpp — the CUDA runtime API on the host, for MIXTAPE_CUDA=EMULATOR
-// builds: devices, guarded device memory, copies, memset, streams, events and the last-error
-// state, defined as the extern "C" functions <cuda_runtime_api.h> declares (the compiler checks
-// each definition against the toolkit's declaration).
+// builds: devices, guarded device memory, copies, memset, streams, events, stream capture and
+// graphs, and the last-error state, defined as the extern "C" functions <cuda_runtime_api.h>
+// declares (the compiler checks each definition against the toolkit's declaration).
 //
 // Semantics follow the runtime API reference where mixtape relies on them: cudaMalloc(0) gives
 // nullptr; an explicit copy kind must match where the pointers live (cudaErrorInvalidValue
@@ -9,6 +9,23 @@
 // sets the calling thread's last error, read and cleared by cudaGetLastError; events must be
 // recorded (and created with timing) before cudaEventElapsedTime. Every device has
 // MIXTAPE_CUDA_EMULATOR_MEMORY_MB of memory (default 4096), so out-of-memory paths can be driven.
+//
+// Stream capture (cudaStreamBeginCapture .. cudaStreamEndCapture): work enqueued on a capturing
+// stream is appended, in issue order, to the capture's node list instead of the stream's queue;
+// cudaGraphInstantiate copies the list and cudaGraphLaunch enqueues it as one item on the launch
+// stream, which runs the nodes in order (so every replay runs the same closures on the same
+// addresses, as a GPU replays the same kernels). The capture rules a GPU enforces, with its error
+// codes: only a created stream captures; a "potentially unsafe" call (cudaMalloc, cudaFree, a
+// synchronisation, a stream or event query) is refused with cudaErrorStreamCaptureUnsupported and
+// invalidates the capture when the calling thread is prohibited from it by the capture modes
+// (cudaThreadExchangeStreamCaptureMode, documented under that function); a copy between host and
+// a capturing stream (pageable memory, the only kind here) and a synchronisation of a capturing
+// stream are refused in every mode; a capturing stream waiting for an event recorded outside its
+// capture gives cudaErrorStreamCaptureIsolation; an event recorded in a capture answers queries
+// with cudaErrorCapturedEvent while the capture lasts; an invalidated capture ends with
+// cudaErrorStreamCaptureInvalidated and no graph. Not emulated (fault(), "not supported by the
+// emulator"): joining another stream to a capture through an event (cross-stream capture), and
+// capture on the legacy stream's implicit dependencies (cudaErrorStreamCaptureImplicit).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -23,18 +40,41 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "tests/cuda_emulator/emulator.h"
 
+// One capture sequence (cudaStreamBeginCapture on `origin`): the work captured so far, in order.
+struct EmuCapture {
+  struct CUstream_st* origin;
+  cudaStreamCaptureMode mode;
+  std::thread::id thread;
+  unsigned long long id;
+  bool invalidated = false;
+  bool ended = false;
+  std::vector<std::function<void()>> nodes;
+};
+
 // A stream's queue: `enqueued` items have been handed to it, `executed` have run. An event
-// records a position (stream, ticket) in one; an event wait runs the stream up to it.
+// records a position (stream, ticket) in one; an event wait runs the stream up to it. While
+// `capture` is set, work goes to the capture instead.
 struct CUstream_st {
   int device;
   unsigned flags;
   bool destroyed = false;
   std::deque<std::function<void()>> pending;
   uint64_t enqueued = 0, executed = 0;
+  std::shared_ptr<EmuCapture> capture;
+};
+// A captured graph, and its instantiation: the nodes in order (shared with launches in flight).
+struct CUgraph_st {
+  int device;
+  std::shared_ptr<const std::vector<std::function<void()>>> nodes;
+};
+struct CUgraphExec_st {
+  int device;
+  std::shared_ptr<const std::vector<std::function<void()>>> nodes;
 };
 struct EventTime {  // shared with the marker in the stream, which may outlive the event
   std::chrono::steady_clock::time_point when;
@@ -44,6 +84,7 @@ struct CUevent_st {
   unsigned flags;
   CUstream_st* stream = nullptr;  // where it was last recorded; nullptr: never recorded
   uint64_t ticket = 0;
+  std::shared_ptr<EmuCapture> capture;  // set when last recorded in a capture
   std::shared_ptr<EventTime> time = std::make_shared<EventTime>();
 };
 
@@ -63,6 +104,8 @@ struct State {
   int access_depth = 0;
   std::vector<CUstream_st*> streams;  // every stream created (destroyed ones stay, marked)
   std::vector<CUstream_st> default_streams;  // per device: the legacy default stream
+  std::vector<std::shared_ptr<EmuCapture>> captures;  // the capture sequences under way
+  unsigned long long next_capture_id = 1;
 };
 State& state() {
   static State* s = new State;  // leaked: device memory may be freed during static destruction
@@ -71,6 +114,7 @@ State& state() {
 
 thread_local int t_device = 0;
 thread_local cudaError_t t_last_error = cudaSuccess;
+thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;  // the thread's interaction mode
 
 size_t page_size() {
   static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -196,6 +240,10 @@ void drain(CUstream_st* s) {
 }
 
 void push(CUstream_st* s, std::function<void()> work) {
+  if (s->capture) {  // captured, not run: an invalidated capture drops it, as a GPU's graph is lost
+    if (!s->capture->invalidated) s->capture->nodes.push_back(std::move(work));
+    return;
+  }
   ++s->enqueued;
   if (!deferred() || is_default(s)) {
     if (is_default(s)) flush_blocking(s->device);
@@ -204,6 +252,28 @@ void push(CUstream_st* s, std::function<void()> work) {
     return;
   }
   s->pending.push_back(std::move(work));
+}
+
+// Whether the calling thread is prohibited from "potentially unsafe" calls by a capture under
+// way (cudaThreadExchangeStreamCaptureMode's rules); if so, those captures are invalidated.
+// The caller holds the lock.
+bool prohibited_by_capture() {
+  if (t_capture_mode == cudaStreamCaptureModeRelaxed) return false;
+  bool prohibited = false;
+  for (auto& c : state().captures) {
+    const bool mine = c->thread == std::this_thread::get_id();
+    if (c->mode == cudaStreamCaptureModeRelaxed) continue;
+    if (mine || (t_capture_mode == cudaStreamCaptureModeGlobal && c->mode == cudaStreamCaptureModeGlobal)) {
+      c->invalidated = true;
+      prohibited = true;
+    }
+  }
+  return prohibited;
+}
+// A call that conflicts with capturing stream s in every mode: invalidates its capture.
+cudaError_t refuse_on_capture(CUstream_st* s) {
+  s->capture->invalidated = true;
+  return fail(cudaErrorStreamCaptureUnsupported);
 }
 
 }  // namespace
@@ -296,6 +366,7 @@ cudaError_t cudaSetDevice(int device) {
 }
 cudaError_t cudaDeviceSynchronize(void) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
   HostWait wait;
   flush_device(t_device);
   return cudaSuccess;
@@ -336,6 +407,12 @@ const char* cudaGetErrorName(cudaError_t e) {
     MT_EMU_NAME(cudaErrorInvalidDevicePointer)
     MT_EMU_NAME(cudaErrorInvalidMemcpyDirection)
     MT_EMU_NAME(cudaErrorLaunchFailure)
+    MT_EMU_NAME(cudaErrorStreamCaptureUnsupported)
+    MT_EMU_NAME(cudaErrorStreamCaptureInvalidated)
+    MT_EMU_NAME(cudaErrorStreamCaptureUnmatched)
+    MT_EMU_NAME(cudaErrorStreamCaptureIsolation)
+    MT_EMU_NAME(cudaErrorCapturedEvent)
+    MT_EMU_NAME(cudaErrorStreamCaptureWrongThread)
 #undef MT_EMU_NAME
     default: return "cudaErrorUnknown";
   }
@@ -352,6 +429,12 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "operation would result in a merge of separate capture sequences";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
     default: return "unrecognized error code";
   }
 }
@@ -364,6 +447,7 @@ cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (size == 0) return cudaSuccess;
   State& st = state();
   std::lock_guard<std::recursive_mutex> lock(st.mu);
+  if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
   if (st.used.size() < static_cast<size_t>(device_count())) st.used.resize(device_count(), 0);
   if (size > device_capacity() - st.used[t_device]) return fail(cudaErrorMemoryAllocation);
   const size_t page = page_size();
@@ -383,6 +467,7 @@ cudaError_t cudaFree(void* ptr) {
   if (!ptr) return cudaSuccess;
   State& st = state();
   std::lock_guard<std::recursive_mutex> lock(st.mu);
+  if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
   auto it = st.blocks.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == st.blocks.end()) return fail(cudaErrorInvalidValue);
   HostWait wait;
@@ -420,6 +505,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   if (cudaError_t e = check_copy(d_dev, s_dev, kind); e != cudaSuccess) return fail(e);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   CUstream_st* s = resolve(stream);
+  // Host memory here is pageable: a copy from or to it cannot be captured; a device-to-host copy
+  // makes the host wait, which a capturing thread may not.
+  if ((!s_dev || !d_dev) && s->capture) return refuse_on_capture(s);
+  if (!d_dev && prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
   if (!s_dev) {  // from the host (H2H included): take the bytes now
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + count);
@@ -500,6 +589,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (names_default(stream) || stream->destroyed)
     return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (stream->capture) return refuse_on_capture(stream);
   flush(stream);
   stream->destroyed = true;
   return cudaSuccess;
@@ -507,23 +597,43 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* s = resolve(stream);
+  if (s->capture) return refuse_on_capture(s);
+  if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
   HostWait wait;
-  drain(resolve(stream));
+  drain(s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
-  return resolve(stream)->pending.empty() ? cudaSuccess : cudaErrorNotReady;
+  CUstream_st* s = resolve(stream);
+  if (s->capture) return refuse_on_capture(s);
+  if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+  return s->pending.empty() ? cudaSuccess : cudaErrorNotReady;
 }
 // Work enqueued on `stream` after this call starts once the event's recorded work has run.
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int /*flags*/) {
   if (!valid_stream(stream) || !event) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
-  CUstream_st* source = event->stream;
-  if (!source) return cudaSuccess;  // never recorded: nothing to wait for
-  const uint64_t ticket = event->ticket;
   CUstream_st* s = resolve(stream);
+  if (event->capture && !event->capture->ended) {
+    // Recorded in a capture: a stream of the same capture is already ordered after it (one node
+    // list); another stream would join the capture, which the emulator does not model.
+    if (s->capture == event->capture) return cudaSuccess;
+    fault("cudaStreamWaitEvent: joining stream %p to the capture of stream %p through an event (cross-stream "
+          "capture) is not supported by the emulator",
+          static_cast<void*>(s), static_cast<void*>(event->capture->origin));
+  }
+  CUstream_st* source = event->capture ? nullptr : event->stream;
+  if (s->capture) {
+    // A dependency on work outside the capture sequence (a GPU refuses it the same way).
+    if (!source) return cudaSuccess;
+    s->capture->invalidated = true;
+    return fail(cudaErrorStreamCaptureIsolation);
+  }
+  if (!source) return cudaSuccess;  // never recorded (or recorded in a finished capture): nothing to wait for
+  const uint64_t ticket = event->ticket;
   if (s == source) return cudaSuccess;
   push(s, [source, ticket] { run_until(source, ticket); });
   return cudaSuccess;
@@ -534,7 +644,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   const unsigned known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
   if (!event || (flags & ~known)) return fail(cudaErrorInvalidValue);
-  *event = new CUevent_st{t_device, flags};
+  auto* created = new CUevent_st;
+  created->device = t_device;
+  created->flags = flags;
+  *event = created;
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
@@ -549,22 +662,32 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   CUstream_st* s = resolve(stream);
   event->stream = s;
+  event->capture = s->capture;  // in a capture: a node of the graph, not a position in the queue
+  if (s->capture) return cudaSuccess;
   event->ticket = s->enqueued + 1;
   event->time = std::make_shared<EventTime>();
   push(s, [time = event->time] { time->when = std::chrono::steady_clock::now(); });
   return cudaSuccess;
 }
-static bool completed(cudaEvent_t e) { return !e->stream || e->stream->executed >= e->ticket; }
+static bool completed(cudaEvent_t e) { return !e->stream || e->capture || e->stream->executed >= e->ticket; }
+// An event recorded in a capture still under way cannot be asked about; after the capture it
+// stands for nothing (a graph's replays do not record it).
+static cudaError_t check_not_captured(cudaEvent_t e) {
+  if (e->capture && !e->capture->ended) return fail(cudaErrorCapturedEvent);
+  return prohibited_by_capture() ? fail(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
+}
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (cudaError_t e = check_not_captured(event); e != cudaSuccess) return e;
   return completed(event) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (cudaError_t e = check_not_captured(event); e != cudaSuccess) return e;
   HostWait wait;
-  if (event->stream) run_until(event->stream, event->ticket);
+  if (event->stream && !event->capture) run_until(event->stream, event->ticket);
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -573,8 +696,118 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
     return fail(cudaErrorInvalidResourceHandle);
   if (!start->stream || !end->stream) return fail(cudaErrorInvalidResourceHandle);  // never recorded
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (start->capture || end->capture) return fail(cudaErrorCapturedEvent);
   if (!completed(start) || !completed(end)) return fail(cudaErrorNotReady);
   *ms = std::chrono::duration<float, std::milli>(end->time->when - start->time->when).count();
+  return cudaSuccess;
+}
+
+// ---- stream capture and graphs ----
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  if (!mode || (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
+                *mode != cudaStreamCaptureModeRelaxed))
+    return fail(cudaErrorInvalidValue);
+  std::swap(*mode, t_capture_mode);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed)
+    return fail(cudaErrorInvalidValue);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* s = resolve(stream);
+  if (is_default(s)) return fail(cudaErrorStreamCaptureUnsupported);  // the legacy stream never captures
+  if (s->capture) return fail(cudaErrorIllegalState);
+  auto c = std::make_shared<EmuCapture>();
+  c->origin = s;
+  c->mode = mode;
+  c->thread = std::this_thread::get_id();
+  c->id = state().next_capture_id++;
+  s->capture = c;
+  state().captures.push_back(c);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  if (!graph) return fail(cudaErrorInvalidValue);
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* s = resolve(stream);
+  if (!s->capture || s->capture->origin != s) return fail(cudaErrorStreamCaptureUnmatched);
+  std::shared_ptr<EmuCapture> c = s->capture;
+  if (c->mode != cudaStreamCaptureModeRelaxed && c->thread != std::this_thread::get_id())
+    return fail(cudaErrorStreamCaptureWrongThread);
+  s->capture.reset();
+  c->ended = true;
+  auto& all = state().captures;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i] == c) {
+      all.erase(all.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  *graph = nullptr;
+  if (c->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
+  *graph = new CUgraph_st{s->device, std::make_shared<const std::vector<std::function<void()>>>(std::move(c->nodes))};
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  if (!status) return fail(cudaErrorInvalidValue);
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* s = resolve(stream);
+  *status = !s->capture                ? cudaStreamCaptureStatusNone
+            : s->capture->invalidated ? cudaStreamCaptureStatusInvalidated
+                                      : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+// The capture status and sequence id; the graph and dependency outputs are not emulated (nullptr, 0).
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status, unsigned long long* id,
+                                     cudaGraph_t* graph, const cudaGraphNode_t** dependencies,
+                                     const cudaGraphEdgeData** edge_data, size_t* num_dependencies) {
+  if (cudaError_t e = cudaStreamIsCapturing(stream, status); e != cudaSuccess) return e;
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* s = resolve(stream);
+  if (id && s->capture) *id = s->capture->id;
+  if (graph) *graph = nullptr;
+  if (dependencies) *dependencies = nullptr;
+  if (edge_data) *edge_data = nullptr;
+  if (num_dependencies) *num_dependencies = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
+  if (!exec || !graph || flags != 0) return fail(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->device, graph->nodes};
+  return cudaSuccess;
+}
+
+// The whole graph is one item of the launch stream: it runs after the stream's earlier work and
+// before its later work, its nodes in capture order.
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (!exec) return fail(cudaErrorInvalidValue);
+  if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
+  if (stream_device(stream) != exec->device) return fail(cudaErrorInvalidValue);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  push(resolve(stream), [nodes = exec->nodes] {
+    for (const auto& node : *nodes) node();
+  });
+  return cudaSuccess;
+}
+
+// A launch already enqueued keeps its own reference to the nodes.
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  if (!exec) return fail(cudaErrorInvalidValue);
+  delete exec;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  if (!graph) return fail(cudaErrorInvalidValue);
+  delete graph;
   return cudaSuccess;
 }
 
