@@ -88,6 +88,7 @@
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/im2col_avx512.h"
+#include "ops/cpu/kernel_table.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
@@ -408,16 +409,21 @@ bool direct_conv_bf16_preferred(const ConvGeom& g) {
 }
 
 template <typename S, typename T, typename A>
-void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
+const char* conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
   if constexpr (std::is_same_v<S, float> && std::is_same_v<A, float>) {
-    if (direct_conv_preferred(g)) return cpu::conv_direct_forward(conv_shape(g), x, w, b, y);
+    if (direct_conv_preferred(g)) return cpu::conv_direct_forward(conv_shape(g), x, w, b, y), "direct_avx512";
   }
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
-    if (direct_conv_bf16_preferred(g)) return cpu::conv_direct_forward(conv_shape(g), x, w, b, y);
+    if (direct_conv_bf16_preferred(g))
+      return cpu::conv_direct_forward(conv_shape(g), x, w, b, y), "pairs_avx512bf16";
   }
   if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, BFloat16>) && std::is_same_v<T, float>) {
-    if (implicit_gemm_applies(g, std::is_same_v<S, float> ? DType::Float32 : DType::BFloat16))
-      return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y);
+    if (implicit_gemm_applies(g, std::is_same_v<S, float> ? DType::Float32 : DType::BFloat16)) {
+      cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y);
+      if constexpr (std::is_same_v<A, BFloat16>)
+        return cpu::bf16_gemm_kernel() == cpu::Bf16Kernel::Amx ? "implicit_gemm_amx" : "implicit_gemm_avx512bf16";
+      return "implicit_gemm_avx512";
+    }
   }
   if constexpr (std::is_same_v<S, Half>) {
     // Each output element of the kernel is its own sum, whatever images share its panel, so
@@ -433,7 +439,7 @@ void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
         cpu::conv_implicit_gemm(s, xf.data(), w, b, yf.data());
         store(yf.data(), y + n0 * g.O * L, m * g.O * L);
       }
-      return;
+      return "implicit_gemm_avx512";
     }
   }
   const int nt = batch_threads(g);
@@ -462,15 +468,16 @@ void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
                   yn + gr * Og * L, L);
     ybuf.store_back(t, y + n * g.O * L, g.O * L);
   }
+  return "im2col_gemm";
 }
 
 // gy (N, O, L), w (O, K/G) -> gx (N, C, H, W)
 template <typename S, typename T, typename A>
-void conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
+const char* conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
     // Native BF16 on vdpbf16ps: the same kernel on output-channel pairs.
     if (g.G == 1 && g.O >= 2 && cpu::own_float_gemm() && cpu::conv_input_grad_pairs_applies(conv_shape(g)))
-      return cpu::conv_input_grad_pairs(conv_shape(g), gy, w, gx);
+      return cpu::conv_input_grad_pairs(conv_shape(g), gy, w, gx), "pairs_avx512bf16";
   }
   if constexpr (std::is_same_v<T, float>) {
     // FP32 accumulation, 3 columns wide (the strided convs; unit-stride ones mostly run as a
@@ -478,7 +485,7 @@ void conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
     // one output channel on vdpbf16ps): its products are exact in FP32, and this kernel measured
     // faster than the AMX GEMM + col2im.
     if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_input_grad_direct_applies(conv_shape(g)))
-      return cpu::conv_input_grad_direct(conv_shape(g), gy, w, gx);
+      return cpu::conv_input_grad_direct(conv_shape(g), gy, w, gx), "direct_avx512";
   }
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
@@ -505,21 +512,22 @@ void conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
     }
     gxbuf.store_back(t, gx + n * g.image(), g.image());
   }
+  return "gemm_col2im";
 }
 
 // x (N, C, H, W), gy (N, O, L) -> gw (O, K/G), summed over n
 template <typename S, typename T, typename A>
-void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
+const char* conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   if constexpr (std::is_same_v<T, float> && std::is_same_v<A, float>) {
     // FP32 arithmetic (f32, FP16, emulated BF16) on AVX-512: outer products straight from the
     // padded input, no col (ops/cpu/conv_weight_grad_avx512.h).
     if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_weight_grad_direct_applies(conv_shape(g)))
-      return cpu::conv_weight_grad_direct(conv_shape(g), x, gy, gw);
+      return cpu::conv_weight_grad_direct(conv_shape(g), x, gy, gw), "direct_avx512";
   }
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
     // Native BF16 on vdpbf16ps: the same kernel on image pairs.
     if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_weight_grad_pairs_applies(conv_shape(g)))
-      return cpu::conv_weight_grad_pairs(conv_shape(g), x, gy, gw);
+      return cpu::conv_weight_grad_pairs(conv_shape(g), x, gy, gw), "pairs_avx512bf16";
   }
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
@@ -535,7 +543,7 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   // Thread t accumulates into acc[t]; with one thread that is gw itself.
   std::vector<T> acc(nt > 1 ? static_cast<size_t>(nt * wsize) : 0, T(0));
   std::fill(gw, gw + wsize, T(0));
-  if (Og == 0 || Kg == 0 || L == 0) return;
+  if (Og == 0 || Kg == 0 || L == 0) return "im2col_gemm";
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int t = omp_get_thread_num();
@@ -558,6 +566,7 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   if (nt > 1)
     for (int t = 0; t < nt; ++t)
       for (int64_t i = 0; i < wsize; ++i) gw[i] += acc[static_cast<size_t>(t * wsize + i)];
+  return "im2col_gemm";
 }
 
 // With unit strides and padding within the kernel's reach, the input gradient is itself a
@@ -631,6 +640,19 @@ Tensor compute_buffer(const Tensor& out, DType ct) {
   return out.dtype() == ct ? out : Tensor::empty(out.sizes(), TensorOptions(ct));
 }
 
+// What the kernel trace prints for a conv problem: dtype, sizes, geometry (one value where both
+// dims agree), and the steering that shaped the choice.
+std::string conv_problem(DType dt, const ConvGeom& g) {
+  auto two = [](const char* k, int64_t a, int64_t b) {
+    return " " + std::string(k) + std::to_string(a) + (a == b ? std::string() : "x" + std::to_string(b));
+  };
+  std::string s = std::string(dtype_short(dt)) + " N=" + std::to_string(g.N) + " C=" + std::to_string(g.C) +
+                  " H=" + std::to_string(g.H) + " W=" + std::to_string(g.W) + " O=" + std::to_string(g.O) +
+                  two("k", g.kH, g.kW) + two("s", g.sH, g.sW) + two("p", g.pH, g.pW) + two("d", g.dH, g.dW) +
+                  " g" + std::to_string(g.G);
+  return s + cpu::steering_tags(dt == DType::BFloat16, true);
+}
+
 // ---- conv2d ----
 TensorList conv2d_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[0];
@@ -648,10 +670,13 @@ TensorList conv2d_cpu(const OpCall& call) {
   const bool native = cpu::bf16_native_gemm();
   Tensor xc = dense(x, x.dtype()), wc = dense(w, operand_type(x.dtype(), native));
   Tensor bc = b.defined() ? dense(b, ct) : Tensor();
+  const char* ran = nullptr;
   visit_types(x.dtype(), native, [&]<typename S, typename T, typename A>() {
-    conv_forward<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const A*>(wc.data_ptr()),
-                       bc.defined() ? static_cast<const T*>(bc.data_ptr()) : nullptr, static_cast<S*>(out.data_ptr()));
+    ran = conv_forward<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const A*>(wc.data_ptr()),
+                                bc.defined() ? static_cast<const T*>(bc.data_ptr()) : nullptr,
+                                static_cast<S*>(out.data_ptr()));
   });
+  cpu::trace_kernel_choice("conv2d.fwd", [&] { return conv_problem(x.dtype(), g); }, ran, "");
   return {out};
 }
 
@@ -670,17 +695,20 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
   Tensor gc = dense(gy, gy.dtype()), wc = dense(w, operand_type(gy.dtype(), native));
   const bool as_conv = input_grad_is_a_conv(g, gy.dtype());
   Tensor wt = as_conv ? Tensor::empty({g.C, g.Og(), g.kH, g.kW}, TensorOptions(wc.dtype())) : Tensor();
+  std::string ran;
   visit_types(gy.dtype(), native, [&]<typename S, typename T, typename A>() {
     const S* gp = static_cast<const S*>(gc.data_ptr());
     const A* wp = static_cast<const A*>(wc.data_ptr());
     if (as_conv) {
       flip_transpose_weight(g, wp, static_cast<A*>(wt.data_ptr()));
-      conv_forward<S, T, A>(input_grad_conv_geometry(g), gp, static_cast<const A*>(wt.data_ptr()), nullptr,
-                            static_cast<S*>(out.data_ptr()));
+      ran = std::string("as_conv.") +
+            conv_forward<S, T, A>(input_grad_conv_geometry(g), gp, static_cast<const A*>(wt.data_ptr()), nullptr,
+                                  static_cast<S*>(out.data_ptr()));
     } else {
-      conv_input_grad<S, T, A>(g, gp, wp, static_cast<S*>(out.data_ptr()));
+      ran = conv_input_grad<S, T, A>(g, gp, wp, static_cast<S*>(out.data_ptr()));
     }
   });
+  cpu::trace_kernel_choice("conv2d.dgrad", [&] { return conv_problem(gy.dtype(), g); }, ran.c_str(), "");
   return {out};
 }
 
@@ -698,10 +726,12 @@ TensorList conv2d_weight_grad_cpu(const OpCall& call) {
   const DType ct = compute_type(x.dtype());
   Tensor xc = dense(x, x.dtype()), gc = dense(gy, gy.dtype());
   Tensor oc = compute_buffer(out, ct);
+  const char* ran = nullptr;
   visit_types(x.dtype(), cpu::bf16_native_gemm(), [&]<typename S, typename T, typename A>() {
-    conv_weight_grad<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const S*>(gc.data_ptr()),
-                           static_cast<T*>(oc.data_ptr()));
+    ran = conv_weight_grad<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const S*>(gc.data_ptr()),
+                                    static_cast<T*>(oc.data_ptr()));
   });
+  cpu::trace_kernel_choice("conv2d.wgrad", [&] { return conv_problem(x.dtype(), g); }, ran, "");
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16
   return {out};
 }

@@ -1,0 +1,34 @@
+// ops/cpu/kernel_table.h — which CPU kernel runs, in one place: an ordered list of kernels per
+// (op, pass, dtype), the first one that applies runs, and MIXTAPE_TRACE=kernel names the choice.
+// Invariant: the choice is a pure function of the problem (shape, dtype) and the process's
+// steering (MIXTAPE_CPU_KERNEL and its aliases, overrides), never of timing or thread count.
+#pragma once
+#include <string>
+
+namespace mixtape::cpu {
+
+// MIXTAPE_TRACE=kernel: prints (or captures) one line,
+//   [kernel] <op_pass> <problem> -> <kernel> (skipped: <name>: <why>; ...)
+// e.g. "[kernel] conv2d.wgrad bf16 N=128 C=16 H=28 W=28 O=32 k3 s1 p1 d1 g1 -> pairs_avx512bf16";
+// `skipped` lists the entries before the chosen one and why each declined ("" for none). Calls
+// describe() only when the trace is on.
+template <typename Describe>
+void trace_kernel_choice(const char* op_pass, Describe&& describe, const char* kernel, const std::string& skipped);
+
+// The line itself (without the "[kernel] " prefix), as the trace prints it.
+std::string kernel_choice_line(const char* op_pass, const std::string& problem, const char* kernel,
+                               const std::string& skipped);
+bool kernel_trace_on();
+// The process state a choice depends on beyond the problem, as the trace shows it after the
+// problem: " [bf16 <amx|avx512bf16|emulated>]" for a BF16 problem, "conv im2col" when the AVX-512
+// conv kernels are off (MIXTAPE_CPU_CONV=im2col, an override, or no AVX-512), "gemm blas" when the
+// own float GEMM is (MIXTAPE_GEMM=blas, or no AVX-512); "" when none applies.
+std::string steering_tags(bool bf16, bool conv);
+void emit_kernel_choice(const std::string& line);
+
+template <typename Describe>
+void trace_kernel_choice(const char* op_pass, Describe&& describe, const char* kernel, const std::string& skipped) {
+  if (kernel_trace_on()) emit_kernel_choice(kernel_choice_line(op_pass, describe(), kernel, skipped));
+}
+
+}  // namespace mixtape::cpu
