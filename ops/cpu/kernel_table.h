@@ -3,9 +3,45 @@
 // Invariant: the choice is a pure function of the problem (shape, dtype) and the process's
 // steering (MIXTAPE_CPU_KERNEL and its aliases, overrides), never of timing or thread count.
 #pragma once
+#include <cstddef>
 #include <string>
 
 namespace mixtape::cpu {
+
+bool kernel_trace_on();  // MIXTAPE_TRACE=kernel, or a ScopedTrace with TraceKind::Kernel
+
+// One entry of an ordered kernel list: its name and why it declines a problem ("" when it takes
+// it). The op walks its list (one per op, pass and dtype) in order and runs the first entry that
+// takes the problem; the last entry, the generic reference, takes every problem.
+template <typename P>
+struct KernelEntry {
+  const char* name;
+  std::string (*declines)(const P&);
+};
+
+// The entry chosen for a problem and, when the kernel trace is on, "name: why; ..." for the
+// entries before it.
+struct KernelPick {
+  int index = -1;
+  const char* name = nullptr;
+  std::string skipped;
+};
+
+template <typename P, size_t N>
+KernelPick choose_kernel(const KernelEntry<P> (&list)[N], const P& p) {
+  KernelPick k;
+  const bool tracing = kernel_trace_on();
+  for (size_t i = 0; i < N; ++i) {
+    const std::string why = list[i].declines ? list[i].declines(p) : std::string();
+    if (why.empty()) {
+      k.index = static_cast<int>(i);
+      k.name = list[i].name;
+      return k;
+    }
+    if (tracing) k.skipped += (k.skipped.empty() ? "" : "; ") + std::string(list[i].name) + ": " + why;
+  }
+  return k;  // unreachable: every list ends with a reference that declines nothing
+}
 
 // MIXTAPE_TRACE=kernel: prints (or captures) one line,
 //   [kernel] <op_pass> <problem> -> <kernel> (skipped: <name>: <why>; ...)
@@ -18,7 +54,6 @@ void trace_kernel_choice(const char* op_pass, Describe&& describe, const char* k
 // The line itself (without the "[kernel] " prefix), as the trace prints it.
 std::string kernel_choice_line(const char* op_pass, const std::string& problem, const char* kernel,
                                const std::string& skipped);
-bool kernel_trace_on();
 // The process state a choice depends on beyond the problem, as the trace shows it after the
 // problem: " [bf16 <amx|avx512bf16|emulated>]" for a BF16 problem, "conv im2col" when the AVX-512
 // conv kernels are off (MIXTAPE_CPU_CONV=im2col, an override, or no AVX-512), "gemm blas" when the
