@@ -749,7 +749,9 @@ Tensor compute_buffer(const Tensor& out, DType ct) {
 // dims agree), and the steering that shaped the choice.
 std::string conv_problem(DType dt, const ConvGeom& g) {
   auto two = [](const char* k, int64_t a, int64_t b) {
-    return " " + std::string(k) + std::to_string(a) + (a == b ? std::string() : "x" + std::to_string(b));
+    std::string t = std::string(" ").append(k).append(std::to_string(a));
+    if (a != b) t.append("x").append(std::to_string(b));  // appends: GCC 12's -Wrestrict misfires on "x" + string
+    return t;
   };
   std::string s = std::string(dtype_short(dt)) + " N=" + std::to_string(g.N) + " C=" + std::to_string(g.C) +
                   " H=" + std::to_string(g.H) + " W=" + std::to_string(g.W) + " O=" + std::to_string(g.O) +
@@ -813,7 +815,7 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
                                                       static_cast<const A*>(wt.data_ptr()), nullptr,
                                                       static_cast<S*>(out.data_ptr()));
       ran = std::string("as_conv.") + f.name;
-      if (!f.skipped.empty()) skipped += (skipped.empty() ? "" : "; ") + f.skipped;
+      if (!f.skipped.empty()) skipped.append(skipped.empty() ? "" : "; ").append(f.skipped);
     } else {
       conv_input_grad<S, T, A>(k, g, gp, wp, static_cast<S*>(out.data_ptr()));
       ran = k.name;

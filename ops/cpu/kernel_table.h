@@ -38,7 +38,9 @@ KernelPick choose_kernel(const KernelEntry<P> (&list)[N], const P& p) {
       k.name = list[i].name;
       return k;
     }
-    if (tracing) k.skipped += (k.skipped.empty() ? "" : "; ") + std::string(list[i].name) + ": " + why;
+    if (!tracing) continue;
+    if (!k.skipped.empty()) k.skipped.append("; ");
+    k.skipped.append(list[i].name).append(": ").append(why);
   }
   return k;  // unreachable: every list ends with a reference that declines nothing
 }
