@@ -15,6 +15,7 @@ uint32_t env_kinds() {
     uint32_t k = 0;
     if (std::strstr(env, "dispatch") || std::strstr(env, "all")) k |= uint32_t(TraceKind::Dispatch);
     if (std::strstr(env, "amp") || std::strstr(env, "all")) k |= uint32_t(TraceKind::Amp);
+    if (std::strstr(env, "kernel") || std::strstr(env, "all")) k |= uint32_t(TraceKind::Kernel);
     return k;
   }();
   return kinds;

@@ -1,5 +1,7 @@
-// core/trace.h — opt-in teaching traces. MIXTAPE_TRACE=dispatch,amp (environment, read once)
-// or a ScopedTrace in code turns categories on; lines go to stderr or to a capture string.
+// core/trace.h — opt-in teaching traces. MIXTAPE_TRACE=dispatch,amp,kernel (environment, read
+// once; "all" is every category) or a ScopedTrace in code turns categories on; lines go to stderr
+// or to a capture string. kernel: one line per CPU op call naming the kernel that ran and why the
+// ones before it in its list declined (ops/cpu/kernel_table.h).
 #pragma once
 #include <cstdint>
 #include <sstream>
@@ -7,7 +9,7 @@
 
 namespace mixtape {
 
-enum class TraceKind : uint32_t { Dispatch = 1, Amp = 2 };
+enum class TraceKind : uint32_t { Dispatch = 1, Amp = 2, Kernel = 4 };
 
 bool trace_enabled(TraceKind kind);
 void trace_line(TraceKind kind, const std::string& line);

@@ -21,8 +21,8 @@
 // CPU algorithm, on AVX-512 CPUs (docs/CPU.md, "Convolution"), one group, FP32 arithmetic unless
 // said:
 //   - forward, kernels 3 columns wide, column stride 1 or 2, FP32 storage: the direct kernel
-//     (ops/cpu/conv_direct_avx512.h) where direct_conv_preferred says so; BF16 on vdpbf16ps its
-//     channel-pair twin where direct_conv_bf16_preferred says so; "same" convs otherwise
+//     (ops/cpu/conv_direct_avx512.h) where direct_f32_declines allows; BF16 on vdpbf16ps its
+//     channel-pair twin where pairs_bf16_declines allows; "same" convs otherwise
 //     (and in BF16 / FP16) on the implicit GEMM (ops/cpu/conv_implicit_gemm.h: no col matrix, the
 //     whole batch's pixels as GEMM columns; implicit_gemm_applies);
 //   - input gradient: as a forward conv where input_grad_is_a_conv (unit strides); else, 3 columns
@@ -74,6 +74,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -88,6 +90,7 @@
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/im2col_avx512.h"
+#include "ops/cpu/kernel_table.h"
 #include "ops/op_def.h"
 
 namespace mixtape {
@@ -375,9 +378,16 @@ struct Staging {
 // group and an FP32 accumulator: FP32 and BF16 storage directly, FP16 widened a few images at a
 // time (conv_forward), so that every 16-bit conv stays the FP32 conv of its widened operands.
 // MIXTAPE_GEMM=blas (cpu::own_float_gemm() false) keeps convs on im2col + OpenBLAS.
+std::string implicit_gemm_declines(const ConvGeom& g) {
+  if (!plane_shift(g)) return "not plane-shift geometry (unit strides, dW 1, OW == W)";
+  if (g.G != 1) return "groups " + std::to_string(g.G);
+  if (g.C == 0 || g.O == 0) return "no channels";
+  if (!cpu::own_float_gemm()) return "own GEMM off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::conv_implicit_gemm_enabled()) return "conv kernels off (MIXTAPE_CPU_CONV=im2col or no AVX-512)";
+  return "";
+}
 bool implicit_gemm_applies(const ConvGeom& g, DType dt) {
-  return (dt == DType::Float32 || dt == DType::BFloat16 || dt == DType::Float16) && plane_shift(g) && g.G == 1 &&
-         g.C > 0 && g.O > 0 && cpu::own_float_gemm() && cpu::conv_implicit_gemm_enabled();
+  return (dt == DType::Float32 || dt == DType::BFloat16 || dt == DType::Float16) && implicit_gemm_declines(g).empty();
 }
 cpu::ImplicitConvShape implicit_shape(const ConvGeom& g) {
   return {g.N, g.C, g.H, g.W, g.O, g.kH, g.kW, g.pH, g.pW, g.dH, g.OH};
@@ -387,6 +397,9 @@ cpu::ConvShape conv_shape(const ConvGeom& g) {
   return {g.N, g.C, g.H, g.W, g.O, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW, g.OH, g.OW};
 }
 
+// ---- the forward's kernel lists, one per storage/operand type, first match runs ----
+using ConvEntry = cpu::KernelEntry<ConvGeom>;
+
 // FP32 convs with a kernel 3 columns wide run on the direct kernel (ops/cpu/conv_direct_avx512.h)
 // — strided ones instead of im2col + GEMM (1.65-1.8x on ResNet-8's stride-2 layers), "same" ones
 // instead of the implicit GEMM where output rows are at least 16 pixels wide (1.37x on ResNet-8's
@@ -394,35 +407,71 @@ cpu::ConvShape conv_shape(const ConvGeom& g) {
 // images) and the input has more than one channel (the first layers' 9-deep sums: 0.88x). On
 // plane-shift geometry both kernels compute the same bits (the same FMA chain per output), so
 // this choice changes speed only.
-bool direct_conv_preferred(const ConvGeom& g) {
-  if (g.G != 1 || !cpu::own_float_gemm() || !cpu::conv_direct_applies(conv_shape(g))) return false;
-  return !implicit_gemm_applies(g, DType::Float32) || (g.OW >= 16 && g.C > 1);
+std::string direct_f32_declines(const ConvGeom& g) {
+  if (g.G != 1) return "groups " + std::to_string(g.G);
+  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::conv_direct_applies(conv_shape(g)))
+    return "needs kW 3, dW 1, column stride 1 or 2 and the conv kernels on (conv_direct_applies)";
+  if (!implicit_gemm_applies(g, DType::Float32)) return "";
+  if (g.OW < 16) return "OW " + std::to_string(g.OW) + " < 16: the implicit GEMM is as fast or faster";
+  if (g.C < 2) return "C 1: the implicit GEMM is faster on 9-deep sums";
+  return "";
 }
 
 // BF16 on vdpbf16ps (native, both operands BF16): the direct kernel on channel pairs where the
 // FP32 rule picks it (measured in docs/CPU.md, "Direct BF16 convolution on vdpbf16ps": 14x14 and
 // 7x7 "same" layers stay on the implicit GEMM).
-bool direct_conv_bf16_preferred(const ConvGeom& g) {
-  if (g.G != 1 || g.C < 2 || !cpu::own_float_gemm() || !cpu::conv_direct_bf16_applies(conv_shape(g))) return false;
-  return !implicit_gemm_applies(g, DType::BFloat16) || g.OW >= 16;
+std::string pairs_bf16_declines(const ConvGeom& g) {
+  if (g.G != 1) return "groups " + std::to_string(g.G);
+  if (g.C < 2) return "C " + std::to_string(g.C) + " < 2 (channel pairs)";
+  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::conv_direct_bf16_applies(conv_shape(g)))
+    return "needs kW 3, dW 1, column stride 1 or 2 and BF16 GEMMs on vdpbf16ps (conv_direct_bf16_applies)";
+  if (implicit_gemm_applies(g, DType::BFloat16) && g.OW < 16)
+    return "OW " + std::to_string(g.OW) + " < 16: the implicit GEMM is as fast or faster";
+  return "";
+}
+std::string implicit_amx_declines(const ConvGeom& g) {
+  if (cpu::bf16_gemm_kernel() != cpu::Bf16Kernel::Amx) return "BF16 GEMMs not on AMX";
+  return implicit_gemm_declines(g);
+}
+
+const ConvEntry kForwardF32[] = {{"direct_avx512", direct_f32_declines},
+                                 {"implicit_gemm_avx512", implicit_gemm_declines},
+                                 {"im2col_gemm", nullptr}};
+const ConvEntry kForwardBf16[] = {{"pairs_avx512bf16", pairs_bf16_declines},
+                                  {"implicit_gemm_amx", implicit_amx_declines},
+                                  {"implicit_gemm_avx512bf16", implicit_gemm_declines},
+                                  {"im2col_gemm", nullptr}};
+// FP16, and BF16 widened to FP32 (MIXTAPE_CPU_BF16=emulated).
+const ConvEntry kForwardWidened[] = {{"implicit_gemm_avx512", implicit_gemm_declines}, {"im2col_gemm", nullptr}};
+const ConvEntry kForwardF64[] = {{"im2col_gemm", nullptr}};
+
+template <typename S, typename A>
+cpu::KernelPick forward_pick(const ConvGeom& g) {
+  if constexpr (std::is_same_v<S, float>) return cpu::choose_kernel(kForwardF32, g);
+  else if constexpr (std::is_same_v<A, BFloat16>) return cpu::choose_kernel(kForwardBf16, g);
+  else if constexpr (std::is_same_v<S, double>) return cpu::choose_kernel(kForwardF64, g);
+  else return cpu::choose_kernel(kForwardWidened, g);
 }
 
 template <typename S, typename T, typename A>
-void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
+cpu::KernelPick conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
+  const cpu::KernelPick k = forward_pick<S, A>(g);
+  const std::string_view name = k.name;
   if constexpr (std::is_same_v<S, float> && std::is_same_v<A, float>) {
-    if (direct_conv_preferred(g)) return cpu::conv_direct_forward(conv_shape(g), x, w, b, y);
+    if (name == "direct_avx512") return cpu::conv_direct_forward(conv_shape(g), x, w, b, y), k;
   }
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
-    if (direct_conv_bf16_preferred(g)) return cpu::conv_direct_forward(conv_shape(g), x, w, b, y);
+    if (name == "pairs_avx512bf16") return cpu::conv_direct_forward(conv_shape(g), x, w, b, y), k;
   }
   if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, BFloat16>) && std::is_same_v<T, float>) {
-    if (implicit_gemm_applies(g, std::is_same_v<S, float> ? DType::Float32 : DType::BFloat16))
-      return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y);
+    if (name.rfind("implicit_gemm", 0) == 0) return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y), k;
   }
   if constexpr (std::is_same_v<S, Half>) {
     // Each output element of the kernel is its own sum, whatever images share its panel, so
     // chunks of the batch widened to FP32 give the FP32 conv's bits, rounded once.
-    if (implicit_gemm_applies(g, DType::Float16)) {
+    if (name == "implicit_gemm_avx512") {
       const int64_t nb = std::min<int64_t>(g.N, 16), L = g.L();
       std::vector<float> xf(static_cast<size_t>(nb * g.image())), yf(static_cast<size_t>(nb * g.O * L));
       for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
@@ -433,7 +482,7 @@ void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
         cpu::conv_implicit_gemm(s, xf.data(), w, b, yf.data());
         store(yf.data(), y + n0 * g.O * L, m * g.O * L);
       }
-      return;
+      return k;
     }
   }
   const int nt = batch_threads(g);
@@ -462,23 +511,65 @@ void conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
                   yn + gr * Og * L, L);
     ybuf.store_back(t, y + n * g.O * L, g.O * L);
   }
+  return k;
 }
 
-// gy (N, O, L), w (O, K/G) -> gx (N, C, H, W)
+// ---- the input gradient's kernel lists (after "as_conv", which conv2d_input_grad_cpu runs) ----
+struct ConvProblem {
+  ConvGeom g;
+  DType dt;
+};
+using GradEntry = cpu::KernelEntry<ConvProblem>;
+bool input_grad_is_a_conv(const ConvGeom& g, DType dt);
+std::string as_conv_declines(const ConvProblem& p) {
+  return input_grad_is_a_conv(p.g, p.dt)
+             ? ""
+             : "needs unit strides, padding within the kernel's reach and im2col(gy) no larger than col (O <= C)";
+}
+// Native BF16 on vdpbf16ps: the direct kernel on output-channel pairs.
+std::string dgrad_pairs_declines(const ConvProblem& p) {
+  if (p.g.G != 1) return "groups " + std::to_string(p.g.G);
+  if (p.g.O < 2) return "O " + std::to_string(p.g.O) + " < 2 (channel pairs)";
+  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::conv_input_grad_pairs_applies(conv_shape(p.g)))
+    return "needs kW 3, dW 1, column stride 1 or 2 and BF16 GEMMs on vdpbf16ps (conv_input_grad_pairs_applies)";
+  return "";
+}
+// FP32 accumulation, 3 columns wide (the strided convs; unit-stride ones mostly run as a forward
+// conv): no col, no col2im (ops/cpu/conv_input_grad_avx512.h). BF16 on AMX too (and one output
+// channel on vdpbf16ps): its products are exact in FP32, and this kernel measured faster than the
+// AMX GEMM + col2im.
+std::string dgrad_direct_declines(const ConvProblem& p) {
+  if (p.g.G != 1) return "groups " + std::to_string(p.g.G);
+  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::conv_input_grad_direct_applies(conv_shape(p.g)))
+    return "needs kW 3, dW 1, column stride 1 or 2 and the conv kernels on (conv_input_grad_direct_applies)";
+  return "";
+}
+const GradEntry kInputGradFloat[] = {{"as_conv", as_conv_declines},  // f32, f16, BF16 widened
+                                     {"direct_avx512", dgrad_direct_declines},
+                                     {"gemm_col2im", nullptr}};
+const GradEntry kInputGradBf16[] = {{"as_conv", as_conv_declines},
+                                    {"pairs_avx512bf16", dgrad_pairs_declines},
+                                    {"direct_avx512", dgrad_direct_declines},
+                                    {"gemm_col2im", nullptr}};
+const GradEntry kInputGradF64[] = {{"as_conv", as_conv_declines}, {"gemm_col2im", nullptr}};
+template <typename S, typename A>
+cpu::KernelPick input_grad_pick(const ConvProblem& p) {
+  if constexpr (std::is_same_v<A, BFloat16>) return cpu::choose_kernel(kInputGradBf16, p);
+  else if constexpr (std::is_same_v<S, double>) return cpu::choose_kernel(kInputGradF64, p);
+  else return cpu::choose_kernel(kInputGradFloat, p);
+}
+
+// gy (N, O, L), w (O, K/G) -> gx (N, C, H, W), on kernel k of input_grad_pick (not "as_conv").
 template <typename S, typename T, typename A>
-void conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
+void conv_input_grad(const cpu::KernelPick& k, const ConvGeom& g, const S* gy, const A* w, S* gx) {
+  const std::string_view name = k.name;
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
-    // Native BF16 on vdpbf16ps: the same kernel on output-channel pairs.
-    if (g.G == 1 && g.O >= 2 && cpu::own_float_gemm() && cpu::conv_input_grad_pairs_applies(conv_shape(g)))
-      return cpu::conv_input_grad_pairs(conv_shape(g), gy, w, gx);
+    if (name == "pairs_avx512bf16") return cpu::conv_input_grad_pairs(conv_shape(g), gy, w, gx);
   }
   if constexpr (std::is_same_v<T, float>) {
-    // FP32 accumulation, 3 columns wide (the strided convs; unit-stride ones mostly run as a
-    // forward conv): no col, no col2im (ops/cpu/conv_input_grad_avx512.h). BF16 on AMX too (and
-    // one output channel on vdpbf16ps): its products are exact in FP32, and this kernel measured
-    // faster than the AMX GEMM + col2im.
-    if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_input_grad_direct_applies(conv_shape(g)))
-      return cpu::conv_input_grad_direct(conv_shape(g), gy, w, gx);
+    if (name == "direct_avx512") return cpu::conv_input_grad_direct(conv_shape(g), gy, w, gx);
   }
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
@@ -507,19 +598,41 @@ void conv_input_grad(const ConvGeom& g, const S* gy, const A* w, S* gx) {
   }
 }
 
+// ---- the weight gradient's kernel lists ----
+// FP32 arithmetic (f32, FP16, emulated BF16) on AVX-512: outer products straight from the padded
+// input, no col (ops/cpu/conv_weight_grad_avx512.h).
+std::string wgrad_direct_declines(const ConvProblem& p) {
+  if (p.g.G != 1) return "groups " + std::to_string(p.g.G);
+  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::conv_weight_grad_direct_applies(conv_shape(p.g)))
+    return "needs kW 3, dW 1 and the conv kernels on (conv_weight_grad_direct_applies)";
+  return "";
+}
+// Native BF16 on vdpbf16ps: the same kernel on image pairs.
+std::string wgrad_pairs_declines(const ConvProblem& p) {
+  if (p.g.G != 1) return "groups " + std::to_string(p.g.G);
+  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::conv_weight_grad_pairs_applies(conv_shape(p.g)))
+    return "needs kW 3, dW 1 and BF16 GEMMs on vdpbf16ps (conv_weight_grad_pairs_applies)";
+  return "";
+}
+const GradEntry kWeightGradFloat[] = {{"direct_avx512", wgrad_direct_declines}, {"im2col_gemm", nullptr}};
+const GradEntry kWeightGradBf16[] = {{"pairs_avx512bf16", wgrad_pairs_declines}, {"im2col_gemm", nullptr}};
+const GradEntry kWeightGradF64[] = {{"im2col_gemm", nullptr}};
+
 // x (N, C, H, W), gy (N, O, L) -> gw (O, K/G), summed over n
 template <typename S, typename T, typename A>
-void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
+cpu::KernelPick conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
+  cpu::KernelPick k;
+  if constexpr (std::is_same_v<A, BFloat16>) k = cpu::choose_kernel(kWeightGradBf16, ConvProblem{g, DType::BFloat16});
+  else if constexpr (std::is_same_v<T, double>) k = cpu::choose_kernel(kWeightGradF64, ConvProblem{g, DType::Float64});
+  else k = cpu::choose_kernel(kWeightGradFloat, ConvProblem{g, DType::Float32});
+  const std::string_view name = k.name;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<A, float>) {
-    // FP32 arithmetic (f32, FP16, emulated BF16) on AVX-512: outer products straight from the
-    // padded input, no col (ops/cpu/conv_weight_grad_avx512.h).
-    if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_weight_grad_direct_applies(conv_shape(g)))
-      return cpu::conv_weight_grad_direct(conv_shape(g), x, gy, gw);
+    if (name == "direct_avx512") return cpu::conv_weight_grad_direct(conv_shape(g), x, gy, gw), k;
   }
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
-    // Native BF16 on vdpbf16ps: the same kernel on image pairs.
-    if (g.G == 1 && cpu::own_float_gemm() && cpu::conv_weight_grad_pairs_applies(conv_shape(g)))
-      return cpu::conv_weight_grad_pairs(conv_shape(g), x, gy, gw);
+    if (name == "pairs_avx512bf16") return cpu::conv_weight_grad_pairs(conv_shape(g), x, gy, gw), k;
   }
   const int nt = batch_threads(g);
   cpu::BlasSingleThreaded blas1(nt > 1);
@@ -535,7 +648,7 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   // Thread t accumulates into acc[t]; with one thread that is gw itself.
   std::vector<T> acc(nt > 1 ? static_cast<size_t>(nt * wsize) : 0, T(0));
   std::fill(gw, gw + wsize, T(0));
-  if (Og == 0 || Kg == 0 || L == 0) return;
+  if (Og == 0 || Kg == 0 || L == 0) return k;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const int t = omp_get_thread_num();
@@ -558,6 +671,7 @@ void conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   if (nt > 1)
     for (int t = 0; t < nt; ++t)
       for (int64_t i = 0; i < wsize; ++i) gw[i] += acc[static_cast<size_t>(t * wsize + i)];
+  return k;
 }
 
 // With unit strides and padding within the kernel's reach, the input gradient is itself a
@@ -631,6 +745,21 @@ Tensor compute_buffer(const Tensor& out, DType ct) {
   return out.dtype() == ct ? out : Tensor::empty(out.sizes(), TensorOptions(ct));
 }
 
+// What the kernel trace prints for a conv problem: dtype, sizes, geometry (one value where both
+// dims agree), and the steering that shaped the choice.
+std::string conv_problem(DType dt, const ConvGeom& g) {
+  auto two = [](const char* k, int64_t a, int64_t b) {
+    std::string t = std::string(" ").append(k).append(std::to_string(a));
+    if (a != b) t.append("x").append(std::to_string(b));  // appends: GCC 12's -Wrestrict misfires on "x" + string
+    return t;
+  };
+  std::string s = std::string(dtype_short(dt)) + " N=" + std::to_string(g.N) + " C=" + std::to_string(g.C) +
+                  " H=" + std::to_string(g.H) + " W=" + std::to_string(g.W) + " O=" + std::to_string(g.O) +
+                  two("k", g.kH, g.kW) + two("s", g.sH, g.sW) + two("p", g.pH, g.pW) + two("d", g.dH, g.dW) +
+                  " g" + std::to_string(g.G);
+  return s + cpu::steering_tags(dt == DType::BFloat16, true);
+}
+
 // ---- conv2d ----
 TensorList conv2d_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[0];
@@ -648,10 +777,13 @@ TensorList conv2d_cpu(const OpCall& call) {
   const bool native = cpu::bf16_native_gemm();
   Tensor xc = dense(x, x.dtype()), wc = dense(w, operand_type(x.dtype(), native));
   Tensor bc = b.defined() ? dense(b, ct) : Tensor();
+  cpu::KernelPick ran;
   visit_types(x.dtype(), native, [&]<typename S, typename T, typename A>() {
-    conv_forward<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const A*>(wc.data_ptr()),
-                       bc.defined() ? static_cast<const T*>(bc.data_ptr()) : nullptr, static_cast<S*>(out.data_ptr()));
+    ran = conv_forward<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const A*>(wc.data_ptr()),
+                                bc.defined() ? static_cast<const T*>(bc.data_ptr()) : nullptr,
+                                static_cast<S*>(out.data_ptr()));
   });
+  cpu::trace_kernel_choice("conv2d.fwd", [&] { return conv_problem(x.dtype(), g); }, ran.name, ran.skipped);
   return {out};
 }
 
@@ -670,17 +802,26 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
   Tensor gc = dense(gy, gy.dtype()), wc = dense(w, operand_type(gy.dtype(), native));
   const bool as_conv = input_grad_is_a_conv(g, gy.dtype());
   Tensor wt = as_conv ? Tensor::empty({g.C, g.Og(), g.kH, g.kW}, TensorOptions(wc.dtype())) : Tensor();
+  std::string ran, skipped;
   visit_types(gy.dtype(), native, [&]<typename S, typename T, typename A>() {
     const S* gp = static_cast<const S*>(gc.data_ptr());
     const A* wp = static_cast<const A*>(wc.data_ptr());
-    if (as_conv) {
+    const cpu::KernelPick k = input_grad_pick<S, A>(ConvProblem{g, gy.dtype()});
+    skipped = k.skipped;
+    if (std::string_view(k.name) == "as_conv") {
+      // The forward conv of gy with w flipped and transposed, on the forward's own list.
       flip_transpose_weight(g, wp, static_cast<A*>(wt.data_ptr()));
-      conv_forward<S, T, A>(input_grad_conv_geometry(g), gp, static_cast<const A*>(wt.data_ptr()), nullptr,
-                            static_cast<S*>(out.data_ptr()));
+      const cpu::KernelPick f = conv_forward<S, T, A>(input_grad_conv_geometry(g), gp,
+                                                      static_cast<const A*>(wt.data_ptr()), nullptr,
+                                                      static_cast<S*>(out.data_ptr()));
+      ran = std::string("as_conv.") + f.name;
+      if (!f.skipped.empty()) skipped.append(skipped.empty() ? "" : "; ").append(f.skipped);
     } else {
-      conv_input_grad<S, T, A>(g, gp, wp, static_cast<S*>(out.data_ptr()));
+      conv_input_grad<S, T, A>(k, g, gp, wp, static_cast<S*>(out.data_ptr()));
+      ran = k.name;
     }
   });
+  cpu::trace_kernel_choice("conv2d.dgrad", [&] { return conv_problem(gy.dtype(), g); }, ran.c_str(), skipped);
   return {out};
 }
 
@@ -698,10 +839,12 @@ TensorList conv2d_weight_grad_cpu(const OpCall& call) {
   const DType ct = compute_type(x.dtype());
   Tensor xc = dense(x, x.dtype()), gc = dense(gy, gy.dtype());
   Tensor oc = compute_buffer(out, ct);
+  cpu::KernelPick ran;
   visit_types(x.dtype(), cpu::bf16_native_gemm(), [&]<typename S, typename T, typename A>() {
-    conv_weight_grad<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const S*>(gc.data_ptr()),
-                           static_cast<T*>(oc.data_ptr()));
+    ran = conv_weight_grad<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const S*>(gc.data_ptr()),
+                                    static_cast<T*>(oc.data_ptr()));
   });
+  cpu::trace_kernel_choice("conv2d.wgrad", [&] { return conv_problem(x.dtype(), g); }, ran.name, ran.skipped);
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16
   return {out};
 }

@@ -25,6 +25,7 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/kernel_table.h"
 #include "ops/linear_args.h"
 #include "ops/matmul.h"
 #include "ops/op_def.h"
@@ -128,6 +129,13 @@ TensorList linear_cpu(const OpCall& call) {
     }
   });
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16
+  cpu::trace_kernel_choice(
+      "linear.fwd",
+      [&] {
+        return std::string(dtype_short(dt)) + " M=" + std::to_string(m) + " K=" + std::to_string(in) +
+               " N=" + std::to_string(out_f) + cpu::steering_tags(dt == DType::BFloat16, false);
+      },
+      in == 0 ? "bias_fill" : cpu::gemm_kernel_name(ot, m, out_f), "");
   return {out};
 }
 

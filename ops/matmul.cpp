@@ -11,6 +11,7 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/kernel_table.h"
 #include "ops/matmul_args.h"
 #include "ops/op_def.h"
 
@@ -113,6 +114,13 @@ TensorList matmul_cpu(const OpCall& call) {
     }
   });
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // one rounding to f16/bf16
+  cpu::trace_kernel_choice(
+      "matmul.fwd",
+      [&] {
+        return std::string(dtype_short(dt)) + " B=" + std::to_string(nb) + " M=" + std::to_string(n) +
+               " K=" + std::to_string(k) + " N=" + std::to_string(m) + cpu::steering_tags(dt == DType::BFloat16, false);
+      },
+      cpu::gemm_kernel_name(ot, n, m), "");
   return {out};
 }
 

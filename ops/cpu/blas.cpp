@@ -119,9 +119,26 @@ bool native_sgemm() {
 
 bool own_float_gemm() { return native_sgemm(); }
 
+namespace {
+// C with fewer than 16 rows or columns stays with BLAS (ops/cpu/sgemm_avx512.h says why).
+bool sgemm_avx512_takes(int64_t m, int64_t n) { return native_sgemm() && m >= 16 && n >= 16; }
+}  // namespace
+
+const char* gemm_kernel_name(DType operands, int64_t m, int64_t n) {
+  if (operands == DType::Float64) return "blas_dgemm";
+  if (operands == DType::BFloat16) {
+    switch (bf16_gemm_kernel()) {
+      case Bf16Kernel::Amx: return "bgemm_amx";
+      case Bf16Kernel::Avx512Bf16: return "bgemm_avx512bf16";
+      case Bf16Kernel::Emulated: break;
+    }
+  }
+  return sgemm_avx512_takes(m, n) ? "sgemm_avx512" : "blas_sgemm";
+}
+
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
           float beta, float* c, int64_t ldc) {
-  if (native_sgemm() && m >= 16 && n >= 16) return sgemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  if (sgemm_avx512_takes(m, n)) return sgemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
   blas().sgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c,
                int(ldc));
 }

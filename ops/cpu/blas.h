@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/bfloat16.h"
+#include "core/dtype.h"
 
 namespace mixtape::cpu {
 
@@ -38,6 +39,11 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, 
 // MIXTAPE_GEMM is not "blas"); conv2d's implicit-GEMM kernel follows the same switch. Reads
 // MIXTAPE_GEMM once: a bad value throws here, at every call.
 bool own_float_gemm();
+
+// The kernel gemm() runs for an (m, n) C: "sgemm_avx512" or "blas_sgemm" for float operands,
+// "blas_dgemm" for double ones, "bgemm_amx", "bgemm_avx512bf16" or, widened, the float one for
+// BF16 operands (what the kernel trace names).
+const char* gemm_kernel_name(DType operands, int64_t m, int64_t n);
 
 // BLAS's own thread count (ops/threads.cpp keeps it equal to OpenMP's).
 void blas_set_num_threads(int n);

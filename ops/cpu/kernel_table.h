@@ -1,0 +1,71 @@
+// ops/cpu/kernel_table.h — which CPU kernel runs, in one place: an ordered list of kernels per
+// (op, pass, dtype), the first one that applies runs, and MIXTAPE_TRACE=kernel names the choice.
+// Invariant: the choice is a pure function of the problem (shape, dtype) and the process's
+// steering (MIXTAPE_CPU_KERNEL and its aliases, overrides), never of timing or thread count.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace mixtape::cpu {
+
+bool kernel_trace_on();  // MIXTAPE_TRACE=kernel, or a ScopedTrace with TraceKind::Kernel
+
+// One entry of an ordered kernel list: its name and why it declines a problem ("" when it takes
+// it). The op walks its list (one per op, pass and dtype) in order and runs the first entry that
+// takes the problem; the last entry, the generic reference, takes every problem.
+template <typename P>
+struct KernelEntry {
+  const char* name;
+  std::string (*declines)(const P&);
+};
+
+// The entry chosen for a problem and, when the kernel trace is on, "name: why; ..." for the
+// entries before it.
+struct KernelPick {
+  int index = -1;
+  const char* name = nullptr;
+  std::string skipped;
+};
+
+template <typename P, size_t N>
+KernelPick choose_kernel(const KernelEntry<P> (&list)[N], const P& p) {
+  KernelPick k;
+  const bool tracing = kernel_trace_on();
+  for (size_t i = 0; i < N; ++i) {
+    const std::string why = list[i].declines ? list[i].declines(p) : std::string();
+    if (why.empty()) {
+      k.index = static_cast<int>(i);
+      k.name = list[i].name;
+      return k;
+    }
+    if (!tracing) continue;
+    if (!k.skipped.empty()) k.skipped.append("; ");
+    k.skipped.append(list[i].name).append(": ").append(why);
+  }
+  return k;  // unreachable: every list ends with a reference that declines nothing
+}
+
+// MIXTAPE_TRACE=kernel: prints (or captures) one line,
+//   [kernel] <op_pass> <problem> -> <kernel> (skipped: <name>: <why>; ...)
+// e.g. "[kernel] conv2d.wgrad bf16 N=128 C=16 H=28 W=28 O=32 k3 s1 p1 d1 g1 -> pairs_avx512bf16";
+// `skipped` lists the entries before the chosen one and why each declined ("" for none). Calls
+// describe() only when the trace is on.
+template <typename Describe>
+void trace_kernel_choice(const char* op_pass, Describe&& describe, const char* kernel, const std::string& skipped);
+
+// The line itself (without the "[kernel] " prefix), as the trace prints it.
+std::string kernel_choice_line(const char* op_pass, const std::string& problem, const char* kernel,
+                               const std::string& skipped);
+// The process state a choice depends on beyond the problem, as the trace shows it after the
+// problem: " [bf16 <amx|avx512bf16|emulated>]" for a BF16 problem, "conv im2col" when the AVX-512
+// conv kernels are off (MIXTAPE_CPU_CONV=im2col, an override, or no AVX-512), "gemm blas" when the
+// own float GEMM is (MIXTAPE_GEMM=blas, or no AVX-512); "" when none applies.
+std::string steering_tags(bool bf16, bool conv);
+void emit_kernel_choice(const std::string& line);
+
+template <typename Describe>
+void trace_kernel_choice(const char* op_pass, Describe&& describe, const char* kernel, const std::string& skipped) {
+  if (kernel_trace_on()) emit_kernel_choice(kernel_choice_line(op_pass, describe(), kernel, skipped));
+}
+
+}  // namespace mixtape::cpu
