@@ -121,6 +121,18 @@ TEST(CapturableOptimizer, AFirstStepSkippedOnTheDeviceLeavesNoState) {
   EXPECT_NE(p.to_vector<float>(), (std::vector<float>{1.0f, 2.0f}));
 }
 
+// A schedule writes a capturable optimizer's device lr as it steps (a replayed step reads it there).
+TEST(CapturableOptimizer, AScheduleWritesTheDeviceLr) {
+  Tensor p = tensor({1.0}).requires_grad_(true);
+  optim::SGD opt({p}, {.lr = 0.1});
+  opt.set_capturable(true);
+  const Tensor lr = opt.device_lr(0, Device::CPU());
+  optim::StepLR sched(opt, 1, 0.5);
+  EXPECT_EQ(lr.item<double>(), 0.1);
+  sched.step();
+  EXPECT_EQ(lr.item<double>(), 0.05) << "written by the schedule, before any step()";
+}
+
 TEST(CapturableOptimizer, BadDeviceScalarsAreRefused) {
   Tensor p = tensor({1.0}).requires_grad_(true);
   optim::SGD opt({p}, {.lr = 0.1});
