@@ -161,10 +161,12 @@ struct SgdSlot {
   void* model;  // null: w is the parameter
   void* buf;    // null: no momentum
   int64_t n;
-  uint64_t offset;     // the stochastic rounding stream's offset
+  // The stochastic rounding stream's offset; in a capturable launch (never stochastic: the glue
+  // launches those tensor by tensor) the address of the tensor's count instead, so the slot keeps
+  // its size (the table its capacity).
+  uint64_t offset_or_step;
   uint32_t chunk_end;  // one past this tensor's last task
   bool first;          // fn::SGDUpdate::first: the momentum buffer is being created
-  const int64_t* step;  // capturable: the tensor's count (first is then *step == 0)
 };
 template <typename W>
 struct AdamSlot {
@@ -175,13 +177,12 @@ struct AdamSlot {
   void* v;
   void* vmax;  // null without amsgrad
   int64_t n;
-  uint64_t offset;
+  uint64_t offset_or_step;  // as SgdSlot's
   uint32_t chunk_end;
   // The fields of fn::AdamUpdate that depend on the tensor's step (the bias corrections),
   // computed on the host by AdamUpdate::make as for a single-tensor launch; a capturable launch
-  // computes them on the device from *step instead.
+  // computes them on the device from the count instead.
   W neg_step_size, bias_correction2_sqrt;
-  const int64_t* step;
 };
 template <typename F, typename Slot>
 struct MultiTable {
@@ -222,9 +223,10 @@ __global__ void sgd_multi_kernel(MultiTable<fn::SGDUpdate<W>, SgdSlot> t) {
     task_range(t.slots, k, task, begin, end);
     fn::SGDUpdate<W> f = t.f;
     f.first = s.first;
-    if (t.io.capturable) f = capturable_sgd(f, t.io, s.step);
+    if (t.io.capturable) f = capturable_sgd(f, t.io, reinterpret_cast<const int64_t*>(s.offset_or_step));
+    const uint64_t offset = t.io.capturable ? 0 : s.offset_or_step;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-      sgd_element<W>(f, t.io, static_cast<W*>(s.w), s.grad, s.model, static_cast<W*>(s.buf), s.offset, i);
+      sgd_element<W>(f, t.io, static_cast<W*>(s.w), s.grad, s.model, static_cast<W*>(s.buf), offset, i);
   }
 }
 
@@ -239,10 +241,11 @@ __global__ void adam_multi_kernel(MultiTable<fn::AdamUpdate<W>, AdamSlot<W>> t) 
     fn::AdamUpdate<W> f = t.f;
     f.neg_step_size = s.neg_step_size;
     f.bias_correction2_sqrt = s.bias_correction2_sqrt;
-    if (t.io.capturable) f = capturable_adam(f, t.io, s.step);
+    if (t.io.capturable) f = capturable_adam(f, t.io, reinterpret_cast<const int64_t*>(s.offset_or_step));
+    const uint64_t offset = t.io.capturable ? 0 : s.offset_or_step;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
       adam_element<W>(f, t.io, static_cast<W*>(s.w), s.grad, s.model, static_cast<W*>(s.m), static_cast<W*>(s.v),
-                      static_cast<W*>(s.vmax), s.offset, i);
+                      static_cast<W*>(s.vmax), offset, i);
   }
 }
 
@@ -405,7 +408,8 @@ cudaError_t sgd_multi(const FusedStepArgs* ts, const bool* first, int count, con
       sgd_multi_kernel<W>, ts, count, f, io_of(ts[0]),
       [&](SgdSlot& slot, int k) {
         const FusedStepArgs& a = ts[k];
-        slot = SgdSlot{a.w, a.grad, a.model, a.state[0], a.n, a.offset, 0u, first[k], a.step};
+        const uint64_t offset_or_step = a.step != nullptr ? reinterpret_cast<uint64_t>(a.step) : a.offset;
+        slot = SgdSlot{a.w, a.grad, a.model, a.state[0], a.n, offset_or_step, 0u, first[k]};
       },
       s);
 }
@@ -419,8 +423,9 @@ cudaError_t adam_multi(const FusedStepArgs* ts, const int64_t* step, int count, 
       [&](AdamSlot<W>& slot, int k) {
         const FusedStepArgs& a = ts[k];
         const fn::AdamUpdate<W> fk = make(step[k] >= 1 ? step[k] : 1);
-        slot = AdamSlot<W>{a.w, a.grad, a.model, a.state[0], a.state[1], a.state[2], a.n, a.offset, 0u,
-                           fk.neg_step_size, fk.bias_correction2_sqrt, a.step};
+        const uint64_t offset_or_step = a.step != nullptr ? reinterpret_cast<uint64_t>(a.step) : a.offset;
+        slot = AdamSlot<W>{a.w, a.grad, a.model, a.state[0], a.state[1], a.state[2], a.n, offset_or_step, 0u,
+                           fk.neg_step_size, fk.bias_correction2_sqrt};
       },
       s);
 }
@@ -431,6 +436,14 @@ cudaError_t launch_sgd_step_multi(const FusedStepArgs* ts, const bool* first, in
   if (count <= 0) return cudaSuccess;
   const bool capturable = ts[0].step != nullptr;
   if (capturable && ts[0].lr == nullptr) return cudaErrorInvalidValue;
+  if (capturable && ts[0].stochastic) {  // the slot holds the count where the rounding offset goes
+    for (int k = 0; k < count; ++k) {
+      SGDParams pk = p;
+      pk.first = first[k];
+      if (const cudaError_t e = launch_sgd_step(ts[k], pk, s); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
   const cudaError_t e = ts[0].w_dtype == DType::Float64 ? sgd_multi<double>(ts, first, count, p, s)
                                                         : sgd_multi<float>(ts, first, count, p, s);
   return e == cudaSuccess && capturable ? advance_steps(ts, count, s) : e;
@@ -443,6 +456,14 @@ cudaError_t launch_adam_step_multi(const FusedStepArgs* ts, const int64_t* step,
   if (capturable && ts[0].lr == nullptr) return cudaErrorInvalidValue;
   for (int k = 0; k < count; ++k)
     if (!capturable && step[k] < 1) return cudaErrorInvalidValue;
+  if (capturable && ts[0].stochastic) {  // the slot holds the count where the rounding offset goes
+    for (int k = 0; k < count; ++k) {
+      AdamParams pk = p;
+      pk.step = 1;  // not read: the kernel takes the count from the device
+      if (const cudaError_t e = launch_adam_step(ts[k], pk, s); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
   const cudaError_t e = ts[0].w_dtype == DType::Float64 ? adam_multi<double>(ts, step, count, p, s)
                                                         : adam_multi<float>(ts, step, count, p, s);
   return e == cudaSuccess && capturable ? advance_steps(ts, count, s) : e;
