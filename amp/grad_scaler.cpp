@@ -12,6 +12,7 @@
 #include "ops/cast.h"
 #include "ops/creation.h"
 #include "ops/pointwise.h"
+#include "ops/shape_ops.h"
 
 namespace mixtape::amp {
 namespace {
@@ -66,7 +67,8 @@ GradScaler::GradScaler(GradScalerOptions o)
       growth_factor_(o.growth_factor),
       backoff_factor_(o.backoff_factor),
       growth_interval_(o.growth_interval),
-      min_scale_(o.min_scale) {
+      min_scale_(o.min_scale),
+      sync_free_(o.sync_free) {
   const char* who = "GradScaler";
   check_growth_factor(o.growth_factor, who);
   check_backoff_factor(o.backoff_factor, who);
@@ -90,6 +92,10 @@ void GradScaler::lazy_init(Device device) {
   growth_tracker_ = full({}, init_growth_tracker_, TensorOptions(DType::Int32).with_device(device));
   scale_host_ = static_cast<float>(s);
   growth_tracker_host_ = static_cast<int32_t>(init_growth_tracker_);
+  if (sync_free_) {
+    skipped_t_ = full({}, skipped_steps_, TensorOptions(DType::Int64).with_device(device));
+    consecutive_t_ = full({}, consecutive_skips_, TensorOptions(DType::Int64).with_device(device));
+  }
 }
 
 GradScaler::PerOptimizer& GradScaler::state_of(const optim::Optimizer& optimizer) {
@@ -214,6 +220,8 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool exp
   // float as `inv`, from the host copy of S (docs/AMP.md#the-inverse-scale).
   st.inv_scale = explicit_unscale ? 1.0f : static_cast<float>(1.0 / static_cast<double>(scale_host_));
   st.explicit_unscale = explicit_unscale;
+  // sync_free: the host copy of S is not current; the device's inverse is the same float.
+  st.inv_scale_device = explicit_unscale ? Tensor() : inv;
   // The gradients are unscaled in place now: from here on nothing may unscale them again, even
   // if the reduction below (a collective that can time out) throws.
   st.stage = OptState::UNSCALED;
@@ -272,6 +280,8 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   PerOptimizer& st = state_of(optimizer);
   MT_CHECK(st.stage != OptState::STEPPED, "GradScaler.step(", optimizer.name(), "): step() has already been called "
            "since the last update(). Call update() once at the end of every iteration.");
+  MT_CHECK(!sync_free_ || optimizer.capturable(), "GradScaler.step(", optimizer.name(), "): a sync_free scaler needs a "
+           "capturable optimizer, whose kernels skip on the device (call optimizer.set_capturable(true))");
   // unscale_grads marks the stage UNSCALED as soon as its unscale kernels have run, before what
   // may throw after them (the reducer, the host read below: a deferred device check), so a step()
   // retried after those never unscales twice; it re-runs a reduction that failed, and only that.
@@ -281,6 +291,19 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
     reduce_found_inf(st);
   MT_CHECK(!st.found_inf_per_device.empty(), "GradScaler.step(", optimizer.name(), "): No inf checks were recorded "
            "for this optimizer. (None of its parameters has a gradient: did backward() reach them?)");
+  if (sync_free_) {
+    // The optimizer's kernels read the flag and the inverse scale on the device and skip there.
+    autograd::NoGradGuard no_grad;
+    Tensor found = st.found_inf_per_device.front();
+    if (st.found_inf_per_device.size() > 1) {
+      found = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
+      for (const Tensor& f : st.found_inf_per_device) found.add_(to_device(f, scale_.device()));
+    }
+    optimizer.set_device_skip_for_next_step(found, st.inv_scale_device);
+    optimizer.step();
+    st.stage = OptState::STEPPED;
+    return true;
+  }
   float found = 0.0f;
   for (const Tensor& f : st.found_inf_per_device) found += host_float(f);  // the one host sync
   st.found_on_host = found;
@@ -351,6 +374,12 @@ void GradScaler::update() {
   autograd::NoGradGuard no_grad;
   Tensor combined = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
   for (const Tensor& f : found) combined.add_(to_device(f, scale_.device()));
+  if (sync_free_) {
+    update_scale_(scale_, growth_tracker_, combined, growth_factor_, backoff_factor_, growth_interval_);
+    count_on_device(combined);
+    per_optimizer_.clear();
+    return;
+  }
   // The combined flag on the host: from what step() read, else (unscale_ without step) read now.
   float combined_host = 0.0f;
   bool known = true;
@@ -377,6 +406,16 @@ void GradScaler::update(double new_scale) {
   MT_CHECK(!min_scale_ || s >= *min_scale_, "GradScaler.update: new_scale ", new_scale, " is below min_scale ",
            *min_scale_);
   for (PerOptimizer& st : per_optimizer_) reduce_found_inf(st);  // the recorded skip is every process's
+  if (sync_free_) {
+    autograd::NoGradGuard no_grad;
+    Tensor combined = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
+    for (const PerOptimizer& st : per_optimizer_)
+      for (const Tensor& f : st.found_inf_per_device) combined.add_(to_device(f, scale_.device()));
+    scale_.fill_(static_cast<double>(s));
+    count_on_device(combined);
+    per_optimizer_.clear();
+    return;
+  }
   bool skipped = false;
   for (const PerOptimizer& st : per_optimizer_) {
     if (st.found_on_host) {  // step() has read it
@@ -402,11 +441,57 @@ void GradScaler::update(const Tensor& new_scale) {
   update(static_cast<double>(host_float(new_scale)));  // copied: later changes to new_scale do not matter
 }
 
+// ---- sync_free: counts on the device, read by poll() ----
+
+// skipped += [found != 0]; consecutive = [found != 0] * (consecutive + 1): launches, no host read.
+void GradScaler::count_on_device(const Tensor& found) {
+  const Tensor zero = zeros({}, TensorOptions(DType::Float32).with_device(found.device()));
+  const Tensor skipped = rsub(to_dtype(eq(found, zero), DType::Int64), 1);  // NaN != 0: skipped
+  skipped_t_.add_(skipped);
+  Tensor next = mul(add(consecutive_t_, 1), skipped);
+  copy_(consecutive_t_, next);
+  ++updates_;
+}
+
+ScalerPoll GradScaler::poll() {
+  MT_CHECK(sync_free_, "GradScaler.poll: only a sync_free scaler defers what it knows to poll(); this one knows it "
+           "after every update() (get_scale(), skipped_steps())");
+  if (enabled_ && scale_.defined()) {
+    autograd::NoGradGuard no_grad;
+    // One copy to the host for all four (f64 holds each exactly).
+    const Tensor all = to_device(stack({to_dtype(scale_, DType::Float64), to_dtype(growth_tracker_, DType::Float64),
+                                        to_dtype(skipped_t_, DType::Float64), to_dtype(consecutive_t_, DType::Float64)}),
+                                 Device::CPU());
+    const double* v = all.data_ptr<double>();
+    scale_host_ = static_cast<float>(v[0]);
+    growth_tracker_host_ = static_cast<int32_t>(v[1]);
+    skipped_steps_ = static_cast<int64_t>(v[2]);
+    consecutive_skips_ = static_cast<int64_t>(v[3]);
+  }
+  const ScalerPoll r{updates_, get_scale(), get_growth_tracker(), skipped_steps_, consecutive_skips_};
+  if (consecutive_skips_ > 0 && min_scale_ && get_scale() < *min_scale_)
+    MT_ERROR("GradScaler.poll: the loss scale fell below min_scale ", describe_scale(*min_scale_), " after ",
+             skipped_steps_diagnosis());
+  // The floor reached by a backoff (the device clamps there): the default mode's collapse.
+  if (consecutive_skips_ > 0 && scale_host_ <= fn::kMinScale)
+    MT_ERROR("GradScaler.poll: the loss scale collapsed: a backoff reached the floor 2^-126 (the smallest normal "
+             "float; a scale never goes below it) after ", skipped_steps_diagnosis());
+  return r;
+}
+
 // ---- state_dict ----
 
 StateDict GradScaler::state_dict() const {
   if (!enabled_) return {};
   StateDict sd;
+  if (sync_free_ && scale_.defined()) {  // the device holds the current values (a host read, as any save)
+    sd["scale"] = clone(to_device(scale_, Device::CPU()));
+    sd["growth_factor"] = full({}, growth_factor_, TensorOptions(DType::Float64));
+    sd["backoff_factor"] = full({}, backoff_factor_, TensorOptions(DType::Float64));
+    sd["growth_interval"] = full({}, growth_interval_, TensorOptions(DType::Int64));
+    sd["_growth_tracker"] = clone(to_device(growth_tracker_, Device::CPU()));
+    return sd;
+  }
   sd["scale"] = full({}, get_scale(), TensorOptions(DType::Float32));
   sd["growth_factor"] = full({}, growth_factor_, TensorOptions(DType::Float64));
   sd["backoff_factor"] = full({}, backoff_factor_, TensorOptions(DType::Float64));

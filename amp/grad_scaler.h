@@ -27,6 +27,21 @@ struct GradScalerOptions {
   int64_t growth_interval = 2000; // clean update()s before growing, >= 1
   bool enabled = true;
   std::optional<double> min_scale;  // off: only the floor 2^-126 (PyTorch has none); addition (c)
+  // A step with no host sync (docs/CUDA.md, "A step with no host sync"): step() hands found_inf
+  // and the inverse scale to a capturable optimizer (optim::Optimizer::set_capturable), whose
+  // kernels skip on the device; update() runs on the device only. What the host knew at once
+  // (get_scale, the tracker, skipped steps) it learns from poll(). Same scale trajectory and
+  // parameters as the default mode, bit for bit.
+  bool sync_free = false;
+};
+
+// What poll() read: the scaler's state after the last update() (sync_free mode).
+struct ScalerPoll {
+  int64_t updates;              // update() calls so far
+  double scale;                 // the scale now
+  int64_t growth_tracker;
+  int64_t skipped_steps;        // iterations with inf/NaN so far
+  int64_t consecutive_skipped;  // skipped update()s since the last clean one
 };
 
 // PyTorch's OptState: where one optimizer is in the current iteration.
@@ -63,6 +78,10 @@ class GradScaler {
   void unscale_(optim::Optimizer& optimizer);
   // Unscales first unless unscale_ ran; steps the optimizer only if no inf/NaN was found.
   // True if optimizer.step() ran; false if it was skipped because of inf/NaN gradients.
+  // sync_free: the optimizer must be capturable; step() always calls optimizer.step() with the
+  // device flag, which skips the update on the device, and returns true without knowing whether
+  // it did: poll() reports skipped steps. (An LR schedule stepped with that true counts skipped
+  // steps too: docs/CUDA.md, "A step with no host sync".)
   // If the found_inf reducer throws, the gradients stay unscaled once: a retried unscale_ or
   // step() runs the reduction again, and only that.
   bool step(optim::Optimizer& optimizer);
@@ -73,7 +92,15 @@ class GradScaler {
   void update(double new_scale);             // S = float(new_scale) (>= 2^-126), tracker unchanged
   void update(const Tensor& new_scale);      // a 1-element f32 tensor without requires_grad
 
-  // The current scale (init_scale before the first scale(); 1.0 when disabled).
+  // sync_free only: reads the scale, the tracker and the skip counts from the device, one host
+  // read for all of them, and checks what update() checks in the default mode (a scale below
+  // min_scale, a collapse to the floor), throwing the same errors, late. Call it every N steps
+  // (logging, a give-up rule); get_scale() and the counters below then hold what it read.
+  ScalerPoll poll();
+  bool sync_free() const { return sync_free_; }
+
+  // The current scale (init_scale before the first scale(); 1.0 when disabled). sync_free: as of
+  // the last poll().
   double get_scale() const;
   double get_growth_factor() const { return growth_factor_; }
   void set_growth_factor(double f);
@@ -99,7 +126,8 @@ class GradScaler {
   const Tensor& scale_tensor() const { return scale_; }
   const Tensor& growth_tracker_tensor() const { return growth_tracker_; }
 
-  // Grows by one record per update() (24 bytes), for the whole run.
+  // Grows by one record per update() (24 bytes), for the whole run; sync_free: not kept (empty).
+  // skipped_steps and consecutive_skipped_steps: sync_free, as of the last poll().
   const std::vector<ScaleRecord>& scale_history() const { return history_; }
   int64_t skipped_steps() const { return skipped_steps_; }  // iterations with inf/NaN so far
   // Skipped update()s since the last clean one (0 after a clean update(); not saved by state_dict).
@@ -125,6 +153,7 @@ class GradScaler {
     bool reduction_pending = false;            // the flags are still this process's: reducer not yet run
     float inv_scale = 1.0f;                    // what step() applies to grads left scaled
     bool explicit_unscale = false;             // unscaled by unscale_() (else by step())
+    Tensor inv_scale_device;                   // the same on the scale's device (sync_free), or undefined
     std::optional<float> found_on_host;        // their sum, once step() has read it
   };
   void check_scale_initialized(const char* funcname) const;
@@ -152,6 +181,11 @@ class GradScaler {
   int64_t skipped_steps_ = 0;
   int64_t consecutive_skips_ = 0;
   std::function<void(const Tensor&)> found_inf_reducer_;
+  bool sync_free_ = false;
+  // sync_free: the skip counts on the scale's device (0-d i64), advanced by update().
+  Tensor skipped_t_, consecutive_t_;
+  int64_t updates_ = 0;
+  void count_on_device(const Tensor& found);
 };
 
 }  // namespace mixtape::amp

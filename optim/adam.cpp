@@ -17,12 +17,11 @@ namespace mixtape::optim {
 namespace {
 
 // One tensor's update on the CPU at update count `step`: the body of both ops' CPU kernels.
-void adam_step_one(const detail::FusedOperands& o, const Attrs& a, int64_t step) {
+void adam_step_one(const detail::FusedOperands& o, const Attrs& a, int64_t step, double lr) {
   const bool amsgrad = a.get<bool>("amsgrad");
   auto run = [&]<typename W>() {
-    const auto f = fn::AdamUpdate<W>::make(a.get<double>("lr"), a.get<double>("beta1"), a.get<double>("beta2"),
-                                           a.get<double>("eps"), a.get<double>("weight_decay"), amsgrad,
-                                           a.get<bool>("decoupled"), step);
+    const auto f = fn::AdamUpdate<W>::make(lr, a.get<double>("beta1"), a.get<double>("beta2"), a.get<double>("eps"),
+                                           a.get<double>("weight_decay"), amsgrad, a.get<bool>("decoupled"), step);
     if (amsgrad) {
       detail::fused_step_loop<W, 3>(
           o, [&](W& w, W g, std::array<W*, 3>& s, int64_t i) __attribute__((always_inline)) { f(w, g, s[0][i], s[1][i], s[2][i]); });
@@ -39,20 +38,36 @@ void adam_step_one(const detail::FusedOperands& o, const Attrs& a, int64_t step)
     run.template operator()<float>();
 }
 
+// Both CPU kernels: every tensor's update, from the attrs or (capturable) the device scalars.
+void adam_steps(const OpCall& c, std::vector<detail::FusedOperands>& ops, const IntList& steps, size_t lists_end) {
+  if (!detail::capturable(c)) {
+    for (size_t k = 0; k < ops.size(); ++k)
+      MT_CHECK(steps[k] >= 1, c.name(), ": step must be >= 1, got ", steps[k],
+               ops.size() > 1 ? " (tensor " + std::to_string(k) + ")" : std::string());
+    for (size_t k = 0; k < ops.size(); ++k) adam_step_one(ops[k], c.attrs, steps[k], c.attrs.get<double>("lr"));
+    return;
+  }
+  const detail::DeviceScalars d = detail::device_scalars(c, lists_end, ops.size());
+  if (d.found_inf != nullptr && *d.found_inf != 0.0f) return;  // skipped: nothing changes
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (d.inv_scale != nullptr) ops[k].inv_scale = *d.inv_scale;
+    adam_step_one(ops[k], c.attrs, *d.step[k] + 1, *d.lr);
+  }
+  for (int64_t* step : d.step) ++*step;
+}
+
 TensorList adam_step_cpu(const OpCall& c) {
-  const int64_t step = c.attrs.get<int64_t>("step");
-  MT_CHECK(step >= 1, c.name(), ": step must be >= 1, got ", step);
-  adam_step_one(detail::fused_operands(c, c.attrs.get<bool>("amsgrad") ? 3 : 2), c.attrs, step);
+  std::vector<detail::FusedOperands> ops{detail::fused_operands(c, c.attrs.get<bool>("amsgrad") ? 3 : 2)};
+  adam_steps(c, ops, detail::capturable(c) ? IntList{1} : IntList{c.attrs.get<int64_t>("step")},
+             detail::list_inputs(c, 1));
   return {c.inputs[0]};
 }
 
 // Every tensor is checked before the first is written.
 TensorList adam_step_multi_cpu(const OpCall& c) {
-  const std::vector<detail::FusedOperands> ops = detail::fused_operands_multi(c, c.attrs.get<bool>("amsgrad") ? 3 : 2);
-  const IntList& steps = detail::per_tensor_attr(c, "step", ops.size());
-  for (size_t k = 0; k < ops.size(); ++k)
-    MT_CHECK(steps[k] >= 1, c.name(), ": step must be >= 1, got ", steps[k], " (tensor ", k, ")");
-  for (size_t k = 0; k < ops.size(); ++k) adam_step_one(ops[k], c.attrs, steps[k]);
+  std::vector<detail::FusedOperands> ops = detail::fused_operands_multi(c, c.attrs.get<bool>("amsgrad") ? 3 : 2);
+  const IntList steps = detail::capturable(c) ? IntList(ops.size(), 1) : detail::per_tensor_attr(c, "step", ops.size());
+  adam_steps(c, ops, steps, detail::list_inputs(c, ops.size()));
   return {c.inputs[0]};
 }
 

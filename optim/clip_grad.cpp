@@ -9,7 +9,10 @@
 #include "autograd/grad_mode.h"
 #include "core/dispatcher.h"
 #include "ops/cast.h"
+#include "ops/activation.h"
 #include "ops/creation.h"
+#include "ops/pointwise.h"
+#include "ops/shape_ops.h"
 
 namespace mixtape::optim {
 namespace {
@@ -52,32 +55,71 @@ const OpSchema& kNormPowSum = define_op("norm_pow_sum")
 
 }  // namespace
 
-double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+namespace {
+
+// The grads of `params` (checked) and their total norm, a 0-d f64 on their device (undefined
+// when no parameter has a grad). Every partial stays on the device: one host read at most, by the
+// caller. The sum is folded in parameter order, one f64 add at a time from 0, as a host loop
+// would; the max norm folds the per-gradient maxima with norm_pow_sum's own NaN-sticking max.
+Tensor total_norm(const std::vector<Tensor>& params, double max_norm, double norm_type, std::vector<Tensor>& grads) {
   MT_CHECK(norm_type > 0.0, "clip_grad_norm_: norm_type must be > 0 or inf, got ", norm_type);
   MT_CHECK(!std::isnan(max_norm), "clip_grad_norm_: max_norm is NaN");
-  autograd::NoGradGuard no_grad;
-  std::vector<Tensor> grads;
   for (const Tensor& p : params) {
     MT_CHECK(p.defined(), "clip_grad_norm_: got an undefined parameter");
     Tensor g = p.grad();
     if (!g.defined()) continue;
     MT_CHECK(g.is_floating_point(), "clip_grad_norm_: gradients must be floating point, got ", g.describe());
+    MT_CHECK(grads.empty() || g.device() == grads.front().device(), "clip_grad_norm_: every gradient must be on "
+             "one device; got ", grads.empty() ? g.device() : grads.front().device(), " and ", g.device());
     grads.push_back(g);
   }
-  if (grads.empty()) return 0.0;
+  if (grads.empty()) return Tensor();
   const bool inf_norm = std::isinf(norm_type);
-  double acc = 0.0;
-  for (const Tensor& g : grads) {
-    const double s = *to_device(dispatch1(kNormPowSum, {g.detach()}, {{"p", norm_type}}), Device::CPU()).data_ptr<double>();
-    if (inf_norm)
-      acc = (acc != acc || s != s) ? std::numeric_limits<double>::quiet_NaN() : std::fmax(acc, s);
-    else
-      acc += s;
+  std::vector<Tensor> partials;
+  for (const Tensor& g : grads) partials.push_back(dispatch1(kNormPowSum, {g.detach()}, {{"p", norm_type}}));
+  Tensor acc;
+  if (inf_norm) {
+    acc = dispatch1(kNormPowSum, {stack(partials)}, {{"p", norm_type}});
+  } else {
+    acc = zeros({}, TensorOptions(DType::Float64).with_device(grads.front().device()));
+    for (const Tensor& s : partials) add_(acc, s);
   }
-  const double total = inf_norm ? acc : norm_type == 1.0 ? acc : norm_type == 2.0 ? std::sqrt(acc) : std::pow(acc, 1.0 / norm_type);
+  return inf_norm || norm_type == 1.0 ? acc : norm_type == 2.0 ? sqrt(acc) : pow(acc, 1.0 / norm_type);
+}
+
+}  // namespace
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  const Tensor total_t = total_norm(params, max_norm, norm_type, grads);
+  if (grads.empty()) return 0.0;
+  const double total = to_device(total_t, Device::CPU()).item<double>();  // the one host read
   const double coef = max_norm / (total + 1e-6);
   if (!(coef < 1.0) && !std::isnan(coef)) return total;  // clamped to 1: multiplying would change nothing
   for (Tensor g : grads) mul_(g, Scalar(coef));
+  return total;
+}
+
+Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm, double norm_type) {
+  autograd::NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  const Tensor total = total_norm(params, max_norm, norm_type, grads);
+  if (grads.empty()) return zeros({}, TensorOptions(DType::Float64));
+  // coef = max_norm / (total + 1e-6), clamped to 1 (NaN stays NaN). A coefficient of 1 leaves
+  // every gradient's bits as they are, so multiplying unconditionally changes no value.
+  const Tensor coef = clamp(rdiv(add(total, 1e-6), max_norm), std::nullopt, 1.0);
+  // The host path multiplies by Scalar(coef): f64 grads by the double, f32 and 16-bit ones by the
+  // double rounded to float, in float (16-bit ones rounded once, at the store). The same here.
+  const Tensor coef32 = to_dtype(coef, DType::Float32);
+  for (Tensor g : grads) {
+    if (g.dtype() == DType::Float64)
+      mul_(g, coef);
+    else if (g.dtype() == DType::Float32)
+      mul_(g, coef32);
+    else
+      copy_(g, mul(to_dtype(g, DType::Float32), coef32));
+  }
   return total;
 }
 

@@ -48,6 +48,9 @@ void LRScheduler::step(bool optimizer_stepped) {
   std::vector<double> lrs = get_lr();
   for (size_t g = 0; g < groups.size(); ++g) groups[g].set_lr(lrs[g]);
   last_lr_ = std::move(lrs);
+  // A capturable optimizer's kernels read the lr on the device: write it there now, so that a
+  // step replayed without step() (a CUDA graph) uses it too. A launch, no host read.
+  if (optimizer_.capturable()) optimizer_.write_device_lr();
 }
 
 StateDict LRScheduler::state_dict() const {

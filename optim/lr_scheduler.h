@@ -7,6 +7,9 @@
 // step(optimizer_stepped) with false leaves the schedule where it is, so the steps the GradScaler
 // skips while it calibrates the loss scale do not consume the warmup or the decay:
 //   sched.step(scaler.step(opt));
+// With a sync_free GradScaler, step() returns true for every step, skipped or not (the device
+// decides), so the schedule advances on skipped steps too (docs/CUDA.md, "A step with no host
+// sync"). With a capturable optimizer, step() also writes the new lrs to the device.
 //
 // Like PyTorch, construction records each group's current lr as its base lr and performs the
 // initial step (last_epoch 0), which may already set the lr (WarmupCosine starts at 0).

@@ -57,8 +57,8 @@ struct SGDUpdate {
   A neg_lr, weight_decay, momentum, one_minus_dampening;
   bool use_weight_decay, use_momentum, nesterov, first;  // first: the buffer is being created
 
-  static SGDUpdate make(double lr, double momentum, double dampening, double weight_decay, bool nesterov,
-                        bool first) {
+  MIXTAPE_HD static SGDUpdate make(double lr, double momentum, double dampening, double weight_decay, bool nesterov,
+                                   bool first) {
     SGDUpdate u;
     u.neg_lr = A(-lr);
     u.weight_decay = A(weight_decay);
@@ -99,8 +99,10 @@ struct AdamUpdate {
       bias_correction2_sqrt, eps;
   bool decoupled, use_weight_decay, amsgrad;
 
-  static AdamUpdate make(double lr, double beta1, double beta2, double eps, double weight_decay, bool amsgrad,
-                         bool decoupled, int64_t step) {
+  // Host and device: a capturable step (optim/step_kernel.h) makes it on the device from the
+  // device's lr and count.
+  MIXTAPE_HD static AdamUpdate make(double lr, double beta1, double beta2, double eps, double weight_decay, bool amsgrad,
+                                    bool decoupled, int64_t step) {
     // Python: bias_correction1 = 1 - beta1 ** step (step is a float holding an integer).
     const double t = static_cast<double>(step);
     const double bias_correction1 = 1.0 - std::pow(beta1, t);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "autograd/grad_mode.h"
 #include "ops/activation.h"
@@ -142,6 +143,7 @@ void Optimizer::add_param_group(ParamGroup group) {
         p.set_grad_dtype(DType::Float32);
       }
     }
+    if (capturable_) s.step_t = zeros({}, TensorOptions(DType::Int64).with_device(p.device()));
     index_[p.impl()] = states_.size();
     states_.push_back(std::move(s));
   }
@@ -208,6 +210,58 @@ void Optimizer::set_inv_scale_for_next_step(float inv_scale) {
   pending_inv_scale_ = inv_scale;
 }
 
+void Optimizer::set_capturable(bool on) {
+  autograd::NoGradGuard no_grad;
+  if (on == capturable_) return;
+  for (ParamState& s : states_) {
+    if (on) {
+      s.step_t = full({}, s.step, TensorOptions(DType::Int64).with_device(s.param.device()));
+    } else {
+      s.step = to_device(s.step_t, Device::CPU()).item<int64_t>();
+      s.step_t = Tensor();
+    }
+  }
+  device_lrs_.clear();
+  pending_found_inf_ = pending_inv_scale_t_ = Tensor();
+  capturable_ = on;
+}
+
+void Optimizer::set_device_skip_for_next_step(const Tensor& found_inf, const Tensor& inv_scale) {
+  MT_CHECK(capturable_, name_, ".set_device_skip_for_next_step: the optimizer is not capturable (set_capturable(true) "
+           "first: only the capturable kernels read a skip flag on the device)");
+  auto check = [&](const Tensor& t, const char* what) {
+    MT_CHECK(!t.defined() || (t.dtype() == DType::Float32 && t.numel() == 1), name_,
+             ".set_device_skip_for_next_step: ", what, " must be a 1-element Float32 tensor, got ", t.describe());
+  };
+  check(found_inf, "found_inf");
+  check(inv_scale, "inv_scale");
+  pending_found_inf_ = found_inf;
+  pending_inv_scale_t_ = inv_scale;
+}
+
+Tensor Optimizer::device_lr(size_t group, Device device) {
+  MT_CHECK(capturable_, name_, ".device_lr: the optimizer is not capturable");
+  MT_CHECK(group < groups_.size(), name_, ".device_lr: group ", group, " out of range (", groups_.size(), " groups)");
+  if (device_lrs_.size() < groups_.size()) device_lrs_.resize(groups_.size());
+  for (const DeviceLr& d : device_lrs_[group])
+    if (d.device == device) return d.lr;
+  const double lr = groups_[group].lr();
+  device_lrs_[group].push_back(DeviceLr{device, full({}, lr, TensorOptions(DType::Float64).with_device(device)), lr});
+  return device_lrs_[group].back().lr;
+}
+
+void Optimizer::write_device_lr() {
+  autograd::NoGradGuard no_grad;
+  for (size_t g = 0; g < device_lrs_.size() && g < groups_.size(); ++g) {
+    const double lr = groups_[g].lr();
+    for (DeviceLr& d : device_lrs_[g]) {
+      if (d.written == lr) continue;
+      fill_(d.lr, lr);  // a launch with the value as its argument: no host read
+      d.written = lr;
+    }
+  }
+}
+
 void Optimizer::set_stochastic_rounding(bool on, uint64_t seed) {
   stochastic_rounding_ = on;
   rounding_gen_.set_state(seed, 0);
@@ -253,9 +307,14 @@ void Optimizer::adopt_loaded_master(const ParamState& s) const {
 void Optimizer::run_fused_step(const OpSchema& op, const ParamUpdate& u, Attrs attrs) {
   TensorList inputs{u.w, u.grad, u.model};
   for (const Tensor& s : u.state) inputs.push_back(s);
+  if (u.step_t.defined()) {
+    for (const Tensor& t : {u.found_inf, u.inv_scale_t, u.lr_t, u.step_t}) inputs.push_back(t);
+    attrs.set("capturable", true);
+  }
   attrs.set("inv_scale", u.inv_scale);
   for (auto& [n, v] : u.rounding.items()) attrs.set(n, v);
   dispatch(op, std::move(inputs), std::move(attrs));  // bumps u.w
+  if (u.step_t.defined()) u.step_t.bump_version();
   if (u.model.defined()) u.model.bump_version();
   for (const Tensor& s : u.state) s.bump_version();
 }
@@ -281,6 +340,15 @@ void Optimizer::run_fused_step_multi(const OpSchema& op, const std::vector<const
     seeds.push_back(u.rounding.get_or<int64_t>("seed", 0));
     offsets.push_back(u.rounding.get_or<int64_t>("offset", 0));
   }
+  if (u0.step_t.defined()) {  // capturable: one found_inf, inv_scale, lr for the call, a count per tensor
+    for (const ParamUpdate* u : us)
+      MT_CHECK(u->step_t.defined() && u->found_inf.is_same(u0.found_inf) && u->inv_scale_t.is_same(u0.inv_scale_t) &&
+                   u->lr_t.is_same(u0.lr_t),
+               op.name, ": the parameters of one capturable multi-tensor update must share found_inf, inv_scale and lr");
+    for (const Tensor& t : {u0.found_inf, u0.inv_scale_t, u0.lr_t}) inputs.push_back(t);
+    for (const ParamUpdate* u : us) inputs.push_back(u->step_t);
+    attrs.set("capturable", true);
+  }
   attrs.set("count", static_cast<int64_t>(n)).set("inv_scale", u0.inv_scale);
   attrs.set("stochastic", u0.rounding.get<bool>("stochastic"));
   attrs.set("seed", std::move(seeds)).set("offset", std::move(offsets));
@@ -288,6 +356,7 @@ void Optimizer::run_fused_step_multi(const OpSchema& op, const std::vector<const
   for (size_t k = 0; k < n; ++k) {
     const ParamUpdate& u = *us[k];
     if (k > 0) u.w.bump_version();
+    if (u.step_t.defined()) u.step_t.bump_version();
     if (u.model.defined()) u.model.bump_version();
     for (const Tensor& s : u.state) s.bump_version();
   }
@@ -330,6 +399,18 @@ void Optimizer::step() {
   }
   // A write to a 16-bit parameter since the optimizer last wrote it re-seeds its master.
   for (ParamState& s : states_) sync_master(s);
+  if (capturable_) write_device_lr();
+  // Capturable: the skip flag and inverse scale, once per device (copies between devices are
+  // stream-ordered, no host read).
+  std::vector<std::pair<Device, std::pair<Tensor, Tensor>>> skip_on;
+  auto skip_for = [&](Device d) -> const std::pair<Tensor, Tensor>& {
+    for (auto& [dev, t] : skip_on)
+      if (dev == d) return t;
+    const Tensor f = pending_found_inf_.defined() ? to_device(pending_found_inf_, d) : Tensor();
+    const Tensor i = pending_inv_scale_t_.defined() ? to_device(pending_inv_scale_t_, d) : Tensor();
+    skip_on.emplace_back(d, std::make_pair(f, i));
+    return skip_on.back().second;
+  };
   // Every update's operands, in parameter order: state buffers are created and the rounding
   // stream is reserved in the order of one update after another.
   std::vector<ParamUpdate> updates(work.size());
@@ -347,6 +428,11 @@ void Optimizer::step() {
     u.grad = work[i].grad;
     u.inv_scale = work[i].inv_scale;
     u.step = s.step + 1;
+    if (capturable_) {
+      u.step_t = s.step_t;
+      u.lr_t = device_lr(work[i].group, w.device());
+      std::tie(u.found_inf, u.inv_scale_t) = skip_for(w.device());
+    }
     for (const std::string& n : state_names(options)) {
       auto it = s.buffers.find(n);
       if (it == s.buffers.end()) {
@@ -397,7 +483,7 @@ void Optimizer::step() {
     for (size_t i : b.items) {
       ParamState& s = states_[work[i].index];
       const ParamUpdate& u = updates[i];
-      s.step = u.step;
+      if (!capturable_) s.step = u.step;  // capturable: the kernel advanced step_t unless skipped
       if (w_copy[i]) copy_(s.param, u.w);
       if (u.model.defined() && !u.model.is_same(s.param)) copy_(s.param, u.model);
       if (s.master.defined()) {
@@ -407,6 +493,7 @@ void Optimizer::step() {
     }
   }
   pending_inv_scale_ = 1.0f;
+  pending_found_inf_ = pending_inv_scale_t_ = Tensor();
 }
 
 void Optimizer::update_many(const std::vector<const ParamUpdate*>& updates, const HyperParams& group) {
@@ -428,6 +515,7 @@ void Optimizer::zero_grad(bool set_to_none) {
     }
   }
   pending_inv_scale_ = 1.0f;
+  pending_found_inf_ = pending_inv_scale_t_ = Tensor();
 }
 
 // ---- state ----
@@ -438,7 +526,10 @@ Tensor Optimizer::state(const Tensor& param, const std::string& name) const {
   return it == s.buffers.end() ? Tensor() : it->second;
 }
 
-int64_t Optimizer::step_count(const Tensor& param) const { return states_[index_of(param, "step_count")].step; }
+int64_t Optimizer::step_count(const Tensor& param) const {
+  const ParamState& s = states_[index_of(param, "step_count")];
+  return s.step_t.defined() ? to_device(s.step_t, Device::CPU()).item<int64_t>() : s.step;
+}
 
 StateDict Optimizer::state_dict() const {
   autograd::NoGradGuard no_grad;
@@ -462,8 +553,12 @@ StateDict Optimizer::state_dict() const {
       sd[key("state", i, "master")] = snapshot(pending ? s.loaded_master : s.master);
       sd[key("state", i, "written_stochastically")] = i64_scalar(s.written_stochastically ? 1 : 0);
     }
-    if (s.step > 0) sd[key("state", i, "step")] = i64_scalar(s.step);
-    for (auto& [n, t] : s.buffers) sd[key("state", i, n)] = snapshot(t);
+    const int64_t step = s.step_t.defined() ? to_device(s.step_t, Device::CPU()).item<int64_t>() : s.step;
+    if (step > 0) sd[key("state", i, "step")] = i64_scalar(step);
+    // Buffers exist from a parameter's first update; a capturable step skipped on the device made
+    // them (zeros) without counting: such a parameter has no state yet.
+    if (step > 0)
+      for (auto& [n, t] : s.buffers) sd[key("state", i, n)] = snapshot(t);
   }
   sd["rounding.stochastic"] = i64_scalar(stochastic_rounding_ ? 1 : 0);
   sd["rounding.seed"] = i64_scalar(static_cast<int64_t>(rounding_gen_.seed()));
@@ -624,12 +719,14 @@ void Optimizer::load_state_dict(const StateDict& sd) {
       s.written_stochastically = loaded[i].written_stochastically;
     }
     s.step = loaded[i].step;
+    if (s.step_t.defined()) fill_(s.step_t, s.step);
     s.buffers.clear();
     for (auto& [n, t] : loaded[i].buffers) s.buffers[n] = snapshot(to_device(t, dev));
   }
   stochastic_rounding_ = rounding[0] != 0;
   rounding_gen_.set_state(static_cast<uint64_t>(rounding[1]), static_cast<uint64_t>(rounding[2]));
   pending_inv_scale_ = 1.0f;
+  pending_found_inf_ = pending_inv_scale_t_ = Tensor();
 }
 
 }  // namespace mixtape::optim

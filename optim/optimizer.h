@@ -89,6 +89,27 @@ class Optimizer {
   // dropped by zero_grad().
   void set_inv_scale_for_next_step(float inv_scale);
   float inv_scale_for_next_step() const { return pending_inv_scale_; }
+  // ---- capturable (docs/CUDA.md, "A step with no host sync") ----
+  // On: every parameter's update count and every group's lr also live on the parameters' device
+  // (0-d i64 per parameter, 0-d f64 per group and device), and step() hands them to the fused
+  // kernels, which read them there, so step() reads nothing on the host and decides nothing that
+  // depends on the device: one launch sequence, the same every step (what a CUDA graph replays).
+  // The counts start from the host's; the lr is written to the device whenever a group's lr
+  // changed on the host since the last write (step() and write_device_lr() check; an LR schedule
+  // calls write_device_lr() when it sets a new lr). Same bits as the plain step. Off again: the
+  // host counts are read back (one host read).
+  void set_capturable(bool on);
+  bool capturable() const { return capturable_; }
+  // The next step() is skipped on the device when `found_inf` (1-element f32, non-zero: skip) is
+  // set, and 16-bit gradients are unscaled by `inv_scale` (1-element f32) at the copy into FP32;
+  // both are read on the device. What a sync-free GradScaler::step hands a capturable optimizer
+  // (PyTorch's fused optimizers' grad_scale/found_inf). Capturable only; consumed by step(),
+  // dropped by zero_grad(). Either may be undefined (never skip; no unscale).
+  void set_device_skip_for_next_step(const Tensor& found_inf, const Tensor& inv_scale);
+  // Mirrors every group's host lr into its device lr where they differ (no host read).
+  void write_device_lr();
+  // Group g's device lr on `device` (capturable only; created on first use from the host lr).
+  Tensor device_lr(size_t group, Device device);
   // Stochastic rounding of the master -> 16-bit write-back, from a Philox stream seeded here.
   void set_stochastic_rounding(bool on, uint64_t seed = 0x5eed);
   bool stochastic_rounding() const { return stochastic_rounding_; }
@@ -97,7 +118,8 @@ class Optimizer {
   // The live state buffer `name` of a parameter ("momentum_buffer", "exp_avg", ...); undefined
   // before the parameter's first update.
   Tensor state(const Tensor& param, const std::string& name) const;
-  int64_t step_count(const Tensor& param) const;  // updates applied to this parameter
+  // Updates applied to this parameter (capturable: read from the device, a host sync).
+  int64_t step_count(const Tensor& param) const;
   // A snapshot (copies) of everything a resumed run needs, keys (i = parameter index over all
   // groups in order, g = group index):
   //   param_groups.<g>.params        i64[n]  the parameter indices of group g
@@ -129,6 +151,9 @@ class Optimizer {
     bool fresh_state = false;   // the buffers below were created (zeroed) for this update
     std::vector<Tensor> state;  // the buffers named by state_names(group), in that order
     Attrs rounding;             // stochastic, seed, offset
+    // Capturable only (step_t defined): the device scalars of optim/step_kernel.h's capturable
+    // form. step then means nothing: the kernels read step_t.
+    Tensor found_inf, inv_scale_t, lr_t, step_t;
   };
   // The buffers an update under these options needs, created (zeroed) when missing.
   virtual std::vector<std::string> state_names(const HyperParams& group) const = 0;
@@ -169,6 +194,7 @@ class Optimizer {
     mutable uint32_t synced_version = 0;
     mutable bool needs_check = false;
     bool written_stochastically = false;
+    Tensor step_t;  // capturable: the count on the parameter's device (step is then not kept)
     // An f32/f64 parameter only: the master loaded from a 16-bit parameter's state, adopted by the
     // next sync where the parameter holds its 16-bit write-back (written_stochastically: how).
     mutable Tensor loaded_master;
@@ -188,6 +214,14 @@ class Optimizer {
   std::vector<ParamState> states_;    // one per parameter, group by group
   std::map<const TensorImpl*, size_t> index_;
   float pending_inv_scale_ = 1.0f;
+  bool capturable_ = false;
+  struct DeviceLr {
+    Device device;
+    Tensor lr;        // 0-d f64
+    double written;   // the host lr it holds
+  };
+  std::vector<std::vector<DeviceLr>> device_lrs_;  // per group
+  Tensor pending_found_inf_, pending_inv_scale_t_;
   bool stochastic_rounding_ = false;
   Generator rounding_gen_;
 };

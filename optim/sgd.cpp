@@ -15,11 +15,11 @@ namespace mixtape::optim {
 namespace {
 
 // One tensor's update on the CPU: the body of both ops' CPU kernels.
-void sgd_step_one(const detail::FusedOperands& o, const Attrs& a, bool first) {
+void sgd_step_one(const detail::FusedOperands& o, const Attrs& a, bool first, double lr) {
   const double momentum = a.get<double>("momentum");
   auto run = [&]<typename W>() {
-    const auto f = fn::SGDUpdate<W>::make(a.get<double>("lr"), momentum, a.get<double>("dampening"),
-                                          a.get<double>("weight_decay"), a.get<bool>("nesterov"), first);
+    const auto f = fn::SGDUpdate<W>::make(lr, momentum, a.get<double>("dampening"), a.get<double>("weight_decay"),
+                                          a.get<bool>("nesterov"), first);
     if (momentum != 0.0) {
       detail::fused_step_loop<W, 1>(o, [&](W& w, W g, std::array<W*, 1>& s, int64_t i) __attribute__((always_inline)) { f(w, g, s[0][i]); });
     } else {
@@ -35,21 +35,39 @@ void sgd_step_one(const detail::FusedOperands& o, const Attrs& a, bool first) {
     run.template operator()<float>();
 }
 
+// Both CPU kernels: every tensor's update, from the attrs or (capturable) the device scalars.
+void sgd_steps(const OpCall& c, std::vector<detail::FusedOperands>& ops, const IntList& first, size_t lists_end) {
+  if (!detail::capturable(c)) {
+    for (size_t k = 0; k < ops.size(); ++k) sgd_step_one(ops[k], c.attrs, first[k] != 0, c.attrs.get<double>("lr"));
+    return;
+  }
+  const detail::DeviceScalars d = detail::device_scalars(c, lists_end, ops.size());
+  if (d.found_inf != nullptr && *d.found_inf != 0.0f) return;  // skipped: nothing changes
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (d.inv_scale != nullptr) ops[k].inv_scale = *d.inv_scale;
+    sgd_step_one(ops[k], c.attrs, *d.step[k] == 0, *d.lr);
+  }
+  for (int64_t* step : d.step) ++*step;
+}
+
 TensorList sgd_step_cpu(const OpCall& c) {
   const double momentum = c.attrs.get<double>("momentum");
-  const size_t num_state = c.inputs.size() > 3 ? 1 : 0;
+  const size_t lists_end = detail::list_inputs(c, 1);
+  const size_t num_state = lists_end > 3 ? 1 : 0;
   MT_CHECK((momentum != 0.0) == (num_state == 1), c.name(), ": momentum ", momentum,
            num_state ? " needs no buffer" : " needs a momentum buffer (input 3)");
-  sgd_step_one(detail::fused_operands(c, num_state), c.attrs, c.attrs.get<bool>("first"));
+  std::vector<detail::FusedOperands> ops{detail::fused_operands(c, num_state)};
+  sgd_steps(c, ops, detail::capturable(c) ? IntList{0} : IntList{c.attrs.get<bool>("first") ? 1 : 0}, lists_end);
   return {c.inputs[0]};
 }
 
 // Every tensor is checked before the first is written.
 TensorList sgd_step_multi_cpu(const OpCall& c) {
   const size_t num_state = c.attrs.get<double>("momentum") != 0.0 ? 1 : 0;  // a momentum buffer list
-  const std::vector<detail::FusedOperands> ops = detail::fused_operands_multi(c, num_state);
-  const IntList& first = detail::per_tensor_attr(c, "first", ops.size());
-  for (size_t k = 0; k < ops.size(); ++k) sgd_step_one(ops[k], c.attrs, first[k] != 0);
+  std::vector<detail::FusedOperands> ops = detail::fused_operands_multi(c, num_state);
+  const IntList first =
+      detail::capturable(c) ? IntList(ops.size(), 0) : detail::per_tensor_attr(c, "first", ops.size());
+  sgd_steps(c, ops, first, detail::list_inputs(c, ops.size()));
   return {c.inputs[0]};
 }
 

@@ -70,10 +70,46 @@ std::string dtypes_of(const FusedOperands& o) {
 
 }  // namespace
 
+bool capturable(const OpCall& call) { return call.attrs.get_or<bool>("capturable", false); }
+
+size_t list_inputs(const OpCall& call, size_t count) {
+  const size_t extra = capturable(call) ? 3 + count : 0;
+  MT_CHECK(call.inputs.size() >= extra, call.name(), ": a capturable step takes found_inf, inv_scale, lr and ", count,
+           " step tensor(s) after the lists; got only ", call.inputs.size(), " inputs");
+  return call.inputs.size() - extra;
+}
+
+DeviceScalars device_scalars(const OpCall& call, size_t lists_end, size_t count) {
+  const char* op = call.name();
+  MT_CHECK(call.inputs.size() == lists_end + 3 + count, op, ": a capturable step takes ", lists_end,
+           " list inputs, then found_inf, inv_scale, lr and ", count, " step tensor(s); got ", call.inputs.size(),
+           " inputs");
+  const Device dev = call.inputs[0].device();
+  auto scalar = [&](size_t i, DType dtype, const char* what, bool optional) -> void* {
+    const Tensor& t = call.inputs[i];
+    if (!t.defined()) {
+      MT_CHECK(optional, op, ": ", what, " (capturable input ", i - lists_end, ") is required, got an undefined tensor");
+      return nullptr;
+    }
+    MT_CHECK(t.dtype() == dtype && t.numel() == 1 && t.device() == dev, op, ": ", what, " must be a 1-element ",
+             dtype_name(dtype), " tensor on ", dev, ", got ", t.describe());
+    return t.data_ptr();
+  };
+  DeviceScalars d;
+  d.found_inf = static_cast<const float*>(scalar(lists_end, DType::Float32, "found_inf", true));
+  d.inv_scale = static_cast<const float*>(scalar(lists_end + 1, DType::Float32, "inv_scale", true));
+  d.lr = static_cast<const double*>(scalar(lists_end + 2, DType::Float64, "lr", false));
+  for (size_t k = 0; k < count; ++k)
+    d.step.push_back(static_cast<int64_t*>(
+        scalar(lists_end + 3 + k, DType::Int64, ("step " + std::to_string(k)).c_str(), false)));
+  return d;
+}
+
 FusedOperands fused_operands(const OpCall& call, size_t num_state) {
   const char* op = call.name();
-  MT_CHECK(call.inputs.size() == 3 + num_state, op, ": expected ", 3 + num_state,
-           " inputs (w, grad, model, state...), got ", call.inputs.size());
+  MT_CHECK(list_inputs(call, 1) == 3 + num_state, op, ": expected ", 3 + num_state,
+           " inputs (w, grad, model, state...", capturable(call) ? ", then capturable's found_inf, inv_scale, lr, step" : "",
+           "), got ", list_inputs(call, 1), capturable(call) ? " before the 4 capturable ones" : "");
   FusedOperands o;
   o.w = call.inputs[0];
   o.grad = call.inputs[1];
@@ -104,7 +140,7 @@ const IntList& per_tensor_attr(const OpCall& call, const char* name, size_t coun
 
 std::vector<FusedOperands> fused_operands_multi(const OpCall& call, size_t num_state) {
   const char* op = call.name();
-  const size_t lists = 3 + num_state, total = call.inputs.size();
+  const size_t lists = 3 + num_state;
   std::string names;
   for (size_t l = 0; l < lists; ++l) names += std::string(l ? ", " : "") + kListNames[l] + "...";
   MT_CHECK(call.attrs.has("count"), op, ": missing attr 'count' (the number of tensors, the length of each of the ",
@@ -112,6 +148,7 @@ std::vector<FusedOperands> fused_operands_multi(const OpCall& call, size_t num_s
   const int64_t count = call.attrs.get<int64_t>("count");
   MT_CHECK(count >= 1, op, ": attr 'count' (the number of tensors) must be >= 1, got ", count);
   const size_t n = static_cast<size_t>(count);
+  const size_t total = list_inputs(call, n);
   MT_CHECK(total == lists * n, op, ": expected ", lists, " lists of ", n, " tensors (", names, ") = ", lists * n,
            " inputs, got ", total);
   const IntList& seeds = per_tensor_attr(call, "seed", n);

@@ -27,6 +27,17 @@
 // with the k-th entries (same bits). Every tensor is checked before the first is written.
 // The dispatcher bumps w_0's version; Optimizer::run_fused_step_multi bumps the others.
 //
+// Capturable form (attr capturable = true, either op form): after the lists come 3 + n more
+// inputs, n = 1 for a single-tensor op, count for a multi-tensor one:
+//   found_inf  1-element f32 or undefined: non-zero = skip (nothing at all is written)
+//   inv_scale  1-element f32 or undefined: replaces attr inv_scale (the unscale of 16-bit grads)
+//   lr         1-element f64: replaces attr lr
+//   step_k     1-element i64 per tensor: updates applied so far; this update is number step_k + 1
+//              (Adam's bias corrections; SGD's first is step_k == 0, replacing attr first/step),
+//              and step_k advances by one unless skipped
+// all on the tensors' device and read there, so a step neither reads nor decides anything on the
+// host (docs/CUDA.md, "A step with no host sync"). Same bits as the plain form given the same values.
+//
 // Invariant: one pass over memory (in chunks that stay in cache); each element's master value is
 // updated in place and the model copy is rounded from it, so model == round(master) after every step.
 #pragma once
@@ -51,6 +62,21 @@ struct FusedOperands {
   bool stochastic = false;
   uint64_t seed = 0, offset = 0;
 };
+
+// The capturable operands (layout above), checked: pointers valid on the tensors' device.
+struct DeviceScalars {
+  const float* found_inf = nullptr;  // null: never skip
+  const float* inv_scale = nullptr;  // null: attr inv_scale
+  const double* lr = nullptr;
+  std::vector<int64_t*> step;        // one per tensor
+};
+// Whether the call is capturable; if so, its device scalars (checked: dtypes, one element, the
+// device of input 0). `lists_end` is where the lists end (3 + num_state for a single op, (3 +
+// num_state) * count for a multi one); `count` the tensors.
+bool capturable(const OpCall& call);
+DeviceScalars device_scalars(const OpCall& call, size_t lists_end, size_t count);
+// The number of inputs before the capturable operands (all of them when not capturable).
+size_t list_inputs(const OpCall& call, size_t count);
 
 // A single-tensor step's operands (layout above), checked; errors name the op.
 FusedOperands fused_operands(const OpCall& call, size_t num_state);

@@ -31,9 +31,43 @@ struct ElementIO {
   float inv_scale;
   bool stochastic;
   uint64_t seed;
+  // Capturable launches (FusedStepArgs): the device scalars every tensor of the launch shares,
+  // and (Adam) the doubles fn::AdamUpdate::make needs to rebuild the functor from them.
+  bool capturable;
+  const float* found_inf;
+  const float* inv_scale_ptr;
+  const double* lr;
+  double beta1, beta2, eps, weight_decay;
 };
 ElementIO io_of(const FusedStepArgs& a) {
-  return {a.w_dtype, a.grad_dtype, a.model_dtype, a.inv_scale, a.stochastic, a.seed};
+  return {a.w_dtype, a.grad_dtype, a.model_dtype, a.inv_scale, a.stochastic, a.seed, a.step != nullptr,
+          a.found_inf, a.inv_scale_ptr, a.lr, 0.0, 0.0, 0.0, 0.0};
+}
+ElementIO io_of(const FusedStepArgs& a, const AdamParams& p) {
+  ElementIO io = io_of(a);
+  io.beta1 = p.beta1;
+  io.beta2 = p.beta2;
+  io.eps = p.eps;
+  io.weight_decay = p.weight_decay;
+  return io;
+}
+// A capturable launch's skip, read on the device (NaN counts as non-zero, as in update_scale).
+__device__ __forceinline__ bool skipped(const ElementIO& io) {
+  return io.capturable && io.found_inf != nullptr && *io.found_inf != 0.0f;
+}
+// The functor of a capturable launch's tensor whose count is *step: the same fields the host's
+// make() gives for that lr and count.
+template <typename W>
+__device__ __forceinline__ fn::SGDUpdate<W> capturable_sgd(fn::SGDUpdate<W> f, const ElementIO& io, const int64_t* step) {
+  f.neg_lr = W(-*io.lr);
+  f.first = *step == 0;
+  return f;
+}
+template <typename W>
+__device__ __forceinline__ fn::AdamUpdate<W> capturable_adam(const fn::AdamUpdate<W>& f, const ElementIO& io,
+                                                             const int64_t* step) {
+  return fn::AdamUpdate<W>::make(*io.lr, io.beta1, io.beta2, io.eps, io.weight_decay, f.amsgrad, f.decoupled,
+                                 *step + 1);
 }
 
 template <typename W>
@@ -41,7 +75,7 @@ __device__ __forceinline__ W load_grad(const ElementIO& io, const void* grad, in
   if (io.grad_dtype == io.w_dtype) return static_cast<const W*>(grad)[i];  // arrives unscaled
   float g = io.grad_dtype == DType::Float16 ? float(static_cast<const Half*>(grad)[i])
                                             : float(static_cast<const BFloat16*>(grad)[i]);
-  return static_cast<W>(fn::unscale(g, io.inv_scale));
+  return static_cast<W>(fn::unscale(g, io.inv_scale_ptr != nullptr ? *io.inv_scale_ptr : io.inv_scale));
 }
 
 // i: the element's index in its tensor (the stochastic rounding draw depends on it and offset).
@@ -85,6 +119,8 @@ __device__ __forceinline__ void adam_element(const fn::AdamUpdate<W>& f, const E
 
 template <typename W>
 __global__ void sgd_kernel(FusedStepArgs a, ElementIO io, fn::SGDUpdate<W> f) {
+  if (skipped(io)) return;
+  if (io.capturable) f = capturable_sgd(f, io, a.step);
   W* w = static_cast<W*>(a.w);
   W* buf = static_cast<W*>(a.state[0]);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < a.n; i += int64_t(blockDim.x) * gridDim.x)
@@ -93,6 +129,8 @@ __global__ void sgd_kernel(FusedStepArgs a, ElementIO io, fn::SGDUpdate<W> f) {
 
 template <typename W>
 __global__ void adam_kernel(FusedStepArgs a, ElementIO io, fn::AdamUpdate<W> f) {
+  if (skipped(io)) return;
+  if (io.capturable) f = capturable_adam(f, io, a.step);
   W* w = static_cast<W*>(a.w);
   W* m = static_cast<W*>(a.state[0]);
   W* v = static_cast<W*>(a.state[1]);
@@ -123,7 +161,10 @@ struct SgdSlot {
   void* model;  // null: w is the parameter
   void* buf;    // null: no momentum
   int64_t n;
-  uint64_t offset;     // the stochastic rounding stream's offset
+  // The stochastic rounding stream's offset; in a capturable launch (never stochastic: the glue
+  // launches those tensor by tensor) the address of the tensor's count instead, so the slot keeps
+  // its size (the table its capacity).
+  uint64_t offset_or_step;
   uint32_t chunk_end;  // one past this tensor's last task
   bool first;          // fn::SGDUpdate::first: the momentum buffer is being created
 };
@@ -136,10 +177,11 @@ struct AdamSlot {
   void* v;
   void* vmax;  // null without amsgrad
   int64_t n;
-  uint64_t offset;
+  uint64_t offset_or_step;  // as SgdSlot's
   uint32_t chunk_end;
   // The fields of fn::AdamUpdate that depend on the tensor's step (the bias corrections),
-  // computed on the host by AdamUpdate::make as for a single-tensor launch.
+  // computed on the host by AdamUpdate::make as for a single-tensor launch; a capturable launch
+  // computes them on the device from the count instead.
   W neg_step_size, bias_correction2_sqrt;
 };
 template <typename F, typename Slot>
@@ -173,6 +215,7 @@ __device__ __forceinline__ void task_range(const Slot* slots, int k, uint32_t ta
 
 template <typename W>
 __global__ void sgd_multi_kernel(MultiTable<fn::SGDUpdate<W>, SgdSlot> t) {
+  if (skipped(t.io)) return;
   for (uint32_t task = blockIdx.x; task < t.tasks; task += gridDim.x) {
     const int k = slot_of(t.slots, t.count, task);
     const SgdSlot& s = t.slots[k];
@@ -180,13 +223,16 @@ __global__ void sgd_multi_kernel(MultiTable<fn::SGDUpdate<W>, SgdSlot> t) {
     task_range(t.slots, k, task, begin, end);
     fn::SGDUpdate<W> f = t.f;
     f.first = s.first;
+    if (t.io.capturable) f = capturable_sgd(f, t.io, reinterpret_cast<const int64_t*>(s.offset_or_step));
+    const uint64_t offset = t.io.capturable ? 0 : s.offset_or_step;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
-      sgd_element<W>(f, t.io, static_cast<W*>(s.w), s.grad, s.model, static_cast<W*>(s.buf), s.offset, i);
+      sgd_element<W>(f, t.io, static_cast<W*>(s.w), s.grad, s.model, static_cast<W*>(s.buf), offset, i);
   }
 }
 
 template <typename W>
 __global__ void adam_multi_kernel(MultiTable<fn::AdamUpdate<W>, AdamSlot<W>> t) {
+  if (skipped(t.io)) return;
   for (uint32_t task = blockIdx.x; task < t.tasks; task += gridDim.x) {
     const int k = slot_of(t.slots, t.count, task);
     const AdamSlot<W>& s = t.slots[k];
@@ -195,9 +241,11 @@ __global__ void adam_multi_kernel(MultiTable<fn::AdamUpdate<W>, AdamSlot<W>> t) 
     fn::AdamUpdate<W> f = t.f;
     f.neg_step_size = s.neg_step_size;
     f.bias_correction2_sqrt = s.bias_correction2_sqrt;
+    if (t.io.capturable) f = capturable_adam(f, t.io, reinterpret_cast<const int64_t*>(s.offset_or_step));
+    const uint64_t offset = t.io.capturable ? 0 : s.offset_or_step;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x)
       adam_element<W>(f, t.io, static_cast<W*>(s.w), s.grad, s.model, static_cast<W*>(s.m), static_cast<W*>(s.v),
-                      static_cast<W*>(s.vmax), s.offset, i);
+                      static_cast<W*>(s.vmax), offset, i);
   }
 }
 
@@ -205,7 +253,8 @@ __global__ void adam_multi_kernel(MultiTable<fn::AdamUpdate<W>, AdamSlot<W>> t) 
 bool same_launch_kind(const FusedStepArgs& a, const FusedStepArgs& b) {
   bool same = a.w_dtype == b.w_dtype && a.grad_dtype == b.grad_dtype && (a.model == nullptr) == (b.model == nullptr) &&
               (a.model == nullptr || a.model_dtype == b.model_dtype) && a.inv_scale == b.inv_scale &&
-              a.stochastic == b.stochastic && a.n > 0;
+              a.stochastic == b.stochastic && a.n > 0 && (a.step == nullptr) == (b.step == nullptr) &&
+              a.found_inf == b.found_inf && a.inv_scale_ptr == b.inv_scale_ptr && a.lr == b.lr;
   for (int j = 0; j < 3; ++j) same = same && (a.state[j] == nullptr) == (b.state[j] == nullptr);
   return same;
 }
@@ -215,7 +264,7 @@ bool same_launch_kind(const FusedStepArgs& a, const FusedStepArgs& b) {
 // chunk_end. Checks every non-empty tensor before the first launch (negative sizes are refused).
 template <typename F, typename Slot, typename Fill>
 cudaError_t launch_multi(void (*kernel)(MultiTable<F, Slot>), const FusedStepArgs* ts, int count, const F& f,
-                         Fill&& fill, cudaStream_t stream) {
+                         const ElementIO& io, Fill&& fill, cudaStream_t stream) {
   using Table = MultiTable<F, Slot>;
   static_assert(sizeof(Table) <= kParamBytes, "a multi-tensor table must fit the kernel-parameter limit");
   static_assert(Table::kCapacity >= 32, "a multi-tensor table holds too few tensors to be worth a launch");
@@ -229,7 +278,7 @@ cudaError_t launch_multi(void (*kernel)(MultiTable<F, Slot>), const FusedStepArg
     if ((ts[k].n + kMultiChunk - 1) / kMultiChunk >= int64_t(kMaxTasks)) return cudaErrorInvalidValue;
   }
   Table t{};
-  t.io = io_of(ts[ref]);
+  t.io = io;
   t.f = f;
   auto flush = [&]() -> cudaError_t {
     if (t.count == 0) return cudaSuccess;
@@ -255,6 +304,35 @@ cudaError_t launch_multi(void (*kernel)(MultiTable<F, Slot>), const FusedStepArg
     s.chunk_end = t.tasks;
   }
   return flush();
+}
+
+// ---- a capturable step's counts ----
+// After the update kernels: every count of the call advances by one unless found_inf says the
+// step was skipped (read on the device). Its own launch, so no update kernel reads a count while
+// another block advances it. Empty tensors' counts advance too, as on the CPU.
+constexpr int kStepsPerAdvance = 400;  // 3.2 KiB of pointers: inside the kernel-parameter limit
+struct StepTable {
+  const float* found_inf;
+  int count;
+  int64_t* steps[kStepsPerAdvance];
+};
+__global__ void advance_steps_kernel(StepTable t) {
+  if (t.found_inf != nullptr && *t.found_inf != 0.0f) return;
+  for (int k = threadIdx.x; k < t.count; k += blockDim.x) *t.steps[k] += 1;
+}
+cudaError_t advance_steps(const FusedStepArgs* ts, int count, cudaStream_t stream) {
+  StepTable t{};
+  for (int k = 0; k < count; ++k) {
+    if (ts[k].step == nullptr || ts[k].found_inf != ts[0].found_inf) return cudaErrorInvalidValue;
+    if (t.count == kStepsPerAdvance) {
+      t.found_inf = ts[0].found_inf;
+      if (const cudaError_t e = launch_kernel(advance_steps_kernel, 1, kThreads, 0, stream, t); e != cudaSuccess) return e;
+      t.count = 0;
+    }
+    t.steps[t.count++] = ts[k].step;
+  }
+  t.found_inf = ts[0].found_inf;
+  return t.count > 0 ? launch_kernel(advance_steps_kernel, 1, kThreads, 0, stream, t) : cudaSuccess;
 }
 
 constexpr int kNormBlocks = 256;
@@ -293,27 +371,33 @@ __global__ void norm_final_kernel(const double* partials, int count, double p, d
 }  // namespace
 
 cudaError_t launch_sgd_step(const FusedStepArgs& a, const SGDParams& p, cudaStream_t s) {
-  if (a.n == 0) return cudaSuccess;
-  if (a.w_dtype == DType::Float64) {
+  if (a.step != nullptr && a.lr == nullptr) return cudaErrorInvalidValue;
+  cudaError_t e = cudaSuccess;
+  if (a.n == 0) {
+  } else if (a.w_dtype == DType::Float64) {
     const auto f = fn::SGDUpdate<double>::make(p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, p.first);
-    return launch_kernel(sgd_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
+    e = launch_kernel(sgd_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
   } else {
     const auto f = fn::SGDUpdate<float>::make(p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, p.first);
-    return launch_kernel(sgd_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
+    e = launch_kernel(sgd_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
   }
+  return e == cudaSuccess && a.step != nullptr ? advance_steps(&a, 1, s) : e;
 }
 
 cudaError_t launch_adam_step(const FusedStepArgs& a, const AdamParams& p, cudaStream_t s) {
-  if (a.n == 0) return cudaSuccess;
-  if (a.w_dtype == DType::Float64) {
+  if (a.step != nullptr && a.lr == nullptr) return cudaErrorInvalidValue;
+  cudaError_t e = cudaSuccess;
+  if (a.n == 0) {
+  } else if (a.w_dtype == DType::Float64) {
     const auto f = fn::AdamUpdate<double>::make(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.amsgrad, p.decoupled,
                                                 p.step);
-    return launch_kernel(adam_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
+    e = launch_kernel(adam_kernel<double>, blocks_for(a.n), kThreads, 0, s, a, io_of(a, p), f);
   } else {
     const auto f = fn::AdamUpdate<float>::make(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.amsgrad, p.decoupled,
                                                p.step);
-    return launch_kernel(adam_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, io_of(a), f);
+    e = launch_kernel(adam_kernel<float>, blocks_for(a.n), kThreads, 0, s, a, io_of(a, p), f);
   }
+  return e == cudaSuccess && a.step != nullptr ? advance_steps(&a, 1, s) : e;
 }
 
 namespace {
@@ -321,10 +405,11 @@ template <typename W>
 cudaError_t sgd_multi(const FusedStepArgs* ts, const bool* first, int count, const SGDParams& p, cudaStream_t s) {
   const auto f = fn::SGDUpdate<W>::make(p.lr, p.momentum, p.dampening, p.weight_decay, p.nesterov, false);
   return launch_multi<fn::SGDUpdate<W>, SgdSlot>(
-      sgd_multi_kernel<W>, ts, count, f,
+      sgd_multi_kernel<W>, ts, count, f, io_of(ts[0]),
       [&](SgdSlot& slot, int k) {
         const FusedStepArgs& a = ts[k];
-        slot = SgdSlot{a.w, a.grad, a.model, a.state[0], a.n, a.offset, 0u, first[k]};
+        const uint64_t offset_or_step = a.step != nullptr ? reinterpret_cast<uint64_t>(a.step) : a.offset;
+        slot = SgdSlot{a.w, a.grad, a.model, a.state[0], a.n, offset_or_step, 0u, first[k]};
       },
       s);
 }
@@ -334,11 +419,12 @@ cudaError_t adam_multi(const FusedStepArgs* ts, const int64_t* step, int count, 
     return fn::AdamUpdate<W>::make(p.lr, p.beta1, p.beta2, p.eps, p.weight_decay, p.amsgrad, p.decoupled, t);
   };
   return launch_multi<fn::AdamUpdate<W>, AdamSlot<W>>(
-      adam_multi_kernel<W>, ts, count, make(1),
+      adam_multi_kernel<W>, ts, count, make(1), io_of(ts[0], p),
       [&](AdamSlot<W>& slot, int k) {
         const FusedStepArgs& a = ts[k];
-        const fn::AdamUpdate<W> fk = make(step[k]);
-        slot = AdamSlot<W>{a.w, a.grad, a.model, a.state[0], a.state[1], a.state[2], a.n, a.offset, 0u,
+        const fn::AdamUpdate<W> fk = make(step[k] >= 1 ? step[k] : 1);
+        const uint64_t offset_or_step = a.step != nullptr ? reinterpret_cast<uint64_t>(a.step) : a.offset;
+        slot = AdamSlot<W>{a.w, a.grad, a.model, a.state[0], a.state[1], a.state[2], a.n, offset_or_step, 0u,
                            fk.neg_step_size, fk.bias_correction2_sqrt};
       },
       s);
@@ -348,17 +434,39 @@ cudaError_t adam_multi(const FusedStepArgs* ts, const int64_t* step, int count, 
 cudaError_t launch_sgd_step_multi(const FusedStepArgs* ts, const bool* first, int count, const SGDParams& p,
                                   cudaStream_t s) {
   if (count <= 0) return cudaSuccess;
-  return ts[0].w_dtype == DType::Float64 ? sgd_multi<double>(ts, first, count, p, s)
-                                         : sgd_multi<float>(ts, first, count, p, s);
+  const bool capturable = ts[0].step != nullptr;
+  if (capturable && ts[0].lr == nullptr) return cudaErrorInvalidValue;
+  if (capturable && ts[0].stochastic) {  // the slot holds the count where the rounding offset goes
+    for (int k = 0; k < count; ++k) {
+      SGDParams pk = p;
+      pk.first = first[k];
+      if (const cudaError_t e = launch_sgd_step(ts[k], pk, s); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+  const cudaError_t e = ts[0].w_dtype == DType::Float64 ? sgd_multi<double>(ts, first, count, p, s)
+                                                        : sgd_multi<float>(ts, first, count, p, s);
+  return e == cudaSuccess && capturable ? advance_steps(ts, count, s) : e;
 }
 
 cudaError_t launch_adam_step_multi(const FusedStepArgs* ts, const int64_t* step, int count, const AdamParams& p,
                                    cudaStream_t s) {
   if (count <= 0) return cudaSuccess;
+  const bool capturable = ts[0].step != nullptr;
+  if (capturable && ts[0].lr == nullptr) return cudaErrorInvalidValue;
   for (int k = 0; k < count; ++k)
-    if (step[k] < 1) return cudaErrorInvalidValue;
-  return ts[0].w_dtype == DType::Float64 ? adam_multi<double>(ts, step, count, p, s)
-                                         : adam_multi<float>(ts, step, count, p, s);
+    if (!capturable && step[k] < 1) return cudaErrorInvalidValue;
+  if (capturable && ts[0].stochastic) {  // the slot holds the count where the rounding offset goes
+    for (int k = 0; k < count; ++k) {
+      AdamParams pk = p;
+      pk.step = 1;  // not read: the kernel takes the count from the device
+      if (const cudaError_t e = launch_adam_step(ts[k], pk, s); e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
+  const cudaError_t e = ts[0].w_dtype == DType::Float64 ? adam_multi<double>(ts, step, count, p, s)
+                                                        : adam_multi<float>(ts, step, count, p, s);
+  return e == cudaSuccess && capturable ? advance_steps(ts, count, s) : e;
 }
 
 int multi_step_tensors_per_launch(bool adam, DType w_dtype) {

@@ -25,6 +25,15 @@ struct FusedStepArgs {
   float inv_scale = 1.0f;  // the inverse loss scale (docs/AMP.md#the-inverse-scale)
   bool stochastic = false;
   uint64_t seed = 0, offset = 0;
+  // Capturable (optim/step_kernel.h): device pointers, read by the kernels. step non-null makes
+  // the launch capturable: found_inf (may be null: never skip) non-zero skips the tensor, else
+  // *step advances by one after the update; inv_scale_ptr (may be null) replaces inv_scale, lr
+  // (non-null) replaces the params' lr, *step + 1 the update count (Adam) / *step == 0 first (SGD).
+  // One launch's tensors share found_inf, inv_scale_ptr and lr.
+  const float* found_inf = nullptr;
+  const float* inv_scale_ptr = nullptr;
+  const double* lr = nullptr;
+  int64_t* step = nullptr;
 };
 
 struct SGDParams {

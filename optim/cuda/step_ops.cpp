@@ -42,13 +42,26 @@ std::vector<FusedStepArgs> fused_args(const std::vector<detail::FusedOperands>& 
   for (const detail::FusedOperands& o : ops) out.push_back(fused_args(o, num_state));
   return out;
 }
+// A capturable call's device scalars (optim/step_kernel.h) into every tensor's arguments.
+void add_device_scalars(const OpCall& c, std::vector<FusedStepArgs>& a) {
+  if (!detail::capturable(c)) return;
+  const detail::DeviceScalars d = detail::device_scalars(c, detail::list_inputs(c, a.size()), a.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    a[k].found_inf = d.found_inf;
+    a[k].inv_scale_ptr = d.inv_scale;
+    a[k].lr = d.lr;
+    a[k].step = d.step[k];
+  }
+}
 
 TensorList sgd_step_cuda(const OpCall& c) {
   const double momentum = c.attrs.get<double>("momentum");
-  const size_t num_state = c.inputs.size() > 3 ? 1 : 0;
+  const size_t num_state = detail::list_inputs(c, 1) > 3 ? 1 : 0;
   MT_CHECK((momentum != 0.0) == (num_state == 1), c.name(), ": momentum ", momentum,
            num_state ? " needs no buffer" : " needs a momentum buffer (input 3)");
-  const FusedStepArgs a = fused_args(detail::fused_operands(c, num_state), num_state);
+  std::vector<FusedStepArgs> args{fused_args(detail::fused_operands(c, num_state), num_state)};
+  add_device_scalars(c, args);
+  const FusedStepArgs& a = args[0];
   const SGDParams p{c.attrs.get<double>("lr"), momentum, c.attrs.get<double>("dampening"),
                     c.attrs.get<double>("weight_decay"), c.attrs.get<bool>("nesterov"), c.attrs.get<bool>("first")};
   DeviceGuard guard(c.inputs[0].device().index());
@@ -58,9 +71,12 @@ TensorList sgd_step_cuda(const OpCall& c) {
 
 TensorList adam_step_cuda(const OpCall& c) {
   const bool amsgrad = c.attrs.get<bool>("amsgrad");
-  MT_CHECK(c.attrs.get<int64_t>("step") >= 1, c.name(), ": step must be >= 1, got ", c.attrs.get<int64_t>("step"));
+  MT_CHECK(detail::capturable(c) || c.attrs.get<int64_t>("step") >= 1, c.name(), ": step must be >= 1, got ",
+           c.attrs.get<int64_t>("step"));
   const size_t num_state = amsgrad ? 3 : 2;
-  const FusedStepArgs a = fused_args(detail::fused_operands(c, num_state), num_state);
+  std::vector<FusedStepArgs> args{fused_args(detail::fused_operands(c, num_state), num_state)};
+  add_device_scalars(c, args);
+  const FusedStepArgs& a = args[0];
   const AdamParams p{c.attrs.get<double>("lr"),  c.attrs.get<double>("beta1"),        c.attrs.get<double>("beta2"),
                      c.attrs.get<double>("eps"), c.attrs.get<double>("weight_decay"), amsgrad,
                      c.attrs.get<bool>("decoupled"), c.attrs.get<int64_t>("step")};
@@ -73,8 +89,10 @@ TensorList sgd_step_multi_cuda(const OpCall& c) {
   const double momentum = c.attrs.get<double>("momentum");
   const size_t num_state = momentum != 0.0 ? 1 : 0;  // a momentum buffer list
   const std::vector<detail::FusedOperands> ops = detail::fused_operands_multi(c, num_state);
-  const IntList& first_attr = detail::per_tensor_attr(c, "first", ops.size());
-  const std::vector<FusedStepArgs> a = fused_args(ops, num_state);
+  const IntList first_attr =
+      detail::capturable(c) ? IntList(ops.size(), 0) : detail::per_tensor_attr(c, "first", ops.size());
+  std::vector<FusedStepArgs> a = fused_args(ops, num_state);
+  add_device_scalars(c, a);
   const std::unique_ptr<bool[]> first(new bool[ops.size()]);
   for (size_t k = 0; k < ops.size(); ++k) first[k] = first_attr[k] != 0;
   const SGDParams p{c.attrs.get<double>("lr"), momentum, c.attrs.get<double>("dampening"),
@@ -89,10 +107,12 @@ TensorList adam_step_multi_cuda(const OpCall& c) {
   const bool amsgrad = c.attrs.get<bool>("amsgrad");
   const size_t num_state = amsgrad ? 3 : 2;
   const std::vector<detail::FusedOperands> ops = detail::fused_operands_multi(c, num_state);
-  const IntList& steps = detail::per_tensor_attr(c, "step", ops.size());
+  const IntList steps =
+      detail::capturable(c) ? IntList(ops.size(), 1) : detail::per_tensor_attr(c, "step", ops.size());
   for (size_t k = 0; k < ops.size(); ++k)
     MT_CHECK(steps[k] >= 1, c.name(), ": step must be >= 1, got ", steps[k], " (tensor ", k, ")");
-  const std::vector<FusedStepArgs> a = fused_args(ops, num_state);
+  std::vector<FusedStepArgs> a = fused_args(ops, num_state);
+  add_device_scalars(c, a);
   const std::vector<int64_t> step(steps.begin(), steps.end());
   const AdamParams p{c.attrs.get<double>("lr"),  c.attrs.get<double>("beta1"),        c.attrs.get<double>("beta2"),
                      c.attrs.get<double>("eps"), c.attrs.get<double>("weight_decay"), amsgrad,

@@ -1,6 +1,8 @@
 // tests/optim/test_clip_grad.cpp — clip_grad_norm_ beyond the torch fixture: non-finite grads
-// (PyTorch's error_if_nonfinite=False behaviour), 16-bit grads, missing grads, errors.
+// (PyTorch's error_if_nonfinite=False behaviour), 16-bit grads, missing grads, errors; and
+// clip_grad_norm_on_device_ (the norm and the clip kept on the device) against it, bit for bit.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "optim_test_util.h"
@@ -77,6 +79,41 @@ TEST(ClipGradNorm, SixteenBitGradsNormInF64ClipRoundedOnce) {
   Tensor q = with_grad(tensor({2.0}, TensorOptions(DType::Float64)));
   Tensor r = with_grad(tensor({0.5}, TensorOptions(DType::BFloat16)));
   EXPECT_EQ(clip_grad_norm_({q, r}, 100.0, 1.0), 2.5);
+}
+
+// The device form gives the host form's total and clipped grads bit for bit, over every dtype,
+// norm type, a clip and a no-clip, and non-finite grads; its total is a 0-d f64 tensor.
+TEST(ClipGradNormOnDevice, MatchesTheHostFormBitForBit) {
+  Generator gen(11);
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::vector<double>> specials = {{}, {inf}, {std::nan("")}};
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16})
+    for (double p : {2.0, 1.0, 3.0, inf})
+      for (double max_norm : {0.5, 1e6})
+        for (const std::vector<double>& special : specials) {
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " p " + std::to_string(p) + " max " + std::to_string(max_norm) +
+                       " specials " + std::to_string(special.size()));
+          std::vector<Tensor> a, b;
+          for (int64_t n : {37, 1, 300}) {
+            Tensor g = randn({n}, {}, &gen).to(dt);
+            if (n == 1 && !special.empty()) g = full({1}, special[0]).to(dt);
+            a.push_back(with_grad(g.clone()));
+            b.push_back(with_grad(g.clone()));
+          }
+          a.push_back(zeros({2}).requires_grad_(true));  // no grad: ignored by both
+          b.push_back(zeros({2}).requires_grad_(true));
+          const double host = clip_grad_norm_(a, max_norm, p);
+          const Tensor dev = optim::clip_grad_norm_on_device_(b, max_norm, p);
+          ASSERT_EQ(dev.dtype(), DType::Float64);
+          ASSERT_EQ(dev.dim(), 0);
+          const double got = dev.item<double>();
+          EXPECT_TRUE(std::memcmp(&got, &host, sizeof host) == 0 || (std::isnan(got) && std::isnan(host)))
+              << got << " vs " << host;
+          for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(same_bits(b[i].grad(), a[i].grad())) << "grad " << i;
+        }
+  EXPECT_EQ(optim::clip_grad_norm_on_device_({zeros({2}).requires_grad_(true)}, 1.0).item<double>(), 0.0);
+  expect_error([&] { optim::clip_grad_norm_on_device_({with_grad(tensor({1.0}))}, 1.0, 0.0); },
+               {"clip_grad_norm_: norm_type must be > 0 or inf, got 0"});
 }
 
 TEST(ClipGradNorm, Errors) {
