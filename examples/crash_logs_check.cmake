@@ -3,7 +3,8 @@
 #      removed when a run with --save starts, even one that fails before its first save.
 #   2. A run killed with SIGKILL after its first saved epoch keeps its logs: stdout (redirected
 #      to a file) has the banner and the epoch's line, and metrics.csv that epoch's step rows.
-#   3. Within a long first epoch (ResNet-8, one thread: seconds) the CSV's rows reach the file
+#   3. Within a long first epoch (ResNet-8 on 20000 images, one thread: 10 s or more on a fast
+#      CPU, five times the flush interval; the run is killed at the first rows) the CSV's rows reach the file
 #      after a few seconds, before the epoch ends (fewer than 4 KB of them: no buffer fills).
 # Inputs: -DTRAIN=<train_fashion_mnist> -DWORK=<scratch dir>; needs sh, sleep and kill.
 cmake_minimum_required(VERSION 3.19)
@@ -43,7 +44,7 @@ if(n LESS 9 OR NOT rows MATCHES "^step,epoch,loss,lr,images_per_s,loss_scale,ski
 endif()
 message(STATUS "killed after epoch 1: stdout and metrics.csv kept (${n} CSV lines)")
 
-set(args --model resnet8 --limit 4096 --limit-test 100 --batch-size 64 --threads 1 --log-every 1000 --epochs 1
+set(args --model resnet8 --limit 20000 --limit-test 100 --batch-size 64 --threads 1 --log-every 1000 --epochs 1
          --save ${WORK}/slow.safetensors --metrics ${WORK}/slow.csv --summary-json ${WORK}/slow.json)
 list(JOIN args " " args)
 execute_process(
