@@ -554,6 +554,39 @@ TEST(Checkpoint, EachBackwardRecomputesAndFreesItsTensorsEvenWithRetainGraph) {
   EXPECT_TRUE(bit_equal(x.grad(), first_x * 2.0));
 }
 
+// The graph keeps a non-reentrant segment's function (its recompute needs it) and so what the
+// function captures. A module captured by shared_ptr (as ResNet's blocks are) that keeps no
+// tensor it computes closes no loop: forwards dropped without backward free everything. One
+// that keeps a tensor it computes does close one (function -> module -> tensor -> graph ->
+// function), broken by a backward through it or by resetting that tensor (checkpoint.h).
+TEST(Checkpoint, AFunctionCapturingAModuleFreesItsGraphWithoutBackward) {
+  struct Block {
+    nn::Linear lin{64, 64};
+    Tensor last;  // set only by the keeping variant
+  };
+  auto leftover = [](bool keeps_output, bool backward, bool reset) {
+    const int64_t start = memory_stats().current_bytes;
+    {
+      auto block = std::make_shared<Block>();
+      auto fn = [block, keeps_output](const Tensor& t) {
+        Tensor y = tanh(block->lin.forward(t));
+        if (keeps_output) block->last = y;
+        return y;
+      };
+      for (int i = 0; i < 5; ++i) {
+        Tensor loss = sum(checkpoint(fn, ones({128, 64})));
+        if (backward) loss.backward();
+      }
+      if (reset) block->last = Tensor();
+    }
+    return memory_stats().current_bytes - start;
+  };
+  EXPECT_EQ(leftover(/*keeps_output=*/false, /*backward=*/false, /*reset=*/false), 0);
+  EXPECT_EQ(leftover(false, true, false), 0);
+  EXPECT_EQ(leftover(true, true, false), 0);
+  EXPECT_EQ(leftover(true, false, /*reset=*/true), 0);
+}
+
 // ---- misuse ----
 
 TEST(Checkpoint, AnInPlaceChangeToASavedInputIsAnError) {
@@ -701,6 +734,43 @@ TEST(Checkpoint, ARecomputeThatSavesOtherTensorsIsAnError) {
   e = error_of([&] { z.backward(); });
   EXPECT_NE(e.find("saved tensor 0 of the segment is f32[2, 8]"), std::string::npos) << e;
   EXPECT_NE(e.find("f32[2, 16] on cpu in the forward"), std::string::npos) << e;
+}
+
+// A recompute that throws (inside the segment's function, in its autocast region, at a dropout's
+// RNG position) leaves the thread as backward found it: no recompute scope, grad mode, autocast
+// off, the default generator where it was, saved tensors kept by the next graph; and the
+// segment recomputes again in the next backward.
+TEST(Checkpoint, ARecomputeThatThrowsLeavesTheThreadAsItWas) {
+  Tensor w = ones({4}).requires_grad_();
+  Tensor x = full({4}, 0.5).requires_grad_();
+  int calls = 0;
+  auto fn = [&](const Tensor& t) {
+    Tensor h = tanh(t * w);
+    MT_CHECK(++calls != 2, "the segment failed in its recompute");
+    return dropout(h, 0.5, /*training=*/true);
+  };
+  manual_seed(3);
+  Tensor y;
+  {
+    amp::AutocastGuard ac(DeviceType::CPU, DType::BFloat16);
+    y = checkpoint(fn, x);
+  }
+  manual_seed(9);
+  const uint64_t offset = default_generator().offset();
+  std::string e = error_of([&] { sum(y).backward(Tensor(), /*retain_graph=*/true); });
+  EXPECT_NE(e.find("the segment failed in its recompute"), std::string::npos) << e;
+  EXPECT_FALSE(autograd::in_checkpoint_recompute());
+  EXPECT_TRUE(autograd::GradMode::is_enabled());
+  EXPECT_FALSE(autocast_state().any_enabled());
+  EXPECT_EQ(default_generator().seed(), 9u);
+  EXPECT_EQ(default_generator().offset(), offset);
+  Tensor z = x * x;  // saved as usual: no hooks left installed
+  sum(z).backward();
+  EXPECT_TRUE(bit_equal(x.grad(), x.detach() * 2.0));
+  x.set_grad(Tensor());
+  EXPECT_EQ(error_of([&] { sum(y).backward(); }), "(no error)");
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(x.grad().defined());
 }
 
 TEST(Checkpoint, UnderNoGradItIsAPlainCall) {
