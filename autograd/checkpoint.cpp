@@ -1,8 +1,8 @@
 // autograd/checkpoint.cpp — see autograd/checkpoint.h. Non-reentrant: a Frame per segment is the
-// saved-tensor hooks of its forward and recomputes its placeholders on first unpack. Reentrant:
+// saved-tensor hooks of its forward and recomputes its placeholders on a backward's first unpack. Reentrant:
 // one CheckpointNode per segment, whose apply() is a small forward + backward of its own.
-// Invariant (both): between forward and backward a segment holds only its inputs; everything
-// else it computes is freed as soon as the op that uses it has run.
+// Invariant (both): between forward and backward, and between backwards, a segment holds only
+// its inputs; everything else it computes is freed as soon as the op that uses it has run.
 #include "autograd/checkpoint.h"
 
 #include <atomic>
@@ -214,11 +214,17 @@ class Frame final : public SavedTensorHooks, public std::enable_shared_from_this
     }
     // One recompute per backward, as PyTorch's (per graph task): its tensors go when this
     // backward ends, even with retain_graph, and a later backward recomputes. Between backwards
-    // the segment holds only its inputs.
-    if (in_backward())
-      queue_callback([frame = weak_from_this()] {
-        if (auto f = frame.lock()) f->forget_recompute();
-      });
+    // the segment holds only its inputs. Done when the callback is destroyed: after it ran, or
+    // when a failing backward drops it.
+    if (in_backward()) {
+      struct Forget {
+        std::weak_ptr<Frame> frame;
+        ~Forget() {
+          if (auto f = frame.lock()) f->forget_recompute();
+        }
+      };
+      queue_callback([forget = std::make_shared<Forget>(Forget{weak_from_this()})] {});
+    }
     slots_ = std::move(got);
     recomputed_ = true;
   }

@@ -739,7 +739,7 @@ TEST(Checkpoint, ARecomputeThatSavesOtherTensorsIsAnError) {
 // A recompute that throws (inside the segment's function, in its autocast region, at a dropout's
 // RNG position) leaves the thread as backward found it: no recompute scope, grad mode, autocast
 // off, the default generator where it was, saved tensors kept by the next graph; and the
-// segment recomputes again in the next backward.
+// segment recomputes again in the next backward, also after a backward that failed later on.
 TEST(Checkpoint, ARecomputeThatThrowsLeavesTheThreadAsItWas) {
   Tensor w = ones({4}).requires_grad_();
   Tensor x = full({4}, 0.5).requires_grad_();
@@ -768,8 +768,19 @@ TEST(Checkpoint, ARecomputeThatThrowsLeavesTheThreadAsItWas) {
   sum(z).backward();
   EXPECT_TRUE(bit_equal(x.grad(), x.detach() * 2.0));
   x.set_grad(Tensor());
-  EXPECT_EQ(error_of([&] { sum(y).backward(); }), "(no error)");
+  // A backward that fails after the recompute (in a hook on an input of the segment's mul): the
+  // recomputed tensors go with it, and the next backward recomputes.
+  bool fail = true;
+  w.register_hook([&](const Tensor& g) {
+    MT_CHECK(!fail, "a hook failed");
+    return g;
+  });
+  e = error_of([&] { sum(y).backward(Tensor(), /*retain_graph=*/true); });
+  EXPECT_NE(e.find("a hook failed"), std::string::npos) << e;
   EXPECT_EQ(calls, 3);
+  fail = false;
+  EXPECT_EQ(error_of([&] { sum(y).backward(); }), "(no error)");
+  EXPECT_EQ(calls, 4);
   EXPECT_TRUE(x.grad().defined());
 }
 
