@@ -1,6 +1,6 @@
 // autograd/checkpoint.cpp — see autograd/checkpoint.h. Non-reentrant: a Frame per segment is the
-// saved-tensor hooks of its forward and recomputes its placeholders on a backward's first unpack. Reentrant:
-// one CheckpointNode per segment, whose apply() is a small forward + backward of its own.
+// saved-tensor hooks of its forward and recomputes its placeholders at a backward's first unpack.
+// Reentrant: one CheckpointNode per segment, whose apply() is a small forward + backward of its own.
 // Invariant (both): between forward and backward, and between backwards, a segment holds only
 // its inputs; everything else it computes is freed as soon as the op that uses it has run.
 #include "autograd/checkpoint.h"

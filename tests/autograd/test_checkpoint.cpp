@@ -498,7 +498,8 @@ TEST(Checkpoint, ABranchDroppedUnusedHoldsNoRecomputedTensors) {
   Tensor w = param({128, 128}, 1.0 / std::sqrt(128.0), DType::Float32, g);
   Tensor v = param({128, 128}, 1.0 / std::sqrt(128.0), DType::Float32, g);
   Tensor x = randn({256, 128}, {}, &g).requires_grad_();
-  int64_t midway = -1;  // bytes held when the gradient reaches h: the recompute is done, the segment's backward not
+  // bytes held when the gradient reaches h: the recompute is done, the segment's backward not
+  int64_t midway = -1;
   TensorList outs = checkpoint(
       [&](const TensorList& in) {
         Tensor h = tanh(linear(in[0], w));
