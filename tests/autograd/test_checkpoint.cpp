@@ -420,13 +420,14 @@ TEST(Checkpoint, ANestedCheckpointIsThePlainGraph) {
     Tensor x = randn({8, 16}, {}, &gx).requires_grad_();
     manual_seed(5);
     Tensor loss;
+    // Outside the region's block: the recompute in backward calls them again.
+    auto inner = [&](const Tensor& t) { return a.forward(t, 0.2); };
+    auto outer = [&](const Tensor& t) {
+      Tensor h = a.forward(t * 1.5);
+      return (ckpt ? checkpoint(inner, h) : inner(h)) + h;
+    };
     {
       amp::AutocastGuard ac(DeviceType::CPU, DType::Float16);
-      auto inner = [&](const Tensor& t) { return a.forward(t, 0.2); };
-      auto outer = [&](const Tensor& t) {
-        Tensor h = a.forward(t * 1.5);
-        return (ckpt ? checkpoint(inner, h) : inner(h)) + h;
-      };
       Tensor h = ckpt ? checkpoint(outer, x) : outer(x);
       loss = sum(h.to(DType::Float32) * h.to(DType::Float32));
     }
