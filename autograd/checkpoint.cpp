@@ -1,8 +1,8 @@
 // autograd/checkpoint.cpp — see autograd/checkpoint.h. Non-reentrant: a Frame per segment is the
-// saved-tensor hooks of its forward and recomputes its placeholders on first unpack. Reentrant:
-// one CheckpointNode per segment, whose apply() is a small forward + backward of its own.
-// Invariant (both): between forward and backward a segment holds only its inputs; everything
-// else it computes is freed as soon as the op that uses it has run.
+// saved-tensor hooks of its forward and recomputes its placeholders at a backward's first unpack.
+// Reentrant: one CheckpointNode per segment, whose apply() is a small forward + backward of its own.
+// Invariant (both): between forward and backward, and between backwards, a segment holds only
+// its inputs; everything else it computes is freed as soon as the op that uses it has run.
 #include "autograd/checkpoint.h"
 
 #include <atomic>
@@ -148,15 +148,17 @@ class Capture final : public SavedTensorHooks {
 };
 
 // One non-reentrant segment: the saved-tensor hooks of its forward (slot k = the k-th tensor its
-// ops saved, with its metadata) and, after the first unpack, the recomputed tensor of every slot
-// not yet released. Held by the placeholders only: it goes with the last of them.
-class Frame final : public SavedTensorHooks {
+// ops saved, with its metadata and version) and, between the first unpack of a backward and that
+// backward's end, the recomputed tensor of every slot not yet released. Held by the placeholders
+// only: it goes with the last of them.
+class Frame final : public SavedTensorHooks, public std::enable_shared_from_this<Frame> {
  public:
   Frame(SegmentFn fn, const TensorList& inputs, AutocastState autocast, Generator::Range rng)
       : fn_(std::move(fn)), inputs_(inputs), autocast_(autocast), rng_(rng) {}
 
   std::optional<uint32_t> pack(const Tensor& t) override {
     meta_.push_back(TensorMeta::of(t));
+    versions_.push_back(t.version());
     live_.push_back(true);
     return static_cast<uint32_t>(meta_.size() - 1);
   }
@@ -168,7 +170,14 @@ class Frame final : public SavedTensorHooks {
     if (!recomputed_) recompute();
     MT_CHECK(slot < slots_.size() && slots_[slot].defined(), "checkpoint: internal error: ", what,
              " (slot ", slot, ") is not held by its segment's frame");
-    return slots_[slot];
+    const Tensor& t = slots_[slot];
+    // The recompute's copy went through what the forward's tensor went through: a write after it
+    // was saved (the forward's tensor, dead by now, had the same) or a tensor the segment reads
+    // changed in place since the forward shows here as in the plain graph.
+    MT_CHECK(t.version() == versions_[slot],
+             modified_in_place_message(what, t.describe() + ", recomputed by its checkpointed segment", t.version(),
+                                       versions_[slot]));
+    return t;
   }
 
   void release(uint32_t slot) override {
@@ -201,10 +210,28 @@ class Frame final : public SavedTensorHooks {
       MT_CHECK(got[k].sizes() == m.sizes && got[k].dtype() == m.dtype && got[k].device() == m.device,
                "checkpoint: saved tensor ", k, " of the segment is ", got[k].describe(), " in the recompute, ",
                dtype_short(m.dtype), shape_str(m.sizes), " on ", m.device, " in the forward", kDeterministic);
-      if (!live_[k]) got[k] = Tensor();  // its node has finished without it
+      if (!live_[k]) got[k] = Tensor();  // its node has finished without it, or is gone
+    }
+    // One recompute per backward, as PyTorch's (per graph task): its tensors go when this
+    // backward ends, even with retain_graph, and a later backward recomputes. Between backwards
+    // the segment holds only its inputs. Done when the callback is destroyed: after it ran, or
+    // when a failing backward drops it.
+    if (in_backward()) {
+      struct Forget {
+        std::weak_ptr<Frame> frame;
+        ~Forget() {
+          if (auto f = frame.lock()) f->forget_recompute();
+        }
+      };
+      queue_callback([forget = std::make_shared<Forget>(Forget{weak_from_this()})] {});
     }
     slots_ = std::move(got);
     recomputed_ = true;
+  }
+
+  void forget_recompute() {
+    slots_.clear();
+    recomputed_ = false;
   }
 
   static constexpr const char* kDeterministic =
@@ -216,8 +243,9 @@ class Frame final : public SavedTensorHooks {
   AutocastState autocast_;
   Generator::Range rng_;  // the default generator's (seed, offset) when forward started
   std::vector<TensorMeta> meta_;
-  std::vector<bool> live_;  // per slot: its SavedTensor not yet released
-  TensorList slots_;        // the recomputed tensors
+  std::vector<uint32_t> versions_;  // per slot: the saved tensor's version when the forward saved it
+  std::vector<bool> live_;          // per slot: its SavedTensor neither released nor destroyed
+  TensorList slots_;                // the recomputed tensors (this backward's)
   bool recomputed_ = false;
   bool recomputing_ = false;
 };

@@ -11,7 +11,7 @@
 // saves: the graph is the plain graph's, nodes and edges alike, but it holds no activation of the
 // segment, and each one is freed once the op that uses it has run (the peak inside the segment
 // is its working set). The segment's inputs are kept (version-checked: an in-place change before
-// backward is an error). The first time backward unpacks a placeholder, the segment is rerun
+// backward is an error). The first time a backward unpacks a placeholder, the segment is rerun
 // on those inputs with grad mode on, from the default generator's RNG position of its forward
 // (dropout draws the same mask), inside an autocast region with the forward's settings for every
 // device type (enabled, dtype, cache_enabled; as torch.utils.checkpoint re-enters torch.autocast)
@@ -23,8 +23,17 @@
 // used outside it, and DDP's per-parameter hook fires once as in the plain graph. A recomputed
 // cast of a weight has the forward's bits (RNE is deterministic); only its value is used, never
 // its graph. A rerun that saves a different number of tensors, or one of another shape, dtype or
-// device, is an error naming the tensor. Recomputed tensors are freed as the nodes that use them
-// finish (kept with retain_graph, so a second backward reuses them).
+// device, is an error naming the tensor. Each backward recomputes once (PyTorch: once per graph
+// task); recomputed tensors are freed as the nodes that use them finish, or with retain_graph
+// when that backward ends (a later backward recomputes; PyTorch frees each at its unpack). A
+// saved tensor changed in place is the plain graph's error, also one written after saving inside
+// the segment (checked on the recompute's copy against the forward's version).
+//
+// The graph owns fn until backward (the recompute needs it), and so what fn captures. If fn
+// captures an object that keeps a tensor the segment computes (a module storing its output), that
+// is a loop: fn -> object -> tensor -> graph -> fn. A backward through the segment, or resetting
+// that tensor, breaks it; a graph dropped without either is never freed. Capture modules that
+// keep no output (by shared_ptr is fine), or by reference one that outlives the backward.
 //
 // Reentrant (CheckpointOptions{.use_reentrant = true}). Forward records fn's ops but saves
 // nothing and detaches the outputs, which get one CheckpointBackward node keeping the inputs.

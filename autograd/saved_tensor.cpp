@@ -15,12 +15,29 @@ class KeepNothing final : public SavedTensorHooks {
   void release(uint32_t) override {}
 };
 
-std::string modified_in_place(const std::string& what, const std::string& desc, uint32_t now, uint32_t saved) {
+}  // namespace
+
+std::string modified_in_place_message(const std::string& what, const std::string& desc, uint32_t now,
+                                      uint32_t saved) {
   return detail::str_cat("one of the tensors needed for gradient computation has been modified by an in-place "
                          "operation: ", what, " (", desc, ") is at version ", now, "; expected version ", saved,
                          ". Use an out-of-place op, or clone() the tensor before changing it.");
 }
-}  // namespace
+
+SavedTensor::Placeholder& SavedTensor::Placeholder::operator=(Placeholder&& o) noexcept {
+  if (this != &o) {
+    reset();
+    hooks = std::move(o.hooks);
+    slot = o.slot;
+  }
+  return *this;
+}
+
+void SavedTensor::Placeholder::reset() noexcept {
+  if (!hooks) return;
+  std::shared_ptr<SavedTensorHooks> h = std::move(hooks);
+  h->release(slot);
+}
 
 SavedTensorHooksGuard::SavedTensorHooksGuard(std::shared_ptr<SavedTensorHooks> hooks) : prev_(std::move(tls_hooks)) {
   tls_hooks = std::move(hooks);
@@ -39,8 +56,7 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output, uint32_t output_nr)
       discarded_ = true;
       return;
     }
-    hooks_ = tls_hooks;
-    slot_ = *slot;
+    placeholder_ = Placeholder(tls_hooks, *slot);
     // Kept weakly: while the saved tensor's storage lives, an in-place change to it is an error
     // as in the plain graph (a parameter changed between a retain_graph backward and the next).
     placeholder_of_ = t.storage();
@@ -50,14 +66,13 @@ SavedTensor::SavedTensor(const Tensor& t, bool is_output, uint32_t output_nr)
 }
 
 void SavedTensor::release() {
-  if (hooks_) hooks_->release(slot_);
-  hooks_.reset();
+  placeholder_.reset();
   data_ = Tensor();
   released_ = true;
 }
 
 std::string SavedTensor::describe() const {
-  if (hooks_) return "(placeholder " + std::to_string(slot_) + ", recomputed in backward)";
+  if (placeholder_.hooks) return "(placeholder " + std::to_string(placeholder_.slot) + ", recomputed in backward)";
   return data_.defined() ? data_.describe() : std::string("(none)");
 }
 
@@ -69,14 +84,16 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const std::string
            "were freed): ", what, " was released after the first backward. Pass retain_graph=true to the first "
            "backward() if you need to backward twice.");
   Tensor t;
-  if (hooks_) {
+  if (placeholder_.hooks) {
+    // While the saved tensor's storage lives, its version is checked here as in the plain graph;
+    // the hooks check the tensor they return (a checkpoint's recompute: the version of its copy).
     if (auto storage = placeholder_of_.lock())
-      MT_CHECK(storage->version() == version_, modified_in_place(what, "saved in a checkpointed segment",
-                                                                 storage->version(), version_));
-    t = hooks_->unpack(slot_, what);
+      MT_CHECK(storage->version() == version_, modified_in_place_message(what, "saved in a checkpointed segment",
+                                                                         storage->version(), version_));
+    t = placeholder_.hooks->unpack(placeholder_.slot, what);
   } else {
     if (!data_.defined()) return {};
-    MT_CHECK(data_.version() == version_, modified_in_place(what, data_.describe(), data_.version(), version_));
+    MT_CHECK(data_.version() == version_, modified_in_place_message(what, data_.describe(), data_.version(), version_));
     if (!is_output_) return data_;
     t = data_;
   }

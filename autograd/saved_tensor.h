@@ -8,6 +8,8 @@
 // hooks' pack() sees each tensor saved, and either keeps it elsewhere (the SavedTensor holds a
 // placeholder: the hooks and a slot, and asks unpack() for the tensor in backward) or keeps
 // nothing (unpacking is then an error that says why). autograd::checkpoint is built on this.
+// Invariant: a placeholder's slot is released exactly once, when the SavedTensor is released
+// after a backward or destroyed (a graph branch dropped unused), so the hooks can free it.
 #pragma once
 #include <optional>
 
@@ -22,11 +24,18 @@ class SavedTensorHooks {
   // Returns the slot unpack() will be asked for, or nullopt: the SavedTensor keeps nothing.
   virtual std::optional<uint32_t> pack(const Tensor& t) = 0;
   // The tensor of `slot` (its data; the SavedTensor re-attaches an output's grad_fn). `what`
-  // names it in errors ("input 1 of mul").
+  // names it in errors ("input 1 of mul"). The hooks check that what they return has the
+  // value packed (the SavedTensor checks the packed tensor only while its storage lives).
   virtual Tensor unpack(uint32_t slot, const std::string& what) = 0;
-  // The SavedTensor of `slot` was released (after a backward without retain_graph).
+  // The SavedTensor of `slot` was released (after a backward without retain_graph) or destroyed.
+  // Must not throw (it runs in destructors).
   virtual void release(uint32_t slot) = 0;
 };
+
+// The message of every "saved tensor modified in place" error: `what` ("input 0 of mul"),
+// `desc` (the tensor), its version now and when it was saved.
+std::string modified_in_place_message(const std::string& what, const std::string& desc, uint32_t now,
+                                      uint32_t saved);
 
 class SavedTensor {
  public:
@@ -38,7 +47,7 @@ class SavedTensor {
   Tensor unpack(const std::shared_ptr<Node>& owner, const std::string& what) const;
   void release();
   // Holds the tensor, or a placeholder for it (saved under hooks).
-  bool defined() const { return data_.defined() || hooks_ != nullptr; }
+  bool defined() const { return data_.defined() || placeholder_.hooks != nullptr; }
   // Saved once but holding no data now: freed after a backward, or never kept (discarded).
   // Backward formulas read "defined() || released()" as "was saved", and then unpack, which
   // raises the matching error.
@@ -48,10 +57,23 @@ class SavedTensor {
   std::string describe() const;  // for print_tape
 
  private:
+  // A slot of some hooks, released when this goes (or on reset()). Move-only: one owner per slot.
+  struct Placeholder {
+    std::shared_ptr<SavedTensorHooks> hooks;
+    uint32_t slot = 0;
+    Placeholder() = default;
+    Placeholder(std::shared_ptr<SavedTensorHooks> h, uint32_t s) : hooks(std::move(h)), slot(s) {}
+    Placeholder(Placeholder&& o) noexcept : hooks(std::move(o.hooks)), slot(o.slot) {}
+    Placeholder& operator=(Placeholder&& o) noexcept;
+    Placeholder(const Placeholder&) = delete;
+    Placeholder& operator=(const Placeholder&) = delete;
+    ~Placeholder() { reset(); }
+    void reset() noexcept;
+  };
+
   Tensor data_;
-  std::shared_ptr<SavedTensorHooks> hooks_;  // set: a placeholder for slot_ of hooks_
+  Placeholder placeholder_;  // hooks set: a placeholder for a slot of those hooks
   std::weak_ptr<StorageImpl> placeholder_of_;  // the storage a placeholder stands for
-  uint32_t slot_ = 0;
   uint32_t version_ = 0;
   uint32_t output_nr_ = 0;
   bool is_output_ = false;

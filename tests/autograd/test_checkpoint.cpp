@@ -420,13 +420,14 @@ TEST(Checkpoint, ANestedCheckpointIsThePlainGraph) {
     Tensor x = randn({8, 16}, {}, &gx).requires_grad_();
     manual_seed(5);
     Tensor loss;
+    // Outside the region's block: the recompute in backward calls them again.
+    auto inner = [&](const Tensor& t) { return a.forward(t, 0.2); };
+    auto outer = [&](const Tensor& t) {
+      Tensor h = a.forward(t * 1.5);
+      return (ckpt ? checkpoint(inner, h) : inner(h)) + h;
+    };
     {
       amp::AutocastGuard ac(DeviceType::CPU, DType::Float16);
-      auto inner = [&](const Tensor& t) { return a.forward(t, 0.2); };
-      auto outer = [&](const Tensor& t) {
-        Tensor h = a.forward(t * 1.5);
-        return (ckpt ? checkpoint(inner, h) : inner(h)) + h;
-      };
       Tensor h = ckpt ? checkpoint(outer, x) : outer(x);
       loss = sum(h.to(DType::Float32) * h.to(DType::Float32));
     }
@@ -490,6 +491,104 @@ TEST(Checkpoint, ThePeakInsideASegmentsForwardIsItsWorkingSetNotItsGraph) {
   EXPECT_LE(ckpt, 4 * activation) << ckpt << " vs plain " << plain;  // measured: 3
 }
 
+// A segment output dropped unused: the nodes of its branch go without running, and the
+// recompute keeps none of their tensors (before: kept until the segment's last node went, 4
+// activations more while the segment's backward ran).
+TEST(Checkpoint, ABranchDroppedUnusedHoldsNoRecomputedTensors) {
+  Generator g(23);
+  Tensor w = param({128, 128}, 1.0 / std::sqrt(128.0), DType::Float32, g);
+  Tensor v = param({128, 128}, 1.0 / std::sqrt(128.0), DType::Float32, g);
+  Tensor x = randn({256, 128}, {}, &g).requires_grad_();
+  // bytes held when the gradient reaches h: the recompute is done, the segment's backward not
+  int64_t midway = -1;
+  TensorList outs = checkpoint(
+      [&](const TensorList& in) {
+        Tensor h = tanh(linear(in[0], w));
+        h.register_hook([&](const Tensor&) {
+          midway = memory_stats().current_bytes;
+          return Tensor();
+        });
+        Tensor a = tanh(linear(h, w));
+        Tensor b = in[0];
+        for (int i = 0; i < 4; ++i) b = tanh(linear(b, v));
+        return TensorList{a, b};
+      },
+      {x});
+  Tensor a = outs[0];
+  outs.clear();  // the second output, and its branch of the graph, dropped
+  Tensor loss = sum(a);
+  const int64_t before = memory_stats().current_bytes;
+  loss.backward();
+  const int64_t activation = 256 * 128 * 4;
+  ASSERT_GE(midway, 0);
+  // held then: h recomputed, the gradients of h and a, w's
+  EXPECT_LE(midway - before, 3 * activation) << midway - before;  // measured: 2.5 (before: 6.5)
+}
+
+// Each backward recomputes the segment once (PyTorch: once per graph task) and frees what it
+// recomputed by its end, also with retain_graph: between backwards the segment holds only its
+// inputs (before: every recomputed tensor stayed after a retain_graph backward, 8
+// activations here, and the second backward reused them).
+TEST(Checkpoint, EachBackwardRecomputesAndFreesItsTensorsEvenWithRetainGraph) {
+  Generator g(24);
+  std::vector<Tensor> ws;
+  for (int i = 0; i < 8; ++i) ws.push_back(param({128, 128}, 1.0 / std::sqrt(128.0), DType::Float32, g));
+  int calls = 0;
+  auto segment = [&](const Tensor& x) {
+    ++calls;
+    Tensor h = x;
+    for (const Tensor& w : ws) h = relu(linear(h, w));
+    return h;
+  };
+  Tensor x = randn({256, 128}, {}, &g).requires_grad_();
+  Tensor loss = sum(checkpoint(segment, x));
+  const int64_t held = memory_stats().current_bytes;
+  loss.backward(Tensor(), /*retain_graph=*/true);
+  EXPECT_EQ(calls, 2);
+  int64_t grads = x.grad().numel() * 4;
+  for (const Tensor& w : ws) grads += w.grad().numel() * 4;
+  const int64_t activation = 256 * 128 * 4;
+  EXPECT_LT(memory_stats().current_bytes - held - grads, activation) << memory_stats().current_bytes - held - grads;
+  Tensor first = ws[0].grad().clone(), first_x = x.grad().clone();
+  loss.backward();
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(bit_equal(ws[0].grad(), first * 2.0));
+  EXPECT_TRUE(bit_equal(x.grad(), first_x * 2.0));
+}
+
+// The graph keeps a non-reentrant segment's function (its recompute needs it) and so what the
+// function captures. A module captured by shared_ptr (as ResNet's blocks are) that keeps no
+// tensor it computes closes no loop: forwards dropped without backward free everything. One
+// that keeps a tensor it computes does close one (function -> module -> tensor -> graph ->
+// function), broken by a backward through it or by resetting that tensor (checkpoint.h).
+TEST(Checkpoint, AFunctionCapturingAModuleFreesItsGraphWithoutBackward) {
+  struct Block {
+    nn::Linear lin{64, 64};
+    Tensor last;  // set only by the keeping variant
+  };
+  auto leftover = [](bool keeps_output, bool backward, bool reset) {
+    const int64_t start = memory_stats().current_bytes;
+    {
+      auto block = std::make_shared<Block>();
+      auto fn = [block, keeps_output](const Tensor& t) {
+        Tensor y = tanh(block->lin.forward(t));
+        if (keeps_output) block->last = y;
+        return y;
+      };
+      for (int i = 0; i < 5; ++i) {
+        Tensor loss = sum(checkpoint(fn, ones({128, 64})));
+        if (backward) loss.backward();
+      }
+      if (reset) block->last = Tensor();
+    }
+    return memory_stats().current_bytes - start;
+  };
+  EXPECT_EQ(leftover(/*keeps_output=*/false, /*backward=*/false, /*reset=*/false), 0);
+  EXPECT_EQ(leftover(false, true, false), 0);
+  EXPECT_EQ(leftover(true, true, false), 0);
+  EXPECT_EQ(leftover(true, false, /*reset=*/true), 0);
+}
+
 // ---- misuse ----
 
 TEST(Checkpoint, AnInPlaceChangeToASavedInputIsAnError) {
@@ -499,6 +598,43 @@ TEST(Checkpoint, AnInPlaceChangeToASavedInputIsAnError) {
   mul_(x, 2.0);
   std::string e = error_of([&] { sum(y).backward(); });
   EXPECT_NE(e.find("checkpoint input 0"), std::string::npos) << e;
+}
+
+// A tensor written in place after an op saved it, inside the segment: the plain graph's error,
+// naming the op, and not a gradient computed from the written value. The forward's tensor is
+// dead by backward, so only the recompute's copy (written the same way) can show it (before:
+// no error, w.grad 7 instead of 6). A parameter written between forward and backward, too.
+TEST(Checkpoint, AnInPlaceWriteAfterSavingIsThePlainGraphsError) {
+  auto written_after_save = [](bool ckpt) {
+    Tensor w = ones({4}).requires_grad_();
+    auto fn = [&](const Tensor& t) {
+      Tensor m = t * 2.0;
+      Tensor c = m * w;  // saves m
+      m.add_(ones({4}));
+      return c;
+    };
+    Tensor x = full({4}, 3.0);
+    Tensor y = ckpt ? checkpoint(fn, x) : fn(x);
+    return error_of([&] { sum(y).backward(); });
+  };
+  auto param_written = [](bool ckpt) {
+    Tensor w = ones({4}).requires_grad_();
+    auto fn = [&](const Tensor& t) { return tanh(t * w); };  // mul saves w (for x's gradient)
+    Tensor x = full({4}, 0.5).requires_grad_();
+    Tensor y = ckpt ? checkpoint(fn, x) : fn(x);
+    {
+      NoGradGuard ng;
+      w.mul_(Scalar(0.5));
+    }
+    return error_of([&] { sum(y).backward(); });
+  };
+  for (auto* scenario : {+written_after_save, +param_written}) {
+    std::string plain = scenario(false), ckpt = scenario(true);
+    const size_t at = plain.find("modified by an in-place operation: input ");
+    ASSERT_NE(at, std::string::npos) << plain;
+    const std::string named = plain.substr(at, plain.find(" (", at) - at);  // "...: input 0 of mul"
+    EXPECT_NE(ckpt.find(named), std::string::npos) << "plain: " << plain << "\ncheckpointed: " << ckpt;
+  }
 }
 
 // A tensor computed inside a segment and kept outside it: non-reentrant, it is part of the
@@ -600,6 +736,54 @@ TEST(Checkpoint, ARecomputeThatSavesOtherTensorsIsAnError) {
   e = error_of([&] { z.backward(); });
   EXPECT_NE(e.find("saved tensor 0 of the segment is f32[2, 8]"), std::string::npos) << e;
   EXPECT_NE(e.find("f32[2, 16] on cpu in the forward"), std::string::npos) << e;
+}
+
+// A recompute that throws (inside the segment's function, in its autocast region, at a dropout's
+// RNG position) leaves the thread as backward found it: no recompute scope, grad mode, autocast
+// off, the default generator where it was, saved tensors kept by the next graph; and the
+// segment recomputes again in the next backward, also after a backward that failed later on.
+TEST(Checkpoint, ARecomputeThatThrowsLeavesTheThreadAsItWas) {
+  Tensor w = ones({4}).requires_grad_();
+  Tensor x = full({4}, 0.5).requires_grad_();
+  int calls = 0;
+  auto fn = [&](const Tensor& t) {
+    Tensor h = tanh(t * w);
+    MT_CHECK(++calls != 2, "the segment failed in its recompute");
+    return dropout(h, 0.5, /*training=*/true);
+  };
+  manual_seed(3);
+  Tensor y;
+  {
+    amp::AutocastGuard ac(DeviceType::CPU, DType::BFloat16);
+    y = checkpoint(fn, x);
+  }
+  manual_seed(9);
+  const uint64_t offset = default_generator().offset();
+  std::string e = error_of([&] { sum(y).backward(Tensor(), /*retain_graph=*/true); });
+  EXPECT_NE(e.find("the segment failed in its recompute"), std::string::npos) << e;
+  EXPECT_FALSE(autograd::in_checkpoint_recompute());
+  EXPECT_TRUE(autograd::GradMode::is_enabled());
+  EXPECT_FALSE(autocast_state().any_enabled());
+  EXPECT_EQ(default_generator().seed(), 9u);
+  EXPECT_EQ(default_generator().offset(), offset);
+  Tensor z = x * x;  // saved as usual: no hooks left installed
+  sum(z).backward();
+  EXPECT_TRUE(bit_equal(x.grad(), x.detach() * 2.0));
+  x.set_grad(Tensor());
+  // A backward that fails after the recompute (in a hook on an input of the segment's mul): the
+  // recomputed tensors go with it, and the next backward recomputes.
+  bool fail = true;
+  w.register_hook([&](const Tensor& g) {
+    MT_CHECK(!fail, "a hook failed");
+    return g;
+  });
+  e = error_of([&] { sum(y).backward(Tensor(), /*retain_graph=*/true); });
+  EXPECT_NE(e.find("a hook failed"), std::string::npos) << e;
+  EXPECT_EQ(calls, 3);
+  fail = false;
+  EXPECT_EQ(error_of([&] { sum(y).backward(); }), "(no error)");
+  EXPECT_EQ(calls, 4);
+  EXPECT_TRUE(x.grad().defined());
 }
 
 TEST(Checkpoint, UnderNoGradItIsAPlainCall) {
