@@ -169,11 +169,14 @@ ProcessGroup::ProcessGroup(std::unique_ptr<Backend> backend, ProcessGroupOptions
   Queue& q = *queue_;
   q.worker = std::thread([this] { worker_loop(); });
   std::unique_lock lk(q.m);
-  if (!q.cv.wait_for(lk, options_.timeout, [&] { return q.started; })) {
-    // MPI_Init waits for every rank: one that never started or is frozen holds it forever.
+  // MPI_Init waits for every rank: one that never started or is frozen holds it forever. Start-up
+  // (process launch, MPI's wire-up) takes seconds on a loaded machine, so a timeout of a few
+  // seconds meant for collectives gets a floor here.
+  const auto start_limit = std::max<std::chrono::milliseconds>(options_.timeout, std::chrono::seconds(60));
+  if (!q.cv.wait_for(lk, start_limit, [&] { return q.started; })) {
     std::cerr << "mixtape: starting the process group (" << backend_->name() << ") did not complete within "
-              << options_.timeout.count() / 1000.0 << " s: a rank did not start, or is frozen (MIXTAPE_DIST_TIMEOUT "
-              << "sets the limit); ending this process\n" << std::flush;
+              << start_limit.count() / 1000.0 << " s: a rank did not start, or is frozen (MIXTAPE_DIST_TIMEOUT "
+              << "sets the limit, at least 60 s at start-up); ending this process\n" << std::flush;
     std::_Exit(1);
   }
   if (q.start_error) {

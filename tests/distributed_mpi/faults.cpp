@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <thread>
 
@@ -55,6 +56,11 @@ void ddp_skips_a_backward(distributed::ProcessGroup& pg) {
 int run(const std::string& name, distributed::ProcessGroup& pg) {
   const int r = pg.rank();
   const std::map<std::string, std::function<void()>> scenarios = {
+      // Rank 1 started late (main.cpp): once the group is up, collectives run as usual.
+      {"slow-start", [&] {
+         reduce_loop(pg, [](int) {});
+         if (r == 0) std::cout << "both ranks started and reduced\n" << std::flush;
+       }},
       // Rank 1 throws in the middle of a loop of collectives; rank 0 is inside one at the time.
       {"throw", [&] { reduce_loop(pg, [&](int i) { if (r == 1 && i == 3) MT_ERROR("injected failure at step ", i); }); }},
       // Rank 1 never joins; rank 0's wait times out (MIXTAPE_DIST_TIMEOUT) and ends the job.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <thread>
@@ -30,6 +31,13 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --fault=slow-start: the launcher's rank 1 starts its group 4 s late (a loaded machine); the
+  // others' start-up must wait for it even under a collective timeout of a few seconds.
+  for (int i = 1; i < argc; ++i) {
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (std::strcmp(argv[i], "--fault=slow-start") == 0 && rank && std::atoi(rank) == 1)
+      std::this_thread::sleep_for(std::chrono::seconds(4));
+  }
   auto& pg = mixtape::distributed::init_process_group();
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--fault=", 8) != 0) continue;
