@@ -9,7 +9,8 @@
 namespace mixtape::cuda {
 namespace {
 
-__global__ void write_philox_state_kernel(unsigned long long* slot, unsigned long long seed, unsigned long long offset) {
+__global__ void write_philox_state_kernel(unsigned long long* slot, unsigned long long seed,
+                                          unsigned long long offset) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   slot[0] = seed;
   slot[1] = offset;

@@ -3,7 +3,8 @@
 // the eager steps' losses and parameters bit for bit, with each batch copied into static buffers
 // before its replay, also with momentum and with FP16 parameters over FP32 masters (after a warm-up
 // step); the graph's private pool is kept across replays and given back by reset();
-// cross_entropy's device-side target check is captured and checks every replay; each call that
+// cross_entropy's device-side target check is captured and checks every replay; captured dropout
+// draws the eager run's masks in order (the graph's device Philox slot); each call that
 // cannot be captured is a clear error naming the op, after which capture_end()
 // refuses the graph and eager work goes on normally. Labelled gpu: runs on a GPU and on the CUDA
 // emulator, skips elsewhere.

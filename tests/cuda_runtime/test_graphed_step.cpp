@@ -179,16 +179,19 @@ void expect_graphed_equals_eager(const Config& c, Outcome* graphed = nullptr) {
   const Outcome got = train(c, true);
   if (graphed) *graphed = got;
   ASSERT_EQ(got.losses.size(), want.losses.size());
-  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_TRUE(same_bits(got.losses[i], want.losses[i], "loss " + std::to_string(i)));
+  for (size_t i = 0; i < want.losses.size(); ++i)
+    EXPECT_TRUE(same_bits(got.losses[i], want.losses[i], "loss " + std::to_string(i)));
   for (size_t i = 0; i < want.params.size(); ++i) {
     EXPECT_TRUE(same_bits(got.params[i], want.params[i], "parameter " + std::to_string(i)));
     EXPECT_TRUE(same_bits(got.masters[i], want.masters[i], "master " + std::to_string(i)));
   }
   ASSERT_EQ(got.state.size(), want.state.size());
   ASSERT_FALSE(want.state.empty() && c.opt == Opt::AdamW);
-  for (size_t i = 0; i < want.state.size(); ++i) EXPECT_TRUE(same_bits(got.state[i], want.state[i], "state " + std::to_string(i)));
+  for (size_t i = 0; i < want.state.size(); ++i)
+    EXPECT_TRUE(same_bits(got.state[i], want.state[i], "state " + std::to_string(i)));
   EXPECT_EQ(got.counts, want.counts);
-  for (size_t i = 0; i < want.buffers.size(); ++i) EXPECT_TRUE(same_bits(got.buffers[i], want.buffers[i], "buffer " + std::to_string(i)));
+  for (size_t i = 0; i < want.buffers.size(); ++i)
+    EXPECT_TRUE(same_bits(got.buffers[i], want.buffers[i], "buffer " + std::to_string(i)));
   EXPECT_TRUE(same_bits(got.scale, want.scale, "scale"));
   EXPECT_TRUE(same_bits(got.tracker, want.tracker, "growth tracker"));
   // The run trained: the parameters moved from step to step (losses differ).
@@ -238,7 +241,8 @@ TEST(GraphedStep, MisuseIsNamed) {
     cuda::GraphedStep bad([] {}, 0);
     ADD_FAILURE() << "warmup_steps 0 accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cuda::GraphedStep: warmup_steps must be >= 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda::GraphedStep: warmup_steps must be >= 1"), std::string::npos)
+        << e.what();
   }
   // A step that reads on the host cannot be captured: the error names the op, and nothing is kept.
   Tensor t = ones({2}, TensorOptions().with_device(Device::CUDA(0)));
