@@ -15,7 +15,7 @@
 namespace mixtape {
 namespace {
 
-// inputs: x; attrs: p, seed, offset
+// inputs: x; attrs: p, seed, offset, default_generator (read by the CUDA kernel only)
 TensorList dropout_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const double p = call.attrs.get<double>("p");
@@ -92,9 +92,15 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* gen) {
   if (!training || p == 0.0) return x;
   MT_CHECK(is_floating(x.dtype()), "dropout: expected a floating input (f16, bf16, f32, f64), got ", x.describe());
   Generator::Range r{0, 0};
-  if (p < 1.0) r = (gen ? *gen : default_generator()).reserve(static_cast<uint64_t>(x.numel()));
+  Generator& g = gen ? *gen : default_generator();
+  if (p < 1.0) r = g.reserve(static_cast<uint64_t>(x.numel()));
+  // default_generator: whether the draw came from the default generator, the one a CUDA graph's
+  // replays advance (core/cuda/graph.h); a capture refuses any other.
   return dispatch(kDropout, {x},
-                  {{"p", p}, {"seed", static_cast<int64_t>(r.seed)}, {"offset", static_cast<int64_t>(r.offset)}})[0];
+                  {{"p", p},
+                   {"seed", static_cast<int64_t>(r.seed)},
+                   {"offset", static_cast<int64_t>(r.offset)},
+                   {"default_generator", static_cast<int64_t>(&g == &default_generator())}})[0];
 }
 
 }  // namespace mixtape

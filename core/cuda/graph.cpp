@@ -15,6 +15,7 @@
 #include "core/cuda/handles.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
+#include "core/rng.h"
 
 namespace mixtape::cuda {
 namespace {
@@ -77,11 +78,18 @@ void Graph::capture_begin() {
     ready.record(previous);
     ready.wait(stream);
   }
+  if (!philox_slot_) {
+    void* slot = nullptr;
+    MT_CUDA_CHECK(cudaMalloc(&slot, 2 * sizeof(uint64_t)), "cuda::Graph::capture_begin");
+    philox_slot_ = static_cast<uint64_t*>(slot);
+  }
   const uint64_t pool = g_next_pool.fetch_add(1);
   try {
     detail::begin_graph_pool(device, pool, stream);
   } catch (...) {
     (void)cudaStreamDestroy(stream);
+    (void)cudaFree(philox_slot_);
+    philox_slot_ = nullptr;
     throw;
   }
   const cudaError_t status = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
@@ -89,6 +97,8 @@ void Graph::capture_begin() {
     detail::end_graph_pool(device);
     detail::release_graph_pool(device, pool);
     (void)cudaStreamDestroy(stream);
+    (void)cudaFree(philox_slot_);
+    philox_slot_ = nullptr;
     MT_CUDA_CHECK(status, "cuda::Graph::capture_begin");
   }
   device_ = device;
@@ -97,6 +107,9 @@ void Graph::capture_begin() {
   previous_stream_ = previous;
   capturing_ = true;
   checks_.clear();
+  philox_seed_ = default_generator().seed();
+  philox_base_ = default_generator().offset();
+  philox_blocks_ = 0;
   t_capture = detail::ThreadCapture{device, stream, pool, this};
   t_capturing = true;
   t_capture_error.clear();
@@ -104,6 +117,10 @@ void Graph::capture_begin() {
 }
 
 void Graph::end_capture_state() {
+  // Nothing ran during the capture: the generator goes back to where it was, and what the captured
+  // draws reserved is what each replay reserves.
+  philox_blocks_ = default_generator().offset() - philox_base_;
+  default_generator().set_state(philox_seed_, philox_base_);
   set_current_stream(previous_stream_, device_);
   t_capturing = false;
   capturing_ = false;
@@ -149,6 +166,10 @@ void Graph::replay() {
   check_not_capturing("cuda::Graph::replay", "replays a graph");
   DeviceGuard guard(device_);
   cudaStream_t stream = current_stream(device_);
+  if (philox_blocks_ > 0) {
+    const Generator::Range r = default_generator().reserve(philox_blocks_ * 4);
+    MT_CUDA_CHECK(detail::launch_write_philox_state(philox_slot_, r.seed, r.offset, stream), "cuda::Graph::replay");
+  }
   MT_CUDA_CHECK(cudaGraphLaunch(exec_, stream), "cuda::Graph::replay");
   if (!checks_.empty()) detail::replay_captured_checks(checks_, device_, stream);
 }
@@ -174,9 +195,24 @@ void Graph::reset() {
   if (capture_stream_) MT_CUDA_CHECK(cudaStreamDestroy(capture_stream_), "cuda::Graph::reset");
   capture_stream_ = nullptr;
   checks_.clear();  // their slots go back to the pool first
+  if (philox_slot_) MT_CUDA_CHECK(cudaFree(philox_slot_), "cuda::Graph::reset");
+  philox_slot_ = nullptr;
+  philox_blocks_ = 0;
   detail::release_graph_pool(device_, pool_);
   pool_ = 0;
   device_ = -1;
+}
+
+CapturedPhilox captured_philox(const char* op, uint64_t seed, uint64_t offset) {
+  MT_CHECK(t_capturing, op, ": captured_philox called outside a capture");
+  Graph& g = *t_capture.graph;
+  if (seed != g.philox_seed_ || offset < g.philox_base_)
+    detail::fail_capture(std::string(op) + ": draws random numbers from a generator other than the default one (seed " +
+                         std::to_string(seed) + ", the default generator's at capture_begin: " +
+                         std::to_string(g.philox_seed_) +
+                         ") during CUDA graph capture, which cannot be captured (only the default generator's draws "
+                         "advance per replay; docs/CUDA.md, \"CUDA graphs\")");
+  return CapturedPhilox{g.philox_slot_, offset - g.philox_base_};
 }
 
 int64_t Graph::pool_reserved_bytes() const {

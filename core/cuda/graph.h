@@ -17,11 +17,18 @@
 //   - A call that cannot be captured throws "<op>: <what it does> during CUDA graph capture ..."
 //     before touching CUDA: a host read of a CUDA tensor, a copy from host memory, a
 //     synchronisation, an allocation outside the pool (another stream or device), creating an
-//     event or a cuBLAS/cuDNN handle, drawing random numbers, timing cuDNN algorithms. A
+//     event or a cuBLAS/cuDNN handle, drawing random numbers other than dropout's (rand, randn, a
+//     Generator of one's own), timing cuDNN algorithms. A
 //     deferred device-side input check (nll_loss) is captured: each replay's inputs are checked
 //     and reported at the next synchronisation (core/cuda/deferred_check.h). A refusal CUDA itself
 //     reports names the op and says the capture is invalidated. Either way capture_end() then
 //     throws and the Graph holds nothing; the destructor or reset() also ends a broken capture.
+//   - Dropout is captured (PyTorch's graph-safe Philox): the default generator's state at
+//     capture_begin is the graph's base, captured draws read the seed and the base offset from a
+//     16-byte device slot of the graph and add their offset within the capture; capture_end puts
+//     the generator back where capture_begin found it (nothing ran), and each replay() reserves
+//     the capture's total blocks from it and writes that range to the slot first. Eager and
+//     graphed runs thus draw the same masks in the same order.
 //   - Replays run on the current stream. Tensors the graph reads must stay alive (and at the same
 //     addresses) while it can replay; new inputs are copied into them before replay().
 //   - reset() waits for the device, then frees the graph and gives its pool back.
@@ -58,8 +65,9 @@ class Graph {
   int64_t pool_reserved_bytes() const;
 
  private:
-  void end_capture_state();  // restores the stream and the allocator after a capture, ok or not
+  void end_capture_state();  // restores the stream, the allocator and the generator after a capture, ok or not
   friend void detail::add_captured_check(CapturedCheck check);
+  friend struct CapturedPhilox captured_philox(const char* op, uint64_t seed, uint64_t offset);
 
   int device_ = -1;
   uint64_t pool_ = 0;
@@ -69,7 +77,21 @@ class Graph {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   std::vector<CapturedCheck> checks_;  // deferred checks each replay makes pending
+  // Random draws (dropout): device slot {seed, base offset}, the generator's state at
+  // capture_begin, and the Philox blocks the capture reserved (each replay reserves as many).
+  uint64_t* philox_slot_ = nullptr;
+  uint64_t philox_seed_ = 0, philox_base_ = 0, philox_blocks_ = 0;
 };
+
+// A random draw during this thread's capture (dropout's kernel): the seed and the base offset are
+// read on the device from `state` ({seed, offset}, written before each replay), and the draw's
+// own offset is base + `offset_in_graph`. Refused (naming `op`) when `seed` is not the default
+// generator's seed at capture_begin (a Generator of one's own, or a reseed during capture).
+struct CapturedPhilox {
+  const uint64_t* state;
+  uint64_t offset_in_graph;
+};
+CapturedPhilox captured_philox(const char* op, uint64_t seed, uint64_t offset);
 
 // Whether this host thread is capturing a Graph (on any device).
 bool is_capturing();
@@ -87,6 +109,8 @@ struct ThreadCapture {
 const ThreadCapture* thread_capture();
 // Throws `message` as a mixtape::Error, and makes this thread's capture fail at capture_end.
 [[noreturn]] void fail_capture(const std::string& message);
+// Writes {seed, offset} to a graph's Philox slot in stream order (core/cuda/graph_philox.cu).
+cudaError_t launch_write_philox_state(uint64_t* slot, uint64_t seed, uint64_t offset, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace mixtape::cuda

@@ -62,8 +62,13 @@ __global__ void random_fill_kernel(T* p, int64_t n, uint64_t seed, uint64_t offs
 }
 
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* out, bool* mask, int64_t n, double p, uint64_t seed, uint64_t offset) {
+__global__ void dropout_kernel(const T* x, T* out, bool* mask, int64_t n, double p, uint64_t seed, uint64_t offset,
+                               const uint64_t* state) {
   using A = acc_t<T>;
+  if (state) {  // a captured draw: the replay's seed and base offset, from the graph's slot
+    seed = state[0];
+    offset += state[1];
+  }
   const double keep = 1.0 - p;
   const A scale = p < 1.0 ? static_cast<A>(1.0 / keep) : A(0);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
@@ -76,12 +81,12 @@ __global__ void dropout_kernel(const T* x, T* out, bool* mask, int64_t n, double
 }  // namespace
 
 cudaError_t launch_dropout(DType dt, const void* x, void* out, bool* mask, int64_t n, double p, uint64_t seed,
-                           uint64_t offset, cudaStream_t s) {
+                           uint64_t offset, const uint64_t* state, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launch_kernel(dropout_kernel<T>, grid_for(n, kThreads), kThreads, 0, s, static_cast<const T*>(x),
-                         static_cast<T*>(out), mask, n, p, seed, offset);
+                         static_cast<T*>(out), mask, n, p, seed, offset, state);
   });
 }
 

@@ -46,8 +46,10 @@ cudaError_t launch_random_fill(DType dt, void* data, int64_t n, uint64_t seed, u
                                cudaStream_t s);
 // dropout (ops/dropout.cpp): element i of a contiguous x is kept when the uniform of word i of
 // (seed, offset) is < 1 - p; out = x * (1 / (1 - p)) in acc_t (0 when dropped), mask as bool.
+// `state` (a graph's Philox slot during capture, else null): the seed is state[0] and the offset
+// state[1] + offset, read on the device when the kernel runs (core/cuda/graph.h).
 cudaError_t launch_dropout(DType dt, const void* x, void* out, bool* mask, int64_t n, double p, uint64_t seed,
-                           uint64_t offset, cudaStream_t s);
+                           uint64_t offset, const uint64_t* state, cudaStream_t s);
 
 // ---- reductions over contiguous runs (ops/cuda/reduce.cu) ----
 // `in` holds `runs` runs of `len` contiguous elements; each run reduces to one output element.

@@ -3,7 +3,8 @@
 // the eager steps' losses and parameters bit for bit, with each batch copied into static buffers
 // before its replay, also with momentum and with FP16 parameters over FP32 masters (after a warm-up
 // step); the graph's private pool is kept across replays and given back by reset();
-// cross_entropy's device-side target check is captured and checks every replay; each call that
+// cross_entropy's device-side target check is captured and checks every replay; captured dropout
+// draws the eager run's masks in order (the graph's device Philox slot); each call that
 // cannot be captured is a clear error naming the op, after which capture_end()
 // refuses the graph and eager work goes on normally. Labelled gpu: runs on a GPU and on the CUDA
 // emulator, skips elsewhere.
@@ -403,12 +404,51 @@ TEST(CudaGraph, ANewConvolutionShapeInBenchmarkModeIsRefused) {
   EXPECT_TRUE(graph.captured());
 }
 
-// Random numbers: the generator's state would be fixed in the graph (every replay the same mask).
+// Random numbers other than dropout's from the default generator: the seed and offset would be
+// fixed in the graph (every replay the same numbers).
 TEST(CudaGraph, DrawingRandomNumbersDuringCaptureIsRefused) {
   REQUIRE_GPU();
   Tensor x = ones({16}, TensorOptions().with_device(Device::CUDA(0)));
-  expect_refused([&] { (void)dropout(x, 0.5, true); }, "dropout: draws random numbers");
+  Generator own(99);
+  expect_refused([&] { (void)dropout(x, 0.5, true, &own); }, "dropout: draws random numbers from a Generator of its own");
   expect_refused([] { (void)randn({4}, TensorOptions().with_device(Device::CUDA(0))); }, ": draws random numbers");
+}
+
+// Dropout is captured: the masks of N replays are the eager run's next N masks, in order (two
+// draws per step, one ending in a partial Philox block), the generator ends where the eager run's
+// does, and capture itself draws nothing.
+TEST(CudaGraph, CapturedDropoutDrawsTheEagerMasksInOrder) {
+  REQUIRE_GPU();
+  const int kSteps = 4;
+  Tensor x = ones({2, 33}, TensorOptions().with_device(Device::CUDA(0)));
+  Tensor z = ones({5}, TensorOptions().with_device(Device::CUDA(0)).with_dtype(DType::Float16));
+  manual_seed(77);
+  std::vector<Tensor> eager_a, eager_b;
+  for (int s = 0; s < kSteps; ++s) {
+    eager_a.push_back(dropout(x, 0.5, true).to(Device::CPU()));
+    eager_b.push_back(dropout(z, 0.3, true).to(Device::CPU()));
+  }
+  const uint64_t eager_offset = default_generator().offset();
+
+  manual_seed(77);
+  Tensor a = dropout(x, 0.5, true), b = dropout(z, 0.3, true);  // step 0, eager (the warm-up)
+  EXPECT_TRUE(same_bits(a, eager_a[0]));
+  EXPECT_TRUE(same_bits(b, eager_b[0]));
+  const uint64_t before_capture = default_generator().offset();
+  cuda::Graph graph;
+  graph.capture_begin();
+  a = dropout(x, 0.5, true);
+  b = dropout(z, 0.3, true);
+  graph.capture_end();
+  EXPECT_EQ(default_generator().offset(), before_capture) << "nothing ran during the capture";
+  for (int s = 1; s < kSteps; ++s) {
+    SCOPED_TRACE("replay for step " + std::to_string(s));
+    graph.replay();
+    EXPECT_TRUE(same_bits(a, eager_a[s]));
+    EXPECT_TRUE(same_bits(b, eager_b[s]));
+  }
+  EXPECT_EQ(default_generator().offset(), eager_offset);
+  EXPECT_FALSE(same_bits(eager_a[1], eager_a[2])) << "the masks must differ from step to step";
 }
 
 // What CUDA itself refuses (here a raw cudaMalloc, which the allocator never makes in a capture's
