@@ -230,6 +230,9 @@ TEST(Float8, TensorToAndBackIsTheScalarConversion) {
     Tensor y = x.to(dt);
     Tensor yt = x.t().to(dt).t();  // strided source: the element loop
     Tensor y64 = x.to(DType::Float64).to(dt);  // f64 -> f32 -> fp8, as PyTorch does
+    Tensor yc = zeros({4, 2}, TensorOptions(dt)).t();  // copy_ into a strided FP8 destination
+    copy_(yc, x);
+    EXPECT_EQ(std::memcmp(yc.t().contiguous().data_ptr(), x.t().to(dt).contiguous().data_ptr(), 8), 0);
     ASSERT_EQ(y.dtype(), dt);
     for (int64_t i = 0; i < 8; ++i) {
       const float f = static_cast<float>(vals[static_cast<size_t>(i)]);
