@@ -10,6 +10,7 @@
 // library is built for the baseline x86-64 ISA and never runs them on a CPU without them.
 #include "core/convert.h"
 
+#include <array>
 #include <atomic>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -161,6 +162,49 @@ void convert_bfloat16_to_float(const BFloat16* src, float* dst, size_t n) {
   if (use_simd()) return bfloat16_to_float_avx2(src, dst, n);
 #endif
   bfloat16_to_float_scalar(src, dst, n);
+}
+
+namespace {
+template <typename T, uint8_t (*Encode)(float, Fp8Saturation)>
+void float_to_float8(const float* src, T* dst, size_t n, Float8Cast cast) {
+  if (cast.scale == 1.0f) {
+    for (size_t i = 0; i < n; ++i) dst[i].bits = Encode(src[i], cast.saturation);
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i].bits = Encode(src[i] * cast.scale, cast.saturation);
+  }
+}
+// Every pattern's float, from the scalar decoder, built once (thread-safe static init).
+template <float (*Decode)(uint8_t)>
+const float* float8_table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (unsigned b = 0; b < 256; ++b) t[b] = Decode(static_cast<uint8_t>(b));
+    return t;
+  }();
+  return table.data();
+}
+template <typename T, float (*Decode)(uint8_t)>
+void float8_to_float(const T* src, float* dst, size_t n, float scale) {
+  const float* table = float8_table<Decode>();
+  if (scale == 1.0f) {
+    for (size_t i = 0; i < n; ++i) dst[i] = table[src[i].bits];
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = table[src[i].bits] * scale;
+  }
+}
+}  // namespace
+
+void convert_float_to_e4m3fn(const float* src, Float8_e4m3fn* dst, size_t n, Float8Cast cast) {
+  float_to_float8<Float8_e4m3fn, float_to_e4m3fn_bits>(src, dst, n, cast);
+}
+void convert_float_to_e5m2(const float* src, Float8_e5m2* dst, size_t n, Float8Cast cast) {
+  float_to_float8<Float8_e5m2, float_to_e5m2_bits>(src, dst, n, cast);
+}
+void convert_e4m3fn_to_float(const Float8_e4m3fn* src, float* dst, size_t n, float scale) {
+  float8_to_float<Float8_e4m3fn, e4m3fn_bits_to_float>(src, dst, n, scale);
+}
+void convert_e5m2_to_float(const Float8_e5m2* src, float* dst, size_t n, float scale) {
+  float8_to_float<Float8_e5m2, e5m2_bits_to_float>(src, dst, n, scale);
 }
 
 const char* convert_backend() { return use_simd() ? "f16c+avx2" : "scalar"; }

@@ -25,10 +25,19 @@ std::string_view dtype_short(DType t) {
   return "?";
 }
 
+void throw_no_float8_kernel(DType t, const char* op) {
+  MT_ERROR(op, ": no ", dtype_name(t), " kernel (FP8 tensors support to()/copy, fill, item/printing, add and mul "
+           "for now; convert with .to(Float32) first, see docs/FP8.md)");
+}
+
 std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
 DType promote_types(DType a, DType b) {
   if (a == b) return a;
+  // Neither FP8 format holds the other's values, nor a wider type's: the caller converts
+  // explicitly (PyTorch refuses the promotion in the same words).
+  MT_CHECK(!is_float8(a) && !is_float8(b), "promote_types: promotion for Float8 types is not supported, attempted to promote ",
+           dtype_name(a), " and ", dtype_name(b), "; convert one operand with to() first");
   // Rank inside each category; categories: bool < integral < floating.
   auto category = [](DType t) { return t == DType::Bool ? 0 : is_integral(t) ? 1 : 2; };
   int ca = category(a), cb = category(b);

@@ -41,6 +41,8 @@ struct DtypeName {
 constexpr DtypeName kDtypeNames[] = {
     {DType::Float64, "F64"}, {DType::Float32, "F32"}, {DType::Float16, "F16"}, {DType::BFloat16, "BF16"},
     {DType::Int64, "I64"},   {DType::Int32, "I32"},   {DType::UInt8, "U8"},    {DType::Bool, "BOOL"},
+    // The names the safetensors format gives PyTorch's float8_e4m3fn / float8_e5m2.
+    {DType::Float8_e4m3fn, "F8_E4M3"}, {DType::Float8_e5m2, "F8_E5M2"},
 };
 
 bool dtype_from_name(const std::string& s, DType* out) {

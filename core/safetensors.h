@@ -8,7 +8,8 @@
 //                         ..., "__metadata__": {"key": "value", ...}}     (metadata optional)
 //   bytes [8+N, EOF)   the data: each tensor's elements, row-major, little-endian, at
 //                      [begin, end) relative to the start of the data.
-// Dtypes: F64 F32 F16 BF16 I64 I32 U8 BOOL (the other safetensors dtypes are refused by name).
+// Dtypes: F64 F32 F16 BF16 F8_E4M3 F8_E5M2 I64 I32 U8 BOOL (the other safetensors dtypes are refused
+// by name).
 //
 // Invariant of load_safetensors: a file either loads completely or throws mixtape::Error naming
 // the file, the tensor (where there is one) and the file byte offset of the problem; a corrupt

@@ -169,10 +169,10 @@ double get_element(const Tensor& t, int64_t i) {
   check_cpu_index(t, i, "get_element");
   const char* base = static_cast<const char*>(t.storage()->data());
   int64_t off = element_offset(t, i);
-  return visit_dtype(t.dtype(), "get_element", [&]<typename T>() {
+  return visit_dtype_with_float8(t.dtype(), "get_element", [&]<typename T>() {
     T v;
     std::memcpy(&v, base + off * static_cast<int64_t>(sizeof(T)), sizeof(T));
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    if constexpr (is_narrow_float_v<T>)
       return static_cast<double>(static_cast<float>(v));
     else
       return static_cast<double>(v);
@@ -183,9 +183,9 @@ void set_element(const Tensor& t, int64_t i, double value) {
   check_cpu_index(t, i, "set_element");
   char* base = static_cast<char*>(t.storage()->data());
   int64_t off = element_offset(t, i);
-  visit_dtype(t.dtype(), "set_element", [&]<typename T>() {
+  visit_dtype_with_float8(t.dtype(), "set_element", [&]<typename T>() {
     T v;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    if constexpr (is_narrow_float_v<T>)
       v = T(static_cast<float>(value));
     else
       v = static_cast<T>(value);
@@ -210,7 +210,7 @@ T Tensor::item() const {
   MT_CHECK(numel() == 1, "item: only one-element tensors can be converted to a scalar, got shape ",
            shape_str(sizes()), " with ", numel(), " elements");
   double v = get_element(*this, 0);
-  if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+  if constexpr (is_narrow_float_v<T>)
     return T(static_cast<float>(v));
   else
     return static_cast<T>(v);
@@ -223,7 +223,7 @@ std::vector<T> Tensor::to_vector() const {
   std::vector<T> out(static_cast<size_t>(numel()));
   for (int64_t i = 0; i < numel(); ++i) {
     double v = get_element(*this, i);
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    if constexpr (is_narrow_float_v<T>)
       out[static_cast<size_t>(i)] = T(static_cast<float>(v));
     else
       out[static_cast<size_t>(i)] = static_cast<T>(v);
@@ -258,7 +258,7 @@ Tensor tensor_from(const std::vector<T>& values, const IntList& sizes, TensorOpt
   Tensor t = Tensor::empty(sizes, opts.with_requires_grad(false));
   for (size_t i = 0; i < values.size(); ++i) {
     double v;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    if constexpr (is_narrow_float_v<T>)
       v = static_cast<float>(values[i]);
     else
       v = static_cast<double>(values[i]);

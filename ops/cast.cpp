@@ -2,9 +2,13 @@
 //   to_dtype(x: T[*], dtype) -> dtype[*]; backward: cast g back to T.
 //   clone(x) -> contiguous copy; backward: identity.
 //   to_device(x, device) -> copy on device; backward: copy g back. (CUDA kernels in ops/cuda/.)
-// Float -> 16-bit conversions round to nearest even (core/half.h, core/bfloat16.h); whole
-// contiguous f32 <-> f16/bf16 buffers use the bulk (F16C/AVX2) converters, bit-identical.
+//   to_float8 / from_float8: the scaled FP8 casts (ops/cast.h), plain functions, not ops.
+// Float -> 16-bit and FP8 conversions round to nearest even (core/half.h, core/bfloat16.h,
+// core/float8.h); whole contiguous f32 <-> f16/bf16/fp8 buffers use the bulk converters
+// (core/convert.h), bit-identical to the scalar ones.
 #include "ops/cast.h"
+
+#include <cmath>
 
 #include "core/convert.h"
 #include "core/cuda_api.h"
@@ -20,11 +24,8 @@ To convert_value(From v) {
     return v;  // a copy, not a conversion: every bit pattern survives, signalling NaNs included
   } else if constexpr (std::is_same_v<To, bool>) {
     return static_cast<acc_t<From>>(v) != acc_t<From>(0);
-  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
-    if constexpr (std::is_same_v<From, double>)
-      return To(static_cast<float>(v));  // double -> float -> 16-bit, as PyTorch does
-    else
-      return To(static_cast<float>(v));
+  } else if constexpr (is_narrow_float_v<To>) {
+    return To(static_cast<float>(v));  // double -> float -> 16/8-bit, as PyTorch does
   } else {
     return static_cast<To>(static_cast<acc_t<From>>(v));
   }
@@ -46,9 +47,17 @@ void copy_convert(const Tensor& dst, const Tensor& src) {
       return convert_float_to_bfloat16(src.data_ptr<float>(), dst.data_ptr<BFloat16>(), n);
     if (src.dtype() == DType::BFloat16 && dst.dtype() == DType::Float32)
       return convert_bfloat16_to_float(src.data_ptr<BFloat16>(), dst.data_ptr<float>(), n);
+    if (src.dtype() == DType::Float32 && dst.dtype() == DType::Float8_e4m3fn)
+      return convert_float_to_e4m3fn(src.data_ptr<float>(), dst.data_ptr<Float8_e4m3fn>(), n);
+    if (src.dtype() == DType::Float32 && dst.dtype() == DType::Float8_e5m2)
+      return convert_float_to_e5m2(src.data_ptr<float>(), dst.data_ptr<Float8_e5m2>(), n);
+    if (src.dtype() == DType::Float8_e4m3fn && dst.dtype() == DType::Float32)
+      return convert_e4m3fn_to_float(src.data_ptr<Float8_e4m3fn>(), dst.data_ptr<float>(), n);
+    if (src.dtype() == DType::Float8_e5m2 && dst.dtype() == DType::Float32)
+      return convert_e5m2_to_float(src.data_ptr<Float8_e5m2>(), dst.data_ptr<float>(), n);
   }
-  visit_dtype(dst.dtype(), "copy", [&]<typename To>() {
-    visit_dtype(src.dtype(), "copy", [&]<typename From>() {
+  visit_dtype_with_float8(dst.dtype(), "copy", [&]<typename To>() {
+    visit_dtype_with_float8(src.dtype(), "copy", [&]<typename From>() {
       cpu::strided_loop<2>(dst.sizes(),
                            {{static_cast<char*>(dst.data_ptr()), static_cast<char*>(src.data_ptr())},
                             {cpu::broadcast_byte_strides(dst, dst.sizes()), cpu::broadcast_byte_strides(src, dst.sizes())}},
@@ -151,6 +160,40 @@ Tensor to_device(const Tensor& x, Device device) {
 }
 
 Tensor clone(const Tensor& x) { return dispatch1(kClone, {x}); }
+
+Tensor to_float8(const Tensor& x, DType dtype, Float8Cast cast) {
+  MT_CHECK(x.defined(), "to_float8: input is an undefined tensor");
+  MT_CHECK(is_float8(dtype), "to_float8: the target must be Float8_e4m3fn or Float8_e5m2, got ", dtype_name(dtype));
+  MT_CHECK(x.dtype() == DType::Float32 || is_reduced_float(x.dtype()),
+           "to_float8: expected an f32, f16 or bf16 tensor (exactly representable in f32), got ", x.describe());
+  MT_CHECK(x.device().is_cpu(), "to_float8: runs on the CPU for now, got a tensor on ", x.device());
+  MT_CHECK(std::isfinite(cast.scale) && cast.scale > 0.0f, "to_float8: scale must be finite and > 0, got ", cast.scale);
+  MT_CHECK(!x.requires_grad(), "to_float8: not recorded by autograd, and ", x.describe(),
+           " requires grad; pass x.detach()");
+  const Tensor x32 = contiguous(cpu::cast_to(x, DType::Float32));
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(dtype));
+  const size_t n = static_cast<size_t>(x.numel());
+  if (dtype == DType::Float8_e4m3fn)
+    convert_float_to_e4m3fn(x32.data_ptr<float>(), out.data_ptr<Float8_e4m3fn>(), n, cast);
+  else
+    convert_float_to_e5m2(x32.data_ptr<float>(), out.data_ptr<Float8_e5m2>(), n, cast);
+  return out;
+}
+
+Tensor from_float8(const Tensor& x, float scale) {
+  MT_CHECK(x.defined(), "from_float8: input is an undefined tensor");
+  MT_CHECK(is_float8(x.dtype()), "from_float8: expected a Float8_e4m3fn or Float8_e5m2 tensor, got ", x.describe());
+  MT_CHECK(x.device().is_cpu(), "from_float8: runs on the CPU for now, got a tensor on ", x.device());
+  MT_CHECK(std::isfinite(scale) && scale > 0.0f, "from_float8: scale must be finite and > 0, got ", scale);
+  const Tensor xc = contiguous(x);
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(DType::Float32));
+  const size_t n = static_cast<size_t>(x.numel());
+  if (x.dtype() == DType::Float8_e4m3fn)
+    convert_e4m3fn_to_float(xc.data_ptr<Float8_e4m3fn>(), out.data_ptr<float>(), n, scale);
+  else
+    convert_e5m2_to_float(xc.data_ptr<Float8_e5m2>(), out.data_ptr<float>(), n, scale);
+  return out;
+}
 Tensor contiguous(const Tensor& x) { return x.is_contiguous() ? x : clone(x); }
 
 }  // namespace mixtape

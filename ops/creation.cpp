@@ -32,9 +32,9 @@ void check_inplace_result(const char* op, const Tensor& self, const Tensor& othe
 namespace {
 
 void fill_cpu_raw(const Tensor& t, double value) {
-  visit_dtype(t.dtype(), "fill_", [&]<typename T>() {
+  visit_dtype_with_float8(t.dtype(), "fill_", [&]<typename T>() {
     T v;
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+    if constexpr (is_narrow_float_v<T>)
       v = T(static_cast<float>(value));
     else
       v = static_cast<T>(value);

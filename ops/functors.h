@@ -13,6 +13,7 @@ namespace mixtape::fn {
 
 struct Add {
   static constexpr PointwiseDtypes kDtypes = PointwiseDtypes::Numeric;
+  static constexpr bool kFloat8 = true;  // FP8 on the CPU through f32 (ops/pointwise_op.h)
   template <typename A> MIXTAPE_HD A operator()(A a, A b) const { return a + b; }
 };
 MT_CUDA_KERNELS(Add);
@@ -23,6 +24,7 @@ struct Sub {
 MT_CUDA_KERNELS(Sub);
 struct Mul {
   static constexpr PointwiseDtypes kDtypes = PointwiseDtypes::Numeric;
+  static constexpr bool kFloat8 = true;
   template <typename A> MIXTAPE_HD A operator()(A a, A b) const { return a * b; }
 };
 MT_CUDA_KERNELS(Mul);

@@ -18,9 +18,21 @@
 namespace mixtape {
 
 // The dtype a pointwise op computes in, from its inputs and rule; throws, naming the op, for
-// inputs the rule refuses (bool; non-floating under FloatOnly). Shared by the CPU and CUDA sides.
-DType unary_compute_dtype(const OpCall& call, PointwiseDtypes rule);
-DType binary_compute_dtype(const OpCall& call, PointwiseDtypes rule);
+// inputs the rule refuses (bool; non-floating under FloatOnly; FP8 unless float8_ok, and FP8
+// mixed with another dtype, which PyTorch does not promote). Shared by the CPU and CUDA sides.
+DType unary_compute_dtype(const OpCall& call, PointwiseDtypes rule, bool float8_ok = false);
+DType binary_compute_dtype(const OpCall& call, PointwiseDtypes rule, bool float8_ok = false);
+
+// A functor with `static constexpr bool kFloat8 = true` (fn::Add, fn::Mul) runs on FP8 tensors
+// on the CPU: the inputs widen to f32 exactly, the f32 loop computes, and the result rounds once
+// to FP8 — the bits a fused loop would give. CUDA has no FP8 kernels yet and refuses them.
+template <typename F>
+inline constexpr bool has_float8_cpu_v = [] {
+  if constexpr (requires { F::kFloat8; })
+    return F::kFloat8;
+  else
+    return false;
+}();
 
 template <typename F>
 using FunctorParams = F (*)(const Attrs& attrs, DType compute_dtype);
@@ -54,7 +66,16 @@ TensorList unary_cpu(const OpCall& call) {
 }
 template <typename F, auto Params>
 TensorList binary_cpu(const OpCall& call) {
-  const DType dt = binary_compute_dtype(call, F::kDtypes);
+  const DType dt = binary_compute_dtype(call, F::kDtypes, has_float8_cpu_v<F>);
+  if constexpr (has_float8_cpu_v<F>) {
+    if (is_float8(dt)) {
+      OpCall wide = call;  // a wrapped number stays as it is: the f32 loop reads it as a float
+      for (Tensor& t : wide.inputs)
+        if (!t.is_wrapped_number()) t = cpu::cast_to(t, DType::Float32);
+      const F f = make<F, Params>(call.attrs, DType::Float32);
+      return {cpu::cast_to(cpu::binary_loop<false>(wide, DType::Float32, f)[0], dt)};
+    }
+  }
   return cpu::binary_loop<F::kDtypes == PointwiseDtypes::Compare>(call, dt, make<F, Params>(call.attrs, dt));
 }
 

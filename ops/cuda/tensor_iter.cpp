@@ -15,6 +15,13 @@ Operands make_operands(const char* op, const Tensor& out, std::initializer_list<
   const IntList& shape = out.sizes();
   const int n = 1 + static_cast<int>(inputs.size());
   MT_CHECK(n <= kMaxOperands, op, ": too many operands for a CUDA elementwise kernel (", n, ")");
+  // No CUDA kernel reads or writes FP8 yet (docs/FP8.md): refuse here, naming the op and dtype,
+  // rather than let a kernel's dtype switch fail with a bare cudaErrorInvalidValue.
+  MT_CHECK(!is_float8(out.dtype()), op, ": no CUDA kernel for ", dtype_name(out.dtype()),
+           " yet (FP8 computes on the CPU for now)");
+  for (const Tensor& t : inputs)
+    MT_CHECK(!is_float8(t.dtype()), op, ": no CUDA kernel for ", dtype_name(t.dtype()),
+             " yet (FP8 computes on the CPU for now)");
   std::vector<IntList> st;
   std::vector<size_t> esize;
   std::vector<char*> data;
