@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
@@ -105,7 +106,12 @@ CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
 // Float GEMMs run on mixtape's AVX-512 kernel where the CPU has one, unless MIXTAPE_GEMM=blas;
 // C with fewer than 16 rows or columns stays with BLAS (ops/cpu/sgemm_avx512.h says why).
+// 0: no override; else 1 + FloatGemm.
+std::atomic<int> g_gemm_override{0};
+
 bool native_sgemm() {
+  if (const int o = g_gemm_override.load(std::memory_order_relaxed))
+    return o - 1 == static_cast<int>(FloatGemm::Auto) && sgemm_avx512_available();
   static const bool use = [] {
     const char* choice = std::getenv("MIXTAPE_GEMM");
     const std::string c = choice ? choice : "";
@@ -118,6 +124,11 @@ bool native_sgemm() {
 }  // namespace
 
 bool own_float_gemm() { return native_sgemm(); }
+
+FloatGemmOverride::FloatGemmOverride(FloatGemm choice) : previous_(g_gemm_override.load()) {
+  g_gemm_override.store(1 + static_cast<int>(choice));
+}
+FloatGemmOverride::~FloatGemmOverride() { g_gemm_override.store(previous_); }
 
 namespace {
 // C with fewer than 16 rows or columns stays with BLAS (ops/cpu/sgemm_avx512.h says why).

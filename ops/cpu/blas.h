@@ -37,8 +37,23 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, 
 
 // True when float GEMMs run on mixtape's own AVX-512 kernel (the CPU has AVX-512F and
 // MIXTAPE_GEMM is not "blas"); conv2d's implicit-GEMM kernel follows the same switch. Reads
-// MIXTAPE_GEMM once: a bad value throws here, at every call.
+// MIXTAPE_GEMM once: a bad value throws here, at every call. A FloatGemmOverride answers first.
 bool own_float_gemm();
+
+enum class FloatGemm { Auto, Blas };
+// While alive, own_float_gemm() answers for `choice` (Blas: false; Auto: whether the CPU has
+// AVX-512F and FMA), whatever MIXTAPE_GEMM says. Process-wide; nests. For tests and benchmarks
+// that compare the paths in one process (the recorded kernel choices replay "[gemm blas]" lines).
+class FloatGemmOverride {
+ public:
+  explicit FloatGemmOverride(FloatGemm choice);
+  ~FloatGemmOverride();
+  FloatGemmOverride(const FloatGemmOverride&) = delete;
+  FloatGemmOverride& operator=(const FloatGemmOverride&) = delete;
+
+ private:
+  int previous_;
+};
 
 // The kernel gemm() runs for an (m, n) C: "sgemm_avx512" or "blas_sgemm" for float operands,
 // "blas_dgemm" for double ones, "bgemm_amx", "bgemm_avx512bf16" or, widened, the float one for
