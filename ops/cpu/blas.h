@@ -8,7 +8,7 @@
 //      cores, and a GEMM called inside an OpenMP parallel region runs on its calling thread;
 //   3. the OpenBLAS the build found (Debian's default, the pthread build), then libopenblas.so.0.
 // Float GEMMs run on mixtape's own AVX-512 kernel instead (ops/cpu/sgemm_avx512.h) when the CPU
-// has AVX-512F, unless MIXTAPE_GEMM=blas.
+// has AVX-512 (isa_avx512(), ops/cpu/isa.h), unless MIXTAPE_GEMM=blas.
 // Results are bit-identical for a fixed library, OpenBLAS core type and thread count.
 #pragma once
 #include <cstdint>
@@ -35,14 +35,14 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, in
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
           int64_t ldb, float beta, float* c, int64_t ldc);
 
-// True when float GEMMs run on mixtape's own AVX-512 kernel (the CPU has AVX-512F and
+// True when float GEMMs run on mixtape's own AVX-512 kernel (isa_avx512(): ops/cpu/isa.h, and
 // MIXTAPE_GEMM is not "blas"); conv2d's implicit-GEMM kernel follows the same switch. Reads
 // MIXTAPE_GEMM once: a bad value throws here, at every call. A FloatGemmOverride answers first.
 bool own_float_gemm();
 
 enum class FloatGemm { Auto, Blas };
 // While alive, own_float_gemm() answers for `choice` (Blas: false; Auto: whether the CPU has
-// AVX-512F and FMA), whatever MIXTAPE_GEMM says. Process-wide; nests. For tests and benchmarks
+// isa_avx512()), whatever MIXTAPE_GEMM says. Process-wide; nests. For tests and benchmarks
 // that compare the paths in one process (the recorded kernel choices replay "[gemm blas]" lines).
 class FloatGemmOverride {
  public:
