@@ -129,13 +129,14 @@ TensorList linear_cpu(const OpCall& call) {
     }
   });
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16
+  const cpu::KernelPick pick = cpu::gemm_pick(ot, m, out_f);
   cpu::trace_kernel_choice(
       "linear.fwd",
       [&] {
         return std::string(dtype_short(dt)) + " M=" + std::to_string(m) + " K=" + std::to_string(in) +
                " N=" + std::to_string(out_f) + cpu::steering_tags(dt == DType::BFloat16, false);
       },
-      in == 0 ? "bias_fill" : cpu::gemm_kernel_name(ot, m, out_f), "");
+      in == 0 ? "bias_fill" : pick.name, in == 0 ? std::string() : pick.skipped);
   return {out};
 }
 

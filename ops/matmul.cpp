@@ -114,13 +114,14 @@ TensorList matmul_cpu(const OpCall& call) {
     }
   });
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // one rounding to f16/bf16
+  const cpu::KernelPick pick = cpu::gemm_pick(ot, n, m);
   cpu::trace_kernel_choice(
       "matmul.fwd",
       [&] {
         return std::string(dtype_short(dt)) + " B=" + std::to_string(nb) + " M=" + std::to_string(n) +
                " K=" + std::to_string(k) + " N=" + std::to_string(m) + cpu::steering_tags(dt == DType::BFloat16, false);
       },
-      cpu::gemm_kernel_name(ot, n, m), "");
+      pick.name, pick.skipped);
   return {out};
 }
 

@@ -16,6 +16,7 @@
 
 #include "core/bfloat16.h"
 #include "core/dtype.h"
+#include "ops/cpu/kernel_table.h"
 
 namespace mixtape::cpu {
 
@@ -55,10 +56,13 @@ class FloatGemmOverride {
   int previous_;
 };
 
-// The kernel gemm() runs for an (m, n) C: "sgemm_avx512" or "blas_sgemm" for float operands,
-// "blas_dgemm" for double ones, "bgemm_amx", "bgemm_avx512bf16" or, widened, the float one for
-// BF16 operands (what the kernel trace names).
-const char* gemm_kernel_name(DType operands, int64_t m, int64_t n);
+// The kernel gemm() runs for an (m, n) C of `operands` (what the kernel trace names), from its list:
+//   f32 (f16 and emulated BF16 widen to it)  sgemm_avx512 (C at least 16 x 16) · blas_sgemm
+//   bf16 (native)                            bgemm_amx · bgemm_avx512bf16 · widened (then the f32
+//                                            list, whose choice is named)
+//   f64                                      blas_dgemm
+// with the entries skipped before it when the kernel trace is on.
+KernelPick gemm_pick(DType operands, int64_t m, int64_t n);
 
 // BLAS's own thread count (ops/threads.cpp keeps it equal to OpenMP's).
 void blas_set_num_threads(int n);

@@ -27,17 +27,30 @@ struct KernelPick {
   std::string skipped;
 };
 
-template <typename P, size_t N>
-KernelPick choose_kernel(const KernelEntry<P> (&list)[N], const P& p) {
+// A declines() answer is a std::string, or a const char* (null or "" when it takes the problem)
+// for lists on a hot path, such as cpu::gemm's, whose reasons are fixed words and must not allocate.
+inline bool takes(const std::string& why) { return why.empty(); }
+inline bool takes(const char* why) { return why == nullptr || *why == '\0'; }
+
+// Entry: any type with `name` and `declines` like KernelEntry's (cpu::gemm's entries also carry
+// their run function).
+template <typename Entry, size_t N, typename P>
+KernelPick choose_kernel(const Entry (&list)[N], const P& p) {
   KernelPick k;
-  const bool tracing = kernel_trace_on();
+  int tracing = -1;  // asked at the first decline: most calls take their first entry
   for (size_t i = 0; i < N; ++i) {
-    const std::string why = list[i].declines ? list[i].declines(p) : std::string();
-    if (why.empty()) {
+    if (!list[i].declines) {
       k.index = static_cast<int>(i);
       k.name = list[i].name;
       return k;
     }
+    const auto why = list[i].declines(p);
+    if (takes(why)) {
+      k.index = static_cast<int>(i);
+      k.name = list[i].name;
+      return k;
+    }
+    if (tracing < 0) tracing = kernel_trace_on();
     if (!tracing) continue;
     if (!k.skipped.empty()) k.skipped.append("; ");
     k.skipped.append(list[i].name).append(": ").append(why);

@@ -165,5 +165,52 @@ TEST(KernelChoices, EveryRecordedProblemRunsItsRecordedKernel) {
   EXPECT_GT(replayed, 0) << "no recorded line can run on this CPU: " << summary;
 }
 
+// The trace line of one call, "[kernel] " cut.
+template <typename F>
+std::string traced(F&& call) {
+  std::string captured;
+  {
+    ScopedTrace trace(static_cast<uint32_t>(TraceKind::Kernel), &captured);
+    call();
+  }
+  std::string last;
+  std::istringstream ls(captured);
+  for (std::string l; std::getline(ls, l);) last = l;
+  return last.rfind("[kernel] ", 0) == 0 ? last.substr(9) : last;
+}
+
+// matmul and linear walk cpu::gemm's list (sgemm_avx512, then the BLAS reference) and the trace
+// names the entry that ran and why the ones before it declined.
+TEST(KernelChoices, GemmListNamesItsChoiceAndWhatItSkipped) {
+  const Tensor a = zeros({8, 8}), b = zeros({8, 8}), w = zeros({40, 8});
+  {
+    cpu::FloatGemmOverride blas(cpu::FloatGemm::Blas);
+    EXPECT_EQ(traced([&] { (void)matmul(a, b); }),
+              "matmul.fwd f32 B=1 M=8 K=8 N=8 [gemm blas] -> blas_sgemm (skipped: sgemm_avx512: own float GEMM off "
+              "(MIXTAPE_GEMM=blas or no AVX-512))");
+  }
+  cpu::FloatGemmOverride own(cpu::FloatGemm::Auto);
+  if (cpu::sgemm_avx512_available()) {
+    EXPECT_EQ(traced([&] { (void)matmul(a, b); }),
+              "matmul.fwd f32 B=1 M=8 K=8 N=8 -> blas_sgemm (skipped: sgemm_avx512: C has fewer than 16 rows or "
+              "columns (OpenBLAS's small-matrix kernels suit it))");
+    EXPECT_EQ(traced([&] { (void)linear(zeros({32, 8}), w); }), "linear.fwd f32 M=32 K=8 N=40 -> sgemm_avx512");
+  } else {
+    EXPECT_EQ(traced([&] { (void)linear(zeros({32, 8}), w); }),
+              "linear.fwd f32 M=32 K=8 N=40 [gemm blas] -> blas_sgemm (skipped: sgemm_avx512: own float GEMM off "
+              "(MIXTAPE_GEMM=blas or no AVX-512))");
+  }
+  EXPECT_EQ(traced([&] { (void)linear(zeros({4, 8}, TensorOptions(DType::Float64)), w.to(DType::Float64)); }),
+            std::string("linear.fwd f64 M=4 K=8 N=40") + (cpu::sgemm_avx512_available() ? "" : " [gemm blas]") +
+                " -> blas_dgemm");
+  if (cpu::can_run_bf16_native(cpu::cpu_features())) {
+    cpu::Bf16GemmOverride vdp(cpu::Bf16GemmPath::Avx512Bf16);
+    EXPECT_EQ(traced([&] { (void)matmul(a.to(DType::BFloat16), b.to(DType::BFloat16)); }),
+              "matmul.fwd bf16 B=1 M=8 K=8 N=8 [bf16 avx512bf16] -> bgemm_avx512bf16 (skipped: bgemm_amx: BF16 GEMMs "
+              "not on AMX (MIXTAPE_CPU_BF16, or no AMX))");
+  }
+}
+
+
 }  // namespace
 }  // namespace mixtape
