@@ -195,35 +195,46 @@ const GemmEntry<BFloat16, float> kGemmBf16[] = {{"bgemm_amx", bgemm_amx_declines
                                                 {"bgemm_avx512bf16", bgemm_avx512bf16_declines, bgemm_avx512bf16},
                                                 {"widened", nullptr, bgemm_widened}};
 
+// matmul and linear force these lists under their own op.pass (MIXTAPE_CPU_KERNEL=matmul.fwd:...).
+const bool kGemmRegistered = register_kernel_list("matmul.fwd", kGemmF32) &&
+                             register_kernel_list("matmul.fwd", kGemmBf16) &&
+                             register_kernel_list("matmul.fwd", kGemmF64) &&
+                             register_kernel_list("linear.fwd", kGemmF32) &&
+                             register_kernel_list("linear.fwd", kGemmBf16) && register_kernel_list("linear.fwd", kGemmF64);
+
 }  // namespace
 
-KernelPick gemm_pick(DType operands, int64_t m, int64_t n) {
+KernelPick gemm_pick(DType operands, int64_t m, int64_t n, const char* op_pass) {
   const GemmProblem p{m, n};
-  if (operands == DType::Float64) return choose_kernel(kGemmF64, p);
+  if (operands == DType::Float64) return choose_kernel(op_pass, kGemmF64, p);
   if (operands == DType::BFloat16) {
-    KernelPick k = choose_kernel(kGemmBf16, p);
+    KernelPick k = choose_kernel(op_pass, kGemmBf16, p);
     if (std::string_view(k.name) != "widened") return k;
-    // Widened operands run the float list: name its choice (what matmul and linear trace).
-    KernelPick f = choose_kernel(kGemmF32, p);
-    if (!k.skipped.empty()) f.skipped = k.skipped + (f.skipped.empty() ? "" : "; " + f.skipped);
-    return f;
+    // Widened operands run the float list: name its choice (what matmul and linear trace); the
+    // index stays the BF16 list's.
+    const KernelPick f = choose_kernel(kGemmF32, p);
+    k.name = f.name;
+    if (!f.skipped.empty()) k.skipped += (k.skipped.empty() ? "" : "; ") + f.skipped;
+    return k;
   }
-  return choose_kernel(kGemmF32, p);
+  return choose_kernel(op_pass, kGemmF32, p);
 }
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float beta, float* c, int64_t ldc) {
-  kGemmF32[choose_kernel(kGemmF32, GemmProblem{m, n}).index].run(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+          float beta, float* c, int64_t ldc, int entry) {
+  if (entry < 0) entry = choose_kernel(kGemmF32, GemmProblem{m, n}).index;
+  kGemmF32[entry].run(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-          int64_t ldb, double beta, double* c, int64_t ldc) {
+          int64_t ldb, double beta, double* c, int64_t ldc, int /*entry: the list has one*/) {
   blas_dgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
-          int64_t ldb, float beta, float* c, int64_t ldc) {
-  kGemmBf16[choose_kernel(kGemmBf16, GemmProblem{m, n}).index].run(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+          int64_t ldb, float beta, float* c, int64_t ldc, int entry) {
+  if (entry < 0) entry = choose_kernel(kGemmBf16, GemmProblem{m, n}).index;
+  kGemmBf16[entry].run(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 void blas_set_num_threads(int n) {

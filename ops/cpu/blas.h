@@ -22,10 +22,12 @@ namespace mixtape::cpu {
 
 // Row-major C (m, n) = op(A) (m, k) @ op(B) (k, n) + beta C, op = transpose when ta / tb.
 // Dimensions and leading dimensions must fit in int (the callers check, naming their op).
+// `entry`: the index gemm_pick() chose in the operand type's list (matmul and linear pass it, so a
+// forced kernel is checked on their own thread), or -1: the list's own choice.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float beta, float* c, int64_t ldc);
+          float beta, float* c, int64_t ldc, int entry = -1);
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-          int64_t ldb, double beta, double* c, int64_t ldc);
+          int64_t ldb, double beta, double* c, int64_t ldc, int entry = -1);
 
 // BF16 operands, FP32 C (the contract of a tensor core with FP32 accumulation): the kernel
 // bf16_gemm_kernel() names (ops/cpu/cpu_features.h, MIXTAPE_CPU_BF16) — AMX tiles
@@ -34,7 +36,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, in
 // summation error; docs/CPU.md, "BF16 GEMM". (matmul and linear call it only on a native kernel:
 // on the emulated path they widen whole operands as they always did, so their bits do not change.)
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
-          int64_t ldb, float beta, float* c, int64_t ldc);
+          int64_t ldb, float beta, float* c, int64_t ldc, int entry = -1);
 
 // True when float GEMMs run on mixtape's own AVX-512 kernel (isa_avx512(): ops/cpu/isa.h, and
 // MIXTAPE_GEMM is not "blas"); conv2d's implicit-GEMM kernel follows the same switch. Reads
@@ -61,8 +63,10 @@ class FloatGemmOverride {
 //   bf16 (native)                            bgemm_amx · bgemm_avx512bf16 · widened (then the f32
 //                                            list, whose choice is named)
 //   f64                                      blas_dgemm
-// with the entries skipped before it when the kernel trace is on.
-KernelPick gemm_pick(DType operands, int64_t m, int64_t n);
+// with the entries skipped before it when the kernel trace is on. `op_pass` ("matmul.fwd",
+// "linear.fwd") is what MIXTAPE_CPU_KERNEL forces it under: a forced entry that declines throws.
+// The index is into the operand type's list (for widened BF16: the BF16 list's "widened").
+KernelPick gemm_pick(DType operands, int64_t m, int64_t n, const char* op_pass);
 
 // BLAS's own thread count (ops/threads.cpp keeps it equal to OpenMP's).
 void blas_set_num_threads(int n);

@@ -4,7 +4,9 @@
 // steering (MIXTAPE_CPU_KERNEL and its aliases, overrides), never of timing or thread count.
 #pragma once
 #include <cstddef>
+#include <cstring>
 #include <string>
+#include <vector>
 
 namespace mixtape::cpu {
 
@@ -56,6 +58,62 @@ KernelPick choose_kernel(const Entry (&list)[N], const P& p) {
     k.skipped.append(list[i].name).append(": ").append(why);
   }
   return k;  // unreachable: every list ends with a reference that declines nothing
+}
+
+// ---- forcing an entry: MIXTAPE_CPU_KERNEL=<op.pass>:<name>[,...] ----
+// e.g. MIXTAPE_CPU_KERNEL=conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm. A forced name steers every
+// list of its op.pass that holds it (lists are per dtype: conv2d.fwd:pairs_avx512bf16 steers BF16
+// convs and leaves FP32 ones to their list); where it declines the problem, the op throws an Error
+// naming the op.pass, the entry and its declines() reason. Read once, at the first choice; an
+// invalid value (not op.pass:name, an unknown op.pass, a name no list of that op.pass holds) throws
+// an Error naming the variable and the accepted values, at every choice.
+
+// The name forced for `op_pass`, or nullptr (a KernelForce answers first).
+const char* forced_kernel(const char* op_pass);
+// Records a list's names under `op_pass`, for the checks above (static initialisation: every
+// forceable list calls it once).
+bool register_kernel_names(const char* op_pass, const std::vector<const char*>& names);
+template <typename Entry, size_t N>
+bool register_kernel_list(const char* op_pass, const Entry (&list)[N]) {
+  std::vector<const char*> names;
+  for (const Entry& e : list) names.push_back(e.name);
+  return register_kernel_names(op_pass, names);
+}
+[[noreturn]] void refuse_forced_kernel(const char* op_pass, const char* name, const std::string& why);
+
+// While alive, forced_kernel() answers from `spec` (MIXTAPE_CPU_KERNEL's syntax; "" forces
+// nothing) whatever the variable says. Process-wide; nests. For tests and benchmarks. Throws the
+// variable's Error for an invalid spec.
+class KernelForce {
+ public:
+  explicit KernelForce(const std::string& spec);
+  ~KernelForce();
+  KernelForce(const KernelForce&) = delete;
+  KernelForce& operator=(const KernelForce&) = delete;
+
+ private:
+  const void* previous_;
+  const void* mine_;
+};
+
+// choose_kernel for a forceable list of `op_pass`: a forced name in this list runs if it takes
+// the problem and is refused if not; otherwise the list's own choice.
+template <typename Entry, size_t N, typename P>
+KernelPick choose_kernel(const char* op_pass, const Entry (&list)[N], const P& p) {
+  if (const char* f = forced_kernel(op_pass)) {
+    for (size_t i = 0; i < N; ++i) {
+      if (std::strcmp(list[i].name, f) != 0) continue;
+      if (list[i].declines) {
+        const auto why = list[i].declines(p);
+        if (!takes(why)) refuse_forced_kernel(op_pass, f, why);
+      }
+      KernelPick k;
+      k.index = static_cast<int>(i);
+      k.name = list[i].name;
+      return k;
+    }
+  }
+  return choose_kernel(list, p);
 }
 
 // MIXTAPE_TRACE=kernel: prints (or captures) one line,

@@ -212,5 +212,78 @@ TEST(KernelChoices, GemmListNamesItsChoiceAndWhatItSkipped) {
 }
 
 
+// The message of the Error `call` throws ("" when it throws none).
+template <typename F>
+std::string error_of(F&& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Tensor conv_f32(int64_t stride) {
+  return conv2d(zeros({1, 4, 16, 16}), zeros({8, 4, 3, 3}), Tensor(), {stride, stride}, {1, 1});
+}
+
+// MIXTAPE_CPU_KERNEL (here its in-process twin, KernelForce) runs the forced entry where it takes
+// the problem, ahead of the entries before it; a list without that name (another dtype's) is left
+// to its own choice.
+TEST(KernelChoices, ForcedKernelRunsWhereItApplies) {
+  const std::string free_conv = traced([] { (void)conv_f32(1); });
+  const Tensor a = zeros({32, 32});
+  {
+    cpu::KernelForce force("conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm,linear.fwd:blas_sgemm");
+    const std::string conv = traced([] { (void)conv_f32(1); });
+    EXPECT_EQ(conv.substr(conv.find(" -> ")), " -> im2col_gemm") << conv;
+    const std::string mm = traced([&] { (void)matmul(a, a); });
+    EXPECT_EQ(mm.substr(mm.find(" -> ")), " -> blas_sgemm") << mm;
+    const std::string lin = traced([&] { (void)linear(a, a); });
+    EXPECT_EQ(lin.substr(lin.find(" -> ")), " -> blas_sgemm") << lin;
+  }
+  {
+    cpu::KernelForce bf16_only("conv2d.fwd:pairs_avx512bf16");  // not in the f32 list
+    EXPECT_EQ(traced([] { (void)conv_f32(1); }), free_conv);
+  }
+  EXPECT_EQ(traced([] { (void)conv_f32(1); }), free_conv);  // the force ended with its scope
+}
+
+// A forced entry that declines the problem is refused, naming the op.pass, the entry and the
+// reason its declines() gives; nothing else runs in its place.
+TEST(KernelChoices, ForcedKernelThatDeclinesIsRefusedWithItsReason) {
+  {
+    cpu::KernelForce force("conv2d.fwd:implicit_gemm_avx512");
+    const std::string e = error_of([] { (void)conv_f32(2); });
+    EXPECT_NE(e.find("conv2d.fwd: the forced kernel implicit_gemm_avx512 (MIXTAPE_CPU_KERNEL=conv2d.fwd:"
+                     "implicit_gemm_avx512) does not apply to this problem: not plane-shift geometry"),
+              std::string::npos)
+        << e;
+  }
+  {
+    cpu::KernelForce force("matmul.fwd:sgemm_avx512");
+    const std::string e = error_of([] { (void)matmul(zeros({8, 8}), zeros({8, 8})); });
+    const std::string why = cpu::sgemm_avx512_available() ? "C has fewer than 16 rows or columns"
+                                                          : "own float GEMM off";
+    EXPECT_NE(e.find("matmul.fwd: the forced kernel sgemm_avx512"), std::string::npos) << e;
+    EXPECT_NE(e.find(why), std::string::npos) << e;
+  }
+}
+
+TEST(KernelChoices, InvalidForcedKernelIsRefusedNamingTheAcceptedValues) {
+  auto refused = [](const std::string& spec) { return error_of([&] { cpu::KernelForce f(spec); }); };
+  EXPECT_NE(refused("conv2d.fwd").find("MIXTAPE_CPU_KERNEL: expected <op.pass>:<name>[,...]"), std::string::npos);
+  const std::string op = refused("conv3d.fwd:im2col_gemm");
+  EXPECT_NE(op.find("unknown op.pass 'conv3d.fwd'"), std::string::npos) << op;
+  EXPECT_NE(op.find("conv2d.dgrad, conv2d.fwd, conv2d.wgrad, linear.fwd, matmul.fwd"), std::string::npos) << op;
+  const std::string name = refused("conv2d.wgrad:nope");
+  EXPECT_NE(name.find("conv2d.wgrad has no kernel 'nope'"), std::string::npos) << name;
+  EXPECT_NE(name.find("its kernels: direct_avx512, im2col_gemm, pairs_avx512bf16"), std::string::npos) << name;
+  EXPECT_NE(refused("conv2d.fwd:im2col_gemm,conv2d.fwd:direct_avx512").find("conv2d.fwd forced twice"),
+            std::string::npos);
+  EXPECT_EQ(refused(""), "");  // forces nothing
+}
+
+
 }  // namespace
 }  // namespace mixtape
