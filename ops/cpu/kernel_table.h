@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/profiler.h"
+
 namespace mixtape::cpu {
 
 bool kernel_trace_on();  // MIXTAPE_TRACE=kernel, or a ScopedTrace with TraceKind::Kernel
@@ -120,7 +122,8 @@ KernelPick choose_kernel(const char* op_pass, const Entry (&list)[N], const P& p
 //   [kernel] <op_pass> <problem> -> <kernel> (skipped: <name>: <why>; ...)
 // e.g. "[kernel] conv2d.wgrad bf16 N=128 C=16 H=28 W=28 O=32 k3 s1 p1 d1 g1 -> pairs_avx512bf16";
 // `skipped` lists the entries before the chosen one and why each declined ("" for none). Calls
-// describe() only when the trace is on.
+// describe() only when the trace is on. Under MIXTAPE_PROFILE it also names the kernel to the
+// profiler, whose table then has a row per op and kernel.
 template <typename Describe>
 void trace_kernel_choice(const char* op_pass, Describe&& describe, const char* kernel, const std::string& skipped);
 
@@ -137,6 +140,7 @@ void emit_kernel_choice(const std::string& line);
 template <typename Describe>
 void trace_kernel_choice(const char* op_pass, Describe&& describe, const char* kernel, const std::string& skipped) {
   if (kernel_trace_on()) emit_kernel_choice(kernel_choice_line(op_pass, describe(), kernel, skipped));
+  if (profiler::enabled()) profiler::note_kernel(kernel);  // MIXTAPE_PROFILE's kernel column
 }
 
 }  // namespace mixtape::cpu

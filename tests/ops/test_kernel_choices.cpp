@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "common/torch_fixture.h"
+#include "core/profiler.h"
 #include "core/trace.h"
 #include "mixtape/mixtape.h"
 #include "ops/cpu/blas.h"
@@ -282,6 +283,43 @@ TEST(KernelChoices, InvalidForcedKernelIsRefusedNamingTheAcceptedValues) {
   EXPECT_NE(refused("conv2d.fwd:im2col_gemm,conv2d.fwd:direct_avx512").find("conv2d.fwd forced twice"),
             std::string::npos);
   EXPECT_EQ(refused(""), "");  // forces nothing
+}
+
+
+// MIXTAPE_PROFILE's table (here a profiler::Profile) has a row per op, dtype and kernel list entry
+// that ran, and names it; ops without kernel lists show "-".
+TEST(KernelChoices, ProfileRowsNameTheKernelThatRan) {
+  profiler::Profile on;
+  {
+    cpu::KernelForce force("conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm");
+    (void)conv_f32(1);
+    (void)conv_f32(1);
+    (void)matmul(zeros({32, 32}), zeros({32, 32}));
+  }
+  const std::string free_line = traced([] { (void)conv_f32(1); });  // the list's own choice, once
+  const std::string free_kernel = free_line.substr(free_line.find(" -> ") + 4);
+  (void)relu(zeros({4}));
+  const profiler::Report r = profiler::report();
+  auto calls = [&](const std::string& op, const std::string& kernel) {
+    int64_t n = 0;
+    for (const auto& row : r.ops)
+      if (row.op == op && row.dtype == "f32" && row.kernel == kernel) n += row.calls;
+    return n;
+  };
+  EXPECT_EQ(calls("conv2d", "im2col_gemm"), free_kernel == "im2col_gemm" ? 3 : 2) << r.table();
+  if (free_kernel != "im2col_gemm") {
+    EXPECT_EQ(calls("conv2d", free_kernel), 1) << r.table();
+  }
+  EXPECT_EQ(calls("matmul", "blas_sgemm"), 1) << r.table();
+  EXPECT_EQ(calls("relu", ""), 1) << r.table();
+  const std::string t = r.table();
+  EXPECT_NE(t.find("kernel"), std::string::npos) << t;
+  const size_t conv_row = t.find("\nconv2d ");
+  ASSERT_NE(conv_row, std::string::npos) << t;
+  EXPECT_NE(t.substr(conv_row, t.find('\n', conv_row + 1) - conv_row).find("im2col_gemm"), std::string::npos) << t;
+  const size_t relu_row = t.find("\nrelu ");
+  ASSERT_NE(relu_row, std::string::npos) << t;
+  EXPECT_NE(t.substr(relu_row, t.find('\n', relu_row + 1) - relu_row).find(" - "), std::string::npos) << t;
 }
 
 
