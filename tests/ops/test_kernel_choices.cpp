@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <vector>
 
 #include "common/torch_fixture.h"
 #include "core/profiler.h"
@@ -126,44 +127,90 @@ std::string rerun(const Recorded& r) {
   return last;
 }
 
-// What this CPU lacks to reach a line's steering ("" when it can replay it). The answers come from
-// the same functions the kernel lists ask.
-std::string missing_for(const Recorded& r) {
-  if (r.bf16 == "amx" && !cpu::can_run_bf16_amx(cpu::cpu_features_with_amx())) return "AMX";
-  if (r.bf16 == "avx512bf16" && !cpu::can_run_bf16_native(cpu::cpu_features())) return "AVX512-BF16";
-  if (r.gemm != "blas" && !cpu::sgemm_avx512_available()) return "AVX-512 (own float GEMM)";
+// What a CPU can run, as far as the recorded steering goes.
+struct CpuCan {
+  bool amx, avx512bf16, own_gemm, conv_kernels;
+};
+// This CPU's answers, from the same functions the kernel lists ask.
+CpuCan this_cpu() {
+  cpu::ConvAlgoOverride on(cpu::ConvAlgo::Auto);
+  return {cpu::can_run_bf16_amx(cpu::cpu_features_with_amx()), cpu::can_run_bf16_native(cpu::cpu_features()),
+          cpu::sgemm_avx512_available(), cpu::conv_implicit_gemm_enabled()};
+}
+
+// What a CPU lacks to reach a line's steering ("" when it can replay it).
+std::string missing_for(const Recorded& r, const CpuCan& can) {
+  if (r.bf16 == "amx" && !can.amx) return "AMX";
+  if (r.bf16 == "avx512bf16" && !can.avx512bf16) return "AVX512-BF16";
+  if (r.gemm != "blas" && !can.own_gemm) return "AVX-512 (own float GEMM)";
   // Only a conv line's bracket says whether the conv kernels were on (matmul and linear name no conv).
-  if (r.op_pass.rfind("conv2d.", 0) == 0 && r.conv != "im2col") {
-    cpu::ConvAlgoOverride on(cpu::ConvAlgo::Auto);
-    if (!cpu::conv_implicit_gemm_enabled()) return "AVX-512 F/BW/VL (conv kernels)";
-  }
+  if (r.op_pass.rfind("conv2d.", 0) == 0 && r.conv != "im2col" && !can.conv_kernels)
+    return "AVX-512 F/BW/VL (conv kernels)";
   return "";
 }
 
-TEST(KernelChoices, EveryRecordedProblemRunsItsRecordedKernel) {
+std::vector<Recorded> recorded_lines() {
+  std::vector<Recorded> v;
   std::ifstream in(testing::torch_fixture_path("kernel_choices.txt"));
-  ASSERT_TRUE(in) << testing::torch_fixture_path("kernel_choices.txt");
-  int replayed = 0, total = 0;
+  EXPECT_TRUE(in) << testing::torch_fixture_path("kernel_choices.txt");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != '#') v.push_back(parse(line));
+  return v;
+}
+
+TEST(KernelChoices, EveryRecordedProblemRunsItsRecordedKernel) {
+  const std::vector<Recorded> lines = recorded_lines();
+  const CpuCan can = this_cpu();
+  int replayed = 0;
   std::map<std::string, int> left_out;  // what the CPU lacks -> lines
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    ++total;
-    const Recorded r = parse(line);
-    if (const std::string m = missing_for(r); !m.empty()) {
+  for (const Recorded& r : lines) {
+    if (const std::string m = missing_for(r, can); !m.empty()) {
       ++left_out[m];
       continue;
     }
     ++replayed;
     const std::string now = rerun(r);
-    EXPECT_EQ(now, line) << "the kernel choice moved: recorded\n  " << line << "\nbut this build chose\n  " << now
-                         << "\n(a deliberate change re-records with tests/fixtures/record_kernel_choices.sh)";
+    EXPECT_EQ(now, r.line) << "the kernel choice moved: recorded\n  " << r.line << "\nbut this build chose\n  " << now
+                           << "\n(a deliberate change re-records with tests/fixtures/record_kernel_choices.sh)";
   }
-  std::string summary = "replayed " + std::to_string(replayed) + " of " + std::to_string(total) + " recorded lines";
+  std::string summary =
+      "replayed " + std::to_string(replayed) + " of " + std::to_string(lines.size()) + " recorded lines";
   for (const auto& [what, n] : left_out) summary += "; left out " + std::to_string(n) + " needing " + what;
   std::cout << "[ KernelChoices ] " << summary << "\n";
   RecordProperty("kernel_choices", summary);
-  EXPECT_GT(total, 100) << "the recording is missing or truncated";
+  EXPECT_GT(lines.size(), 100u) << "the recording is missing or truncated";
   EXPECT_GT(replayed, 0) << "no recorded line can run on this CPU: " << summary;
+}
+
+// Every class of CPU CI may run on finds lines of its own in the recording, and each richer class
+// reaches more: a CPU without AVX-512 replays the generic lines (BF16 widened, convs on im2col,
+// GEMMs on BLAS), Skylake-X adds the AVX-512 ones, Zen 4/5 the vdpbf16ps ones, Sapphire Rapids AMX's.
+TEST(KernelChoices, EachCpuClassReachesItsOwnPartOfTheRecording) {
+  const std::vector<Recorded> lines = recorded_lines();
+  const CpuCan classes[] = {{false, false, false, false},  // x86-64 without AVX-512
+                            {false, false, true, true},    // AVX-512 without AVX512-BF16
+                            {false, true, true, true},     // AVX512-BF16 without AMX (Zen 4/5)
+                            {true, true, true, true}};     // AMX (the recording's own CPU)
+  size_t previous = 0;
+  for (const CpuCan& can : classes) {
+    size_t n = 0;
+    for (const Recorded& r : lines) {
+      if (!missing_for(r, can).empty()) continue;
+      ++n;
+      if (!can.own_gemm) {
+        EXPECT_EQ(r.gemm, "blas") << r.line;
+        if (r.dtype == "bf16") {
+          EXPECT_EQ(r.bf16, "emulated") << r.line;
+        }
+      }
+    }
+    std::cout << "[ KernelChoices ] a CPU with amx=" << can.amx << " avx512bf16=" << can.avx512bf16
+              << " avx512=" << can.own_gemm << " replays " << n << " lines\n";
+    EXPECT_GT(n, previous) << "a CPU with amx=" << can.amx << " avx512bf16=" << can.avx512bf16
+                           << " avx512=" << can.own_gemm << " reaches no more recorded lines than the class before";
+    previous = n;
+  }
+  EXPECT_EQ(previous, lines.size()) << "the recording's own CPU must reach every line";
 }
 
 // The trace line of one call, "[kernel] " cut.
