@@ -1,7 +1,8 @@
 // core/profiler.cpp — the per-op profiler's state, the kernel scope and the table (core/profiler.h).
-// Invariant: rows are keyed by (op, device type, first input's dtype); a CPU kernel's time is
-// added when it ends, a device kernel's when its events are resolved (step(), report()); a
-// nested kernel timed the same way as its parent is subtracted from the parent's row, so the
+// Invariant: rows are keyed by (op, device type, first input's dtype, noted CPU kernel); a CPU
+// kernel's time is added when it ends, a device kernel's when its events are resolved (step(),
+// report()); a nested kernel timed the same way as its parent is subtracted from the parent's
+// self time, so the
 // rows' sum is the time inside top-level kernels, counted once.
 #include "core/profiler.h"
 
@@ -44,7 +45,7 @@ struct Pending {
 struct State {
   std::mutex mu;
   std::vector<OpRecord> records;
-  std::map<std::tuple<const OpSchema*, int, int>, int> index;  // (op, device, dtype or -1) -> row
+  std::map<std::tuple<const OpSchema*, int, int, std::string>, int> index;  // (op, device, dtype or -1, kernel) -> row
   std::deque<Pending> pending;
   int64_t steps = 0;
   int64_t start_ns = now_ns();
@@ -153,7 +154,9 @@ Report report() {
   std::lock_guard<std::mutex> lock(s.mu);
   resolve_locked(s, /*wait=*/true);
   Report r;
-  r.ops = s.records;
+  // A row a kernel began in but none finished in (a noted kernel moved the call to its own row).
+  for (const OpRecord& rec : s.records)
+    if (rec.calls > 0 || rec.self_ms != 0) r.ops.push_back(rec);
   std::stable_sort(r.ops.begin(), r.ops.end(),
                    [](const OpRecord& a, const OpRecord& b) { return a.self_ms > b.self_ms; });
   r.steps = s.steps;
@@ -210,23 +213,33 @@ int device_index_of(const OpCall& call) {
 }
 }  // namespace
 
+namespace {
+// The row of (op, device, dtype or -1, kernel), made on first use.
+int row_locked(State& s, const OpSchema& op, int device, int dtype, const std::string& kernel) {
+  const auto key = std::make_tuple(&op, device, dtype, kernel);
+  auto it = s.index.find(key);
+  if (it == s.index.end()) {
+    OpRecord r;
+    r.op = op.name;
+    r.device = static_cast<DeviceType>(device);
+    r.dtype = dtype >= 0 ? std::string(dtype_short(static_cast<DType>(dtype))) : "-";
+    r.kernel = kernel;
+    s.records.push_back(std::move(r));
+    it = s.index.emplace(key, int(s.records.size()) - 1).first;
+  }
+  return it->second;
+}
+}  // namespace
+
 void KernelScope::begin(const OpSchema& op, const OpCall& call, DeviceType device) {
   State& s = state();
   const bool has_input = !call.inputs.empty() && call.inputs[0].defined();
   const int dtype = has_input ? static_cast<int>(call.inputs[0].dtype()) : -1;
+  op_ = &op;
+  dtype_ = dtype;
   {
     std::lock_guard<std::mutex> lock(s.mu);
-    auto key = std::make_tuple(&op, static_cast<int>(device), dtype);
-    auto it = s.index.find(key);
-    if (it == s.index.end()) {
-      OpRecord r;
-      r.op = op.name;
-      r.device = device;
-      r.dtype = has_input ? std::string(dtype_short(call.inputs[0].dtype())) : "-";
-      s.records.push_back(std::move(r));
-      it = s.index.emplace(key, int(s.records.size()) - 1).first;
-    }
-    entry_ = it->second;
+    entry_ = row_locked(s, op, static_cast<int>(device), dtype, "");
     generation_ = s.generation;
     timer_ = s.timers[static_cast<int>(device)];
   }
@@ -280,12 +293,17 @@ void KernelScope::end() {
   const double ms = double(now_ns() - start_ns_) / 1e6;
   std::lock_guard<std::mutex> lock(s.mu);
   if (generation_ != s.generation) return;
+  if (!kernel_.empty()) entry_ = row_locked(s, *op_, static_cast<int>(device_), dtype_, kernel_);
   OpRecord& r = s.records[entry_];
   ++r.calls;
-  r.self_ms += ms;
+  r.self_ms += ms - children_ms_;
   r.launches += launches_;
   r.library_calls += library_calls_;
-  if (parent_ && !parent_->device_token_ && parent_->generation_ == generation_) s.records[parent_->entry_].self_ms -= ms;
+  if (parent_ && !parent_->device_token_ && parent_->generation_ == generation_) parent_->children_ms_ += ms;
+}
+
+void note_kernel(const std::string& name) {
+  if (enabled() && tls_current) tls_current->kernel_ = name;
 }
 
 double Report::total_self_ms() const {
@@ -309,15 +327,20 @@ std::string Report::table() const {
   const bool any_device_work = total_launches() + total_library_calls() > 0;
   std::string out = "mixtape profile: " + std::to_string(steps) + " step(s), " + fixed(wall_ms, 1) + " ms wall, " +
                     fixed(in_ops, 1) + " ms self time in " + std::to_string(ops.size()) + " op row(s)\n";
-  size_t name_width = 24;
+  size_t name_width = 24, kernel_width = 0;
   for (const OpRecord& r : ops) name_width = std::max(name_width, r.op.size() + 2);
-  out += pad("op", name_width, false) + pad("device", 7, false) + pad("dtype", 6, false) + pad("calls", 9, true) +
+  // The kernel column only where some op ran a CPU kernel list's entry.
+  for (const OpRecord& r : ops)
+    if (!r.kernel.empty()) kernel_width = std::max<size_t>({kernel_width, 8, r.kernel.size() + 2});
+  auto kernel_cell = [&](const std::string& k) { return kernel_width ? pad(k.empty() ? "-" : k, kernel_width, false) : ""; };
+  out += pad("op", name_width, false) + pad("device", 7, false) + pad("dtype", 6, false) + kernel_cell("kernel") +
+         pad("calls", 9, true) +
          pad("self ms", 11, true) + pad("share", 8, true) + pad("us/call", 10, true);
   if (any_device_work) out += pad("launches", 10, true) + pad("lib calls", 11, true);
   out += '\n';
   for (const OpRecord& r : ops) {
     out += pad(r.op, name_width, false) + pad(device_type_name(r.device), 7, false) + pad(r.dtype, 6, false) +
-           pad(std::to_string(r.calls), 9, true) + pad(fixed(r.self_ms, 2), 11, true) +
+           kernel_cell(r.kernel) + pad(std::to_string(r.calls), 9, true) + pad(fixed(r.self_ms, 2), 11, true) +
            pad(fixed(in_ops > 0 ? 100.0 * r.self_ms / in_ops : 0.0, 1) + "%", 8, true) +
            pad(fixed(r.calls ? 1000.0 * r.self_ms / double(r.calls) : 0.0, 1), 10, true);
     if (any_device_work) out += pad(std::to_string(r.launches), 10, true) + pad(std::to_string(r.library_calls), 11, true);

@@ -22,11 +22,14 @@ struct OpCall;
 
 namespace mixtape::profiler {
 
-// One row: an op on one device type with the dtype of its first input.
+// One row: an op on one device type with the dtype of its first input and, for ops that choose
+// from a CPU kernel list (conv2d's passes, matmul, linear: ops/cpu/kernel_table.h), the entry that
+// ran: conv2d f32 on direct_avx512 and on im2col_gemm are two rows.
 struct OpRecord {
   std::string op;
   DeviceType device = DeviceType::CPU;
   std::string dtype;  // of the first input ("f32"), "-" for an op without inputs
+  std::string kernel;  // the CPU kernel list's entry it ran (note_kernel), "" for an op without lists
   int64_t calls = 0;
   double self_ms = 0;         // CPU: wall time; CUDA: device time between the op's events
   int64_t launches = 0;       // mixtape's own kernel launches (cuda::launch_kernel)
@@ -60,6 +63,10 @@ Report report();
 // divides by the number of marks. Also reads the CUDA events already completed (the kernels
 // themselves do so every 4096 pending pairs, so a run that never marks a step stays bounded too).
 void step();
+
+// Called by a CPU kernel (on its own thread) with the kernel list entry it runs: its call is
+// counted in the row of that kernel. Nothing when profiling is off or outside a kernel.
+void note_kernel(const std::string& name);
 
 // Called by cuda::launch_kernel and by the cuBLAS / cuDNN call sites.
 void count_launch();
@@ -110,7 +117,11 @@ class KernelScope {
   void finish();  // end(), reporting (not throwing) what fails
   void end();
   bool active_ = false;
-  int entry_ = -1;
+  int entry_ = -1;  // the row: (op, device, dtype), moved at the end to the noted kernel's
+  const OpSchema* op_ = nullptr;
+  int dtype_ = -1;
+  std::string kernel_;    // note_kernel's
+  double children_ms_ = 0;  // host time of the timed kernels nested in this one
   DeviceType device_ = DeviceType::CPU;
   int64_t start_ns_ = 0;
   int64_t launches_ = 0;
@@ -121,6 +132,7 @@ class KernelScope {
   KernelScope* parent_ = nullptr;
   friend void count_launch();
   friend void count_library_call();
+  friend void note_kernel(const std::string& name);
 };
 
 }  // namespace mixtape::profiler

@@ -446,13 +446,18 @@ const ConvEntry kForwardBf16[] = {{"pairs_avx512bf16", pairs_bf16_declines},
 // FP16, and BF16 widened to FP32 (MIXTAPE_CPU_BF16=emulated).
 const ConvEntry kForwardWidened[] = {{"implicit_gemm_avx512", implicit_gemm_declines}, {"im2col_gemm", nullptr}};
 const ConvEntry kForwardF64[] = {{"im2col_gemm", nullptr}};
+// For MIXTAPE_CPU_KERNEL's checks (ops/cpu/kernel_table.h).
+const bool kForwardRegistered = cpu::register_kernel_list("conv2d.fwd", kForwardF32) &&
+                                cpu::register_kernel_list("conv2d.fwd", kForwardBf16) &&
+                                cpu::register_kernel_list("conv2d.fwd", kForwardWidened) &&
+                                cpu::register_kernel_list("conv2d.fwd", kForwardF64);
 
 template <typename S, typename A>
 cpu::KernelPick forward_pick(const ConvGeom& g) {
-  if constexpr (std::is_same_v<S, float>) return cpu::choose_kernel(kForwardF32, g);
-  else if constexpr (std::is_same_v<A, BFloat16>) return cpu::choose_kernel(kForwardBf16, g);
-  else if constexpr (std::is_same_v<S, double>) return cpu::choose_kernel(kForwardF64, g);
-  else return cpu::choose_kernel(kForwardWidened, g);
+  if constexpr (std::is_same_v<S, float>) return cpu::choose_kernel("conv2d.fwd", kForwardF32, g);
+  else if constexpr (std::is_same_v<A, BFloat16>) return cpu::choose_kernel("conv2d.fwd", kForwardBf16, g);
+  else if constexpr (std::is_same_v<S, double>) return cpu::choose_kernel("conv2d.fwd", kForwardF64, g);
+  else return cpu::choose_kernel("conv2d.fwd", kForwardWidened, g);
 }
 
 template <typename S, typename T, typename A>
@@ -554,11 +559,14 @@ const GradEntry kInputGradBf16[] = {{"as_conv", as_conv_declines},
                                     {"direct_avx512", dgrad_direct_declines},
                                     {"gemm_col2im", nullptr}};
 const GradEntry kInputGradF64[] = {{"as_conv", as_conv_declines}, {"gemm_col2im", nullptr}};
+const bool kInputGradRegistered = cpu::register_kernel_list("conv2d.dgrad", kInputGradFloat) &&
+                                  cpu::register_kernel_list("conv2d.dgrad", kInputGradBf16) &&
+                                  cpu::register_kernel_list("conv2d.dgrad", kInputGradF64);
 template <typename S, typename A>
 cpu::KernelPick input_grad_pick(const ConvProblem& p) {
-  if constexpr (std::is_same_v<A, BFloat16>) return cpu::choose_kernel(kInputGradBf16, p);
-  else if constexpr (std::is_same_v<S, double>) return cpu::choose_kernel(kInputGradF64, p);
-  else return cpu::choose_kernel(kInputGradFloat, p);
+  if constexpr (std::is_same_v<A, BFloat16>) return cpu::choose_kernel("conv2d.dgrad", kInputGradBf16, p);
+  else if constexpr (std::is_same_v<S, double>) return cpu::choose_kernel("conv2d.dgrad", kInputGradF64, p);
+  else return cpu::choose_kernel("conv2d.dgrad", kInputGradFloat, p);
 }
 
 // gy (N, O, L), w (O, K/G) -> gx (N, C, H, W), on kernel k of input_grad_pick (not "as_conv").
@@ -619,14 +627,17 @@ std::string wgrad_pairs_declines(const ConvProblem& p) {
 const GradEntry kWeightGradFloat[] = {{"direct_avx512", wgrad_direct_declines}, {"im2col_gemm", nullptr}};
 const GradEntry kWeightGradBf16[] = {{"pairs_avx512bf16", wgrad_pairs_declines}, {"im2col_gemm", nullptr}};
 const GradEntry kWeightGradF64[] = {{"im2col_gemm", nullptr}};
+const bool kWeightGradRegistered = cpu::register_kernel_list("conv2d.wgrad", kWeightGradFloat) &&
+                                   cpu::register_kernel_list("conv2d.wgrad", kWeightGradBf16) &&
+                                   cpu::register_kernel_list("conv2d.wgrad", kWeightGradF64);
 
 // x (N, C, H, W), gy (N, O, L) -> gw (O, K/G), summed over n
 template <typename S, typename T, typename A>
 cpu::KernelPick conv_weight_grad(const ConvGeom& g, const S* x, const S* gy, T* gw) {
   cpu::KernelPick k;
-  if constexpr (std::is_same_v<A, BFloat16>) k = cpu::choose_kernel(kWeightGradBf16, ConvProblem{g, DType::BFloat16});
-  else if constexpr (std::is_same_v<T, double>) k = cpu::choose_kernel(kWeightGradF64, ConvProblem{g, DType::Float64});
-  else k = cpu::choose_kernel(kWeightGradFloat, ConvProblem{g, DType::Float32});
+  if constexpr (std::is_same_v<A, BFloat16>) k = cpu::choose_kernel("conv2d.wgrad", kWeightGradBf16, ConvProblem{g, DType::BFloat16});
+  else if constexpr (std::is_same_v<T, double>) k = cpu::choose_kernel("conv2d.wgrad", kWeightGradF64, ConvProblem{g, DType::Float64});
+  else k = cpu::choose_kernel("conv2d.wgrad", kWeightGradFloat, ConvProblem{g, DType::Float32});
   const std::string_view name = k.name;
   if constexpr (std::is_same_v<T, float> && std::is_same_v<A, float>) {
     if (name == "direct_avx512") return cpu::conv_weight_grad_direct(conv_shape(g), x, gy, gw), k;

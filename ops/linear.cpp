@@ -104,6 +104,8 @@ TensorList linear_cpu(const OpCall& call) {
     x2 = xd.as_strided_alias({m, in}, {in, 1}, xd.storage_offset());
   }
   Tensor bc = b.defined() ? dense(b, ct) : Tensor();
+  // Chosen here, on the calling thread: a forced kernel that declines throws before the GEMM runs.
+  const cpu::KernelPick pick = in == 0 ? cpu::KernelPick{} : cpu::gemm_pick(ot, m, out_f, "linear.fwd");
   visit_floating(ct, call.name(), [&]<typename T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       T* c = static_cast<T*>(oc.data_ptr());
@@ -120,12 +122,13 @@ TensorList linear_cpu(const OpCall& call) {
       if constexpr (std::is_same_v<T, float>) {
         if (ot == DType::BFloat16) {
           cpu::gemm(xa.trans, !wa.trans, m, out_f, in, static_cast<const BFloat16*>(xa.t.data_ptr()), xa.ld,
-                    static_cast<const BFloat16*>(wa.t.data_ptr()), wa.ld, bc.defined() ? 1.0f : 0.0f, c, out_f);
+                    static_cast<const BFloat16*>(wa.t.data_ptr()), wa.ld, bc.defined() ? 1.0f : 0.0f, c, out_f,
+                    pick.index);
           return;
         }
       }
       cpu::gemm(xa.trans, !wa.trans, m, out_f, in, static_cast<const T*>(xa.t.data_ptr()), xa.ld,
-                static_cast<const T*>(wa.t.data_ptr()), wa.ld, bc.defined() ? T(1) : T(0), c, out_f);
+                static_cast<const T*>(wa.t.data_ptr()), wa.ld, bc.defined() ? T(1) : T(0), c, out_f, pick.index);
     }
   });
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16
@@ -135,7 +138,7 @@ TensorList linear_cpu(const OpCall& call) {
         return std::string(dtype_short(dt)) + " M=" + std::to_string(m) + " K=" + std::to_string(in) +
                " N=" + std::to_string(out_f) + cpu::steering_tags(dt == DType::BFloat16, false);
       },
-      in == 0 ? "bias_fill" : cpu::gemm_kernel_name(ot, m, out_f), "");
+      in == 0 ? "bias_fill" : pick.name, in == 0 ? std::string() : pick.skipped);
   return {out};
 }
 

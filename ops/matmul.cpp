@@ -88,6 +88,8 @@ TensorList matmul_cpu(const OpCall& call) {
   IntList bs = cpu::broadcast_byte_strides(bc.as_strided_alias(bbatch, IntList(bc.strides().begin(), bc.strides().end() - 2),
                                                                bc.storage_offset()),
                                            batch);
+  // Chosen here, on the calling thread: a forced kernel that declines throws before any GEMM runs.
+  const cpu::KernelPick pick = cpu::gemm_pick(ot, n, m, "matmul.fwd");
   visit_floating(ct, call.name(), [&]<typename T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       const char* ap = static_cast<const char*>(ac.data_ptr());
@@ -104,12 +106,12 @@ TensorList matmul_cpu(const OpCall& call) {
         if constexpr (std::is_same_v<T, float>) {
           if (ot == DType::BFloat16) {
             cpu::gemm(la.trans, lb.trans, n, m, k, reinterpret_cast<const BFloat16*>(ap + aoff), la.ld,
-                      reinterpret_cast<const BFloat16*>(bp + boff), lb.ld, 0.0f, op + i * n * m, m);
+                      reinterpret_cast<const BFloat16*>(bp + boff), lb.ld, 0.0f, op + i * n * m, m, pick.index);
             continue;
           }
         }
         cpu::gemm(la.trans, lb.trans, n, m, k, reinterpret_cast<const T*>(ap + aoff), la.ld,
-                  reinterpret_cast<const T*>(bp + boff), lb.ld, T(0), op + i * n * m, m);
+                  reinterpret_cast<const T*>(bp + boff), lb.ld, T(0), op + i * n * m, m, pick.index);
       }
     }
   });
@@ -120,7 +122,7 @@ TensorList matmul_cpu(const OpCall& call) {
         return std::string(dtype_short(dt)) + " B=" + std::to_string(nb) + " M=" + std::to_string(n) +
                " K=" + std::to_string(k) + " N=" + std::to_string(m) + cpu::steering_tags(dt == DType::BFloat16, false);
       },
-      cpu::gemm_kernel_name(ot, n, m), "");
+      pick.name, pick.skipped);
   return {out};
 }
 

@@ -2,20 +2,14 @@
 // the implicit-GEMM convolution (ops/cpu/conv_implicit_gemm.cpp): one tile configuration (every
 // tile 16 rows of 64 bytes) and the 32 x 32 block product on it, whose order of summation is the
 // determinism rule written in ops/cpu/bgemm_amx.h.
-// Invariant: call only from MT_AMX functions, after can_run_bf16_amx(cpu_features_with_amx()); a thread
+// Invariant: call only from MT_TARGET_AMX functions, after can_run_bf16_amx(cpu_features_with_amx()); a thread
 // holds a TileScope while it runs tile instructions, so its tiles are configured first and
 // released however the scope ends (no thread keeps tile state the kernel must save on every
 // context switch).
 #pragma once
 #include <cstdint>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define MIXTAPE_HAVE_AMX_TILES 1
-#define MT_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma,amx-tile,amx-bf16")))
-#else
-#define MIXTAPE_HAVE_AMX_TILES 0
-#endif
+#include "ops/cpu/isa.h"
 
 namespace mixtape::cpu::amx {
 
@@ -23,7 +17,7 @@ constexpr int64_t kTile = 16;   // rows of every tile; 16 FP32 or 16 BF16 pairs 
 constexpr int64_t kStep = 32;   // depth of one tdpbf16ps: 16 pairs
 constexpr int64_t kBlock = 32;  // rows and columns of a C block: 2 x 2 accumulator tiles
 
-#if MIXTAPE_HAVE_AMX_TILES
+#if MIXTAPE_X86_KERNELS
 
 // ldtilecfg's 64-byte operand: palette 1, every tile 16 rows of 64 bytes (tmm0-7).
 struct alignas(64) TileConfig {
@@ -35,7 +29,7 @@ struct alignas(64) TileConfig {
 };
 static_assert(sizeof(TileConfig) == 64, "ldtilecfg reads 64 bytes");
 
-MT_AMX inline void configure_amx_tiles() {
+MT_TARGET_AMX inline void configure_amx_tiles() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = kTile;
   // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of cfg: make all 64 visible.
@@ -45,8 +39,8 @@ MT_AMX inline void configure_amx_tiles() {
 
 // Configures the calling thread's tiles for its lifetime and releases them at its end.
 struct TileScope {
-  MT_AMX TileScope() { configure_amx_tiles(); }
-  MT_AMX ~TileScope() { _tile_release(); }
+  MT_TARGET_AMX TileScope() { configure_amx_tiles(); }
+  MT_TARGET_AMX ~TileScope() { _tile_release(); }
   TileScope(const TileScope&) = delete;
   TileScope& operator=(const TileScope&) = delete;
 };
@@ -59,7 +53,7 @@ struct TileScope {
 // With `top`, rows 0-15 only (tmm0-1), for a block whose rows 16-31 are padding (16 output
 // channels: ResNet's first stage): half the tile loads and products. Each accumulator tile is its
 // own chain, so those rows' sums are the full block's, bit for bit.
-MT_AMX inline void block_product(int64_t steps, const uint16_t* ap, const uint16_t* bp, bool top = false) {
+MT_TARGET_AMX inline void block_product(int64_t steps, const uint16_t* ap, const uint16_t* bp, bool top = false) {
   // The tile loads are asm without a memory operand: make the packers' stores happen first.
   __asm__ volatile("" : : : "memory");
   _tile_zero(0);
@@ -82,7 +76,7 @@ MT_AMX inline void block_product(int64_t steps, const uint16_t* ap, const uint16
 }
 
 // Stores tmm0-3 (with `top`, tmm0-1: rows 0-15) as a 32 x 32 FP32 block with row stride ld floats.
-MT_AMX inline void store_block(float* t, int64_t ld, bool top = false) {
+MT_TARGET_AMX inline void store_block(float* t, int64_t ld, bool top = false) {
   _tile_stored(0, t, ld * 4);
   _tile_stored(1, t + kTile, ld * 4);
   if (top) return;
@@ -90,6 +84,6 @@ MT_AMX inline void store_block(float* t, int64_t ld, bool top = false) {
   _tile_stored(3, t + kTile * ld + kTile, ld * 4);
 }
 
-#endif  // MIXTAPE_HAVE_AMX_TILES
+#endif  // MIXTAPE_X86_KERNELS
 
 }  // namespace mixtape::cpu::amx

@@ -1,40 +1,23 @@
-// ops/cpu/bf16_lanes_avx512.cpp — see bf16_lanes_avx512.h. Only the MT_LANES functions hold
+// ops/cpu/bf16_lanes_avx512.cpp — see bf16_lanes_avx512.h. Only the MT_TARGET_AVX512 functions hold
 // AVX-512 instructions; they run only after bf16_lanes_available().
 #include "ops/cpu/bf16_lanes_avx512.h"
 
 #include "core/error.h"
 #include "ops/cpu/cpu_features.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
 #include "ops/cpu/bf16_round_avx512.h"
-#define MIXTAPE_HAVE_BF16_LANES 1
-#define MT_LANES __attribute__((target("avx512f,avx512bw,avx512vl")))
-// GCC 12's shift/convert intrinsics start from _mm512_undefined_*(); see ops/cpu/sgemm_avx512.cpp.
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#else
-#define MIXTAPE_HAVE_BF16_LANES 0
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 
-bool bf16_lanes_available() {
-  static const bool on = [] {
-    const CpuFeatures& f = cpu_features();
-    return MIXTAPE_HAVE_BF16_LANES && f.avx512f && f.avx512bw && f.avx512vl && f.os_zmm_state;
-  }();
-  return on;
-}
+bool bf16_lanes_available() { return isa_avx512(); }
 
-#if MIXTAPE_HAVE_BF16_LANES
+#if MIXTAPE_X86_KERNELS
 namespace {
 
 template <LaneOp Op>
-MT_LANES inline __m512 apply(__m512 x, __m512 y) {
+MT_TARGET_AVX512 inline __m512 apply(__m512 x, __m512 y) {
   if constexpr (Op == LaneOp::Add) return _mm512_add_ps(x, y);
   if constexpr (Op == LaneOp::Sub) return _mm512_sub_ps(x, y);
   if constexpr (Op == LaneOp::Mul) return _mm512_mul_ps(x, y);
@@ -42,7 +25,7 @@ MT_LANES inline __m512 apply(__m512 x, __m512 y) {
 }
 
 template <LaneOp Op>
-MT_LANES void rows(int64_t n, char* out, const char* a, const char* b) {
+MT_TARGET_AVX512 void rows(int64_t n, char* out, const char* a, const char* b) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 x = widen_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2 * i)));
@@ -58,6 +41,7 @@ MT_LANES void rows(int64_t n, char* out, const char* a, const char* b) {
 }
 
 }  // namespace
+#endif  // MIXTAPE_X86_KERNELS
 
 void bf16_binary_lanes(LaneOp op, int64_t n, char* out, const char* a, const char* b) {
   switch (op) {
@@ -69,10 +53,7 @@ void bf16_binary_lanes(LaneOp op, int64_t n, char* out, const char* a, const cha
   }
   MT_ERROR("bf16_binary_lanes: no lane operation given");
 }
-#else
-void bf16_binary_lanes(LaneOp, int64_t, char*, const char*, const char*) {
-  MT_ERROR("bf16_binary_lanes: not built for this target");
-}
-#endif
 
 }  // namespace mixtape::cpu
+
+MT_KERNELS_END

@@ -3,36 +3,24 @@
 // vdpbf16ps (ops/cpu/bgemm_avx512bf16.h) and the AMX tile instruction tdpbf16ps
 // (ops/cpu/bgemm_amx.h) multiply. Owns: the 16 x 16 32-bit transpose, the masked pair loads, and
 // the packing of op(B) into 32-column panels of pairs.
-// Invariant: everything here is AVX-512 (F, BW, VL) code, inline, compiled with MT_BF16_PAIRS;
+// Invariant: everything here is AVX-512 (F, BW, VL) code, inline, compiled with MT_TARGET_AVX512BF16;
 // call it only from functions whose target includes those features, after the CPU check.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define MIXTAPE_HAVE_BF16_PAIRS 1
-#define MT_BF16_PAIRS __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
-// GCC 12's shuffle intrinsics start from an undefined vector (a self-initialised variable) that
-// -W(maybe-)uninitialized reports in every caller, depending on -O; the value is never read.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#else
-#define MIXTAPE_HAVE_BF16_PAIRS 0
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu::bf16_pairs {
 
 // Columns of a packed op(B) panel: two zmm of 16 pairs per depth pair.
 constexpr int64_t kPairPanel = 32;
 
-#if MIXTAPE_HAVE_BF16_PAIRS
+#if MIXTAPE_X86_KERNELS
 
 // The low `n` of 32 16-bit lanes (n <= 32): masked loads touch no memory past them.
-MT_BF16_PAIRS inline __mmask32 low_lanes(int64_t n) {
+MT_TARGET_AVX512BF16 inline __mmask32 low_lanes(int64_t n) {
   return n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
 }
 
@@ -40,7 +28,7 @@ MT_BF16_PAIRS inline __mmask32 low_lanes(int64_t n) {
 // column col, rows 0..15 in its lanes. Rounds: 32-bit interleave of row pairs, 64-bit interleave
 // (lane L of u[4g + e] then holds rows 4g..4g+3 of column 4L + e), then two rounds of 128-bit
 // lane selection gathering the four row groups of each column.
-MT_BF16_PAIRS inline void transpose16x16_epi32(__m512i r[16]) {
+MT_TARGET_AVX512BF16 inline void transpose16x16_epi32(__m512i r[16]) {
   __m512i t[16];
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
@@ -69,8 +57,8 @@ MT_BF16_PAIRS inline void transpose16x16_epi32(__m512i r[16]) {
 // Loads the depth run [p, p + 32) of `rows` (<= 16) rows base + q stride (each a row whose depth
 // pairs are contiguous), zero past depth kc and for q >= rows, and transposes the 32-bit pairs:
 // r[q] = pair p / 2 + q of the 16 rows, one per lane. Returns how many of the 16 pairs are in the
-// slice. (A function, not a lambda taking a store: lambdas do not inherit MT_BF16.)
-MT_BF16_PAIRS inline int64_t load_pairs_transposed(const uint16_t* base, int64_t stride, int64_t rows, int64_t p,
+// slice. (A function, not a lambda taking a store: lambdas do not inherit MT_TARGET_AVX512BF16.)
+MT_TARGET_AVX512BF16 inline int64_t load_pairs_transposed(const uint16_t* base, int64_t stride, int64_t rows, int64_t p,
                                              int64_t kc, __m512i r[16]) {
   const __mmask32 mask = low_lanes(kc - p);
   for (int q = 0; q < 16; ++q)
@@ -81,7 +69,7 @@ MT_BF16_PAIRS inline int64_t load_pairs_transposed(const uint16_t* base, int64_t
 
 // One pair row of a 32-column panel: r0, r1 hold depths p and p + 1 of the 32 columns; dst (64-byte
 // aligned) gets (r0[j], r1[j]) for j = 0..31 as 32-bit words, 128 bytes.
-MT_BF16_PAIRS inline void store_pair_row(__m512i r0, __m512i r1, uint16_t* dst) {
+MT_TARGET_AVX512BF16 inline void store_pair_row(__m512i r0, __m512i r1, uint16_t* dst) {
   alignas(64) static constexpr uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                                    8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   const __m512i lo_idx = _mm512_load_si512(kLo);
@@ -93,7 +81,7 @@ MT_BF16_PAIRS inline void store_pair_row(__m512i r0, __m512i r1, uint16_t* dst) 
 // Packs the op(B) panel of kPairPanel columns [j0, j0 + cols), depth [p0, p0 + kc): pair p2, column jj holds
 // (op(B)[p0 + 2 p2, j0 + jj], op(B)[p0 + 2 p2 + 1, ..]) at dst + (p2 kPairPanel + jj) 2, zero past cols
 // and past depth kc. dst is 64-byte aligned.
-MT_BF16_PAIRS inline void pack_b_pairs(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0,
+MT_TARGET_AVX512BF16 inline void pack_b_pairs(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0,
                                        int64_t kc,
                           uint16_t* dst) {
   const int64_t kc2 = (kc + 1) / 2;
@@ -121,10 +109,8 @@ MT_BF16_PAIRS inline void pack_b_pairs(bool tb, const uint16_t* b, int64_t ldb, 
   }
 }
 
-#endif  // MIXTAPE_HAVE_BF16_PAIRS
+#endif  // MIXTAPE_X86_KERNELS
 
 }  // namespace mixtape::cpu::bf16_pairs
 
-#if MIXTAPE_HAVE_BF16_PAIRS
-#pragma GCC diagnostic pop
-#endif
+MT_KERNELS_END

@@ -1,5 +1,5 @@
 // ops/cpu/bgemm_amx.cpp — the AMX BF16 GEMM (see bgemm_amx.h for the algorithm and the numerics).
-// Only the functions marked MT_AMX contain AVX-512 or AMX instructions; the entry point is
+// Only the functions marked MT_TARGET_AMX contain AVX-512 or AMX instructions; the entry point is
 // baseline x86-64 and checks the CPU (and Linux's permission) before calling them.
 #include "ops/cpu/bgemm_amx.h"
 
@@ -20,16 +20,8 @@
 #include "ops/cpu/gemm_args.h"
 #include "ops/cpu/tile_threads.h"
 
-#if MIXTAPE_HAVE_BF16_PAIRS && MIXTAPE_HAVE_AMX_TILES
-#define MIXTAPE_HAVE_AMX_GEMM 1
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#else
-#define MIXTAPE_HAVE_AMX_GEMM 0
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 namespace {
@@ -45,12 +37,12 @@ constexpr int64_t kParallelMacs = int64_t(1) << 21;
 static_assert(kNr == amx::kBlock, "a B panel is two B tiles wide");
 static_assert(kKc % kStep == 0, "a slice is whole depth steps");
 
-#if MIXTAPE_HAVE_AMX_GEMM
+#if MIXTAPE_X86_KERNELS
 
 // Packs op(A) rows [i0, i0 + mc), depth [p0, p0 + kc) into panels of kMr rows: panel r, depth
 // step s holds two row-major 16 x 32 tiles, element (ii, q) of the panel's step at
 // dst + r kMr kcp + s kMr kStep + ii kStep + q (kcp = kc rounded up to kStep); zero past mc and kc.
-MT_AMX void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+MT_TARGET_AMX void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                    int64_t kcp, uint16_t* dst) {
   const int64_t panels = (mc + kMr - 1) / kMr, steps = kcp / kStep;
   if (!ta) {  // rows of op(A) are rows of A: one masked 32-element load per row and step
@@ -91,7 +83,7 @@ MT_AMX void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t 
 
 // Packs the op(B) panel of columns [j0, j0 + cols), depth [p0, p0 + kc) in the shared pair layout
 // (pair p2, column jj at dst + (p2 kNr + jj) 2), zero-padded to kcp / 2 pair rows.
-MT_AMX void pack_b(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0, int64_t kc,
+MT_TARGET_AMX void pack_b(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0, int64_t kc,
                    int64_t kcp, uint16_t* dst) {
   bf16_pairs::pack_b_pairs(tb, b, ldb, j0, cols, p0, kc, dst);
   const int64_t kc2 = (kc + 1) / 2;
@@ -102,7 +94,7 @@ MT_AMX void pack_b(bool tb, const uint16_t* b, int64_t ldb, int64_t j0, int64_t 
 // full block with beta == 0 straight from the tiles into C, else through a scratch block merged
 // with the single-rounding fma(beta, c, t) of the determinism rule. With at most 16 valid rows
 // only the top tiles run.
-MT_AMX void block(int64_t steps, const uint16_t* ap, const uint16_t* bp, float* c, int64_t ldc, int64_t rows,
+MT_TARGET_AMX void block(int64_t steps, const uint16_t* ap, const uint16_t* bp, float* c, int64_t ldc, int64_t rows,
                   int64_t cols, float beta) {
   alignas(64) float t[kMr * kNr];
   const bool top = rows <= amx::kTile;  // the lower half of the block is padding
@@ -126,7 +118,7 @@ MT_AMX void block(int64_t steps, const uint16_t* ap, const uint16_t* bp, float* 
 }
 
 // The blocked loops on the calling thread (m, n, k > 0).
-MT_AMX void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+MT_TARGET_AMX void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                          const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   thread_local AlignedBuffer<uint16_t> a_buf, b_buf;
   const int64_t kcp_max = (std::min(k, kKc) + kStep - 1) / kStep * kStep;
@@ -152,26 +144,18 @@ MT_AMX void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, cons
   }
 }
 
-#endif  // MIXTAPE_HAVE_AMX_GEMM
+#endif  // MIXTAPE_X86_KERNELS
 
 }  // namespace
 
-bool bgemm_amx_available() {
-#if MIXTAPE_HAVE_AMX_GEMM
-  static const bool has = can_run_bf16_amx(cpu_features_with_amx());
-  return has;
-#else
-  return false;
-#endif
-}
+bool bgemm_amx_available() { return isa_amx(); }
 
 void bgemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a_bf, int64_t lda,
                const BFloat16* b_bf, int64_t ldb, float beta, float* c, int64_t ldc) {
-  MT_CHECK(MIXTAPE_HAVE_AMX_GEMM, "bgemm_amx: this build has no AMX kernel (x86-64 GCC/clang only)");
   MT_CHECK(bgemm_amx_available(), "bgemm_amx: this CPU lacks ", bf16_amx_missing(cpu_features_with_amx()),
            " (check bf16_gemm_kernel() first)");
   if (gemm_args_trivial("bgemm_amx", ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
-#if MIXTAPE_HAVE_AMX_GEMM
+#if MIXTAPE_X86_KERNELS
   const uint16_t* a = &a_bf->bits;
   const uint16_t* b = &b_bf->bits;
   const int nt = omp_in_parallel() || m * n * k < kParallelMacs ? 1 : omp_get_max_threads();
@@ -182,8 +166,7 @@ void bgemm_amx(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16
 #endif
 }
 
-#if MIXTAPE_HAVE_AMX_GEMM
-#pragma GCC diagnostic pop
-#endif
 
 }  // namespace mixtape::cpu
+
+MT_KERNELS_END

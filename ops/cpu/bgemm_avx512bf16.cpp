@@ -1,5 +1,5 @@
 // ops/cpu/bgemm_avx512bf16.cpp — the AVX512_BF16 GEMM (see bgemm_avx512bf16.h for the algorithm,
-// the determinism rule and the numerics). Only the functions marked MT_BF16 contain AVX-512
+// the determinism rule and the numerics). Only the functions marked MT_TARGET_AVX512BF16 contain AVX-512
 // instructions; the entry point is baseline x86-64 and checks the CPU before calling them, so the
 // library still runs (and this path throws) on any x86-64.
 #include "ops/cpu/bgemm_avx512bf16.h"
@@ -22,22 +22,8 @@
 #include "ops/cpu/tile_threads.h"
 #include "ops/cpu/cpu_features.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define MIXTAPE_HAVE_BF16_GEMM 1
-#define MT_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
-// GCC 12's shuffle intrinsics start from an undefined vector (a self-initialised variable) that
-// -W(maybe-)uninitialized reports in every caller, depending on -O; the value is never read.
-// The pragmas below are pushed here and popped at the end of the kernels' section.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#else
-#define MIXTAPE_HAVE_BF16_GEMM 0
-#define MT_BF16
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 namespace {
@@ -52,12 +38,12 @@ constexpr int64_t kParallelMacs = int64_t(1) << 21;
 static_assert(kKc % 32 == 0, "the packers move 16 depth pairs at a time; a slice is whole groups of them");
 
 
-#if MIXTAPE_HAVE_BF16_GEMM
+#if MIXTAPE_X86_KERNELS
 
 // Packs op(A) rows [i0, i0 + mc), depth [p0, p0 + kc) into panels of kMr rows: panel r, pair p2,
 // row ii holds the 32-bit word (op(A)[i0 + r kMr + ii, p0 + 2 p2], op(A)[.., p0 + 2 p2 + 1]) at
 // dst + r kMr kc2 2 + (p2 kMr + ii) 2, zero past row mc and past depth kc.
-MT_BF16 void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
+MT_TARGET_AVX512BF16 void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                     uint16_t* dst) {
   const int64_t kc2 = (kc + 1) / 2, panel = kMr * kc2 * 2, panels = (mc + kMr - 1) / kMr;
   if (!ta) {
@@ -99,7 +85,7 @@ MT_BF16 void pack_a(bool ta, const uint16_t* a, int64_t lda, int64_t i0, int64_t
 // The micro-kernel: the 8 x 32 tile T = sum over the kc2 pairs of Ap and Bp in order (one
 // vdpbf16ps chain per accumulator, from +0); then c[i, j] = T (beta == 0) or fma(beta, c, T),
 // for the full tile with row stride ldc.
-MT_BF16 void micro_kernel(int64_t kc2, const uint16_t* __restrict ap, const uint16_t* __restrict bp, float* c,
+MT_TARGET_AVX512BF16 void micro_kernel(int64_t kc2, const uint16_t* __restrict ap, const uint16_t* __restrict bp, float* c,
                           int64_t ldc, float beta) {
   __m512 acc[kMr][2];
 #pragma GCC unroll 8
@@ -137,7 +123,7 @@ MT_BF16 void micro_kernel(int64_t kc2, const uint16_t* __restrict ap, const uint
 // One micro-tile of the product with rows x cols valid elements, element (i, j) at c[i rs + j cs]:
 // straight into C when full and row-major (cs == 1), else through a scratch tile, merged with the
 // same single-rounding fma(beta, c, t) the full tile uses.
-MT_BF16 void tile(int64_t kc2, const uint16_t* ap, const uint16_t* bp, float* c, int64_t rs, int64_t cs,
+MT_TARGET_AVX512BF16 void tile(int64_t kc2, const uint16_t* ap, const uint16_t* bp, float* c, int64_t rs, int64_t cs,
                   int64_t rows, int64_t cols, float beta) {
   if (rows == kMr && cols == kNr && cs == 1) return micro_kernel(kc2, ap, bp, c, rs, beta);
   alignas(64) float t[kMr * kNr];
@@ -151,7 +137,7 @@ MT_BF16 void tile(int64_t kc2, const uint16_t* ap, const uint16_t* bp, float* c,
 
 // The blocked loops on the calling thread (m, n, k > 0); element (i, j) of the product goes to
 // c[i rs + j cs].
-MT_BF16 void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+MT_TARGET_AVX512BF16 void bgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                           const uint16_t* b, int64_t ldb, float beta, float* c, int64_t rs, int64_t cs) {
   thread_local AlignedBuffer<uint16_t> a_buf, b_buf;
   const int64_t kc2_max = (std::min(k, kKc) + 1) / 2;
@@ -182,27 +168,18 @@ double tile_fill(int64_t m, int64_t n) {
   return double(m) / double((m + kMr - 1) / kMr * kMr) * double(n) / double((n + kNr - 1) / kNr * kNr);
 }
 
-#pragma GCC diagnostic pop
-#endif  // MIXTAPE_HAVE_BF16_GEMM
+#endif  // MIXTAPE_X86_KERNELS
 
 }  // namespace
 
-bool bgemm_avx512bf16_available() {
-#if MIXTAPE_HAVE_BF16_GEMM
-  static const bool has = can_run_bf16_native(cpu_features());
-  return has;
-#else
-  return false;
-#endif
-}
+bool bgemm_avx512bf16_available() { return isa_avx512bf16(); }
 
 void bgemm_avx512bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a_bf, int64_t lda,
                       const BFloat16* b_bf, int64_t ldb, float beta, float* c, int64_t ldc) {
-  MT_CHECK(MIXTAPE_HAVE_BF16_GEMM, "bgemm_avx512bf16: this build has no AVX512_BF16 kernel (x86-64 GCC/clang only)");
   MT_CHECK(bgemm_avx512bf16_available(), "bgemm_avx512bf16: this CPU lacks ", bf16_native_missing(cpu_features()),
            " (check bf16_native_gemm() first)");
   if (gemm_args_trivial("bgemm_avx512bf16", ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
-#if MIXTAPE_HAVE_BF16_GEMM
+#if MIXTAPE_X86_KERNELS
   // BFloat16 is a standard-layout wrapper of its uint16_t bits (core/bfloat16.h asserts it).
   const uint16_t* a = &a_bf->bits;
   const uint16_t* b = &b_bf->bits;
@@ -228,3 +205,5 @@ void bgemm_avx512bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const B
 }
 
 }  // namespace mixtape::cpu
+
+MT_KERNELS_END

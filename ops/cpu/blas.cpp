@@ -19,8 +19,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "core/convert.h"
@@ -29,6 +31,7 @@
 #include "ops/cpu/bgemm_avx512bf16.h"
 #include "ops/cpu/gemm_args.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/kernel_table.h"
 #include "ops/cpu/sgemm_avx512.h"
 
 #ifndef MIXTAPE_OPENBLAS_OPENMP_LIBRARY
@@ -105,7 +108,12 @@ CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
 // Float GEMMs run on mixtape's AVX-512 kernel where the CPU has one, unless MIXTAPE_GEMM=blas;
 // C with fewer than 16 rows or columns stays with BLAS (ops/cpu/sgemm_avx512.h says why).
+// 0: no override; else 1 + FloatGemm.
+std::atomic<int> g_gemm_override{0};
+
 bool native_sgemm() {
+  if (const int o = g_gemm_override.load(std::memory_order_relaxed))
+    return o - 1 == static_cast<int>(FloatGemm::Auto) && sgemm_avx512_available();
   static const bool use = [] {
     const char* choice = std::getenv("MIXTAPE_GEMM");
     const std::string c = choice ? choice : "";
@@ -119,37 +127,50 @@ bool native_sgemm() {
 
 bool own_float_gemm() { return native_sgemm(); }
 
-namespace {
-// C with fewer than 16 rows or columns stays with BLAS (ops/cpu/sgemm_avx512.h says why).
-bool sgemm_avx512_takes(int64_t m, int64_t n) { return native_sgemm() && m >= 16 && n >= 16; }
-}  // namespace
-
-const char* gemm_kernel_name(DType operands, int64_t m, int64_t n) {
-  if (operands == DType::Float64) return "blas_dgemm";
-  if (operands == DType::BFloat16) {
-    switch (bf16_gemm_kernel()) {
-      case Bf16Kernel::Amx: return "bgemm_amx";
-      case Bf16Kernel::Avx512Bf16: return "bgemm_avx512bf16";
-      case Bf16Kernel::Emulated: break;
-    }
-  }
-  return sgemm_avx512_takes(m, n) ? "sgemm_avx512" : "blas_sgemm";
+FloatGemmOverride::FloatGemmOverride(FloatGemm choice) : previous_(g_gemm_override.load()) {
+  g_gemm_override.store(1 + static_cast<int>(choice));
 }
+FloatGemmOverride::~FloatGemmOverride() { g_gemm_override.store(previous_); }
 
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float beta, float* c, int64_t ldc) {
-  if (sgemm_avx512_takes(m, n)) return sgemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+namespace {
+
+// ---- cpu::gemm's kernel lists, one per operand type: the first entry that takes the problem runs ----
+struct GemmProblem {
+  int64_t m, n;  // C's rows and columns
+};
+template <typename A, typename T>
+struct GemmEntry {
+  const char* name;
+  const char* (*declines)(const GemmProblem&);  // null: takes every problem (the reference)
+  void (*run)(bool, bool, int64_t, int64_t, int64_t, const A*, int64_t, const A*, int64_t, T, T*, int64_t);
+};
+
+// mixtape's AVX-512 SGEMM; C with fewer than 16 rows or columns stays with BLAS
+// (ops/cpu/sgemm_avx512.h says why).
+const char* sgemm_avx512_declines(const GemmProblem& p) {
+  if (!native_sgemm()) return "own float GEMM off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (p.m < 16 || p.n < 16) return "C has fewer than 16 rows or columns (OpenBLAS's small-matrix kernels suit it)";
+  return nullptr;
+}
+void blas_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                int64_t ldb, float beta, float* c, int64_t ldc) {
   blas().sgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c,
                int(ldc));
 }
-
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-          int64_t ldb, double beta, double* c, int64_t ldc) {
+void blas_dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+                int64_t ldb, double beta, double* c, int64_t ldc) {
   blas().dgemm(CblasRowMajor, trans(ta), trans(tb), int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c,
                int(ldc));
 }
 
-namespace {
+// BF16 operands: the kernel MIXTAPE_CPU_BF16 (bf16_gemm_kernel()) names, else widened.
+const char* bgemm_amx_declines(const GemmProblem&) {
+  return bf16_gemm_kernel() == Bf16Kernel::Amx ? nullptr : "BF16 GEMMs not on AMX (MIXTAPE_CPU_BF16, or no AMX)";
+}
+const char* bgemm_avx512bf16_declines(const GemmProblem&) {
+  return bf16_gemm_kernel() == Bf16Kernel::Avx512Bf16 ? nullptr
+                                                      : "BF16 GEMMs not on vdpbf16ps (MIXTAPE_CPU_BF16, or no AVX512_BF16)";
+}
 // op(X) (rows, cols), stored row-major with leading dimension ld (transposed when tr), widened
 // into a dense row-major (stored rows, stored cols) float matrix: the layout flag is kept.
 std::vector<float> widen(bool tr, int64_t rows, int64_t cols, const BFloat16* x, int64_t ld) {
@@ -158,22 +179,62 @@ std::vector<float> widen(bool tr, int64_t rows, int64_t cols, const BFloat16* x,
   for (int64_t i = 0; i < sr; ++i) convert_bfloat16_to_float(x + i * ld, out.data() + i * sc, static_cast<size_t>(sc));
   return out;
 }
-}  // namespace
-
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
-          int64_t ldb, float beta, float* c, int64_t ldc) {
-  switch (bf16_gemm_kernel()) {
-    case Bf16Kernel::Amx:
-      return bgemm_amx(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-    case Bf16Kernel::Avx512Bf16:
-      return bgemm_avx512bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
-    case Bf16Kernel::Emulated:
-      break;
-  }
+// The reference: both operands widened exactly to FP32, then the float list.
+void bgemm_widened(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda,
+                   const BFloat16* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (gemm_args_trivial("gemm (bf16)", ta, tb, m, n, k, lda, ldb, beta, c, ldc)) return;
   const std::vector<float> af = widen(ta, m, k, a, lda), bf = widen(tb, k, n, b, ldb);
   gemm(ta, tb, m, n, k, af.data(), ta ? std::max<int64_t>(m, 1) : std::max<int64_t>(k, 1), bf.data(),
        tb ? std::max<int64_t>(k, 1) : std::max<int64_t>(n, 1), beta, c, ldc);
+}
+
+const GemmEntry<float, float> kGemmF32[] = {{"sgemm_avx512", sgemm_avx512_declines, sgemm_avx512},
+                                            {"blas_sgemm", nullptr, blas_sgemm}};
+const GemmEntry<double, double> kGemmF64[] = {{"blas_dgemm", nullptr, blas_dgemm}};
+const GemmEntry<BFloat16, float> kGemmBf16[] = {{"bgemm_amx", bgemm_amx_declines, bgemm_amx},
+                                                {"bgemm_avx512bf16", bgemm_avx512bf16_declines, bgemm_avx512bf16},
+                                                {"widened", nullptr, bgemm_widened}};
+
+// matmul and linear force these lists under their own op.pass (MIXTAPE_CPU_KERNEL=matmul.fwd:...).
+const bool kGemmRegistered = register_kernel_list("matmul.fwd", kGemmF32) &&
+                             register_kernel_list("matmul.fwd", kGemmBf16) &&
+                             register_kernel_list("matmul.fwd", kGemmF64) &&
+                             register_kernel_list("linear.fwd", kGemmF32) &&
+                             register_kernel_list("linear.fwd", kGemmBf16) && register_kernel_list("linear.fwd", kGemmF64);
+
+}  // namespace
+
+KernelPick gemm_pick(DType operands, int64_t m, int64_t n, const char* op_pass) {
+  const GemmProblem p{m, n};
+  if (operands == DType::Float64) return choose_kernel(op_pass, kGemmF64, p);
+  if (operands == DType::BFloat16) {
+    KernelPick k = choose_kernel(op_pass, kGemmBf16, p);
+    if (std::string_view(k.name) != "widened") return k;
+    // Widened operands run the float list: name its choice (what matmul and linear trace); the
+    // index stays the BF16 list's.
+    const KernelPick f = choose_kernel(kGemmF32, p);
+    k.name = f.name;
+    if (!f.skipped.empty()) k.skipped += (k.skipped.empty() ? "" : "; ") + f.skipped;
+    return k;
+  }
+  return choose_kernel(op_pass, kGemmF32, p);
+}
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+          float beta, float* c, int64_t ldc, int entry) {
+  if (entry < 0) entry = choose_kernel(kGemmF32, GemmProblem{m, n}).index;
+  kGemmF32[entry].run(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+          int64_t ldb, double beta, double* c, int64_t ldc, int /*entry: the list has one*/) {
+  blas_dgemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
+          int64_t ldb, float beta, float* c, int64_t ldc, int entry) {
+  if (entry < 0) entry = choose_kernel(kGemmBf16, GemmProblem{m, n}).index;
+  kGemmBf16[entry].run(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 void blas_set_num_threads(int n) {

@@ -8,7 +8,7 @@
 //      cores, and a GEMM called inside an OpenMP parallel region runs on its calling thread;
 //   3. the OpenBLAS the build found (Debian's default, the pthread build), then libopenblas.so.0.
 // Float GEMMs run on mixtape's own AVX-512 kernel instead (ops/cpu/sgemm_avx512.h) when the CPU
-// has AVX-512F, unless MIXTAPE_GEMM=blas.
+// has AVX-512 (isa_avx512(), ops/cpu/isa.h), unless MIXTAPE_GEMM=blas.
 // Results are bit-identical for a fixed library, OpenBLAS core type and thread count.
 #pragma once
 #include <cstdint>
@@ -16,15 +16,18 @@
 
 #include "core/bfloat16.h"
 #include "core/dtype.h"
+#include "ops/cpu/kernel_table.h"
 
 namespace mixtape::cpu {
 
 // Row-major C (m, n) = op(A) (m, k) @ op(B) (k, n) + beta C, op = transpose when ta / tb.
 // Dimensions and leading dimensions must fit in int (the callers check, naming their op).
+// `entry`: the index gemm_pick() chose in the operand type's list (matmul and linear pass it, so a
+// forced kernel is checked on their own thread), or -1: the list's own choice.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-          float beta, float* c, int64_t ldc);
+          float beta, float* c, int64_t ldc, int entry = -1);
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
-          int64_t ldb, double beta, double* c, int64_t ldc);
+          int64_t ldb, double beta, double* c, int64_t ldc, int entry = -1);
 
 // BF16 operands, FP32 C (the contract of a tensor core with FP32 accumulation): the kernel
 // bf16_gemm_kernel() names (ops/cpu/cpu_features.h, MIXTAPE_CPU_BF16) — AMX tiles
@@ -33,17 +36,37 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, in
 // summation error; docs/CPU.md, "BF16 GEMM". (matmul and linear call it only on a native kernel:
 // on the emulated path they widen whole operands as they always did, so their bits do not change.)
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
-          int64_t ldb, float beta, float* c, int64_t ldc);
+          int64_t ldb, float beta, float* c, int64_t ldc, int entry = -1);
 
-// True when float GEMMs run on mixtape's own AVX-512 kernel (the CPU has AVX-512F and
+// True when float GEMMs run on mixtape's own AVX-512 kernel (isa_avx512(): ops/cpu/isa.h, and
 // MIXTAPE_GEMM is not "blas"); conv2d's implicit-GEMM kernel follows the same switch. Reads
-// MIXTAPE_GEMM once: a bad value throws here, at every call.
+// MIXTAPE_GEMM once: a bad value throws here, at every call. A FloatGemmOverride answers first.
 bool own_float_gemm();
 
-// The kernel gemm() runs for an (m, n) C: "sgemm_avx512" or "blas_sgemm" for float operands,
-// "blas_dgemm" for double ones, "bgemm_amx", "bgemm_avx512bf16" or, widened, the float one for
-// BF16 operands (what the kernel trace names).
-const char* gemm_kernel_name(DType operands, int64_t m, int64_t n);
+enum class FloatGemm { Auto, Blas };
+// While alive, own_float_gemm() answers for `choice` (Blas: false; Auto: whether the CPU has
+// isa_avx512()), whatever MIXTAPE_GEMM says. Process-wide; nests. For tests and benchmarks
+// that compare the paths in one process (the recorded kernel choices replay "[gemm blas]" lines).
+class FloatGemmOverride {
+ public:
+  explicit FloatGemmOverride(FloatGemm choice);
+  ~FloatGemmOverride();
+  FloatGemmOverride(const FloatGemmOverride&) = delete;
+  FloatGemmOverride& operator=(const FloatGemmOverride&) = delete;
+
+ private:
+  int previous_;
+};
+
+// The kernel gemm() runs for an (m, n) C of `operands` (what the kernel trace names), from its list:
+//   f32 (f16 and emulated BF16 widen to it)  sgemm_avx512 (C at least 16 x 16) · blas_sgemm
+//   bf16 (native)                            bgemm_amx · bgemm_avx512bf16 · widened (then the f32
+//                                            list, whose choice is named)
+//   f64                                      blas_dgemm
+// with the entries skipped before it when the kernel trace is on. `op_pass` ("matmul.fwd",
+// "linear.fwd") is what MIXTAPE_CPU_KERNEL forces it under: a forced entry that declines throws.
+// The index is into the operand type's list (for widened BF16: the BF16 list's "widened").
+KernelPick gemm_pick(DType operands, int64_t m, int64_t n, const char* op_pass);
 
 // BLAS's own thread count (ops/threads.cpp keeps it equal to OpenMP's).
 void blas_set_num_threads(int n);

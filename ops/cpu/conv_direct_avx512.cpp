@@ -1,5 +1,5 @@
-// ops/cpu/conv_direct_avx512.cpp — see conv_direct_avx512.h. Only the functions marked MT_DIRECT
-// (MT_DIRECT_BF16) hold AVX-512 (AVX512-BF16) instructions; they run only after
+// ops/cpu/conv_direct_avx512.cpp — see conv_direct_avx512.h. Only the functions marked MT_TARGET_AVX512_FMA
+// (MT_TARGET_AVX512BF16) hold AVX-512 (AVX512-BF16) instructions; they run only after
 // conv_direct_applies() (conv_direct_bf16_applies()), which checks the CPU, said yes.
 #include "ops/cpu/conv_direct_avx512.h"
 
@@ -17,22 +17,11 @@
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/tile_threads.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
 #include "ops/cpu/bf16_round_avx512.h"
 #include "ops/cpu/padded_planes_avx512.h"
 #include "ops/cpu/transpose_avx512.h"
-#define MIXTAPE_HAVE_DIRECT_AVX512 1
-#define MT_DIRECT __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-#define MT_DIRECT_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#else
-#define MIXTAPE_HAVE_DIRECT_AVX512 0
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 namespace {
@@ -42,7 +31,7 @@ constexpr int64_t kWeightSliceBytes = 16 << 10;      // a depth slice's weights 
 
 bool stride_ok(const ConvShape& s) { return s.sW == 1 || s.sW == 2; }
 
-#if MIXTAPE_HAVE_DIRECT_AVX512
+#if MIXTAPE_X86_KERNELS
 
 struct Plan {
   ConvShape s;
@@ -120,7 +109,7 @@ struct DepthRows {
 // on the first depth slice, else reloaded; stored at the end. Shared by both blocks, inlined (the
 // BF16 one's target includes this one's).
 template <int V, int P>
-MT_DIRECT __attribute__((always_inline)) inline void start_block(__m512 (&acc)[P][V], const float* d, int64_t Opad,
+MT_TARGET_AVX512_FMA __attribute__((always_inline)) inline void start_block(__m512 (&acc)[P][V], const float* d, int64_t Opad,
                                                                  bool first) {
 #pragma GCC unroll 24
   for (int j = 0; j < P; ++j)
@@ -128,7 +117,7 @@ MT_DIRECT __attribute__((always_inline)) inline void start_block(__m512 (&acc)[P
     for (int v = 0; v < V; ++v) acc[j][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(d + j * Opad + 16 * v);
 }
 template <int V, int P>
-MT_DIRECT __attribute__((always_inline)) inline void end_block(const __m512 (&acc)[P][V], float* d, int64_t Opad) {
+MT_TARGET_AVX512_FMA __attribute__((always_inline)) inline void end_block(const __m512 (&acc)[P][V], float* d, int64_t Opad) {
 #pragma GCC unroll 24
   for (int j = 0; j < P; ++j)
 #pragma GCC unroll 4
@@ -139,7 +128,7 @@ MT_DIRECT __attribute__((always_inline)) inline void end_block(const __m512 (&ac
 // not unroll the set-up and store loops itself), acc stays an array in memory and its 14-24
 // accumulators are stored and reloaded around every depth row: 3-12% of the forward's time.
 template <int V, int P, int SW>
-MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh, int64_t ow0, int64_t o0,
+MT_TARGET_AVX512_FMA void block(const Plan& p, const float* xp, const float* wt, int64_t oh, int64_t ow0, int64_t o0,
                      int64_t c0, int64_t c1, float* yt) {
   const ConvShape& s = p.s;
   const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
@@ -172,7 +161,7 @@ MT_DIRECT void block(const Plan& p, const float* xp, const float* wt, int64_t oh
 // block's BF16 twin on channel pairs: per depth step one vdpbf16ps per pixel and vector adds both
 // channels' products (exact in FP32) to the FP32 sum, the pair's word broadcast from the staged plane.
 template <int V, int P, int SW>
-MT_DIRECT_BF16 void block_bf16(const Plan& p, const uint32_t* xp, const uint32_t* wt, int64_t oh, int64_t ow0,
+MT_TARGET_AVX512BF16 void block_bf16(const Plan& p, const uint32_t* xp, const uint32_t* wt, int64_t oh, int64_t ow0,
                                int64_t o0, int64_t c0, int64_t c1, float* yt) {
   const ConvShape& s = p.s;
   const int64_t Wp = p.pp.Wp, plane = p.pp.plane(), Opad = p.Opad;
@@ -227,7 +216,7 @@ BlockFn<E> block_fn(int sW, int V, int P) {
 
 // yt (L, Opad) -> y (O, L) + bias, 16 x 16 blocks transposed in registers; BF16 y rounded once.
 template <typename S>
-MT_DIRECT void store_image(const Plan& p, const float* yt, const float* bias, S* y) {
+MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* yt, const float* bias, S* y) {
   const int64_t O = p.s.O, L = p.L;
   for (int64_t o0 = 0; o0 < O; o0 += 16)
     for (int64_t l0 = 0; l0 < L; l0 += 16) {
@@ -313,37 +302,29 @@ void direct_forward(const ConvShape& s, const S* x, const S* wa, const float* bi
   for_tile_ranges(nt, units, 1, run);
 }
 
-#endif  // MIXTAPE_HAVE_DIRECT_AVX512
+#endif  // MIXTAPE_X86_KERNELS
 
 }  // namespace
 
 bool conv_direct_applies(const ConvShape& s) {
-  return MIXTAPE_HAVE_DIRECT_AVX512 && padded_geometry_ok(s) && stride_ok(s) && conv_implicit_gemm_enabled();
+  return padded_geometry_ok(s) && stride_ok(s) && conv_implicit_gemm_enabled();
 }
 
 bool conv_direct_bf16_applies(const ConvShape& s) {
   return conv_direct_applies(s) && bf16_on_vdpbf16ps();
 }
 
-#if MIXTAPE_HAVE_DIRECT_AVX512
 void conv_direct_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
   MT_CHECK(conv_direct_applies(s), "conv_direct_forward: this CPU or geometry is not one it takes ",
            "(check conv_direct_applies() first)");
-  direct_forward(s, x, w, bias, y);
+  MT_X86_ONLY(direct_forward(s, x, w, bias, y));
 }
 void conv_direct_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y) {
   MT_CHECK(conv_direct_bf16_applies(s), "conv_direct_forward (BF16): this CPU or geometry is not one it takes ",
            "(check conv_direct_bf16_applies() first)");
-  direct_forward(s, x, w, bias, y);
+  MT_X86_ONLY(direct_forward(s, x, w, bias, y));
 }
-#pragma GCC diagnostic pop
-#else
-void conv_direct_forward(const ConvShape&, const float*, const float*, const float*, float*) {
-  MT_ERROR("conv_direct_forward: not built for this target");
-}
-void conv_direct_forward(const ConvShape&, const BFloat16*, const BFloat16*, const float*, BFloat16*) {
-  MT_ERROR("conv_direct_forward: not built for this target");
-}
-#endif
 
 }  // namespace mixtape::cpu
+
+MT_KERNELS_END

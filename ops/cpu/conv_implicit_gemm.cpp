@@ -1,5 +1,5 @@
-// ops/cpu/conv_implicit_gemm.cpp — see conv_implicit_gemm.h. Only the functions marked MT_CONV /
-// MT_CONV_BF16 / MT_AMX hold AVX-512 (or AMX) instructions; they run only after the entry points
+// ops/cpu/conv_implicit_gemm.cpp — see conv_implicit_gemm.h. Only the functions marked MT_TARGET_AVX512_FMA /
+// MT_TARGET_AVX512BF16 / MT_TARGET_AMX hold AVX-512 (or AMX) instructions; they run only after the entry points
 // checked the CPU.
 #include "ops/cpu/conv_implicit_gemm.h"
 
@@ -22,21 +22,9 @@
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/tile_threads.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
 #include "ops/cpu/bf16_round_avx512.h"
-#define MIXTAPE_HAVE_CONV_IGEMM 1
-#define MT_CONV __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-#define MT_CONV_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#else
-#define MIXTAPE_HAVE_CONV_IGEMM 0
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 namespace {
@@ -52,19 +40,14 @@ bool im2col_from_env() {
   MT_ERROR("MIXTAPE_CPU_CONV: expected 'auto' or 'im2col', got '", v, "'");
 }
 
-bool cpu_can_run() {
-  const CpuFeatures& f = cpu_features();
-  return MIXTAPE_HAVE_CONV_IGEMM && f.avx512f && f.avx512bw && f.avx512vl && f.os_zmm_state;
-}
-
 }  // namespace
 
 bool conv_implicit_gemm_enabled() {
   if (const int o = g_conv_override.load(std::memory_order_relaxed))
-    return o - 1 == static_cast<int>(ConvAlgo::Auto) && cpu_can_run();
+    return o - 1 == static_cast<int>(ConvAlgo::Auto) && isa_avx512();
   // A throwing initialiser leaves it uninitialised, so a bad value throws at every call.
   static const bool im2col = im2col_from_env();
-  return !im2col && cpu_can_run();
+  return !im2col && isa_avx512();
 }
 
 ConvAlgoOverride::ConvAlgoOverride(ConvAlgo algo) : previous_(g_conv_override.load()) {
@@ -72,7 +55,7 @@ ConvAlgoOverride::ConvAlgoOverride(ConvAlgo algo) : previous_(g_conv_override.lo
 }
 ConvAlgoOverride::~ConvAlgoOverride() { g_conv_override.store(previous_); }
 
-#if MIXTAPE_HAVE_CONV_IGEMM
+#if MIXTAPE_X86_KERNELS
 namespace {
 
 constexpr int64_t kMr = 8;   // output channels of a register tile (an A panel)
@@ -183,7 +166,7 @@ struct RowCursor {
 // ---- B packing: rows [p0, p0 + kc) of the implicit col for one column panel ----
 // FP32 layout: dst[p 32 + t]. 16 lanes per masked load; masked-off lanes read nothing.
 template <typename E>
-MT_CONV inline __m512 load16_f32(__m512 v, uint32_t m, const E* src) {
+MT_TARGET_AVX512_FMA inline __m512 load16_f32(__m512 v, uint32_t m, const E* src) {
   if constexpr (std::is_same_v<E, float>) {
     return _mm512_mask_loadu_ps(v, static_cast<__mmask16>(m), src);
   } else {  // BF16 bits: widen exactly (a float's upper half)
@@ -193,7 +176,7 @@ MT_CONV inline __m512 load16_f32(__m512 v, uint32_t m, const E* src) {
 }
 
 template <typename E>
-MT_CONV void pack_b_f32(const ImplicitConvShape& s, const E* x, const PanelMap& pm, int64_t p0, int64_t kc,
+MT_TARGET_AVX512_FMA void pack_b_f32(const ImplicitConvShape& s, const E* x, const PanelMap& pm, int64_t p0, int64_t kc,
                         float* dst) {
   const int64_t HW = s.H * s.W;
   const E* seg_x[kNr];  // image n's data shifted so that lane t reads pixel l = t of its plane 0
@@ -217,7 +200,7 @@ MT_CONV void pack_b_f32(const ImplicitConvShape& s, const E* x, const PanelMap& 
 
 // BF16 pair layout: depth pair p2 = (p0 + 2 p2, p0 + 2 p2 + 1), lane t at dst[(p2 32 + t) 2 + {0, 1}];
 // zero past depth K.
-MT_CONV_BF16 void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, const PanelMap& pm, int64_t p0,
+MT_TARGET_AVX512BF16 void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, const PanelMap& pm, int64_t p0,
                               int64_t kc, uint16_t* dst) {
   const int64_t K = s.C * s.kH * s.kW, HW = s.H * s.W;
   const uint16_t* seg_x[kNr];
@@ -226,7 +209,7 @@ MT_CONV_BF16 void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, con
   // The cursor's row, its lanes inside the image (zero elsewhere), then the cursor moved on. One
   // segment (most panels) is one zero-masked load; both rows stay in registers (an array of the
   // two, indexed in a loop, went through the stack and stalled the loads that merged into it).
-  const auto row = [&]() MT_CONV_BF16 {
+  const auto row = [&]() MT_TARGET_AVX512BF16 {
     const uint32_t mk = pm.tap[static_cast<size_t>(rc.k)];
     const int64_t off = rc.c * HW + pm.shift[static_cast<size_t>(rc.k)];
     rc.next();
@@ -248,7 +231,7 @@ MT_CONV_BF16 void pack_b_bf16(const ImplicitConvShape& s, const uint16_t* x, con
 // ---- micro-kernels: the 8 x 32 tile acc (row-major, 32 floats a row) += Ap^T Bp over the slice;
 // from +0 when `first`. Storing and reloading FP32 partial sums is exact, so a tile summed over
 // several slices equals one chain over the whole depth. ----
-MT_CONV void tile_f32(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* acc, bool first) {
+MT_TARGET_AVX512_FMA void tile_f32(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* acc, bool first) {
   __m512 c[kMr][2];
 #pragma GCC unroll 8
   for (int i = 0; i < kMr; ++i) {
@@ -273,7 +256,7 @@ MT_CONV void tile_f32(int64_t kc, const float* __restrict ap, const float* __res
   }
 }
 
-MT_CONV_BF16 void tile_bf16(int64_t kc2, const uint16_t* __restrict ap, const uint16_t* __restrict bp, float* acc,
+MT_TARGET_AVX512BF16 void tile_bf16(int64_t kc2, const uint16_t* __restrict ap, const uint16_t* __restrict bp, float* acc,
                             bool first) {
   __m512 c[kMr][2];
 #pragma GCC unroll 8
@@ -303,7 +286,7 @@ MT_CONV_BF16 void tile_bf16(int64_t kc2, const uint16_t* __restrict ap, const ui
 
 // ---- epilogue: + bias, stored (rounded once to BF16: round_to_bf16) into each image the panel covers ----
 template <typename E>
-MT_CONV void store_panel(const ImplicitConvShape& s, const PanelMap& pm, const float* acc, const float* bias, E* y) {
+MT_TARGET_AVX512_FMA void store_panel(const ImplicitConvShape& s, const PanelMap& pm, const float* acc, const float* bias, E* y) {
   const int64_t L = s.OH * s.W;
   for (int64_t o = 0; o < s.O; ++o) {
     __m512 lo = _mm512_load_ps(acc + o * kNr), hi = _mm512_load_ps(acc + o * kNr + 16);
@@ -356,7 +339,7 @@ int threads_for(const ImplicitConvShape& s) {
 
 // The column panels [lo, hi) on the calling thread. Native: BF16 pairs and vdpbf16ps.
 template <bool kNative, typename E>
-MT_CONV void run_panels(const ImplicitConvShape& s, const E* x, const void* apack, const float* bias, E* y,
+MT_TARGET_AVX512_FMA void run_panels(const ImplicitConvShape& s, const E* x, const void* apack, const float* bias, E* y,
                         int64_t lo, int64_t hi) {
   const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
   const int64_t kc_max = kNative ? kKcBf16 : kKcF32;
@@ -409,7 +392,7 @@ void pack_weights_amx(const ImplicitConvShape& s, const uint16_t* w, uint16_t* a
 // the pair layout (zero up to whole steps), one 32 x 32 block product per 32 output channels,
 // stored as the accumulator tile store_panel reads. Each output element is one tdpbf16ps chain
 // over the whole depth (ops/cpu/bgemm_amx.h's rule with a single slice), then + bias, rounded.
-MT_AMX void run_panels_amx(const ImplicitConvShape& s, const uint16_t* x, const uint16_t* ap, const float* bias,
+MT_TARGET_AMX void run_panels_amx(const ImplicitConvShape& s, const uint16_t* x, const uint16_t* ap, const float* bias,
                            uint16_t* y, int64_t lo, int64_t hi) {
   const int64_t K = s.C * s.kH * s.kW, steps = (K + amx::kStep - 1) / amx::kStep;
   const int64_t panels = (s.O + amx::kBlock - 1) / amx::kBlock, K2 = (K + 1) / 2;
@@ -450,26 +433,14 @@ void conv_panels(const ImplicitConvShape& s, const E* x, const void* apack, cons
   for_tile_ranges(nt, npanels, 1, run);
 }
 
-void check_shape(const ImplicitConvShape& s) {
-  MT_CHECK(cpu_can_run(), "conv_implicit_gemm: this CPU lacks AVX-512 F/BW/VL (check conv_implicit_gemm_enabled())");
-  MT_CHECK(s.N >= 0 && s.C > 0 && s.O > 0 && s.kH > 0 && s.kW == 2 * s.pW + 1 && s.dH > 0 && s.pH >= 0 &&
-               s.OH == s.H + 2 * s.pH - s.dH * (s.kH - 1) && s.OH > 0 && s.W > 0,
-           "conv_implicit_gemm: not a plane-shift geometry");
-}
-
-}  // namespace
-
-void conv_implicit_gemm(const ImplicitConvShape& s, const float* x, const float* w, const float* bias, float* y) {
-  check_shape(s);
+void forward(const ImplicitConvShape& s, const float* x, const float* w, const float* bias, float* y) {
   const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<float> ap;
   pack_weights_f32(s, w, ap.get(panels * K * kMr));
   conv_panels<0>(s, x, ap.data.get(), bias, y);
 }
 
-void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias,
-                        BFloat16* y) {
-  check_shape(s);
+void forward(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias, BFloat16* y) {
   const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<float> ap;
   pack_weights_f32(s, w, ap.get(panels * K * kMr));
@@ -477,11 +448,7 @@ void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const flo
   conv_panels<0>(s, &x->bits, ap.data.get(), bias, &y->bits);
 }
 
-void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias,
-                        BFloat16* y) {
-  check_shape(s);
-  MT_CHECK(bgemm_avx512bf16_available(), "conv_implicit_gemm: this CPU lacks ", bf16_native_missing(cpu_features()),
-           " (check bf16_native_gemm() first)");
+void forward(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y) {
   const int64_t K = s.C * s.kH * s.kW, K2 = (K + 1) / 2, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<uint16_t> ap;
   if (bf16_gemm_kernel() == Bf16Kernel::Amx) {
@@ -494,17 +461,36 @@ void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFl
   conv_panels<1>(s, &x->bits, ap.data.get(), bias, &y->bits);
 }
 
-#pragma GCC diagnostic pop
-#else
-void conv_implicit_gemm(const ImplicitConvShape&, const float*, const float*, const float*, float*) {
-  MT_ERROR("conv_implicit_gemm: not built for this target");
+
+}  // namespace
+#endif  // MIXTAPE_X86_KERNELS
+
+namespace {
+void check_shape(const ImplicitConvShape& s) {
+  MT_CHECK(isa_avx512(), "conv_implicit_gemm: this CPU lacks AVX-512 F/BW/VL (check conv_implicit_gemm_enabled())");
+  MT_CHECK(s.N >= 0 && s.C > 0 && s.O > 0 && s.kH > 0 && s.kW == 2 * s.pW + 1 && s.dH > 0 && s.pH >= 0 &&
+               s.OH == s.H + 2 * s.pH - s.dH * (s.kH - 1) && s.OH > 0 && s.W > 0,
+           "conv_implicit_gemm: not a plane-shift geometry");
 }
-void conv_implicit_gemm(const ImplicitConvShape&, const BFloat16*, const float*, const float*, BFloat16*) {
-  MT_ERROR("conv_implicit_gemm: not built for this target");
+}  // namespace
+
+void conv_implicit_gemm(const ImplicitConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+  check_shape(s);
+  MT_X86_ONLY(forward(s, x, w, bias, y));
 }
-void conv_implicit_gemm(const ImplicitConvShape&, const BFloat16*, const BFloat16*, const float*, BFloat16*) {
-  MT_ERROR("conv_implicit_gemm: not built for this target");
+void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias,
+                        BFloat16* y) {
+  check_shape(s);
+  MT_X86_ONLY(forward(s, x, w, bias, y));
 }
-#endif
+void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias,
+                        BFloat16* y) {
+  check_shape(s);
+  MT_CHECK(bgemm_avx512bf16_available(), "conv_implicit_gemm: this CPU lacks ", bf16_native_missing(cpu_features()),
+           " (check bf16_native_gemm() first)");
+  MT_X86_ONLY(forward(s, x, w, bias, y));
+}
 
 }  // namespace mixtape::cpu
+
+MT_KERNELS_END

@@ -1,5 +1,5 @@
 // ops/cpu/conv_input_grad_avx512.cpp — see conv_input_grad_avx512.h. Only the functions marked
-// MT_IGRAD (MT_IGRAD_BF16) hold AVX-512 (AVX512-BF16) instructions; they run only after
+// MT_TARGET_AVX512_FMA (MT_TARGET_AVX512BF16) hold AVX-512 (AVX512-BF16) instructions; they run only after
 // conv_input_grad_direct_applies() (conv_input_grad_pairs_applies()), which checks the CPU, said yes.
 #include "ops/cpu/conv_input_grad_avx512.h"
 
@@ -18,21 +18,10 @@
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/tile_threads.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
 #include "ops/cpu/bf16_round_avx512.h"
 #include "ops/cpu/transpose_avx512.h"
-#define MIXTAPE_HAVE_IGRAD_AVX512 1
-#define MT_IGRAD __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-#define MT_IGRAD_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#else
-#define MIXTAPE_HAVE_IGRAD_AVX512 0
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 namespace {
@@ -40,7 +29,7 @@ namespace {
 constexpr int kAccumulators = 24;                    // P pixels x 3 taps x V vectors
 constexpr int kMaxV = 2;                             // + 3 V weight vectors: at most 30 zmm live
 
-#if MIXTAPE_HAVE_IGRAD_AVX512
+#if MIXTAPE_X86_KERNELS
 
 struct Plan {
   ConvShape s;
@@ -91,7 +80,7 @@ void pack_weights(const Plan& p, const BFloat16* w, uint32_t* wt) {
 
 // One image's gy (O, L) BF16 -> words gp[o2 L + l] = gy[2 o2, l] | gy[2 o2 + 1, l] << 16 (the high
 // half zero past O).
-MT_IGRAD void stage_gy_pairs(const Plan& p, const BFloat16* gy, uint32_t* gp) {
+MT_TARGET_AVX512_FMA void stage_gy_pairs(const Plan& p, const BFloat16* gy, uint32_t* gp) {
   const int64_t O = p.s.O, L = p.L;
   for (int64_t o2 = 0; o2 < p.depth; ++o2) {
     const BFloat16* lo = gy + 2 * o2 * L;
@@ -112,14 +101,14 @@ MT_IGRAD void stage_gy_pairs(const Plan& p, const BFloat16* gy, uint32_t* gp) {
 // from `row` (pixel j, tap k to padded column j SW + k). Shared by both blocks, inlined (the BF16
 // one's target includes this one's); unrolled so acc stays in registers.
 template <int V, int P>
-MT_IGRAD __attribute__((always_inline)) inline void zero_block(__m512 (&acc)[P * kPaddedTaps][V]) {
+MT_TARGET_AVX512_FMA __attribute__((always_inline)) inline void zero_block(__m512 (&acc)[P * kPaddedTaps][V]) {
 #pragma GCC unroll 24
   for (int a = 0; a < P * kPaddedTaps; ++a)
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) acc[a][v] = _mm512_setzero_ps();
 }
 template <int V, int P, int SW>
-MT_IGRAD __attribute__((always_inline)) inline void add_block(const Plan& p, const __m512 (&acc)[P * kPaddedTaps][V],
+MT_TARGET_AVX512_FMA __attribute__((always_inline)) inline void add_block(const Plan& p, const __m512 (&acc)[P * kPaddedTaps][V],
                                                               float* row) {
 #pragma GCC unroll 24
   for (int j = 0; j < P; ++j)
@@ -135,7 +124,7 @@ MT_IGRAD __attribute__((always_inline)) inline void add_block(const Plan& p, con
 // Every loop over acc's indices is unrolled (#pragma GCC unroll) so acc lives in registers; see
 // the comment above ops/cpu/conv_direct_avx512.cpp's block: 12-17% of this kernel's time on stride 2.
 template <int V, int P, int SW>
-MT_IGRAD void block(const Plan& p, const float* gy, const float* wt, int64_t oh, int64_t ki, int64_t ow0, int64_t c0,
+MT_TARGET_AVX512_FMA void block(const Plan& p, const float* gy, const float* wt, int64_t oh, int64_t ki, int64_t ow0, int64_t c0,
                     float* gxt) {
   const ConvShape& s = p.s;
   __m512 acc[P * kPaddedTaps][V];
@@ -167,7 +156,7 @@ MT_IGRAD void block(const Plan& p, const float* gy, const float* wt, int64_t oh,
 // block's BF16 twin on output-channel pairs: per depth step one vdpbf16ps per pixel, tap and vector
 // adds both channels' products (exact in FP32) to the FP32 sum, the pair's gy word broadcast.
 template <int V, int P, int SW>
-MT_IGRAD_BF16 void block_pairs(const Plan& p, const uint32_t* gy, const uint32_t* wt, int64_t oh, int64_t ki,
+MT_TARGET_AVX512BF16 void block_pairs(const Plan& p, const uint32_t* gy, const uint32_t* wt, int64_t oh, int64_t ki,
                                int64_t ow0, int64_t c0, float* gxt) {
   const ConvShape& s = p.s;
   __m512 acc[P * kPaddedTaps][V];
@@ -220,7 +209,7 @@ BlockFn<E> block_fn(int sW, int V, int P) {
 
 // gxt (Hp, Wp, Cpad) -> gx (C, H, W): gx[c, h, w] = gxt[h + pH, w + pW, c], 0 where that is past the
 // padded plane (input pixels no tap reads). 16 columns x 16 channels transposed in registers.
-MT_IGRAD void store_image(const Plan& p, const float* gxt, float* gx) {
+MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* gxt, float* gx) {
   const ConvShape& s = p.s;
   const int64_t Hp = p.pp.Hp, Wp = p.pp.Wp, HW = s.H * s.W;
   for (int64_t h = 0; h < s.H; ++h) {
@@ -277,12 +266,12 @@ void image(const Plan& p, const E* gy_e, const X* wt, E* gx_e, float* gxt, X* gy
     convert_float_to_bfloat16(gxf, gx_e, static_cast<size_t>(s.C * s.H * s.W));  // the one rounding
 }
 
-#endif  // MIXTAPE_HAVE_IGRAD_AVX512
+#endif  // MIXTAPE_X86_KERNELS
 
 }  // namespace
 
 bool conv_input_grad_direct_applies(const ConvShape& s) {
-  return MIXTAPE_HAVE_IGRAD_AVX512 && padded_geometry_ok(s) && (s.sW == 1 || s.sW == 2) &&
+  return padded_geometry_ok(s) && (s.sW == 1 || s.sW == 2) &&
          conv_implicit_gemm_enabled();
 }
 
@@ -290,7 +279,7 @@ bool conv_input_grad_pairs_applies(const ConvShape& s) {
   return conv_input_grad_direct_applies(s) && bf16_on_vdpbf16ps();
 }
 
-#if MIXTAPE_HAVE_IGRAD_AVX512
+#if MIXTAPE_X86_KERNELS
 namespace {
 // Pairs: the BF16 twin on output-channel pairs (E and W BFloat16).
 template <bool Pairs, typename E, typename W>
@@ -322,37 +311,24 @@ void run(const ConvShape& s, const E* gy, const W* w, E* gx) {
   for_tile_ranges(nt, s.N, 1, work);
 }
 }  // namespace
+#endif  // MIXTAPE_X86_KERNELS
 
 void conv_input_grad_direct(const ConvShape& s, const float* gy, const float* w, float* gx) {
-  run<false>(s, gy, w, gx);
+  MT_X86_ONLY(run<false>(s, gy, w, gx));
 }
 void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx) {
-  run<false>(s, gy, w, gx);
+  MT_X86_ONLY(run<false>(s, gy, w, gx));
 }
 void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const float* w, BFloat16* gx) {
-  run<false>(s, gy, w, gx);
+  MT_X86_ONLY(run<false>(s, gy, w, gx));
 }
-void conv_input_grad_direct(const ConvShape& s, const Half* gy, const float* w, Half* gx) { run<false>(s, gy, w, gx); }
+void conv_input_grad_direct(const ConvShape& s, const Half* gy, const float* w, Half* gx) {
+  MT_X86_ONLY(run<false>(s, gy, w, gx));
+}
 void conv_input_grad_pairs(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx) {
-  run<true>(s, gy, w, gx);
+  MT_X86_ONLY(run<true>(s, gy, w, gx));
 }
-#pragma GCC diagnostic pop
-#else
-void conv_input_grad_direct(const ConvShape&, const float*, const float*, float*) {
-  MT_ERROR("conv_input_grad_direct: not built for this target");
-}
-void conv_input_grad_direct(const ConvShape&, const BFloat16*, const BFloat16*, BFloat16*) {
-  MT_ERROR("conv_input_grad_direct: not built for this target");
-}
-void conv_input_grad_direct(const ConvShape&, const BFloat16*, const float*, BFloat16*) {
-  MT_ERROR("conv_input_grad_direct: not built for this target");
-}
-void conv_input_grad_direct(const ConvShape&, const Half*, const float*, Half*) {
-  MT_ERROR("conv_input_grad_direct: not built for this target");
-}
-void conv_input_grad_pairs(const ConvShape&, const BFloat16*, const BFloat16*, BFloat16*) {
-  MT_ERROR("conv_input_grad_pairs: not built for this target");
-}
-#endif
 
 }  // namespace mixtape::cpu
+
+MT_KERNELS_END

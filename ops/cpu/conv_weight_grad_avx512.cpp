@@ -1,5 +1,5 @@
 // ops/cpu/conv_weight_grad_avx512.cpp — see conv_weight_grad_avx512.h. Only the functions marked
-// MT_WGRAD hold AVX-512 instructions; they run only after conv_weight_grad_direct_applies() (which
+// MT_TARGET_AVX512_FMA hold AVX-512 instructions; they run only after conv_weight_grad_direct_applies() (which
 // checks the CPU) said yes.
 #include "ops/cpu/conv_weight_grad_avx512.h"
 
@@ -16,23 +16,10 @@
 #include "ops/cpu/conv_shape.h"
 #include "ops/cpu/cpu_features.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
 #include "ops/cpu/padded_planes_avx512.h"
 #include "ops/cpu/transpose_avx512.h"
-#define MIXTAPE_HAVE_WGRAD_AVX512 1
-#define MT_WGRAD __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-#define MT_WGRAD_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
-// GCC 12's shuffle intrinsics start from _mm512_undefined_ps(), a self-initialised variable that
-// -Wmaybe-uninitialized reports in every caller; the value is never read.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#else
-#define MIXTAPE_HAVE_WGRAD_AVX512 0
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 namespace {
@@ -40,7 +27,7 @@ namespace {
 constexpr int kAccumulators = 24;                   // zmm accumulators per block: P pairs x 3 taps x V
 constexpr int64_t kChunkBytes = int64_t(512) << 10;  // staged images per step: about half an L2
 
-#if MIXTAPE_HAVE_WGRAD_AVX512
+#if MIXTAPE_X86_KERNELS
 
 // Everything the kernels need, derived from the shape once per call.
 struct Plan {
@@ -76,7 +63,7 @@ Plan plan_of(const ConvShape& s, bool image_pairs = false) {
 // One image's gy (O, L) -> gt (L, Opad): gt[l Opad + o] = gy[o, l], 0 for o >= O. 16 x 16 blocks
 // transposed in registers.
 template <typename E>
-MT_WGRAD void stage_gy(const Plan& p, const E* gy, float* gt) {
+MT_TARGET_AVX512_FMA void stage_gy(const Plan& p, const E* gy, float* gt) {
   const int64_t O = p.s.O, L = p.L;
   for (int64_t o0 = 0; o0 < p.Opad; o0 += 16)
     for (int64_t l0 = 0; l0 < L; l0 += 16) {
@@ -93,7 +80,7 @@ MT_WGRAD void stage_gy(const Plan& p, const E* gy, float* gt) {
 // acc[3 i + k][v] sums gy[o, l] xpad[pair0 + i, tap k of pixel l]; then added into accT (K, Opad)
 // (stored when first).
 template <int V, int P>
-MT_WGRAD void block(const Plan& p, const float* xpad, const float* gyT, int64_t nb, int64_t pair0, int64_t c0,
+MT_TARGET_AVX512_FMA void block(const Plan& p, const float* xpad, const float* gyT, int64_t nb, int64_t pair0, int64_t c0,
                     float* accT, bool first, SpreadPrefetch* pf) {
   const ConvShape& s = p.s;
   int64_t off[P];
@@ -139,7 +126,7 @@ MT_WGRAD void block(const Plan& p, const float* xpad, const float* gyT, int64_t 
 // a last odd image is paired with zeros.
 
 // gy of images a and b (b null: zeros), (O, L) BF16 each -> gt (L, Opad) words, 0 for o >= O.
-MT_WGRAD void stage_gy_pairs(const Plan& p, const BFloat16* a, const BFloat16* b, uint32_t* gt) {
+MT_TARGET_AVX512_FMA void stage_gy_pairs(const Plan& p, const BFloat16* a, const BFloat16* b, uint32_t* gt) {
   const int64_t O = p.s.O, L = p.L;
   for (int64_t o0 = 0; o0 < p.Opad; o0 += 16)
     for (int64_t l0 = 0; l0 < L; l0 += 16) {
@@ -165,7 +152,7 @@ MT_WGRAD void stage_gy_pairs(const Plan& p, const BFloat16* a, const BFloat16* b
 // block's twin over `units` staged image pairs: per output pixel, V vectors of gy words times the x word
 // each tap reads, one vdpbf16ps each: both images' products (exact in FP32) added to the FP32 sum.
 template <int V, int P>
-MT_WGRAD_BF16 void block_pairs(const Plan& p, const uint32_t* xpad, const uint32_t* gyT, int64_t units, int64_t pair0,
+MT_TARGET_AVX512BF16 void block_pairs(const Plan& p, const uint32_t* xpad, const uint32_t* gyT, int64_t units, int64_t pair0,
                                int64_t c0, float* accT, bool first, SpreadPrefetch* pf) {
   const ConvShape& s = p.s;
   int64_t off[P];
@@ -335,45 +322,31 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
   transpose_out();
 }
 
-#endif  // MIXTAPE_HAVE_WGRAD_AVX512
+#endif  // MIXTAPE_X86_KERNELS
 
 }  // namespace
 
 bool conv_weight_grad_direct_applies(const ConvShape& s) {
-  return MIXTAPE_HAVE_WGRAD_AVX512 && padded_geometry_ok(s) && conv_implicit_gemm_enabled();
+  return padded_geometry_ok(s) && conv_implicit_gemm_enabled();
 }
 
 bool conv_weight_grad_pairs_applies(const ConvShape& s) {
   return conv_weight_grad_direct_applies(s) && bf16_on_vdpbf16ps();
 }
 
-#if MIXTAPE_HAVE_WGRAD_AVX512
 void conv_weight_grad_direct(const ConvShape& s, const float* x, const float* gy, float* gw) {
-  run<false>(s, x, gy, gw);
+  MT_X86_ONLY(run<false>(s, x, gy, gw));
 }
 void conv_weight_grad_direct(const ConvShape& s, const BFloat16* x, const BFloat16* gy, float* gw) {
-  run<false>(s, x, gy, gw);
+  MT_X86_ONLY(run<false>(s, x, gy, gw));
 }
 void conv_weight_grad_direct(const ConvShape& s, const Half* x, const Half* gy, float* gw) {
-  run<false>(s, x, gy, gw);
+  MT_X86_ONLY(run<false>(s, x, gy, gw));
 }
 void conv_weight_grad_pairs(const ConvShape& s, const BFloat16* x, const BFloat16* gy, float* gw) {
-  run<true>(s, x, gy, gw);
+  MT_X86_ONLY(run<true>(s, x, gy, gw));
 }
-#pragma GCC diagnostic pop
-#else
-void conv_weight_grad_direct(const ConvShape&, const float*, const float*, float*) {
-  MT_ERROR("conv_weight_grad_direct: not built for this target");
-}
-void conv_weight_grad_direct(const ConvShape&, const BFloat16*, const BFloat16*, float*) {
-  MT_ERROR("conv_weight_grad_direct: not built for this target");
-}
-void conv_weight_grad_direct(const ConvShape&, const Half*, const Half*, float*) {
-  MT_ERROR("conv_weight_grad_direct: not built for this target");
-}
-void conv_weight_grad_pairs(const ConvShape&, const BFloat16*, const BFloat16*, float*) {
-  MT_ERROR("conv_weight_grad_pairs: not built for this target");
-}
-#endif
 
 }  // namespace mixtape::cpu
+
+MT_KERNELS_END

@@ -10,13 +10,11 @@
 
 #include "core/error.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#include "ops/cpu/isa.h"
+#if MIXTAPE_X86_KERNELS
 #include <cpuid.h>
-#define MIXTAPE_HAVE_X86_CPUID 1
-#else
-#define MIXTAPE_HAVE_X86_CPUID 0
 #endif
-#if MIXTAPE_HAVE_X86_CPUID && defined(__linux__)
+#if MIXTAPE_X86_KERNELS && defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -27,7 +25,7 @@ namespace {
 // Linux (5.16+) enables AMX's 8 KiB of tile data per thread only for processes that ask: without
 // the grant the first tile instruction faults (SIGILL). The grant is process-wide and permanent.
 bool request_amx_permission() {
-#if MIXTAPE_HAVE_X86_CPUID && defined(__linux__) && defined(SYS_arch_prctl)
+#if MIXTAPE_X86_KERNELS && defined(__linux__) && defined(SYS_arch_prctl)
   constexpr long kArchReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM (asm/prctl.h)
   constexpr long kXfeatureXtiledata = 18;     // XFEATURE_XTILEDATA
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
@@ -38,9 +36,10 @@ bool request_amx_permission() {
 
 CpuFeatures probe() {
   CpuFeatures f;
-#if MIXTAPE_HAVE_X86_CPUID
+#if MIXTAPE_X86_KERNELS
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  f.fma = ecx & (1u << 12);
   const bool osxsave = ecx & (1u << 27);  // XGETBV is usable: without it, executing it faults
   if (osxsave) {
     unsigned lo = 0, hi = 0;

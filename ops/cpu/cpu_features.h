@@ -33,6 +33,7 @@ struct CpuFeatures {
   bool amx_bf16 = false;      // CPUID.(EAX=7, ECX=0):EDX[22], the tdpbf16ps instruction
   bool os_amx_state = false;  // XCR0 has XTILECFG and XTILEDATA state enabled (bits 17, 18)
   bool amx_permitted = false;  // Linux granted this process the tile data state (ARCH_REQ_XCOMP_PERM)
+  bool fma = false;            // CPUID.1:ECX[12], FMA3 (the AVX-512 kernels' targets include it)
 };
 
 // This CPU's features from CPUID and XGETBV (probed once, then cached), with amx_permitted false:

@@ -7,6 +7,7 @@
 
 #include "core/dispatcher.h"
 #include "ops/cpu/bf16_lanes_avx512.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/loops.h"
 
 namespace mixtape::cpu {
@@ -34,9 +35,9 @@ void bf16_rows(const F&, int64_t n, char* out, In*... in) {
 }
 // The same loop compiled for AVX-512 BW (32 lanes where SSE2 has 8); call only where
 // bf16_lanes_available().
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
+#if MIXTAPE_X86_KERNELS
 template <typename F, typename... In>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void bf16_rows_avx512(const F&, int64_t n, char* out, In*... in) {
+MT_TARGET_AVX512 void bf16_rows_avx512(const F&, int64_t n, char* out, In*... in) {
   uint16_t* o = reinterpret_cast<uint16_t*>(out);
   for (int64_t i = 0; i < n; ++i) o[i] = F::bf16_bits(reinterpret_cast<const uint16_t*>(in)[i]...);
 }

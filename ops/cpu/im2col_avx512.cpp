@@ -1,4 +1,4 @@
-// ops/cpu/im2col_avx512.cpp — see im2col_avx512.h. Only the MT_AVX512_BW functions hold AVX-512
+// ops/cpu/im2col_avx512.cpp — see im2col_avx512.h. Only the MT_TARGET_AVX512 functions hold AVX-512
 // instructions; they run only after im2col_avx512_available().
 #include "ops/cpu/im2col_avx512.h"
 
@@ -8,28 +8,14 @@
 
 #include "ops/cpu/cpu_features.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define MIXTAPE_HAVE_AVX512_IM2COL 1
-#define MT_AVX512_BW __attribute__((target("avx512f,avx512bw")))
-// GCC 12's permute intrinsics start from _mm512_undefined_*(); see ops/cpu/sgemm_avx512.cpp.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#else
-#define MIXTAPE_HAVE_AVX512_IM2COL 0
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 
-bool im2col_avx512_available() {
-  const CpuFeatures& f = cpu_features();
-  return MIXTAPE_HAVE_AVX512_IM2COL && f.avx512f && f.avx512bw && f.os_zmm_state;
-}
+bool im2col_avx512_available() { return isa_avx512(); }
 
-#if MIXTAPE_HAVE_AVX512_IM2COL
+#if MIXTAPE_X86_KERNELS
 namespace {
 // Bits lo..hi-1 of a 32-bit chunk (0 <= lo <= hi <= 32).
 inline uint32_t bit_range(int64_t lo, int64_t hi) {
@@ -42,38 +28,38 @@ inline uint32_t bit_range(int64_t lo, int64_t hi) {
 struct F32Lanes {
   using E = float;
   static constexpr int64_t kLanes = 16;
-  MT_AVX512_BW static __m512i load(uint32_t m, const E* p) {
+  MT_TARGET_AVX512 static __m512i load(uint32_t m, const E* p) {
     return _mm512_castps_si512(_mm512_maskz_loadu_ps(static_cast<__mmask16>(m), p));
   }
-  MT_AVX512_BW static void store(uint32_t m, E* p, __m512i v) {
+  MT_TARGET_AVX512 static void store(uint32_t m, E* p, __m512i v) {
     _mm512_mask_storeu_ps(p, static_cast<__mmask16>(m), _mm512_castsi512_ps(v));
   }
   // Lane u <- element 2u of a for u < n, element 2 (u - n) of b for n <= u < 2n (n <= 8; with
   // n = 8, the even elements of the 32 in a:b).
-  MT_AVX512_BW static __m512i two_rows_index(int64_t n) {
+  MT_TARGET_AVX512 static __m512i two_rows_index(int64_t n) {
     alignas(64) int32_t idx[16] = {};
     for (int64_t u = 0; u < 2 * n; ++u) idx[u] = static_cast<int32_t>(u < n ? 2 * u : 16 + 2 * (u - n));
     return _mm512_load_si512(idx);
   }
-  MT_AVX512_BW static __m512i permute2(__m512i a, __m512i idx, __m512i b) { return _mm512_permutex2var_epi32(a, idx, b); }
+  MT_TARGET_AVX512 static __m512i permute2(__m512i a, __m512i idx, __m512i b) { return _mm512_permutex2var_epi32(a, idx, b); }
 };
 struct Bf16Lanes {
   using E = uint16_t;
   static constexpr int64_t kLanes = 32;
-  MT_AVX512_BW static __m512i load(uint32_t m, const E* p) { return _mm512_maskz_loadu_epi16(m, p); }
-  MT_AVX512_BW static void store(uint32_t m, E* p, __m512i v) { _mm512_mask_storeu_epi16(p, m, v); }
+  MT_TARGET_AVX512 static __m512i load(uint32_t m, const E* p) { return _mm512_maskz_loadu_epi16(m, p); }
+  MT_TARGET_AVX512 static void store(uint32_t m, E* p, __m512i v) { _mm512_mask_storeu_epi16(p, m, v); }
   // Lane u <- element 2u of a for u < n, element 2 (u - n) of b for n <= u < 2n (n <= 16; with
   // n = 16, the even elements of the 64 in a:b).
-  MT_AVX512_BW static __m512i two_rows_index(int64_t n) {
+  MT_TARGET_AVX512 static __m512i two_rows_index(int64_t n) {
     alignas(64) uint16_t idx[32] = {};
     for (int64_t u = 0; u < 2 * n; ++u) idx[u] = static_cast<uint16_t>(u < n ? 2 * u : 32 + 2 * (u - n));
     return _mm512_load_si512(idx);
   }
-  MT_AVX512_BW static __m512i permute2(__m512i a, __m512i idx, __m512i b) { return _mm512_permutex2var_epi16(a, idx, b); }
+  MT_TARGET_AVX512 static __m512i permute2(__m512i a, __m512i idx, __m512i b) { return _mm512_permutex2var_epi16(a, idx, b); }
 };
 
 template <typename V>
-MT_AVX512_BW void im2col_plane_shift(const typename V::E* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH,
+MT_TARGET_AVX512 void im2col_plane_shift(const typename V::E* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH,
                                      int64_t kW, int64_t pH, int64_t pW, int64_t dH, typename V::E* col,
                                      int64_t ld) {
   constexpr int64_t N = V::kLanes;
@@ -140,7 +126,7 @@ struct RowChunk {
   uint32_t lo, hi, st;  // lanes read from input columns [b, b + N) and [b + N, b + 2N); stored
 };
 template <typename V, int64_t kStride>
-MT_AVX512_BW void im2col_rows_strided(const typename V::E* x, const Im2colRows& g, typename V::E* col, int64_t ld) {
+MT_TARGET_AVX512 void im2col_rows_strided(const typename V::E* x, const Im2colRows& g, typename V::E* col, int64_t ld) {
   using E = typename V::E;
   constexpr int64_t N = V::kLanes;
   const int64_t chunks = (g.OW + N - 1) / N;
@@ -186,11 +172,11 @@ MT_AVX512_BW void im2col_rows_strided(const typename V::E* x, const Im2colRows& 
 // writes two output rows (a lone last row pairs with zeros).
 // Input row ih of a plane (already offset by the kernel column), lanes `in`; zero outside the image.
 template <typename V>
-MT_AVX512_BW inline __m512i input_row(const typename V::E* plane, const Im2colRows& g, int64_t ih, uint32_t in) {
+MT_TARGET_AVX512 inline __m512i input_row(const typename V::E* plane, const Im2colRows& g, int64_t ih, uint32_t in) {
   return ih >= 0 && ih < g.H ? V::load(in, plane + ih * g.W) : _mm512_setzero_si512();
 }
 template <typename V>
-MT_AVX512_BW void im2col_rows_paired(const typename V::E* x, const Im2colRows& g, typename V::E* col, int64_t ld) {
+MT_TARGET_AVX512 void im2col_rows_paired(const typename V::E* x, const Im2colRows& g, typename V::E* col, int64_t ld) {
   using E = typename V::E;
   constexpr int64_t N = V::kLanes;
   const __m512i idx = V::two_rows_index(g.OW), zero = _mm512_setzero_si512();
@@ -236,7 +222,7 @@ struct Col2imChunk {
   uint32_t load, add;         // output columns j0 + u loaded; input lanes added to
   alignas(64) int32_t idx[16];  // input lane t takes loaded lane idx[t]
 };
-MT_AVX512_BW void col2im_rows_f32(const float* col, const Im2colRows& g, float* x) {
+MT_TARGET_AVX512 void col2im_rows_f32(const float* col, const Im2colRows& g, float* x) {
   constexpr int64_t N = 16;
   const int64_t L = g.OH * g.OW, chunks = (g.W + N - 1) / N;
   thread_local std::vector<Col2imChunk> tab;
@@ -283,39 +269,30 @@ MT_AVX512_BW void col2im_rows_f32(const float* col, const Im2colRows& g, float* 
 }
 
 }  // namespace
+#endif  // MIXTAPE_X86_KERNELS
 
 bool im2col_rows_applies(int64_t sW, int64_t dW) { return dW == 1 && (sW == 1 || sW == 2); }
 
 void im2col_rows_avx512(const float* x, const Im2colRows& g, float* col, int64_t ld) {
-  im2col_rows<F32Lanes>(x, g, col, ld);
+  MT_X86_ONLY(im2col_rows<F32Lanes>(x, g, col, ld));
 }
 void im2col_rows_avx512(const BFloat16* x, const Im2colRows& g, BFloat16* col, int64_t ld) {
-  im2col_rows<Bf16Lanes>(&x->bits, g, &col->bits, ld);
+  MT_X86_ONLY(im2col_rows<Bf16Lanes>(&x->bits, g, &col->bits, ld));
 }
-void col2im_rows_avx512(const float* col, const Im2colRows& g, float* x) { col2im_rows_f32(col, g, x); }
+void col2im_rows_avx512(const float* col, const Im2colRows& g, float* x) {
+  MT_X86_ONLY(col2im_rows_f32(col, g, x));
+}
 
 void im2col_plane_shift_avx512(const float* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH, int64_t kW,
                                int64_t pH, int64_t pW, int64_t dH, float* col, int64_t ld) {
-  im2col_plane_shift<F32Lanes>(x, C, H, W, OH, kH, kW, pH, pW, dH, col, ld);
+  MT_X86_ONLY(im2col_plane_shift<F32Lanes>(x, C, H, W, OH, kH, kW, pH, pW, dH, col, ld));
 }
 void im2col_plane_shift_avx512(const BFloat16* x, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t kH,
                                int64_t kW, int64_t pH, int64_t pW, int64_t dH, BFloat16* col, int64_t ld) {
   // BFloat16 is a standard-layout wrapper of its uint16_t bits (core/bfloat16.h asserts it).
-  im2col_plane_shift<Bf16Lanes>(&x->bits, C, H, W, OH, kH, kW, pH, pW, dH, &col->bits, ld);
+  MT_X86_ONLY(im2col_plane_shift<Bf16Lanes>(&x->bits, C, H, W, OH, kH, kW, pH, pW, dH, &col->bits, ld));
 }
-#else
-bool im2col_rows_applies(int64_t, int64_t) { return false; }
-void im2col_rows_avx512(const float*, const Im2colRows&, float*, int64_t) {}
-void im2col_rows_avx512(const BFloat16*, const Im2colRows&, BFloat16*, int64_t) {}
-void col2im_rows_avx512(const float*, const Im2colRows&, float*) {}
-void im2col_plane_shift_avx512(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                               int64_t, float*, int64_t) {}
-void im2col_plane_shift_avx512(const BFloat16*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                               int64_t, int64_t, BFloat16*, int64_t) {}
-#endif
 
 }  // namespace mixtape::cpu
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+MT_KERNELS_END

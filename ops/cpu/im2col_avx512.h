@@ -16,7 +16,7 @@
 
 namespace mixtape::cpu {
 
-// True when this CPU (and OS) has AVX-512F and BW.
+// isa_avx512() (ops/cpu/isa.h).
 bool im2col_avx512_available();
 
 // x (C, H, W) -> col (C kH kW, OH W), row r = (c kH + ki) kW + kj, OH = H + 2 pH - dH (kH - 1):

@@ -1,6 +1,13 @@
 // ops/cpu/kernel_table.cpp — the kernel trace (see kernel_table.h).
 #include "ops/cpu/kernel_table.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "core/error.h"
 #include "core/trace.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
@@ -33,5 +40,102 @@ std::string steering_tags(bool bf16, bool conv) {
 }
 
 void emit_kernel_choice(const std::string& line) { trace_line(TraceKind::Kernel, "[kernel] " + line); }
+
+namespace {
+
+// op.pass -> the names of its lists' entries, filled during static initialisation.
+std::map<std::string, std::vector<std::string>>& registry() {
+  static std::map<std::string, std::vector<std::string>> r;
+  return r;
+}
+std::mutex& registry_mu() {
+  static std::mutex mu;
+  return mu;
+}
+
+using Forced = std::vector<std::pair<std::string, std::string>>;  // (op.pass, name)
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+Forced parse_forced(const std::string& spec) {
+  Forced out;
+  std::lock_guard<std::mutex> lock(registry_mu());
+  const auto& reg = registry();
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    const size_t end = std::min(spec.find(',', pos), spec.size());
+    const std::string item = spec.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t colon = item.find(':');
+    MT_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < item.size(),
+             "MIXTAPE_CPU_KERNEL: expected <op.pass>:<name>[,...], e.g. conv2d.fwd:im2col_gemm, got '", item, "' in '",
+             spec, "'");
+    const std::string op = item.substr(0, colon), name = item.substr(colon + 1);
+    const auto it = reg.find(op);
+    if (it == reg.end()) {
+      std::vector<std::string> ops;
+      for (const auto& [k, v] : reg) ops.push_back(k);
+      MT_ERROR("MIXTAPE_CPU_KERNEL: unknown op.pass '", op, "' in '", spec, "'; expected one of ", join(ops));
+    }
+    bool known = false;
+    for (const std::string& n : it->second) known = known || n == name;
+    MT_CHECK(known, "MIXTAPE_CPU_KERNEL: ", op, " has no kernel '", name, "' (in '", spec, "'); its kernels: ",
+             join(it->second));
+    for (const auto& [o, n] : out)
+      MT_CHECK(o != op || n == name, "MIXTAPE_CPU_KERNEL: ", op, " forced twice, to ", n, " and ", name);
+    out.emplace_back(op, name);
+  }
+  return out;
+}
+
+std::atomic<const Forced*> g_force_override{nullptr};
+
+const Forced& forced_from_env() {
+  // A throwing initialiser leaves it uninitialised, so a bad value throws at every choice.
+  static const Forced f = [] {
+    const char* e = std::getenv("MIXTAPE_CPU_KERNEL");
+    return parse_forced(e ? e : "");
+  }();
+  return f;
+}
+
+}  // namespace
+
+bool register_kernel_names(const char* op_pass, const std::vector<const char*>& names) {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  std::vector<std::string>& v = registry()[op_pass];
+  for (const char* n : names) {
+    bool have = false;
+    for (const std::string& x : v) have = have || x == n;
+    if (!have) v.emplace_back(n);
+  }
+  return true;
+}
+
+const char* forced_kernel(const char* op_pass) {
+  const Forced* f = g_force_override.load(std::memory_order_acquire);
+  if (!f) f = &forced_from_env();
+  for (const auto& [op, name] : *f)
+    if (op == op_pass) return name.c_str();
+  return nullptr;
+}
+
+void refuse_forced_kernel(const char* op_pass, const char* name, const std::string& why) {
+  MT_ERROR(op_pass, ": the forced kernel ", name, " (MIXTAPE_CPU_KERNEL=", op_pass, ":", name,
+           ") does not apply to this problem: ", why);
+}
+
+KernelForce::KernelForce(const std::string& spec)
+    : previous_(g_force_override.load()), mine_(new Forced(parse_forced(spec))) {
+  g_force_override.store(static_cast<const Forced*>(mine_));
+}
+KernelForce::~KernelForce() {
+  g_force_override.store(static_cast<const Forced*>(previous_));
+  delete static_cast<const Forced*>(mine_);
+}
 
 }  // namespace mixtape::cpu

@@ -1,4 +1,4 @@
-// ops/cpu/max_pool_2x2_avx512.cpp — see ops/cpu/max_pool_2x2_avx512.h. Only the MT_AVX512*
+// ops/cpu/max_pool_2x2_avx512.cpp — see ops/cpu/max_pool_2x2_avx512.h. Only the MT_TARGET_AVX512*
 // functions hold AVX-512 instructions; they run only after max_pool_2x2_avx512_available().
 #include "ops/cpu/max_pool_2x2_avx512.h"
 
@@ -6,27 +6,15 @@
 
 #include "ops/cpu/cpu_features.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
 #include "ops/cpu/bf16_round_avx512.h"
-#define MIXTAPE_HAVE_AVX512_POOL 1
-#define MT_AVX512 __attribute__((target("avx512f")))
-#define MT_AVX512_BW __attribute__((target("avx512f,avx512bw,avx512vl")))
-// GCC 12's permute/blend intrinsics start from _mm512_undefined_*(); see ops/cpu/sgemm_avx512.cpp.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#else
-#define MIXTAPE_HAVE_AVX512_POOL 0
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 
-bool max_pool_2x2_avx512_available() {
-  const CpuFeatures& f = cpu_features();
-  return MIXTAPE_HAVE_AVX512_POOL && f.avx512f && f.avx512bw && f.avx512vl && f.os_zmm_state;
-}
+bool max_pool_2x2_avx512_available() { return isa_avx512(); }
 
-#if MIXTAPE_HAVE_AVX512_POOL
+#if MIXTAPE_X86_KERNELS
 namespace {
 inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 }  // namespace
@@ -48,10 +36,10 @@ struct Chunk {
 struct RowPair {
   __m512 lo, hi;
 };
-MT_AVX512 inline RowPair load_row(const float* r, const ChunkShape& cs) {
+MT_TARGET_AVX512 inline RowPair load_row(const float* r, const ChunkShape& cs) {
   return {_mm512_maskz_loadu_ps(cs.lo, r), _mm512_maskz_loadu_ps(cs.hi, r + 16)};
 }
-MT_AVX512_BW inline RowPair load_row(const BFloat16* r, const ChunkShape& cs) {
+MT_TARGET_AVX512 inline RowPair load_row(const BFloat16* r, const ChunkShape& cs) {
   const __m512i v = _mm512_maskz_loadu_epi16(__mmask32(cs.lo) | (__mmask32(cs.hi) << 16), r);
   return {widen_bf16(_mm512_castsi512_si256(v)), widen_bf16(_mm512_extracti64x4_epi64(v, 1))};
 }
@@ -59,8 +47,8 @@ MT_AVX512_BW inline RowPair load_row(const BFloat16* r, const ChunkShape& cs) {
 // floats widened from BF16 (every value these kernels store: a tap, or 0 + a BF16 gradient), and
 // sets a NaN's quiet bit as the rounding conversion (float_to_bfloat16_bits) does, so a
 // signalling NaN comes out quiet on every path.
-MT_AVX512 inline void store_lanes(float* dst, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(dst, m, v); }
-MT_AVX512_BW inline void store_lanes(BFloat16* dst, __mmask16 m, __m512 v) {
+MT_TARGET_AVX512 inline void store_lanes(float* dst, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(dst, m, v); }
+MT_TARGET_AVX512 inline void store_lanes(BFloat16* dst, __mmask16 m, __m512 v) {
   __m512i hi = _mm512_srli_epi32(_mm512_castps_si512(v), 16);
   hi = _mm512_mask_or_epi32(hi, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), hi, _mm512_set1_epi32(0x0040));
   _mm256_mask_storeu_epi16(dst, m, _mm512_cvtepi32_epi16(hi));
@@ -68,7 +56,7 @@ MT_AVX512_BW inline void store_lanes(BFloat16* dst, __mmask16 m, __m512 v) {
 
 // The windows of chunk columns [2 ow, 2 ow + 2n) of input rows r0, r1.
 template <typename E>
-MT_AVX512_BW inline Chunk window_max(const E* r0, const E* r1, const ChunkShape& cs, __m512i even, __m512i odd) {
+MT_TARGET_AVX512 inline Chunk window_max(const E* r0, const E* r1, const ChunkShape& cs, __m512i even, __m512i odd) {
   const RowPair a = load_row(r0, cs), b = load_row(r1, cs);
   const __m512 a0 = a.lo, a1 = a.hi, b0 = b.lo, b1 = b.hi;
   const __m512 taps[4] = {_mm512_permutex2var_ps(a0, even, a1), _mm512_permutex2var_ps(a0, odd, a1),
@@ -85,7 +73,7 @@ MT_AVX512_BW inline Chunk window_max(const E* r0, const E* r1, const ChunkShape&
 
 namespace {
 template <typename E>
-MT_AVX512_BW void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W, E* out, int64_t* idx) {
+MT_TARGET_AVX512 void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W, E* out, int64_t* idx) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -111,7 +99,7 @@ MT_AVX512_BW void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W, E* 
 }
 
 template <typename E>
-MT_AVX512_BW void pool_grad_plane(const E* in, int64_t OH, int64_t OW, int64_t W, const E* g, E* gx) {
+MT_TARGET_AVX512 void pool_grad_plane(const E* in, int64_t OH, int64_t OW, int64_t W, const E* g, E* gx) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   // Lane j of an interleaved row takes window j / 2 (low half) or 8 + j / 2 (high half).
@@ -137,25 +125,22 @@ MT_AVX512_BW void pool_grad_plane(const E* in, int64_t OH, int64_t OW, int64_t W
   }
 }
 }  // namespace
+#endif  // MIXTAPE_X86_KERNELS
 
 void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, float* out, int64_t* idx) {
-  pool_plane(in, OH, OW, W, out, idx);
+  MT_X86_ONLY(pool_plane(in, OH, OW, W, out, idx));
 }
 void max_pool_plane_2x2_grad_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, const float* g, float* gx) {
-  pool_grad_plane(in, OH, OW, W, g, gx);
+  MT_X86_ONLY(pool_grad_plane(in, OH, OW, W, g, gx));
 }
 void max_pool_plane_2x2_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, BFloat16* out, int64_t* idx) {
-  pool_plane(in, OH, OW, W, out, idx);
+  MT_X86_ONLY(pool_plane(in, OH, OW, W, out, idx));
 }
 void max_pool_plane_2x2_grad_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, const BFloat16* g,
                                     BFloat16* gx) {
-  pool_grad_plane(in, OH, OW, W, g, gx);
+  MT_X86_ONLY(pool_grad_plane(in, OH, OW, W, g, gx));
 }
-#else
-void max_pool_plane_2x2_avx512(const float*, int64_t, int64_t, int64_t, float*, int64_t*) {}
-void max_pool_plane_2x2_grad_avx512(const float*, int64_t, int64_t, int64_t, const float*, float*) {}
-void max_pool_plane_2x2_avx512(const BFloat16*, int64_t, int64_t, int64_t, BFloat16*, int64_t*) {}
-void max_pool_plane_2x2_grad_avx512(const BFloat16*, int64_t, int64_t, int64_t, const BFloat16*, BFloat16*) {}
-#endif
 
 }  // namespace mixtape::cpu
+
+MT_KERNELS_END

@@ -12,7 +12,7 @@
 
 namespace mixtape::cpu {
 
-// True when this CPU (and OS) has AVX-512F, BW and VL (every AVX-512 CPU since Skylake-X).
+// isa_avx512() (ops/cpu/isa.h: AVX-512 F, BW, VL, every AVX-512 CPU since Skylake-X).
 bool max_pool_2x2_avx512_available();
 
 // One plane: in (H, W) with 2 OH <= H, 2 OW <= W and H W < 2^31 -> out (OH, OW) the maxima (when

@@ -4,11 +4,10 @@
 // the prefetch that brings the next image in while one is computed.
 // Invariant: padded row r, column q of channel c holds x[c, r - pH, q - pW], or +0 where that is
 // outside the image.
-// Include only in a file built for x86-64 with GCC or Clang; the functions carry their own target
-// and run only after a CPUID check (conv_implicit_gemm_enabled()).
+// Defined where MIXTAPE_X86_KERNELS (ops/cpu/isa.h); the functions carry their target
+// (MT_TARGET_AVX512_FMA) and run only after isa_avx512() (conv_implicit_gemm_enabled()).
 // Internal: ops/cpu/conv_direct_avx512.cpp and ops/cpu/conv_weight_grad_avx512.cpp.
 #pragma once
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -19,20 +18,16 @@
 #include "ops/cpu/bf16_round_avx512.h"
 #include "ops/cpu/conv_shape.h"
 
-// GCC 12's widening intrinsics start from a self-initialised "undefined" vector, which
-// -Wmaybe-uninitialized reports in every caller; the value is never read.
-#pragma GCC diagnostic push
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "ops/cpu/isa.h"
+
+#if MIXTAPE_X86_KERNELS
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 
-#define MT_PADDED __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
-
 // 16 elements of E at src (lanes in mask m; zero elsewhere) as FP32, exactly.
 template <typename E>
-MT_PADDED inline __m512 load16_as_f32(__mmask16 m, const E* src) {
+MT_TARGET_AVX512_FMA inline __m512 load16_as_f32(__mmask16 m, const E* src) {
   if constexpr (std::is_same_v<E, float>) {
     return _mm512_maskz_loadu_ps(m, src);
   } else {
@@ -74,7 +69,7 @@ inline uintptr_t chunk_source(const PaddedPlanes& p, const E* x, int64_t c, int6
 
 // One image x (C, H, W) -> xp (C, Hp, Wp) FP32, 16-bit storage widened exactly.
 template <typename E>
-MT_PADDED void stage_padded(const PaddedPlanes& p, const E* x, float* xp) {
+MT_TARGET_AVX512_FMA void stage_padded(const PaddedPlanes& p, const E* x, float* xp) {
   const ChunkMasks mk(p);
   for (int64_t c = 0; c < p.C; ++c)
     for (int64_t r = 0; r < p.Hp; ++r) {
@@ -94,7 +89,7 @@ MT_PADDED void stage_padded(const PaddedPlanes& p, const E* x, float* xp) {
 // first element: the direct BF16 forward pairs an image's channels 2q and 2q + 1, the BF16 weight
 // gradient the same channel of two images.
 template <typename Lo, typename Hi>
-MT_PADDED void stage_pairs(const PaddedPlanes& p, Lo&& lo, Hi&& hi, uint32_t* xp) {
+MT_TARGET_AVX512_FMA void stage_pairs(const PaddedPlanes& p, Lo&& lo, Hi&& hi, uint32_t* xp) {
   const ChunkMasks mk(p);
   for (int64_t q = 0; q < p.C; ++q) {
     const BFloat16 *a = lo(q), *b = hi(q);
@@ -135,5 +130,5 @@ struct SpreadPrefetch {
 
 }  // namespace mixtape::cpu
 
-#undef MT_PADDED
-#pragma GCC diagnostic pop
+MT_KERNELS_END
+#endif  // MIXTAPE_X86_KERNELS

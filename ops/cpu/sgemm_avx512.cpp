@@ -1,5 +1,5 @@
 // ops/cpu/sgemm_avx512.cpp — the AVX-512F SGEMM (see ops/cpu/sgemm_avx512.h for why and how).
-// Only the functions marked MT_AVX512 contain AVX-512 instructions; they run only after
+// Only the functions marked MT_TARGET_AVX512_FMA contain AVX-512 instructions; they run only after
 // sgemm_avx512_available() said yes, so the library stays baseline x86-64 elsewhere.
 #include "ops/cpu/sgemm_avx512.h"
 
@@ -14,19 +14,9 @@
 #include "ops/cpu/aligned_buffer.h"
 #include "ops/cpu/tile_threads.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
 #include "ops/cpu/transpose_avx512.h"
-#define MIXTAPE_HAVE_AVX512_GEMM 1
-#define MT_AVX512 __attribute__((target("avx512f,fma")))
-// GCC 12's shuffle intrinsics start from _mm512_undefined_ps(), a self-initialised variable that
-// -Wmaybe-uninitialized reports in every caller; the value is never read.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#else
-#define MIXTAPE_HAVE_AVX512_GEMM 0
-#define MT_AVX512
-#endif
+#include "ops/cpu/isa.h"
+MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 namespace {
@@ -51,7 +41,7 @@ inline const float* b_at(bool tb, const float* b, int64_t ldb, int64_t p, int64_
 // The packers run only on the AVX-512 path, so they are compiled for it (the copies vectorize).
 // Panel r of op(A) rows [i0, i0 + mc), depth [p0, p0 + kc): dst[p * kMr + ii] = op(A)[i0 + r kMr + ii,
 // p0 + p], zero past row mc.
-MT_AVX512 void pack_a_panel(bool ta, const float* a, int64_t lda, int64_t i0, int64_t rows, int64_t p0, int64_t kc,
+MT_TARGET_AVX512_FMA void pack_a_panel(bool ta, const float* a, int64_t lda, int64_t i0, int64_t rows, int64_t p0, int64_t kc,
                   float* dst) {
   if (ta) {  // op(A)[i, p] = A[p, i]: rows of the panel are contiguous in A
     for (int64_t p = 0; p < kc; ++p) {
@@ -76,7 +66,7 @@ MT_AVX512 void pack_a_panel(bool ta, const float* a, int64_t lda, int64_t i0, in
 
 // Panel of op(B) columns [j0, j0 + cols), depth [p0, p0 + kc): dst[p * kNr + jj], zero past cols.
 // dst is 64-byte aligned (panels are whole multiples of kNr floats from an aligned buffer).
-MT_AVX512 void pack_b_panel(bool tb, const float* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0, int64_t kc,
+MT_TARGET_AVX512_FMA void pack_b_panel(bool tb, const float* b, int64_t ldb, int64_t j0, int64_t cols, int64_t p0, int64_t kc,
                             float* dst) {
   if (!tb) {  // rows of op(B) are contiguous in B
     for (int64_t p = 0; p < kc; ++p) {
@@ -91,7 +81,7 @@ MT_AVX512 void pack_b_panel(bool tb, const float* b, int64_t ldb, int64_t j0, in
   // op(B)[p, j] = B[j, p]: column jj of the panel is contiguous in B. Transposed 16 x 16 blocks
   // at a time (conv2d's weight gradient packs its whole im2col matrix this way), the rest singly.
   int64_t p = 0;
-#if MIXTAPE_HAVE_AVX512_GEMM
+#if MIXTAPE_X86_KERNELS
   for (; p + 16 <= kc; p += 16)
     for (int64_t j16 = 0; j16 < kNr; j16 += 16) {
       __m512 r[16];
@@ -105,10 +95,10 @@ MT_AVX512 void pack_b_panel(bool tb, const float* b, int64_t ldb, int64_t j0, in
     for (int64_t jj = 0; jj < kNr; ++jj) dst[p * kNr + jj] = jj < cols ? *b_at(true, b, ldb, p0 + p, j0 + jj) : 0.0f;
 }
 
-#if MIXTAPE_HAVE_AVX512_GEMM
+#if MIXTAPE_X86_KERNELS
 // The micro-kernel: the 8 x 32 tile T = Ap (kc, 8)^T Bp (kc, 32), summed over p in order; then
 // c[i, j] = T (beta == 0) or fma(beta, c, T), for the full tile with row stride ldc.
-MT_AVX512 void micro_kernel(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* c,
+MT_TARGET_AVX512_FMA void micro_kernel(int64_t kc, const float* __restrict ap, const float* __restrict bp, float* c,
                             int64_t ldc, float beta) {
   __m512 acc[kMr][2];
 #pragma GCC unroll 8
@@ -146,7 +136,7 @@ MT_AVX512 void micro_kernel(int64_t kc, const float* __restrict ap, const float*
 // else through a scratch tile, merged with the same fma(beta, c, t) the full tile uses.
 void tile(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, int64_t rows, int64_t cols,
           float beta) {
-#if MIXTAPE_HAVE_AVX512_GEMM
+#if MIXTAPE_X86_KERNELS
   if (rows == kMr && cols == kNr) return micro_kernel(kc, ap, bp, c, ldc, beta);
   alignas(64) float t[kMr * kNr];
   micro_kernel(kc, ap, bp, t, kNr, 0.0f);
@@ -189,17 +179,7 @@ void sgemm_serial(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
 
 }  // namespace
 
-bool sgemm_avx512_available() {
-#if MIXTAPE_HAVE_AVX512_GEMM
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  }();
-  return has;
-#else
-  return false;
-#endif
-}
+bool sgemm_avx512_available() { return isa_avx512(); }
 
 void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -219,3 +199,5 @@ void sgemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float
 }
 
 }  // namespace mixtape::cpu
+
+MT_KERNELS_END

@@ -4,7 +4,7 @@
 // AMD Zen 4/5, and machines where its AVX-512 kernels are known to misbehave pin it there with
 // OPENBLAS_CORETYPE; AVX-512 doubles the FMA peak of such a core (measured on the development
 // machine: 272 vs 143 GFLOP/s per thread). cpu::gemm (ops/cpu/blas.h) sends float GEMMs here
-// when the CPU has AVX-512F, unless MIXTAPE_GEMM=blas.
+// where isa_avx512() (ops/cpu/isa.h), unless MIXTAPE_GEMM=blas.
 //
 // Algorithm (the BLIS / GotoBLAS layering): C (m, n) is computed in blocks of kNc columns; the
 // depth k in slices of kKc; for each slice, op(B) is packed into column panels of kNr and op(A)

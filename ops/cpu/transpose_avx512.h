@@ -1,17 +1,18 @@
 // ops/cpu/transpose_avx512.h — the 16 x 16 FP32 transpose in AVX-512 registers, shared by the
 // SGEMM's transposed B packing and the direct conv kernels (the weight gradient's staging of gy,
 // the forward's and the input gradient's stores into NCHW).
-// Include only in a file built for x86-64 with GCC or Clang; the function carries its own target,
-// so it may be called only from AVX-512F code that runs after a CPUID check.
+// Defined where MIXTAPE_X86_KERNELS (ops/cpu/isa.h); it carries its target (MT_TARGET_AVX512) and
+// may be called only from AVX-512 code that runs after isa_avx512().
 #pragma once
-#include <immintrin.h>
+#include "ops/cpu/isa.h"
 
+#if MIXTAPE_X86_KERNELS
 namespace mixtape::cpu {
 
 // Transposes the 16 x 16 block r[row][col] in registers: afterwards r[col] holds column col of
 // the old block, rows 0..15 in its lanes. Four rounds: 32-bit interleave (unpack), 64-bit
 // (shuffle_ps), then 128-bit lanes twice (shuffle_f32x4); the lane algebra is in the comments.
-__attribute__((target("avx512f"))) inline void transpose16x16(__m512 r[16]) {
+MT_TARGET_AVX512 inline void transpose16x16(__m512 r[16]) {
   __m512 t[16];
   for (int i = 0; i < 8; ++i) {  // lane L of t[2i]: r2i[4L] r2i+1[4L] r2i[4L+1] r2i+1[4L+1]
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -38,3 +39,4 @@ __attribute__((target("avx512f"))) inline void transpose16x16(__m512 r[16]) {
 }
 
 }  // namespace mixtape::cpu
+#endif  // MIXTAPE_X86_KERNELS
