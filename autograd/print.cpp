@@ -42,7 +42,7 @@ void print_values(std::ostream& os, const Tensor& t) {
     if (std::isfinite(v)) max_abs = std::max(max_abs, std::fabs(v));
   bool sci = !int_like && (max_abs >= 1e8 || (max_abs > 0 && max_abs < 1e-4));
   auto fmt = [&](double v) {
-    if (sci && std::isfinite(v) && is_floating(t.dtype())) {
+    if (sci && std::isfinite(v) && (is_floating(t.dtype()) || is_float8(t.dtype()))) {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.4e", v);
       return std::string(buf);

@@ -268,6 +268,9 @@ TEST(Float8, PrintingItemAndFill) {
   EXPECT_EQ(z.to_vector<Float8_e5m2>()[5].bits, float_to_e5m2_bits(0.3f));
   EXPECT_EQ(z.to_vector<float>()[0], 0.3125f);
   EXPECT_EQ(tensor({0.3}).to(DType::Float8_e5m2).item<float>(), 0.3125f);
+  // Tiny values print in scientific notation, as for the wider floats (not as 0.0000).
+  const std::string tiny = to_string(tensor({1.52587890625e-05, 3.0517578125e-05}).to(DType::Float8_e5m2));
+  EXPECT_NE(tiny.find("1.5259e-05"), std::string::npos) << tiny;
 }
 
 // add and mul on FP8 compute in f32 and round once (the same bits as rounding the f32 result).
