@@ -382,7 +382,8 @@ void check_same_start(distributed::ProcessGroup& pg, const Config& c, bool resum
 void check_cuda_graph(const Config& c, std::optional<Device> at, int world) {
   if (at && !at->is_cuda())
     MT_ERROR("--cuda-graph replays the training step as a CUDA graph and needs --device cuda (or auto with a usable "
-             "GPU); this run is on ", at->str(), c.device == "auto" ? " (--device auto: " + cuda::unavailable_reason() + ")" : "");
+             "GPU); this run is on ", at->str(),
+             c.device == "auto" ? " (--device auto: " + cuda::unavailable_reason() + ")" : "");
   MT_CHECK(world == 1, "--cuda-graph is not supported with several ranks (", world, " under mpirun): DDP's gradient "
            "all-reduce is not captured; run one process, or leave --cuda-graph out");
 }
@@ -720,7 +721,8 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       scaler.update();
       profiler::step();  // MIXTAPE_PROFILE=1: the table's per-step column
       if (sched) sched->step(stepped);          // a skipped step does not advance the schedule
-      finish_step(scale_used, stepped, scaler.get_scale(), std::chrono::duration<double>(Clock::now() - t_step).count());
+      const double dt = std::chrono::duration<double>(Clock::now() - t_step).count();
+      finish_step(scale_used, stepped, scaler.get_scale(), dt);
     }
 #if MIXTAPE_WITH_CUDA
     if (graphed) {
