@@ -4,23 +4,35 @@
 //   resnet20_step/{fp32,amp_fp16,amp_bf16}            one SGD training step, batch 128, 32x32x3
 //   resnet20_b1024_step/{fp32,amp_fp16,amp_bf16}      the same at batch 1024: at 128 an H200 step is
 //                                                     bound by launches, not by arithmetic
-// Step counters: images_per_s and peak_bytes (the CUDA caching allocator's high-water mark of
-// allocated bytes over the timed steps: reset after the warm-up step, as bench/gpu_torch_step.py). Every timed iteration ends with cuda::synchronize(), so times are device
-// times as seen by the host. AMP modes: autocast on CUDA (FP16 with a GradScaler, BF16 without),
-// FP32 parameters, as PyTorch's torch.autocast recipe.
-// Without a usable GPU it prints "skipped: <reason>", writes an empty result file when
-// --benchmark_out=FILE is given, and exits 0.
+//   <the step rows>_graph (with --graph)              the same step captured once as a CUDA graph
+//                                                     (cuda::GraphedStep: 3 eager warm-up steps, the
+//                                                     capture) and replayed: capturable SGD, a
+//                                                     sync_free GradScaler
+// A step row's time is the median over --windows timed windows (default 5) of the time per step,
+// each window --window-steps steps (default 20) ended by one cuda::synchronize(), as
+// bench/gpu_torch_step.py times PyTorch; its counters: images_per_s (batch / that time) and
+// peak_bytes (the CUDA caching allocator's high-water mark of allocated bytes over the timed
+// steps: reset after the warm-up, as bench/gpu_torch_step.py). cuDNN: benchmark mode off on both
+// sides, deterministic algorithms here (mixtape's default). AMP modes: autocast on CUDA (FP16 with
+// a GradScaler, BF16 without), FP32 parameters, as PyTorch's torch.autocast recipe. --batch N
+// replaces every step row's batch (the emulator's smoke run). Without a usable GPU it prints
+// "skipped: <reason>", writes an empty result file when --benchmark_out=FILE is given, and exits 0.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "amp/autocast.h"
 #include "amp/grad_scaler.h"
+#include "core/cuda/graphed_step.h"
 #include "core/cuda_api.h"
 #include "mixtape/mixtape.h"
 #include "models/nn.h"
@@ -50,7 +62,15 @@ void gemm(benchmark::State& state, DType dt, bool tf32) {
 
 enum class Mode { Fp32, AmpFp16, AmpBf16 };
 
-void train_step(benchmark::State& state, const std::string& model_name, Mode mode, int64_t batch) {
+// The step rows' timing (flags of this program, read before Google Benchmark's).
+struct Timing {
+  int window_steps = 20, windows = 5;
+  int64_t batch = 0;  // 0: each row's own
+};
+Timing g_timing;
+
+void train_step(benchmark::State& state, const std::string& model_name, Mode mode, int64_t batch, bool graphed) {
+  if (g_timing.batch > 0) batch = g_timing.batch;
   manual_seed(0);
   std::shared_ptr<nn::Module> model;
   IntList in_shape;
@@ -63,7 +83,9 @@ void train_step(benchmark::State& state, const std::string& model_name, Mode mod
   }
   model->to(Device::CUDA());
   optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
-  amp::GradScaler scaler({.enabled = mode == Mode::AmpFp16});
+  // Graphed: nothing in the step may read on the host (docs/CUDA.md, "A step with no host sync").
+  if (graphed) opt.set_capturable(true);
+  amp::GradScaler scaler({.enabled = mode == Mode::AmpFp16, .sync_free = graphed});
   Generator g(1);
   const Tensor x = randn(in_shape, {}, &g).to(Device::CUDA());
   const Tensor y = (rand({batch}, {}, &g) * 10.0).to(DType::Int64).to(Device::CUDA());
@@ -79,21 +101,38 @@ void train_step(benchmark::State& state, const std::string& model_name, Mode mod
     scaler.scale(loss).backward();
     scaler.step(opt);
     scaler.update();
-    profiler::step();  // MIXTAPE_PROFILE=1: the table's per-step column
   };
-  step();  // warm-up: optimizer state, cuDNN algorithm choices, allocator cache
+  std::optional<cuda::GraphedStep> graph;
+  if (graphed) graph.emplace(step);  // x and y are its static buffers: the same batch every step
+  auto one = [&] {
+    graph ? (*graph)() : step();
+    profiler::step();  // MIXTAPE_PROFILE=1: the table's per-step column (eager rows only)
+  };
+  // Warm-up: optimizer state, cuDNN algorithm choices, allocator cache; graphed: the eager
+  // warm-up steps, the capture and a replay.
+  for (int i = 0; i < (graphed ? 4 : 1); ++i) one();
   cuda::synchronize();
   reset_peak_memory(Device::CUDA());  // this mode's steps only, not the earlier benchmarks'
+  std::vector<double> per_step;
   for (auto _ : state) {
-    step();
-    cuda::synchronize();
+    for (int w = 0; w < g_timing.windows; ++w) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < g_timing.window_steps; ++i) one();
+      cuda::synchronize();
+      per_step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                         g_timing.window_steps);
+    }
+    std::sort(per_step.begin(), per_step.end());
+    const size_t n = per_step.size();
+    const double median = n % 2 ? per_step[n / 2] : (per_step[n / 2 - 1] + per_step[n / 2]) / 2;
+    state.SetIterationTime(median);
+    state.counters["images_per_s"] = double(batch) / median;
   }
-  state.counters["images_per_s"] =
-      benchmark::Counter(double(batch), benchmark::Counter::kIsIterationInvariantRate);
+  if (graphed) MT_CHECK(graph->captured(), "bench_gpu_step: the graphed step was not captured");
   state.counters["peak_bytes"] = double(cuda::memory_stats(0).peak_bytes);
 }
 
-void register_all() {
+void register_all(bool graphs) {
   benchmark::RegisterBenchmark("gemm_f16", gemm, DType::Float16, false)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("gemm_f32", gemm, DType::Float32, false)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("gemm_f32_tf32", gemm, DType::Float32, true)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -102,13 +141,48 @@ void register_all() {
     const char* model;
     int64_t batch;
   };
-  for (const Row& r : {Row{"smallcnn", "smallcnn", 128}, Row{"resnet20", "resnet20", 128}, Row{"resnet20_b1024", "resnet20", 1024}}) {
-    const std::string name = std::string(r.name) + "_step/";
-    for (auto [suffix, mode] : {std::pair{"fp32", Mode::Fp32}, std::pair{"amp_fp16", Mode::AmpFp16}, std::pair{"amp_bf16", Mode::AmpBf16}}) {
-      benchmark::RegisterBenchmark((name + suffix).c_str(), train_step, std::string(r.model), mode, r.batch)
-          ->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (bool graphed : {false, true}) {
+    if (graphed && !graphs) continue;
+    for (const Row& r : {Row{"smallcnn", "smallcnn", 128}, Row{"resnet20", "resnet20", 128}, Row{"resnet20_b1024", "resnet20", 1024}}) {
+      const std::string name = std::string(r.name) + "_step/";
+      for (auto [suffix, mode] : {std::pair{"fp32", Mode::Fp32}, std::pair{"amp_fp16", Mode::AmpFp16}, std::pair{"amp_bf16", Mode::AmpBf16}}) {
+        // One Google Benchmark iteration holds every timed window; the reported time is their median.
+        benchmark::RegisterBenchmark((name + suffix + (graphed ? "_graph" : "")).c_str(), train_step,
+                                     std::string(r.model), mode, r.batch, graphed)
+            ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+      }
     }
   }
+}
+
+// Takes this program's own flags out of argv (before benchmark::Initialize sees them).
+bool take_flags(int& argc, char** argv) {
+  bool graphs = false;
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      const std::string f = flag;
+      if (a.rfind(f + "=", 0) == 0) return argv[i] + f.size() + 1;
+      return nullptr;
+    };
+    if (a == "--graph") {
+      graphs = true;
+    } else if (const char* v = value("--window-steps")) {
+      g_timing.window_steps = std::atoi(v);
+    } else if (const char* v = value("--windows")) {
+      g_timing.windows = std::atoi(v);
+    } else if (const char* v = value("--batch")) {
+      g_timing.batch = std::atoll(v);
+    } else {
+      argv[out++] = argv[i];
+      continue;
+    }
+  }
+  argc = out;
+  MT_CHECK(g_timing.window_steps >= 1 && g_timing.windows >= 1 && g_timing.batch >= 0,
+           "bench_gpu_step: --window-steps and --windows must be >= 1, --batch >= 0");
+  return graphs;
 }
 
 }  // namespace
@@ -120,7 +194,8 @@ int main(int argc, char** argv) {
       if (std::strncmp(argv[i], "--benchmark_out=", 16) == 0) std::ofstream(argv[i] + 16) << "{\"benchmarks\": []}\n";
     return 0;
   }
-  register_all();
+  const bool graphs = take_flags(argc, argv);
+  register_all(graphs);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

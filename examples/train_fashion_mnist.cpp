@@ -8,6 +8,7 @@
 //   train_fashion_mnist --model smallcnn --epochs 3 --batch-size 128 --lr 0.05 --momentum 0.9
 //   train_fashion_mnist --epochs 2 --save ck.safetensors && train_fashion_mnist --epochs 3 --resume ck.safetensors
 //   train_fashion_mnist --device cuda --amp fp16        # on a GPU (auto: CUDA when one is usable)
+//   train_fashion_mnist --device cuda --amp fp16 --cuda-graph   # each step replayed as a CUDA graph
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -34,6 +35,9 @@
 #include "distributed/state_agreement.h"
 #include "ops/cpu/blas.h"
 #include "svg_plot.h"
+#if MIXTAPE_WITH_CUDA
+#include "graphed_training.h"
+#endif
 
 using namespace mixtape;
 using Clock = std::chrono::steady_clock;
@@ -67,6 +71,7 @@ struct Config {
   int accumulate = 1;
   bool checkpoint_activations = false;
   std::string device = "cpu";  // cpu | cuda | cuda:N | auto
+  bool cuda_graph = false;     // replay each training step as a CUDA graph (examples/graphed_training.h)
   bool allow_nonfinite_loss = false;  // go on past a NaN/inf loss that no scaler handles
   // Under --amp fp16: stop once this many optimizer steps in a row were skipped (0 = never).
   // From the initial scale 2^16, 40 halvings reach 2^-24, FP16's smallest subnormal: gradients
@@ -372,6 +377,17 @@ void check_same_start(distributed::ProcessGroup& pg, const Config& c, bool resum
               : "every rank must load the same --data");
 }
 
+// --cuda-graph replays the training step as CUDA graphs: a CUDA device (`at`: the device once
+// picked, or before that the CPU when --device says so) and one process.
+void check_cuda_graph(const Config& c, std::optional<Device> at, int world) {
+  if (at && !at->is_cuda())
+    MT_ERROR("--cuda-graph replays the training step as a CUDA graph and needs --device cuda (or auto with a usable "
+             "GPU); this run is on ", at->str(),
+             c.device == "auto" ? " (--device auto: " + cuda::unavailable_reason() + ")" : "");
+  MT_CHECK(world == 1, "--cuda-graph is not supported with several ranks (", world, " under mpirun): DDP's gradient "
+           "all-reduce is not captured; run one process, or leave --cuda-graph out");
+}
+
 int run(const Config& c, const nlohmann::json& computation_options) {
   // mpirun -np N: N ranks, each training on its share of every global batch (docs/DISTRIBUTED.md);
   // without mpirun a world of one, and everything below is the single-process job.
@@ -393,6 +409,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
              "over the ", world, " ranks");
   }
   const int64_t local_batch = c.batch_size / world;
+  if (c.cuda_graph) check_cuda_graph(c, c.device == "cpu" ? std::optional<Device>(Device::CPU()) : std::nullopt, world);
   manual_seed(c.seed);
   const std::string curves = curves_path(c);
   for (const std::string& f : {c.metrics_file, c.summary_file, c.save_path, curves}) {
@@ -465,6 +482,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
              "--device cuda with NCCL needs one CUDA device per rank: ", ranks_here, " ranks on this host, ",
              cuda::device_count(), " device(s) (run fewer ranks, or MIXTAPE_DIST_CUDA=host to reduce through host memory)");
   }
+  if (c.cuda_graph) check_cuda_graph(c, device, world);
   model->to(device);  // before the optimizer, which keeps its state (and FP32 masters) beside the parameters
   // Several ranks: rank 0's initial weights everywhere, gradients averaged during backward.
   std::shared_ptr<distributed::DistributedDataParallel> ddp;
@@ -474,7 +492,8 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   for (const Tensor& p : model->parameters()) n_params += p.numel();
   auto opt = make_optimizer(c, model->parameters());
   // Loss scaling for FP16 only: BF16 has FP32's exponent range, so its gradients do not underflow.
-  amp::GradScaler scaler({.enabled = c.amp == "fp16"});
+  // --cuda-graph: a step that reads nothing on the host (docs/CUDA.md, "A step with no host sync").
+  amp::GradScaler scaler({.enabled = c.amp == "fp16", .sync_free = c.cuda_graph});
   // --accumulate N: one optimizer step per N micro-batches (an incomplete group at the end of an
   // epoch is dropped, so every step sees N of them).
   int64_t steps_per_epoch = train_loader.num_batches() / c.accumulate;
@@ -521,6 +540,16 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   }
   if (world > 1)
     check_same_start(pg, c, resume.has_value(), start_epoch, step, *train_set, *test_set, state);
+#if MIXTAPE_WITH_CUDA
+  // --cuda-graph: the optimizer keeps its counts and lr on the device (after the restore: they
+  // start from the restored ones), and the step is replayed (examples/graphed_training.h).
+  std::unique_ptr<examples::GraphedTraining> graphed;
+  if (c.cuda_graph) {
+    opt->set_capturable(true);
+    graphed = std::make_unique<examples::GraphedTraining>(*model, *opt, scaler, sched.get(), autocast, c.accumulate,
+                                                          device);
+  }
+#endif
   // The learning rate this run uses: the optimizer's (the schedule's base), restored from the
   // checkpoint when resuming (check_resume_config refuses a --lr that differs from it).
   const double lr_used = sched ? sched->base_lrs()[0] : opt->param_groups()[0].lr();
@@ -536,6 +565,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
               << (scaler.is_enabled() ? ", dynamic loss scaling" : ", no loss scaling (bf16)");
   if (c.accumulate > 1) std::cout << ", " << c.accumulate << " micro-batches per step";
   if (c.checkpoint_activations) std::cout << ", activation checkpointing";
+  if (c.cuda_graph) std::cout << ", each step replayed as a CUDA graph";
   if (world > 1) {
     const size_t nb = ddp->bucket_layout().size();
     std::cout << ", " << world << " ranks (MPI) x " << local_batch << " images, gradients averaged in " << nb
@@ -574,13 +604,90 @@ int run(const Config& c, const nlohmann::json& computation_options) {
     double step_loss = 0;
     int64_t step_images = 0;
     auto t_step = Clock::now();
+    // One micro-batch's figures: its loss, images and correct predictions.
+    auto count_micro = [&](double l, int64_t n, int64_t right) {
+      // A non-finite loss with no GradScaler to skip its step: the run has diverged, and every
+      // later step would only print NaN. (Under --amp fp16 the scaler skips such steps itself.)
+      if (!std::isfinite(l) && !scaler.is_enabled() && !c.allow_nonfinite_loss)
+        MT_ERROR("the training loss is ", l, " at step ", step + 1, " (epoch ", epoch + 1, ", batch ", seen / c.batch_size + 1,
+                 "): training has diverged. Try a lower --lr (now ", c.lr, ") or a warmup (--schedule cosine). A "
+                 "loss scaler does not apply here: it exists only for --amp fp16, where it skips non-finite steps, "
+                 "and FP32 or BF16 runs have no scale to lower. --allow-nonfinite-loss goes on regardless.");
+      step_loss += l / c.accumulate;
+      step_images += n;
+      loss_sum += l * static_cast<double>(n);
+      correct += right;
+      seen += n;
+      images += n;
+    };
+    // One optimizer step done (its micro-batches counted): the skip counts, the CSV row, the
+    // give-up rule, the curves and the progress line. `scale_now`: the scale after its update.
+    auto finish_step = [&](double scale_used, bool stepped, double scale_now, double dt) {
+      if (!stepped) ++skipped_steps;
+      if (stepped) {
+        skipped_in_a_row = 0;
+      } else if (skipped_in_a_row++ == 0) {
+        skipping_since = step + 1;
+      }
+      ++step;
+      ++steps_run;
+      ++step_in_epoch;
+      double lr = opt->param_groups()[0].options.get("lr");
+      if (lead) {
+        csv << step << ',' << epoch << ',' << step_loss << ',' << lr << ',' << static_cast<double>(step_images) / dt
+          << ',' << (scaler.is_enabled() ? scale_used : 1.0) << ',' << (stepped ? 0 : 1) << '\n';
+        if (Clock::now() - csv_flushed > std::chrono::seconds(2)) csv.flush(), csv_flushed = Clock::now();
+      }
+      // A dead FP16 run: every gradient inf/NaN, the scaler halving its scale step after step
+      // (towards 0) while the loop goes on. The same on every rank (the gradients are averaged).
+      if (c.max_skipped_steps > 0 && skipped_in_a_row >= c.max_skipped_steps) {
+        if (lead) csv.flush();
+        MT_ERROR("the loss scale collapsed: ", skipped_in_a_row, " optimizer steps in a row were skipped for inf/NaN "
+                 "gradients, since step ", skipping_since, " (epoch ", epoch + 1, "); the scale is now ",
+                 scale_now, ": training has diverged. Try a lower --lr (now ", lr_used, ") or a warmup "
+                 "(--schedule cosine); --max-skipped-steps ", c.max_skipped_steps, " is the limit (0: never stop)");
+      }
+      step_records.push_back({step, step_loss, scaler.is_enabled() ? scale_used : 1.0, !stepped});
+      double elapsed = train_seconds + std::chrono::duration<double>(Clock::now() - t_epoch).count();
+      progress.update(epoch + 1, c.epochs, step_in_epoch, steps_per_epoch, step, step_loss, lr,
+                      static_cast<double>(images * world) / elapsed, static_cast<double>(steps_run) / elapsed);
+      step_loss = 0;
+      step_images = 0;
+    };
+#if MIXTAPE_WITH_CUDA
+    // --cuda-graph: a step's figures are read once the next one is queued (examples/graphed_training.h).
+    // A step's time is from the previous read (or its queueing) to its own read.
+    int64_t queued = 0;
+    auto read_graphed_step = [&] {
+      const examples::GraphedStepResult r = graphed->read_oldest();
+      for (size_t m = 0; m < r.losses.size(); ++m) count_micro(r.losses[m], local_batch, r.correct[m]);
+      const auto now = Clock::now();
+      const double dt = std::chrono::duration<double>(now - t_step).count();
+      t_step = now;
+      finish_step(r.scale_used, !r.skipped, r.scale_after, dt);
+    };
+#endif
     for (const data::Batch& b : train_loader) {
+#if MIXTAPE_WITH_CUDA
+      if (graphed) {
+        if (queued == steps_per_epoch) break;  // the incomplete last group of --accumulate
+        graphed->queue_micro(b, micro);
+        if (++micro < c.accumulate) continue;
+        micro = 0;
+        graphed->end_step();
+        ++queued;
+        if (graphed->replayed_steps() == 1)
+          std::cout << "CUDA graph: the step was captured after " << examples::GraphedTraining::kWarmupSteps
+                    << " eager warm-up steps; the later steps replay it" << std::endl;
+        profiler::step();
+        if (graphed->unread() > 1) read_graphed_step();
+        continue;
+      }
+#endif
       if (step_in_epoch == steps_per_epoch) break;  // the incomplete last group of --accumulate
       if (micro == 0) {
         t_step = Clock::now();
         opt->zero_grad();
-        step_loss = 0;
-        step_images = 0;
       }
       Tensor logits, loss;
       {
@@ -597,21 +704,10 @@ int run(const Config& c, const nlohmann::json& computation_options) {
         if (ddp && micro + 1 < c.accumulate) local_only.emplace(*ddp);
         scaler.scale(c.accumulate > 1 ? loss / static_cast<double>(c.accumulate) : loss).backward();
       }
-      double l = loss.item<double>();
-      // A non-finite loss with no GradScaler to skip its step: the run has diverged, and every
-      // later step would only print NaN. (Under --amp fp16 the scaler skips such steps itself.)
-      if (!std::isfinite(l) && !scaler.is_enabled() && !c.allow_nonfinite_loss)
-        MT_ERROR("the training loss is ", l, " at step ", step + 1, " (epoch ", epoch + 1, ", batch ", seen / c.batch_size + 1,
-                 "): training has diverged. Try a lower --lr (now ", c.lr, ") or a warmup (--schedule cosine). A "
-                 "loss scaler does not apply here: it exists only for --amp fp16, where it skips non-finite steps, "
-                 "and FP32 or BF16 runs have no scale to lower. --allow-nonfinite-loss goes on regardless.");
-      step_loss += l / c.accumulate;
-      step_images += b.target.size(0);
-      loss_sum += l * static_cast<double>(b.target.size(0));
-      auto p = argmax(logits, 1).to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
-      for (size_t i = 0; i < p.size(); ++i) correct += p[i] == y[i];
-      seen += b.target.size(0);
-      images += b.target.size(0);
+      const auto p = argmax(logits, 1).to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
+      int64_t right = 0;
+      for (size_t i = 0; i < p.size(); ++i) right += p[i] == y[i];
+      count_micro(loss.item<double>(), b.target.size(0), right);
       if (++micro < c.accumulate) continue;
       micro = 0;
       if (world > 1) {  // the step's loss over the whole global batch
@@ -625,36 +721,15 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       scaler.update();
       profiler::step();  // MIXTAPE_PROFILE=1: the table's per-step column
       if (sched) sched->step(stepped);          // a skipped step does not advance the schedule
-      if (!stepped) ++skipped_steps;
-      if (stepped) {
-        skipped_in_a_row = 0;
-      } else if (skipped_in_a_row++ == 0) {
-        skipping_since = step + 1;
-      }
-      double dt = std::chrono::duration<double>(Clock::now() - t_step).count();
-      ++step;
-      ++steps_run;
-      ++step_in_epoch;
-      double lr = opt->param_groups()[0].options.get("lr");
-      if (lead) {
-        csv << step << ',' << epoch << ',' << step_loss << ',' << lr << ',' << static_cast<double>(step_images) / dt
-          << ',' << (scaler.is_enabled() ? scale_used : 1.0) << ',' << (stepped ? 0 : 1) << '\n';
-        if (Clock::now() - csv_flushed > std::chrono::seconds(2)) csv.flush(), csv_flushed = Clock::now();
-      }
-      // A dead FP16 run: every gradient inf/NaN, the scaler halving its scale step after step
-      // (towards 0) while the loop goes on. The same on every rank (the gradients are averaged).
-      if (c.max_skipped_steps > 0 && skipped_in_a_row >= c.max_skipped_steps) {
-        if (lead) csv.flush();
-        MT_ERROR("the loss scale collapsed: ", skipped_in_a_row, " optimizer steps in a row were skipped for inf/NaN "
-                 "gradients, since step ", skipping_since, " (epoch ", epoch + 1, "); the scale is now ",
-                 scaler.get_scale(), ": training has diverged. Try a lower --lr (now ", lr_used, ") or a warmup "
-                 "(--schedule cosine); --max-skipped-steps ", c.max_skipped_steps, " is the limit (0: never stop)");
-      }
-      step_records.push_back({step, step_loss, scaler.is_enabled() ? scale_used : 1.0, !stepped});
-      double elapsed = train_seconds + std::chrono::duration<double>(Clock::now() - t_epoch).count();
-      progress.update(epoch + 1, c.epochs, step_in_epoch, steps_per_epoch, step, step_loss, lr,
-                      static_cast<double>(images * world) / elapsed, static_cast<double>(steps_run) / elapsed);
+      const double dt = std::chrono::duration<double>(Clock::now() - t_step).count();
+      finish_step(scale_used, stepped, scaler.get_scale(), dt);
     }
+#if MIXTAPE_WITH_CUDA
+    if (graphed) {
+      while (graphed->unread() > 0) read_graphed_step();  // the epoch's last step
+      if (scaler.is_enabled()) scaler.poll();  // the scale for the summary; the collapse errors update() raises eagerly
+    }
+#endif
     progress.end_line();
     if (lead) csv.flush(), csv_flushed = Clock::now();
     double epoch_s = std::chrono::duration<double>(Clock::now() - t_epoch).count();
@@ -691,6 +766,10 @@ int run(const Config& c, const nlohmann::json& computation_options) {
     }
     if (world > 1 && !c.save_path.empty()) pg.barrier();  // the checkpoint is complete before any rank goes on
   }
+#if MIXTAPE_WITH_CUDA
+  if (graphed)
+    std::cout << "CUDA graph: " << graphed->replayed_steps() << " steps replayed" << std::endl;
+#endif
   double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
   nlohmann::json summary = {{"model", c.model},
                             {"parameters", n_params},
@@ -847,6 +926,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(at_least(1));
   o.flag("--checkpoint-activations", c.checkpoint_activations, all,
          "recompute each residual block in backward instead of keeping its activations (resnet8/resnet20)");
+  o.flag("--cuda-graph", c.cuda_graph, all,
+         "--device cuda: capture the training step once as a CUDA graph (after 3 eager warm-up steps) and replay "
+         "it; each step's loss and skip reach the host one step late (docs/CUDA.md, \"CUDA graphs\")");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(c, o.computation());

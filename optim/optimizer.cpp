@@ -10,6 +10,9 @@
 #include <tuple>
 
 #include "autograd/grad_mode.h"
+#if MIXTAPE_WITH_CUDA
+#include "core/cuda/graph.h"  // cuda::check_not_capturing
+#endif
 #include "ops/activation.h"
 #include "ops/cast.h"
 #include "ops/creation.h"
@@ -444,6 +447,14 @@ void Optimizer::step() {
     const bool stochastic = stochastic_rounding_ && u.model.defined();
     u.rounding.set("stochastic", stochastic);
     if (stochastic) {
+#if MIXTAPE_WITH_CUDA
+      // The stream's seed and offset are kernel arguments taken here on the host: a captured
+      // step would round with the same numbers at every replay (before any update is launched).
+      cuda::check_not_capturing((name_ + ".step").c_str(),
+                                "rounds the 16-bit write-back stochastically (set_stochastic_rounding(true)): its "
+                                "seed and offset are taken on the host, so every replay would repeat the same "
+                                "rounding; call set_stochastic_rounding(false) before capturing");
+#endif
       auto r = rounding_gen_.reserve(static_cast<uint64_t>(w.numel()));
       u.rounding.set("seed", static_cast<int64_t>(r.seed)).set("offset", static_cast<int64_t>(r.offset));
     }

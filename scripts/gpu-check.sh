@@ -2,9 +2,10 @@
 # scripts/gpu-check.sh — one command that proves mixtape's CUDA backend on a machine with an
 # NVIDIA GPU and a CUDA toolkit (no network needed): configure Release for the local GPU's
 # architecture only, build what the GPU stages need with all cores, then, most telling first: the
-# gpu-labelled tests, the GPU benchmark (bench_gpu_step), one profiled ResNet-20 AMP step
-# (MIXTAPE_PROFILE=1: per-op device time and kernel launches), PyTorch eager on the same GPU when it
-# is there, and last the rest of the build and the CPU tests (capped by the remaining budget).
+# gpu-labelled tests, the GPU benchmark (bench_gpu_step, eager and graphed), one profiled ResNet-20
+# AMP step (MIXTAPE_PROFILE=1: per-op device time and kernel launches), PyTorch eager and graphed
+# on the same GPU when it is there, and last the rest of the build and the CPU tests (capped by
+# the remaining budget).
 # Prints a final table and an honest verdict (scripts/gpu_verdict.py): PASS only if a GPU was
 # visible, the gpu-labelled tests ran on it (a skip counts only for an expected reason) and the
 # benchmark produced figures. Every log stays under LOGDIR; a stage that times out leaves its log.
@@ -26,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; }
 
 logdir=""
 build_dir=build-gpu
@@ -274,8 +275,8 @@ if [ -f "$gpu_junit" ]; then parse_junit "$gpu_junit" || true; fi
 # ---- 5. the GPU benchmark, then one profiled ResNet-20 AMP step ----
 bench_dir="$build_dir/bench"
 if [ $dry_run = 1 ]; then
-  echo "=== [bench_gpu_step] $bench_dir/bench_gpu_step --benchmark_out=$logdir/bench_gpu_step.json (timeout 120s)"
-  echo "=== [profile] MIXTAPE_PROFILE=1 $bench_dir/bench_gpu_step --benchmark_filter=resnet20_step/amp_fp16 (timeout 60s)"
+  echo "=== [bench_gpu_step] $bench_dir/bench_gpu_step --graph --benchmark_out=$logdir/bench_gpu_step.json (timeout 120s)"
+  echo "=== [profile] MIXTAPE_PROFILE=1 $bench_dir/bench_gpu_step --windows=1 --benchmark_filter=resnet20_step/amp_fp16 (timeout 60s)"
   cp tests/fixtures/gpu_verdict/bench.json "$logdir/bench_gpu_step.json"
   bench_jsons+=("$logdir/bench_gpu_step.json")
   parse_bench_json "$logdir/bench_gpu_step.json"
@@ -288,7 +289,9 @@ if [ $dry_run = 1 ]; then
     record "parsers (sample)" FAILED 0
   fi
 elif [ -x "$bench_dir/bench_gpu_step" ]; then
-  if run_stage bench_gpu_step 120 "$logdir/bench_gpu_step.log" "$bench_dir/bench_gpu_step" \
+  # Eager and graphed rows (--graph: each step row captured once as a CUDA graph and replayed);
+  # each row's time is the median of 5 windows of 20 steps, one synchronisation per window.
+  if run_stage bench_gpu_step 120 "$logdir/bench_gpu_step.log" "$bench_dir/bench_gpu_step" --graph \
        --benchmark_out="$logdir/bench_gpu_step.json" --benchmark_out_format=json; then :; fi
   if [ -f "$logdir/bench_gpu_step.json" ]; then
     bench_jsons+=("$logdir/bench_gpu_step.json")
@@ -297,13 +300,14 @@ elif [ -x "$bench_dir/bench_gpu_step" ]; then
   # Where one ResNet-20 AMP FP16 step's device time and kernel launches go (docs/profiling.md): the
   # table is printed at exit, into the log.
   run_stage profile 60 "$logdir/profile.log" env MIXTAPE_PROFILE=1 "$bench_dir/bench_gpu_step" \
-    --benchmark_filter='resnet20_step/amp_fp16' --benchmark_min_time=0.5 || true
+    --windows=1 --benchmark_filter='resnet20_step/amp_fp16' || true
 else
   echo "gpu-check: $bench_dir/bench_gpu_step was not built: no benchmark figures"
   record bench_gpu_step FAILED 0
 fi
 
-# ---- 6. PyTorch eager on the same GPU, when it is installed (side by side with the above) ----
+# ---- 6. PyTorch eager and whole-step CUDA graph on the same GPU, when it is installed (side by
+# side with the above; timed the same way) ----
 torch_script=bench/gpu_torch_step.py
 if [ $dry_run = 0 ] && timeout 60 python3 -c "import torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
   if run_stage pytorch 120 "$logdir/pytorch.log" python3 "$torch_script"; then

@@ -8,7 +8,8 @@
 // inf held in a static buffer: that step is skipped and the scale halved), BF16 and FP32, with
 // SGD (momentum) and AdamW, FP16 parameters over FP32 masters, gradient accumulation (the
 // micro-step and the optimizer step as two graphs) and dropout. The replays wait for the device
-// zero times (emulator host_waits). Labelled gpu: runs on a GPU and on the CUDA emulator.
+// zero times (emulator host_waits). An optimizer with stochastic rounding is refused at capture.
+// Labelled gpu: runs on a GPU and on the CUDA emulator.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -256,6 +257,47 @@ TEST(GraphedStep, MisuseIsNamed) {
   }
   EXPECT_FALSE(reads.captured());
   EXPECT_FALSE(cuda::is_capturing());
+}
+
+// Stochastic rounding's seed and offset are kernel arguments taken on the host: a captured step
+// would repeat the same rounding at every replay. Refused at capture, naming the optimizer's
+// step and the setting; the same step without it captures.
+TEST(GraphedStep, StochasticRoundingIsRefusedDuringCapture) {
+  REQUIRE_GPU();
+  for (bool stochastic : {false, true}) {
+    SCOPED_TRACE(stochastic ? "stochastic rounding" : "round to nearest");
+    auto lin = std::make_shared<nn::Linear>(4, 2);
+    lin->to(Device::CUDA(0));
+    lin->to(DType::Float16);  // FP16 parameters over FP32 masters: the write-back rounds
+    optim::SGD opt(lin->parameters(), {.lr = 0.1});
+    opt.set_capturable(true);
+    opt.set_stochastic_rounding(stochastic);
+    const Tensor x = ones({3, 4}, TensorOptions(DType::Float16).with_device(Device::CUDA(0)));
+    cuda::GraphedStep step(
+        [&] {
+          opt.zero_grad();
+          lin->forward(x).to(DType::Float32).sum().backward();
+          opt.step();
+        },
+        1);
+    step();  // warm-up: eager, allowed either way
+    if (!stochastic) {
+      step();
+      EXPECT_TRUE(step.captured());
+      continue;
+    }
+    try {
+      step();
+      ADD_FAILURE() << "a step with stochastic rounding was captured";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("SGD.step: rounds the 16-bit write-back stochastically (set_stochastic_rounding(true))"),
+                std::string::npos) << what;
+      EXPECT_NE(what.find("during CUDA graph capture"), std::string::npos) << what;
+    }
+    EXPECT_FALSE(step.captured());
+    EXPECT_FALSE(cuda::is_capturing());
+  }
 }
 
 #endif  // MIXTAPE_WITH_CUDA
