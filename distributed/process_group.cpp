@@ -111,6 +111,42 @@ std::string describe_collective(const char* op, const Tensor& t, const std::stri
   return std::string(op) + (what.empty() ? "" : " (" + what + ")") + " of " + t.describe();  // "f32[4]@cuda:0"
 }
 
+// The dtypes and ops a reduction supports (all_reduce's set: reduce_scatter reduces through it).
+void check_reducible(const char* name, DType dt, ReduceOp op) {
+  MT_CHECK(dt == DType::Float32 || dt == DType::Float64 || dt == DType::Float16 || dt == DType::BFloat16 ||
+               (dt == DType::Int64 && op != ReduceOp::Avg),
+           name, ": ", reduce_op_name(op), " is supported for Float32, Float64, Float16, BFloat16",
+           op == ReduceOp::Avg ? "" : " and Int64", ", got ", dtype_name(dt));
+}
+
+// The flat-buffer collectives' arguments: `flat` holds world chunks of `chunk`'s numel.
+void check_flat_pair(const char* name, const Tensor& flat, const char* flat_role, const Tensor& chunk,
+                     const char* chunk_role, int rank, int world) {
+  MT_CHECK(flat.defined() && chunk.defined(), name, " on rank ", rank, ": the ", flat.defined() ? chunk_role : flat_role,
+           " is undefined");
+  MT_CHECK(!flat.device().is_cuda() && !chunk.device().is_cuda(), name, " on rank ", rank,
+           ": not yet on CUDA tensors (got ", flat_role, " ", flat.describe(), ", ", chunk_role, " ", chunk.describe(),
+           "); CPU tensors only");
+  MT_CHECK(flat.dtype() == chunk.dtype(), name, " on rank ", rank, ": the ", flat_role, " and the ", chunk_role,
+           " must have the same dtype, got ", dtype_name(flat.dtype()), " and ", dtype_name(chunk.dtype()));
+  MT_CHECK(flat.numel() == static_cast<int64_t>(world) * chunk.numel(), name, " on rank ", rank, ": the ", flat_role,
+           " must hold world_size (", world, ") x the ", chunk_role, "'s ", chunk.numel(), " = ",
+           static_cast<int64_t>(world) * chunk.numel(), " elements, got ", flat.numel(), " (", flat.describe(), ")");
+}
+
+// A world of one: `to` gets `from`'s elements (same numel), as a completed Work.
+Work copy_as_completed(const Tensor& to, const Tensor& from, std::string desc) {
+  autograd::NoGradGuard no_grad;
+  const_cast<Tensor&>(to).copy_(from.reshape(to.sizes()));
+  return Work::on_device(std::move(desc), nullptr, [] { return true; });
+}
+
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* pa = static_cast<const char*>(a.data_ptr());
+  const auto* pb = static_cast<const char*>(b.data_ptr());
+  return a.nbytes() > 0 && b.nbytes() > 0 && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
 }  // namespace
 
 Work Work::on_device(std::string what, std::function<void()> on_wait, std::function<bool()> done) {
@@ -434,11 +470,7 @@ void ProcessGroup::begin_collective(const std::string& descriptor) {
 
 Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, std::string what) {
   MT_CHECK(t.defined(), "all_reduce: the tensor is undefined");
-  const DType dt = t.dtype();
-  MT_CHECK(dt == DType::Float32 || dt == DType::Float64 || dt == DType::Float16 || dt == DType::BFloat16 ||
-               (dt == DType::Int64 && op != ReduceOp::Avg),
-           "all_reduce: ", reduce_op_name(op), " is supported for Float32, Float64, Float16, BFloat16",
-           op == ReduceOp::Avg ? "" : " and Int64", ", got ", dtype_name(dt));
+  check_reducible("all_reduce", t.dtype(), op);
   std::string desc = describe_collective("all_reduce", t, what);
   if (world_size_ == 1) return Work::on_device(std::move(desc), nullptr, [] { return true; });  // nothing to do
   begin_collective(desc + " " + reduce_op_name(op));
@@ -467,6 +499,58 @@ Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, std::string wh
 }
 
 void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) { all_reduce_async(t, op).wait(); }
+
+Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op, std::string what) {
+  check_flat_pair("reduce_scatter", input, "input", output, "output", rank_, world_size_);
+  check_reducible("reduce_scatter", input.dtype(), op);
+  std::string desc = describe_collective("reduce_scatter", input, what) + " into " + layout_of(output);
+  if (world_size_ == 1) return copy_as_completed(output, input, std::move(desc));
+  begin_collective(desc + " " + reduce_op_name(op));
+  bytes_reduced_ += static_cast<int64_t>(input.nbytes());
+  Staged s = stage(output);
+  Tensor in = input.contiguous();  // read by the job: the caller leaves input alone until wait()
+  Tensor whole = Tensor::empty({input.numel()}, TensorOptions(input.dtype()));
+  Backend* b = backend_.get();
+  const int world = world_size_, rank = rank_;
+  Tensor host = s.host;
+  // The whole input through all_reduce's own backend call (the same count, so the same MPI
+  // algorithm and order of additions), then chunk `rank`: bit for bit all_reduce's chunk.
+  auto job = [b, in, whole, host, op, world, rank] {
+    if (whole.numel() == 0) return;
+    std::memcpy(whole.data_ptr(), in.data_ptr(), whole.nbytes());
+    b->all_reduce(whole.data_ptr(), whole.numel(), whole.dtype(), op == ReduceOp::Avg ? ReduceOp::Sum : op);
+    char* chunk = static_cast<char*>(whole.data_ptr()) + static_cast<size_t>(rank) * host.nbytes();
+    if (op == ReduceOp::Avg) divide_in_place(chunk, host.numel(), host.dtype(), world);
+    std::memcpy(host.data_ptr(), chunk, host.nbytes());
+  };
+  return submit(std::move(desc), std::move(job), [output, s] { write_back(output, s); });
+}
+
+void ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  reduce_scatter_async(output, input, op).wait();
+}
+
+Work ProcessGroup::all_gather_into_async(const Tensor& output, const Tensor& input, std::string what) {
+  check_flat_pair("all_gather_into", output, "output", input, "input", rank_, world_size_);
+  std::string desc = describe_collective("all_gather_into", input, what) + " into " + layout_of(output);
+  if (world_size_ == 1) return copy_as_completed(output, input, std::move(desc));
+  begin_collective(desc);
+  bytes_reduced_ += static_cast<int64_t>(input.nbytes());
+  Staged s = stage(output);
+  Tensor in = input.contiguous();
+  // MPI forbids a send buffer inside the receive buffer (input as a view of output's chunk r).
+  if (overlaps(in, s.host)) in = in.clone();
+  Backend* b = backend_.get();
+  Tensor host = s.host;
+  auto job = [b, in, host] {
+    if (in.numel() > 0) b->all_gather(in.data_ptr(), host.data_ptr(), static_cast<int64_t>(in.nbytes()));
+  };
+  return submit(std::move(desc), std::move(job), [output, s] { write_back(output, s); });
+}
+
+void ProcessGroup::all_gather_into(const Tensor& output, const Tensor& input) {
+  all_gather_into_async(output, input).wait();
+}
 
 void ProcessGroup::broadcast(const Tensor& t, int root, bool check_layout) {
   MT_CHECK(t.defined(), "broadcast: the tensor is undefined");

@@ -84,6 +84,20 @@ class ProcessGroup {
   void broadcast(const Tensor& t, int root = 0, bool check_layout = true);
   // Every rank's `t`, in rank order (same shape and dtype everywhere).
   std::vector<Tensor> all_gather(const Tensor& t);
+  // torch's reduce_scatter_tensor: `input` holds world_size chunks of output.numel() elements
+  // (flat, chunk r at offset r * output.numel()); rank r receives in `output` the reduction of
+  // every rank's chunk r. Same dtypes and ops as all_reduce; `input` is not changed. On MPI it
+  // reduces the whole input with all_reduce's own call and keeps chunk r, so chunk r is bit for
+  // bit all_reduce's (16-bit sums included): it moves an all_reduce's bytes, not 1/N of them.
+  // CPU tensors only (not yet on CUDA tensors). A world of one copies input into output.
+  void reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
+  Work reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum,
+                            std::string what = "");
+  // torch's all_gather_into_tensor: every rank's `input`, in rank order, into the flat `output`
+  // (world_size * input.numel() elements of input's dtype; rank r's at offset r * input.numel()).
+  // `input` may be a view of `output`'s chunk r. CPU tensors only (not yet on CUDA tensors).
+  void all_gather_into(const Tensor& output, const Tensor& input);
+  Work all_gather_into_async(const Tensor& output, const Tensor& input, std::string what = "");
   // Every rank's string, in rank order (any lengths): consistency checks and error reports.
   std::vector<std::string> all_gather_string(const std::string& s);
   void barrier();

@@ -63,6 +63,45 @@ TEST(ProcessGroupOfOne, CollectivesTouchNothing) {
   EXPECT_STREQ(pg.cuda_backend_name(), "host");
 }
 
+// reduce_scatter and all_gather_into in a world of one: the input's elements, copied (output's shape is free).
+TEST(ProcessGroupOfOne, FlatCollectivesCopyTheInput) {
+  auto& pg = group();
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    Tensor in = tensor({1.5, -2.0, 3.25, 4.0}, {4}, TensorOptions(dt));
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max, ReduceOp::Avg}) {
+      Tensor out = zeros({2, 2}, TensorOptions(dt));
+      auto w = pg.reduce_scatter_async(out, in, op);
+      EXPECT_TRUE(w.is_completed());
+      w.wait();
+      EXPECT_EQ(out.to_vector<double>(), in.to_vector<double>()) << dtype_name(dt) << " " << reduce_op_name(op);
+    }
+    Tensor gathered = zeros({4}, TensorOptions(dt));
+    pg.all_gather_into(gathered, in.view({2, 2}));
+    EXPECT_EQ(gathered.to_vector<double>(), in.to_vector<double>()) << dtype_name(dt);
+  }
+  Tensor strided = zeros({4, 2}).select(1, 1);
+  pg.reduce_scatter(strided, tensor({1.0, 2.0, 3.0, 4.0}, {4}));
+  EXPECT_EQ(strided.to_vector<double>(), (std::vector<double>{1.0, 2.0, 3.0, 4.0}));
+}
+
+TEST(ProcessGroupOfOne, FlatCollectivesCheckTheirArguments) {
+  auto& pg = group();
+  EXPECT_EQ(error_of([&] { pg.reduce_scatter(zeros({3}), zeros({4})); }),
+            "reduce_scatter on rank 0: the input must hold world_size (1) x the output's 3 = 3 elements, got 4 (f32[4])");
+  EXPECT_EQ(error_of([&] { pg.all_gather_into(zeros({4}), zeros({2})); }),
+            "all_gather_into on rank 0: the output must hold world_size (1) x the input's 2 = 2 elements, got 4 (f32[4])");
+  EXPECT_EQ(error_of([&] { pg.reduce_scatter(zeros({2}), zeros({2}, TensorOptions(DType::Float64))); }),
+            "reduce_scatter on rank 0: the input and the output must have the same dtype, got Float64 and Float32");
+  EXPECT_EQ(error_of([&] { pg.all_gather_into(Tensor(), zeros({2})); }),
+            "all_gather_into on rank 0: the output is undefined");
+  Tensor i32 = zeros({2}, TensorOptions(DType::Int32));
+  EXPECT_NE(error_of([&] { pg.reduce_scatter(i32, i32); }).find("reduce_scatter: sum is supported for Float32"),
+            std::string::npos);
+  Tensor i64 = zeros({2}, TensorOptions(DType::Int64));
+  EXPECT_NE(error_of([&] { pg.reduce_scatter(i64, i64, ReduceOp::Avg); }).find("got Int64"), std::string::npos);
+  pg.all_gather_into(i32, i32);  // gathering moves bytes: any dtype
+}
+
 TEST(DataParallelOfOne, GradientsAreThePlainModelsBitForBit) {
   auto plain = dist_test::make_mlp(3), inner = dist_test::make_mlp(3);
   DistributedDataParallel ddp(inner, group());

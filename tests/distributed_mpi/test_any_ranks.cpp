@@ -1,10 +1,14 @@
 // tests/distributed_mpi/test_any_ranks.cpp — cases that hold for any number of ranks; ctest runs
 // them on 2 ranks (with the rest) and on 3 (distributed_three_ranks, under MIXTAPE_DIST_DEBUG=1,
 // so every collective's kind, label and layout is also compared across the ranks): the
-// collectives' values, gradients filling several buckets against the whole batch, and
-// parameters unused on every rank or on some ranks only.
+// collectives' values (reduce_scatter bit for bit all_reduce's chunk, all_gather_into the
+// concatenation), gradients filling several buckets against the whole batch, and parameters
+// unused on every rank or on some ranks only.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include "common/error_of.h"
 #include "distributed/dist_test_util.h"
 
 namespace mixtape {
@@ -12,6 +16,7 @@ namespace {
 
 using distributed::DistributedDataParallel;
 using distributed::ReduceOp;
+using testing::error_of;
 
 distributed::ProcessGroup& pg() { return *distributed::world(); }
 
@@ -30,6 +35,106 @@ TEST(AnyRanks, CollectivesCombineEveryRanksValues) {
   auto parts = pg().all_gather(tensor({r * 10.0}, {1}));
   ASSERT_EQ(parts.size(), static_cast<size_t>(w));
   for (int k = 0; k < w; ++k) EXPECT_EQ(parts[static_cast<size_t>(k)].to_vector<double>()[0], k * 10.0);
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  Tensor x = a.contiguous(), y = b.contiguous();
+  return x.dtype() == y.dtype() && x.nbytes() == y.nbytes() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+// Every rank's values differ and span magnitudes, so that the order of the additions and the
+// 16-bit rounding after each one show in the low bits.
+Tensor rank_values(int64_t n, DType dt, int rank) {
+  Generator g(300 + static_cast<uint64_t>(rank));
+  return (randn({n}, TensorOptions(DType::Float64), &g) * std::pow(10.0, rank % 3)).to(dt);
+}
+
+TEST(AnyRanks, ReduceScatterIsAllReducesChunkBitForBit) {
+  const int w = pg().world_size(), r = pg().rank();
+  const int64_t n = 7;  // per rank
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+      const Tensor in = rank_values(w * n, dt, r), in_before = in.clone();
+      Tensor all = in.clone();
+      pg().all_reduce(all, op);
+      Tensor out = zeros({n}, TensorOptions(dt));
+      pg().reduce_scatter(out, in, op);
+      EXPECT_TRUE(same_bits(out, all.narrow(0, r * n, n))) << dtype_name(dt) << " " << distributed::reduce_op_name(op);
+      EXPECT_TRUE(same_bits(in, in_before)) << "the input is left as it was";
+    }
+  }
+  // A 16-bit sum is rounded to 16 bits: 2048 (rank 0) + 1 (rank 1) + 0 (the others) is 2048 in
+  // FP16 (ties to even), whatever the order of the additions.
+  Tensor h = full({w * 2}, r == 0 ? 2048.0 : r == 1 ? 1.0 : 0.0, TensorOptions(DType::Float16));
+  Tensor got = zeros({2}, TensorOptions(DType::Float16));
+  pg().reduce_scatter(got, h);
+  EXPECT_EQ(got.to_vector<double>(), (std::vector<double>{2048.0, 2048.0}));
+}
+
+TEST(AnyRanks, AllGatherIntoIsTheConcatenationInRankOrder) {
+  const int w = pg().world_size(), r = pg().rank();
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    const Tensor in = rank_values(6, dt, r).view({2, 3});
+    Tensor out = zeros({w * 6}, TensorOptions(dt));
+    pg().all_gather_into(out, in);
+    auto parts = pg().all_gather(in);
+    for (int k = 0; k < w; ++k)
+      EXPECT_TRUE(same_bits(out.narrow(0, k * 6, 6), parts[static_cast<size_t>(k)].view({6}))) << dtype_name(dt) << " rank " << k;
+    EXPECT_TRUE(same_bits(out.narrow(0, r * 6, 6), in.view({6})));
+    // In place: the input is this rank's chunk of the output (torch's usual ZeRO layout).
+    Tensor flat = zeros({w * 6}, TensorOptions(dt));
+    flat.narrow(0, r * 6, 6).copy_(in.view({6}));
+    pg().all_gather_into(flat, flat.narrow(0, r * 6, 6));
+    EXPECT_TRUE(same_bits(flat, out)) << dtype_name(dt);
+  }
+  // A strided output is staged and written back by wait().
+  Tensor wide = zeros({w * 2, 2}, TensorOptions(DType::Float64));
+  pg().all_gather_into(wide.select(1, 1), tensor({r * 1.0, r + 0.5}, {2}, TensorOptions(DType::Float64)));
+  for (int k = 0; k < w; ++k) {
+    EXPECT_EQ(wide.select(1, 1).to_vector<double>()[static_cast<size_t>(2 * k)], k * 1.0);
+    EXPECT_EQ(wide.select(1, 1).to_vector<double>()[static_cast<size_t>(2 * k + 1)], k + 0.5);
+  }
+  EXPECT_EQ(wide.select(1, 0).to_vector<double>(), std::vector<double>(static_cast<size_t>(w * 2), 0.0));
+}
+
+// Queued with the other collectives, in the order issued; observers see the new kinds (and under
+// MIXTAPE_DIST_DEBUG, on 3 ranks, so do the descriptors).
+TEST(AnyRanks, FlatCollectivesQueueInOrderWithTheOthers) {
+  const int w = pg().world_size(), r = pg().rank();
+  std::vector<std::string> seen;
+  const int id = pg().add_collective_observer([&](const std::string& what) { seen.push_back(what); });
+  Tensor in = full({w * 3}, r + 1.0);
+  Tensor scattered = zeros({3}), summed = full({4}, 1.0), gathered = zeros({w * 3});
+  const int64_t c0 = pg().collectives();
+  auto a = pg().reduce_scatter_async(scattered, in, ReduceOp::Sum, "grads");
+  auto b = pg().all_reduce_async(summed, ReduceOp::Sum, "loss");
+  auto c = pg().all_gather_into_async(gathered, scattered, "params");  // reads scattered: after a, by order
+  c.wait();
+  b.wait();
+  a.wait();
+  pg().remove_collective_observer(id);
+  const double total = w * (w + 1) / 2.0;
+  EXPECT_EQ(scattered.to_vector<double>(), std::vector<double>(3, total));
+  EXPECT_EQ(summed.to_vector<double>(), std::vector<double>(4, 1.0 * w));
+  EXPECT_EQ(gathered.to_vector<double>(), std::vector<double>(static_cast<size_t>(w * 3), total));
+  EXPECT_EQ(pg().collectives() - c0, pg().debug() ? 6 : 3);  // each with its descriptor exchange under debug
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0], "reduce_scatter (grads) of f32[" + std::to_string(w * 3) + "] into f32[3] sum");
+  EXPECT_EQ(seen[1], "all_reduce (loss) of f32[4] sum");
+  EXPECT_EQ(seen[2], "all_gather_into (params) of f32[3] into f32[" + std::to_string(w * 3) + "]");
+}
+
+TEST(AnyRanks, FlatCollectivesRefuseMismatchedShapesNamingTheRank) {
+  const int w = pg().world_size(), r = pg().rank();
+  const int64_t c0 = pg().collectives();
+  EXPECT_EQ(error_of([&] { pg().reduce_scatter(zeros({2}), zeros({2 * w + 1})); }),
+            "reduce_scatter on rank " + std::to_string(r) + ": the input must hold world_size (" + std::to_string(w) +
+                ") x the output's 2 = " + std::to_string(2 * w) + " elements, got " + std::to_string(2 * w + 1) +
+                " (f32[" + std::to_string(2 * w + 1) + "])");
+  EXPECT_EQ(error_of([&] { pg().all_gather_into(zeros({2}), zeros({2})); }),
+            "all_gather_into on rank " + std::to_string(r) + ": the output must hold world_size (" + std::to_string(w) +
+                ") x the input's 2 = " + std::to_string(2 * w) + " elements, got 2 (f32[2])");
+  EXPECT_EQ(pg().collectives(), c0);  // refused before anything was exchanged: the ranks stay in step
 }
 
 // Small caps: the MLP's four gradients fill one bucket each, reduced in bucket order on every
