@@ -25,6 +25,7 @@
 #include "ops/loss.h"
 #include "ops/pointwise.h"
 #include "optim/sgd.h"
+#include "require_gpu.h"
 
 #if defined(MIXTAPE_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -38,11 +39,6 @@
 
 namespace mixtape {
 namespace {
-
-#define REQUIRE_GPU()                                                                           \
-  do {                                                                                          \
-    if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason(); \
-  } while (0)
 
 #if defined(MIXTAPE_WITH_CUDA)
 

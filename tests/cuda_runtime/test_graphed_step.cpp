@@ -23,6 +23,7 @@
 #include "core/cuda_api.h"
 #include "mixtape/mixtape.h"
 #include "models/backward_into_grads.h"
+#include "require_gpu.h"
 
 #if defined(MIXTAPE_WITH_CUDA)
 #include "core/cuda/graphed_step.h"
@@ -33,11 +34,6 @@
 
 namespace mixtape {
 namespace {
-
-#define REQUIRE_GPU()                                                                           \
-  do {                                                                                          \
-    if (!cuda::is_available()) GTEST_SKIP() << "no usable GPU: " << cuda::unavailable_reason(); \
-  } while (0)
 
 #if defined(MIXTAPE_WITH_CUDA)
 
