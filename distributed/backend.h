@@ -32,6 +32,9 @@ class Backend {
   // Any thread, for a timeout's message: which ranks have gone silent (a frozen process, an
   // unreachable host), or that every rank is alive; empty when the backend cannot tell.
   virtual std::string silence_report() const { return ""; }
+  // Any thread: true when the backend can tell that every other rank is alive (its heartbeat is
+  // current); false when some rank went silent or the backend cannot tell.
+  virtual bool every_rank_alive() const { return false; }
 };
 
 // A world of one: reductions and broadcasts leave the buffer as it is.

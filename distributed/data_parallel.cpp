@@ -2,6 +2,7 @@
 // reduced during backward, and the end-of-backward write-back.
 #include "distributed/data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <sstream>
@@ -300,7 +301,13 @@ void DistributedDataParallel::launch(size_t bi) {
   }
   if (options_.predivide && world > 1) b.flat.narrow(0, 0, b.numel).mul_(Scalar(1.0 / world));
   const int64_t n = static_cast<int64_t>(used.size());
-  b.flat.narrow(0, b.used_at, n).copy_(tensor(used, {n}, TensorOptions(DType::Float64)));
+  // The usual case, every parameter used here, is a fill on the bucket's device (no copy from the
+  // host), and finish_backward need not read the counts back: each sum is >= this rank's 1.
+  b.all_used_here = std::all_of(used.begin(), used.end(), [](double u) { return u == 1.0; });
+  if (b.all_used_here)
+    b.flat.narrow(0, b.used_at, n).fill_(1.0);
+  else
+    b.flat.narrow(0, b.used_at, n).copy_(tensor(used, {n}, TensorOptions(DType::Float64)));
   b.launched = true;
   stats_.buckets += 1;
   stats_.bytes += static_cast<int64_t>(b.flat.nbytes());
@@ -329,7 +336,10 @@ void DistributedDataParallel::finish_backward() {
   for (Bucket& b : buckets_) {
     stats_.comm_seconds += b.work.busy_seconds();
     if (!options_.predivide && world > 1) b.flat.narrow(0, 0, b.numel).mul_(Scalar(1.0 / world));
-    const auto used = b.flat.narrow(0, b.used_at, static_cast<int64_t>(b.params.size())).to_vector<double>();
+    // A host read (on CUDA a device sync) only where some parameter had no .grad on this rank.
+    const auto used = b.all_used_here
+                          ? std::vector<double>(b.params.size(), 1.0)
+                          : b.flat.narrow(0, b.used_at, static_cast<int64_t>(b.params.size())).to_vector<double>();
     for (size_t j = 0; j < b.params.size(); ++j) {
       if (used[j] == 0) continue;  // no rank produced a gradient: it keeps none (the optimizer skips it)
       const Tensor& p = params_[b.params[j]].second;

@@ -99,6 +99,7 @@ class DistributedDataParallel : public nn::Module {
     int64_t numel = 0;
     Tensor flat;
     int64_t used_at = 0;                 // `flat`'s tail: one "had a .grad" count per parameter
+    bool all_used_here = false;          // this backward: every parameter had a .grad on this rank
     size_t pending = 0;                  // parameters not yet ready this backward
     bool launched = false;
     Work work;

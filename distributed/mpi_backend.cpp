@@ -143,8 +143,16 @@ class MpiBackend final : public Backend {
 
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
+  bool every_rank_alive() const override {
+    if (!beating_.load() || stop_beat_.load()) return false;
+    const int64_t now = now_ms();
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_ && now - last_heard_[static_cast<size_t>(r)].load() > kSilentMs) return false;
+    return true;
+  }
+
   std::string silence_report() const override {
-    if (!heartbeat_.joinable() || stop_beat_.load()) return "";
+    if (!beating_.load() || stop_beat_.load()) return "";
     const int64_t now = now_ms();
     std::string silent;
     int64_t worst = 0;
@@ -175,6 +183,7 @@ class MpiBackend final : public Backend {
     check(MPI_Comm_dup(MPI_COMM_WORLD, &beat_comm_), "MPI_Comm_dup");
     last_heard_ = std::vector<std::atomic<int64_t>>(static_cast<size_t>(size_));
     for (auto& t : last_heard_) t.store(now_ms());
+    beating_.store(true);
     heartbeat_ = std::thread([this] {
       static const char kBeat = 1;  // Isend's buffer: must outlive the freed requests
       while (!stop_beat_.load()) {
@@ -211,6 +220,7 @@ class MpiBackend final : public Backend {
       }
     }
     stop_beat_.store(true);
+    beating_.store(false);
     heartbeat_.join();
     MPI_Barrier(beat_comm_);
     drain_beats();
@@ -220,6 +230,9 @@ class MpiBackend final : public Backend {
   int rank_ = 0, size_ = 1;
   std::thread heartbeat_;
   std::atomic<bool> stop_beat_{false};
+  // Whether the heartbeat thread runs: read by other threads (timeouts' reports), where
+  // heartbeat_.joinable() would race with the join in stop_heartbeat.
+  std::atomic<bool> beating_{false};
   std::vector<std::atomic<int64_t>> last_heard_;
   MPI_Comm beat_comm_ = MPI_COMM_NULL;
   int provided_ = MPI_THREAD_SINGLE;

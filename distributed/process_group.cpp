@@ -255,8 +255,13 @@ ProcessGroup::~ProcessGroup() {
   q.cv.notify_all();
   {
     // MPI_Finalize waits for every rank: a frozen one would hold this rank forever.
+    // A rank that is alive but late (a long epilogue of its own: rank 0 writing a summary or a
+    // checkpoint) keeps beating: wait for it as long as every rank's heartbeat is current.
     std::unique_lock lk(q.m);
-    if (!q.cv.wait_for(lk, options_.timeout, [&] { return q.finished; })) {
+    bool done = false;
+    while (!(done = q.cv.wait_for(lk, options_.timeout, [&] { return q.finished; })) && backend_->every_rank_alive()) {
+    }
+    if (!done) {
       lk.unlock();
       const std::string report = backend_->silence_report();
       std::cerr << "mixtape: rank " << rank_ << " of " << world_size_ << " failed: ending the process group ("

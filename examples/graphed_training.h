@@ -39,8 +39,8 @@ class GraphedTraining {
   // two (nn::backward_into_grads; the optimizer step zeroes the gradients in place).
   GraphedTraining(nn::Module& model, optim::Optimizer& opt, amp::GradScaler& scaler,
                   optim::LRScheduler* sched, std::optional<DType> autocast, int accumulate, Device device)
-      : model_(model), opt_(opt), scaler_(scaler), sched_(sched), autocast_(autocast), accumulate_(accumulate),
-        params_(model.parameters()) {
+      : device_(device.index()), model_(model), opt_(opt), scaler_(scaler), sched_(sched), autocast_(autocast),
+        accumulate_(accumulate), params_(model.parameters()) {
     NoGradGuard no_grad;
     const TensorOptions f64 = TensorOptions(DType::Float64).with_device(device);
     micro_stats_ = zeros({2}, f64);
@@ -228,6 +228,10 @@ class GraphedTraining {
     return out + "]";
   }
 
+  // The model's device is the current one while this lives, and first of all: the events, the
+  // reader stream and the graphs' capture stream are made on the current device, and a capture
+  // serves only the current device's allocations (--device cuda:1 would otherwise capture on 0).
+  cuda::DeviceGuard device_;
   nn::Module& model_;
   optim::Optimizer& opt_;
   amp::GradScaler& scaler_;

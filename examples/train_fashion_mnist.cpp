@@ -764,7 +764,10 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       nn::save_checkpoint(c.save_path, state, done);
       std::cout << "saved checkpoint " << c.save_path << " (epoch " << epoch + 1 << ")" << std::endl;
     }
-    if (world > 1 && !c.save_path.empty()) pg.barrier();  // the checkpoint is complete before any rank goes on
+    // The checkpoint is complete before any rank goes on. On every rank, whether or not it was
+    // given --save (a per-rank option: a barrier on some ranks only would pair with another
+    // collective on the others).
+    if (world > 1) pg.barrier();
   }
 #if MIXTAPE_WITH_CUDA
   if (graphed)

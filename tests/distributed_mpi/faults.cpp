@@ -75,6 +75,14 @@ int run(const std::string& name, distributed::ProcessGroup& pg) {
          if (r == 1) ::kill(::getpid(), SIGSTOP);
          distributed::destroy_process_group();
        }},
+      // Rank 0 ends the group 5 s after rank 1 (a long epilogue of its own) under a 2 s timeout:
+      // rank 1 waits for it, since its heartbeat is current, instead of ending the job.
+      {"late-end", [&] {
+         reduce_loop(pg, [](int) {});
+         if (r == 0) std::this_thread::sleep_for(std::chrono::seconds(5));
+         distributed::destroy_process_group();
+         std::cout << "rank " << r << " ended the group\n" << std::flush;
+       }},
       // The last rank skips step 1's backward under DDP: every rank fails at once, naming it.
       {"skip-backward", [&] { ddp_skips_a_backward(pg); }},
       // Run under MIXTAPE_DIST_DEBUG=1: rank 1 skips step 3's all-reduce (the next descriptors
