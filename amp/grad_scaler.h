@@ -94,7 +94,10 @@ class GradScaler {
 
   // sync_free only: reads the scale, the tracker and the skip counts from the device, one host
   // read for all of them, and checks what update() checks in the default mode (a scale below
-  // min_scale, a collapse to the floor), throwing the same errors, late. Call it every N steps
+  // min_scale, a collapse to the floor), throwing the same errors, late. One difference: it
+  // sees only the scale after the last backoff, so a backoff that lands exactly on the floor
+  // 2^-126 counts as the collapse here, one skipped step before the default mode, which reports
+  // the first backoff the floor clamps. Call it every N steps
   // (logging, a give-up rule); get_scale() and the counters below then hold what it read.
   ScalerPoll poll();
   bool sync_free() const { return sync_free_; }

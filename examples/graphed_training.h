@@ -127,14 +127,16 @@ class GraphedTraining {
   // not been yet, or its advance (made as if it stepped) undone if it was skipped.
   GraphedStepResult read_oldest() {
     MT_CHECK(!pending_.empty(), "train_fashion_mnist --cuda-graph: no step to read");
-    Pending p = std::move(pending_.front());
-    pending_.pop_front();
     Tensor host;
     {
       cuda::StreamGuard on_reader(reader_.get());
-      events_[p.slot].wait(reader_.get());
-      host = ring_[p.slot].to(Device::CPU());
+      events_[pending_.front().slot].wait(reader_.get());
+      host = ring_[pending_.front().slot].to(Device::CPU());
     }
+    // Taken off the queue once read: a read that throws (a deferred device check reported at this
+    // wait) leaves the step's schedule bookkeeping in place.
+    Pending p = std::move(pending_.front());
+    pending_.pop_front();
     const double* v = host.data_ptr<double>();
     GraphedStepResult r;
     for (int m = 0; m < accumulate_; ++m) {
