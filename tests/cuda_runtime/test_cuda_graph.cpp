@@ -25,6 +25,7 @@
 #include "ops/loss.h"
 #include "ops/pointwise.h"
 #include "optim/sgd.h"
+#include "common/error_of.h"
 #include "require_gpu.h"
 
 #if defined(MIXTAPE_WITH_CUDA)
@@ -483,7 +484,15 @@ TEST(CudaGraph, MisuseIsNamed) {
 }
 
 #else
-TEST(CudaGraph, NeedsACudaBuild) { REQUIRE_GPU(); }
+// The CPU-only build has none of this suite's cases: this one proves CUDA is refused there, with
+// the reason, and reports the suite as skipped.
+TEST(CudaGraph, NeedsACudaBuild) {
+  EXPECT_FALSE(cuda::is_available());
+  EXPECT_EQ(cuda::unavailable_reason(), "built without CUDA");
+  const std::string refused = testing::error_of([] { cuda::check_available("CudaGraph"); });
+  EXPECT_NE(refused.find("CUDA is not available: built without CUDA"), std::string::npos) << refused;
+  GTEST_SKIP() << "built without CUDA";
+}
 #endif
 
 }  // namespace

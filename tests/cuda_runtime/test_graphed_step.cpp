@@ -23,6 +23,7 @@
 #include "core/cuda_api.h"
 #include "mixtape/mixtape.h"
 #include "models/backward_into_grads.h"
+#include "common/error_of.h"
 #include "require_gpu.h"
 
 #if defined(MIXTAPE_WITH_CUDA)
@@ -296,9 +297,19 @@ TEST(GraphedStep, StochasticRoundingIsRefusedDuringCapture) {
   }
 }
 
-#endif  // MIXTAPE_WITH_CUDA
+#else
 
-TEST(GraphedStep, NeedsACudaBuild) { REQUIRE_GPU(); }
+// The CPU-only build has none of this suite's cases: this one proves CUDA is refused there, with
+// the reason, and reports the suite as skipped.
+TEST(GraphedStep, NeedsACudaBuild) {
+  EXPECT_FALSE(cuda::is_available());
+  EXPECT_EQ(cuda::unavailable_reason(), "built without CUDA");
+  const std::string refused = testing::error_of([] { cuda::check_available("GraphedStep"); });
+  EXPECT_NE(refused.find("CUDA is not available: built without CUDA"), std::string::npos) << refused;
+  GTEST_SKIP() << "built without CUDA";
+}
+
+#endif  // MIXTAPE_WITH_CUDA
 
 }  // namespace
 }  // namespace mixtape
