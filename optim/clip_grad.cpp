@@ -69,14 +69,16 @@ Tensor total_norm(const std::vector<Tensor>& params, double max_norm, double nor
     Tensor g = p.grad();
     if (!g.defined()) continue;
     MT_CHECK(g.is_floating_point(), "clip_grad_norm_: gradients must be floating point, got ", g.describe());
-    MT_CHECK(grads.empty() || g.device() == grads.front().device(), "clip_grad_norm_: every gradient must be on "
-             "one device; got ", grads.empty() ? g.device() : grads.front().device(), " and ", g.device());
     grads.push_back(g);
   }
   if (grads.empty()) return Tensor();
   const bool inf_norm = std::isinf(norm_type);
   std::vector<Tensor> partials;
-  for (const Tensor& g : grads) partials.push_back(dispatch1(kNormPowSum, {g.detach()}, {{"p", norm_type}}));
+  // Each partial is a 0-d f64 on its gradient's device, gathered on the first one's (gradients on
+  // several devices: a model split across them, as PyTorch allows).
+  const Device home = grads.front().device();
+  for (const Tensor& g : grads)
+    partials.push_back(to_device(dispatch1(kNormPowSum, {g.detach()}, {{"p", norm_type}}), home));
   Tensor acc;
   if (inf_norm) {
     acc = dispatch1(kNormPowSum, {stack(partials)}, {{"p", norm_type}});
@@ -113,12 +115,12 @@ Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_n
   // double rounded to float, in float (16-bit ones rounded once, at the store). The same here.
   const Tensor coef32 = to_dtype(coef, DType::Float32);
   for (Tensor g : grads) {
-    if (g.dtype() == DType::Float64)
-      mul_(g, coef);
-    else if (g.dtype() == DType::Float32)
-      mul_(g, coef32);
+    // On the gradient's own device (a no-op where it is the first gradient's).
+    const Tensor c = to_device(g.dtype() == DType::Float64 ? coef : coef32, g.device());
+    if (g.dtype() == DType::Float64 || g.dtype() == DType::Float32)
+      mul_(g, c);
     else
-      copy_(g, mul(to_dtype(g, DType::Float32), coef32));
+      copy_(g, mul(to_dtype(g, DType::Float32), c));
   }
   return total;
 }

@@ -21,11 +21,12 @@ namespace mixtape::optim {
 // as in PyTorch. That holds for a 16-bit model too: its parameters' grads are FP32 (the optimizer
 // sets their grad_dtype, optim/optimizer.h) and unscale_ unscaled them in place.
 // clip_grad_norm_ reads the total norm back (one host sync, whatever the number of parameters);
-// clip_grad_norm_on_device_ does the same and returns it as a 0-d f64 tensor on the gradients'
-// device instead: the norm, the coefficient and the scaling all stay there, so a step that clips
-// never waits for the device (docs/CUDA.md, "A step with no host sync"). It multiplies every grad
-// (by 1 when nothing needs clipping: the same values, but every grad's version advances). No
-// grads: a CPU 0. Every gradient must be on one device.
+// clip_grad_norm_on_device_ does the same and returns it as a 0-d f64 tensor on the (first)
+// gradient's device instead: the norm, the coefficient and the scaling all stay on the devices,
+// so a step that clips never waits for them (docs/CUDA.md, "A step with no host sync"). It
+// multiplies every grad (by 1 when nothing needs clipping: the same values, but every grad's
+// version advances). No grads: a CPU 0. Gradients may be on several devices: the per-gradient
+// partials meet on the first gradient's device, the coefficient goes to each gradient's.
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 

@@ -39,6 +39,26 @@ TEST(CudaMasterPaths, SixteenBitGradientsAccumulateInFp32OnTheDevice) {
   }
 }
 
+// Gradients on two devices (a model split across the CPU and a GPU): both clip forms fold every
+// gradient into one norm and scale each on its own device (the norm's partials meet on the first
+// gradient's device), as PyTorch allows; this was refused as "every gradient must be on one device".
+TEST(CudaMasterPaths, ClippingTakesGradientsOnSeveralDevices) {
+  MT_REQUIRE_CUDA();
+  for (bool on_device : {false, true}) {
+    Tensor a = zeros({2}).requires_grad_(true);
+    Tensor b = zeros({2}, TensorOptions(DType::Float32).with_device(cuda_test::gpu())).requires_grad_(true);
+    a.set_grad(full({2}, 3.0));
+    b.set_grad(full({2}, 4.0, TensorOptions(DType::Float32).with_device(cuda_test::gpu())));
+    // |(3, 3, 4, 4)| = sqrt(50); clipped to norm 1.
+    const double norm = on_device ? to_device(optim::clip_grad_norm_on_device_({a, b}, 1.0), Device::CPU()).item<double>()
+                                  : optim::clip_grad_norm_({a, b}, 1.0);
+    EXPECT_DOUBLE_EQ(norm, std::sqrt(50.0));
+    const float coef = static_cast<float>(1.0 / (std::sqrt(50.0) + 1e-6));
+    EXPECT_EQ(host(a.grad()), std::vector<float>(2, 3.0f * coef)) << on_device;
+    EXPECT_EQ(host(b.grad()), std::vector<float>(2, 4.0f * coef)) << on_device;
+  }
+}
+
 TEST(CudaMasterPaths, AWriteToTheModelReseedsTheMasterOnTheDevice) {
   MT_REQUIRE_CUDA();
   Tensor w = ones({4}, TensorOptions(DType::Float16).with_device(cuda_test::gpu())).requires_grad_(true);
