@@ -1,0 +1,260 @@
+// tests/distributed_mpi/test_zero_redundancy.cpp — ZeroRedundancyOptimizer (ZeRO-1) against
+// DistributedDataParallel with the unsharded optimizer, on 2 ranks and on 3 (AnyRanks*: ctest runs
+// them in distributed_two_ranks and distributed_three_ranks): bit for bit in FP64, FP32 and 16 bits
+// over several buckets of odd sizes, with accumulation and LR schedules; the GradScaler's skip on a
+// rank whose shard is clean; clipping by the global norm; state of about 1/N per rank.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "common/error_of.h"
+#include "distributed/dist_test_util.h"
+
+namespace mixtape {
+namespace {
+
+using distributed::DistributedDataParallel;
+using distributed::ZeroRedundancyOptimizer;
+using testing::error_of;
+
+distributed::ProcessGroup& pg() { return *distributed::world(); }
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  Tensor x = a.contiguous(), y = b.contiguous();
+  return x.dtype() == y.dtype() && x.nbytes() == y.nbytes() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+// MLP 20 -> 7 -> 5 -> 10: parameters of 140, 7, 35, 5, 50 and 10 elements, split between ranks
+// at odd places.
+std::shared_ptr<models::MLP> make_net(DType dt) {
+  manual_seed(31);
+  auto m = std::make_shared<models::MLP>(20, std::vector<int64_t>{7, 5}, 10);
+  m->to(dt);
+  return m;
+}
+// Small caps: several buckets, most of several parameters.
+const distributed::DataParallelOptions kSmallBuckets{.bucket_cap_bytes = 256, .first_bucket_cap_bytes = 64};
+
+using Factory = ZeroRedundancyOptimizer::OptimizerFactory;
+
+struct TrainRun {
+  DType dt = DType::Float32;
+  Factory make;
+  bool two_groups = false;  // weights and biases apart, with their own lr and weight decay
+  int accumulate = 1;       // micro-batches per step, all but the last under no_sync
+  double clip = 0;          // max_norm (0: none)
+  double clip_norm_type = 2.0;
+  bool schedule = false;    // StepLR(2, 0.5)
+  int steps = 3;
+};
+
+struct Result {
+  std::vector<Tensor> params;
+  std::vector<double> norms;  // the clip's total norm per step
+  int64_t state_bytes = 0;    // this rank's optimizer's
+};
+
+// Trains run.steps steps of DDP with the unsharded optimizer (zero = false) or with
+// ZeroRedundancyOptimizer, on the same data.
+Result train(const TrainRun& run, bool zero) {
+  const int w = pg().world_size(), r = pg().rank();
+  auto net = make_net(run.dt);
+  DistributedDataParallel ddp(net, pg(), kSmallBuckets);
+  std::vector<optim::ParamGroup> groups;
+  if (run.two_groups) {
+    std::vector<Tensor> weights, biases;
+    for (const Tensor& p : net->parameters()) (p.dim() == 2 ? weights : biases).push_back(p);
+    groups.emplace_back(weights);
+    groups.emplace_back(biases, optim::HyperParams{{"lr", 0.03}, {"weight_decay", 0.0}});
+  } else {
+    groups.emplace_back(net->parameters());
+  }
+  std::unique_ptr<optim::Optimizer> plain;
+  std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+  if (zero)
+    sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, groups, run.make);
+  else
+    plain = run.make(groups);
+  optim::Optimizer& opt = zero ? sharded->optimizer() : *plain;
+  std::unique_ptr<optim::StepLR> sched = run.schedule ? std::make_unique<optim::StepLR>(opt, 2, 0.5) : nullptr;
+  Result out;
+  const int64_t local = 6;  // samples per rank and micro-batch
+  for (int step = 0; step < run.steps; ++step) {
+    opt.zero_grad();
+    auto gb = dist_test::global_batch(local * w * run.accumulate, step, run.dt);
+    for (int m = 0; m < run.accumulate; ++m) {
+      const int64_t at = (m * w + r) * local;
+      auto loss = [&] {
+        return cross_entropy(ddp(gb.x.narrow(0, at, local)).to(DType::Float32), gb.y.narrow(0, at, local));
+      };
+      if (m + 1 < run.accumulate) {
+        auto guard = ddp.no_sync();
+        loss().backward();
+      } else {
+        loss().backward();
+      }
+    }
+    if (run.clip > 0)
+      out.norms.push_back(zero ? sharded->clip_grad_norm_(run.clip, run.clip_norm_type)
+                               : optim::clip_grad_norm_(net->parameters(), run.clip, run.clip_norm_type));
+    opt.step();
+    if (sched) sched->step();
+  }
+  for (const Tensor& p : net->parameters()) out.params.push_back(p.clone());
+  out.state_bytes = opt.state_bytes();
+  return out;
+}
+
+void expect_same_params(const Result& a, const Result& b, const std::string& what) {
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t k = 0; k < a.params.size(); ++k)
+    EXPECT_TRUE(same_bits(a.params[k], b.params[k]))
+        << what << ": parameter " << k << " differs by " << dist_test::max_abs_diff(a.params[k], b.params[k])
+        << " on rank " << pg().rank();
+}
+
+Factory adam(double wd = 0.0, bool amsgrad = false) {
+  return [=](std::vector<optim::ParamGroup> g) {
+    return std::make_unique<optim::Adam>(std::move(g), optim::AdamOptions{.lr = 0.01, .weight_decay = wd, .amsgrad = amsgrad});
+  };
+}
+Factory adamw() {
+  return [](std::vector<optim::ParamGroup> g) {
+    return std::make_unique<optim::AdamW>(std::move(g), optim::AdamWOptions{.lr = 0.01});
+  };
+}
+Factory sgd() {
+  return [](std::vector<optim::ParamGroup> g) {
+    return std::make_unique<optim::SGD>(std::move(g),
+                                        optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+  };
+}
+
+TEST(AnyRanksZero, ShardedStepsAreBitIdenticalToDDPsInFp64AndFp32) {
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    const std::vector<std::pair<const char*, Factory>> opts{
+        {"Adam", adam()}, {"Adam amsgrad wd", adam(0.01, true)}, {"AdamW", adamw()}, {"SGD nesterov", sgd()}};
+    for (const auto& [name, make] : opts) {
+      TrainRun run{.dt = dt, .make = make};
+      const std::string what = std::string(name) + " " + std::string(dtype_name(dt));
+      expect_same_params(train(run, false), train(run, true), what);
+    }
+  }
+}
+
+// A 16-bit model: the shard's FP32 masters, their RNE all-gathered in 16 bits.
+TEST(AnyRanksZero, SixteenBitModelsGetTheMastersRoundingOnEveryRank) {
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    TrainRun run{.dt = dt, .make = adam()};
+    const Result a = train(run, false), b = train(run, true);
+    expect_same_params(a, b, std::string(dtype_name(dt)));
+    EXPECT_EQ(b.params[0].dtype(), dt);
+  }
+}
+
+TEST(AnyRanksZero, AccumulationGroupsAndSchedulesMatchDDP) {
+  TrainRun run{.dt = DType::Float32, .make = adam(0.01), .two_groups = true, .accumulate = 3, .schedule = true, .steps = 4};
+  expect_same_params(train(run, false), train(run, true), "Adam, 2 groups, 3 micro-batches, StepLR");
+  run.make = sgd();
+  expect_same_params(train(run, false), train(run, true), "SGD, 2 groups, 3 micro-batches, StepLR");
+}
+
+// The global norm is the same sum of squares as the unsharded one, added in another order; the
+// inf norm is a max, exact.
+TEST(AnyRanksZero, ClippingUsesTheNormOfEveryShard) {
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    TrainRun run{.dt = dt, .make = sgd(), .clip = 0.05};
+    const Result a = train(run, false), b = train(run, true);
+    ASSERT_EQ(a.norms.size(), b.norms.size());
+    for (size_t s = 0; s < a.norms.size(); ++s) {
+      EXPECT_GT(a.norms[s], run.clip) << "the clip must act";
+      EXPECT_NEAR(b.norms[s], a.norms[s], 1e-13 * a.norms[s]) << dtype_name(dt) << " step " << s;
+    }
+    for (size_t k = 0; k < a.params.size(); ++k)
+      EXPECT_LE(dist_test::max_abs_diff(a.params[k], b.params[k]), (dt == DType::Float32 ? 1e-6 : 1e-14) *
+                                                                        (1 + dist_test::max_abs(a.params[k])))
+          << dtype_name(dt) << " parameter " << k;
+    run.clip_norm_type = INFINITY;
+    run.clip = 0.01;
+    const Result c = train(run, false), d = train(run, true);
+    EXPECT_EQ(c.norms, d.norms) << dtype_name(dt);
+    for (double n : c.norms) EXPECT_GT(n, run.clip);
+    expect_same_params(c, d, "inf-norm clip " + std::string(dtype_name(dt)));
+  }
+}
+
+TEST(AnyRanksZero, EachRankHoldsAboutOneNthOfTheState) {
+  const int w = pg().world_size();
+  for (DType dt : {DType::Float32, DType::BFloat16}) {
+    TrainRun run{.dt = dt, .make = adam(), .steps = 1};
+    const Result a = train(run, false);
+    auto net = make_net(dt);
+    DistributedDataParallel ddp(net, pg(), kSmallBuckets);
+    ZeroRedundancyOptimizer zero(ddp, adam());
+    zero.zero_grad();
+    cross_entropy(ddp(dist_test::global_batch(4, 0, dt).x).to(DType::Float32),
+                  dist_test::global_batch(4, 0, dt).y).backward();
+    zero.step();
+    // Masters (16 bits: 4 B) and two moments (4 B each) per element, shared out by bucket chunks.
+    const int64_t elements = 140 + 7 + 35 + 5 + 50 + 10;
+    EXPECT_EQ(a.state_bytes, elements * (dt == DType::Float32 ? 8 : 12)) << dtype_name(dt);
+    EXPECT_EQ(zero.optimizer_state_bytes_all_ranks(), a.state_bytes) << dtype_name(dt);
+    const int64_t buckets = static_cast<int64_t>(ddp.bucket_layout().size());
+    EXPECT_LE(zero.optimizer_state_bytes(), (elements / w + buckets) * (dt == DType::Float32 ? 8 : 12))
+        << dtype_name(dt) << ": at most one element per bucket over 1/N";
+    EXPECT_GE(zero.optimizer_state_bytes(), (elements / w - buckets) * (dt == DType::Float32 ? 8 : 12));
+  }
+}
+
+// Rank 0's shard gets an inf; every other rank's shard is clean, and still skips: the scaler's
+// found_inf is reduced over the ranks (as the unsharded DDP run, whose all-reduced gradient holds
+// the inf on every rank, skips).
+TEST(AnyRanksZero, AnInfInOneShardSkipsTheStepOnEveryRank) {
+  const int r = pg().rank();
+  auto net = make_net(DType::Float32);
+  DistributedDataParallel ddp(net, pg(), kSmallBuckets);
+  ZeroRedundancyOptimizer zero(ddp, adam());
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  scaler.set_found_inf_reducer(distributed::found_inf_reducer(pg()));
+  std::vector<Tensor> before;
+  for (const Tensor& p : net->parameters()) before.push_back(p.clone());
+  auto gb = dist_test::global_batch(8, 0);
+  zero.zero_grad();
+  scaler.scale(cross_entropy(ddp(gb.x), gb.y)).backward();
+  ASSERT_FALSE(zero.pieces().empty());
+  if (r == 0) {
+    Tensor g = zero.pieces().front().shard.grad();
+    g.narrow(0, 0, 1).fill_(INFINITY);
+  } else {
+    for (const auto& pc : zero.pieces()) {
+      if (!pc.shard.grad().defined()) continue;
+      for (double v : pc.shard.grad().to_vector<double>()) ASSERT_TRUE(std::isfinite(v)) << "rank " << r;
+    }
+  }
+  EXPECT_FALSE(scaler.step(zero.optimizer())) << "rank " << r;
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  for (size_t k = 0; k < before.size(); ++k) EXPECT_TRUE(same_bits(before[k], net->parameters()[k])) << k;
+  EXPECT_EQ(zero.optimizer().state_bytes(), 0) << "no state: the step never ran";
+  // The next iteration is clean and steps everywhere.
+  zero.zero_grad();
+  scaler.scale(cross_entropy(ddp(gb.x), gb.y)).backward();
+  EXPECT_TRUE(scaler.step(zero.optimizer()));
+  scaler.update();
+  EXPECT_FALSE(same_bits(before[0], net->parameters()[0]));
+}
+
+TEST(AnyRanksZero, RefusesWhatItCannotShard) {
+  auto net = make_net(DType::Float32), other = make_net(DType::Float32);
+  DistributedDataParallel ddp(net, pg(), kSmallBuckets);
+  EXPECT_EQ(error_of([&] { ZeroRedundancyOptimizer z(ddp, {optim::ParamGroup(other->parameters())}, adam()); }),
+            "ZeroRedundancyOptimizer: param group 0 holds f32[7, 20], which is not a trainable parameter of the "
+            "DistributedDataParallel's module");
+  ZeroRedundancyOptimizer zero(ddp, adam());
+  EXPECT_EQ(error_of([&] { ZeroRedundancyOptimizer z(ddp, adam()); }),
+            "ZeroRedundancyOptimizer: this DistributedDataParallel already shards its gradients for another "
+            "ZeroRedundancyOptimizer");
+}
+
+}  // namespace
+}  // namespace mixtape
