@@ -64,6 +64,15 @@ class ZeroRedundancyOptimizer {
   int64_t optimizer_state_bytes() const { return inner_->state_bytes(); }
   int64_t optimizer_state_bytes_all_ranks();
 
+  // The unsharded optimizer's state_dict (optim::Optimizer::state_dict, its keys and values: the
+  // parameters numbered group by group as given to the constructor), assembled from every rank's
+  // shard: a collective (all-gathers, every rank receives the whole dict; rank 0 saves it). It
+  // resumes unsharded on one process, or sharded on any world size through load_state_dict.
+  StateDict state_dict();
+  // Takes such a dict (every rank passes the whole of it) and loads this rank's pieces of it into
+  // the shard's optimizer (whose load_state_dict checks the rest). No communication.
+  void load_state_dict(const StateDict& sd);
+
   struct Piece {
     size_t param;          // index into ddp.parameters_in_order()
     int64_t begin, length; // elements of that parameter (flattened)
@@ -83,6 +92,9 @@ class ZeroRedundancyOptimizer {
   DistributedDataParallel& ddp_;
   ProcessGroup& group_;
   std::vector<int> group_of_;  // per ddp parameter: its param group, -1 if in none
+  std::vector<std::vector<size_t>> groups_;  // per param group: its ddp parameter indices, as given
+  std::vector<int64_t> ckpt_index_;  // per ddp parameter: its index in the state dict (-1: in no group)
+  std::vector<size_t> inner_index_;  // per piece of this rank: its parameter index in the shard's optimizer
   std::vector<DistributedDataParallel::BucketShape> shapes_;
   std::vector<std::vector<Piece>> pieces_;  // per rank
   struct Gather {

@@ -2,12 +2,14 @@
 // DistributedDataParallel with the unsharded optimizer, on 2 ranks and on 3 (AnyRanks*: ctest runs
 // them in distributed_two_ranks and distributed_three_ranks): bit for bit in FP64, FP32 and 16 bits
 // over several buckets of odd sizes, with accumulation and LR schedules; the GradScaler's skip on a
-// rank whose shard is clean; clipping by the global norm; state of about 1/N per rank.
+// rank whose shard is clean; clipping by the global norm; state of about 1/N per rank; the gathered
+// state dict and its resumes on this world size and on a world of one.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "common/error_of.h"
+#include "distributed/backend.h"
 #include "distributed/dist_test_util.h"
 
 namespace mixtape {
@@ -54,55 +56,76 @@ struct Result {
   int64_t state_bytes = 0;    // this rank's optimizer's
 };
 
-// Trains run.steps steps of DDP with the unsharded optimizer (zero = false) or with
-// ZeroRedundancyOptimizer, on the same data.
-Result train(const TrainRun& run, bool zero) {
-  const int w = pg().world_size(), r = pg().rank();
-  auto net = make_net(run.dt);
-  DistributedDataParallel ddp(net, pg(), kSmallBuckets);
-  std::vector<optim::ParamGroup> groups;
-  if (run.two_groups) {
-    std::vector<Tensor> weights, biases;
-    for (const Tensor& p : net->parameters()) (p.dim() == 2 ? weights : biases).push_back(p);
-    groups.emplace_back(weights);
-    groups.emplace_back(biases, optim::HyperParams{{"lr", 0.03}, {"weight_decay", 0.0}});
-  } else {
-    groups.emplace_back(net->parameters());
+// DDP over `group` with the unsharded optimizer (zero = false) or with ZeroRedundancyOptimizer.
+struct Trainer {
+  Trainer(const TrainRun& r, bool zero, distributed::ProcessGroup& g = pg()) : run(r), group(g) {
+    net = make_net(run.dt);
+    ddp = std::make_unique<DistributedDataParallel>(net, group, kSmallBuckets);
+    std::vector<optim::ParamGroup> groups;
+    if (run.two_groups) {
+      std::vector<Tensor> weights, biases;
+      for (const Tensor& p : net->parameters()) (p.dim() == 2 ? weights : biases).push_back(p);
+      groups.emplace_back(weights);
+      groups.emplace_back(biases, optim::HyperParams{{"lr", 0.03}, {"weight_decay", 0.0}});
+    } else {
+      groups.emplace_back(net->parameters());
+    }
+    if (zero)
+      sharded = std::make_unique<ZeroRedundancyOptimizer>(*ddp, groups, run.make);
+    else
+      plain = run.make(groups);
+    opt = zero ? &sharded->optimizer() : plain.get();
+    if (run.schedule) sched = std::make_unique<optim::StepLR>(*opt, 2, 0.5);
   }
-  std::unique_ptr<optim::Optimizer> plain;
-  std::unique_ptr<ZeroRedundancyOptimizer> sharded;
-  if (zero)
-    sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, groups, run.make);
-  else
-    plain = run.make(groups);
-  optim::Optimizer& opt = zero ? sharded->optimizer() : *plain;
-  std::unique_ptr<optim::StepLR> sched = run.schedule ? std::make_unique<optim::StepLR>(opt, 2, 0.5) : nullptr;
-  Result out;
-  const int64_t local = 6;  // samples per rank and micro-batch
-  for (int step = 0; step < run.steps; ++step) {
-    opt.zero_grad();
-    auto gb = dist_test::global_batch(local * w * run.accumulate, step, run.dt);
+  // One optimizer step on step `index`'s global batch, this rank's share of each micro-batch.
+  void step(int index) {
+    const int w = group.world_size(), r = group.rank();
+    const int64_t local = 6;  // samples per rank and micro-batch
+    opt->zero_grad();
+    auto gb = dist_test::global_batch(local * w * run.accumulate, index, run.dt);
     for (int m = 0; m < run.accumulate; ++m) {
       const int64_t at = (m * w + r) * local;
       auto loss = [&] {
-        return cross_entropy(ddp(gb.x.narrow(0, at, local)).to(DType::Float32), gb.y.narrow(0, at, local));
+        return cross_entropy((*ddp)(gb.x.narrow(0, at, local)).to(DType::Float32), gb.y.narrow(0, at, local));
       };
       if (m + 1 < run.accumulate) {
-        auto guard = ddp.no_sync();
+        auto guard = ddp->no_sync();
         loss().backward();
       } else {
         loss().backward();
       }
     }
     if (run.clip > 0)
-      out.norms.push_back(zero ? sharded->clip_grad_norm_(run.clip, run.clip_norm_type)
-                               : optim::clip_grad_norm_(net->parameters(), run.clip, run.clip_norm_type));
-    opt.step();
+      norms.push_back(sharded ? sharded->clip_grad_norm_(run.clip, run.clip_norm_type)
+                              : optim::clip_grad_norm_(net->parameters(), run.clip, run.clip_norm_type));
+    opt->step();
     if (sched) sched->step();
   }
-  for (const Tensor& p : net->parameters()) out.params.push_back(p.clone());
-  out.state_bytes = opt.state_bytes();
-  return out;
+  StateDict state_dict() { return sharded ? sharded->state_dict() : opt->state_dict(); }
+  void load_state_dict(const StateDict& sd) { sharded ? sharded->load_state_dict(sd) : opt->load_state_dict(sd); }
+  Result result() const {
+    Result out{.params = {}, .norms = norms, .state_bytes = opt->state_bytes()};
+    for (const Tensor& p : net->parameters()) out.params.push_back(p.clone());
+    return out;
+  }
+
+  const TrainRun run;
+  distributed::ProcessGroup& group;
+  std::shared_ptr<models::MLP> net;
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<optim::Optimizer> plain;
+  std::unique_ptr<ZeroRedundancyOptimizer> sharded;  // destroyed before ddp
+  optim::Optimizer* opt = nullptr;
+  std::unique_ptr<optim::StepLR> sched;
+  std::vector<double> norms;
+};
+
+// Trains run.steps steps of DDP with the unsharded optimizer (zero = false) or with
+// ZeroRedundancyOptimizer, on the same data.
+Result train(const TrainRun& run, bool zero) {
+  Trainer t(run, zero);
+  for (int step = 0; step < run.steps; ++step) t.step(step);
+  return t.result();
 }
 
 void expect_same_params(const Result& a, const Result& b, const std::string& what) {
@@ -242,6 +265,43 @@ TEST(AnyRanksZero, AnInfInOneShardSkipsTheStepOnEveryRank) {
   EXPECT_TRUE(scaler.step(zero.optimizer()));
   scaler.update();
   EXPECT_FALSE(same_bits(before[0], net->parameters()[0]));
+}
+
+// The gathered dict is the unsharded optimizer's, key for key and bit for bit; loaded, it resumes
+// sharded on this world size and on a world of one (one shard: the whole model, cut differently),
+// exactly as the unsharded optimizer resumes from it.
+TEST(AnyRanksZero, StateDictIsTheUnshardedOnesAndResumesOnAnyWorldSize) {
+  TrainRun run{.dt = DType::BFloat16, .make = adam(0.01, true), .two_groups = true};
+  Trainer plain(run, false), sharded(run, true);
+  for (int s = 0; s < 2; ++s) plain.step(s), sharded.step(s);
+  const StateDict sd = plain.state_dict();
+  const StateDict got = sharded.state_dict();
+  std::vector<std::string> keys, got_keys;
+  for (const auto& [k, t] : sd) keys.push_back(k);
+  for (const auto& [k, t] : got) got_keys.push_back(k);
+  EXPECT_EQ(got_keys, keys);
+  EXPECT_EQ(dist_test::hash_state(got), dist_test::hash_state(sd));
+  ASSERT_TRUE(sd.count("state.0.exp_avg") && sd.count("state.0.master") && sd.count("state.5.max_exp_avg_sq"));
+
+  auto resumed = [&](Trainer& t) {
+    {
+      autograd::NoGradGuard no_grad;
+      for (size_t k = 0; k < t.net->parameters().size(); ++k) t.net->parameters()[k].copy_(plain.net->parameters()[k]);
+    }
+    t.load_state_dict(sd);
+    for (int s = 2; s < 4; ++s) t.step(s);
+    return t.result();
+  };
+  Trainer plain_n(run, false), sharded_n(run, true);
+  const Result a = resumed(plain_n), b = resumed(sharded_n);
+  expect_same_params(a, b, "resumed on " + std::to_string(pg().world_size()) + " ranks");
+  EXPECT_EQ(dist_test::hash_state(sharded_n.state_dict()), dist_test::hash_state(plain_n.state_dict()));
+  distributed::ProcessGroup one(distributed::make_single_backend(), {});
+  Trainer plain_1(run, false, one), sharded_1(run, true, one);
+  ASSERT_EQ(sharded_1.sharded->pieces().size(), 6u) << "one shard: every parameter whole";
+  const Result c = resumed(plain_1), d = resumed(sharded_1);
+  expect_same_params(c, d, "resumed on one process");
+  EXPECT_FALSE(same_bits(c.params[0], a.params[0])) << "a world of one trains on its own batches";
 }
 
 TEST(AnyRanksZero, RefusesWhatItCannotShard) {
