@@ -12,7 +12,9 @@
 // each naming the ranks that skipped (docs/DISTRIBUTED.md, "Every rank reduces every step"). Under no_sync() nothing
 // is communicated and gradients accumulate locally; the next synchronised backward averages the
 // accumulated sums. Construction refuses ranks whose models differ (names, shapes, dtypes) and
-// then copies rank 0's parameters and buffers to every rank.
+// then copies rank 0's parameters and buffers to every rank. In sharded mode (shard_gradients,
+// ZeRO-1) a synchronised backward instead hands each rank its chunk of every bucket's average and
+// leaves no .grad on the parameters.
 // The design (buckets, overlap, FP32 vs 16-bit reduction): docs/DISTRIBUTED.md.
 #pragma once
 #include <functional>
