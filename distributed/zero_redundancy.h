@@ -37,6 +37,7 @@ class ZeroRedundancyOptimizer {
   // Refused: parameters not in ddp, CUDA or non-contiguous parameters, an optimizer that rounds
   // stochastically or is capturable.
   ZeroRedundancyOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups, OptimizerFactory make);
+  // ddp must outlive the wrapper (as an LR schedule's optimizer must outlive it).
   // Every trainable parameter of ddp's module, one group.
   ZeroRedundancyOptimizer(DistributedDataParallel& ddp, OptimizerFactory make);
   ~ZeroRedundancyOptimizer();

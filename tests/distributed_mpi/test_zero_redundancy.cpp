@@ -2,8 +2,9 @@
 // DistributedDataParallel with the unsharded optimizer, on 2 ranks and on 3 (AnyRanks*: ctest runs
 // them in distributed_two_ranks and distributed_three_ranks): bit for bit in FP64, FP32 and 16 bits
 // over several buckets of odd sizes, with accumulation and LR schedules; the GradScaler's skip on a
-// rank whose shard is clean; clipping by the global norm; state of about 1/N per rank; the gathered
-// state dict and its resumes on this world size and on a world of one.
+// rank whose shard is clean; parameters unused on some or all ranks; clipping by the global norm;
+// state of about 1/N per rank; the gathered state dict and its resumes on this world size and on a
+// world of one.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -303,6 +304,54 @@ TEST(AnyRanksZero, StateDictIsTheUnshardedOnesAndResumesOnAnyWorldSize) {
   const Result c = resumed(plain_1), d = resumed(sharded_1);
   expect_same_params(c, d, "resumed on one process");
   EXPECT_FALSE(same_bits(c.params[0], a.params[0])) << "a world of one trains on its own batches";
+}
+
+// "a" is used everywhere, "b" by rank 0 only, "c" by no rank: the used counts reach every chunk,
+// so each shard of b gets rank 0's gradient over N and c's pieces no gradient (the optimizer
+// skips them: no weight decay, no momentum), as with DDP and the unsharded optimizer.
+class PartlyUsed : public nn::Module {
+ public:
+  PartlyUsed() : nn::Module("PartlyUsed") {
+    manual_seed(5);
+    a = register_module("a", std::make_shared<nn::Linear>(4, 3));
+    b = register_module("b", std::make_shared<nn::Linear>(4, 3));
+    c = register_module("c", std::make_shared<nn::Linear>(4, 3));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = (*a)(x);
+    return use_b ? y + (*b)(x) : y;
+  }
+  std::shared_ptr<nn::Linear> a, b, c;
+  bool use_b = true;
+};
+
+TEST(AnyRanksZero, PartlyUsedAndUnusedParametersMatchDDP) {
+  const int r = pg().rank();
+  std::vector<std::vector<Tensor>> after;
+  for (bool zero : {false, true}) {
+    auto net = std::make_shared<PartlyUsed>();
+    DistributedDataParallel ddp(net, pg(), {.bucket_cap_bytes = 40, .first_bucket_cap_bytes = 40});
+    std::unique_ptr<optim::Optimizer> plain;
+    std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+    if (zero)
+      sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, sgd());
+    else
+      plain = sgd()({optim::ParamGroup(net->parameters())});
+    optim::Optimizer& opt = zero ? sharded->optimizer() : *plain;
+    net->use_b = r == 0;
+    for (int step = 0; step < 2; ++step) {
+      Generator g(7 + static_cast<uint64_t>(r) + 10 * static_cast<uint64_t>(step));
+      opt.zero_grad();
+      ddp(randn({5, 4}, {}, &g)).sum().backward();
+      opt.step();
+    }
+    after.emplace_back();
+    for (const Tensor& p : net->parameters()) after.back().push_back(p.clone());
+  }
+  for (size_t k = 0; k < after[0].size(); ++k) EXPECT_TRUE(same_bits(after[0][k], after[1][k])) << "parameter " << k;
+  manual_seed(5);
+  auto fresh = std::make_shared<PartlyUsed>();
+  EXPECT_TRUE(same_bits(after[1][4], fresh->c->parameters()[0])) << "c is never updated";
 }
 
 TEST(AnyRanksZero, RefusesWhatItCannotShard) {
