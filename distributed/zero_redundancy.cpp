@@ -88,6 +88,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, s
   MT_CHECK(inner_ != nullptr, "ZeroRedundancyOptimizer: the optimizer factory returned null");
   MT_CHECK(inner_->param_groups().size() == groups.size(), "ZeroRedundancyOptimizer: the factory's optimizer has ",
            inner_->param_groups().size(), " param groups, expected the ", groups.size(), " it was given");
+  check_round_to_nearest();
   hook_id_ = inner_->register_step_post_hook([this] { gather(); });
   ddp_.shard_gradients([this](size_t b, const Tensor& chunk, const std::vector<bool>& used) { receive(b, chunk, used); });
 }
@@ -162,12 +163,16 @@ void ZeroRedundancyOptimizer::receive(size_t bucket, const Tensor& chunk, const 
   }
 }
 
-void ZeroRedundancyOptimizer::gather() {
+void ZeroRedundancyOptimizer::check_round_to_nearest() const {
   MT_CHECK(!inner_->stochastic_rounding(), "ZeroRedundancyOptimizer: the shard optimizer rounds stochastically; "
            "sharded steps support round-to-nearest only (every rank would draw the same random stream for "
            "different elements)");
   MT_CHECK(!inner_->capturable(), "ZeroRedundancyOptimizer: the shard optimizer is capturable; sharded steps "
            "are not (their all-gather is a host collective)");
+}
+
+void ZeroRedundancyOptimizer::gather() {
+  check_round_to_nearest();
   autograd::NoGradGuard no_grad;
   const auto& params = ddp_.parameters_in_order();
   const int world = group_.world_size(), me = group_.rank();

@@ -35,9 +35,8 @@ class ZeroRedundancyOptimizer {
   // Puts ddp in sharded mode (DistributedDataParallel::shard_gradients) until destroyed, and sets
   // grad_dtype Float32 on 16-bit parameters (as an optimizer does) before partitioning the buckets.
   // Refused: parameters not in ddp, CUDA or non-contiguous parameters, an optimizer that rounds
-  // stochastically or is capturable.
+  // stochastically or is capturable (here and at every step). ddp must outlive the wrapper.
   ZeroRedundancyOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups, OptimizerFactory make);
-  // ddp must outlive the wrapper (as an LR schedule's optimizer must outlive it).
   // Every trainable parameter of ddp's module, one group.
   ZeroRedundancyOptimizer(DistributedDataParallel& ddp, OptimizerFactory make);
   ~ZeroRedundancyOptimizer();
@@ -89,6 +88,7 @@ class ZeroRedundancyOptimizer {
   void partition();
   void receive(size_t bucket, const Tensor& chunk, const std::vector<bool>& used);
   void gather();
+  void check_round_to_nearest() const;
 
   DistributedDataParallel& ddp_;
   ProcessGroup& group_;

@@ -360,7 +360,20 @@ TEST(AnyRanksZero, RefusesWhatItCannotShard) {
   EXPECT_EQ(error_of([&] { ZeroRedundancyOptimizer z(ddp, {optim::ParamGroup(other->parameters())}, adam()); }),
             "ZeroRedundancyOptimizer: param group 0 holds f32[7, 20], which is not a trainable parameter of the "
             "DistributedDataParallel's module");
+  auto stochastic = [](std::vector<optim::ParamGroup> g) {
+    auto opt = std::make_unique<optim::Adam>(std::move(g));
+    opt->set_stochastic_rounding(true);
+    return opt;
+  };
+  EXPECT_EQ(error_of([&] { ZeroRedundancyOptimizer z(ddp, stochastic); }),
+            "ZeroRedundancyOptimizer: the shard optimizer rounds stochastically; sharded steps support "
+            "round-to-nearest only (every rank would draw the same random stream for different elements)");
   ZeroRedundancyOptimizer zero(ddp, adam());
+  zero.optimizer().set_stochastic_rounding(true);
+  EXPECT_EQ(error_of([&] { zero.step(); }),
+            "ZeroRedundancyOptimizer: the shard optimizer rounds stochastically; sharded steps support "
+            "round-to-nearest only (every rank would draw the same random stream for different elements)");
+  zero.optimizer().set_stochastic_rounding(false);
   EXPECT_EQ(error_of([&] { ZeroRedundancyOptimizer z(ddp, adam()); }),
             "ZeroRedundancyOptimizer: this DistributedDataParallel already shards its gradients for another "
             "ZeroRedundancyOptimizer");
