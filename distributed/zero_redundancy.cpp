@@ -59,11 +59,13 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, s
       group_of_[it->second] = static_cast<int>(g);
       ckpt_index_[it->second] = next_ckpt++;
       groups_[g].push_back(it->second);
-      // What the unsharded optimizer does to a 16-bit parameter it keeps a master for: its
-      // gradient accumulates in FP32 (DDP's buckets follow it, so this precedes the partition).
-      if (is_reduced_float(p.dtype()) && !p.has_explicit_grad_dtype()) p.set_grad_dtype(DType::Float32);
     }
   }
+  // Checked: what the unsharded optimizer does to a 16-bit parameter it keeps a master for, its
+  // gradient accumulates in FP32 (DDP's buckets follow it, so this precedes the partition).
+  for (const optim::ParamGroup& g : groups)
+    for (const Tensor& p : g.params)
+      if (is_reduced_float(p.dtype()) && !p.has_explicit_grad_dtype()) p.set_grad_dtype(DType::Float32);
   shapes_ = ddp_.bucket_shapes();
   partition();
   std::vector<optim::ParamGroup> shard_groups;
@@ -76,11 +78,11 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, s
       mine.push_back(pieces()[j].shard);
       inner_index_[j] = inner_count++;
     }
-    if (mine.empty()) ++inner_count;  // the placeholder below
     if (mine.empty()) {
       // Every rank's optimizer has every group (an LR schedule writes each group's lr alike).
       const Tensor& first = groups[g].params.front();
       mine.push_back(empty({0}, TensorOptions(first.dtype())).requires_grad_(true));
+      ++inner_count;
     }
     shard_groups.emplace_back(std::move(mine), groups[g].options);
   }

@@ -183,6 +183,47 @@ TEST(AnyRanksZero, AccumulationGroupsAndSchedulesMatchDDP) {
   expect_same_params(train(run, false), train(run, true), "SGD, 2 groups, 3 micro-batches, StepLR");
 }
 
+// One bucket (the default caps): the last bias, its first 10 elements, lies in rank 0's chunk
+// only, so its group is empty on the other ranks: they get an empty placeholder, their schedule
+// still writes that group's lr, and the steps stay DDP's.
+TEST(AnyRanksZero, AGroupARankHoldsNothingOfGetsAPlaceholder) {
+  const int r = pg().rank();
+  std::vector<std::vector<Tensor>> after;
+  for (bool zero : {false, true}) {
+    auto net = make_net(DType::Float32);
+    DistributedDataParallel ddp(net, pg());
+    ASSERT_EQ(ddp.bucket_layout().size(), 1u);
+    std::vector<Tensor> rest = net->parameters();
+    const Tensor last = rest.back();
+    rest.pop_back();
+    std::vector<optim::ParamGroup> groups{optim::ParamGroup(rest),
+                                          optim::ParamGroup({last}, optim::HyperParams{{"lr", 0.03}})};
+    std::unique_ptr<optim::Optimizer> plain;
+    std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+    if (zero)
+      sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, groups, adam());
+    else
+      plain = adam()(groups);
+    optim::Optimizer& opt = zero ? sharded->optimizer() : *plain;
+    if (zero) {
+      ASSERT_EQ(opt.param_groups().size(), 2u);
+      EXPECT_EQ(opt.param_groups()[1].params[0].numel(), r == 0 ? 10 : 0) << "rank " << r;
+    }
+    optim::StepLR sched(opt, 1, 0.5);
+    for (int step = 0; step < 3; ++step) {
+      auto gb = dist_test::global_batch(4, step);
+      opt.zero_grad();
+      cross_entropy(ddp(gb.x), gb.y).backward();
+      opt.step();
+      sched.step();
+    }
+    EXPECT_EQ(opt.param_groups()[1].lr(), 0.03 / 8);
+    after.emplace_back();
+    for (const Tensor& p : net->parameters()) after.back().push_back(p.clone());
+  }
+  for (size_t k = 0; k < after[0].size(); ++k) EXPECT_TRUE(same_bits(after[0][k], after[1][k])) << "parameter " << k;
+}
+
 // The global norm is the same sum of squares as the unsharded one, added in another order; the
 // inf norm is a max, exact.
 TEST(AnyRanksZero, ClippingUsesTheNormOfEveryShard) {
