@@ -134,11 +134,13 @@ void DistributedDataParallel::build_buckets() {
     b.numel += p.numel();
     bucket_of_[k] = it->second;
   }
-  // Each bucket ends with one count per parameter: 1 from every rank that had a .grad for it, so
-  // the ranks learn in the same all-reduce which parameters no rank produced a gradient for.
+  // Each chunk ends with one count per parameter: 1 from every rank that had a .grad for it, so
+  // the ranks learn in the same reduction which parameters no rank produced a gradient for.
+  const int64_t world = group_.world_size();
   for (Bucket& b : buckets_) {
-    b.used_at = b.numel;
-    b.flat = empty({b.numel + static_cast<int64_t>(b.params.size())}, TensorOptions(b.dtype).with_device(b.device));
+    b.chunk = (b.numel + world - 1) / world;
+    b.stride = b.chunk + static_cast<int64_t>(b.params.size());
+    b.flat = zeros({world * b.stride}, TensorOptions(b.dtype).with_device(b.device));  // the padding stays 0
   }
   ready_.assign(params_.size(), false);
   reset_backward_state();
@@ -260,7 +262,12 @@ void DistributedDataParallel::on_grad_ready(size_t i) {
              "' was accumulated outside backward()");
     // An optimizer made after DDP gives its 16-bit parameters FP32 gradients (grad_dtype): the
     // buckets follow (every rank has the same model and optimizer, so all rebuild alike).
-    if (grad_dtypes() != built_for_) build_buckets();
+    if (grad_dtypes() != built_for_) {
+      MT_CHECK(!sink_, "DistributedDataParallel: the gradient dtypes of the parameters changed after the "
+               "ZeroRedundancyOptimizer partitioned its buckets (set grad_dtype before making it); the shards no "
+               "longer match the buckets");
+      build_buckets();
+    }
     armed_ = true;
     stats_ = {};
     autograd::queue_callback([this] { finish_backward(); });
@@ -284,6 +291,16 @@ void DistributedDataParallel::on_grad_ready(size_t i) {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
 }
 
+template <typename Fn>
+void DistributedDataParallel::for_each_run(const Bucket& b, size_t k, Fn fn) const {
+  const int64_t start = b.offsets[k], end = start + params_[b.params[k]].second.numel();
+  for (int64_t e = start; e < end;) {
+    const int64_t c = e / b.chunk, in = e - c * b.chunk, len = std::min(end - e, b.chunk - in);
+    fn(e - start, c * b.stride + in, len);
+    e += len;
+  }
+}
+
 void DistributedDataParallel::launch(size_t bi) {
   Bucket& b = buckets_[bi];
   autograd::NoGradGuard no_grad;
@@ -291,28 +308,42 @@ void DistributedDataParallel::launch(size_t bi) {
   std::vector<double> used(b.params.size());
   for (size_t j = 0; j < b.params.size(); ++j) {
     const Tensor& p = params_[b.params[j]].second;
-    Tensor slot = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
     Tensor g = p.grad();
     used[j] = g.defined() ? 1.0 : 0.0;
-    if (!g.defined())
-      slot.zero_();  // unused on this rank this time: it contributes nothing
-    else
-      slot.copy_(g);  // casts to the bucket's dtype
+    const Tensor flat_g = g.defined() ? g.contiguous().view({p.numel()}) : Tensor();
+    for_each_run(b, j, [&](int64_t e, int64_t at, int64_t len) {
+      Tensor slot = b.flat.narrow(0, at, len);
+      if (!g.defined())
+        slot.zero_();  // unused on this rank this time: it contributes nothing
+      else
+        slot.copy_(flat_g.narrow(0, e, len));  // casts to the bucket's dtype
+    });
   }
-  if (options_.predivide && world > 1) b.flat.narrow(0, 0, b.numel).mul_(Scalar(1.0 / world));
+  if (options_.predivide && world > 1)
+    for (int c = 0; c < world; ++c) b.flat.narrow(0, c * b.stride, b.chunk).mul_(Scalar(1.0 / world));
   const int64_t n = static_cast<int64_t>(used.size());
   // The usual case, every parameter used here, is a fill on the bucket's device (no copy from the
   // host), and finish_backward need not read the counts back: each sum is >= this rank's 1.
   b.all_used_here = std::all_of(used.begin(), used.end(), [](double u) { return u == 1.0; });
-  if (b.all_used_here)
-    b.flat.narrow(0, b.used_at, n).fill_(1.0);
-  else
-    b.flat.narrow(0, b.used_at, n).copy_(tensor(used, {n}, TensorOptions(DType::Float64)));
+  const Tensor counts = b.all_used_here ? Tensor() : tensor(used, {n}, TensorOptions(DType::Float64));
+  for (int c = 0; c < world; ++c) {
+    Tensor slots = b.flat.narrow(0, c * b.stride + b.chunk, n);
+    if (b.all_used_here)
+      slots.fill_(1.0);
+    else
+      slots.copy_(counts);
+  }
   b.launched = true;
   stats_.buckets += 1;
   stats_.bytes += static_cast<int64_t>(b.flat.nbytes());
   OwnCollectives own(own_collectives_);
-  b.work = group_.all_reduce_async(b.flat, ReduceOp::Sum, "DistributedDataParallel bucket " + std::to_string(bi));
+  const std::string label = "DistributedDataParallel bucket " + std::to_string(bi);
+  if (sink_) {
+    b.shard = empty({b.stride}, TensorOptions(b.dtype).with_device(b.device));  // fresh: last step's grads may view the old one
+    b.work = group_.reduce_scatter_async(b.shard, b.flat, ReduceOp::Sum, label);
+  } else {
+    b.work = group_.all_reduce_async(b.flat, ReduceOp::Sum, label);
+  }
 }
 
 void DistributedDataParallel::finish_backward() {
@@ -333,17 +364,39 @@ void DistributedDataParallel::finish_backward() {
   stats_.exposed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   autograd::NoGradGuard no_grad;
   const int world = group_.world_size();
-  for (Bucket& b : buckets_) {
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    Bucket& b = buckets_[bi];
     stats_.comm_seconds += b.work.busy_seconds();
-    if (!options_.predivide && world > 1) b.flat.narrow(0, 0, b.numel).mul_(Scalar(1.0 / world));
+    const Tensor& reduced = sink_ ? b.shard : b.flat;  // chunk 0 of `flat`, or this rank's only
+    const int chunks = sink_ ? 1 : world;
+    if (!options_.predivide && world > 1)
+      for (int c = 0; c < chunks; ++c) reduced.narrow(0, c * b.stride, b.chunk).mul_(Scalar(1.0 / world));
     // A host read (on CUDA a device sync) only where some parameter had no .grad on this rank.
     const auto used = b.all_used_here
                           ? std::vector<double>(b.params.size(), 1.0)
-                          : b.flat.narrow(0, b.used_at, static_cast<int64_t>(b.params.size())).to_vector<double>();
+                          : reduced.narrow(0, b.chunk, static_cast<int64_t>(b.params.size())).to_vector<double>();
+    if (sink_) {
+      std::vector<bool> any(used.size());
+      for (size_t j = 0; j < used.size(); ++j) any[j] = used[j] != 0;
+      sink_(bi, b.shard.narrow(0, 0, b.chunk), any);
+      // Packed into the bucket, the local gradients are spent: the reduced shard is the sink's.
+      for (size_t k : b.params) params_[k].second.set_grad(Tensor());
+      continue;
+    }
     for (size_t j = 0; j < b.params.size(); ++j) {
       if (used[j] == 0) continue;  // no rank produced a gradient: it keeps none (the optimizer skips it)
       const Tensor& p = params_[b.params[j]].second;
-      Tensor avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
+      // The average, assembled where the parameter's elements span chunks.
+      Tensor avg;
+      int runs = 0;
+      for_each_run(b, j, [&](int64_t, int64_t, int64_t) { ++runs; });
+      if (runs == 1) {
+        for_each_run(b, j, [&](int64_t, int64_t at, int64_t len) { avg = b.flat.narrow(0, at, len).view(p.sizes()); });
+      } else {
+        Tensor whole = empty({p.numel()}, TensorOptions(b.dtype).with_device(b.device));
+        for_each_run(b, j, [&](int64_t e, int64_t at, int64_t len) { whole.narrow(0, e, len).copy_(b.flat.narrow(0, at, len)); });
+        avg = whole.view(p.sizes());
+      }
       Tensor g = p.grad();
       if (g.defined()) {
         const_cast<Tensor&>(g).copy_(avg);
@@ -355,6 +408,23 @@ void DistributedDataParallel::finish_backward() {
     }
   }
   reset_backward_state();
+}
+
+std::vector<DistributedDataParallel::BucketShape> DistributedDataParallel::bucket_shapes() {
+  if (grad_dtypes() != built_for_) {
+    MT_CHECK(!armed_, "DistributedDataParallel::bucket_shapes: called during a backward");
+    build_buckets();
+  }
+  std::vector<BucketShape> out;
+  for (const Bucket& b : buckets_)
+    out.push_back(BucketShape{.dtype = b.dtype, .device = b.device, .numel = b.numel, .chunk = b.chunk,
+                              .params = b.params, .offsets = b.offsets});
+  return out;
+}
+
+void DistributedDataParallel::shard_gradients(ShardSink sink) {
+  MT_CHECK(!sink || !armed_, "DistributedDataParallel::shard_gradients: called during a backward");
+  sink_ = std::move(sink);
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {

@@ -12,9 +12,12 @@
 // each naming the ranks that skipped (docs/DISTRIBUTED.md, "Every rank reduces every step"). Under no_sync() nothing
 // is communicated and gradients accumulate locally; the next synchronised backward averages the
 // accumulated sums. Construction refuses ranks whose models differ (names, shapes, dtypes) and
-// then copies rank 0's parameters and buffers to every rank.
+// then copies rank 0's parameters and buffers to every rank. In sharded mode (shard_gradients,
+// ZeRO-1) a synchronised backward instead hands each rank its chunk of every bucket's average and
+// leaves no .grad on the parameters.
 // The design (buckets, overlap, FP32 vs 16-bit reduction): docs/DISTRIBUTED.md.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -86,19 +89,50 @@ class DistributedDataParallel : public nn::Module {
 
   // The buckets' parameter names, in reduction order (for tests and docs).
   std::vector<std::vector<std::string>> bucket_layout() const;
+
+  // ---- gradient sharding (ZeRO-1: distributed/zero_redundancy.h) ----
+  // A bucket's gradient is `numel` elements (its parameters' in `params` order, parameter k at
+  // `offsets[k]`), cut into world_size chunks of `chunk` elements (the last ones zero-padded):
+  // chunk r is rank r's shard of the bucket.
+  struct BucketShape {
+    DType dtype;
+    Device device;
+    int64_t numel = 0, chunk = 0;
+    std::vector<size_t> params;    // indices into parameters()
+    std::vector<int64_t> offsets;
+  };
+  // The trainable parameters, in registration order (what BucketShape::params index).
+  const std::vector<std::pair<std::string, Tensor>>& parameters_in_order() const { return params_; }
+  // The buckets for the parameters' current grad dtypes (rebuilt first where they changed).
+  std::vector<BucketShape> bucket_shapes();
+  // Sharded mode (`sink` set): every synchronised backward reduce-scatters each bucket instead of
+  // all-reducing it, hands this rank's chunk of it, averaged, to sink(bucket, chunk, used), where
+  // used[k] says whether any rank produced a gradient for the bucket's parameter k, and then drops
+  // every parameter's .grad (packed into the buckets, they hold this rank's local sums only). The
+  // buckets may not be rebuilt while sharded: a grad dtype changed afterwards is an error. An
+  // empty sink returns to all-reduce.
+  using ShardSink = std::function<void(size_t bucket, const Tensor& chunk, const std::vector<bool>& used)>;
+  void shard_gradients(ShardSink sink);
+  bool sharded() const { return static_cast<bool>(sink_); }
   const DataParallelStats& last_stats() const { return stats_; }
 
   std::string extra_repr() const override;
 
  private:
+  // `flat` is world_size chunks of `stride` = chunk + params.size() elements: chunk k holds the
+  // bucket's gradient elements [k * chunk, (k + 1) * chunk) (zeros past numel), then one "had a
+  // .grad" count per parameter (every chunk the same counts, so a rank that receives only its own
+  // chunk learns them all). The same layout whether all-reduced or reduce-scattered, so both
+  // reduce the same buffer with the same call (on MPI, bit for bit: docs/DISTRIBUTED.md).
   struct Bucket {
     std::vector<size_t> params;          // indices into params_
-    std::vector<int64_t> offsets;        // element offset of each in `flat`
+    std::vector<int64_t> offsets;        // element offset of each in the bucket's gradient
     DType dtype;
     Device device;
     int64_t numel = 0;
+    int64_t chunk = 0, stride = 0;
     Tensor flat;
-    int64_t used_at = 0;                 // `flat`'s tail: one "had a .grad" count per parameter
+    Tensor shard;                        // sharded mode: this rank's chunk, reduced
     bool all_used_here = false;          // this backward: every parameter had a .grad on this rank
     size_t pending = 0;                  // parameters not yet ready this backward
     bool launched = false;
@@ -108,6 +142,10 @@ class DistributedDataParallel : public nn::Module {
   std::vector<DType> grad_dtypes() const;
   void broadcast_from_rank0(const TensorList& tensors);
   void build_buckets();
+  // fn(element offset in the parameter, position in `flat`, length) for each run of bucket
+  // parameter k's elements that lies in one chunk.
+  template <typename Fn>
+  void for_each_run(const Bucket& b, size_t k, Fn fn) const;
   void on_grad_ready(size_t param_index);
   void launch(size_t bucket_index);
   void finish_backward();
@@ -145,6 +183,7 @@ class DistributedDataParallel : public nn::Module {
   Tensor step_check_;
   Work step_work_;
   int observer_id_ = -1;
+  ShardSink sink_;
   bool own_collectives_ = false;
   DataParallelStats stats_;
 };

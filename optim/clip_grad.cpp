@@ -57,13 +57,10 @@ const OpSchema& kNormPowSum = define_op("norm_pow_sum")
 
 namespace {
 
-// The grads of `params` (checked) and their total norm, a 0-d f64 on their device (undefined
-// when no parameter has a grad). Every partial stays on the device: one host read at most, by the
-// caller. The sum is folded in parameter order, one f64 add at a time from 0, as a host loop
-// would; the max norm folds the per-gradient maxima with norm_pow_sum's own NaN-sticking max.
-Tensor total_norm(const std::vector<Tensor>& params, double max_norm, double norm_type, std::vector<Tensor>& grads) {
+// The grads of `params`, checked.
+std::vector<Tensor> grads_of(const std::vector<Tensor>& params, double norm_type) {
   MT_CHECK(norm_type > 0.0, "clip_grad_norm_: norm_type must be > 0 or inf, got ", norm_type);
-  MT_CHECK(!std::isnan(max_norm), "clip_grad_norm_: max_norm is NaN");
+  std::vector<Tensor> grads;
   for (const Tensor& p : params) {
     MT_CHECK(p.defined(), "clip_grad_norm_: got an undefined parameter");
     Tensor g = p.grad();
@@ -71,7 +68,14 @@ Tensor total_norm(const std::vector<Tensor>& params, double max_norm, double nor
     MT_CHECK(g.is_floating_point(), "clip_grad_norm_: gradients must be floating point, got ", g.describe());
     grads.push_back(g);
   }
-  if (grads.empty()) return Tensor();
+  return grads;
+}
+
+// sum |g|^p over `grads` (p = inf: max |g|), a 0-d f64 on the first one's device. Every partial
+// stays on the device: one host read at most, by the caller. The sum is folded in parameter
+// order, one f64 add at a time from 0, as a host loop would; the max norm folds the per-gradient
+// maxima with norm_pow_sum's own NaN-sticking max.
+Tensor pow_sum(const std::vector<Tensor>& grads, double norm_type) {
   const bool inf_norm = std::isinf(norm_type);
   std::vector<Tensor> partials;
   // Each partial is a 0-d f64 on its gradient's device, gathered on the first one's (gradients on
@@ -79,14 +83,52 @@ Tensor total_norm(const std::vector<Tensor>& params, double max_norm, double nor
   const Device home = grads.front().device();
   for (const Tensor& g : grads)
     partials.push_back(to_device(dispatch1(kNormPowSum, {g.detach()}, {{"p", norm_type}}), home));
-  Tensor acc;
-  if (inf_norm) {
-    acc = dispatch1(kNormPowSum, {stack(partials)}, {{"p", norm_type}});
-  } else {
-    acc = zeros({}, TensorOptions(DType::Float64).with_device(grads.front().device()));
-    for (const Tensor& s : partials) add_(acc, s);
-  }
-  return inf_norm || norm_type == 1.0 ? acc : norm_type == 2.0 ? sqrt(acc) : pow(acc, 1.0 / norm_type);
+  if (inf_norm) return dispatch1(kNormPowSum, {stack(partials)}, {{"p", norm_type}});
+  Tensor acc = zeros({}, TensorOptions(DType::Float64).with_device(home));
+  for (const Tensor& s : partials) add_(acc, s);
+  return acc;
+}
+
+// The total norm from pow_sum's value.
+Tensor root(const Tensor& acc, double norm_type) {
+  return std::isinf(norm_type) || norm_type == 1.0 ? acc : norm_type == 2.0 ? sqrt(acc) : pow(acc, 1.0 / norm_type);
+}
+
+// PyTorch's rule: coef = max_norm / (total + 1e-6), clamped to 1; f64 grads are multiplied by
+// the double, the others by it rounded to float (16-bit ones rounded once, at the store).
+void scale_grads(const std::vector<Tensor>& grads, double max_norm, double total) {
+  const double coef = max_norm / (total + 1e-6);
+  if (!(coef < 1.0) && !std::isnan(coef)) return;  // clamped to 1: multiplying would change nothing
+  for (Tensor g : grads) mul_(g, Scalar(coef));
+}
+
+}  // namespace
+
+Tensor grad_norm_pow_sum(const std::vector<Tensor>& params, double norm_type) {
+  autograd::NoGradGuard no_grad;
+  const std::vector<Tensor> grads = grads_of(params, norm_type);
+  return grads.empty() ? zeros({}, TensorOptions(DType::Float64)) : pow_sum(grads, norm_type);
+}
+
+double total_norm_from_pow_sum(double pow_sum, double norm_type) {
+  MT_CHECK(norm_type > 0.0, "clip_grad_norm_: norm_type must be > 0 or inf, got ", norm_type);
+  return root(full({}, pow_sum, TensorOptions(DType::Float64)), norm_type).item<double>();
+}
+
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm) {
+  autograd::NoGradGuard no_grad;
+  MT_CHECK(!std::isnan(max_norm), "clip_grad_norm_: max_norm is NaN");
+  scale_grads(grads_of(params, 2.0), max_norm, total_norm);
+}
+
+namespace {
+
+Tensor total_norm(const std::vector<Tensor>& params, double max_norm, double norm_type, std::vector<Tensor>& grads) {
+  MT_CHECK(norm_type > 0.0, "clip_grad_norm_: norm_type must be > 0 or inf, got ", norm_type);
+  MT_CHECK(!std::isnan(max_norm), "clip_grad_norm_: max_norm is NaN");
+  grads = grads_of(params, norm_type);
+  if (grads.empty()) return Tensor();
+  return root(pow_sum(grads, norm_type), norm_type);
 }
 
 }  // namespace
@@ -97,9 +139,7 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, doubl
   const Tensor total_t = total_norm(params, max_norm, norm_type, grads);
   if (grads.empty()) return 0.0;
   const double total = to_device(total_t, Device::CPU()).item<double>();  // the one host read
-  const double coef = max_norm / (total + 1e-6);
-  if (!(coef < 1.0) && !std::isnan(coef)) return total;  // clamped to 1: multiplying would change nothing
-  for (Tensor g : grads) mul_(g, Scalar(coef));
+  scale_grads(grads, max_norm, total);
   return total;
 }
 

@@ -30,4 +30,15 @@ namespace mixtape::optim {
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 Tensor clip_grad_norm_on_device_(const std::vector<Tensor>& params, double max_norm, double norm_type = 2.0);
 
+// clip_grad_norm_ in three parts, for gradients spread over processes (distributed::
+// ZeroRedundancyOptimizer, where each rank holds a shard of them): this process's
+// grad_norm_pow_sum (the sum of |g|^p over the defined grads of `params`, p = inf: the max |g|, a
+// 0-d f64 on the first grad's device, a CPU 0 when none), combined by the caller across the
+// processes (a sum; a max for inf), total_norm_from_pow_sum (the p-th root), then
+// clip_grads_with_norm_, which scales `params`' grads by clip_grad_norm_'s coefficient for that
+// total. One process: the same numbers as clip_grad_norm_.
+Tensor grad_norm_pow_sum(const std::vector<Tensor>& params, double norm_type = 2.0);
+double total_norm_from_pow_sum(double pow_sum, double norm_type = 2.0);
+void clip_grads_with_norm_(const std::vector<Tensor>& params, double max_norm, double total_norm);
+
 }  // namespace mixtape::optim

@@ -505,6 +505,17 @@ void Optimizer::step() {
   }
   pending_inv_scale_ = 1.0f;
   pending_found_inf_ = pending_inv_scale_t_ = Tensor();
+  for (auto& [id, fn] : post_hooks_) fn();
+}
+
+int Optimizer::register_step_post_hook(std::function<void()> fn) {
+  MT_CHECK(static_cast<bool>(fn), name_, ".register_step_post_hook: the hook is empty");
+  post_hooks_.emplace_back(next_hook_id_, std::move(fn));
+  return next_hook_id_++;
+}
+
+void Optimizer::remove_step_post_hook(int id) {
+  std::erase_if(post_hooks_, [id](const auto& h) { return h.first == id; });
 }
 
 void Optimizer::update_many(const std::vector<const ParamUpdate*>& updates, const HyperParams& group) {
@@ -535,6 +546,15 @@ Tensor Optimizer::state(const Tensor& param, const std::string& name) const {
   const ParamState& s = states_[index_of(param, "state")];
   auto it = s.buffers.find(name);
   return it == s.buffers.end() ? Tensor() : it->second;
+}
+
+int64_t Optimizer::state_bytes() const {
+  int64_t n = 0;
+  for (const ParamState& s : states_) {
+    if (s.master.defined()) n += static_cast<int64_t>(s.master.nbytes());
+    for (const auto& [name, t] : s.buffers) n += static_cast<int64_t>(t.nbytes());
+  }
+  return n;
 }
 
 int64_t Optimizer::step_count(const Tensor& param) const {

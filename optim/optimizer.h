@@ -11,6 +11,7 @@
 // "GradScaler: the algorithm"; the behaviours and their tests: docs/amp-behaviours.md 25-27, 32, 33.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -70,6 +71,11 @@ class Optimizer {
   // Clears every parameter's .grad: set_to_none drops it (PyTorch's default), otherwise it is
   // zeroed in place. Also drops a pending grad scale.
   void zero_grad(bool set_to_none = true);
+  // `fn()` runs at the end of every step() (PyTorch's register_step_post_hook), in registration
+  // order: distributed::ZeroRedundancyOptimizer all-gathers the parameters its shard updated
+  // there. Not when a GradScaler skips the step (step() is not called). Returns an id for removal.
+  int register_step_post_hook(std::function<void()> fn);
+  void remove_step_post_hook(int id);
   // Adds a group; options not given take the optimizer's defaults. Errors: a parameter that is not
   // a floating leaf requiring grad, or that is already in a group; an unknown or invalid option.
   void add_param_group(ParamGroup group);
@@ -118,6 +124,9 @@ class Optimizer {
   // The live state buffer `name` of a parameter ("momentum_buffer", "exp_avg", ...); undefined
   // before the parameter's first update.
   Tensor state(const Tensor& param, const std::string& name) const;
+  // Bytes of per-parameter state held: the FP32 masters of 16-bit parameters and every state
+  // buffer (momentum, moments): what ZeRO-1 divides among the ranks.
+  int64_t state_bytes() const;
   // Updates applied to this parameter (capturable: read from the device, a host sync).
   int64_t step_count(const Tensor& param) const;
   // A snapshot (copies) of everything a resumed run needs, keys (i = parameter index over all
@@ -224,6 +233,8 @@ class Optimizer {
   Tensor pending_found_inf_, pending_inv_scale_t_;
   bool stochastic_rounding_ = false;
   Generator rounding_gen_;
+  std::vector<std::pair<int, std::function<void()>>> post_hooks_;
+  int next_hook_id_ = 0;
 };
 
 }  // namespace mixtape::optim

@@ -62,3 +62,4 @@
 #include "data/transforms.h"
 #include "distributed/data_parallel.h"
 #include "distributed/process_group.h"
+#include "distributed/zero_redundancy.h"

@@ -1,8 +1,8 @@
 // tests/distributed_mpi/test_two_ranks_cuda.cpp — two ranks with CUDA tensors (CUDA builds: on a
 // GPU machine with two devices, or on the CUDA emulator, whose NCCL meets in shared memory):
-// NCCL's collectives, and DistributedDataParallel on a CUDA model against one process on the
-// whole batch. Each rank uses device rank % device_count; with NCCL, fewer devices than ranks
-// skips (NCCL refuses two ranks on one GPU).
+// NCCL's collectives, DistributedDataParallel on a CUDA model against one process on the whole
+// batch, and ZeroRedundancyOptimizer's refusal of CUDA parameters. Each rank uses device
+// rank % device_count; with NCCL, fewer devices than ranks skips (NCCL refuses two ranks on one GPU).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -10,6 +10,7 @@
 
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
+#include "common/error_of.h"
 #include "distributed/dist_test_util.h"
 #include "distributed/device_collectives.h"
 
@@ -90,6 +91,17 @@ TEST_F(TwoRanksCuda, DataParallelOnACudaModelMatchesTheWholeBatch) {
     EXPECT_LE(dist_test::max_abs_diff(a[k].grad(), b[k].grad()), 1e-13 * (1.0 + dist_test::max_abs(a[k].grad())));
   auto hashes = pg().all_gather_string(dist_test::hash_state(inner->state_dict()));
   EXPECT_EQ(hashes[0], hashes[1]);
+}
+
+// ZeRO-1 takes CPU parameters only so far: a CUDA model is refused, naming the parameter.
+TEST_F(TwoRanksCuda, ZeroRedundancyOptimizerRefusesCudaParameters) {
+  auto net = dist_test::make_mlp(11);
+  net->to(dev_);
+  distributed::DistributedDataParallel ddp(net, pg());
+  auto make = [](std::vector<optim::ParamGroup> g) { return std::make_unique<optim::Adam>(std::move(g)); };
+  EXPECT_EQ(testing::error_of([&] { distributed::ZeroRedundancyOptimizer z(ddp, make); }),
+            "ZeroRedundancyOptimizer: parameter '" + net->named_parameters().front().first + "' is on " + dev_.str() +
+                "; sharding supports CPU parameters only so far (reduce_scatter and all_gather_into take CPU tensors)");
 }
 
 }  // namespace

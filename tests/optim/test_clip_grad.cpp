@@ -1,6 +1,7 @@
 // tests/optim/test_clip_grad.cpp — clip_grad_norm_ beyond the torch fixture: non-finite grads
 // (PyTorch's error_if_nonfinite=False behaviour), 16-bit grads, missing grads, errors; and
-// clip_grad_norm_on_device_ (the norm and the clip kept on the device) against it, bit for bit.
+// clip_grad_norm_on_device_ (the norm and the clip kept on the device) against it, bit for bit;
+// the three parts a sharded clip combines across processes.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -27,6 +28,24 @@ TEST(ClipGradNorm, HandComputedL2AndInf) {
   Tensor c = with_grad(tensor({-5.0, 2.0}));
   EXPECT_EQ(clip_grad_norm_({c}, 10.0, INFINITY), 5.0);
   EXPECT_EQ(c.grad().to_vector<float>(), (std::vector<float>{-5.0f, 2.0f})) << "coef clamped to 1: unchanged";
+}
+
+// The three parts a sharded clip combines across processes (distributed::ZeroRedundancyOptimizer)
+// give clip_grad_norm_'s numbers on one process; two halves of the grads combine to the same norm.
+TEST(ClipGradNorm, ThePartsOfASplitClipAreClipGradNormsOwn) {
+  for (double p : {2.0, 1.0, 3.0, double(INFINITY)}) {
+    Tensor a = with_grad(tensor({3.0, -4.0})), b = with_grad(tensor({12.0, 0.5}));
+    Tensor c = with_grad(tensor({3.0, -4.0})), d = with_grad(tensor({12.0, 0.5}));
+    const double total = clip_grad_norm_({a, b}, 2.0, p);
+    const double sa = optim::grad_norm_pow_sum({c}, p).item<double>(), sd = optim::grad_norm_pow_sum({d}, p).item<double>();
+    const double split = optim::total_norm_from_pow_sum(std::isinf(p) ? std::max(sa, sd) : sa + sd, p);
+    EXPECT_DOUBLE_EQ(split, total) << p;
+    EXPECT_EQ(optim::grad_norm_pow_sum({c, d}, p).item<double>(), std::isinf(p) ? 12.0 : sa + sd) << p;
+    optim::clip_grads_with_norm_({c, d}, 2.0, total);
+    EXPECT_EQ(c.grad().to_vector<float>(), a.grad().to_vector<float>()) << p;
+    EXPECT_EQ(d.grad().to_vector<float>(), b.grad().to_vector<float>()) << p;
+  }
+  EXPECT_EQ(optim::grad_norm_pow_sum({param_from({1}, {1}, DType::Float32)}).item<double>(), 0.0) << "no grads";
 }
 
 TEST(ClipGradNorm, NoClipLeavesGradsAndVersionsAlone) {

@@ -1,6 +1,6 @@
 // tests/optim/test_optimizer.cpp — the Optimizer base: parameter groups, zero_grad, skipped
-// parameters, version counters, dispatcher registration, state_dict round trips and every
-// bad-input error (by message substring).
+// parameters, version counters, step post hooks, state_bytes, dispatcher registration, state_dict
+// round trips and every bad-input error (by message substring).
 #include "optim_test_util.h"
 
 namespace mixtape::testing {
@@ -103,6 +103,33 @@ TEST(Step, BumpsTheVersionOfEveryWrittenTensor) {
   sgd.step();
   EXPECT_GT(sgd.state(s, "momentum_buffer").version(), vb);
   EXPECT_GT(s.version(), vp);
+}
+
+// PyTorch's register_step_post_hook: after every step(), in registration order, until removed.
+TEST(Step, PostHooksRunAfterEveryStepInOrderUntilRemoved) {
+  Tensor p = param_from({1.0, 2.0}, {2}, DType::Float32);
+  optim::SGD opt({p}, {.lr = 0.5});
+  std::vector<std::string> seen;
+  const int a = opt.register_step_post_hook([&] { seen.push_back("a " + std::to_string(p.to_vector<float>()[0])); });
+  opt.register_step_post_hook([&] { seen.push_back("b"); });
+  p.set_grad(tensor({1.0, 1.0}));
+  opt.step();
+  EXPECT_EQ(seen, (std::vector<std::string>{"a " + std::to_string(0.5f), "b"})) << "after the update";
+  opt.remove_step_post_hook(a);
+  opt.step();
+  EXPECT_EQ(seen, (std::vector<std::string>{"a " + std::to_string(0.5f), "b", "b"}));
+  EXPECT_THROW(opt.register_step_post_hook({}), Error);
+}
+
+// Masters of 16-bit parameters and every buffer, as they are created.
+TEST(Step, StateBytesCountMastersAndBuffers) {
+  Tensor h = param_from({1.0, 2.0, 3.0}, {3}, DType::BFloat16), f = param_from({1.0, 2.0}, {2}, DType::Float64);
+  optim::Adam opt(std::vector<Tensor>{h, f});
+  EXPECT_EQ(opt.state_bytes(), 3 * 4) << "the FP32 master only, before the first step";
+  h.set_grad(tensor({1.0, 1.0, 1.0}));
+  f.set_grad(tensor({1.0, 1.0}, {2}, TensorOptions(DType::Float64)));
+  opt.step();
+  EXPECT_EQ(opt.state_bytes(), 3 * 4 + 2 * 3 * 4 + 2 * 2 * 8) << "master, exp_avg and exp_avg_sq";
 }
 
 TEST(Step, NonContiguousParameterIsUpdatedInPlace) {
