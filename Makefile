@@ -5,6 +5,9 @@
 #   make test       install deps, build, run every ctest (those labelled gpu skip, with the
 #                   reason, when no GPU is usable)
 #   make test-slow  only the tests labelled slow
+#   make test-op    what an op's definition feeds, in the build/ already configured: test_ops (its
+#                   samples, gradcheck, 16-bit rounding, PyTorch fixtures, the op table), the CUDA
+#                   kernel coverage table and docs/autocast-policy.md against the registry
 #   make asan       ASan+UBSan build in build-asan/ and its tests (CPU-only: -DMIXTAPE_CUDA=OFF)
 #   make test-emulator  the CUDA backend on the CPU (-DMIXTAPE_CUDA=EMULATOR, build-emu/): every GPU
 #                   test, bench_gpu_step's SmallCNN steps and the main job with --device auto
@@ -49,7 +52,7 @@ ASAN_OPT_FLAGS ?= -O1 -g1 -DNDEBUG
 
 # The steps form a chain (deps -> configure -> build -> run), never run side by side.
 .NOTPARALLEL:
-.PHONY: deps configure build demo test test-slow asan test-emulator bench gpu-check clean
+.PHONY: deps configure build demo test test-slow test-op asan test-emulator bench gpu-check clean
 
 deps:
 	scripts/install-deps.sh
@@ -71,6 +74,15 @@ test: build
 
 test-slow: build
 	$(CTEST) --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) -L '^slow$$' --no-tests=ignore $(CTEST_ARGS)
+
+# Everything an op's definition feeds (docs/adding-an-op.md), built and run as whole binaries (one
+# process each: test_ops' cases as ctest entries would start a process per case). The CUDA parity of
+# the samples is test_cuda_ops (make test-emulator, or a GPU).
+OP_TESTS ?= test_ops test_cuda_coverage test_autocast_policy_doc
+test-op:
+	$(CMAKE) --build $(BUILD_DIR) -j $(JOBS) --target $(OP_TESTS)
+	@# From build/tests, as ctest runs them (the policy-doc test reads ../../docs/autocast-policy.md).
+	set -e; cd $(BUILD_DIR)/tests && for t in $(OP_TESTS); do ./$$t --gtest_brief=1; done
 
 asan: deps
 	$(CMAKE) -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -1,7 +1,7 @@
 // bench/conv_ops.cpp — the three CPU convolution ops (conv2d, conv2d_input_grad,
 // conv2d_weight_grad) on the shapes of SmallCNN's and ResNet-8's training step, batch 128, FP32
 // and BF16: per-op times, and with --ab the implicit-GEMM path against im2col + GEMM in the same
-// process, interleaved (docs/CPU.md, "Convolution"; bench/README.md has the figures).
+// process, interleaved (docs/CPU.md, "Convolution"; bench/notes.md has the measurements).
 // bench/torch_conv_ops.py times PyTorch's same ops on the same shapes.
 //
 //   build/bench/conv_ops [--threads 2] [--rounds 7] [--min-ms 150] [--filter SUBSTR] [--ab]
