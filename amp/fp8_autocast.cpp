@@ -1,5 +1,5 @@
 // amp/fp8_autocast.cpp — the Fp8Autocast region: its thread-local settings and the delayed
-// recipe's scale update at entry. The FP8 GEMM ops themselves: amp/fp8_linear.cpp.
+// recipe's scale update at entry. The FP8 GEMM ops themselves: amp/fp8_ops.cpp.
 #include "amp/fp8_autocast.h"
 
 #include "core/error.h"

@@ -1,9 +1,9 @@
 // amp/fp8_autocast.h — amp::Fp8Autocast, the FP8 training region (Transformer Engine's
-// fp8_autocast). Inside it, on the CPU, linear and 2-D matmul run their forward GEMM and both
-// backward GEMMs (input gradient, weight gradient) on FP8 operands cast with the recipe's scales
-// (E4M3 forward; the output gradient E5M2 under HYBRID), accumulate in FP32 and return
-// `output_dtype`; every other op follows BF16 autocast (the region opens an AutocastGuard(CPU,
-// BFloat16) too). The rules and one step through the code: docs/FP8.md.
+// fp8_autocast). Inside it, on the CPU, linear, 2-D matmul and conv2d (groups 1) run their
+// forward GEMM and both backward GEMMs (input gradient, weight gradient) on FP8 operands cast
+// with the recipe's scales (E4M3 forward; the output gradient E5M2 under HYBRID), accumulate in
+// FP32 and return `output_dtype`; every other op follows BF16 autocast (the region opens an
+// AutocastGuard(CPU, BFloat16) too). The rules and one step through the code: docs/FP8.md.
 //
 //   amp::Fp8Metas metas(amp::DelayedScaling{}, model.named_parameters());
 //   for (...) {
@@ -66,8 +66,8 @@ bool is_fp8_autocast_enabled();
 
 namespace detail {
 const Fp8RegionSettings* fp8_region();  // this thread's open region, or nullptr
-// Called by the Autocast layer first: runs linear / 2-D matmul in FP8 when a region is open and
-// returns its outputs; nullopt lets BF16 autocast handle the call (amp/fp8_linear.cpp).
+// Called by the Autocast layer first: runs linear / 2-D matmul / conv2d in FP8 when a region is
+// open and returns its outputs; nullopt lets BF16 autocast handle the call (amp/fp8_ops.cpp).
 std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call);
 }  // namespace detail
 

@@ -31,7 +31,7 @@ Fp8Metas::Fp8Metas(const DelayedScaling& recipe, const std::vector<std::pair<std
   for (const auto& [pname, w] : named_parameters) {
     const bool is_weight = pname == "weight" || (pname.size() > suffix.size() &&
                                                  pname.compare(pname.size() - suffix.size(), suffix.size(), suffix) == 0);
-    if (!is_weight || !w.defined() || w.dim() != 2) continue;
+    if (!is_weight || !w.defined() || (w.dim() != 2 && w.dim() != 4)) continue;  // linear, conv2d
     MT_CHECK(w.device().is_cpu(), "Fp8Metas: the FP8 recipes run on the CPU for now; parameter ", pname, " is on ",
              w.device());
     Fp8Meta m;

@@ -20,7 +20,7 @@
 namespace mixtape::amp {
 
 struct Fp8Meta {
-  std::string name;    // the module's path, "fc1" (the weight's name without ".weight")
+  std::string name;     // the module's path, "fc1" (the weight's name without ".weight")
   Tensor amax_history;  // f32 (amax_history_len, 3): row 0 collects this step's amaxes (max of
                         // every cast since the last update); rows len-1, len-2, ... 1 hold the
                         // previous steps, newest first (TE's layout)
@@ -40,8 +40,9 @@ using AmaxReducer = std::function<void(Tensor& amaxes)>;
 
 class Fp8Metas {
  public:
-  // One meta per 2-D parameter named "weight" or "<path>.weight" (the linear layers' weights;
-  // pass model.named_parameters()), in that order. Histories start at zero, scales at 1.
+  // One meta per 2-D or 4-D parameter named "weight" or "<path>.weight" (the weights of linear
+  // and conv2d layers; pass model.named_parameters()), in that order. Histories start at zero,
+  // scales at 1.
   Fp8Metas(const DelayedScaling& recipe, const std::vector<std::pair<std::string, Tensor>>& named_parameters);
 
   const DelayedScaling& recipe() const { return recipe_; }

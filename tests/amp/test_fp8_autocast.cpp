@@ -332,6 +332,85 @@ TEST(Fp8Autocast, MxLinearRunsAllThreeGemmsOnBlockScaledOperandsAlongTheirReduct
                            1.0, 40, 0.0));
 }
 
+// ---- conv2d ----
+
+// A conv2d's f64 reference: conv2d (or its two gradients) of the operands' real values, and of
+// their magnitudes for the error bound.
+std::pair<Mat, Mat> as_pair(const Tensor& v, const Tensor& abs) {
+  return {{1, v.numel(), v.contiguous().to_vector<double>()}, {1, abs.numel(), abs.contiguous().to_vector<double>()}};
+}
+Tensor f64(const Fp8Operand& q) { return dequantize(q).to(DType::Float64); }
+Tensor f64abs(const Fp8Operand& q) { return abs(dequantize(q)).to(DType::Float64); }
+
+TEST(Fp8Autocast, Conv2dRunsItsThreeGemmsOnFp8OperandsThroughIm2col) {
+  // Stride, padding and dilation that differ per dim, so im2col and col2im are exercised.
+  const IntList stride = {2, 1}, padding = {1, 2}, dilation = {1, 2};
+  const Tensor x = rnd({2, 3, 7, 6}, 120, 2.0).requires_grad_();
+  const Tensor w = rnd({4, 3, 3, 3}, 121, 0.3).requires_grad_(), b = rnd({4}, 122).requires_grad_();
+  Tensor y;
+  {
+    Fp8Autocast fp8(CurrentScaling{}, nullptr, {DType::Float32});
+    y = conv2d(x, w, b, stride, padding, dilation);
+  }
+  const IntList ysz = y.sizes();
+  ASSERT_EQ(ysz, conv2d(x.detach(), w.detach(), Tensor(), stride, padding, dilation).sizes());
+  const Tensor g = rnd(ysz, 123, 1e-2);
+  y.backward(g);
+  // The input image is cast per tensor (its amax), the weight too, the gradient to E5M2.
+  const Fp8Operand qx = current_cast(x.detach().reshape({2, 3 * 7 * 6}), DType::Float8_e4m3fn);
+  const Fp8Operand qw = current_cast(w.detach().reshape({4, 27}), DType::Float8_e4m3fn);
+  const Fp8Operand qg = current_cast(g.reshape({2, -1}), DType::Float8_e5m2);
+  const Tensor x8 = f64(qx).reshape(x.sizes()), w8 = f64(qw).reshape(w.sizes()), g8 = f64(qg).reshape(ysz);
+  const Tensor x8a = f64abs(qx).reshape(x.sizes()), w8a = f64abs(qw).reshape(w.sizes()), g8a = f64abs(qg).reshape(ysz);
+  const Tensor b64 = b.detach().to(DType::Float64).reshape({1, 4, 1, 1});
+  EXPECT_TRUE(near_product(y, as_pair(conv2d(x8, w8, Tensor(), stride, padding, dilation) + b64,
+                                      conv2d(x8a, w8a, Tensor(), stride, padding, dilation) + abs(b64)),
+                           1.0, 27, 0.0));
+  EXPECT_TRUE(near_product(x.grad(), as_pair(conv2d_input_grad(g8, w8, x.sizes(), stride, padding, dilation),
+                                             conv2d_input_grad(g8a, w8a, x.sizes(), stride, padding, dilation)),
+                           1.0, 4 * 9, 0.0));
+  EXPECT_TRUE(near_product(w.grad(), as_pair(conv2d_weight_grad(x8, g8, w.sizes(), stride, padding, dilation),
+                                             conv2d_weight_grad(x8a, g8a, w.sizes(), stride, padding, dilation)),
+                           1.0, 2 * ysz[2] * ysz[3], 0.0));
+  const auto gb = b.grad().to_vector<double>();
+  const auto gs = sum(g.to(DType::Float64), {0, 2, 3}).to_vector<double>();
+  for (int o = 0; o < 4; ++o) EXPECT_NEAR(gb[o], gs[o], 1e-6 * std::fabs(gs[o]) + 1e-12);
+}
+
+TEST(Fp8Autocast, MxConv2dBlocksEachOutputPixelsWindowAlongTheReductionDim) {
+  // K = C kH kW = 2 * 4 * 4 = 32: each im2col row (one output pixel's window) is one MX block.
+  const Tensor x = rnd({1, 2, 5, 5}, 130, 3.0), w = rnd({3, 2, 4, 4}, 131, 0.2);
+  Tensor y;
+  {
+    Fp8Autocast fp8(MXFP8BlockScaling{}, nullptr, {DType::Float32});
+    y = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+  }
+  ASSERT_EQ(y.sizes(), (IntList{1, 3, 4, 4}));
+  const auto xs = x.to_vector<float>(), got = y.to_vector<float>();
+  const auto wq = dequantize(mx_quantize(w.reshape({3, 32}), 1, DType::Float8_e4m3fn, MXFP8BlockScaling{}, "t"))
+                      .to_vector<double>();
+  for (int oh = 0; oh < 4; ++oh)
+    for (int ow = 0; ow < 4; ++ow) {
+      std::vector<double> win;  // the window, zero-padded, in (c, i, j) order
+      for (int c = 0; c < 2; ++c)
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j) {
+            const int h = oh - 1 + i, v = ow - 1 + j;
+            win.push_back(h >= 0 && h < 5 && v >= 0 && v < 5 ? xs[(c * 5 + h) * 5 + v] : 0.0);
+          }
+      const auto wd = dequantize(mx_quantize(tensor(win, {1, 32}), 1, DType::Float8_e4m3fn, MXFP8BlockScaling{}, "t"))
+                          .to_vector<double>();
+      for (int o = 0; o < 3; ++o) {
+        double acc = 0, mag = 0;
+        for (int k = 0; k < 32; ++k) {
+          acc += wd[k] * wq[o * 32 + k];
+          mag += std::fabs(wd[k] * wq[o * 32 + k]);
+        }
+        EXPECT_NEAR(got[(o * 4 + oh) * 4 + ow], acc, 35 * std::ldexp(mag, -24) + 1e-30) << o << "," << oh << "," << ow;
+      }
+    }
+}
+
 TEST(Fp8Autocast, MxSpecRoundingSaturatesWhereRoundingUpDoesNot) {
   // Each row's amax is 60 = 480 * 2^-3: the spec's scale, 2^(5 - 8), maps it to 480, past E4M3's
   // 448, so it comes back as 56; rounding the scale up (2^-2) keeps it exact. w = I shows it.
@@ -368,9 +447,10 @@ TEST(Fp8Autocast, MatmulIsAnFp8GemmAndEveryOtherOpFollowsBf16Autocast) {
       c3_bf16 = matmul(a3, b3);
     }
     EXPECT_EQ(c3.to_vector<float>(), c3_bf16.to_vector<float>());
-    // conv2d (no FP8 kernel yet) runs in BF16 as under BF16 autocast; relu keeps its input's dtype.
-    const Tensor img = rnd({1, 2, 5, 5}, 94), k = rnd({3, 2, 3, 3}, 95);
-    EXPECT_EQ(conv2d(img, k).dtype(), DType::BFloat16);
+    // conv2d is an FP8 GEMM; a grouped one is not yet (BF16 autocast); relu keeps its input's dtype.
+    const Tensor img = rnd({1, 2, 5, 5}, 94), k = rnd({4, 2, 3, 3}, 95);
+    EXPECT_EQ(conv2d(img, k).dtype(), DType::Float32);
+    EXPECT_EQ(conv2d(img, rnd({4, 1, 3, 3}, 97), Tensor(), {1, 1}, {0, 0}, {1, 1}, 2).dtype(), DType::BFloat16);
     EXPECT_EQ(relu(linear(a, rnd({4, 8}, 96))).dtype(), DType::Float32);
     // f64 is never autocast, FP8 included.
     EXPECT_EQ(matmul(a.to(DType::Float64), b.to(DType::Float64)).dtype(), DType::Float64);
@@ -425,19 +505,20 @@ TEST(Fp8Autocast, RefusesWhatItCannotRun) {
   EXPECT_TRUE(contains(e, "is not differentiable (create_graph")) << e;
 }
 
-TEST(Fp8Autocast, ATwoLayerNetworkTrainsUnderEveryRecipe) {
-  const Tensor x = rnd({64, 32}, 110), target = rnd({64, 4}, 111);
+TEST(Fp8Autocast, AConvAndLinearNetworkTrainsUnderEveryRecipe) {
+  const Tensor x = rnd({16, 2, 6, 6}, 110), target = rnd({16, 4}, 111);
   for (int which = 0; which < 3; ++which) {
-    Tensor w1 = rnd({32, 32}, 112, 0.18).requires_grad_(), b1 = zeros({32}).requires_grad_();
-    Tensor w2 = rnd({4, 32}, 113, 0.18).requires_grad_(), b2 = zeros({4}).requires_grad_();
-    std::vector<std::pair<std::string, Tensor>> named = {{"fc1.weight", w1}, {"fc1.bias", b1},
-                                                         {"fc2.weight", w2}, {"fc2.bias", b2}};
+    Tensor k1 = rnd({4, 2, 3, 3}, 112, 0.3).requires_grad_(), c1 = zeros({4}).requires_grad_();
+    Tensor w2 = rnd({4, 144}, 113, 0.08).requires_grad_(), b2 = zeros({4}).requires_grad_();
+    std::vector<std::pair<std::string, Tensor>> named = {{"conv.weight", k1}, {"conv.bias", c1},
+                                                         {"fc.weight", w2}, {"fc.bias", b2}};
     DelayedScaling delayed;
     delayed.amax_history_len = 16;
     Fp8Metas metas(delayed, named);
+    ASSERT_EQ(metas.size(), 2u);
     optim::SGDOptions so;
     so.lr = 0.05;
-    optim::SGD opt({w1, b1, w2, b2}, so);
+    optim::SGD opt({k1, c1, w2, b2}, so);
     double first = 0, last = 0;
     for (int step = 0; step < 40; ++step) {
       Tensor loss;
@@ -446,7 +527,8 @@ TEST(Fp8Autocast, ATwoLayerNetworkTrainsUnderEveryRecipe) {
         if (which == 0) fp8.emplace(delayed, &metas);
         if (which == 1) fp8.emplace(CurrentScaling{});
         if (which == 2) fp8.emplace(MXFP8BlockScaling{});
-        loss = mse_loss(linear(relu(linear(x, w1, b1)), w2, b2), target);
+        const Tensor h = relu(conv2d(x, k1, c1, {1, 1}, {1, 1}));
+        loss = mse_loss(linear(h.reshape({16, 144}), w2, b2), target);
       }
       EXPECT_EQ(loss.dtype(), DType::Float32);  // mse_loss runs in f32 under BF16 autocast's rules
       opt.zero_grad();
@@ -455,6 +537,9 @@ TEST(Fp8Autocast, ATwoLayerNetworkTrainsUnderEveryRecipe) {
       (step == 0 ? first : last) = loss.item<double>();
     }
     EXPECT_LT(last, 0.9 * first) << "recipe " << which;
+    if (which == 0) {
+      EXPECT_GT(metas.at("conv").scale_of(Fp8Role::GradOutput), 1.0f);  // the history moved it
+    }
   }
 }
 
