@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/loops.h"
 
 namespace mixtape::amp {
 
@@ -28,8 +29,10 @@ Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, cons
   cpu::gemm(ta, tb, m, n, k, aw.data_ptr<BFloat16>(), std::max<int64_t>(aw.size(1), 1), bw.data_ptr<BFloat16>(),
             std::max<int64_t>(bw.size(1), 1), 0.0f, cp, n);
   const float post = a.scale_inv * b.scale_inv;  // one f32 factor, as cuBLASLt's scale_a * scale_b
-  if (post != 1.0f)
+  if (post != 1.0f) {
+#pragma omp parallel for if (m * n >= cpu::kParallelGrain) schedule(static)
     for (int64_t i = 0; i < m * n; ++i) cp[i] *= post;
+  }
   return c;
 }
 

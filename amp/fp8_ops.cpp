@@ -20,6 +20,7 @@
 // G summed over rows, from the unquantized G (as TE's bgrad). The casts are straight-through:
 // backward treats quantize as the identity, so dP and dQ are the exact gradients of the
 // quantized product, with G quantized too.
+#include <algorithm>
 #include <sstream>
 
 #include "amp/fp8_autocast.h"
@@ -32,6 +33,7 @@
 #include "ops/cast.h"
 #include "ops/conv_args.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/loops.h"
 #include "ops/creation.h"
 #include "ops/linear_args.h"
 #include "ops/shape_ops.h"
@@ -65,8 +67,13 @@ Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Rec
   return quantize_per_tensor(t32, dt, scale_from_amax(amax, fp8_max(dt), 0.0f, pow2, 1.0f));
 }
 
+// t with another shape of the same numel. An empty tensor is made afresh: reshape() views, and
+// refuses to view an empty tensor whose strides do not read as contiguous (f32[3, 0], [1, 1]).
+Tensor reshaped(const Tensor& t, const IntList& sizes) {
+  return t.numel() == 0 ? Tensor::empty(sizes, TensorOptions(t.dtype())) : t.reshape(sizes);
+}
 Tensor as_f32(const Tensor& t) { return contiguous(cpu::cast_to(t.detach(), DType::Float32)); }
-Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return as_f32(t).reshape({rows, cols}); }
+Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return reshaped(as_f32(t), {rows, cols}); }
 
 bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling>(r); }
 
@@ -80,40 +87,55 @@ Tensor im2col(const Tensor& x, const ConvGeom& g, DType dt) {
   Tensor out = Tensor::empty({g.N * g.L(), g.K()}, TensorOptions(dt));
   const T* src = static_cast<const T*>(x.data_ptr());
   T* dst = static_cast<T*>(out.data_ptr());
+#pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t oh = 0; oh < g.OH; ++oh)
       for (int64_t ow = 0; ow < g.OW; ++ow) {
         T* row = dst + ((n * g.OH + oh) * g.OW + ow) * g.K();
+        const int64_t w0 = ow * g.sW - g.pW;
+        // The kernel columns j whose image column w0 + j dW lies inside [0, W): [jlo, jhi).
+        int64_t jlo = 0, jhi = g.kW;
+        while (jlo < jhi && w0 + jlo * g.dW < 0) ++jlo;
+        while (jhi > jlo && w0 + (jhi - 1) * g.dW >= g.W) --jhi;
         for (int64_t c = 0; c < g.C; ++c)
-          for (int64_t i = 0; i < g.kH; ++i) {
+          for (int64_t i = 0; i < g.kH; ++i, row += g.kW) {
             const int64_t h = oh * g.sH - g.pH + i * g.dH;
-            for (int64_t j = 0; j < g.kW; ++j) {
-              const int64_t w = ow * g.sW - g.pW + j * g.dW;
-              *row++ = h >= 0 && h < g.H && w >= 0 && w < g.W ? src[((n * g.C + c) * g.H + h) * g.W + w] : T{};
+            if (h < 0 || h >= g.H) {
+              std::fill(row, row + g.kW, T{});
+              continue;
             }
+            const T* line = src + ((n * g.C + c) * g.H + h) * g.W + w0;
+            for (int64_t j = 0; j < jlo; ++j) row[j] = T{};
+            for (int64_t j = jlo; j < jhi; ++j) row[j] = line[j * g.dW];
+            for (int64_t j = jhi; j < g.kW; ++j) row[j] = T{};
           }
       }
   return out;
 }
 
-// The adjoint: cols (N OH OW, C kH kW) f32 summed back into an (N, C, H, W) f32 image.
+// The adjoint: cols (N OH OW, C kH kW) f32 summed back into an (N, C, H, W) f32 image. Each
+// (image, channel) plane is summed by one thread in a fixed order: the same bits at every count.
 Tensor col2im(const Tensor& cols, const ConvGeom& g) {
   Tensor out = zeros({g.N, g.C, g.H, g.W});
   const float* src = cols.data_ptr<float>();
   float* dst = out.data_ptr<float>();
+  const int64_t kk = g.kH * g.kW;
+#pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
   for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t oh = 0; oh < g.OH; ++oh)
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        const float* row = src + ((n * g.OH + oh) * g.OW + ow) * g.K();
-        for (int64_t c = 0; c < g.C; ++c)
+    for (int64_t c = 0; c < g.C; ++c) {
+      float* plane = dst + (n * g.C + c) * g.H * g.W;
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const float* row = src + ((n * g.OH + oh) * g.OW + ow) * g.K() + c * kk;
           for (int64_t i = 0; i < g.kH; ++i) {
             const int64_t h = oh * g.sH - g.pH + i * g.dH;
-            for (int64_t j = 0; j < g.kW; ++j, ++row) {
+            for (int64_t j = 0; j < g.kW; ++j) {
               const int64_t w = ow * g.sW - g.pW + j * g.dW;
-              if (h >= 0 && h < g.H && w >= 0 && w < g.W) dst[((n * g.C + c) * g.H + h) * g.W + w] += *row;
+              if (h >= 0 && h < g.H && w >= 0 && w < g.W) plane[h * g.W + w] += row[i * g.kW + j];
             }
           }
-      }
+        }
+    }
   return out;
 }
 
@@ -165,7 +187,7 @@ class Fp8GemmNode final : public Node {
       // dP (M, K) = G (M, N) @ op(Q)^T: a transposed Q is stored (N, K) already.
       Tensor dp = fp8_gemm(g_n, false, q_, !s_.q_transposed(), who);
       if (s_.kind == GemmKind::Conv2d) dp = col2im(dp, s_.geom);
-      out[0] = cpu::cast_to(dp.reshape(meta_[0].sizes), meta_[0].dtype);
+      out[0] = cpu::cast_to(reshaped(dp, meta_[0].sizes), meta_[0].dtype);
     }
     if (need_q) {
       Tensor dq;
@@ -182,14 +204,22 @@ class Fp8GemmNode final : public Node {
         }
         dq = fp8_gemm(g_m, true, p, false, who);  // dW (N, K) = G^T @ P
       }
-      out[1] = cpu::cast_to(dq.reshape(meta_[1].sizes), meta_[1].dtype);
+      out[1] = cpu::cast_to(reshaped(dq, meta_[1].sizes), meta_[1].dtype);
     }
     if (need_b) {
       Tensor gb = zeros({s_.n});
       float* o = gb.data_ptr<float>();
       const float* g = g32.data_ptr<float>();
-      for (int64_t i = 0; i < s_.m; ++i)
-        for (int64_t j = 0; j < s_.n; ++j) o[j] += g[i * s_.n + j];
+      const int64_t m = s_.m, n = s_.n;
+      // Each column is summed in row order (the same bits at every thread count); threads take
+      // blocks of 64 columns and walk the rows, so the reads stay sequential.
+      const int64_t blocks = (n + 63) / 64;
+#pragma omp parallel for if (m * n >= cpu::kParallelGrain && blocks > 1) schedule(static)
+      for (int64_t jb = 0; jb < blocks; ++jb) {
+        const int64_t j0 = jb * 64, j1 = std::min(n, j0 + 64);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = j0; j < j1; ++j) o[j] += g[i * n + j];
+      }
       out[2] = cpu::cast_to(gb, meta_[2].dtype);
     }
     return out;
@@ -297,18 +327,20 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
     const Tensor b32 = as_f32(bias);
     float* cp = c.data_ptr<float>();
     const float* bp = b32.data_ptr<float>();
-    for (int64_t i = 0; i < s.m; ++i)
-      for (int64_t j = 0; j < s.n; ++j) cp[i * s.n + j] += bp[j];
+    const int64_t m = s.m, n = s.n;
+#pragma omp parallel for if (m * n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) cp[i * n + j] += bp[j];
   }
   Tensor out;
   if (kind == GemmKind::Conv2d) {
     // (N OH OW, O) -> (N, O, OH, OW)
-    out = cpu::cast_to(contiguous(c.reshape({geom.N, geom.OH, geom.OW, geom.O}).permute({0, 3, 1, 2})),
+    out = cpu::cast_to(contiguous(reshaped(c, {geom.N, geom.OH, geom.OW, geom.O}).permute({0, 3, 1, 2})),
                        region.output_dtype);
   } else {
     IntList out_shape = x.sizes();
     out_shape.back() = s.n;
-    out = cpu::cast_to(c, region.output_dtype).reshape(out_shape);
+    out = reshaped(cpu::cast_to(c, region.output_dtype), out_shape);
   }
   if (!grad) return {out};
   TensorList inputs{x, w};

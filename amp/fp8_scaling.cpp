@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "ops/cast.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/loops.h"
 
 namespace mixtape::amp {
 
@@ -15,8 +16,14 @@ float amax_of(const Tensor& x) {
   MT_CHECK(x.device().is_cpu(), "amax_of: runs on the CPU for now, got ", x.describe(), " on ", x.device());
   const Tensor c = contiguous(cpu::cast_to(x.detach(), DType::Float32));
   const float* p = c.data_ptr<float>();
+  const int64_t n = c.numel();
   float m = 0.0f;
-  for (int64_t i = 0, n = c.numel(); i < n; ++i) m = std::fmax(m, std::fabs(p[i]));  // fmax drops NaN
+  // max is exact and order-free: the same answer at every thread count.
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static) reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(p[i]);
+    m = a > m ? a : m;  // a NaN compares false and is dropped, as fmax drops it
+  }
   return m;
 }
 
@@ -36,8 +43,22 @@ float scale_from_amax(float amax, float fp8_max, float margin, bool power_of_2, 
 }
 
 Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale) {
+  // to_float8's checks and bits (fp8_saturating(f32(x * scale))), on all threads: each element
+  // is converted on its own, so the bits do not depend on the thread count.
+  MT_CHECK(is_float8(fp8), "quantize_per_tensor: the target must be an FP8 dtype, got ", dtype_name(fp8));
+  MT_CHECK(std::isfinite(scale) && scale > 0.0f, "quantize_per_tensor: scale must be finite and > 0, got ", scale);
+  const Tensor c = contiguous(cpu::cast_to(x32.detach(), DType::Float32));
   Fp8Operand op;
-  op.data = to_float8(x32.detach(), fp8, Float8Cast{scale, Fp8Saturation::Finite});
+  op.data = Tensor::empty(c.sizes(), TensorOptions(fp8));
+  const float* src = c.data_ptr<float>();
+  uint8_t* dst = static_cast<uint8_t*>(op.data.data_ptr());
+  const int64_t n = c.numel();
+  const bool e4m3 = fp8 == DType::Float8_e4m3fn;
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = src[i] * scale;
+    dst[i] = e4m3 ? float_to_e4m3fn_bits(v, Fp8Saturation::Finite) : float_to_e5m2_bits(v, Fp8Saturation::Finite);
+  }
   op.scale_inv = 1.0f / scale;
   return op;
 }
@@ -46,11 +67,13 @@ namespace {
 // The E8M0 code's power of two as an exponent; 0xFF is NaN (handled by the callers).
 int mx_exponent(uint8_t code) { return static_cast<int>(code) - 127; }
 
+// fn(element index, its block's code) for every element; rows in parallel (fn writes element i only).
 template <typename Fn>
 void for_each_block_value(const Fp8Operand& op, Fn&& fn) {
   const int64_t rows = op.data.size(0), cols = op.data.size(1);
   const uint8_t* sc = op.block_scales.data_ptr<uint8_t>();
   const int64_t nb_cols = op.axis == 1 ? op.block_scales.size(1) : cols;
+#pragma omp parallel for if (rows * cols >= cpu::kParallelGrain) schedule(static)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t br = op.axis == 0 ? r / op.block_size : r, bc = op.axis == 1 ? c / op.block_size : c;
@@ -72,7 +95,9 @@ Tensor widen_to_bf16(const Fp8Operand& op) {
     // Every FP8 value is a BF16 value: its f32 pattern has zeros in the low 16 bits.
     BFloat16 table[256];
     for (int b = 0; b < 256; ++b) table[b] = BFloat16(fp8_value(dt, static_cast<uint8_t>(b)));
-    for (int64_t i = 0, n = op.data.numel(); i < n; ++i) o[i] = table[d[i]];
+    const int64_t n = op.data.numel();
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < n; ++i) o[i] = table[d[i]];
     return out;
   }
   for_each_block_value(op, [&](int64_t i, uint8_t code) {

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "ops/cast.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/loops.h"
 
 namespace mixtape::amp {
 
@@ -70,11 +71,15 @@ Fp8Operand mx_quantize(const Tensor& x, int64_t axis, DType elem, const MXFP8Blo
                                              : float_to_e5m2_bits(q, Fp8Saturation::Finite);
     }
   };
+  // Blocks are independent: in parallel, the same bits at every thread count.
+  const bool par = rows * cols >= cpu::kParallelGrain;
   if (axis == 1) {
+#pragma omp parallel for if (par) schedule(static)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t b = 0; b < nb; ++b)
         block(r * cols + b * k, 1, std::min(k, cols - b * k), codes + r * nb + b);
   } else {
+#pragma omp parallel for collapse(2) if (par) schedule(static)
     for (int64_t b = 0; b < nb; ++b)
       for (int64_t c = 0; c < cols; ++c)
         block(b * k * cols + c, cols, std::min(k, rows - b * k), codes + b * cols + c);

@@ -458,6 +458,34 @@ TEST(Fp8Autocast, MatmulIsAnFp8GemmAndEveryOtherOpFollowsBf16Autocast) {
   EXPECT_FALSE(is_autocast_enabled(DeviceType::CPU));
 }
 
+TEST(Fp8Autocast, EmptyShapesGiveEmptyOrZeroResultsUnderEveryRecipe) {
+  for (int which = 0; which < 3; ++which) {
+    // No rows (M = 0), and no features to sum over (K = 0: y = b, dW = 0).
+    for (const IntList& xs : {IntList{0, 8}, IntList{3, 0}}) {
+      const Tensor x = zeros(xs).requires_grad_();
+      const Tensor w = zeros({4, xs[1]}).requires_grad_(), b = full({4}, 0.5).requires_grad_();
+      DelayedScaling delayed;
+      delayed.amax_history_len = 2;
+      Fp8Metas metas(delayed, {{"weight", w}});
+      Tensor y;
+      {
+        std::optional<Fp8Autocast> fp8;
+        if (which == 0) fp8.emplace(delayed, &metas, Fp8AutocastOptions{DType::Float32});
+        if (which == 1) fp8.emplace(CurrentScaling{}, nullptr, Fp8AutocastOptions{DType::Float32});
+        if (which == 2) fp8.emplace(MXFP8BlockScaling{}, nullptr, Fp8AutocastOptions{DType::Float32});
+        y = linear(x, w, b);
+      }
+      ASSERT_EQ(y.sizes(), (IntList{xs[0], 4}));
+      for (float v : y.to_vector<float>()) EXPECT_EQ(v, 0.5f);
+      sum(y).backward();
+      EXPECT_EQ(x.grad().sizes(), x.sizes());
+      EXPECT_EQ(w.grad().sizes(), w.sizes());
+      for (float v : w.grad().to_vector<float>()) EXPECT_EQ(v, 0.0f);
+      EXPECT_EQ(b.grad().to_vector<float>(), std::vector<float>(4, static_cast<float>(xs[0])));
+    }
+  }
+}
+
 TEST(Fp8Autocast, RefusesWhatItCannotRun) {
   const Layer L = layer(100);
   std::string e = error_of([] { Fp8Autocast r(CurrentScaling{}, nullptr, {}, DeviceType::CUDA); });
