@@ -104,9 +104,9 @@ Tensor im2col(const Tensor& x, const ConvGeom& g, DType dt) {
               std::fill(row, row + g.kW, T{});
               continue;
             }
-            const T* line = src + ((n * g.C + c) * g.H + h) * g.W + w0;
+            const int64_t line = ((n * g.C + c) * g.H + h) * g.W + w0;  // may be < 0; indexed only in bounds
             for (int64_t j = 0; j < jlo; ++j) row[j] = T{};
-            for (int64_t j = jlo; j < jhi; ++j) row[j] = line[j * g.dW];
+            for (int64_t j = jlo; j < jhi; ++j) row[j] = src[line + j * g.dW];
             for (int64_t j = jhi; j < g.kW; ++j) row[j] = T{};
           }
       }
@@ -385,6 +385,9 @@ std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call) {
       const ConvArgs a = ConvArgs::from(call.attrs);
       if (a.groups != 1) return bf16_instead("groups=" + std::to_string(a.groups) + " is not an FP8 GEMM");
       geom = check_conv_geometry("conv2d", Shown::of(x), Shown::of(w), a.stride, a.padding, a.dilation, a.groups);
+      if (bias.defined())
+        MT_CHECK(bias.dim() == 1 && bias.size(0) == geom.O, "conv2d: bias must be 1-D with ", geom.O,
+                 " elements (weight ", w.describe(), "), got ", bias.describe());
       break;
     }
   }

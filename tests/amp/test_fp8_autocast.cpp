@@ -516,6 +516,12 @@ TEST(Fp8Autocast, RefusesWhatItCannotRun) {
     linear(M.x, M.w);
   });
   EXPECT_TRUE(contains(e, "MXFP8 block size 32 does not divide the reduction dim (6 values along dim 0")) << e;
+  // A conv2d bias of the wrong size (read element by element by the FP8 path).
+  e = error_of([&] {
+    Fp8Autocast r(CurrentScaling{});
+    conv2d(rnd({1, 2, 5, 5}, 103), rnd({4, 2, 3, 3}, 104), rnd({3}, 105));
+  });
+  EXPECT_TRUE(contains(e, "conv2d: bias must be 1-D with 4 elements")) << e;
   // Backward twice, and double backward.
   Tensor y;
   {
