@@ -11,10 +11,13 @@
 namespace mixtape::amp {
 
 Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who) {
-  MT_CHECK(a.data.dim() == 2 && b.data.dim() == 2, who, ": FP8 GEMM operands must be 2-D, got ", a.data.describe(),
-           " and ", b.data.describe());
-  const int64_t m = ta ? a.data.size(1) : a.data.size(0), k = ta ? a.data.size(0) : a.data.size(1);
-  const int64_t kb = tb ? b.data.size(1) : b.data.size(0), n = tb ? b.data.size(0) : b.data.size(1);
+  // The matrices the GEMM reads: the operands' data, or their pre-widened BF16 form.
+  const Tensor& am = a.widened.defined() ? a.widened : a.data;
+  const Tensor& bm = b.widened.defined() ? b.widened : b.data;
+  MT_CHECK(am.dim() == 2 && bm.dim() == 2, who, ": FP8 GEMM operands must be 2-D, got ", am.describe(), " and ",
+           bm.describe());
+  const int64_t m = ta ? am.size(1) : am.size(0), k = ta ? am.size(0) : am.size(1);
+  const int64_t kb = tb ? bm.size(1) : bm.size(0), n = tb ? bm.size(0) : bm.size(1);
   MT_CHECK(k == kb, who, ": FP8 GEMM inner dimensions differ: ", k, " and ", kb);
   MT_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, who, ": BLAS takes int dimensions; got ", m, " x ", k,
            " @ ", k, " x ", n);

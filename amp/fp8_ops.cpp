@@ -21,6 +21,7 @@
 // backward treats quantize as the identity, so dP and dQ are the exact gradients of the
 // quantized product, with G quantized too.
 #include <algorithm>
+#include <array>
 #include <sstream>
 
 #include "amp/fp8_autocast.h"
@@ -80,18 +81,18 @@ bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling
 enum class GemmKind { Linear, Matmul, Conv2d };
 const char* kind_name(GemmKind k) { return k == GemmKind::Linear ? "linear" : k == GemmKind::Matmul ? "matmul" : "conv2d"; }
 
-// conv2d's im2col: x (N, C, H, W) contiguous -> (N OH OW, C kH kW), zero where the window
-// leaves the padded image. T: float, or uint8_t for FP8 bytes (whose 0 is +0).
-template <typename T>
-Tensor im2col(const Tensor& x, const ConvGeom& g, DType dt) {
+// conv2d's im2col: x (N, C, H, W) contiguous -> (N OH OW, C kH kW) of dtype `dt`, each value
+// convert(x value), zero (Out{}) where the window leaves the padded image.
+template <typename In, typename Out, typename Convert>
+Tensor im2col(const Tensor& x, const ConvGeom& g, DType dt, Convert convert) {
   Tensor out = Tensor::empty({g.N * g.L(), g.K()}, TensorOptions(dt));
-  const T* src = static_cast<const T*>(x.data_ptr());
-  T* dst = static_cast<T*>(out.data_ptr());
+  const In* src = static_cast<const In*>(x.data_ptr());
+  Out* dst = static_cast<Out*>(out.data_ptr());
 #pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t oh = 0; oh < g.OH; ++oh)
       for (int64_t ow = 0; ow < g.OW; ++ow) {
-        T* row = dst + ((n * g.OH + oh) * g.OW + ow) * g.K();
+        Out* row = dst + ((n * g.OH + oh) * g.OW + ow) * g.K();
         const int64_t w0 = ow * g.sW - g.pW;
         // The kernel columns j whose image column w0 + j dW lies inside [0, W): [jlo, jhi).
         int64_t jlo = 0, jhi = g.kW;
@@ -101,16 +102,27 @@ Tensor im2col(const Tensor& x, const ConvGeom& g, DType dt) {
           for (int64_t i = 0; i < g.kH; ++i, row += g.kW) {
             const int64_t h = oh * g.sH - g.pH + i * g.dH;
             if (h < 0 || h >= g.H) {
-              std::fill(row, row + g.kW, T{});
+              std::fill(row, row + g.kW, Out{});
               continue;
             }
             const int64_t line = ((n * g.C + c) * g.H + h) * g.W + w0;  // may be < 0; indexed only in bounds
-            for (int64_t j = 0; j < jlo; ++j) row[j] = T{};
-            for (int64_t j = jlo; j < jhi; ++j) row[j] = src[line + j * g.dW];
-            for (int64_t j = jhi; j < g.kW; ++j) row[j] = T{};
+            for (int64_t j = 0; j < jlo; ++j) row[j] = Out{};
+            for (int64_t j = jlo; j < jhi; ++j) row[j] = convert(src[line + j * g.dW]);
+            for (int64_t j = jhi; j < g.kW; ++j) row[j] = Out{};
           }
       }
   return out;
+}
+Tensor im2col_f32(const Tensor& x32, const ConvGeom& g) {
+  return im2col<float, float>(x32, g, DType::Float32, [](float v) { return v; });
+}
+// The per-tensor operand P of a conv2d whose FP8 input image is `image`: the im2col matrix
+// written straight in BF16 (exact), scaled by the image's scale_inv.
+Fp8Operand im2col_operand(const Fp8Operand& image, const ConvGeom& g) {
+  const std::array<BFloat16, 256> table = fp8_to_bf16_table(image.data.dtype());
+  Fp8Operand p = image;
+  p.widened = im2col<uint8_t, BFloat16>(image.data, g, DType::BFloat16, [&](uint8_t b) { return table[b]; });
+  return p;
 }
 
 // The adjoint: cols (N OH OW, C kH kW) f32 summed back into an (N, C, H, W) f32 image. Each
@@ -197,9 +209,9 @@ class Fp8GemmNode final : public Node {
         Fp8Operand p = p_;
         if (s_.kind == GemmKind::Conv2d) {
           if (mx) {
-            p = cast_role(im2col<float>(x_keep_, s_.geom, DType::Float32), Fp8Role::Input, 0, s_.recipe, nullptr, who);
+            p = cast_role(im2col_f32(x_keep_, s_.geom), Fp8Role::Input, 0, s_.recipe, nullptr, who);
           } else {
-            p.data = im2col<uint8_t>(p_.data, s_.geom, p_.data.dtype());
+            p = im2col_operand(p_, s_.geom);
           }
         }
         dq = fp8_gemm(g_m, true, p, false, who);  // dW (N, K) = G^T @ P
@@ -302,12 +314,11 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   if (kind == GemmKind::Conv2d) {
     const Tensor x32 = as_f32(x);
     if (mx) {
-      p_fwd = cast_role(im2col<float>(x32, geom, DType::Float32), Fp8Role::Input, 1, s.recipe, meta, who);
+      p_fwd = cast_role(im2col_f32(x32, geom), Fp8Role::Input, 1, s.recipe, meta, who);
       if (grad && w.requires_grad()) x_keep = x32;
     } else {
       const Fp8Operand image = cast_role(x32, Fp8Role::Input, -1, s.recipe, meta, who);
-      p_fwd = image;
-      p_fwd.data = im2col<uint8_t>(image.data, geom, image.data.dtype());
+      p_fwd = im2col_operand(image, geom);
       if (grad && w.requires_grad()) p_bwd = image;  // one byte per pixel; im2col again in backward
     }
   } else {

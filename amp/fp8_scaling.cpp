@@ -1,6 +1,7 @@
 // amp/fp8_scaling.cpp — see amp/fp8_scaling.h.
 #include "amp/fp8_scaling.h"
 
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -84,7 +85,15 @@ void for_each_block_value(const Fp8Operand& op, Fn&& fn) {
 float fp8_value(DType dt, uint8_t b) { return dt == DType::Float8_e4m3fn ? e4m3fn_bits_to_float(b) : e5m2_bits_to_float(b); }
 }  // namespace
 
+std::array<BFloat16, 256> fp8_to_bf16_table(DType fp8) {
+  // Every FP8 value is a BF16 value: its f32 pattern has zeros in the low 16 bits.
+  std::array<BFloat16, 256> table;
+  for (int b = 0; b < 256; ++b) table[b] = BFloat16(fp8_value(fp8, static_cast<uint8_t>(b)));
+  return table;
+}
+
 Tensor widen_to_bf16(const Fp8Operand& op) {
+  if (op.widened.defined()) return op.widened;
   MT_CHECK(op.data.defined() && op.data.dim() == 2 && op.data.is_contiguous(),
            "widen_to_bf16: expected a contiguous 2-D FP8 operand");
   Tensor out = Tensor::empty(op.data.sizes(), TensorOptions(DType::BFloat16));
@@ -92,9 +101,7 @@ Tensor widen_to_bf16(const Fp8Operand& op) {
   BFloat16* o = out.data_ptr<BFloat16>();
   const DType dt = op.data.dtype();
   if (op.axis < 0) {
-    // Every FP8 value is a BF16 value: its f32 pattern has zeros in the low 16 bits.
-    BFloat16 table[256];
-    for (int b = 0; b < 256; ++b) table[b] = BFloat16(fp8_value(dt, static_cast<uint8_t>(b)));
+    const std::array<BFloat16, 256> table = fp8_to_bf16_table(dt);
     const int64_t n = op.data.numel();
 #pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
     for (int64_t i = 0; i < n; ++i) o[i] = table[d[i]];

@@ -3,6 +3,7 @@
 // Invariant: every scale returned here is finite and in [2^-126, FLT_MAX], so the saturating
 // cast (to_float8) accepts it and its reciprocal is finite.
 #pragma once
+#include <array>
 #include <cstdint>
 
 #include "amp/fp8_recipe.h"
@@ -31,6 +32,10 @@ struct Fp8Operand {
   Tensor block_scales;  // UInt8 E8M0 codes (MX only): axis 1: (rows, nb), axis 0: (nb, cols)
   int64_t axis = -1;    // the dim the MX blocks run along (the GEMM's reduction dim); -1: per-tensor
   int64_t block_size = 0;
+  // Optional: the (rows, cols) operand already widened to BF16, which the GEMM then takes as it
+  // is. conv2d writes its im2col matrix this way, straight from the FP8 image (`data` is then
+  // that image, not the matrix).
+  Tensor widened;
 };
 
 // Per-tensor quantization of a 2-D f32 tensor with a given scale (saturating, round to nearest even).
@@ -39,7 +44,10 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale);
 // The operand widened to BF16, exactly: per-tensor, the FP8 values themselves (the scale is
 // applied to the GEMM's f32 result); MX, each value times its block's power of two (exact while
 // the product is a normal BF16 number, i.e. |value| >= 2^-126).
+// `widened` is returned as it is when set.
 Tensor widen_to_bf16(const Fp8Operand& op);
+// The BF16 pattern of each of the 256 FP8 codes of `fp8` (exact).
+std::array<BFloat16, 256> fp8_to_bf16_table(DType fp8);
 // The operand's real values in f32: data * scale_inv, or data * 2^(e-127) per block.
 Tensor dequantize(const Fp8Operand& op);
 
