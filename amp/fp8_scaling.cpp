@@ -1,6 +1,8 @@
 // amp/fp8_scaling.cpp — see amp/fp8_scaling.h.
 #include "amp/fp8_scaling.h"
 
+#include "amp/fp8_cast_table.h"
+
 #include <array>
 #include <cfloat>
 #include <cmath>
@@ -54,12 +56,9 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale) {
   const float* src = c.data_ptr<float>();
   uint8_t* dst = static_cast<uint8_t*>(op.data.data_ptr());
   const int64_t n = c.numel();
-  const bool e4m3 = fp8 == DType::Float8_e4m3fn;
+  const Fp8CastTable& cast = Fp8CastTable::of(fp8);
 #pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = src[i] * scale;
-    dst[i] = e4m3 ? float_to_e4m3fn_bits(v, Fp8Saturation::Finite) : float_to_e5m2_bits(v, Fp8Saturation::Finite);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = cast(src[i] * scale);
   op.scale_inv = 1.0f / scale;
   return op;
 }

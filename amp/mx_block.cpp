@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "amp/fp8_cast_table.h"
 #include "core/error.h"
 #include "ops/cast.h"
 #include "ops/cpu/elementwise.h"
@@ -49,6 +50,7 @@ Fp8Operand mx_quantize(const Tensor& x, int64_t axis, DType elem, const MXFP8Blo
   op.block_scales = Tensor::empty(axis == 1 ? IntList{rows, nb} : IntList{nb, cols}, TensorOptions(DType::UInt8));
   uint8_t* dst = static_cast<uint8_t*>(op.data.data_ptr());
   uint8_t* codes = op.block_scales.data_ptr<uint8_t>();
+  const Fp8CastTable& cast = Fp8CastTable::of(elem);
   // One block: `n` values starting at element `start`, `step` apart.
   auto block = [&](int64_t start, int64_t step, int64_t n, uint8_t* code_out) {
     float amax = 0.0f;
@@ -60,16 +62,14 @@ Fp8Operand mx_quantize(const Tensor& x, int64_t axis, DType elem, const MXFP8Blo
     }
     const uint8_t code = mx_scale_code(nonfinite ? NAN : amax, elem, recipe.scale_rounding);
     *code_out = code;
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t i = start + j * step;
-      if (code == 0xFF) {
-        dst[i] = 0x7F;  // the block's scale is NaN: so is every element
-        continue;
-      }
-      const float q = std::ldexp(src[i], 127 - static_cast<int>(code));  // v / 2^e, exact unless subnormal
-      dst[i] = elem == DType::Float8_e4m3fn ? float_to_e4m3fn_bits(q, Fp8Saturation::Finite)
-                                             : float_to_e5m2_bits(q, Fp8Saturation::Finite);
+    if (code == 0xFF) {  // the block's scale is NaN: so is every element
+      for (int64_t j = 0; j < n; ++j) dst[start + j * step] = 0x7F;
+      return;
     }
+    // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is v / 2^e
+    // rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
+    const float inv = std::ldexp(1.0f, 127 - static_cast<int>(code));
+    for (int64_t j = 0; j < n; ++j) dst[start + j * step] = cast(src[start + j * step] * inv);
   };
   // Blocks are independent: in parallel, the same bits at every thread count.
   const bool par = rows * cols >= cpu::kParallelGrain;

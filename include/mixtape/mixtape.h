@@ -49,6 +49,7 @@
 
 #include "amp/autocast.h"
 #include "amp/fp8_autocast.h"
+#include "amp/fp8_cast_table.h"
 #include "amp/fp8_gemm.h"
 #include "amp/fp8_meta.h"
 #include "amp/fp8_recipe.h"

@@ -123,6 +123,25 @@ TEST(Fp8Scaling, PerTensorQuantizeAndDequantizeAreBitExact) {
   }
 }
 
+TEST(Fp8Scaling, TableCastIsTheScalarSaturatingCastBitForBit) {
+  // Every top-16-bit pattern (signs, zeros, subnormals, normals, the overflow edges 464 and 61440,
+  // inf, NaN) with low bits that are zero, the smallest, a half, and all ones, plus random ones.
+  Generator g(11);
+  const auto rnd = randn({64}, {}, &g).to_vector<float>();
+  for (DType dt : {DType::Float8_e4m3fn, DType::Float8_e5m2}) {
+    const Fp8CastTable& cast = Fp8CastTable::of(dt);
+    for (uint32_t hi = 0; hi < (1u << 16); ++hi)
+      for (uint32_t low : {0u, 1u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu, bits_of(rnd[hi % 64]) & 0xFFFFu}) {
+        const uint32_t b = hi << 16 | low;
+        float v;
+        std::memcpy(&v, &b, sizeof v);
+        const uint8_t want = dt == DType::Float8_e4m3fn ? float_to_e4m3fn_bits(v, Fp8Saturation::Finite)
+                                                        : float_to_e5m2_bits(v, Fp8Saturation::Finite);
+        ASSERT_EQ(cast(v), want) << std::hex << b << " " << dtype_name(dt);
+      }
+  }
+}
+
 // ---- delayed scaling: the metadata ----
 
 std::vector<std::pair<std::string, Tensor>> two_layers(int64_t seed = 1) {
