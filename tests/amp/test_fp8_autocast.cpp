@@ -458,6 +458,31 @@ TEST(Fp8Autocast, MatmulIsAnFp8GemmAndEveryOtherOpFollowsBf16Autocast) {
   EXPECT_FALSE(is_autocast_enabled(DeviceType::CPU));
 }
 
+TEST(Fp8Autocast, A16BitModelCastsItsBf16TensorsAndGetsGradientsInTheirDtypes) {
+  // A BF16 model (its FP32 masters live in the optimizer): the same FP8 operands as the FP32
+  // model whose values are the BF16 ones, gradients in BF16.
+  const Layer L = layer(140);
+  const Tensor x16 = L.x.detach().to(DType::BFloat16).requires_grad_();
+  const Tensor w16 = L.w.detach().to(DType::BFloat16).requires_grad_();
+  const Tensor x32 = x16.detach().to(DType::Float32).requires_grad_();
+  const Tensor w32 = w16.detach().to(DType::Float32).requires_grad_();
+  Tensor y16, y32;
+  {
+    Fp8Autocast fp8(CurrentScaling{});
+    y16 = linear(x16, w16);
+    y32 = linear(x32, w32);
+  }
+  EXPECT_EQ(y16.dtype(), DType::BFloat16);
+  EXPECT_EQ(y16.to_vector<float>(), y32.to_vector<float>());
+  const Tensor g = rnd({6, 5}, 141, 1e-2).to(DType::BFloat16);
+  y16.backward(g);
+  y32.backward(g);
+  EXPECT_EQ(x16.grad().dtype(), DType::BFloat16);
+  EXPECT_EQ(w16.grad().dtype(), DType::BFloat16);
+  EXPECT_EQ(x16.grad().to_vector<float>(), x32.grad().to(DType::BFloat16).to_vector<float>());
+  EXPECT_EQ(w16.grad().to_vector<float>(), w32.grad().to(DType::BFloat16).to_vector<float>());
+}
+
 TEST(Fp8Autocast, EmptyShapesGiveEmptyOrZeroResultsUnderEveryRecipe) {
   for (int which = 0; which < 3; ++which) {
     // No rows (M = 0), and no features to sum over (K = 0: y = b, dW = 0).
