@@ -34,7 +34,8 @@ struct Fp8AutocastOptions {
   // does under data parallelism (amp/fp8_meta.h, AmaxReducer).
   AmaxReducer amax_reducer;
   // Delayed scaling: update the scales when the region opens (once per step). Pass false for
-  // the second and later micro-batches of one accumulated step, so they use the same scales.
+  // the second and later micro-batches of one accumulated step, so they use the same scales,
+  // and for evaluation, which would otherwise roll the histories once per batch.
   bool update_scales = true;
 };
 
