@@ -411,6 +411,38 @@ TEST(Fp8Autocast, MxConv2dBlocksEachOutputPixelsWindowAlongTheReductionDim) {
     }
 }
 
+TEST(Fp8Autocast, PerTensorRecipesSaveHalfTheBytesBf16AutocastSaves) {
+  // What the graph keeps for backward, besides the output: BF16 autocast keeps the BF16 input
+  // and weight (2 bytes a value), the FP8 node the FP8 input image and weight (1 byte a value).
+  const Tensor x = rnd({8, 16, 14, 14}, 150).requires_grad_(), w = rnd({32, 16, 3, 3}, 151, 0.1).requires_grad_();
+  const Tensor xl = rnd({64, 256}, 152).requires_grad_(), wl = rnd({128, 256}, 153, 0.1).requires_grad_();
+  Fp8Metas metas(DelayedScaling{}, {{"conv.weight", w}, {"fc.weight", wl}});
+  auto kept = [&](int mode, bool conv) {
+    const int64_t before = memory_stats().current_bytes;
+    Tensor y;
+    {
+      std::optional<AutocastGuard> bf16;
+      std::optional<Fp8Autocast> fp8;
+      if (mode == 0) bf16.emplace(DeviceType::CPU, DType::BFloat16);
+      if (mode == 1) fp8.emplace(CurrentScaling{});
+      if (mode == 2) fp8.emplace(DelayedScaling{}, &metas);
+      y = conv ? conv2d(x, w, Tensor(), {1, 1}, {1, 1}) : linear(xl, wl);
+    }
+    EXPECT_EQ(y.dtype(), DType::BFloat16);
+    return memory_stats().current_bytes - before - static_cast<int64_t>(y.nbytes());
+  };
+  for (bool conv : {true, false}) {
+    const int64_t bf16 = kept(0, conv);
+    const int64_t values = conv ? x.numel() + w.numel() : xl.numel() + wl.numel();
+    EXPECT_GE(bf16, 2 * values);
+    for (int mode : {1, 2}) {
+      const int64_t fp8 = kept(mode, conv);
+      EXPECT_GE(fp8, values) << mode;
+      EXPECT_LE(fp8, 0.6 * bf16) << (conv ? "conv2d" : "linear") << " mode " << mode;
+    }
+  }
+}
+
 TEST(Fp8Autocast, MxSpecRoundingSaturatesWhereRoundingUpDoesNot) {
   // Each row's amax is 60 = 480 * 2^-3: the spec's scale, 2^(5 - 8), maps it to 480, past E4M3's
   // 448, so it comes back as 56; rounding the scale up (2^-2) keeps it exact. w = I shows it.
