@@ -21,11 +21,11 @@
 // backward treats quantize as the identity, so dP and dQ are the exact gradients of the
 // quantized product, with G quantized too.
 #include <algorithm>
-#include <array>
 #include <sstream>
 
 #include "amp/fp8_autocast.h"
 #include "amp/fp8_gemm.h"
+#include "amp/fp8_im2col.h"
 #include "amp/mx_block.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -81,74 +81,12 @@ bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling
 enum class GemmKind { Linear, Matmul, Conv2d };
 const char* kind_name(GemmKind k) { return k == GemmKind::Linear ? "linear" : k == GemmKind::Matmul ? "matmul" : "conv2d"; }
 
-// conv2d's im2col: x (N, C, H, W) contiguous -> (N OH OW, C kH kW) of dtype `dt`, each value
-// convert(x value), zero (Out{}) where the window leaves the padded image.
-template <typename In, typename Out, typename Convert>
-Tensor im2col(const Tensor& x, const ConvGeom& g, DType dt, Convert convert) {
-  Tensor out = Tensor::empty({g.N * g.L(), g.K()}, TensorOptions(dt));
-  const In* src = static_cast<const In*>(x.data_ptr());
-  Out* dst = static_cast<Out*>(out.data_ptr());
-#pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t oh = 0; oh < g.OH; ++oh)
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
-        Out* row = dst + ((n * g.OH + oh) * g.OW + ow) * g.K();
-        const int64_t w0 = ow * g.sW - g.pW;
-        // The kernel columns j whose image column w0 + j dW lies inside [0, W): [jlo, jhi).
-        int64_t jlo = 0, jhi = g.kW;
-        while (jlo < jhi && w0 + jlo * g.dW < 0) ++jlo;
-        while (jhi > jlo && w0 + (jhi - 1) * g.dW >= g.W) --jhi;
-        for (int64_t c = 0; c < g.C; ++c)
-          for (int64_t i = 0; i < g.kH; ++i, row += g.kW) {
-            const int64_t h = oh * g.sH - g.pH + i * g.dH;
-            if (h < 0 || h >= g.H) {
-              std::fill(row, row + g.kW, Out{});
-              continue;
-            }
-            const int64_t line = ((n * g.C + c) * g.H + h) * g.W + w0;  // may be < 0; indexed only in bounds
-            for (int64_t j = 0; j < jlo; ++j) row[j] = Out{};
-            for (int64_t j = jlo; j < jhi; ++j) row[j] = convert(src[line + j * g.dW]);
-            for (int64_t j = jhi; j < g.kW; ++j) row[j] = Out{};
-          }
-      }
-  return out;
-}
-Tensor im2col_f32(const Tensor& x32, const ConvGeom& g) {
-  return im2col<float, float>(x32, g, DType::Float32, [](float v) { return v; });
-}
 // The per-tensor operand P of a conv2d whose FP8 input image is `image`: the im2col matrix
 // written straight in BF16 (exact), scaled by the image's scale_inv.
 Fp8Operand im2col_operand(const Fp8Operand& image, const ConvGeom& g) {
-  const std::array<BFloat16, 256> table = fp8_to_bf16_table(image.data.dtype());
   Fp8Operand p = image;
-  p.widened = im2col<uint8_t, BFloat16>(image.data, g, DType::BFloat16, [&](uint8_t b) { return table[b]; });
+  p.widened = im2col_fp8_to_bf16(image.data, g);
   return p;
-}
-
-// The adjoint: cols (N OH OW, C kH kW) f32 summed back into an (N, C, H, W) f32 image. Each
-// (image, channel) plane is summed by one thread in a fixed order: the same bits at every count.
-Tensor col2im(const Tensor& cols, const ConvGeom& g) {
-  Tensor out = zeros({g.N, g.C, g.H, g.W});
-  const float* src = cols.data_ptr<float>();
-  float* dst = out.data_ptr<float>();
-  const int64_t kk = g.kH * g.kW;
-#pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t c = 0; c < g.C; ++c) {
-      float* plane = dst + (n * g.C + c) * g.H * g.W;
-      for (int64_t oh = 0; oh < g.OH; ++oh)
-        for (int64_t ow = 0; ow < g.OW; ++ow) {
-          const float* row = src + ((n * g.OH + oh) * g.OW + ow) * g.K() + c * kk;
-          for (int64_t i = 0; i < g.kH; ++i) {
-            const int64_t h = oh * g.sH - g.pH + i * g.dH;
-            for (int64_t j = 0; j < g.kW; ++j) {
-              const int64_t w = ow * g.sW - g.pW + j * g.dW;
-              if (h >= 0 && h < g.H && w >= 0 && w < g.W) plane[h * g.W + w] += row[i * g.kW + j];
-            }
-          }
-        }
-    }
-  return out;
 }
 
 struct GemmSetup {
