@@ -3,6 +3,7 @@
 
 #include "amp/fp8_cast_table.h"
 
+#include <algorithm>
 #include <array>
 #include <cfloat>
 #include <cmath>
@@ -64,21 +65,35 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale) {
 }
 
 namespace {
-// The E8M0 code's power of two as an exponent; 0xFF is NaN (handled by the callers).
-int mx_exponent(uint8_t code) { return static_cast<int>(code) - 127; }
-
-// fn(element index, its block's code) for every element; rows in parallel (fn writes element i only).
+// fn(element index, its block's code) for every element, block by block (no division per
+// element); rows in parallel (fn writes element i only).
 template <typename Fn>
 void for_each_block_value(const Fp8Operand& op, Fn&& fn) {
-  const int64_t rows = op.data.size(0), cols = op.data.size(1);
+  const int64_t rows = op.data.size(0), cols = op.data.size(1), k = op.block_size;
   const uint8_t* sc = op.block_scales.data_ptr<uint8_t>();
-  const int64_t nb_cols = op.axis == 1 ? op.block_scales.size(1) : cols;
+  if (op.axis == 1) {
+    const int64_t nb = op.block_scales.size(1);
 #pragma omp parallel for if (rows * cols >= cpu::kParallelGrain) schedule(static)
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t br = op.axis == 0 ? r / op.block_size : r, bc = op.axis == 1 ? c / op.block_size : c;
-      fn(r * cols + c, sc[br * nb_cols + bc]);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t code = sc[r * nb + b];
+        for (int64_t c = b * k, end = std::min(cols, c + k); c < end; ++c) fn(r * cols + c, code);
+      }
+  } else {
+#pragma omp parallel for if (rows * cols >= cpu::kParallelGrain) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* codes = sc + (r / k) * cols;  // the codes of the block row r is in
+      for (int64_t c = 0; c < cols; ++c) fn(r * cols + c, codes[c]);
     }
+  }
+}
+
+// 2^(code - 127) for every E8M0 code, exact (2^-127 is a float subnormal); NaN for 0xFF.
+std::array<float, 256> e8m0_values() {
+  std::array<float, 256> v;
+  for (int c = 0; c < 255; ++c) v[c] = std::ldexp(1.0f, c - 127);
+  v[255] = NAN;
+  return v;
 }
 
 float fp8_value(DType dt, uint8_t b) { return dt == DType::Float8_e4m3fn ? e4m3fn_bits_to_float(b) : e5m2_bits_to_float(b); }
@@ -106,9 +121,11 @@ Tensor widen_to_bf16(const Fp8Operand& op) {
     for (int64_t i = 0; i < n; ++i) o[i] = table[d[i]];
     return out;
   }
-  for_each_block_value(op, [&](int64_t i, uint8_t code) {
-    o[i] = code == 0xFF ? BFloat16::quiet_nan() : BFloat16(std::ldexp(fp8_value(dt, d[i]), mx_exponent(code)));
-  });
+  // value * 2^e: one multiply by an exact power of two, rounded once as ldexp would round it.
+  std::array<float, 256> dec;
+  for (int b = 0; b < 256; ++b) dec[b] = fp8_value(dt, static_cast<uint8_t>(b));
+  const std::array<float, 256> pow2 = e8m0_values();
+  for_each_block_value(op, [&](int64_t i, uint8_t code) { o[i] = BFloat16(dec[d[i]] * pow2[code]); });
   return out;
 }
 
@@ -118,9 +135,10 @@ Tensor dequantize(const Fp8Operand& op) {
   const uint8_t* d = static_cast<const uint8_t*>(op.data.data_ptr());
   float* o = out.data_ptr<float>();
   const DType dt = op.data.dtype();
-  for_each_block_value(op, [&](int64_t i, uint8_t code) {
-    o[i] = code == 0xFF ? NAN : std::ldexp(fp8_value(dt, d[i]), mx_exponent(code));
-  });
+  std::array<float, 256> dec;
+  for (int b = 0; b < 256; ++b) dec[b] = fp8_value(dt, static_cast<uint8_t>(b));
+  const std::array<float, 256> pow2 = e8m0_values();
+  for_each_block_value(op, [&](int64_t i, uint8_t code) { o[i] = dec[d[i]] * pow2[code]; });
   return out;
 }
 
