@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "amp/autocast.h"
+#include "amp/fp8_autocast.h"
 #include "amp/weight_cast_cache.h"
 #include "autograd/grad_mode.h"
 #include "core/dispatcher.h"
@@ -146,6 +147,8 @@ TensorList dispatch_with_autocast_off(const OpSchema& op, OpCall& call, DeviceTy
 TensorList autocast_layer(const OpSchema& op, OpCall& call) {
   const DeviceType dev = call_device_type(call);
   check_autocast_ban(op, dev);
+  // Inside amp::Fp8Autocast, linear, 2-D matmul and conv2d run as FP8 GEMMs (amp/fp8_ops.cpp).
+  if (std::optional<TensorList> fp8 = detail::fp8_dispatch(op, call)) return std::move(*fp8);
   if (op.amp_policy == AmpPolicy::None) {
     // PyTorch's fallthrough: the settings stay as they are. A composite's pieces then pass this
     // layer one by one (as the pieces of a composite ATen op do below a fallthrough, and as the

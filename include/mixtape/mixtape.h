@@ -49,6 +49,13 @@
 #include "amp/grad_scaler.h"
 
 #include "amp/autocast.h"
+#include "amp/fp8_autocast.h"
+#include "amp/fp8_cast_table.h"
+#include "amp/fp8_gemm.h"
+#include "amp/fp8_meta.h"
+#include "amp/fp8_recipe.h"
+#include "amp/fp8_scaling.h"
+#include "amp/mx_block.h"
 #include "amp/grad_stats.h"
 #include "amp/tensor_stats.h"
 #include "amp/tensor_stats_logger.h"

@@ -1,0 +1,55 @@
+// amp/fp8_autocast.cpp — the Fp8Autocast region: its thread-local settings and the delayed
+// recipe's scale update at entry. The FP8 GEMM ops themselves: amp/fp8_ops.cpp.
+#include "amp/fp8_autocast.h"
+
+#include "core/error.h"
+
+namespace mixtape::amp {
+
+namespace {
+thread_local const detail::Fp8RegionSettings* tls_region = nullptr;
+
+bool same_recipe(const DelayedScaling& a, const DelayedScaling& b) {
+  return a.margin == b.margin && a.fp8_format == b.fp8_format && a.amax_history_len == b.amax_history_len &&
+         a.amax_compute_algo == b.amax_compute_algo && a.power_of_2_scales == b.power_of_2_scales;
+}
+}  // namespace
+
+Fp8Autocast::Fp8Autocast(const Fp8Recipe& recipe, Fp8Metas* metas, Fp8AutocastOptions options,
+                         DeviceType device_type)
+    : prev_(nullptr) {
+  check_recipe(recipe, "Fp8Autocast");
+  MT_CHECK(device_type == DeviceType::CPU, "Fp8Autocast(", device_type_name(device_type),
+           "): FP8 GEMMs run on the CPU only for now (cuBLASLt's FP8 matmul is not wired yet); use "
+           "AutocastGuard(CUDA, BFloat16) there");
+  MT_CHECK(options.output_dtype == DType::BFloat16 || options.output_dtype == DType::Float32,
+           "Fp8Autocast: output_dtype must be BFloat16 or Float32, got ", dtype_name(options.output_dtype));
+  if (const auto* d = std::get_if<DelayedScaling>(&recipe)) {
+    MT_CHECK(metas != nullptr, "Fp8Autocast: ", recipe_string(recipe),
+             " keeps per-module state; pass the model's Fp8Metas (amp::Fp8Metas metas(recipe, "
+             "model.named_parameters()))");
+    MT_CHECK(same_recipe(*d, metas->recipe()), "Fp8Autocast: the recipe ", recipe_string(recipe),
+             " differs from the one the metas were made with, ", recipe_string(metas->recipe()));
+    if (options.update_scales) metas->update_scales(options.amax_reducer);
+  } else {
+    MT_CHECK(metas == nullptr, "Fp8Autocast: ", recipe_string(recipe),
+             " computes its scales from each cast's own values and takes no Fp8Metas");
+  }
+  settings_ = std::make_unique<detail::Fp8RegionSettings>(detail::Fp8RegionSettings{recipe, metas, options.output_dtype});
+  bf16_.emplace(DeviceType::CPU, DType::BFloat16);
+  prev_ = tls_region;
+  tls_region = settings_.get();
+}
+
+Fp8Autocast::~Fp8Autocast() {
+  tls_region = prev_;
+  bf16_.reset();
+}
+
+bool is_fp8_autocast_enabled() { return tls_region != nullptr; }
+
+namespace detail {
+const Fp8RegionSettings* fp8_region() { return tls_region; }
+}  // namespace detail
+
+}  // namespace mixtape::amp

@@ -1,0 +1,75 @@
+// amp/fp8_autocast.h — amp::Fp8Autocast, the FP8 training region (Transformer Engine's
+// fp8_autocast). Inside it, on the CPU, linear, 2-D matmul and conv2d (groups 1) run their
+// forward GEMM and both backward GEMMs (input gradient, weight gradient) on FP8 operands cast
+// with the recipe's scales (E4M3 forward; the output gradient E5M2 under HYBRID), accumulate in
+// FP32 and return `output_dtype`; every other op follows BF16 autocast (the region opens an
+// AutocastGuard(CPU, BFloat16) too). The rules and one step through the code: docs/FP8.md.
+//
+//   amp::Fp8Metas metas(amp::DelayedScaling{}, model.named_parameters());
+//   for (...) {
+//     Tensor loss;
+//     { amp::Fp8Autocast fp8(amp::DelayedScaling{}, &metas);  // updates metas' scales first
+//       loss = cross_entropy(model.forward(x), y); }
+//     loss.backward();   // the output gradients' amaxes are recorded here
+//     opt.step();
+//   }
+//
+// Invariant: the region's FP8 settings are thread-local and restored on exit (exceptions too);
+// a GEMM it runs in FP8 is recorded as one tape node whose backward quantizes the gradient with
+// the same recipe (the casts are straight-through: d(quantize)/dx = 1).
+#pragma once
+#include <memory>
+#include <optional>
+
+#include "amp/autocast.h"
+#include "amp/fp8_meta.h"
+#include "amp/fp8_recipe.h"
+#include "core/dispatcher.h"
+
+namespace mixtape::amp {
+
+struct Fp8AutocastOptions {
+  DType output_dtype = DType::BFloat16;  // of the FP8 GEMMs' results: BFloat16 or Float32
+  // Delayed scaling: called with the amaxes to all-reduce (max) before the scale update, as TE
+  // does under data parallelism (amp/fp8_meta.h, AmaxReducer).
+  AmaxReducer amax_reducer;
+  // Delayed scaling: update the scales when the region opens (once per step). Pass false for
+  // the second and later micro-batches of one accumulated step, so they use the same scales,
+  // and for evaluation, which would otherwise roll the histories once per batch.
+  bool update_scales = true;
+};
+
+namespace detail {
+struct Fp8RegionSettings {
+  Fp8Recipe recipe;
+  Fp8Metas* metas = nullptr;
+  DType output_dtype = DType::BFloat16;
+};
+}  // namespace detail
+
+class Fp8Autocast {
+ public:
+  // DelayedScaling needs the model's metas (made with an equal recipe); the other recipes take
+  // none (nullptr). Only DeviceType::CPU runs FP8 GEMMs for now: CUDA is refused here.
+  explicit Fp8Autocast(const Fp8Recipe& recipe, Fp8Metas* metas = nullptr, Fp8AutocastOptions options = {},
+                       DeviceType device_type = DeviceType::CPU);
+  ~Fp8Autocast();
+  Fp8Autocast(const Fp8Autocast&) = delete;
+  Fp8Autocast& operator=(const Fp8Autocast&) = delete;
+
+ private:
+  const detail::Fp8RegionSettings* prev_;
+  std::unique_ptr<detail::Fp8RegionSettings> settings_;
+  std::optional<AutocastGuard> bf16_;
+};
+
+bool is_fp8_autocast_enabled();
+
+namespace detail {
+const Fp8RegionSettings* fp8_region();  // this thread's open region, or nullptr
+// Called by the Autocast layer first: runs linear / 2-D matmul / conv2d in FP8 when a region is
+// open and returns its outputs; nullopt lets BF16 autocast handle the call (amp/fp8_ops.cpp).
+std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call);
+}  // namespace detail
+
+}  // namespace mixtape::amp

@@ -1,0 +1,42 @@
+// amp/fp8_gemm.cpp — see amp/fp8_gemm.h.
+#include "amp/fp8_gemm.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "core/error.h"
+#include "ops/cpu/blas.h"
+#include "ops/cpu/loops.h"
+
+namespace mixtape::amp {
+
+Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who) {
+  // The matrices the GEMM reads: the operands' data, or their pre-widened BF16 form.
+  const Tensor& am = a.widened.defined() ? a.widened : a.data;
+  const Tensor& bm = b.widened.defined() ? b.widened : b.data;
+  MT_CHECK(am.dim() == 2 && bm.dim() == 2, who, ": FP8 GEMM operands must be 2-D, got ", am.describe(), " and ",
+           bm.describe());
+  const int64_t m = ta ? am.size(1) : am.size(0), k = ta ? am.size(0) : am.size(1);
+  const int64_t kb = tb ? bm.size(1) : bm.size(0), n = tb ? bm.size(0) : bm.size(1);
+  MT_CHECK(k == kb, who, ": FP8 GEMM inner dimensions differ: ", k, " and ", kb);
+  MT_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, who, ": BLAS takes int dimensions; got ", m, " x ", k,
+           " @ ", k, " x ", n);
+  Tensor c = Tensor::empty({m, n}, TensorOptions(DType::Float32));
+  float* cp = c.data_ptr<float>();
+  if (m == 0 || n == 0) return c;
+  if (k == 0) {
+    std::fill(cp, cp + m * n, 0.0f);
+    return c;
+  }
+  const Tensor aw = widen_to_bf16(a), bw = widen_to_bf16(b);
+  cpu::gemm(ta, tb, m, n, k, aw.data_ptr<BFloat16>(), std::max<int64_t>(aw.size(1), 1), bw.data_ptr<BFloat16>(),
+            std::max<int64_t>(bw.size(1), 1), 0.0f, cp, n);
+  const float post = a.scale_inv * b.scale_inv;  // one f32 factor, as cuBLASLt's scale_a * scale_b
+  if (post != 1.0f) {
+#pragma omp parallel for if (m * n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < m * n; ++i) cp[i] *= post;
+  }
+  return c;
+}
+
+}  // namespace mixtape::amp

@@ -1,0 +1,18 @@
+// amp/fp8_gemm.h — the FP8 GEMM on the CPU: C = op(A) @ op(B) with FP8 operands, FP32
+// accumulation and an FP32 result. Every E4M3/E5M2 value is a BF16 value, so the operands widen
+// to BF16 without error and run on the BF16 GEMM (cpu::gemm's BF16 overload: AMX, vdpbf16ps, or
+// widened to the FP32 GEMM; docs/CPU.md, "BF16 GEMM"); a per-tensor operand's dequantising
+// factors are applied once, to the FP32 result: C = f32(acc * f32(a.scale_inv * b.scale_inv)).
+// MX operands carry their block scales into the widened BF16 values (exact powers of two).
+// Invariant: the result equals the BF16 GEMM of the widened operands, scaled once; with an
+// exact FP32 accumulation it equals the f64 product of the decoded FP8 values, scaled, bit for bit.
+#pragma once
+#include "amp/fp8_scaling.h"
+
+namespace mixtape::amp {
+
+// op(X) = X^T when tX. a and b are 2-D FP8 operands (amp/fp8_scaling.h); `who` names the caller
+// in errors. Returns a contiguous f32 (m, n) tensor.
+Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who);
+
+}  // namespace mixtape::amp

@@ -1,0 +1,84 @@
+// amp/fp8_im2col.cpp — see amp/fp8_im2col.h.
+#include "amp/fp8_im2col.h"
+
+#include <algorithm>
+#include <array>
+
+#include "amp/fp8_scaling.h"
+#include "ops/cpu/loops.h"
+#include "ops/creation.h"
+
+namespace mixtape::amp {
+
+namespace {
+
+// conv2d's im2col: x (N, C, H, W) contiguous -> (N OH OW, C kH kW) of dtype `dt`, each value
+// convert(x value), zero (Out{}) where the window leaves the padded image.
+template <typename In, typename Out, typename Convert>
+Tensor im2col(const Tensor& x, const ConvGeom& g, DType dt, Convert convert) {
+  Tensor out = Tensor::empty({g.N * g.L(), g.K()}, TensorOptions(dt));
+  const In* src = static_cast<const In*>(x.data_ptr());
+  Out* dst = static_cast<Out*>(out.data_ptr());
+#pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t oh = 0; oh < g.OH; ++oh)
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        Out* row = dst + ((n * g.OH + oh) * g.OW + ow) * g.K();
+        const int64_t w0 = ow * g.sW - g.pW;
+        // The kernel columns j whose image column w0 + j dW lies inside [0, W): [jlo, jhi).
+        int64_t jlo = 0, jhi = g.kW;
+        while (jlo < jhi && w0 + jlo * g.dW < 0) ++jlo;
+        while (jhi > jlo && w0 + (jhi - 1) * g.dW >= g.W) --jhi;
+        for (int64_t c = 0; c < g.C; ++c)
+          for (int64_t i = 0; i < g.kH; ++i, row += g.kW) {
+            const int64_t h = oh * g.sH - g.pH + i * g.dH;
+            if (h < 0 || h >= g.H) {
+              std::fill(row, row + g.kW, Out{});
+              continue;
+            }
+            const int64_t line = ((n * g.C + c) * g.H + h) * g.W + w0;  // may be < 0; indexed only in bounds
+            for (int64_t j = 0; j < jlo; ++j) row[j] = Out{};
+            for (int64_t j = jlo; j < jhi; ++j) row[j] = convert(src[line + j * g.dW]);
+            for (int64_t j = jhi; j < g.kW; ++j) row[j] = Out{};
+          }
+      }
+  return out;
+}
+
+}  // namespace
+
+Tensor im2col_f32(const Tensor& x, const ConvGeom& g) {
+  return im2col<float, float>(x, g, DType::Float32, [](float v) { return v; });
+}
+
+Tensor im2col_fp8_to_bf16(const Tensor& x, const ConvGeom& g) {
+  const std::array<BFloat16, 256> table = fp8_to_bf16_table(x.dtype());
+  return im2col<uint8_t, BFloat16>(x, g, DType::BFloat16, [&](uint8_t b) { return table[b]; });
+}
+
+// Each (image, channel) plane is summed by one thread in a fixed order.
+Tensor col2im(const Tensor& cols, const ConvGeom& g) {
+  Tensor out = zeros({g.N, g.C, g.H, g.W});
+  const float* src = cols.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  const int64_t kk = g.kH * g.kW;
+#pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t c = 0; c < g.C; ++c) {
+      float* plane = dst + (n * g.C + c) * g.H * g.W;
+      for (int64_t oh = 0; oh < g.OH; ++oh)
+        for (int64_t ow = 0; ow < g.OW; ++ow) {
+          const float* row = src + ((n * g.OH + oh) * g.OW + ow) * g.K() + c * kk;
+          for (int64_t i = 0; i < g.kH; ++i) {
+            const int64_t h = oh * g.sH - g.pH + i * g.dH;
+            for (int64_t j = 0; j < g.kW; ++j) {
+              const int64_t w = ow * g.sW - g.pW + j * g.dW;
+              if (h >= 0 && h < g.H && w >= 0 && w < g.W) plane[h * g.W + w] += row[i * g.kW + j];
+            }
+          }
+        }
+    }
+  return out;
+}
+
+}  // namespace mixtape::amp

@@ -1,0 +1,19 @@
+// amp/fp8_im2col.h — conv2d as a GEMM for the FP8 path (amp/fp8_ops.cpp): the im2col matrix of
+// an image, one row per output pixel (n, oh, ow) holding its window in (c, i, j) order with zeros
+// where the window leaves the padded image, and its adjoint col2im. Groups 1.
+// Invariant: every function gives the same bits at every thread count (im2col copies; col2im
+// sums each pixel in a fixed order on one thread).
+#pragma once
+#include "core/tensor.h"
+#include "ops/conv_args.h"
+
+namespace mixtape::amp {
+
+// x (N, C, H, W) f32 contiguous -> f32 (N OH OW, C kH kW).
+Tensor im2col_f32(const Tensor& x, const ConvGeom& g);
+// An FP8 image (N, C, H, W) contiguous -> BF16 (N OH OW, C kH kW), each value widened exactly.
+Tensor im2col_fp8_to_bf16(const Tensor& x, const ConvGeom& g);
+// cols f32 (N OH OW, C kH kW) summed back into an f32 (N, C, H, W) image.
+Tensor col2im(const Tensor& cols, const ConvGeom& g);
+
+}  // namespace mixtape::amp

@@ -1,0 +1,349 @@
+// amp/fp8_ops.cpp — linear, 2-D matmul and conv2d inside Fp8Autocast: the three GEMMs of a
+// layer on FP8 operands (amp/fp8_gemm.h), recorded as one tape node, Fp8GemmBackward.
+//
+// Operands in their stored layouts: P (M, K) is the input (linear's x with its leading dims
+// flattened, matmul's a, conv2d's im2col matrix: one row per output pixel, one column per
+// (channel, kernel row, kernel column)); Q is linear's weight w (N, K) and conv2d's w viewed as
+// (O, C kH kW), both used transposed, or matmul's b (K, N).
+//   forward   C  = P @ op(Q)                  reduction over K
+//   dgrad     dP = G @ op(Q)^T                reduction over N   (G: the output gradient, (M, N))
+//   wgrad     dQ = G^T @ P (linear, conv2d) or P^T @ G (matmul)  reduction over M
+// conv2d's dP goes back to the image by col2im (the sum over the windows each pixel is in).
+// Per-tensor recipes cast P, Q once in forward (saved in FP8 for backward: the transposes are
+// layout flags) and G once in backward; conv2d casts its input image, not the im2col matrix
+// (the same values: im2col copies and pads with zeros), and saves that, one byte per pixel.
+// MXFP8 blocks run along each GEMM's reduction dim, so each tensor is cast twice, once per dim,
+// as TE's MXFP8 keeps a rowwise and a columnwise copy: P along K (forward) and M (wgrad), Q along
+// K (forward) and N (dgrad), G along N and M (conv2d keeps its input instead of P's M-cast and
+// redoes the im2col in backward).
+// Bias: added to the f32 result before the one rounding to the output dtype; its gradient is
+// G summed over rows, from the unquantized G (as TE's bgrad). The casts are straight-through:
+// backward treats quantize as the identity, so dP and dQ are the exact gradients of the
+// quantized product, with G quantized too.
+#include <algorithm>
+#include <sstream>
+
+#include "amp/fp8_autocast.h"
+#include "amp/fp8_gemm.h"
+#include "amp/fp8_im2col.h"
+#include "amp/mx_block.h"
+#include "autograd/grad_mode.h"
+#include "autograd/node.h"
+#include "core/error.h"
+#include "core/trace.h"
+#include "ops/cast.h"
+#include "ops/conv_args.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/cpu/loops.h"
+#include "ops/creation.h"
+#include "ops/linear_args.h"
+#include "ops/shape_ops.h"
+
+namespace mixtape::amp {
+
+namespace {
+
+using autograd::Edge;
+using autograd::Node;
+
+// Casts one role's tensor (f32) as the recipe says. `axis`: the dim the GEMM reduces over (MX
+// blocks run along it; the tensor is then 2-D). meta: the layer's delayed-scaling state, or
+// nullptr (then a delayed recipe scales from the tensor's own amax, as current scaling does: a
+// matmul of two activations belongs to no module whose state could carry scales from step to step).
+Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Recipe& recipe, Fp8Meta* meta,
+                     const char* who) {
+  const DType dt = fp8_dtype_for(recipe_format(recipe), role);
+  if (const auto* mx = std::get_if<MXFP8BlockScaling>(&recipe)) return mx_quantize(t32, axis, dt, *mx, who);
+  const float amax = amax_of(t32);
+  if (meta != nullptr) {
+    meta->record_amax(role, amax);  // recorded while casting, used from the next update on
+    return quantize_per_tensor(t32, dt, meta->scale_of(role));
+  }
+  const bool pow2 = std::visit(
+      [](const auto& r) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(r)>, MXFP8BlockScaling>) return false;
+        else return r.power_of_2_scales;
+      },
+      recipe);
+  return quantize_per_tensor(t32, dt, scale_from_amax(amax, fp8_max(dt), 0.0f, pow2, 1.0f));
+}
+
+// t with another shape of the same numel. An empty tensor is made afresh: reshape() views, and
+// refuses to view an empty tensor whose strides do not read as contiguous (f32[3, 0], [1, 1]).
+Tensor reshaped(const Tensor& t, const IntList& sizes) {
+  return t.numel() == 0 ? Tensor::empty(sizes, TensorOptions(t.dtype())) : t.reshape(sizes);
+}
+Tensor as_f32(const Tensor& t) { return contiguous(cpu::cast_to(t.detach(), DType::Float32)); }
+Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return reshaped(as_f32(t), {rows, cols}); }
+
+bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling>(r); }
+
+enum class GemmKind { Linear, Matmul, Conv2d };
+const char* kind_name(GemmKind k) { return k == GemmKind::Linear ? "linear" : k == GemmKind::Matmul ? "matmul" : "conv2d"; }
+
+// The per-tensor operand P of a conv2d whose FP8 input image is `image`: the im2col matrix
+// written straight in BF16 (exact), scaled by the image's scale_inv.
+Fp8Operand im2col_operand(const Fp8Operand& image, const ConvGeom& g) {
+  Fp8Operand p = image;
+  p.widened = im2col_fp8_to_bf16(image.data, g);
+  return p;
+}
+
+struct GemmSetup {
+  GemmKind kind;
+  Fp8Recipe recipe;
+  std::optional<Fp8Meta> meta;  // handles sharing the layer's state tensors
+  int64_t m = 0, k = 0, n = 0;
+  ConvGeom geom{};  // conv2d only
+  bool q_transposed() const { return kind != GemmKind::Matmul; }  // Q stored (N, K)
+};
+
+class Fp8GemmNode final : public Node {
+ public:
+  // p_bwd: P cast for the wgrad (conv2d, per-tensor: the FP8 input image); q_bwd: Q cast for
+  // the dgrad; x_keep: conv2d under MXFP8, the input, whose im2col the wgrad casts along M.
+  Fp8GemmNode(GemmSetup s, const TensorList& inputs, Fp8Operand p_bwd, Fp8Operand q_bwd, Tensor x_keep)
+      : Node(next_seq_nr()), s_(std::move(s)), p_(std::move(p_bwd)), q_(std::move(q_bwd)), x_keep_(std::move(x_keep)) {
+    for (const Tensor& t : inputs) {
+      next_edges_.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : Edge{});
+      meta_.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
+    }
+  }
+
+  TensorList apply(TensorList grads) override {
+    const std::string who_s = std::string(kind_name(s_.kind)) + " (Fp8Autocast backward)";
+    const char* who = who_s.c_str();
+    MT_CHECK(!released_, who, ": trying to backward through the FP8 GEMM a second time; pass retain_graph=true "
+             "to the first backward");
+    MT_CHECK(!autograd::GradMode::is_enabled(), who, ": the FP8 GEMM's backward is not differentiable "
+             "(create_graph / double backward); run that part outside Fp8Autocast");
+    TensorList out(next_edges_.size());
+    if (grads.empty() || !grads[0].defined()) return out;
+    const bool need_p = next_edges_[0].valid(), need_q = next_edges_[1].valid();
+    const bool need_b = next_edges_.size() > 2 && next_edges_[2].valid();
+    // G as (M, N): conv2d's (N, O, OH, OW) gradient with the channels last.
+    const Tensor g32 = s_.kind == GemmKind::Conv2d ? as_f32_2d(grads[0].detach().permute({0, 2, 3, 1}), s_.m, s_.n)
+                                                   : as_f32_2d(grads[0], s_.m, s_.n);
+    Fp8Meta* meta = s_.meta ? &*s_.meta : nullptr;
+    const bool mx = is_mx(s_.recipe);
+    Fp8Operand g_n, g_m;  // G cast for the dgrad (reduction over N) and the wgrad (over M)
+    if (!mx) {
+      if (need_p || need_q) g_n = g_m = cast_role(g32, Fp8Role::GradOutput, -1, s_.recipe, meta, who);
+    } else {
+      if (need_p) g_n = cast_role(g32, Fp8Role::GradOutput, 1, s_.recipe, meta, who);
+      if (need_q) g_m = cast_role(g32, Fp8Role::GradOutput, 0, s_.recipe, meta, who);
+    }
+    if (need_p) {
+      // dP (M, K) = G (M, N) @ op(Q)^T: a transposed Q is stored (N, K) already.
+      Tensor dp = fp8_gemm(g_n, false, q_, !s_.q_transposed(), who);
+      if (s_.kind == GemmKind::Conv2d) dp = col2im(dp, s_.geom);
+      out[0] = cpu::cast_to(reshaped(dp, meta_[0].sizes), meta_[0].dtype);
+    }
+    if (need_q) {
+      Tensor dq;
+      if (s_.kind == GemmKind::Matmul) {
+        dq = fp8_gemm(p_, true, g_m, false, who);  // dB (K, N) = A^T @ G
+      } else {
+        Fp8Operand p = p_;
+        if (s_.kind == GemmKind::Conv2d) {
+          if (mx) {
+            p = cast_role(im2col_f32(x_keep_, s_.geom), Fp8Role::Input, 0, s_.recipe, nullptr, who);
+          } else {
+            p = im2col_operand(p_, s_.geom);
+          }
+        }
+        dq = fp8_gemm(g_m, true, p, false, who);  // dW (N, K) = G^T @ P
+      }
+      out[1] = cpu::cast_to(reshaped(dq, meta_[1].sizes), meta_[1].dtype);
+    }
+    if (need_b) {
+      Tensor gb = zeros({s_.n});
+      float* o = gb.data_ptr<float>();
+      const float* g = g32.data_ptr<float>();
+      const int64_t m = s_.m, n = s_.n;
+      // Each column is summed in row order (the same bits at every thread count); threads take
+      // blocks of 64 columns and walk the rows, so the reads stay sequential.
+      const int64_t blocks = (n + 63) / 64;
+#pragma omp parallel for if (m * n >= cpu::kParallelGrain && blocks > 1) schedule(static)
+      for (int64_t jb = 0; jb < blocks; ++jb) {
+        const int64_t j0 = jb * 64, j1 = std::min(n, j0 + 64);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = j0; j < j1; ++j) o[j] += g[i * n + j];
+      }
+      out[2] = cpu::cast_to(gb, meta_[2].dtype);
+    }
+    return out;
+  }
+
+  std::string name() const override {
+    return s_.kind == GemmKind::Linear ? "Fp8LinearBackward"
+           : s_.kind == GemmKind::Matmul ? "Fp8MatmulBackward" : "Fp8Conv2dBackward";
+  }
+  std::string describe() const override {
+    std::ostringstream os;
+    os << name() << "  (" << recipe_string(s_.recipe) << "; saved: " << (p_.data.defined() ? p_.data.describe() : "-")
+       << ", " << (q_.data.defined() ? q_.data.describe() : "-");
+    if (x_keep_.defined()) os << ", " << x_keep_.describe();
+    os << ')';
+    return os.str();
+  }
+  void release_saved() override {
+    p_ = {};
+    q_ = {};
+    x_keep_ = {};
+    released_ = true;
+  }
+
+ private:
+  GemmSetup s_;
+  Fp8Operand p_, q_;
+  Tensor x_keep_;
+  std::vector<autograd::TensorMeta> meta_;
+  bool released_ = false;
+};
+
+bool cpu_floating(const Tensor& t) {
+  return t.defined() && t.device().is_cpu() &&
+         (t.dtype() == DType::Float32 || t.dtype() == DType::BFloat16 || t.dtype() == DType::Float16);
+}
+
+void trace_fp8(const GemmSetup& s, const Fp8Operand& p, const Fp8Operand& q) {
+  if (!trace_enabled(TraceKind::Amp)) return;
+  std::ostringstream os;
+  os << "fp8 " << kind_name(s.kind) << ' ' << recipe_string(s.recipe) << ": M=" << s.m << " K=" << s.k
+     << " N=" << s.n << ", " << fp8_role_name(Fp8Role::Input) << "->" << dtype_short(p.data.dtype());
+  if (p.axis < 0) os << " (scale_inv " << p.scale_inv << ')';
+  os << ", " << fp8_role_name(Fp8Role::Weight) << "->" << dtype_short(q.data.dtype());
+  if (q.axis < 0) os << " (scale_inv " << q.scale_inv << ')';
+  trace_line(TraceKind::Amp, os.str());
+}
+
+// linear: x (*, K), w (N, K), b (N) or undefined; matmul: x (M, K), w (K, N); conv2d: x (N, C,
+// H, W), w (O, C, kH, kW), b (O) or undefined, groups 1, geometry `geom`.
+TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeom& geom,
+                   const detail::Fp8RegionSettings& region) {
+  const std::string who_s = std::string(kind_name(kind)) + " (Fp8Autocast)";
+  const char* who = who_s.c_str();
+  GemmSetup s{kind, region.recipe, std::nullopt};
+  const bool mx = is_mx(s.recipe);
+  if (kind == GemmKind::Conv2d) {
+    s.geom = geom;
+    s.m = geom.N * geom.L();
+    s.k = geom.K();
+    s.n = geom.O;
+  } else {
+    s.k = x.size(-1);
+    s.n = kind == GemmKind::Linear ? w.size(0) : w.size(1);
+    s.m = 1;
+    for (int64_t d = 0; d + 1 < x.dim(); ++d) s.m *= x.size(d);
+  }
+  if (std::holds_alternative<DelayedScaling>(region.recipe) && kind != GemmKind::Matmul) {
+    Fp8Meta* meta = region.metas->find(w);
+    MT_CHECK(meta != nullptr, who, ": under ", recipe_string(region.recipe), " the weight ", w.describe(),
+             " has no FP8 metadata; make the Fp8Metas from the model that owns it (model.named_parameters())");
+    s.meta = *meta;
+  }
+  Fp8Meta* meta = s.meta ? &*s.meta : nullptr;
+  const bool grad = autograd::GradMode::is_enabled() &&
+                    (x.requires_grad() || w.requires_grad() || (bias.defined() && bias.requires_grad()));
+  // P for the forward GEMM, and what the wgrad will need of it.
+  Fp8Operand p_fwd, p_bwd;
+  Tensor x_keep;
+  if (kind == GemmKind::Conv2d) {
+    const Tensor x32 = as_f32(x);
+    if (mx) {
+      p_fwd = cast_role(im2col_f32(x32, geom), Fp8Role::Input, 1, s.recipe, meta, who);
+      if (grad && w.requires_grad()) x_keep = x32;
+    } else {
+      const Fp8Operand image = cast_role(x32, Fp8Role::Input, -1, s.recipe, meta, who);
+      p_fwd = im2col_operand(image, geom);
+      if (grad && w.requires_grad()) p_bwd = image;  // one byte per pixel; im2col again in backward
+    }
+  } else {
+    const Tensor p32 = as_f32_2d(x, s.m, s.k);
+    p_fwd = cast_role(p32, Fp8Role::Input, 1, s.recipe, meta, who);
+    if (grad && w.requires_grad())
+      p_bwd = mx ? cast_role(p32, Fp8Role::Input, 0, s.recipe, nullptr, who) : p_fwd;
+  }
+  const Tensor q32 = s.q_transposed() ? as_f32_2d(w, s.n, s.k) : as_f32_2d(w, s.k, s.n);
+  Fp8Operand q_fwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
+  Fp8Operand q_bwd;
+  if (grad && x.requires_grad())
+    q_bwd = mx ? cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, nullptr, who) : q_fwd;
+  trace_fp8(s, p_fwd, q_fwd);
+  Tensor c = fp8_gemm(p_fwd, false, q_fwd, s.q_transposed(), who);  // (M, N)
+  if (bias.defined()) {
+    const Tensor b32 = as_f32(bias);
+    float* cp = c.data_ptr<float>();
+    const float* bp = b32.data_ptr<float>();
+    const int64_t m = s.m, n = s.n;
+#pragma omp parallel for if (m * n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) cp[i * n + j] += bp[j];
+  }
+  Tensor out;
+  if (kind == GemmKind::Conv2d) {
+    // (N OH OW, O) -> (N, O, OH, OW)
+    out = cpu::cast_to(contiguous(reshaped(c, {geom.N, geom.OH, geom.OW, geom.O}).permute({0, 3, 1, 2})),
+                       region.output_dtype);
+  } else {
+    IntList out_shape = x.sizes();
+    out_shape.back() = s.n;
+    out = reshaped(cpu::cast_to(c, region.output_dtype), out_shape);
+  }
+  if (!grad) return {out};
+  TensorList inputs{x, w};
+  if (kind != GemmKind::Matmul) inputs.push_back(bias);
+  auto node = std::make_shared<Fp8GemmNode>(std::move(s), inputs, std::move(p_bwd), std::move(q_bwd), std::move(x_keep));
+  out = out.detach();
+  out.set_history(node, 0);
+  return {out};
+}
+
+}  // namespace
+
+namespace detail {
+
+std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call) {
+  const Fp8RegionSettings* region = fp8_region();
+  if (region == nullptr) return std::nullopt;
+  GemmKind kind;
+  if (op.name == "linear") kind = GemmKind::Linear;
+  else if (op.name == "matmul") kind = GemmKind::Matmul;
+  else if (op.name == "conv2d") kind = GemmKind::Conv2d;
+  else return std::nullopt;
+  const Tensor& x = call.inputs[0];
+  const Tensor& w = call.inputs[1];
+  const Tensor bias = kind != GemmKind::Matmul && call.inputs.size() > 2 ? call.inputs[2] : Tensor();
+  // Only CPU floating operands (f64 is never autocast) of the shapes the FP8 GEMM takes; the
+  // others follow BF16 autocast (traced).
+  if (!cpu_floating(x) || !cpu_floating(w) || (bias.defined() && !cpu_floating(bias))) return std::nullopt;
+  auto bf16_instead = [&](const std::string& why) -> std::optional<TensorList> {
+    if (trace_enabled(TraceKind::Amp))
+      trace_line(TraceKind::Amp, std::string("fp8 ") + op.name + ": " + why + "; BF16 autocast runs it");
+    return std::nullopt;
+  };
+  ConvGeom geom{};
+  switch (kind) {
+    case GemmKind::Linear: check_linear("linear", x, w, bias, false); break;
+    case GemmKind::Matmul:
+      if (x.dim() != 2 || w.dim() != 2) return bf16_instead("batched " + x.describe() + " @ " + w.describe() + " is not an FP8 GEMM");
+      MT_CHECK(x.size(1) == w.size(0), "matmul: inner dimensions must match, got ", x.describe(), " @ ", w.describe());
+      break;
+    case GemmKind::Conv2d: {
+      const ConvArgs a = ConvArgs::from(call.attrs);
+      if (a.groups != 1) return bf16_instead("groups=" + std::to_string(a.groups) + " is not an FP8 GEMM");
+      geom = check_conv_geometry("conv2d", Shown::of(x), Shown::of(w), a.stride, a.padding, a.dilation, a.groups);
+      if (bias.defined())
+        MT_CHECK(bias.dim() == 1 && bias.size(0) == geom.O, "conv2d: bias must be 1-D with ", geom.O,
+                 " elements (weight ", w.describe(), "), got ", bias.describe());
+      break;
+    }
+  }
+  ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);
+  return run_fp8(kind, x, w, bias, geom, *region);
+}
+
+}  // namespace detail
+
+}  // namespace mixtape::amp

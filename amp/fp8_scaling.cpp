@@ -1,0 +1,145 @@
+// amp/fp8_scaling.cpp — see amp/fp8_scaling.h.
+#include "amp/fp8_scaling.h"
+
+#include "amp/fp8_cast_table.h"
+
+#include <algorithm>
+#include <array>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "ops/cast.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/cpu/loops.h"
+
+namespace mixtape::amp {
+
+float amax_of(const Tensor& x) {
+  MT_CHECK(x.device().is_cpu(), "amax_of: runs on the CPU for now, got ", x.describe(), " on ", x.device());
+  const Tensor c = contiguous(cpu::cast_to(x.detach(), DType::Float32));
+  const float* p = c.data_ptr<float>();
+  const int64_t n = c.numel();
+  float m = 0.0f;
+  // max is exact and order-free: the same answer at every thread count.
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static) reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(p[i]);
+    m = a > m ? a : m;  // a NaN compares false and is dropped, as fmax drops it
+  }
+  return m;
+}
+
+float scale_from_amax(float amax, float fp8_max, float margin, bool power_of_2, float fallback) {
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return fallback;
+  const float scaled_max = fp8_max * std::exp2(-margin);
+  float s = scaled_max / amax;
+  if (!(s <= FLT_MAX)) s = FLT_MAX;  // inf (or scaled_max inf): TE's value_for_inf
+  if (s < FLT_MIN) s = FLT_MIN;      // keeps the scale and its reciprocal finite and positive
+  if (power_of_2) {
+    uint32_t bits;
+    std::memcpy(&bits, &s, sizeof bits);
+    bits &= 0xFF800000u;  // drop the mantissa: the power of two at or below s
+    std::memcpy(&s, &bits, sizeof s);
+  }
+  return s;
+}
+
+Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale) {
+  // to_float8's checks and bits (fp8_saturating(f32(x * scale))), on all threads: each element
+  // is converted on its own, so the bits do not depend on the thread count.
+  MT_CHECK(is_float8(fp8), "quantize_per_tensor: the target must be an FP8 dtype, got ", dtype_name(fp8));
+  MT_CHECK(std::isfinite(scale) && scale > 0.0f, "quantize_per_tensor: scale must be finite and > 0, got ", scale);
+  const Tensor c = contiguous(cpu::cast_to(x32.detach(), DType::Float32));
+  Fp8Operand op;
+  op.data = Tensor::empty(c.sizes(), TensorOptions(fp8));
+  const float* src = c.data_ptr<float>();
+  uint8_t* dst = static_cast<uint8_t*>(op.data.data_ptr());
+  const int64_t n = c.numel();
+  const Fp8CastTable& cast = Fp8CastTable::of(fp8);
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] = cast(src[i] * scale);
+  op.scale_inv = 1.0f / scale;
+  return op;
+}
+
+namespace {
+// fn(element index, its block's code) for every element, block by block (no division per
+// element); rows in parallel (fn writes element i only).
+template <typename Fn>
+void for_each_block_value(const Fp8Operand& op, Fn&& fn) {
+  const int64_t rows = op.data.size(0), cols = op.data.size(1), k = op.block_size;
+  const uint8_t* sc = op.block_scales.data_ptr<uint8_t>();
+  if (op.axis == 1) {
+    const int64_t nb = op.block_scales.size(1);
+#pragma omp parallel for if (rows * cols >= cpu::kParallelGrain) schedule(static)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t code = sc[r * nb + b];
+        for (int64_t c = b * k, end = std::min(cols, c + k); c < end; ++c) fn(r * cols + c, code);
+      }
+  } else {
+#pragma omp parallel for if (rows * cols >= cpu::kParallelGrain) schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* codes = sc + (r / k) * cols;  // the codes of the block row r is in
+      for (int64_t c = 0; c < cols; ++c) fn(r * cols + c, codes[c]);
+    }
+  }
+}
+
+// 2^(code - 127) for every E8M0 code, exact (2^-127 is a float subnormal); NaN for 0xFF.
+std::array<float, 256> e8m0_values() {
+  std::array<float, 256> v;
+  for (int c = 0; c < 255; ++c) v[c] = std::ldexp(1.0f, c - 127);
+  v[255] = NAN;
+  return v;
+}
+
+float fp8_value(DType dt, uint8_t b) { return dt == DType::Float8_e4m3fn ? e4m3fn_bits_to_float(b) : e5m2_bits_to_float(b); }
+}  // namespace
+
+std::array<BFloat16, 256> fp8_to_bf16_table(DType fp8) {
+  // Every FP8 value is a BF16 value: its f32 pattern has zeros in the low 16 bits.
+  std::array<BFloat16, 256> table;
+  for (int b = 0; b < 256; ++b) table[b] = BFloat16(fp8_value(fp8, static_cast<uint8_t>(b)));
+  return table;
+}
+
+Tensor widen_to_bf16(const Fp8Operand& op) {
+  if (op.widened.defined()) return op.widened;
+  MT_CHECK(op.data.defined() && op.data.dim() == 2 && op.data.is_contiguous(),
+           "widen_to_bf16: expected a contiguous 2-D FP8 operand");
+  Tensor out = Tensor::empty(op.data.sizes(), TensorOptions(DType::BFloat16));
+  const uint8_t* d = static_cast<const uint8_t*>(op.data.data_ptr());
+  BFloat16* o = out.data_ptr<BFloat16>();
+  const DType dt = op.data.dtype();
+  if (op.axis < 0) {
+    const std::array<BFloat16, 256> table = fp8_to_bf16_table(dt);
+    const int64_t n = op.data.numel();
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < n; ++i) o[i] = table[d[i]];
+    return out;
+  }
+  // value * 2^e: one multiply by an exact power of two, rounded once as ldexp would round it.
+  std::array<float, 256> dec;
+  for (int b = 0; b < 256; ++b) dec[b] = fp8_value(dt, static_cast<uint8_t>(b));
+  const std::array<float, 256> pow2 = e8m0_values();
+  for_each_block_value(op, [&](int64_t i, uint8_t code) { o[i] = BFloat16(dec[d[i]] * pow2[code]); });
+  return out;
+}
+
+Tensor dequantize(const Fp8Operand& op) {
+  if (op.axis < 0) return from_float8(op.data, op.scale_inv);
+  Tensor out = Tensor::empty(op.data.sizes(), TensorOptions(DType::Float32));
+  const uint8_t* d = static_cast<const uint8_t*>(op.data.data_ptr());
+  float* o = out.data_ptr<float>();
+  const DType dt = op.data.dtype();
+  std::array<float, 256> dec;
+  for (int b = 0; b < 256; ++b) dec[b] = fp8_value(dt, static_cast<uint8_t>(b));
+  const std::array<float, 256> pow2 = e8m0_values();
+  for_each_block_value(op, [&](int64_t i, uint8_t code) { o[i] = dec[d[i]] * pow2[code]; });
+  return out;
+}
+
+}  // namespace mixtape::amp

@@ -1,0 +1,54 @@
+// amp/fp8_scaling.h — per-tensor FP8 scales: amax and the scale it gives, and the quantized
+// operand the FP8 GEMMs take (per-tensor scale or MX block scales).
+// Invariant: every scale returned here is finite and in [2^-126, FLT_MAX], so the saturating
+// cast (to_float8) accepts it and its reciprocal is finite.
+#pragma once
+#include <array>
+#include <cstdint>
+
+#include "amp/fp8_recipe.h"
+#include "core/tensor.h"
+
+namespace mixtape::amp {
+
+// max |x| over a CPU f32/f16/bf16 tensor (0 for an empty one). NaNs are ignored, as fmaxf
+// ignores them in Transformer Engine's amax kernels; an inf is kept (and keeps the old scale).
+float amax_of(const Tensor& x);
+
+// The scale that maps `amax` onto `fp8_max * 2^-margin` (TE's compute_scale_from_amax and its
+// delayed-scaling update): s = (fp8_max * 2^-margin) / amax, both roundings in f32. When amax is
+// 0, inf or NaN there is nothing to scale by and `fallback` is returned (TE: the previous scale
+// for delayed scaling, 1 for current scaling). A quotient beyond f32 becomes FLT_MAX (TE's
+// value_for_inf), one below 2^-126 becomes 2^-126. power_of_2 then clears the mantissa (rounds
+// down to a power of two, TE's force_pow_2_scales), so no value moves past fp8_max.
+float scale_from_amax(float amax, float fp8_max, float margin, bool power_of_2, float fallback);
+
+// A tensor cast to FP8, as a GEMM operand. 2-D, contiguous, in the logical layout of the
+// operand. Its real value is data * scale_inv (per-tensor) or data * 2^(e - 127) per block
+// (MX: block_scales holds the E8M0 codes, one per block_size values along `axis`).
+struct Fp8Operand {
+  Tensor data;          // Float8_e4m3fn or Float8_e5m2, (rows, cols)
+  float scale_inv = 1;  // per-tensor dequantising factor (1 for MX)
+  Tensor block_scales;  // UInt8 E8M0 codes (MX only): axis 1: (rows, nb), axis 0: (nb, cols)
+  int64_t axis = -1;    // the dim the MX blocks run along (the GEMM's reduction dim); -1: per-tensor
+  int64_t block_size = 0;
+  // Optional: the (rows, cols) operand already widened to BF16, which the GEMM then takes as it
+  // is. conv2d writes its im2col matrix this way, straight from the FP8 image (`data` is then
+  // that image, not the matrix).
+  Tensor widened;
+};
+
+// Per-tensor quantization of a 2-D f32 tensor with a given scale (saturating, round to nearest even).
+Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale);
+
+// The operand widened to BF16, exactly: per-tensor, the FP8 values themselves (the scale is
+// applied to the GEMM's f32 result); MX, each value times its block's power of two (exact while
+// the product is a normal BF16 number, i.e. |value| >= 2^-126).
+// `widened` is returned as it is when set.
+Tensor widen_to_bf16(const Fp8Operand& op);
+// The BF16 pattern of each of the 256 FP8 codes of `fp8` (exact).
+std::array<BFloat16, 256> fp8_to_bf16_table(DType fp8);
+// The operand's real values in f32: data * scale_inv, or data * 2^(e-127) per block.
+Tensor dequantize(const Fp8Operand& op);
+
+}  // namespace mixtape::amp
