@@ -87,7 +87,7 @@ Summary summarize(const Tensor& t) {
 }
 
 bool checked(const Tensor& t) {
-  return t.defined() && !t.is_wrapped_number() && t.is_floating_point() && t.numel() > 0;
+  return t.defined() && t.is_floating_point() && t.numel() > 0;  // wrapped scalars too: w * inf
 }
 
 // An attribute that is itself inf or NaN (fill_ with -inf for a mask): the op writes it on purpose.

@@ -63,6 +63,8 @@ TEST(NumericsCheck, AnOpWhoseInputIsAlreadyNonFiniteIsNotFirst) {
   Tensor x = full({2}, 1.0);
   set_element(x, 0, INFINITY);  // from outside any op
   EXPECT_NO_THROW(exp(add(x, 1.0)));
+  // A scalar operand counts as an input too: w * inf is the caller's inf, not mul's.
+  EXPECT_NO_THROW(mul(full({2}, 0.5), INFINITY));
   EXPECT_TRUE(numerics::findings().empty());
   // An op that writes inf on purpose (its attribute is the inf) is not a finding either.
   EXPECT_NO_THROW(full({2}, -INFINITY));
@@ -95,11 +97,14 @@ TEST(NumericsCheck, ReportModeKeepsTheFirstFindingAndGoesOn) {
   EXPECT_TRUE(std::isinf(get_element(y, 0)));
 }
 
-TEST(NumericsCheck, OffItCostsNothingAndSeesNothing) {
-  ASSERT_FALSE(numerics::enabled()) << "run without MIXTAPE_CHECK_NUMERICS";
+TEST(NumericsCheck, OffItSeesNothingAndTheGuardRestoresTheSwitch) {
+  const bool from_env = numerics::enabled();  // MIXTAPE_CHECK_NUMERICS may be set for the whole run
+  numerics::set_enabled(false);
   EXPECT_NO_THROW(exp(full({2}, 100.0)));
+  EXPECT_TRUE(numerics::findings().empty());
   { CheckNumerics on; }
   EXPECT_FALSE(numerics::enabled()) << "the guard restores the switch";
+  numerics::set_enabled(from_env);
 }
 
 // One AMP step of a small MLP in an FP16 region with a GradScaler at `init_scale`.
