@@ -91,7 +91,8 @@ double TensorStat::flushed_frac(StatFormat f) const {
 
 TensorStat tensor_stat(const Tensor& t, double scale) {
   MT_CHECK(t.defined(), "tensor_stat: the tensor is undefined");
-  MT_CHECK(t.is_floating_point(), "tensor_stat: expected a floating tensor, got ", t.describe());
+  MT_CHECK(t.is_floating_point() || is_float8(t.dtype()), "tensor_stat: expected a floating tensor, got ",
+           t.describe());
   MT_CHECK(scale > 0 && std::isfinite(scale), "tensor_stat: scale must be positive and finite, got ", scale);
   TensorStat s;
   s.numel = t.numel();

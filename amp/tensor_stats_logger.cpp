@@ -32,7 +32,7 @@ struct TensorStatsLogger::State {
   void record(const std::string& layer, const std::string& tensor, TensorRole role, const Tensor& t) {
     if (!due()) return;
     MT_CHECK(t.defined(), "TensorStatsLogger: '", layer, ".", tensor, "' is an undefined tensor");
-    if (!t.is_floating_point()) return;  // integer tensors have no format to fit
+    if (!t.is_floating_point() && !is_float8(t.dtype())) return;  // integers have no format to fit
     rows.push_back({step, layer, tensor, role, t.dtype(), tensor_stat(t, scale[static_cast<int>(role)])});
   }
 };

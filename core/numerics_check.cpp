@@ -87,7 +87,8 @@ Summary summarize(const Tensor& t) {
 }
 
 bool checked(const Tensor& t) {
-  return t.defined() && t.is_floating_point() && t.numel() > 0;  // wrapped scalars too: w * inf
+  // Wrapped scalars too (w * inf), and FP8, which is_floating_point() leaves out.
+  return t.defined() && (t.is_floating_point() || is_float8(t.dtype())) && t.numel() > 0;
 }
 
 // An attribute that is itself inf or NaN (fill_ with -inf for a mask): the op writes it on purpose.

@@ -63,6 +63,9 @@ TEST(NumericsCheck, AnOpWhoseInputIsAlreadyNonFiniteIsNotFirst) {
   Tensor x = full({2}, 1.0);
   set_element(x, 0, INFINITY);  // from outside any op
   EXPECT_NO_THROW(exp(add(x, 1.0)));
+  // FP8 tensors are inputs like any other: the NaN an e4m3fn tensor holds is not to_dtype's.
+  const Tensor f8 = tensor({NAN, 1.0}).to(DType::Float8_e4m3fn);
+  EXPECT_NO_THROW(f8.to(DType::Float32));
   // A scalar operand counts as an input too: w * inf is the caller's inf, not mul's.
   EXPECT_NO_THROW(mul(full({2}, 0.5), INFINITY));
   EXPECT_TRUE(numerics::findings().empty());

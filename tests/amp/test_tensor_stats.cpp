@@ -106,13 +106,17 @@ TEST(TensorStats, NonFiniteValuesAreCountedApartNeverAsOverflow) {
   for (int i = 0; i < amp::kNumStatFormats; ++i) EXPECT_EQ(s.overflow[i], 0);
 }
 
-TEST(TensorStats, SixteenBitTensorsAreReadExactly) {
+TEST(TensorStats, SixteenBitAndFp8TensorsAreReadExactly) {
   // 65504 in f16 is FP16's max: kept in fp16, overflows e4m3 and e5m2 (> 61440).
   const TensorStat s = amp::tensor_stat(f32({65504.0f}).to(DType::Float16));
   EXPECT_EQ(s.amax, 65504.0);
   EXPECT_EQ(s.overflow[0], 0);
   EXPECT_EQ(s.overflow[2], 1);
   EXPECT_EQ(s.overflow[3], 1);
+  // An FP8 tensor too: 448 is e4m3fn's max, kept by every format.
+  const TensorStat f8 = amp::tensor_stat(f32({448.0f}).to(DType::Float8_e4m3fn));
+  EXPECT_EQ(f8.amax, 448.0);
+  for (int i = 0; i < amp::kNumStatFormats; ++i) EXPECT_EQ(f8.overflow[i], 0);
 }
 
 TEST(TensorStats, BadInputIsRefusedWithTheValue) {
