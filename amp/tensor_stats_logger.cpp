@@ -138,11 +138,12 @@ void write_text(const std::string& path, const std::string& text, const char* wh
 
 void TensorStatsLogger::write_csv(const std::string& path) const { write_text(path, csv(), "write_csv"); }
 
-std::string TensorStatsLogger::svg(StatFormat format) const {
+std::string TensorStatsLogger::svg(StatFormat format, std::optional<TensorRole> role) const {
   // One series per tensor, in the order each first appeared.
   std::vector<std::string> order;
   std::map<std::string, std::vector<const TensorStatRow*>> by_tensor;
   for (const TensorStatRow& r : state_->rows) {
+    if (role && r.role != *role) continue;
     const std::string key = r.layer + "." + r.tensor;
     auto& v = by_tensor[key];
     if (v.empty()) order.push_back(key);
@@ -178,11 +179,12 @@ std::string TensorStatsLogger::svg(StatFormat format) const {
     over.series.push_back(std::move(o));
     flush.series.push_back(std::move(z));
   }
-  return svg::render(svg::Figure{"Tensor statistics in " + fmt, {range, over, flush}});
+  const std::string what = role ? std::string(tensor_role_name(*role)) + "s" : "tensor";
+  return svg::render(svg::Figure{"Statistics of " + what + " in " + fmt, {range, over, flush}});
 }
 
-void TensorStatsLogger::write_svg(const std::string& path, StatFormat format) const {
-  write_text(path, svg(format), "write_svg");
+void TensorStatsLogger::write_svg(const std::string& path, StatFormat format, std::optional<TensorRole> role) const {
+  write_text(path, svg(format, role), "write_svg");
 }
 
 }  // namespace mixtape::amp

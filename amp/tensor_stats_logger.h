@@ -19,6 +19,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,9 +88,10 @@ class TensorStatsLogger {
   void write_csv(const std::string& path) const;  // throws naming the file when it cannot
   // Over the steps, per tensor: amax and smallest nonzero (log2, with `format`'s largest finite
   // and smallest subnormal divided by the tensor's scale as reference lines), and the fractions
-  // that overflow and flush in `format`.
-  std::string svg(StatFormat format) const;
-  void write_svg(const std::string& path, StatFormat format) const;
+  // that overflow and flush in `format`. `role`: only that role's tensors (a big model's figure
+  // is easier to read one role at a time); none: every tensor.
+  std::string svg(StatFormat format, std::optional<TensorRole> role = std::nullopt) const;
+  void write_svg(const std::string& path, StatFormat format, std::optional<TensorRole> role = std::nullopt) const;
 
   struct State;
 

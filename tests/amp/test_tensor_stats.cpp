@@ -172,6 +172,12 @@ TEST(TensorStatsLogger, RecordsEveryLayersTensorsEveryNSteps) {
   const std::string svg = stats.svg(StatFormat::E4M3);
   EXPECT_NE(svg.find("<svg"), std::string::npos);
   EXPECT_NE(svg.find("e4m3 largest finite"), std::string::npos);
+  EXPECT_NE(svg.find(".weight.grad"), std::string::npos);
+  // One role: its tensors only.
+  const std::string grads = stats.svg(StatFormat::E5M2, amp::TensorRole::Gradient);
+  EXPECT_NE(grads.find("Statistics of gradients in e5m2"), std::string::npos);
+  EXPECT_NE(grads.find(".grad"), std::string::npos);
+  EXPECT_EQ(grads.find(".output<"), std::string::npos) << "no activation in the gradients' figure";
 
   // Detached: the hooks stay on the model but record nothing more.
   const size_t before = stats.rows().size();
