@@ -444,7 +444,7 @@ std::string DistributedDataParallel::extra_repr() const {
 }
 
 std::function<void(const Tensor&)> found_inf_reducer(ProcessGroup& group) {
-  return [&group](const Tensor& found_inf) { group.all_reduce(found_inf, ReduceOp::Max); };
+  return [&group](const Tensor& found_inf) { group.all_reduce_async(found_inf, ReduceOp::Max, kFoundInfReduction).wait(); };
 }
 
 }  // namespace mixtape::distributed

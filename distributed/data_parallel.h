@@ -188,7 +188,10 @@ class DistributedDataParallel : public nn::Module {
   DataParallelStats stats_;
 };
 
-// For GradScaler::set_found_inf_reducer: the max of every rank's flag.
+// For GradScaler::set_found_inf_reducer: the max of every rank's flag, an all-reduce labelled
+// kFoundInfReduction (ZeroRedundancyOptimizer watches for it: a GradScaler's step of its shard
+// without that reduction first is refused).
+inline constexpr char kFoundInfReduction[] = "GradScaler found_inf";
 std::function<void(const Tensor&)> found_inf_reducer(ProcessGroup& group);
 
 }  // namespace mixtape::distributed
