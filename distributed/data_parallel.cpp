@@ -38,6 +38,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   MT_CHECK(options_.bucket_cap_bytes > 0 && options_.first_bucket_cap_bytes > 0,
            "DistributedDataParallel: bucket capacities must be positive, got ", options_.bucket_cap_bytes, " and ",
            options_.first_bucket_cap_bytes);
+  MT_CHECK(!options_.reduce_dtype || *options_.reduce_dtype == DType::Float32 ||
+               *options_.reduce_dtype == DType::BFloat16 || *options_.reduce_dtype == DType::Float16,
+           "DistributedDataParallel: reduce_dtype must be Float32, BFloat16 or Float16 (or unset), got ",
+           options_.reduce_dtype ? dtype_name(*options_.reduce_dtype) : "");
   register_module("module", module_);
   for (auto& [name, t] : module_->named_parameters())
     if (t.requires_grad()) params_.emplace_back(name, t);
@@ -115,8 +119,11 @@ void DistributedDataParallel::build_buckets() {
     const Tensor& p = params_[k].second;
     const DType g = p.grad_dtype();
     const bool sixteen = g == DType::Float16 || g == DType::BFloat16;
-    const DType dt = sixteen && options_.reduce_16bit_in_fp32 ? DType::Float32 : g;
-    const auto key = std::make_pair(p.device().str(), static_cast<int>(dt));
+    const DType dt = options_.reduce_dtype ? *options_.reduce_dtype
+                     : sixteen && options_.reduce_16bit_in_fp32 ? DType::Float32
+                                                                 : g;
+    // With reduce_dtype a bucket holds one grad dtype (where to divide depends on it).
+    const auto key = std::make_pair(p.device().str(), static_cast<int>(dt) + (options_.reduce_dtype ? 64 * static_cast<int>(g) : 0));
     auto it = open.find(key);
     const int64_t bytes = p.numel() * static_cast<int64_t>(element_size(dt));
     if (it != open.end()) {
@@ -126,6 +133,10 @@ void DistributedDataParallel::build_buckets() {
     }
     if (it == open.end()) {
       buckets_.push_back(Bucket{.dtype = dt, .device = p.device()});
+      if (options_.reduce_dtype) {
+        buckets_.back().grad_dtype = g;
+        buckets_.back().divide_late = !options_.predivide && element_size(g) > element_size(dt);
+      }
       it = open.insert_or_assign(key, buckets_.size() - 1).first;
     }
     Bucket& b = buckets_[it->second];
@@ -369,7 +380,7 @@ void DistributedDataParallel::finish_backward() {
     stats_.comm_seconds += b.work.busy_seconds();
     const Tensor& reduced = sink_ ? b.shard : b.flat;  // chunk 0 of `flat`, or this rank's only
     const int chunks = sink_ ? 1 : world;
-    if (!options_.predivide && world > 1)
+    if (!options_.predivide && world > 1 && !b.divide_late)
       for (int c = 0; c < chunks; ++c) reduced.narrow(0, c * b.stride, b.chunk).mul_(Scalar(1.0 / world));
     // A host read (on CUDA a device sync) only where some parameter had no .grad on this rank.
     const auto used = b.all_used_here
@@ -378,7 +389,10 @@ void DistributedDataParallel::finish_backward() {
     if (sink_) {
       std::vector<bool> any(used.size());
       for (size_t j = 0; j < used.size(); ++j) any[j] = used[j] != 0;
-      sink_(bi, b.shard.narrow(0, 0, b.chunk), any);
+      if (b.divide_late && world > 1)  // in the gradient's wider dtype: the 16-bit sum is exact there
+        sink_(bi, b.shard.narrow(0, 0, b.chunk).to(*b.grad_dtype).mul_(Scalar(1.0 / world)), any);
+      else
+        sink_(bi, b.shard.narrow(0, 0, b.chunk), any);
       // Packed into the bucket, the local gradients are spent: the reduced shard is the sink's.
       for (size_t k : b.params) params_[k].second.set_grad(Tensor());
       continue;
@@ -398,13 +412,12 @@ void DistributedDataParallel::finish_backward() {
         avg = whole.view(p.sizes());
       }
       Tensor g = p.grad();
-      if (g.defined()) {
-        const_cast<Tensor&>(g).copy_(avg);
-      } else {
-        Tensor fresh = empty(p.sizes(), TensorOptions(p.grad_dtype()).with_device(p.device()));
-        fresh.copy_(avg);
-        p.set_grad(fresh);
+      if (!g.defined()) {
+        g = empty(p.sizes(), TensorOptions(p.grad_dtype()).with_device(p.device()));
+        p.set_grad(g);
       }
+      const_cast<Tensor&>(g).copy_(avg);
+      if (b.divide_late && world > 1) const_cast<Tensor&>(g).mul_(Scalar(1.0 / world));
     }
   }
   reset_backward_state();
@@ -440,6 +453,7 @@ std::string DistributedDataParallel::extra_repr() const {
   std::ostringstream os;
   os << "world_size=" << group_.world_size() << ", buckets=" << buckets_.size()
      << ", reduce_16bit_in_fp32=" << (options_.reduce_16bit_in_fp32 ? "true" : "false");
+  if (options_.reduce_dtype) os << ", reduce_dtype=" << dtype_name(*options_.reduce_dtype);
   return os.str();
 }
 

@@ -38,9 +38,17 @@ struct DataParallelOptions {
   // (false: half the traffic; the overflow/underflow trade-off is in docs/DISTRIBUTED.md).
   // FP32 and FP64 gradients are always summed in their own dtype.
   bool reduce_16bit_in_fp32 = true;
+  // The reduction precision as a choice (FSDP's MixedPrecision.reduce_dtype): when set (Float32,
+  // BFloat16 or Float16), every gradient, whatever its dtype, is cast into buckets of this dtype,
+  // summed in it and cast back; it replaces reduce_16bit_in_fp32. Float16 with predivide is
+  // PyTorch's fp16_compress_hook (cast, divide, sum); Float16 without predivide under a
+  // GradScaler is the loss-scaled FP16 reduction (the scaled gradients summed, an overflow inf on
+  // every rank, skipped by the scaler). Underflow and overflow of each: docs/DISTRIBUTED.md,
+  // "Reduction precision".
+  std::optional<DType> reduce_dtype;
   // Divide by the world size before summing (PyTorch does): the sum of the quotients cannot
   // overflow where every rank's gradient was finite, but 16-bit quotients may underflow. false
-  // sums first and divides after.
+  // sums first and divides after, in the wider of the bucket's and the gradient's dtype.
   bool predivide = true;
   // Copy rank 0's buffers (BatchNorm's running statistics) to every rank before each training
   // forward, as PyTorch does, so the replicas' buffers never drift apart.
@@ -129,6 +137,10 @@ class DistributedDataParallel : public nn::Module {
     std::vector<int64_t> offsets;        // element offset of each in the bucket's gradient
     DType dtype;
     Device device;
+    // reduce_dtype set: every parameter's grad dtype (buckets do not mix them then). Divided
+    // after the sum in the gradient's dtype where that is wider than the bucket's (!predivide).
+    std::optional<DType> grad_dtype;
+    bool divide_late = false;
     int64_t numel = 0;
     int64_t chunk = 0, stride = 0;
     Tensor flat;

@@ -49,6 +49,7 @@ struct TrainRun {
   double clip_norm_type = 2.0;
   bool schedule = false;    // StepLR(2, 0.5)
   int steps = 3;
+  distributed::DataParallelOptions ddp = kSmallBuckets;
 };
 
 struct Result {
@@ -61,7 +62,7 @@ struct Result {
 struct Trainer {
   Trainer(const TrainRun& r, bool zero, distributed::ProcessGroup& g = pg()) : run(r), group(g) {
     net = make_net(run.dt);
-    ddp = std::make_unique<DistributedDataParallel>(net, group, kSmallBuckets);
+    ddp = std::make_unique<DistributedDataParallel>(net, group, run.ddp);
     std::vector<optim::ParamGroup> groups;
     if (run.two_groups) {
       std::vector<Tensor> weights, biases;
@@ -167,6 +168,19 @@ TEST(AnyRanksZero, ShardedStepsAreBitIdenticalToDDPsInFp64AndFp32) {
 }
 
 // A 16-bit model: the shard's FP32 masters, their RNE all-gathered in 16 bits.
+// Each reduction precision (reduce_dtype, with and without predivision: the loss-scaled FP16
+// reduction divides after the sum, in FP32) shards as DDP reduces: the same steps, bit for bit.
+TEST(AnyRanksZero, EachReductionPrecisionMatchesDDP) {
+  for (DType rd : {DType::Float32, DType::BFloat16, DType::Float16})
+    for (bool predivide : {true, false}) {
+      TrainRun run{.dt = DType::Float32, .make = adam()};
+      run.ddp.reduce_dtype = rd;
+      run.ddp.predivide = predivide;
+      expect_same_params(train(run, false), train(run, true),
+                         std::string(dtype_name(rd)) + (predivide ? " predivided" : " divided after the sum"));
+    }
+}
+
 TEST(AnyRanksZero, SixteenBitModelsGetTheMastersRoundingOnEveryRank) {
   for (DType dt : {DType::BFloat16, DType::Float16}) {
     TrainRun run{.dt = dt, .make = adam()};
