@@ -50,6 +50,15 @@ struct DataParallelOptions {
   // overflow where every rank's gradient was finite, but 16-bit quotients may underflow. false
   // sums first and divides after, in the wider of the bucket's and the gradient's dtype.
   bool predivide = true;
+  // PyTorch's gradient_as_bucket_view: each parameter's .grad, once reduced, is a view of its
+  // place in the bucket, so the average is not copied out of the bucket and the gradients take
+  // no memory besides the buckets. A backward's fresh gradients (mixtape accumulates out of
+  // place) are still copied in; a .grad that is the view already (nothing accumulated since) is
+  // not. Only buckets of the gradients' own dtype (a 16-bit gradient in an FP32 bucket keeps
+  // its copy); the "used" counts then travel in a small all-reduce of their own per bucket.
+  // CPU parameters only, and not under ZeroRedundancyOptimizer (whose shards hold the reduced
+  // gradients). Bit for bit the gradients of the default (docs/DISTRIBUTED.md).
+  bool gradient_as_bucket_view = false;
   // Copy rank 0's buffers (BatchNorm's running statistics) to every rank before each training
   // forward, as PyTorch does, so the replicas' buffers never drift apart.
   bool broadcast_buffers = true;
@@ -141,6 +150,12 @@ class DistributedDataParallel : public nn::Module {
     // after the sum in the gradient's dtype where that is wider than the bucket's (!predivide).
     std::optional<DType> grad_dtype;
     bool divide_late = false;
+    // gradient_as_bucket_view: `flat` holds the gradient elements only (stride == chunk, so
+    // parameter k is the contiguous [offsets[k], offsets[k] + numel)), and the used counts
+    // travel in `counts` (f64, one per parameter), all-reduced after `flat`.
+    bool views = false;
+    Tensor counts;
+    Work counts_work;
     int64_t numel = 0;
     int64_t chunk = 0, stride = 0;
     Tensor flat;
