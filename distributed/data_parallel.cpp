@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -52,9 +53,13 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   register_module("module", module_);
   for (auto& [name, t] : module_->named_parameters())
     if (t.requires_grad()) params_.emplace_back(name, t);
-  for (const auto& [name, t] : params_)
+  // Not yet on CUDA (untested there: no GPU run has covered them).
+  for (const auto& [name, t] : params_) {
     MT_CHECK(!options_.gradient_as_bucket_view || t.device().is_cpu(), "DistributedDataParallel: "
              "gradient_as_bucket_view supports CPU parameters only so far; parameter '", name, "' is on ", t.device());
+    MT_CHECK(!options_.reduce_dtype || t.device().is_cpu(), "DistributedDataParallel: reduce_dtype supports CPU "
+             "parameters only so far (on CUDA, reduce_16bit_in_fp32 chooses); parameter '", name, "' is on ", t.device());
+  }
   check_replicas_match();
   TensorList state = module_->parameters();
   for (const Tensor& b : module_->buffers()) state.push_back(b);
@@ -121,7 +126,9 @@ std::vector<DType> DistributedDataParallel::grad_dtypes() const {
 
 void DistributedDataParallel::build_buckets() {
   // Reverse registration order: roughly the order backward produces the gradients in.
-  std::map<std::pair<std::string, int>, size_t> open;  // (device, dtype) -> bucket being filled
+  // (device, bucket dtype, grad dtype or -1) -> bucket being filled; with reduce_dtype a bucket
+  // holds one grad dtype (where to divide depends on it).
+  std::map<std::tuple<std::string, int, int>, size_t> open;
   buckets_.clear();
   built_for_ = grad_dtypes();
   bucket_of_.assign(params_.size(), 0);
@@ -132,8 +139,7 @@ void DistributedDataParallel::build_buckets() {
     const DType dt = options_.reduce_dtype ? *options_.reduce_dtype
                      : sixteen && options_.reduce_16bit_in_fp32 ? DType::Float32
                                                                  : g;
-    // With reduce_dtype a bucket holds one grad dtype (where to divide depends on it).
-    const auto key = std::make_pair(p.device().str(), static_cast<int>(dt) + (options_.reduce_dtype ? 64 * static_cast<int>(g) : 0));
+    const auto key = std::make_tuple(p.device().str(), static_cast<int>(dt), options_.reduce_dtype ? static_cast<int>(g) : -1);
     auto it = open.find(key);
     const int64_t bytes = p.numel() * static_cast<int64_t>(element_size(dt));
     if (it != open.end()) {

@@ -44,7 +44,7 @@ struct DataParallelOptions {
   // PyTorch's fp16_compress_hook (cast, divide, sum); Float16 without predivide under a
   // GradScaler is the loss-scaled FP16 reduction (the scaled gradients summed, an overflow inf on
   // every rank, skipped by the scaler). Underflow and overflow of each: docs/DISTRIBUTED.md,
-  // "Reduction precision".
+  // "Reduction precision". CPU parameters only so far.
   std::optional<DType> reduce_dtype;
   // Divide by the world size before summing (PyTorch does): the sum of the quotients cannot
   // overflow where every rank's gradient was finite, but 16-bit quotients may underflow. false
@@ -140,7 +140,8 @@ class DistributedDataParallel : public nn::Module {
   // bucket's gradient elements [k * chunk, (k + 1) * chunk) (zeros past numel), then one "had a
   // .grad" count per parameter (every chunk the same counts, so a rank that receives only its own
   // chunk learns them all). The same layout whether all-reduced or reduce-scattered, so both
-  // reduce the same buffer with the same call (on MPI, bit for bit: docs/DISTRIBUTED.md).
+  // reduce the same buffer with the same call (on MPI, bit for bit: docs/DISTRIBUTED.md). A view
+  // bucket (gradient_as_bucket_view) has no counts in `flat` (stride == chunk): see `views`.
   struct Bucket {
     std::vector<size_t> params;          // indices into params_
     std::vector<int64_t> offsets;        // element offset of each in the bucket's gradient
