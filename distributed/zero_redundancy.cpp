@@ -93,11 +93,13 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, s
   check_round_to_nearest();
   pre_hook_id_ = inner_->register_step_pre_hook([this] { check_step(); });
   hook_id_ = inner_->register_step_post_hook([this] { gather(); });
+  // Last, in this order: shard_gradients may refuse (nothing outside this object refers to it
+  // yet), and nothing after it throws, so no callback outlives a failed construction.
+  ddp_.shard_gradients([this](size_t b, const Tensor& chunk, const std::vector<bool>& used) { receive(b, chunk, used); });
   if (group_.world_size() > 1)
     observer_id_ = group_.add_collective_observer([this](const std::string& what) {
       if (what.find(kFoundInfReduction) != std::string::npos) found_inf_reduced_ = true;
     });
-  ddp_.shard_gradients([this](size_t b, const Tensor& chunk, const std::vector<bool>& used) { receive(b, chunk, used); });
 }
 
 ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() {

@@ -520,6 +520,17 @@ TEST(AnyRanksZero, RefusesWhatItCannotShard) {
   EXPECT_EQ(error_of([&] { ZeroRedundancyOptimizer z(ddp, adam()); }),
             "ZeroRedundancyOptimizer: this DistributedDataParallel already shards its gradients for another "
             "ZeroRedundancyOptimizer");
+  // A DDP whose .grads are bucket views: the shards hold the reduced gradients instead. The
+  // refused wrapper leaves nothing registered (the found_inf reduction after it touches nothing).
+  DistributedDataParallel viewed(make_net(DType::Float32), pg(), {.gradient_as_bucket_view = true});
+  EXPECT_EQ(error_of([&] { ZeroRedundancyOptimizer z(viewed, adam()); }),
+            "DistributedDataParallel::shard_gradients: gradient_as_bucket_view is on; a ZeroRedundancyOptimizer's "
+            "shards hold the reduced gradients and the parameters keep none (make the DistributedDataParallel without "
+            "it)");
+  EXPECT_FALSE(viewed.sharded());
+  Tensor flag = zeros({});
+  distributed::found_inf_reducer(pg())(flag);
+  EXPECT_EQ(flag.item<float>(), 0.0f);
 }
 
 }  // namespace
