@@ -156,6 +156,11 @@ int main(int argc, char** argv) {
   const double probe_us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - p0).count() / probes;
 
+  // The emulator's count and the profiler's are taken in different steps by different means:
+  // equal, they confirm each other (and that every step launches the same).
+  MT_CHECK(kernels > 0 && static_cast<int64_t>(kernels) == rep.total_launches(),
+           "bench_host_step: the emulator counted ", kernels, " kernel launches in a step, the profiler ",
+           rep.total_launches());
   std::printf("ResNet-20 AMP FP16 training step, batch %lld, CUDA emulator in launch-only mode\n",
               static_cast<long long>(flags.batch));
   std::printf("host us per step: %.1f CPU time of the stepping thread (median of %d windows of %d steps; min %.1f, "
