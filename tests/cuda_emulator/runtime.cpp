@@ -28,7 +28,7 @@
 // capture on the legacy stream's implicit dependencies (cudaErrorStreamCaptureImplicit).
 //
 // Launch-only mode (emulator.h) and the per-site counts live here: every submission of device
-// work passes through submit(), which counts it and, in that mode, drops it.
+// work passes through admit(), which counts it and, in that mode, drops it.
 #include <sys/mman.h>
 #include <unistd.h>
 
