@@ -615,6 +615,7 @@ const OpSchema& kBatchNorm =
         .args({"input", "running_mean", "running_var", "weight", "bias", "num_batches_tracked"})
         .save({0, 3}, {1, 2})
         .grad(batch_norm_backward_fn)
+        .backward_ignores_output_grads({1, 2})
         .kernel(DeviceType::CPU, batch_norm_cpu)
         .sample("train-affine-NC", {arg({6, 3}), arg({3}, 0.5, 2), arg({3}), bn_running_mean(3), bn_running_var(3)},
                 [](const TensorList& x) { return bn_sample(x, true, true, true); }, sums_of(6))
