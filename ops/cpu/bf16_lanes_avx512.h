@@ -29,7 +29,7 @@ inline constexpr LaneOp lane_op_v<fn::Mul> = LaneOp::Mul;
 template <>
 inline constexpr LaneOp lane_op_v<fn::Div> = LaneOp::Div;
 
-// Also the gate of elementwise.h's AVX-512 build of the bf16_bits loops (relu and its gradient).
+// isa_avx512() (the elementwise lists, ops/cpu/elementwise_kernels.cpp, ask isa_avx512() themselves).
 bool bf16_lanes_available();
 
 // out[i] = a[i] op b[i] for i < n: BF16 rows, 2-byte strides; op is not NotLanewise.

@@ -12,6 +12,7 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/isa.h"
 
 namespace mixtape::cpu {
 
@@ -38,6 +39,8 @@ std::string steering_tags(bool bf16, bool conv) {
   if (!own_float_gemm()) add("gemm blas");
   return t.empty() ? t : " [" + t + "]";
 }
+
+const char* isa_tag() { return isa_avx512() ? "" : " [no avx512]"; }
 
 void emit_kernel_choice(const std::string& line) { trace_line(TraceKind::Kernel, "[kernel] " + line); }
 

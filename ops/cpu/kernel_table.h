@@ -23,6 +23,14 @@ struct KernelEntry {
   std::string (*declines)(const P&);
 };
 
+// The same with fixed-word reasons (a const char*, null when it takes the problem), for lists on
+// a hot path whose choice must not allocate (the BF16 elementwise rows, per pointwise call).
+template <typename P>
+struct FixedKernelEntry {
+  const char* name;
+  const char* (*declines)(const P&);
+};
+
 // The entry chosen for a problem and, when the kernel trace is on, "name: why; ..." for the
 // entries before it.
 struct KernelPick {
@@ -135,6 +143,9 @@ std::string kernel_choice_line(const char* op_pass, const std::string& problem, 
 // conv kernels are off (MIXTAPE_CPU_CONV=im2col, an override, or no AVX-512), "gemm blas" when the
 // own float GEMM is (MIXTAPE_GEMM=blas, or no AVX-512); "" when none applies.
 std::string steering_tags(bool bf16, bool conv);
+// The steering the lists of batch norm, max pooling and the BF16 elementwise rows depend on:
+// " [no avx512]" where isa_avx512() is false, "" otherwise.
+const char* isa_tag();
 void emit_kernel_choice(const std::string& line);
 
 template <typename Describe>
