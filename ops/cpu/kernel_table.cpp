@@ -119,6 +119,18 @@ bool register_kernel_names(const char* op_pass, const std::vector<const char*>& 
   return true;
 }
 
+std::vector<std::string> kernel_op_passes() {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  std::vector<std::string> ops;
+  for (const auto& [op, names] : registry()) ops.push_back(op);
+  return ops;
+}
+std::vector<std::string> kernel_names(const std::string& op_pass) {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  const auto it = registry().find(op_pass);
+  return it == registry().end() ? std::vector<std::string>() : it->second;
+}
+
 const char* forced_kernel(const char* op_pass) {
   const Forced* f = g_force_override.load(std::memory_order_acquire);
   if (!f) f = &forced_from_env();

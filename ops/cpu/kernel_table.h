@@ -89,6 +89,10 @@ bool register_kernel_list(const char* op_pass, const Entry (&list)[N]) {
   for (const Entry& e : list) names.push_back(e.name);
   return register_kernel_names(op_pass, names);
 }
+// Every op.pass with a forceable list, and the names its lists hold (in list order, first list
+// first): what tests/ops/test_kernel_entries.cpp runs every entry from.
+std::vector<std::string> kernel_op_passes();
+std::vector<std::string> kernel_names(const std::string& op_pass);
 [[noreturn]] void refuse_forced_kernel(const char* op_pass, const char* name, const std::string& why);
 
 // While alive, forced_kernel() answers from `spec` (MIXTAPE_CPU_KERNEL's syntax; "" forces
