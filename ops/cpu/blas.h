@@ -38,13 +38,14 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, in
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
           int64_t ldb, float beta, float* c, int64_t ldc, int entry = -1);
 
-// True when float GEMMs run on mixtape's own AVX-512 kernel (isa_avx512(): ops/cpu/isa.h, and
-// MIXTAPE_GEMM is not "blas"); conv2d's implicit-GEMM kernel follows the same switch. Reads
-// MIXTAPE_GEMM once: a bad value throws here, at every call. A FloatGemmOverride answers first.
-bool own_float_gemm();
+// True when mixtape's own AVX-512 float kernels may run: isa_avx512() (ops/cpu/isa.h) and
+// MIXTAPE_GEMM is not "blas". It gates the own SGEMM and every AVX-512 conv kernel (FP32 and the
+// BF16 pair kernels alike; each conv entry also asks conv_kernels_enabled()). Reads MIXTAPE_GEMM
+// once: a bad value throws here, at every call. A FloatGemmOverride answers first.
+bool own_kernels_enabled();
 
 enum class FloatGemm { Auto, Blas };
-// While alive, own_float_gemm() answers for `choice` (Blas: false; Auto: whether the CPU has
+// While alive, own_kernels_enabled() answers for `choice` (Blas: false; Auto: whether the CPU has
 // isa_avx512()), whatever MIXTAPE_GEMM says. Process-wide; nests. For tests and benchmarks
 // that compare the paths in one process (the recorded kernel choices replay "[gemm blas]" lines).
 class FloatGemmOverride {

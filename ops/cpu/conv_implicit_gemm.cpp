@@ -42,7 +42,7 @@ bool im2col_from_env() {
 
 }  // namespace
 
-bool conv_implicit_gemm_enabled() {
+bool conv_kernels_enabled() {
   if (const int o = g_conv_override.load(std::memory_order_relaxed))
     return o - 1 == static_cast<int>(ConvAlgo::Auto) && isa_avx512();
   // A throwing initialiser leaves it uninitialised, so a bad value throws at every call.
@@ -467,7 +467,7 @@ void forward(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, c
 
 namespace {
 void check_shape(const ImplicitConvShape& s) {
-  MT_CHECK(isa_avx512(), "conv_implicit_gemm: this CPU lacks AVX-512 F/BW/VL (check conv_implicit_gemm_enabled())");
+  MT_CHECK(isa_avx512(), "conv_implicit_gemm: this CPU lacks AVX-512 F/BW/VL (check conv_kernels_enabled())");
   MT_CHECK(s.N >= 0 && s.C > 0 && s.O > 0 && s.kH > 0 && s.kW == 2 * s.pW + 1 && s.dH > 0 && s.pH >= 0 &&
                s.OH == s.H + 2 * s.pH - s.dH * (s.kH - 1) && s.OH > 0 && s.W > 0,
            "conv_implicit_gemm: not a plane-shift geometry");

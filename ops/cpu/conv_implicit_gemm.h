@@ -31,7 +31,7 @@
 // add), then the store's rounding. Threads split the column panels, so the bits are the same at
 // every thread count and in every run. They differ from im2col + GEMM's in the last bits (that
 // sums in slices and adds onto a bias-filled output).
-// Internal: called by ops/conv.cpp only, after conv_implicit_gemm_enabled().
+// Internal: called by ops/conv.cpp only, after conv_kernels_enabled().
 #pragma once
 #include <cstdint>
 
@@ -47,13 +47,15 @@ struct ImplicitConvShape {
 
 enum class ConvAlgo { Auto, Im2col };
 
-// True when this CPU (and OS) can run the kernels (AVX-512 F, BW and VL; the native BF16 variant
-// also needs bf16_native_gemm()) and neither a ConvAlgoOverride nor MIXTAPE_CPU_CONV=im2col says no.
+// The switch of every AVX-512 conv kernel (the implicit GEMM and the six direct kernels of
+// ops/cpu/conv_*_avx512.h): true when this CPU (and OS) can run them (AVX-512 F, BW and VL; the
+// native BF16 variants also need bf16_native_gemm()) and neither a ConvAlgoOverride nor
+// MIXTAPE_CPU_CONV=im2col says no.
 // MIXTAPE_CPU_CONV: auto (default, or unset/empty) | im2col; anything else throws an Error naming
 // the variable, at every call.
-bool conv_implicit_gemm_enabled();
+bool conv_kernels_enabled();
 
-// While alive, conv_implicit_gemm_enabled() answers for `algo` (Im2col: false; Auto: whether the
+// While alive, conv_kernels_enabled() answers for `algo` (Im2col: false; Auto: whether the
 // CPU can), whatever MIXTAPE_CPU_CONV says. Process-wide; nests. For tests and benchmarks.
 class ConvAlgoOverride {
  public:

@@ -16,8 +16,8 @@ struct RowProblem {
   bool scalar;
 };
 
-// No thresholds: the row kernels win at every length (2.7-3.5x on ResNet-8's tensors for the
-// lanes, docs/CPU.md "16-bit storage"); only the layout and the ISA decide.
+// No thresholds: the row kernels win at every length (2.7-3.5x on ResNet-8's tensors for
+// rows_avx512, docs/CPU.md "16-bit storage"); only the layout and the ISA decide.
 const char* rows_declines(const RowProblem& p) {
   if (p.scalar) return "an operand is a wrapped scalar (the block loop reads it in f32)";
   for (int k = 0; k < p.operands; ++k)
@@ -30,18 +30,18 @@ const char* avx512_rows_declines(const RowProblem& p) {
 }
 
 using RowEntry = FixedKernelEntry<RowProblem>;
-const RowEntry kLaneRows[] = {{"lanes_avx512", avx512_rows_declines}, {"generic", nullptr}};
+const RowEntry kArithmeticRows[] = {{"rows_avx512", avx512_rows_declines}, {"generic", nullptr}};
 const RowEntry kBitsRows[] = {{"bits_avx512", avx512_rows_declines}, {"bits", rows_declines}, {"generic", nullptr}};
 const bool kRowsRegistered =
-    register_kernel_list("elementwise.fwd", kLaneRows) && register_kernel_list("elementwise.fwd", kBitsRows);
+    register_kernel_list("elementwise.fwd", kArithmeticRows) && register_kernel_list("elementwise.fwd", kBitsRows);
 
 }  // namespace
 
-Bf16RowKernel choose_bf16_rows(const char* op, bool lanewise, const int64_t* row_strides, int operands,
+Bf16RowKernel choose_bf16_rows(const char* op, bool arithmetic, const int64_t* row_strides, int operands,
                                bool scalar_operand) {
   const RowProblem p{row_strides, operands, scalar_operand};
   const KernelPick k =
-      lanewise ? choose_kernel("elementwise.fwd", kLaneRows, p) : choose_kernel("elementwise.fwd", kBitsRows, p);
+      arithmetic ? choose_kernel("elementwise.fwd", kArithmeticRows, p) : choose_kernel("elementwise.fwd", kBitsRows, p);
   trace_kernel_choice(
       "elementwise.fwd",
       [&] {
@@ -51,7 +51,7 @@ Bf16RowKernel choose_bf16_rows(const char* op, bool lanewise, const int64_t* row
         return s + isa_tag();
       },
       k.name, k.skipped);
-  if (lanewise) return k.index == 0 ? Bf16RowKernel::LanesAvx512 : Bf16RowKernel::Generic;
+  if (arithmetic) return k.index == 0 ? Bf16RowKernel::RowsAvx512 : Bf16RowKernel::Generic;
   return static_cast<Bf16RowKernel>(k.index + 1);
 }
 

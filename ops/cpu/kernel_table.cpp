@@ -35,8 +35,8 @@ std::string steering_tags(bool bf16, bool conv) {
       case Bf16Kernel::Emulated: add("bf16 emulated"); break;
     }
   }
-  if (conv && !conv_implicit_gemm_enabled()) add("conv im2col");
-  if (!own_float_gemm()) add("gemm blas");
+  if (conv && !conv_kernels_enabled()) add("conv im2col");
+  if (!own_kernels_enabled()) add("gemm blas");
   return t.empty() ? t : " [" + t + "]";
 }
 

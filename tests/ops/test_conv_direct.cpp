@@ -34,7 +34,7 @@ using testing::within_sum_bound;
 
 // False on CPUs without AVX-512 F/BW/VL and under MIXTAPE_CPU_CONV=im2col (the kernel refuses to run).
 bool kernel_available() {
-  return cpu::own_float_gemm() && cpu::conv_direct_applies({1, 1, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4});
+  return cpu::own_kernels_enabled() && cpu::conv_direct_applies({1, 1, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4});
 }
 #define MT_REQUIRE_KERNEL() \
   if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col, or MIXTAPE_GEMM=blas"

@@ -34,7 +34,7 @@ namespace {
 
 bool kernel_available() {
   cpu::ConvAlgoOverride o(cpu::ConvAlgo::Auto);
-  return cpu::conv_implicit_gemm_enabled();
+  return cpu::conv_kernels_enabled();
 }
 bool native_available() { return cpu::can_run_bf16_native(cpu::cpu_features()); }
 bool amx_available() { return cpu::can_run_bf16_amx(cpu::cpu_features_with_amx()); }
@@ -284,12 +284,12 @@ TEST(ConvImplicitGemm, OtherGeometriesKeepIm2colsBits) {
 TEST(ConvImplicitGemm, OverrideTurnsTheKernelOffAndNests) {
   {
     cpu::ConvAlgoOverride a(cpu::ConvAlgo::Im2col);
-    EXPECT_FALSE(cpu::conv_implicit_gemm_enabled());
+    EXPECT_FALSE(cpu::conv_kernels_enabled());
     {
       cpu::ConvAlgoOverride b(cpu::ConvAlgo::Auto);
-      EXPECT_EQ(cpu::conv_implicit_gemm_enabled(), kernel_available());
+      EXPECT_EQ(cpu::conv_kernels_enabled(), kernel_available());
     }
-    EXPECT_FALSE(cpu::conv_implicit_gemm_enabled());
+    EXPECT_FALSE(cpu::conv_kernels_enabled());
   }
 }
 

@@ -197,7 +197,7 @@ struct CpuCan {
 CpuCan this_cpu() {
   cpu::ConvAlgoOverride on(cpu::ConvAlgo::Auto);
   return {cpu::can_run_bf16_amx(cpu::cpu_features_with_amx()), cpu::can_run_bf16_native(cpu::cpu_features()),
-          cpu::sgemm_avx512_available(), cpu::conv_implicit_gemm_enabled(), cpu::isa_avx512()};
+          cpu::sgemm_avx512_available(), cpu::conv_kernels_enabled(), cpu::isa_avx512()};
 }
 
 // What a CPU lacks to reach a line's steering ("" when it can replay it).
@@ -480,7 +480,7 @@ TEST(KernelChoices, RowStridesAreTheStridesEveryRowGets) {
 }
 
 // Batch norm, max pooling and the BF16 elementwise rows name their choice, and MIXTAPE_CPU_KERNEL
-// steers them: a forced generic entry runs (the same bits: test_batch_norm_avx512, test_bf16_lanes), a
+// steers them: a forced generic entry runs (the same bits: test_batch_norm_avx512, test_bf16_rows), a
 // forced entry that declines is refused with its reason.
 TEST(KernelChoices, NormPoolAndElementwiseListsAreTracedAndForceable) {
   const bool avx = cpu::isa_avx512();
@@ -502,14 +502,14 @@ TEST(KernelChoices, NormPoolAndElementwiseListsAreTracedAndForceable) {
   const Tensor b = zeros_of({4, 16}, DType::BFloat16);
   EXPECT_EQ(traced([&] { (void)add(b, b); }),
             "elementwise.fwd bf16 op=add strides=2x2x2" + tag + " -> " +
-                (avx ? "lanes_avx512" : "generic (skipped: lanes_avx512: no AVX-512 F/BW/VL (isa_avx512))"));
+                (avx ? "rows_avx512" : "generic (skipped: rows_avx512: no AVX-512 F/BW/VL (isa_avx512))"));
   EXPECT_EQ(traced([&] { (void)relu(b.transpose(0, 1)); }),
             "elementwise.fwd bf16 op=relu strides=2x32" + tag +
                 " -> generic (skipped: bits_avx512: rows not contiguous (an inner stride is not 2 bytes); bits: rows "
                 "not contiguous (an inner stride is not 2 bytes))");
   EXPECT_EQ(traced([&] { (void)mul(b, Scalar(2.0)); }),
             "elementwise.fwd bf16 op=mul strides=scalar" + tag +
-                " -> generic (skipped: lanes_avx512: an operand is a wrapped scalar (the block loop reads it in f32))");
+                " -> generic (skipped: rows_avx512: an operand is a wrapped scalar (the block loop reads it in f32))");
   {
     cpu::KernelForce force("max_pool2d.fwd:generic,batch_norm.fwd:generic,elementwise.fwd:generic");
     const std::string pool = traced([&] { (void)max_pool2d(x, {2, 2}); });
