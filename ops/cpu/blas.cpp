@@ -104,12 +104,9 @@ CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
 // Float GEMMs run on mixtape's AVX-512 kernel where the CPU has one, unless MIXTAPE_GEMM=blas;
 // C with fewer than 16 rows or columns stays with BLAS (ops/cpu/sgemm_avx512.h says why).
-// 0: no override; else 1 + FloatGemm.
-std::atomic<int> g_gemm_override{0};
-
 bool native_sgemm() {
-  if (const int o = g_gemm_override.load(std::memory_order_relaxed))
-    return o - 1 == static_cast<int>(FloatGemm::Auto) && sgemm_avx512_available();
+  if (const intptr_t o = override_slot(Switch::FloatGemm).load(std::memory_order_relaxed))
+    return o - 1 == static_cast<intptr_t>(FloatGemm::Auto) && sgemm_avx512_available();
   static const bool use = [] {
     const char* choice = std::getenv("MIXTAPE_GEMM");
     const std::string c = choice ? choice : "";
@@ -123,10 +120,10 @@ bool native_sgemm() {
 
 bool own_kernels_enabled() { return native_sgemm(); }
 
-FloatGemmOverride::FloatGemmOverride(FloatGemm choice) : previous_(g_gemm_override.load()) {
-  g_gemm_override.store(1 + static_cast<int>(choice));
+Override::Override(FloatGemm choice) : which_(Switch::FloatGemm) {
+  mine_ = 1 + static_cast<intptr_t>(choice);
+  previous_ = override_slot(which_).exchange(mine_);
 }
-FloatGemmOverride::~FloatGemmOverride() { g_gemm_override.store(previous_); }
 
 namespace {
 

@@ -78,7 +78,7 @@ KernelPick choose_kernel(const Entry (&list)[N], const P& p) {
 // invalid value (not op.pass:name, an unknown op.pass, a name no list of that op.pass holds) throws
 // an Error naming the variable and the accepted values, at every choice.
 
-// The name forced for `op_pass`, or nullptr (a KernelForce answers first).
+// The name forced for `op_pass`, or nullptr (an Override(KernelSpec) answers first).
 const char* forced_kernel(const char* op_pass);
 // Records a list's names under `op_pass`, for the checks above (static initialisation: every
 // forceable list calls it once).
@@ -95,20 +95,8 @@ std::vector<std::string> kernel_op_passes();
 std::vector<std::string> kernel_names(const std::string& op_pass);
 [[noreturn]] void refuse_forced_kernel(const char* op_pass, const char* name, const std::string& why);
 
-// While alive, forced_kernel() answers from `spec` (MIXTAPE_CPU_KERNEL's syntax; "" forces
-// nothing) whatever the variable says. Process-wide; nests. For tests and benchmarks. Throws the
-// variable's Error for an invalid spec.
-class KernelForce {
- public:
-  explicit KernelForce(const std::string& spec);
-  ~KernelForce();
-  KernelForce(const KernelForce&) = delete;
-  KernelForce& operator=(const KernelForce&) = delete;
-
- private:
-  const void* previous_;
-  const void* mine_;
-};
+// cpu::Override(KernelSpec{spec}) (ops/cpu/steering.h) makes forced_kernel() answer from `spec`
+// (MIXTAPE_CPU_KERNEL's syntax) whatever the variable says: MIXTAPE_CPU_KERNEL's in-process twin.
 
 // choose_kernel for a forceable list of `op_pass`: a forced name in this list runs if it takes
 // the problem and is refused if not; otherwise the list's own choice.

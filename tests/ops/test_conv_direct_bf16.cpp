@@ -20,13 +20,14 @@
 
 #include "common/bit_equal.h"
 #include "common/on_avx512_bf16.h"
-#include "common/same_specials.h"
 #include "common/on_thread_counts.h"
+#include "common/same_specials.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
-#include "ops/cpu/conv_direct_avx512.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_direct_avx512.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -132,7 +133,7 @@ TEST(ConvDirectBf16, Conv2dReturnsTheKernelsBitsWithinTheBoundOfTheEmulatedPath)
     }
     Tensor emulated;
     {
-      cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+      cpu::Override o(cpu::Bf16GemmPath::Emulated);
       emulated = op(geo, in.x, in.w, in.b.defined() ? in.b.to(DType::BFloat16) : Tensor());
     }
     const Tensor absterms = op(geo, abs(f64(in.x)), abs(f64(in.w)), abs_or_none(f64(in.b)));
@@ -154,7 +155,7 @@ TEST(ConvDirectBf16, InfinitiesAndNanReachTheOutputsTheEmulatedPathGives) {
   const Tensor got = op(geo, in.x, in.w, Tensor());
   Tensor emulated;
   {
-    cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+    cpu::Override o(cpu::Bf16GemmPath::Emulated);
     emulated = op(geo, in.x, in.w, Tensor());
   }
   EXPECT_TRUE(testing::same_specials(got, emulated, 21));
@@ -162,7 +163,7 @@ TEST(ConvDirectBf16, InfinitiesAndNanReachTheOutputsTheEmulatedPathGives) {
 
 TEST(ConvDirectBf16, NotUnderEmulatedBf16) {
   MT_REQUIRE_KERNEL();
-  cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+  cpu::Override o(cpu::Bf16GemmPath::Emulated);
   EXPECT_FALSE(cpu::conv_pairs_applies({1, 2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4}));
 }
 

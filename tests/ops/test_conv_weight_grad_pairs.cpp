@@ -22,13 +22,14 @@
 
 #include "common/bit_equal.h"
 #include "common/on_avx512_bf16.h"
-#include "common/same_specials.h"
 #include "common/on_thread_counts.h"
+#include "common/same_specials.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
-#include "ops/cpu/conv_weight_grad_avx512.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_weight_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -116,7 +117,7 @@ TEST(ConvWeightGradPairs, TheOpReturnsItsBitsWithinTheBoundOfTheEmulatedPath) {
     EXPECT_TRUE(bit_equal(got, pairs(geo, in).to(DType::BFloat16)));  // the op's one rounding
     Tensor emulated;
     {
-      cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+      cpu::Override o(cpu::Bf16GemmPath::Emulated);
       emulated = op(geo, in.x, in.gy);
     }
     const Tensor x64 = in.x.to(DType::Float64), g64 = in.gy.to(DType::Float64);
@@ -140,7 +141,7 @@ TEST(ConvWeightGradPairs, InfinitiesAndNanReachTheGradientsTheEmulatedPathGives)
   const Tensor got = op(geo, in.x, in.gy);
   Tensor emulated;
   {
-    cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+    cpu::Override o(cpu::Bf16GemmPath::Emulated);
     emulated = op(geo, in.x, in.gy);
   }
   EXPECT_TRUE(testing::same_specials(got, emulated, 11));
@@ -151,7 +152,7 @@ TEST(ConvWeightGradPairs, WhatItDoesNotTake) {
   EXPECT_TRUE(cpu::conv_weight_grad_pairs_applies({2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 6, 6}));   // sW 2
   EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 5, 1, 1, 1, 2, 1, 1, 8, 8}));    // kW 5
   EXPECT_TRUE(cpu::conv_weight_grad_pairs_applies({2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}));   // 1 block
-  cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+  cpu::Override o(cpu::Bf16GemmPath::Emulated);
   EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8}));
 }
 

@@ -32,6 +32,7 @@
 #include "ops/cpu/isa.h"
 #include "ops/cpu/loops.h"
 #include "ops/cpu/sgemm_avx512.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -123,12 +124,12 @@ void run_elementwise(const Recorded& r) {
 
 // Runs the recorded problem once and returns the line its kernel trace printed.
 std::string rerun(const Recorded& r) {
-  std::optional<cpu::Bf16GemmOverride> bf16;
+  std::optional<cpu::Override> bf16;
   if (r.bf16 == "emulated") bf16.emplace(cpu::Bf16GemmPath::Emulated);
   else if (r.bf16 == "avx512bf16") bf16.emplace(cpu::Bf16GemmPath::Avx512Bf16);
   else if (r.bf16 == "amx") bf16.emplace(cpu::Bf16GemmPath::Amx);
-  cpu::ConvAlgoOverride conv(r.conv == "im2col" ? cpu::ConvAlgo::Im2col : cpu::ConvAlgo::Auto);
-  cpu::FloatGemmOverride gemm(r.gemm == "blas" ? cpu::FloatGemm::Blas : cpu::FloatGemm::Auto);
+  cpu::Override conv(r.conv == "im2col" ? cpu::ConvAlgo::Im2col : cpu::ConvAlgo::Auto);
+  cpu::Override gemm(r.gemm == "blas" ? cpu::FloatGemm::Blas : cpu::FloatGemm::Auto);
   const DType dt = dtype_of(r.dtype);
   std::string captured;
   {
@@ -195,7 +196,7 @@ struct CpuCan {
 };
 // This CPU's answers, from the same functions the kernel lists ask.
 CpuCan this_cpu() {
-  cpu::ConvAlgoOverride on(cpu::ConvAlgo::Auto);
+  cpu::Override on(cpu::ConvAlgo::Auto);
   return {cpu::can_run_bf16_amx(cpu::cpu_features_with_amx()), cpu::can_run_bf16_native(cpu::cpu_features()),
           cpu::sgemm_avx512_available(), cpu::conv_kernels_enabled(), cpu::isa_avx512()};
 }
@@ -303,12 +304,12 @@ std::string traced(F&& call) {
 TEST(KernelChoices, GemmListNamesItsChoiceAndWhatItSkipped) {
   const Tensor a = zeros({8, 8}), b = zeros({8, 8}), w = zeros({40, 8});
   {
-    cpu::FloatGemmOverride blas(cpu::FloatGemm::Blas);
+    cpu::Override blas(cpu::FloatGemm::Blas);
     EXPECT_EQ(traced([&] { (void)matmul(a, b); }),
               "matmul.fwd f32 B=1 M=8 K=8 N=8 [gemm blas] -> blas_sgemm (skipped: sgemm_avx512: own float GEMM off "
               "(MIXTAPE_GEMM=blas or no AVX-512))");
   }
-  cpu::FloatGemmOverride own(cpu::FloatGemm::Auto);
+  cpu::Override own(cpu::FloatGemm::Auto);
   if (cpu::sgemm_avx512_available()) {
     EXPECT_EQ(traced([&] { (void)matmul(a, b); }),
               "matmul.fwd f32 B=1 M=8 K=8 N=8 -> blas_sgemm (skipped: sgemm_avx512: C has fewer than 16 rows or "
@@ -323,7 +324,7 @@ TEST(KernelChoices, GemmListNamesItsChoiceAndWhatItSkipped) {
             std::string("linear.fwd f64 M=4 K=8 N=40") + (cpu::sgemm_avx512_available() ? "" : " [gemm blas]") +
                 " -> blas_dgemm");
   if (cpu::can_run_bf16_native(cpu::cpu_features())) {
-    cpu::Bf16GemmOverride vdp(cpu::Bf16GemmPath::Avx512Bf16);
+    cpu::Override vdp(cpu::Bf16GemmPath::Avx512Bf16);
     EXPECT_EQ(traced([&] { (void)matmul(a.to(DType::BFloat16), b.to(DType::BFloat16)); }),
               "matmul.fwd bf16 B=1 M=8 K=8 N=8 [bf16 avx512bf16] -> bgemm_avx512bf16 (skipped: bgemm_amx: BF16 GEMMs "
               "not on AMX (MIXTAPE_CPU_BF16, or no AMX))");
@@ -346,14 +347,14 @@ Tensor conv_f32(int64_t stride) {
   return conv2d(zeros({1, 4, 16, 16}), zeros({8, 4, 3, 3}), Tensor(), {stride, stride}, {1, 1});
 }
 
-// MIXTAPE_CPU_KERNEL (here its in-process twin, KernelForce) runs the forced entry where it takes
+// MIXTAPE_CPU_KERNEL (here its in-process twin, cpu::Override(KernelSpec)) runs the forced entry where it takes
 // the problem, ahead of the entries before it; a list without that name (another dtype's) is left
 // to its own choice.
 TEST(KernelChoices, ForcedKernelRunsWhereItApplies) {
   const std::string free_conv = traced([] { (void)conv_f32(1); });
   const Tensor a = zeros({32, 32});
   {
-    cpu::KernelForce force("conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm,linear.fwd:blas_sgemm");
+    cpu::Override force(cpu::KernelSpec{"conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm,linear.fwd:blas_sgemm"});
     const std::string conv = traced([] { (void)conv_f32(1); });
     EXPECT_EQ(conv.substr(conv.find(" -> ")), " -> im2col_gemm") << conv;
     const std::string mm = traced([&] { (void)matmul(a, a); });
@@ -362,7 +363,7 @@ TEST(KernelChoices, ForcedKernelRunsWhereItApplies) {
     EXPECT_EQ(lin.substr(lin.find(" -> ")), " -> blas_sgemm") << lin;
   }
   {
-    cpu::KernelForce bf16_only("conv2d.fwd:pairs_avx512bf16");  // not in the f32 list
+    cpu::Override bf16_only(cpu::KernelSpec{"conv2d.fwd:pairs_avx512bf16"});  // not in the f32 list
     EXPECT_EQ(traced([] { (void)conv_f32(1); }), free_conv);
   }
   EXPECT_EQ(traced([] { (void)conv_f32(1); }), free_conv);  // the force ended with its scope
@@ -372,7 +373,7 @@ TEST(KernelChoices, ForcedKernelRunsWhereItApplies) {
 // reason its declines() gives; nothing else runs in its place.
 TEST(KernelChoices, ForcedKernelThatDeclinesIsRefusedWithItsReason) {
   {
-    cpu::KernelForce force("conv2d.fwd:implicit_gemm_avx512");
+    cpu::Override force(cpu::KernelSpec{"conv2d.fwd:implicit_gemm_avx512"});
     const std::string e = error_of([] { (void)conv_f32(2); });
     EXPECT_NE(e.find("conv2d.fwd: the forced kernel implicit_gemm_avx512 (MIXTAPE_CPU_KERNEL=conv2d.fwd:"
                      "implicit_gemm_avx512) does not apply to this problem: not plane-shift geometry"),
@@ -380,7 +381,7 @@ TEST(KernelChoices, ForcedKernelThatDeclinesIsRefusedWithItsReason) {
         << e;
   }
   {
-    cpu::KernelForce force("matmul.fwd:sgemm_avx512");
+    cpu::Override force(cpu::KernelSpec{"matmul.fwd:sgemm_avx512"});
     const std::string e = error_of([] { (void)matmul(zeros({8, 8}), zeros({8, 8})); });
     const std::string why = cpu::sgemm_avx512_available() ? "C has fewer than 16 rows or columns"
                                                           : "own float GEMM off";
@@ -390,7 +391,7 @@ TEST(KernelChoices, ForcedKernelThatDeclinesIsRefusedWithItsReason) {
 }
 
 TEST(KernelChoices, InvalidForcedKernelIsRefusedNamingTheAcceptedValues) {
-  auto refused = [](const std::string& spec) { return error_of([&] { cpu::KernelForce f(spec); }); };
+  auto refused = [](const std::string& spec) { return error_of([&] { cpu::Override f(cpu::KernelSpec{spec}); }); };
   EXPECT_NE(refused("conv2d.fwd").find("MIXTAPE_CPU_KERNEL: expected <op.pass>:<name>[,...]"), std::string::npos);
   const std::string op = refused("conv3d.fwd:im2col_gemm");
   EXPECT_NE(op.find("unknown op.pass 'conv3d.fwd'"), std::string::npos) << op;
@@ -412,7 +413,7 @@ TEST(KernelChoices, InvalidForcedKernelIsRefusedNamingTheAcceptedValues) {
 TEST(KernelChoices, ProfileRowsNameTheKernelThatRan) {
   profiler::Profile on;
   {
-    cpu::KernelForce force("conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm");
+    cpu::Override force(cpu::KernelSpec{"conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm"});
     (void)conv_f32(1);
     (void)conv_f32(1);
     (void)matmul(zeros({32, 32}), zeros({32, 32}));
@@ -511,7 +512,7 @@ TEST(KernelChoices, NormPoolAndElementwiseListsAreTracedAndForceable) {
             "elementwise.fwd bf16 op=mul strides=scalar" + tag +
                 " -> generic (skipped: rows_avx512: an operand is a wrapped scalar (the block loop reads it in f32))");
   {
-    cpu::KernelForce force("max_pool2d.fwd:generic,batch_norm.fwd:generic,elementwise.fwd:generic");
+    cpu::Override force(cpu::KernelSpec{"max_pool2d.fwd:generic,batch_norm.fwd:generic,elementwise.fwd:generic"});
     const std::string pool = traced([&] { (void)max_pool2d(x, {2, 2}); });
     EXPECT_EQ(pool.substr(pool.find(" -> ")), " -> generic") << pool;
     const std::string bn = traced([&] { (void)batch_norm(h, zeros({3}), ones({3}), Tensor(), Tensor(), false); });
@@ -520,7 +521,7 @@ TEST(KernelChoices, NormPoolAndElementwiseListsAreTracedAndForceable) {
     EXPECT_EQ(rows.substr(rows.find(" -> ")), " -> generic") << rows;
   }
   {
-    cpu::KernelForce force("max_pool2d.fwd:2x2_sse2");
+    cpu::Override force(cpu::KernelSpec{"max_pool2d.fwd:2x2_sse2"});
     const std::string e = error_of([&] { (void)max_pool2d(x, {3, 3}); });
     EXPECT_NE(e.find("max_pool2d.fwd: the forced kernel 2x2_sse2 (MIXTAPE_CPU_KERNEL=max_pool2d.fwd:2x2_sse2) does "
                      "not apply to this problem: not a 2x2 window"),
@@ -528,7 +529,7 @@ TEST(KernelChoices, NormPoolAndElementwiseListsAreTracedAndForceable) {
         << e;
   }
   {
-    cpu::KernelForce force("elementwise.fwd:bits");
+    cpu::Override force(cpu::KernelSpec{"elementwise.fwd:bits"});
     const std::string e = error_of([&] { (void)relu(b.transpose(0, 1)); });
     EXPECT_NE(e.find("elementwise.fwd: the forced kernel bits"), std::string::npos) << e;
     EXPECT_NE(e.find("rows not contiguous"), std::string::npos) << e;

@@ -1,6 +1,6 @@
 // tests/ops/test_kernel_entries.cpp — every entry of every CPU kernel list (ops/cpu/kernel_table.h's
 // registry: conv2d's three passes, batch norm, max pooling, the BF16 elementwise rows) run on every
-// geometry of one list that it accepts, forced by cpu::KernelForce, with the entry's own contract:
+// geometry of one list that it accepts, forced by cpu::Override(KernelSpec), with the entry's own contract:
 //   - conv2d (f32; bf16 under each BF16 GEMM path this CPU has): within the FP32 summation bound
 //     of an FP64 reference (tests/common/sum_bound.h; plus one rounding to BF16), and where two
 //     entries claim the same bits (direct_avx512 and implicit_gemm_avx512 on "same" convs), bit
@@ -25,6 +25,7 @@
 #include "core/trace.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/kernel_table.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -84,7 +85,7 @@ std::string kernel_of(const std::string& trace, const std::string& op_pass) {
 // list for this dtype does not hold it (the trace then names another entry).
 template <typename F>
 std::optional<TensorList> forced(const std::string& op_pass, const std::string& name, F&& call) {
-  cpu::KernelForce force(op_pass + ":" + name);
+  cpu::Override force(cpu::KernelSpec{op_pass + ":" + name});
   std::string trace;
   TensorList out;
   try {
@@ -146,7 +147,7 @@ TEST(KernelEntries, EveryConvEntryOnEveryGeometryItTakes) {
         std::vector<std::pair<const char*, cpu::Bf16GemmPath>> paths{{"", cpu::Bf16GemmPath::Emulated}};
         if (bf16) paths = bf16_paths();
         for (const auto& [path_name, path] : paths) {
-          std::optional<cpu::Bf16GemmOverride> steer;
+          std::optional<cpu::Override> steer;
           if (bf16) steer.emplace(path);
           std::map<std::string, Tensor> results;
           for (const std::string& name : cpu::kernel_names(c.op_pass)) {
