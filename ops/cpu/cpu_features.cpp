@@ -168,7 +168,8 @@ Bf16Kernel bf16_gemm_kernel() {
 }
 
 bool bf16_native_gemm() {
-  if (override_slot(Switch::Bf16Gemm).load(std::memory_order_relaxed)) return bf16_gemm_kernel() != Bf16Kernel::Emulated;
+  if (override_slot(Switch::Bf16Gemm).load(std::memory_order_relaxed))
+    return bf16_gemm_kernel() != Bf16Kernel::Emulated;
   // FP32 convs and the BLAS set-up ask this too: under auto it is answered without resolving the
   // kernel, so Linux is asked for AMX only at the first BF16 GEMM (AMX's requirements include
   // these). An explicit value is parsed, and checked, now.

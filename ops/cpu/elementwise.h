@@ -75,7 +75,8 @@ TensorList unary_loop(const OpCall& call, DType dt, const F& f) {
       const StridedOperands<2> ops{{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
                                    {broadcast_byte_strides(out, x.sizes()), broadcast_byte_strides(x, x.sizes())}};
       [[maybe_unused]] Bf16RowKernel rk = Bf16RowKernel::Generic;
-      if constexpr (has_bf16_bits<F, T, 1>) rk = choose_bf16_rows(call.name(), false, row_strides(x.sizes(), ops).data(), 2, false);
+      if constexpr (has_bf16_bits<F, T, 1>)
+        rk = choose_bf16_rows(call.name(), false, row_strides(x.sizes(), ops).data(), 2, false);
       strided_loop<2>(x.sizes(), ops,
                       [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
                         if constexpr (has_bf16_bits<F, T, 1>) {
@@ -165,7 +166,8 @@ TensorList binary_loop(const OpCall& call, DType dt, const F& f) {
       strided_loop<3>(shape, ops,
                       [&](std::array<char*, 3> p, std::array<int64_t, 3> st, int64_t n) {
                         if constexpr (row_op_v<F> != RowOp::Generic && std::is_same_v<T, BFloat16> && !kBool) {
-                          if (rk == Bf16RowKernel::RowsAvx512) return bf16_binary_rows(row_op_v<F>, n, p[0], p[1], p[2]);
+                          if (rk == Bf16RowKernel::RowsAvx512)
+                            return bf16_binary_rows(row_op_v<F>, n, p[0], p[1], p[2]);
                         }
                         if constexpr (has_bf16_bits<F, T, 2> && !kBool) {
                           if (rk == Bf16RowKernel::BitsAvx512) return bf16_rows_avx512(f, n, p[0], p[1], p[2]);

@@ -40,8 +40,8 @@ const bool kRowsRegistered =
 Bf16RowKernel choose_bf16_rows(const char* op, bool arithmetic, const int64_t* row_strides, int operands,
                                bool scalar_operand) {
   const RowProblem p{row_strides, operands, scalar_operand};
-  const KernelPick k =
-      arithmetic ? choose_kernel("elementwise.fwd", kArithmeticRows, p) : choose_kernel("elementwise.fwd", kBitsRows, p);
+  const KernelPick k = arithmetic ? choose_kernel("elementwise.fwd", kArithmeticRows, p)
+                                  : choose_kernel("elementwise.fwd", kBitsRows, p);
   trace_kernel_choice(
       "elementwise.fwd",
       [&] {

@@ -42,7 +42,8 @@ using Geo = testing::Conv3;  // the bias flag unused here
 // False on CPUs without AVX-512 F/BW/VL and under MIXTAPE_CPU_CONV=im2col (the kernel refuses to run),
 // and under MIXTAPE_GEMM=blas (conv2d keeps its GEMM paths there).
 bool kernel_available() {
-  return cpu::own_kernels_enabled() && cpu::conv_input_grad_direct_applies({1, 1, 4, 4, 1, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
+  return cpu::own_kernels_enabled() &&
+         cpu::conv_input_grad_direct_applies({1, 1, 4, 4, 1, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
 }
 #define MT_REQUIRE_KERNEL() \
   if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col, or MIXTAPE_GEMM=blas"

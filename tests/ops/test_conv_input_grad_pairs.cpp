@@ -40,7 +40,8 @@ using testing::within_sum_bound;
 // keeps its GEMM paths; MT_REQUIRE_KERNEL puts BF16 GEMMs on vdpbf16ps for the test where the CPU
 // has it, AMX CPUs included).
 bool kernel_available() {
-  return cpu::own_kernels_enabled() && cpu::conv_input_grad_pairs_applies({1, 2, 4, 4, 2, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
+  return cpu::own_kernels_enabled() &&
+         cpu::conv_input_grad_pairs_applies({1, 2, 4, 4, 2, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
 }
 #define MT_REQUIRE_KERNEL()                   \
   const testing::OnAvx512Bf16 on_avx512_bf16; \

@@ -42,7 +42,8 @@ using testing::within_sum_bound;
 
 // False on CPUs without AVX-512 F/BW/VL and under MIXTAPE_CPU_CONV=im2col (the kernel refuses to run).
 bool kernel_available() {
-  return cpu::own_kernels_enabled() && cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
+  return cpu::own_kernels_enabled() &&
+         cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
 }
 #define MT_REQUIRE_KERNEL() \
   if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col, or MIXTAPE_GEMM=blas"

@@ -40,7 +40,8 @@ using testing::within_sum_bound;
 // False without AVX512-BF16 and under MIXTAPE_CPU_CONV=im2col (MT_REQUIRE_KERNEL puts BF16 GEMMs on
 // vdpbf16ps for the test where the CPU has it, AMX CPUs included).
 bool kernel_available() {
-  return cpu::own_kernels_enabled() && cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
+  return cpu::own_kernels_enabled() &&
+         cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
 }
 #define MT_REQUIRE_KERNEL()              \
   const testing::OnAvx512Bf16 on_avx512_bf16; \

@@ -215,7 +215,8 @@ TEST(KernelEntries, NormPoolAndElementwiseEntriesGiveTheGenericBits) {
           return TensorList{batch_norm(xs, rm, rv, ones({g.C}), zeros({g.C}), true), rm, rv};
         });
         entries_match_generic("batch_norm.bwd", g.what, ran, [&] {
-          auto [dx, dw, db] = batch_norm_backward(gs, xs, ones({g.C}), full({g.C}, 0.25f), full({g.C}, 1.5f), true, 1e-5);
+          auto [dx, dw, db] =
+              batch_norm_backward(gs, xs, ones({g.C}), full({g.C}, 0.25f), full({g.C}, 1.5f), true, 1e-5);
           return TensorList{dx, dw, db};
         });
       }
