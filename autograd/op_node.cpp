@@ -64,9 +64,10 @@ OpNode::OpNode(const OpSchema& op, const OpCall& call, const TensorList& outputs
 TensorList OpNode::apply(TensorList grads) {
   BackwardContext ctx{op_, attrs_, input_meta_, saved_inputs_, saved_outputs_, needs_grad_, std::move(grads),
                       shared_from_this()};
-  // Outputs that received no gradient contribute zeros (multi-output ops).
+  // Outputs that received no gradient contribute zeros (multi-output ops), unless the backward
+  // never reads them (OpSchema::backward_ignores_output_grads): those stay undefined.
   for (size_t i = 0; i < ctx.grads.size(); ++i) {
-    if (ctx.grads[i].defined()) continue;
+    if (ctx.grads[i].defined() || (i < 64 && ((op_.unread_output_grads >> i) & 1u))) continue;
     Tensor z = Tensor::empty(output_meta_[i].sizes, TensorOptions(output_meta_[i].dtype).with_device(output_meta_[i].device));
     ctx.grads[i] = op_calls::call("fill_", {z}, {{"value", 0.0}})[0];
   }

@@ -23,6 +23,7 @@
 
 #include "mixtape/mixtape.h"
 #include "ops/cpu/conv_implicit_gemm.h"
+#include "ops/cpu/steering.h"
 #include "ops/threads.h"
 
 using namespace mixtape;
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
       }
       for (int k = 0; k < 2; ++k) {
         const bool use_b = (k == 0) == (r % 2 == 1);  // alternate which path goes first
-        cpu::ConvAlgoOverride o(use_b ? cpu::ConvAlgo::Auto : cpu::ConvAlgo::Im2col);
+        cpu::Override o(use_b ? cpu::ConvAlgo::Auto : cpu::ConvAlgo::Im2col);
         (use_b ? c.b : c.a).push_back(time_per_call(c.run, min_s));
       }
     }

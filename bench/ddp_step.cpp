@@ -6,6 +6,13 @@
 //
 //   [mpirun -np N] build-bench/bench/ddp_step [--model smallcnn|resnet8] [--batch 128]
 //       [--steps 20] [--warmup 3] [--threads T] [--amp off|fp16|bf16] [--bucket-cap-kb K] [--json]
+//       [--grad-view-ab ROUNDS]
+//
+// --grad-view-ab R: DistributedDataParallel without and with gradient_as_bucket_view (two
+// replicas of the same model, each with its SGD), R rounds of --steps steps each, the two
+// alternating within every round (ABBA order over the rounds); per round the ratio of the
+// medians (view / default), and the bytes the .grads hold besides the buckets between steps
+// (the allocator's bytes freed by zero_grad(set_to_none)), and the bytes all-reduced.
 //
 // Synthetic seeded batches (the cost of a step does not depend on the numbers); SGD lr 0.05
 // momentum 0.9. Per step: wall time (median over the timed steps, rank 0's clock, a barrier
@@ -31,12 +38,75 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+struct ViewRound {
+  double default_ms = 0, view_ms = 0;
+};
+
+// One replica's step as the main loop runs it (zero_grad, forward, backward, step), timed.
+struct Replica {
+  std::shared_ptr<nn::Module> model;
+  std::shared_ptr<distributed::DistributedDataParallel> ddp;
+  std::unique_ptr<optim::SGD> opt;
+  int64_t grad_bytes = 0;  // freed by the last zero_grad: what the .grads held besides the buckets
+  double step(distributed::ProcessGroup& pg, const Tensor& x, const Tensor& y) {
+    pg.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t before = memory_stats().current_bytes;
+    opt->zero_grad();
+    grad_bytes = before - memory_stats().current_bytes;
+    cross_entropy((*ddp)(x), y).backward();
+    opt->step();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+int grad_view_ab(distributed::ProcessGroup& pg, const std::string& model_name, int64_t local, int steps, int warmup,
+                 int rounds, const distributed::DataParallelOptions& base) {
+  Replica rep[2];
+  for (int v = 0; v < 2; ++v) {
+    manual_seed(0);
+    if (model_name == "smallcnn") rep[v].model = std::make_shared<models::SmallCNN>(10, 1);
+    else rep[v].model = std::make_shared<models::ResNet>(8, 10, 1);
+    distributed::DataParallelOptions o = base;
+    o.gradient_as_bucket_view = v == 1;
+    rep[v].ddp = std::make_shared<distributed::DistributedDataParallel>(rep[v].model, pg, o);
+    rep[v].opt = std::make_unique<optim::SGD>(rep[v].model->parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+  }
+  Generator g(7 + static_cast<uint64_t>(pg.rank()));
+  Tensor x = randn({local, 1, 28, 28}, {}, &g);
+  Tensor y = (rand({local}, {}, &g) * 10.0).to(DType::Int64);
+  for (int s = 0; s < warmup; ++s)
+    for (Replica& r : rep) r.step(pg, x, y);
+  std::vector<double> ratios;
+  if (pg.rank() == 0)
+    std::printf("| round | default ms | view ms | view / default |\n|---:|---:|---:|---:|\n");
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<double> t[2];
+    const int first = (round % 4 == 0 || round % 4 == 3) ? 0 : 1;  // ABBA
+    for (int k = 0; k < 2; ++k) {
+      const int v = k == 0 ? first : 1 - first;
+      for (int s = 0; s < steps; ++s) t[v].push_back(rep[v].step(pg, x, y));
+    }
+    const double a = median(t[0]), b = median(t[1]);
+    ratios.push_back(b / a);
+    if (pg.rank() == 0) std::printf("| %d | %.2f | %.2f | %.3f |\n", round + 1, 1e3 * a, 1e3 * b, b / a);
+  }
+  if (pg.rank() == 0) {
+    std::printf("median ratio %.3f over %d rounds of %d steps; ", median(ratios), rounds, steps);
+    std::printf(".grad bytes besides the buckets: default %lld, view %lld; all-reduced per step: default %lld, view %lld\n",
+                static_cast<long long>(rep[0].grad_bytes), static_cast<long long>(rep[1].grad_bytes),
+                static_cast<long long>(rep[0].ddp->last_stats().bytes),
+                static_cast<long long>(rep[1].ddp->last_stats().bytes));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_name = "smallcnn", amp = "off";
   int64_t batch = 128, bucket_kb = 0;
-  int steps = 20, warmup = 3, threads = 0;
+  int steps = 20, warmup = 3, threads = 0, view_rounds = 0;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&](const char* flag) -> const char* {
@@ -54,6 +124,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--amp")) amp = next("--amp");
     else if (!std::strcmp(argv[i], "--bucket-cap-kb")) bucket_kb = std::atoll(next("--bucket-cap-kb"));
     else if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--grad-view-ab")) view_rounds = std::atoi(next("--grad-view-ab"));
     else {
       std::fprintf(stderr, "ddp_step: unknown argument '%s'\n", argv[i]);
       return 2;
@@ -73,6 +144,13 @@ int main(int argc, char** argv) {
     std::shared_ptr<distributed::DistributedDataParallel> ddp;
     distributed::DataParallelOptions opts;
     if (bucket_kb > 0) opts.bucket_cap_bytes = opts.first_bucket_cap_bytes = bucket_kb << 10;
+    if (view_rounds > 0) {
+      MT_CHECK(amp == "off" && (model_name == "smallcnn" || model_name == "resnet8"),
+               "ddp_step: --grad-view-ab runs FP32 smallcnn or resnet8");
+      const int rc = grad_view_ab(pg, model_name, local, steps, warmup, view_rounds, opts);
+      distributed::destroy_process_group();
+      return rc;
+    }
     if (world > 1) ddp = std::make_shared<distributed::DistributedDataParallel>(model, pg, opts);
     nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;
     optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});

@@ -47,6 +47,14 @@ OpSchema& OpSchema::save(std::initializer_list<int> inputs, std::initializer_lis
   return *this;
 }
 
+OpSchema& OpSchema::backward_ignores_output_grads(std::initializer_list<int> outputs) {
+  for (int i : outputs) {
+    MT_CHECK(i >= 0 && i < 64, name, ": backward_ignores_output_grads() takes output indices in [0, 64), got ", i);
+    unread_output_grads |= 1ull << i;
+  }
+  return *this;
+}
+
 namespace {
 struct Registry {
   std::mutex mu;

@@ -63,6 +63,7 @@ struct OpSchema {
   bool backward_keeps_autocast = false;  // backward runs under the autocast settings of the forward call
   uint64_t saved_inputs = ~0ull;  // bit i set: input i is saved for backward
   uint64_t saved_outputs = 0;     // bit i set: output i is saved for backward
+  uint64_t unread_output_grads = 0;  // bit i set: backward never reads output i's gradient
   BackwardFn backward = nullptr;
   KernelFn composite = nullptr;   // a body made of other ops; runs above autograd, needs no backward
   KernelFn kernels[kNumDeviceTypes] = {};
@@ -87,6 +88,10 @@ struct OpSchema {
   OpSchema& backward_under_forward_autocast() { backward_keeps_autocast = true; return *this; }
   OpSchema& save(std::initializer_list<int> inputs, std::initializer_list<int> outputs = {});
   OpSchema& grad(BackwardFn fn) { backward = fn; return *this; }
+  // Outputs whose gradient the backward never reads (batch norm's statistics): autograd passes an
+  // undefined tensor for them where no gradient arrived, instead of materialising zeros (a fill
+  // kernel per output and call on a GPU).
+  OpSchema& backward_ignores_output_grads(std::initializer_list<int> outputs);
   OpSchema& composite_of_ops(KernelFn fn) { composite = fn; return *this; }
   OpSchema& kernel(DeviceType d, KernelFn fn) { kernels[static_cast<int>(d)] = fn; mark_registry_changed(); return *this; }
   OpSchema& kernel_any_device(KernelFn fn) { any_device = fn; return *this; }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
@@ -20,6 +21,13 @@ std::string replica_description(const nn::Module& m) {
     os << "parameter '" << name << "' " << layout_of(t) << (t.requires_grad() ? "" : " (frozen)") << "\n";
   for (const auto& [name, t] : m.named_buffers()) os << "buffer '" << name << "' " << layout_of(t) << "\n";
   return os.str();
+}
+
+// Whether `g` is exactly the 1-D bucket region `view` (same memory, contiguous, same size and
+// dtype): a .grad left by gradient_as_bucket_view that nothing replaced since.
+bool is_view_of(const Tensor& g, const Tensor& view) {
+  return g.defined() && g.dtype() == view.dtype() && g.numel() == view.numel() && g.is_contiguous() &&
+         g.data_ptr() == view.data_ptr();
 }
 
 std::vector<std::string> lines(const std::string& s) {
@@ -38,9 +46,20 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   MT_CHECK(options_.bucket_cap_bytes > 0 && options_.first_bucket_cap_bytes > 0,
            "DistributedDataParallel: bucket capacities must be positive, got ", options_.bucket_cap_bytes, " and ",
            options_.first_bucket_cap_bytes);
+  MT_CHECK(!options_.reduce_dtype || *options_.reduce_dtype == DType::Float32 ||
+               *options_.reduce_dtype == DType::BFloat16 || *options_.reduce_dtype == DType::Float16,
+           "DistributedDataParallel: reduce_dtype must be Float32, BFloat16 or Float16 (or unset), got ",
+           options_.reduce_dtype ? dtype_name(*options_.reduce_dtype) : "");
   register_module("module", module_);
   for (auto& [name, t] : module_->named_parameters())
     if (t.requires_grad()) params_.emplace_back(name, t);
+  // Not yet on CUDA (untested there: no GPU run has covered them).
+  for (const auto& [name, t] : params_) {
+    MT_CHECK(!options_.gradient_as_bucket_view || t.device().is_cpu(), "DistributedDataParallel: "
+             "gradient_as_bucket_view supports CPU parameters only so far; parameter '", name, "' is on ", t.device());
+    MT_CHECK(!options_.reduce_dtype || t.device().is_cpu(), "DistributedDataParallel: reduce_dtype supports CPU "
+             "parameters only so far (on CUDA, reduce_16bit_in_fp32 chooses); parameter '", name, "' is on ", t.device());
+  }
   check_replicas_match();
   TensorList state = module_->parameters();
   for (const Tensor& b : module_->buffers()) state.push_back(b);
@@ -107,7 +126,9 @@ std::vector<DType> DistributedDataParallel::grad_dtypes() const {
 
 void DistributedDataParallel::build_buckets() {
   // Reverse registration order: roughly the order backward produces the gradients in.
-  std::map<std::pair<std::string, int>, size_t> open;  // (device, dtype) -> bucket being filled
+  // (device, bucket dtype, grad dtype or -1) -> bucket being filled; with reduce_dtype a bucket
+  // holds one grad dtype (where to divide depends on it).
+  std::map<std::tuple<std::string, int, int>, size_t> open;
   buckets_.clear();
   built_for_ = grad_dtypes();
   bucket_of_.assign(params_.size(), 0);
@@ -115,8 +136,10 @@ void DistributedDataParallel::build_buckets() {
     const Tensor& p = params_[k].second;
     const DType g = p.grad_dtype();
     const bool sixteen = g == DType::Float16 || g == DType::BFloat16;
-    const DType dt = sixteen && options_.reduce_16bit_in_fp32 ? DType::Float32 : g;
-    const auto key = std::make_pair(p.device().str(), static_cast<int>(dt));
+    const DType dt = options_.reduce_dtype ? *options_.reduce_dtype
+                     : sixteen && options_.reduce_16bit_in_fp32 ? DType::Float32
+                                                                 : g;
+    const auto key = std::make_tuple(p.device().str(), static_cast<int>(dt), options_.reduce_dtype ? static_cast<int>(g) : -1);
     auto it = open.find(key);
     const int64_t bytes = p.numel() * static_cast<int64_t>(element_size(dt));
     if (it != open.end()) {
@@ -126,6 +149,10 @@ void DistributedDataParallel::build_buckets() {
     }
     if (it == open.end()) {
       buckets_.push_back(Bucket{.dtype = dt, .device = p.device()});
+      if (options_.reduce_dtype) {
+        buckets_.back().grad_dtype = g;
+        buckets_.back().divide_late = !options_.predivide && element_size(g) > element_size(dt);
+      }
       it = open.insert_or_assign(key, buckets_.size() - 1).first;
     }
     Bucket& b = buckets_[it->second];
@@ -139,7 +166,12 @@ void DistributedDataParallel::build_buckets() {
   const int64_t world = group_.world_size();
   for (Bucket& b : buckets_) {
     b.chunk = (b.numel + world - 1) / world;
-    b.stride = b.chunk + static_cast<int64_t>(b.params.size());
+    b.views = options_.gradient_as_bucket_view &&
+              std::all_of(b.params.begin(), b.params.end(), [&](size_t k) { return params_[k].second.grad_dtype() == b.dtype; });
+    // Without the counts between the chunks, chunk c still starts the c-th N-th of the buffer, so
+    // a ring all-reduce adds each element's values in the order it does with them (the same bits).
+    b.stride = b.chunk + (b.views ? 0 : static_cast<int64_t>(b.params.size()));
+    if (b.views) b.counts = zeros({static_cast<int64_t>(b.params.size())}, TensorOptions(DType::Float64));
     b.flat = zeros({world * b.stride}, TensorOptions(b.dtype).with_device(b.device));  // the padding stays 0
   }
   ready_.assign(params_.size(), false);
@@ -310,6 +342,14 @@ void DistributedDataParallel::launch(size_t bi) {
     const Tensor& p = params_[b.params[j]].second;
     Tensor g = p.grad();
     used[j] = g.defined() ? 1.0 : 0.0;
+    if (b.views) {
+      Tensor view = b.flat.narrow(0, b.offsets[j], p.numel());
+      if (!g.defined())
+        view.zero_();
+      else if (!is_view_of(g, view))
+        view.copy_(g.contiguous().view({p.numel()}));
+      continue;
+    }
     const Tensor flat_g = g.defined() ? g.contiguous().view({p.numel()}) : Tensor();
     for_each_run(b, j, [&](int64_t e, int64_t at, int64_t len) {
       Tensor slot = b.flat.narrow(0, at, len);
@@ -326,7 +366,13 @@ void DistributedDataParallel::launch(size_t bi) {
   // host), and finish_backward need not read the counts back: each sum is >= this rank's 1.
   b.all_used_here = std::all_of(used.begin(), used.end(), [](double u) { return u == 1.0; });
   const Tensor counts = b.all_used_here ? Tensor() : tensor(used, {n}, TensorOptions(DType::Float64));
-  for (int c = 0; c < world; ++c) {
+  if (b.views) {
+    if (b.all_used_here)
+      b.counts.fill_(1.0);
+    else
+      b.counts.copy_(counts);
+  }
+  for (int c = 0; c < world && !b.views; ++c) {
     Tensor slots = b.flat.narrow(0, c * b.stride + b.chunk, n);
     if (b.all_used_here)
       slots.fill_(1.0);
@@ -343,6 +389,10 @@ void DistributedDataParallel::launch(size_t bi) {
     b.work = group_.reduce_scatter_async(b.shard, b.flat, ReduceOp::Sum, label);
   } else {
     b.work = group_.all_reduce_async(b.flat, ReduceOp::Sum, label);
+    if (b.views) {
+      stats_.bytes += static_cast<int64_t>(b.counts.nbytes());
+      b.counts_work = group_.all_reduce_async(b.counts, ReduceOp::Sum, label + " used counts");
+    }
   }
 }
 
@@ -356,7 +406,10 @@ void DistributedDataParallel::finish_backward() {
       step_work_.wait();
       verify_step_check(kReducing, "reducing");
     }
-    for (Bucket& b : buckets_) b.work.wait();
+    for (Bucket& b : buckets_) {
+      b.work.wait();
+      if (b.views) b.counts_work.wait();
+    }
   } catch (...) {
     reset_backward_state();
     throw;
@@ -369,16 +422,19 @@ void DistributedDataParallel::finish_backward() {
     stats_.comm_seconds += b.work.busy_seconds();
     const Tensor& reduced = sink_ ? b.shard : b.flat;  // chunk 0 of `flat`, or this rank's only
     const int chunks = sink_ ? 1 : world;
-    if (!options_.predivide && world > 1)
+    if (!options_.predivide && world > 1 && !b.divide_late)
       for (int c = 0; c < chunks; ++c) reduced.narrow(0, c * b.stride, b.chunk).mul_(Scalar(1.0 / world));
     // A host read (on CUDA a device sync) only where some parameter had no .grad on this rank.
-    const auto used = b.all_used_here
-                          ? std::vector<double>(b.params.size(), 1.0)
-                          : reduced.narrow(0, b.chunk, static_cast<int64_t>(b.params.size())).to_vector<double>();
+    const auto used = b.all_used_here ? std::vector<double>(b.params.size(), 1.0)
+                      : b.views       ? b.counts.to_vector<double>()
+                                      : reduced.narrow(0, b.chunk, static_cast<int64_t>(b.params.size())).to_vector<double>();
     if (sink_) {
       std::vector<bool> any(used.size());
       for (size_t j = 0; j < used.size(); ++j) any[j] = used[j] != 0;
-      sink_(bi, b.shard.narrow(0, 0, b.chunk), any);
+      if (b.divide_late && world > 1)  // in the gradient's wider dtype: the 16-bit sum is exact there
+        sink_(bi, b.shard.narrow(0, 0, b.chunk).to(*b.grad_dtype).mul_(Scalar(1.0 / world)), any);
+      else
+        sink_(bi, b.shard.narrow(0, 0, b.chunk), any);
       // Packed into the bucket, the local gradients are spent: the reduced shard is the sink's.
       for (size_t k : b.params) params_[k].second.set_grad(Tensor());
       continue;
@@ -386,6 +442,11 @@ void DistributedDataParallel::finish_backward() {
     for (size_t j = 0; j < b.params.size(); ++j) {
       if (used[j] == 0) continue;  // no rank produced a gradient: it keeps none (the optimizer skips it)
       const Tensor& p = params_[b.params[j]].second;
+      if (b.views) {
+        Tensor view = b.flat.narrow(0, b.offsets[j], p.numel());
+        if (!is_view_of(p.grad(), view)) p.set_grad(view.view(p.sizes()));
+        continue;
+      }
       // The average, assembled where the parameter's elements span chunks.
       Tensor avg;
       int runs = 0;
@@ -398,13 +459,12 @@ void DistributedDataParallel::finish_backward() {
         avg = whole.view(p.sizes());
       }
       Tensor g = p.grad();
-      if (g.defined()) {
-        const_cast<Tensor&>(g).copy_(avg);
-      } else {
-        Tensor fresh = empty(p.sizes(), TensorOptions(p.grad_dtype()).with_device(p.device()));
-        fresh.copy_(avg);
-        p.set_grad(fresh);
+      if (!g.defined()) {
+        g = empty(p.sizes(), TensorOptions(p.grad_dtype()).with_device(p.device()));
+        p.set_grad(g);
       }
+      const_cast<Tensor&>(g).copy_(avg);
+      if (b.divide_late && world > 1) const_cast<Tensor&>(g).mul_(Scalar(1.0 / world));
     }
   }
   reset_backward_state();
@@ -424,6 +484,9 @@ std::vector<DistributedDataParallel::BucketShape> DistributedDataParallel::bucke
 
 void DistributedDataParallel::shard_gradients(ShardSink sink) {
   MT_CHECK(!sink || !armed_, "DistributedDataParallel::shard_gradients: called during a backward");
+  MT_CHECK(!sink || !options_.gradient_as_bucket_view, "DistributedDataParallel::shard_gradients: "
+           "gradient_as_bucket_view is on; a ZeroRedundancyOptimizer's shards hold the reduced gradients and the "
+           "parameters keep none (make the DistributedDataParallel without it)");
   sink_ = std::move(sink);
 }
 
@@ -439,12 +502,14 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() c
 std::string DistributedDataParallel::extra_repr() const {
   std::ostringstream os;
   os << "world_size=" << group_.world_size() << ", buckets=" << buckets_.size()
-     << ", reduce_16bit_in_fp32=" << (options_.reduce_16bit_in_fp32 ? "true" : "false");
+     << ", reduce_16bit_in_fp32=" << (options_.reduce_16bit_in_fp32 ? "true" : "false")
+     << (options_.gradient_as_bucket_view ? ", gradient_as_bucket_view=true" : "");
+  if (options_.reduce_dtype) os << ", reduce_dtype=" << dtype_name(*options_.reduce_dtype);
   return os.str();
 }
 
 std::function<void(const Tensor&)> found_inf_reducer(ProcessGroup& group) {
-  return [&group](const Tensor& found_inf) { group.all_reduce(found_inf, ReduceOp::Max); };
+  return [&group](const Tensor& found_inf) { group.all_reduce_async(found_inf, ReduceOp::Max, kFoundInfReduction).wait(); };
 }
 
 }  // namespace mixtape::distributed

@@ -38,10 +38,27 @@ struct DataParallelOptions {
   // (false: half the traffic; the overflow/underflow trade-off is in docs/DISTRIBUTED.md).
   // FP32 and FP64 gradients are always summed in their own dtype.
   bool reduce_16bit_in_fp32 = true;
+  // The reduction precision as a choice (FSDP's MixedPrecision.reduce_dtype): when set (Float32,
+  // BFloat16 or Float16), every gradient, whatever its dtype, is cast into buckets of this dtype,
+  // summed in it and cast back; it replaces reduce_16bit_in_fp32. Float16 with predivide is
+  // PyTorch's fp16_compress_hook (cast, divide, sum); Float16 without predivide under a
+  // GradScaler is the loss-scaled FP16 reduction (the scaled gradients summed, an overflow inf on
+  // every rank, skipped by the scaler). Underflow and overflow of each: docs/DISTRIBUTED.md,
+  // "Reduction precision". CPU parameters only so far.
+  std::optional<DType> reduce_dtype;
   // Divide by the world size before summing (PyTorch does): the sum of the quotients cannot
   // overflow where every rank's gradient was finite, but 16-bit quotients may underflow. false
-  // sums first and divides after.
+  // sums first and divides after, in the wider of the bucket's and the gradient's dtype.
   bool predivide = true;
+  // PyTorch's gradient_as_bucket_view: each parameter's .grad, once reduced, is a view of its
+  // place in the bucket, so the average is not copied out of the bucket and the gradients take
+  // no memory besides the buckets. A backward's fresh gradients (mixtape accumulates out of
+  // place) are still copied in; a .grad that is the view already (nothing accumulated since) is
+  // not. Only buckets of the gradients' own dtype (a 16-bit gradient in an FP32 bucket keeps
+  // its copy); the "used" counts then travel in a small all-reduce of their own per bucket.
+  // CPU parameters only, and not under ZeroRedundancyOptimizer (whose shards hold the reduced
+  // gradients). Bit for bit the gradients of the default (docs/DISTRIBUTED.md).
+  bool gradient_as_bucket_view = false;
   // Copy rank 0's buffers (BatchNorm's running statistics) to every rank before each training
   // forward, as PyTorch does, so the replicas' buffers never drift apart.
   bool broadcast_buffers = true;
@@ -123,12 +140,23 @@ class DistributedDataParallel : public nn::Module {
   // bucket's gradient elements [k * chunk, (k + 1) * chunk) (zeros past numel), then one "had a
   // .grad" count per parameter (every chunk the same counts, so a rank that receives only its own
   // chunk learns them all). The same layout whether all-reduced or reduce-scattered, so both
-  // reduce the same buffer with the same call (on MPI, bit for bit: docs/DISTRIBUTED.md).
+  // reduce the same buffer with the same call (on MPI, bit for bit: docs/DISTRIBUTED.md). A view
+  // bucket (gradient_as_bucket_view) has no counts in `flat` (stride == chunk): see `views`.
   struct Bucket {
     std::vector<size_t> params;          // indices into params_
     std::vector<int64_t> offsets;        // element offset of each in the bucket's gradient
     DType dtype;
     Device device;
+    // reduce_dtype set: every parameter's grad dtype (buckets do not mix them then). Divided
+    // after the sum in the gradient's dtype where that is wider than the bucket's (!predivide).
+    std::optional<DType> grad_dtype;
+    bool divide_late = false;
+    // gradient_as_bucket_view: `flat` holds the gradient elements only (stride == chunk, so
+    // parameter k is the contiguous [offsets[k], offsets[k] + numel)), and the used counts
+    // travel in `counts` (f64, one per parameter), all-reduced after `flat`.
+    bool views = false;
+    Tensor counts;
+    Work counts_work;
     int64_t numel = 0;
     int64_t chunk = 0, stride = 0;
     Tensor flat;
@@ -188,7 +216,10 @@ class DistributedDataParallel : public nn::Module {
   DataParallelStats stats_;
 };
 
-// For GradScaler::set_found_inf_reducer: the max of every rank's flag.
+// For GradScaler::set_found_inf_reducer: the max of every rank's flag, an all-reduce labelled
+// kFoundInfReduction (ZeroRedundancyOptimizer watches for it: a GradScaler's step of its shard
+// without that reduction first is refused).
+inline constexpr char kFoundInfReduction[] = "GradScaler found_inf";
 std::function<void(const Tensor&)> found_inf_reducer(ProcessGroup& group);
 
 }  // namespace mixtape::distributed

@@ -91,13 +91,21 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, s
   MT_CHECK(inner_->param_groups().size() == groups.size(), "ZeroRedundancyOptimizer: the factory's optimizer has ",
            inner_->param_groups().size(), " param groups, expected the ", groups.size(), " it was given");
   check_round_to_nearest();
+  pre_hook_id_ = inner_->register_step_pre_hook([this] { check_step(); });
   hook_id_ = inner_->register_step_post_hook([this] { gather(); });
+  // Last, in this order: shard_gradients may refuse (nothing outside this object refers to it
+  // yet), and nothing after it throws, so no callback outlives a failed construction.
   ddp_.shard_gradients([this](size_t b, const Tensor& chunk, const std::vector<bool>& used) { receive(b, chunk, used); });
+  if (group_.world_size() > 1)
+    observer_id_ = group_.add_collective_observer([this](const std::string& what) {
+      if (what.find(kFoundInfReduction) != std::string::npos) found_inf_reduced_ = true;
+    });
 }
 
 ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() {
   ddp_.shard_gradients({});
-  if (inner_) inner_->remove_step_post_hook(hook_id_);
+  if (observer_id_ >= 0) group_.remove_collective_observer(observer_id_);
+  if (inner_) inner_->remove_step_post_hook(hook_id_), inner_->remove_step_pre_hook(pre_hook_id_);
 }
 
 void ZeroRedundancyOptimizer::partition() {
@@ -153,6 +161,7 @@ void ZeroRedundancyOptimizer::partition() {
 
 void ZeroRedundancyOptimizer::receive(size_t bucket, const Tensor& chunk, const std::vector<bool>& used) {
   autograd::NoGradGuard no_grad;
+  found_inf_reduced_ = false;  // new shard gradients: their flag is yet to be reduced
   for (const Piece& pc : pieces()) {
     if (pc.bucket != bucket || !used[pc.slot]) continue;  // no rank produced a gradient: it keeps none
     Tensor avg = chunk.narrow(0, pc.chunk_offset, pc.length);
@@ -173,8 +182,21 @@ void ZeroRedundancyOptimizer::check_round_to_nearest() const {
            "are not (their all-gather is a host collective)");
 }
 
-void ZeroRedundancyOptimizer::gather() {
+void ZeroRedundancyOptimizer::check_step() const {
   check_round_to_nearest();
+  // Each rank's shard holds different gradients, so its scaler's inf/NaN flag is its own: without
+  // the reduction a rank whose shard overflowed skips while the others step, and they wait for it
+  // in the all-gather until the collective timeout. Checked on every step that steps (a rank
+  // that skips does not get here: the others stop here).
+  MT_CHECK(group_.world_size() == 1 || !inner_->inv_scale_pending() || found_inf_reduced_,
+           "ZeroRedundancyOptimizer: rank ", group_.rank(), " of ", group_.world_size(), ": a GradScaler steps the "
+           "shard's optimizer, but its inf/NaN flag was not reduced over the ranks since the last backward. Each "
+           "rank holds only its shard's gradients, so the ranks would disagree on skipping (one steps and waits in "
+           "the all-gather for one that skipped). Call scaler.set_found_inf_reducer(distributed::found_inf_reducer("
+           "group)) before the first step. Refused before the step changed anything");
+}
+
+void ZeroRedundancyOptimizer::gather() {
   autograd::NoGradGuard no_grad;
   const auto& params = ddp_.parameters_in_order();
   const int world = group_.world_size(), me = group_.rank();

@@ -48,7 +48,9 @@ class ZeroRedundancyOptimizer {
   // empty [0] parameter, so every rank's optimizer has the same groups). Its step() (directly or
   // through a GradScaler) ends by all-gathering the parameters: every rank must step together
   // (with a GradScaler, set its found_inf reducer, distributed::found_inf_reducer: an inf in one
-  // rank's shard must skip every rank's step).
+  // rank's shard must skip every rank's step). A GradScaler's step without that reduction since
+  // the last synchronised backward is refused, before anything changes (on more than one rank:
+  // the ranks would disagree on skipping, docs/DISTRIBUTED.md, "The GradScaler").
   optim::Optimizer& optimizer() { return *inner_; }
   void step() { inner_->step(); }
   void zero_grad(bool set_to_none = true) { inner_->zero_grad(set_to_none); }
@@ -89,6 +91,9 @@ class ZeroRedundancyOptimizer {
   void receive(size_t bucket, const Tensor& chunk, const std::vector<bool>& used);
   void gather();
   void check_round_to_nearest() const;
+  // Before every step of the shard's optimizer: refuses a GradScaler's step whose found_inf was
+  // not reduced over the ranks.
+  void check_step() const;
 
   DistributedDataParallel& ddp_;
   ProcessGroup& group_;
@@ -105,7 +110,10 @@ class ZeroRedundancyOptimizer {
   };
   std::vector<Gather> gathers_;  // one per parameter dtype
   std::unique_ptr<optim::Optimizer> inner_;
-  int hook_id_ = -1;
+  int hook_id_ = -1, pre_hook_id_ = -1, observer_id_ = -1;
+  // A found_inf reduction (kFoundInfReduction) ran on the group since the last synchronised
+  // backward handed this rank its shard: a GradScaler stepping the shard decides with every rank.
+  bool found_inf_reduced_ = false;
 };
 
 }  // namespace mixtape::distributed

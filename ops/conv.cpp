@@ -1,4 +1,6 @@
-// ops/conv.cpp — conv2d and the two ops its backward is made of.
+// ops/conv.cpp — conv2d and the two ops its backward is made of, their CPU kernel lists
+// (conv2d.fwd, conv2d.dgrad, conv2d.wgrad; which kernel runs on which CPU, and why, is the table at
+// the top of docs/CPU.md) and the generic im2col + GEMM path that ends every list.
 //
 //   conv2d(x: (N, C, H, W), w: (O, C/G, kH, kW), b: (O) or none; stride s, padding p,
 //          dilation d, groups G) -> y: (N, O, OH, OW),  OH = (H + 2 pH - dH (kH - 1) - 1) / sH + 1
@@ -7,60 +9,26 @@
 //     (zero padding). A cross-correlation, as in PyTorch.
 //   conv2d_input_grad(g: (N, O, OH, OW), w; input_size)  -> (N, C, H, W)       = J_x^T g
 //   conv2d_weight_grad(x, g: (N, O, OH, OW); weight_size) -> (O, C/G, kH, kW)  = J_w^T g
-// AMP: lower precision for all three. Dtypes f32, f64, f16, bf16; 16-bit operands are widened
-// to f32 one image at a time (never the whole batch: no full-size f32 copy), multiplied by the
-// f32 GEMM and the result rounded once — a 16-bit conv equals the f32 conv of the widened
-// operands, rounded, bit for bit (the same f32 code runs). Except BF16 on the native BF16 GEMM
-// (cpu::bf16_native_gemm(), MIXTAPE_CPU_BF16): there im2col and the GEMM's operands stay BF16
-// and the GEMM accumulates in FP32 (vdpbf16ps / AMX), then one rounding — the same products in
-// another order, within FP32 summation error of the widened path (docs/CPU.md, "BF16 GEMM"); the
-// direct input-gradient kernel below (strided convs, and unit-stride ones that do not run as a
-// forward conv) widens BF16 to FP32 (the products are exact there), except on vdpbf16ps with BF16
-// operands, where its twin on output-channel pairs runs.
+// Invariants: a 16-bit conv equals the f32 conv of its widened operands (widened one image at a
+// time, never the whole batch), rounded once, bit for bit — except BF16 on a native BF16 GEMM
+// (MIXTAPE_CPU_BF16), which sums the same products in FP32 in another order (within FP32
+// summation error). The kernel chosen depends on the shape and the steering, never on the thread
+// count; the results depend on the thread count only through the im2col weight gradient's
+// per-thread accumulators (summed in thread order).
 //
-// CPU algorithm, on AVX-512 CPUs (docs/CPU.md, "Convolution"), one group, FP32 arithmetic unless
-// said:
-//   - forward, kernels 3 columns wide, column stride 1 or 2, FP32 storage: the direct kernel
-//     (ops/cpu/conv_direct_avx512.h) where direct_f32_declines allows; BF16 on vdpbf16ps its
-//     channel-pair twin where pairs_bf16_declines allows; "same" convs otherwise
-//     (and in BF16 / FP16) on the implicit GEMM (ops/cpu/conv_implicit_gemm.h: no col matrix, the
-//     whole batch's pixels as GEMM columns; implicit_gemm_applies);
-//   - input gradient: as a forward conv where input_grad_is_a_conv (unit strides); else, 3 columns
-//     wide with column stride 1 or 2, the direct input-gradient kernel (f32, FP16 and BF16
-//     storage; ops/cpu/conv_input_grad_avx512.h); native BF16 on vdpbf16ps (O >= 2): its twin on
-//     output-channel pairs;
-//   - weight gradient, 3 columns wide, FP32 arithmetic (f32, FP16, emulated BF16): the direct
-//     weight-gradient kernel (ops/cpu/conv_weight_grad_avx512.h); native BF16 on vdpbf16ps: its
-//     twin on image pairs;
-// and everything else: im2col + GEMM, one image at a time (im2col on AVX-512 kernels for
-// plane-shift geometry and for column strides 1 and 2: ops/cpu/im2col_avx512.h).
+// The generic path, one image per OpenMP thread with BLAS single-threaded inside
+// (cpu::BlasSingleThreaded: OpenBLAS's pthread build serialises concurrent threaded GEMMs):
 //   col: (K, L) row-major, K = C kH kW, L = OH OW. Row r = (c kH + ki) kW + kj, column l = i OW + j:
 //        col[r, l] = x[n, c, i sH - pH + ki dH, j sW - pW + kj dW]  (0 where that is padding).
 //   Row r's order is w's memory order, so group g's rows are the block [g K/G, (g+1) K/G) and
 //   w_g = w[g O/G : (g+1) O/G] viewed as (O/G, K/G) multiplies it directly:
 //     forward      y_n[g] (O/G, L) = w_g (O/G, K/G) @ col_g (K/G, L)   (y_n prefilled with b, beta = 1)
 //     input grad   col_g = w_g^T @ g_n[g], then col2im (the adjoint of im2col) adds col into zeros;
-//                  with unit strides and an im2col(g_n) no larger than col ("same" convs with
-//                  O <= C) instead the forward conv of g_n with w transposed and flipped
-//                  (input_grad_is_a_conv)
+//                  or, with unit strides and O <= C, the forward conv of g_n with w transposed
+//                  and flipped (input_grad_is_a_conv, the "as_conv" entry)
 //     weight grad  w_g += g_n[g] (O/G, L) @ col_g^T (L, K/G), summed over the images
 //   1x1 kernels with stride 1 and no padding need no col: it is x_n itself, (C, H W).
 //   Rows/columns of the image a window never reaches (stride > 1) get zero gradient.
-// Threading: OpenMP over the batch, each thread its own col buffer (and, for the weight grad,
-// its own (O, K/G) accumulator, summed in thread order afterwards — deterministic for a given
-// thread count), with BLAS single-threaded inside: OpenBLAS's OpenMP build (ops/cpu/blas.h)
-// runs a GEMM called in a parallel region on its calling thread; its pthread build is made to
-// (cpu::BlasSingleThreaded), since it serialises concurrent multi-threaded GEMMs on a lock.
-// Measured (standalone harness with the same im2col/sgemm, 2-core dev box, min of 25 runs, box
-// loaded by parallel builds) for the SmallCNN's second conv, batch 128, 32->64, 3x3, 14x14:
-//   batch threads + single-threaded sgemm (this)                      25-36 ms
-//   one threaded sgemm over the whole batch (im2col into (K, N L),
-//   29 MB, then a copy to NCHW)                                       64-84 ms
-//   serial batch loop, threaded sgemm per image                       97-180 ms
-//   batch threads calling threaded sgemm (the lock serialises them)   57-104 ms
-// and for the first conv (1->32, 28x28, K = 9): 0.8-1.0 ms against 1.8-1.9 (serial) and 12-25
-// (whole batch). Small problems (N K L < kParallelGrain) and single images run serially and
-// leave BLAS's threading as configured.
 //
 // Backward: all three ops are bilinear, so each one's derivatives are the others:
 //   conv2d:              dx = conv2d_input_grad(g, w),  dw = conv2d_weight_grad(x, g),  db = sum_{N,H,W} g
@@ -377,13 +345,13 @@ struct Staging {
 // The implicit-GEMM kernel (ops/cpu/conv_implicit_gemm.h) takes plane-shift geometry with one
 // group and an FP32 accumulator: FP32 and BF16 storage directly, FP16 widened a few images at a
 // time (conv_forward), so that every 16-bit conv stays the FP32 conv of its widened operands.
-// MIXTAPE_GEMM=blas (cpu::own_float_gemm() false) keeps convs on im2col + OpenBLAS.
+// MIXTAPE_GEMM=blas (cpu::own_kernels_enabled() false) keeps convs on im2col + OpenBLAS.
 std::string implicit_gemm_declines(const ConvGeom& g) {
   if (!plane_shift(g)) return "not plane-shift geometry (unit strides, dW 1, OW == W)";
   if (g.G != 1) return "groups " + std::to_string(g.G);
   if (g.C == 0 || g.O == 0) return "no channels";
-  if (!cpu::own_float_gemm()) return "own GEMM off (MIXTAPE_GEMM=blas or no AVX-512)";
-  if (!cpu::conv_implicit_gemm_enabled()) return "conv kernels off (MIXTAPE_CPU_CONV=im2col or no AVX-512)";
+  if (!cpu::own_kernels_enabled()) return "own GEMM off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::conv_kernels_enabled()) return "conv kernels off (MIXTAPE_CPU_CONV=im2col or no AVX-512)";
   return "";
 }
 bool implicit_gemm_applies(const ConvGeom& g, DType dt) {
@@ -409,7 +377,7 @@ using ConvEntry = cpu::KernelEntry<ConvGeom>;
 // this choice changes speed only.
 std::string direct_f32_declines(const ConvGeom& g) {
   if (g.G != 1) return "groups " + std::to_string(g.G);
-  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::own_kernels_enabled()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
   if (!cpu::conv_direct_applies(conv_shape(g)))
     return "needs kW 3, dW 1, column stride 1 or 2 and the conv kernels on (conv_direct_applies)";
   if (!implicit_gemm_applies(g, DType::Float32)) return "";
@@ -424,9 +392,9 @@ std::string direct_f32_declines(const ConvGeom& g) {
 std::string pairs_bf16_declines(const ConvGeom& g) {
   if (g.G != 1) return "groups " + std::to_string(g.G);
   if (g.C < 2) return "C " + std::to_string(g.C) + " < 2 (channel pairs)";
-  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
-  if (!cpu::conv_direct_bf16_applies(conv_shape(g)))
-    return "needs kW 3, dW 1, column stride 1 or 2 and BF16 GEMMs on vdpbf16ps (conv_direct_bf16_applies)";
+  if (!cpu::own_kernels_enabled()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::conv_pairs_applies(conv_shape(g)))
+    return "needs kW 3, dW 1, column stride 1 or 2 and BF16 GEMMs on vdpbf16ps (conv_pairs_applies)";
   if (implicit_gemm_applies(g, DType::BFloat16) && g.OW < 16)
     return "OW " + std::to_string(g.OW) + " < 16: the implicit GEMM is as fast or faster";
   return "";
@@ -468,7 +436,7 @@ cpu::KernelPick conv_forward(const ConvGeom& g, const S* x, const A* w, const T*
     if (name == "direct_avx512") return cpu::conv_direct_forward(conv_shape(g), x, w, b, y), k;
   }
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
-    if (name == "pairs_avx512bf16") return cpu::conv_direct_forward(conv_shape(g), x, w, b, y), k;
+    if (name == "pairs_avx512bf16") return cpu::conv_pairs_forward(conv_shape(g), x, w, b, y), k;
   }
   if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, BFloat16>) && std::is_same_v<T, float>) {
     if (name.rfind("implicit_gemm", 0) == 0) return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y), k;
@@ -535,7 +503,7 @@ std::string as_conv_declines(const ConvProblem& p) {
 std::string dgrad_pairs_declines(const ConvProblem& p) {
   if (p.g.G != 1) return "groups " + std::to_string(p.g.G);
   if (p.g.O < 2) return "O " + std::to_string(p.g.O) + " < 2 (channel pairs)";
-  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::own_kernels_enabled()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
   if (!cpu::conv_input_grad_pairs_applies(conv_shape(p.g)))
     return "needs kW 3, dW 1, column stride 1 or 2 and BF16 GEMMs on vdpbf16ps (conv_input_grad_pairs_applies)";
   return "";
@@ -546,7 +514,7 @@ std::string dgrad_pairs_declines(const ConvProblem& p) {
 // AMX GEMM + col2im.
 std::string dgrad_direct_declines(const ConvProblem& p) {
   if (p.g.G != 1) return "groups " + std::to_string(p.g.G);
-  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::own_kernels_enabled()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
   if (!cpu::conv_input_grad_direct_applies(conv_shape(p.g)))
     return "needs kW 3, dW 1, column stride 1 or 2 and the conv kernels on (conv_input_grad_direct_applies)";
   return "";
@@ -611,7 +579,7 @@ void conv_input_grad(const cpu::KernelPick& k, const ConvGeom& g, const S* gy, c
 // input, no col (ops/cpu/conv_weight_grad_avx512.h).
 std::string wgrad_direct_declines(const ConvProblem& p) {
   if (p.g.G != 1) return "groups " + std::to_string(p.g.G);
-  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::own_kernels_enabled()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
   if (!cpu::conv_weight_grad_direct_applies(conv_shape(p.g)))
     return "needs kW 3, dW 1 and the conv kernels on (conv_weight_grad_direct_applies)";
   return "";
@@ -619,7 +587,7 @@ std::string wgrad_direct_declines(const ConvProblem& p) {
 // Native BF16 on vdpbf16ps: the same kernel on image pairs.
 std::string wgrad_pairs_declines(const ConvProblem& p) {
   if (p.g.G != 1) return "groups " + std::to_string(p.g.G);
-  if (!cpu::own_float_gemm()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
+  if (!cpu::own_kernels_enabled()) return "own kernels off (MIXTAPE_GEMM=blas or no AVX-512)";
   if (!cpu::conv_weight_grad_pairs_applies(conv_shape(p.g)))
     return "needs kW 3, dW 1 and BF16 GEMMs on vdpbf16ps (conv_weight_grad_pairs_applies)";
   return "";

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <string>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -30,6 +31,7 @@
 
 #include "autograd/grad_mode.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/kernel_table.h"
 #include "ops/cpu/max_pool_2x2_avx512.h"
 #include "ops/op_def.h"
 #include "ops/pool_geometry.h"
@@ -79,16 +81,64 @@ bool is_2x2_fast(const PoolGeom& g) {
   return g.kH == 2 && g.kW == 2 && g.sH == 2 && g.sW == 2 && g.pH == 0 && g.pW == 0 && g.dH == 1 && g.dW == 1 &&
          2 * g.OH <= g.H && 2 * g.OW <= g.W;
 }
-// ... and on this CPU the AVX-512 kernels take it (f32 and BF16; their indices are 32-bit).
-bool is_2x2_avx512(const PoolGeom& g) {
-  return is_2x2_fast(g) && g.in_plane() < (int64_t(1) << 31) && cpu::max_pool_2x2_avx512_available();
+
+// ---- the kernel lists: op.pass max_pool2d.fwd (max_pool2d, max_pool2d_with_indices) and
+// max_pool2d.bwd (max_pool2d_input_backward), first entry that applies runs ----
+//   f32, f16, bf16  2x2_avx512 (ops/cpu/max_pool_2x2_avx512.h) · 2x2_sse2 · generic
+//   f64             2x2_scalar · generic
+// f16 runs on planes widened to f32; bf16 too, but on 2x2_avx512, which reads and writes BF16 in
+// registers. 2x2_sse2 is the SSE2 loop with a scalar tail (scalar alone where there is no SSE2).
+// Every entry picks the generic loop's tap (the invariant above), so the choice changes speed only;
+// no measured threshold: the 2x2 kernels win wherever the window allows them.
+enum class PoolKernel { TwoByTwoAvx512, TwoByTwo, Generic };
+struct PoolProblem {
+  const PoolGeom& g;
+  DType dt;
+  bool ceil;
+};
+const char* two_by_two_declines(const PoolProblem& p) {
+  return is_2x2_fast(p.g) ? nullptr : "not a 2x2 window of stride 2 without padding or dilation inside the plane";
+}
+const char* two_by_two_avx512_declines(const PoolProblem& p) {
+  if (const char* why = two_by_two_declines(p)) return why;
+  if (p.g.in_plane() >= (int64_t(1) << 31)) return "a plane of 2^31 values or more (its indices are 32-bit)";
+  return cpu::max_pool_2x2_avx512_available() ? nullptr : "no AVX-512 F/BW/VL (isa_avx512)";
+}
+using PoolEntry = cpu::FixedKernelEntry<PoolProblem>;
+const PoolEntry kPoolFloat[] = {{"2x2_avx512", two_by_two_avx512_declines},
+                                {"2x2_sse2", two_by_two_declines},
+                                {"generic", nullptr}};
+const PoolEntry kPoolF64[] = {{"2x2_scalar", two_by_two_declines}, {"generic", nullptr}};
+const bool kPoolRegistered =
+    cpu::register_kernel_list("max_pool2d.fwd", kPoolFloat) && cpu::register_kernel_list("max_pool2d.fwd", kPoolF64) &&
+    cpu::register_kernel_list("max_pool2d.bwd", kPoolFloat) && cpu::register_kernel_list("max_pool2d.bwd", kPoolF64);
+
+PoolKernel pool_kernel(const char* op_pass, const PoolGeom& g, DType dt, bool ceil) {
+  const PoolProblem p{g, dt, ceil};
+  const bool f64 = dt == DType::Float64;
+  const cpu::KernelPick k = f64 ? cpu::choose_kernel(op_pass, kPoolF64, p) : cpu::choose_kernel(op_pass, kPoolFloat, p);
+  cpu::trace_kernel_choice(
+      op_pass,
+      [&] {
+        auto two = [](const char* key, int64_t a, int64_t b) {
+          std::string t = std::string(" ").append(key).append(std::to_string(a));
+          if (a != b) t.append("x").append(std::to_string(b));
+          return t;
+        };
+        return std::string(dtype_short(dt)) + " N=" + std::to_string(g.N) + " C=" + std::to_string(g.C) +
+               " H=" + std::to_string(g.H) + " W=" + std::to_string(g.W) + two("k", g.kH, g.kW) +
+               two("s", g.sH, g.sW) + two("p", g.pH, g.pW) + two("d", g.dH, g.dW) + " ceil=" + (ceil ? "1" : "0") +
+               cpu::isa_tag();
+      },
+      k.name, k.skipped);
+  return static_cast<PoolKernel>(k.index + (f64 ? 1 : 0));
 }
 
 template <typename A>
-void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx) {
+void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx, PoolKernel k) {
   static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
   if constexpr (std::is_same_v<A, float>)
-    if (is_2x2_avx512(g)) {
+    if (k == PoolKernel::TwoByTwoAvx512) {
       return cpu::max_pool_plane_2x2_avx512(in, g.OH, g.OW, g.W, out, idx);  // 16 windows at a time, same bits
     }
   for (int64_t oh = 0; oh < g.OH; ++oh) {
@@ -133,10 +183,10 @@ void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx) {
 
 template <typename T>
 void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std::vector<Taps>& cols, const T* in,
-                    T* out, int64_t* idx) {
+                    T* out, int64_t* idx, PoolKernel k) {
   using A = acc_t<T>;
-  if (is_2x2_fast(g)) {
-    if constexpr (std::is_same_v<T, A>) return max_pool_plane_2x2<A>(g, in, out, idx);
+  if (k != PoolKernel::Generic) {
+    if constexpr (std::is_same_v<T, A>) return max_pool_plane_2x2<A>(g, in, out, idx, k);
   }
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const Taps r = rows[static_cast<size_t>(oh)];
@@ -177,7 +227,8 @@ TensorList max_pool2d_forward(const OpCall& call, bool with_indices) {
     using A = acc_t<T>;
     // Per-thread widened planes (16-bit only): input, output.
     std::vector<std::vector<A>> win(static_cast<size_t>(omp_get_max_threads())), wout(win.size());
-    const bool bf16_2x2 = std::is_same_v<T, BFloat16> && is_2x2_avx512(g);
+    const PoolKernel k = pool_kernel("max_pool2d.fwd", g, x.dtype(), a.ceil_mode);
+    const bool bf16_2x2 = std::is_same_v<T, BFloat16> && k == PoolKernel::TwoByTwoAvx512;
     for_each_plane(g.planes(), g.out_plane() * g.kH * g.kW, [&](int64_t p, int t) {
       int64_t* ixp = ix ? ix + p * g.out_plane() : nullptr;
       if constexpr (std::is_same_v<T, BFloat16>) {
@@ -186,11 +237,11 @@ TensorList max_pool2d_forward(const OpCall& call, bool with_indices) {
       }
       const A* src = widen(in + p * g.in_plane(), g.in_plane(), win[static_cast<size_t>(t)]);
       if constexpr (std::is_same_v<T, A>) {
-        max_pool_plane<A>(g, rows, cols, src, o + p * g.out_plane(), ixp);
+        max_pool_plane<A>(g, rows, cols, src, o + p * g.out_plane(), ixp, k);
       } else {
         std::vector<A>& ob = wout[static_cast<size_t>(t)];
         ob.resize(static_cast<size_t>(g.out_plane()));
-        max_pool_plane<A>(g, rows, cols, src, ob.data(), ixp);
+        max_pool_plane<A>(g, rows, cols, src, ob.data(), ixp, k);
         narrow_into(ob.data(), o + p * g.out_plane(), g.out_plane());  // exact: values came from T
       }
     });
@@ -305,7 +356,8 @@ TensorList max_pool2d_input_backward_cpu(const OpCall& call) {
     std::vector<std::vector<A>> win(idx.size()), wgrad(idx.size());  // 16-bit only
     // The 2x2 window on f32 values with AVX-512: argmax and gradient in one pass per row, no zero
     // fill (but for the rows/columns no window covers) and no scatter; the same values.
-    const bool fused = std::is_same_v<A, float> && is_2x2_avx512(g);
+    const PoolKernel k = pool_kernel("max_pool2d.bwd", g, x.dtype(), a.ceil_mode);
+    const bool fused = std::is_same_v<A, float> && k == PoolKernel::TwoByTwoAvx512;
     const bool uncovered = 2 * g.OH < g.H || 2 * g.OW < g.W;
     for_each_plane(g.planes(), oplane * g.kH * g.kW + plane, [&](int64_t p, int t) {
       const size_t ts = static_cast<size_t>(t);
@@ -328,7 +380,7 @@ TensorList max_pool2d_input_backward_cpu(const OpCall& call) {
       }
       std::vector<int64_t>& ix = idx[ts];
       ix.resize(static_cast<size_t>(oplane));
-      max_pool_plane<A>(g, rows, cols, xpl, nullptr, ix.data());
+      max_pool_plane<A>(g, rows, cols, xpl, nullptr, ix.data(), k);
       A* acc = planes.begin(o + p * plane, t);
       for (int64_t i = 0; i < oplane; ++i)
         if (ix[static_cast<size_t>(i)] >= 0) acc[ix[static_cast<size_t>(i)]] += gpl[i];

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ops/cpu/batch_norm_avx512.h"
+#include "ops/cpu/kernel_table.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/row_lane_sum.h"
 #include "ops/normalization_args.h"
@@ -175,17 +176,40 @@ void widened2(const T* ra, const T* rb, int64_t n, F&& f) {
   }
 }
 
-// f32 and BF16 rows take ops/cpu/batch_norm_avx512.h's kernels where the CPU has AVX-512: the
-// same bits as the generic loops below, about 2x faster a call on ResNet-8's layers (docs/CPU.md).
+// ---- batch norm's kernel lists: op.pass batch_norm.fwd (statistics and affine rows) and
+// batch_norm.bwd (gradient sums and rows), one list per dtype, first entry that applies runs ----
+//   f32, bf16   avx512 (ops/cpu/batch_norm_avx512.h) · generic
+//   f64, f16    generic
+// avx512 computes the generic loops' bits (its header's invariant), about 2x faster a call on
+// ResNet-8's layers (docs/CPU.md), at every shape: no threshold, only the ISA decides.
 template <typename T>
 constexpr bool kBnAvx512Type = std::is_same_v<T, float> || std::is_same_v<T, BFloat16>;
+struct BnProblem {
+  const ChannelView& v;
+  DType dt;
+};
+const char* bn_avx512_declines(const BnProblem&) {
+  return cpu::batch_norm_avx512_available() ? nullptr : "no AVX-512 F/BW/VL (isa_avx512)";
+}
+using BnEntry = cpu::FixedKernelEntry<BnProblem>;
+const BnEntry kBnVector[] = {{"avx512", bn_avx512_declines}, {"generic", nullptr}};  // f32, bf16
+const BnEntry kBnGeneric[] = {{"generic", nullptr}};                                  // f64, f16
+const bool kBnRegistered = cpu::register_kernel_list("batch_norm.fwd", kBnVector) &&
+                           cpu::register_kernel_list("batch_norm.bwd", kBnVector);
+// True when the call runs on avx512; traces the choice.
 template <typename T>
-bool bn_avx512() {
-  if constexpr (kBnAvx512Type<T>) {
-    static const bool on = cpu::batch_norm_avx512_available();
-    return on;
-  }
-  return false;
+bool bn_avx512(const char* op_pass, const ChannelView& v, DType dt) {
+  const BnProblem p{v, dt};
+  const cpu::KernelPick k =
+      kBnAvx512Type<T> ? cpu::choose_kernel(op_pass, kBnVector, p) : cpu::choose_kernel(op_pass, kBnGeneric, p);
+  cpu::trace_kernel_choice(
+      op_pass,
+      [&] {
+        return std::string(dtype_short(dt)) + " N=" + std::to_string(v.N) + " C=" + std::to_string(v.C) +
+               " S=" + std::to_string(v.S) + cpu::isa_tag();
+      },
+      k.name, k.skipped);
+  return kBnAvx512Type<T> && k.index == 0;
 }
 
 // Runs channel(c) for every channel c and row(r) for every row r = (n, c) after its channel. Where
@@ -342,7 +366,7 @@ TensorList batch_norm_cpu(const OpCall& call) {
     using A = acc_t<T>;
     const T* px = static_cast<const T*>(xc.data_ptr());
     T* po = static_cast<T*>(out.data_ptr());
-    const bool vec = bn_avx512<T>();
+    const bool vec = bn_avx512<T>("batch_norm.fwd", v, x.dtype());
     const auto M = static_cast<double>(v.M());
     // Channel c's batch statistics (training).
     auto statistics = [&](int64_t c) {
@@ -427,7 +451,7 @@ TensorList batch_norm_backward_cpu(const OpCall& call) {
     const T* px = static_cast<const T*>(xc.data_ptr());
     const T* pg = static_cast<const T*>(gc.data_ptr());
     T* po = static_cast<T*>(gx.data_ptr());
-    const bool vec = bn_avx512<T>();
+    const bool vec = bn_avx512<T>("batch_norm.bwd", v, x.dtype());
     const auto M = static_cast<double>(v.M());
     // Channel c's sums, then its coefficients, each from channel c's values alone.
     auto channel_sums = [&](int64_t c) {
@@ -615,6 +639,7 @@ const OpSchema& kBatchNorm =
         .args({"input", "running_mean", "running_var", "weight", "bias", "num_batches_tracked"})
         .save({0, 3}, {1, 2})
         .grad(batch_norm_backward_fn)
+        .backward_ignores_output_grads({1, 2})
         .kernel(DeviceType::CPU, batch_norm_cpu)
         .sample("train-affine-NC", {arg({6, 3}), arg({3}, 0.5, 2), arg({3}), bn_running_mean(3), bn_running_var(3)},
                 [](const TensorList& x) { return bn_sample(x, true, true, true); }, sums_of(6))

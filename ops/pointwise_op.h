@@ -46,6 +46,10 @@ using BinaryLaunch = int (*)(DType, bool out_bool, const Operands&, int scalar_s
 // broadcast operands, then `launch` on the current stream, its error checked naming the op.
 TensorList run_unary(const OpCall& call, DType dt, const void* functor, UnaryLaunch launch);
 TensorList run_binary(const OpCall& call, DType dt, bool out_bool, const void* functor, BinaryLaunch launch);
+// The same into a given `out` of the broadcast shape and dtype dt (out_bool: Bool), which may be
+// `a` itself (an in-place op: each element is read before it is written, at the same index).
+void run_binary_into(const char* op, const Tensor& out, const Tensor& a, const Tensor& b, DType dt, bool out_bool,
+                     const void* functor, BinaryLaunch launch);
 }  // namespace cuda
 #endif
 

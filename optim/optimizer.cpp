@@ -211,6 +211,7 @@ void Optimizer::set_inv_scale_for_next_step(float inv_scale) {
   MT_CHECK(std::isfinite(inv_scale), name_, ".set_inv_scale_for_next_step: the inverse scale must be finite, got ",
            inv_scale);
   pending_inv_scale_ = inv_scale;
+  inv_scale_pending_ = true;
 }
 
 void Optimizer::set_capturable(bool on) {
@@ -366,6 +367,7 @@ void Optimizer::run_fused_step_multi(const OpSchema& op, const std::vector<const
 }
 
 void Optimizer::step() {
+  for (auto& [id, fn] : std::vector(pre_hooks_)) fn();
   autograd::NoGradGuard no_grad;
   check_structure();
   // First validate every gradient, so a bad one leaves the whole optimizer untouched.
@@ -504,6 +506,7 @@ void Optimizer::step() {
     }
   }
   pending_inv_scale_ = 1.0f;
+  inv_scale_pending_ = false;
   pending_found_inf_ = pending_inv_scale_t_ = Tensor();
   for (auto& [id, fn] : post_hooks_) fn();
 }
@@ -516,6 +519,16 @@ int Optimizer::register_step_post_hook(std::function<void()> fn) {
 
 void Optimizer::remove_step_post_hook(int id) {
   std::erase_if(post_hooks_, [id](const auto& h) { return h.first == id; });
+}
+
+int Optimizer::register_step_pre_hook(std::function<void()> fn) {
+  MT_CHECK(static_cast<bool>(fn), name_, ".register_step_pre_hook: the hook is empty");
+  pre_hooks_.emplace_back(next_hook_id_, std::move(fn));
+  return next_hook_id_++;
+}
+
+void Optimizer::remove_step_pre_hook(int id) {
+  std::erase_if(pre_hooks_, [id](const auto& h) { return h.first == id; });
 }
 
 void Optimizer::update_many(const std::vector<const ParamUpdate*>& updates, const HyperParams& group) {
@@ -537,6 +550,7 @@ void Optimizer::zero_grad(bool set_to_none) {
     }
   }
   pending_inv_scale_ = 1.0f;
+  inv_scale_pending_ = false;
   pending_found_inf_ = pending_inv_scale_t_ = Tensor();
 }
 
@@ -757,6 +771,7 @@ void Optimizer::load_state_dict(const StateDict& sd) {
   stochastic_rounding_ = rounding[0] != 0;
   rounding_gen_.set_state(static_cast<uint64_t>(rounding[1]), static_cast<uint64_t>(rounding[2]));
   pending_inv_scale_ = 1.0f;
+  inv_scale_pending_ = false;
   pending_found_inf_ = pending_inv_scale_t_ = Tensor();
 }
 

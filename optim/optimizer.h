@@ -76,6 +76,11 @@ class Optimizer {
   // there. Not when a GradScaler skips the step (step() is not called). Returns an id for removal.
   int register_step_post_hook(std::function<void()> fn);
   void remove_step_post_hook(int id);
+  // `fn()` runs at the start of every step(), before anything changes (PyTorch's
+  // register_step_pre_hook); it may throw to refuse the step, which then changes nothing.
+  // Returns an id for removal (ids are shared with the post hooks).
+  int register_step_pre_hook(std::function<void()> fn);
+  void remove_step_pre_hook(int id);
   // Adds a group; options not given take the optimizer's defaults. Errors: a parameter that is not
   // a floating leaf requiring grad, or that is already in a group; an unknown or invalid option.
   void add_param_group(ParamGroup group);
@@ -95,6 +100,9 @@ class Optimizer {
   // dropped by zero_grad().
   void set_inv_scale_for_next_step(float inv_scale);
   float inv_scale_for_next_step() const { return pending_inv_scale_; }
+  // Whether set_inv_scale_for_next_step ran since the last step() or zero_grad(), i.e. the next
+  // step() is a GradScaler's (its value may be 1: the scaler's unscale_ already unscaled).
+  bool inv_scale_pending() const { return inv_scale_pending_; }
   // ---- capturable (docs/CUDA.md, "A step with no host sync") ----
   // On: every parameter's update count and every group's lr also live on the parameters' device
   // (0-d i64 per parameter, 0-d f64 per group and device), and step() hands them to the fused
@@ -223,6 +231,7 @@ class Optimizer {
   std::vector<ParamState> states_;    // one per parameter, group by group
   std::map<const TensorImpl*, size_t> index_;
   float pending_inv_scale_ = 1.0f;
+  bool inv_scale_pending_ = false;
   bool capturable_ = false;
   struct DeviceLr {
     Device device;
@@ -233,7 +242,7 @@ class Optimizer {
   Tensor pending_found_inf_, pending_inv_scale_t_;
   bool stochastic_rounding_ = false;
   Generator rounding_gen_;
-  std::vector<std::pair<int, std::function<void()>>> post_hooks_;
+  std::vector<std::pair<int, std::function<void()>>> pre_hooks_, post_hooks_;
   int next_hook_id_ = 0;
 };
 

@@ -3,12 +3,8 @@
 // Why dlopen and not a link: the distribution's default OpenBLAS is its pthread build, whose
 // threads spin beside OpenMP's and steal their cores; the OpenMP build runs on the same pool as
 // mixtape's loops. Linking picks whatever the system's alternatives point at; loading lets
-// mixtape prefer the OpenMP build and still fall back (and report what it runs on).
-// Measured on the development machine (2 vCPUs of an AMD EPYC, OpenBLAS 0.3.21 with the
-// Haswell kernels the machine's OPENBLAS_CORETYPE asks for; SmallCNN training step, batch 128,
-// 2 threads, `train_throughput --model smallcnn --modes fp32`, median (min..max) of 5 windows):
-//   pthread OpenBLAS (what linking gave)   3966 img/s (2855..4607)
-//   OpenMP OpenBLAS  (what this loads)     4927 img/s (4874..4934)
+// mixtape prefer the OpenMP build and still fall back (and report what it runs on); the
+// OpenMP build trained SmallCNN 1.24x faster (bench/notes.md, 2026-12-06).
 // OpenBLAS's kernel choice (OPENBLAS_CORETYPE, read by the library when it loads) is left to
 // the user and the machine: some machines set it on purpose, as older OpenBLAS builds compute
 // wrong results with the kernels they would pick.
@@ -108,12 +104,9 @@ CBLAS_TRANSPOSE trans(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
 // Float GEMMs run on mixtape's AVX-512 kernel where the CPU has one, unless MIXTAPE_GEMM=blas;
 // C with fewer than 16 rows or columns stays with BLAS (ops/cpu/sgemm_avx512.h says why).
-// 0: no override; else 1 + FloatGemm.
-std::atomic<int> g_gemm_override{0};
-
 bool native_sgemm() {
-  if (const int o = g_gemm_override.load(std::memory_order_relaxed))
-    return o - 1 == static_cast<int>(FloatGemm::Auto) && sgemm_avx512_available();
+  if (const intptr_t o = override_slot(Switch::FloatGemm).load(std::memory_order_relaxed))
+    return o - 1 == static_cast<intptr_t>(FloatGemm::Auto) && sgemm_avx512_available();
   static const bool use = [] {
     const char* choice = std::getenv("MIXTAPE_GEMM");
     const std::string c = choice ? choice : "";
@@ -125,12 +118,12 @@ bool native_sgemm() {
 
 }  // namespace
 
-bool own_float_gemm() { return native_sgemm(); }
+bool own_kernels_enabled() { return native_sgemm(); }
 
-FloatGemmOverride::FloatGemmOverride(FloatGemm choice) : previous_(g_gemm_override.load()) {
-  g_gemm_override.store(1 + static_cast<int>(choice));
+Override::Override(FloatGemm choice) : which_(Switch::FloatGemm) {
+  mine_ = 1 + static_cast<intptr_t>(choice);
+  previous_ = override_slot(which_).exchange(mine_);
 }
-FloatGemmOverride::~FloatGemmOverride() { g_gemm_override.store(previous_); }
 
 namespace {
 

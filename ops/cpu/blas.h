@@ -17,6 +17,7 @@
 #include "core/bfloat16.h"
 #include "core/dtype.h"
 #include "ops/cpu/kernel_table.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape::cpu {
 
@@ -38,25 +39,12 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, in
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const BFloat16* a, int64_t lda, const BFloat16* b,
           int64_t ldb, float beta, float* c, int64_t ldc, int entry = -1);
 
-// True when float GEMMs run on mixtape's own AVX-512 kernel (isa_avx512(): ops/cpu/isa.h, and
-// MIXTAPE_GEMM is not "blas"); conv2d's implicit-GEMM kernel follows the same switch. Reads
-// MIXTAPE_GEMM once: a bad value throws here, at every call. A FloatGemmOverride answers first.
-bool own_float_gemm();
-
-enum class FloatGemm { Auto, Blas };
-// While alive, own_float_gemm() answers for `choice` (Blas: false; Auto: whether the CPU has
-// isa_avx512()), whatever MIXTAPE_GEMM says. Process-wide; nests. For tests and benchmarks
-// that compare the paths in one process (the recorded kernel choices replay "[gemm blas]" lines).
-class FloatGemmOverride {
- public:
-  explicit FloatGemmOverride(FloatGemm choice);
-  ~FloatGemmOverride();
-  FloatGemmOverride(const FloatGemmOverride&) = delete;
-  FloatGemmOverride& operator=(const FloatGemmOverride&) = delete;
-
- private:
-  int previous_;
-};
+// True when mixtape's own AVX-512 float kernels may run: isa_avx512() (ops/cpu/isa.h) and
+// MIXTAPE_GEMM is not "blas". It gates the own SGEMM and every AVX-512 conv kernel (FP32 and the
+// BF16 pair kernels alike; each conv entry also asks conv_kernels_enabled()). Reads MIXTAPE_GEMM
+// once: a bad value throws here, at every call. An Override(FloatGemm) answers first
+// (ops/cpu/steering.h).
+bool own_kernels_enabled();
 
 // The kernel gemm() runs for an (m, n) C of `operands` (what the kernel trace names), from its list:
 //   f32 (f16 and emulated BF16 widen to it)  sgemm_avx512 (C at least 16 x 16) · blas_sgemm

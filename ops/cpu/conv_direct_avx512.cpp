@@ -1,6 +1,6 @@
 // ops/cpu/conv_direct_avx512.cpp — see conv_direct_avx512.h. Only the functions marked MT_TARGET_AVX512_FMA
 // (MT_TARGET_AVX512BF16) hold AVX-512 (AVX512-BF16) instructions; they run only after
-// conv_direct_applies() (conv_direct_bf16_applies()), which checks the CPU, said yes.
+// conv_direct_applies() (conv_pairs_applies()), which checks the CPU, said yes.
 #include "ops/cpu/conv_direct_avx512.h"
 
 #include <omp.h>
@@ -307,10 +307,10 @@ void direct_forward(const ConvShape& s, const S* x, const S* wa, const float* bi
 }  // namespace
 
 bool conv_direct_applies(const ConvShape& s) {
-  return padded_geometry_ok(s) && stride_ok(s) && conv_implicit_gemm_enabled();
+  return padded_geometry_ok(s) && stride_ok(s) && conv_kernels_enabled();
 }
 
-bool conv_direct_bf16_applies(const ConvShape& s) {
+bool conv_pairs_applies(const ConvShape& s) {
   return conv_direct_applies(s) && bf16_on_vdpbf16ps();
 }
 
@@ -319,9 +319,9 @@ void conv_direct_forward(const ConvShape& s, const float* x, const float* w, con
            "(check conv_direct_applies() first)");
   MT_X86_ONLY(direct_forward(s, x, w, bias, y));
 }
-void conv_direct_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y) {
-  MT_CHECK(conv_direct_bf16_applies(s), "conv_direct_forward (BF16): this CPU or geometry is not one it takes ",
-           "(check conv_direct_bf16_applies() first)");
+void conv_pairs_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y) {
+  MT_CHECK(conv_pairs_applies(s), "conv_pairs_forward: this CPU or geometry is not one it takes ",
+           "(check conv_pairs_applies() first)");
   MT_X86_ONLY(direct_forward(s, x, w, bias, y));
 }
 

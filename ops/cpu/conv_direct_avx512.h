@@ -24,7 +24,7 @@
 
 namespace mixtape::cpu {
 
-// True when the CPU can run the kernel (conv_implicit_gemm_enabled(): AVX-512 F/BW/VL and no
+// True when the CPU can run the kernel (conv_kernels_enabled(): AVX-512 F/BW/VL and no
 // MIXTAPE_CPU_CONV=im2col) and the geometry is one it takes (padded_geometry_ok, column stride 1
 // or 2). Depends on the shape, never on the thread count.
 bool conv_direct_applies(const ConvShape& s);
@@ -36,14 +36,14 @@ void conv_direct_forward(const ConvShape& s, const float* x, const float* w, con
 // The BF16 kernel: conv_direct_applies(s) and BF16 GEMMs run on vdpbf16ps (cpu::bf16_gemm_kernel()
 // is Avx512Bf16: AVX512-BF16 without AMX, or MIXTAPE_CPU_BF16=avx512bf16; AMX CPUs keep their
 // AMX paths, emulated BF16 the FP32 kernel's).
-bool conv_direct_bf16_applies(const ConvShape& s);
+bool conv_pairs_applies(const ConvShape& s);
 
 // BF16 x, w and y, FP32 bias: the same blocks on channel pairs — each depth step one vdpbf16ps
 // adds w[o, c] x[c] + w[o, c + 1] x[c + 1] (products exact in FP32; subnormal inputs read as zero
 // and subnormal results flushed, as everywhere vdpbf16ps runs) to the FP32 sum, in order
 // (c/2, ki, kj); then + bias and one rounding to BF16. Another order than the implicit GEMM's
 // (which pairs consecutive taps), so the two agree within FP32 summation error, not bit for bit;
-// the same bits at every thread count. Requires conv_direct_bf16_applies(s).
-void conv_direct_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y);
+// the same bits at every thread count. Requires conv_pairs_applies(s).
+void conv_pairs_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y);
 
 }  // namespace mixtape::cpu

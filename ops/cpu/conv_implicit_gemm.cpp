@@ -29,9 +29,6 @@ MT_KERNELS_BEGIN
 namespace mixtape::cpu {
 namespace {
 
-// 0: no override; else 1 + ConvAlgo.
-std::atomic<int> g_conv_override{0};
-
 bool im2col_from_env() {
   const char* e = std::getenv("MIXTAPE_CPU_CONV");
   const std::string v = e ? e : "";
@@ -42,18 +39,18 @@ bool im2col_from_env() {
 
 }  // namespace
 
-bool conv_implicit_gemm_enabled() {
-  if (const int o = g_conv_override.load(std::memory_order_relaxed))
-    return o - 1 == static_cast<int>(ConvAlgo::Auto) && isa_avx512();
+bool conv_kernels_enabled() {
+  if (const intptr_t o = override_slot(Switch::ConvAlgo).load(std::memory_order_relaxed))
+    return o - 1 == static_cast<intptr_t>(ConvAlgo::Auto) && isa_avx512();
   // A throwing initialiser leaves it uninitialised, so a bad value throws at every call.
   static const bool im2col = im2col_from_env();
   return !im2col && isa_avx512();
 }
 
-ConvAlgoOverride::ConvAlgoOverride(ConvAlgo algo) : previous_(g_conv_override.load()) {
-  g_conv_override.store(1 + static_cast<int>(algo));
+Override::Override(ConvAlgo algo) : which_(Switch::ConvAlgo) {
+  mine_ = 1 + static_cast<intptr_t>(algo);
+  previous_ = override_slot(which_).exchange(mine_);
 }
-ConvAlgoOverride::~ConvAlgoOverride() { g_conv_override.store(previous_); }
 
 #if MIXTAPE_X86_KERNELS
 namespace {
@@ -467,7 +464,7 @@ void forward(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, c
 
 namespace {
 void check_shape(const ImplicitConvShape& s) {
-  MT_CHECK(isa_avx512(), "conv_implicit_gemm: this CPU lacks AVX-512 F/BW/VL (check conv_implicit_gemm_enabled())");
+  MT_CHECK(isa_avx512(), "conv_implicit_gemm: this CPU lacks AVX-512 F/BW/VL (check conv_kernels_enabled())");
   MT_CHECK(s.N >= 0 && s.C > 0 && s.O > 0 && s.kH > 0 && s.kW == 2 * s.pW + 1 && s.dH > 0 && s.pH >= 0 &&
                s.OH == s.H + 2 * s.pH - s.dH * (s.kH - 1) && s.OH > 0 && s.W > 0,
            "conv_implicit_gemm: not a plane-shift geometry");

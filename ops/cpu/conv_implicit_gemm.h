@@ -2,7 +2,7 @@
 // without an im2col matrix. Owns: the "plane-shift" forward kernel (unit strides, unit column
 // dilation, output width = input width, one group: every 3x3 "same" conv of the zoo, and the input
 // gradient of such a conv, which ops/conv.cpp runs as one) in FP32 and BF16, and the switch that
-// turns it off (ConvAlgoOverride, MIXTAPE_CPU_CONV) for comparisons.
+// turns it off (cpu::Override(ConvAlgo::Im2col), MIXTAPE_CPU_CONV) for comparisons.
 //
 // Algorithm: the weights are packed once per call into 8-row panels (A). The batch's output pixels
 // are one column space of N L columns, cut into panels of 32 that may straddle images (no ragged
@@ -31,11 +31,12 @@
 // add), then the store's rounding. Threads split the column panels, so the bits are the same at
 // every thread count and in every run. They differ from im2col + GEMM's in the last bits (that
 // sums in slices and adds onto a bias-filled output).
-// Internal: called by ops/conv.cpp only, after conv_implicit_gemm_enabled().
+// Internal: called by ops/conv.cpp only, after conv_kernels_enabled().
 #pragma once
 #include <cstdint>
 
 #include "core/bfloat16.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape::cpu {
 
@@ -45,26 +46,13 @@ struct ImplicitConvShape {
   int64_t N, C, H, W, O, kH, kW, pH, pW, dH, OH;
 };
 
-enum class ConvAlgo { Auto, Im2col };
-
-// True when this CPU (and OS) can run the kernels (AVX-512 F, BW and VL; the native BF16 variant
-// also needs bf16_native_gemm()) and neither a ConvAlgoOverride nor MIXTAPE_CPU_CONV=im2col says no.
+// The switch of every AVX-512 conv kernel (the implicit GEMM and the six direct kernels of
+// ops/cpu/conv_*_avx512.h): true when this CPU (and OS) can run them (AVX-512 F, BW and VL; the
+// native BF16 variants also need bf16_native_gemm()) and neither an Override(ConvAlgo)
+// (ops/cpu/steering.h) nor MIXTAPE_CPU_CONV=im2col says no.
 // MIXTAPE_CPU_CONV: auto (default, or unset/empty) | im2col; anything else throws an Error naming
 // the variable, at every call.
-bool conv_implicit_gemm_enabled();
-
-// While alive, conv_implicit_gemm_enabled() answers for `algo` (Im2col: false; Auto: whether the
-// CPU can), whatever MIXTAPE_CPU_CONV says. Process-wide; nests. For tests and benchmarks.
-class ConvAlgoOverride {
- public:
-  explicit ConvAlgoOverride(ConvAlgo algo);
-  ~ConvAlgoOverride();
-  ConvAlgoOverride(const ConvAlgoOverride&) = delete;
-  ConvAlgoOverride& operator=(const ConvAlgoOverride&) = delete;
-
- private:
-  int previous_;
-};
+bool conv_kernels_enabled();
 
 void conv_implicit_gemm(const ImplicitConvShape& s, const float* x, const float* w, const float* bias, float* y);
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias,

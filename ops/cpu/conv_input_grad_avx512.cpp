@@ -272,7 +272,7 @@ void image(const Plan& p, const E* gy_e, const X* wt, E* gx_e, float* gxt, X* gy
 
 bool conv_input_grad_direct_applies(const ConvShape& s) {
   return padded_geometry_ok(s) && (s.sW == 1 || s.sW == 2) &&
-         conv_implicit_gemm_enabled();
+         conv_kernels_enabled();
 }
 
 bool conv_input_grad_pairs_applies(const ConvShape& s) {

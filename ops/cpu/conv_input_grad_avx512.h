@@ -24,7 +24,7 @@
 
 namespace mixtape::cpu {
 
-// True when the CPU can run the kernel (conv_implicit_gemm_enabled()) and the geometry is one it
+// True when the CPU can run the kernel (conv_kernels_enabled()) and the geometry is one it
 // takes (padded_geometry_ok, column stride 1 or 2). Depends on the shape only.
 bool conv_input_grad_direct_applies(const ConvShape& s);
 

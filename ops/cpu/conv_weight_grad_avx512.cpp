@@ -327,7 +327,7 @@ void run(const ConvShape& s, const E* x, const E* gy, float* gw) {
 }  // namespace
 
 bool conv_weight_grad_direct_applies(const ConvShape& s) {
-  return padded_geometry_ok(s) && conv_implicit_gemm_enabled();
+  return padded_geometry_ok(s) && conv_kernels_enabled();
 }
 
 bool conv_weight_grad_pairs_applies(const ConvShape& s) {

@@ -26,7 +26,7 @@
 
 namespace mixtape::cpu {
 
-// True when the CPU can run the kernel (conv_implicit_gemm_enabled(): AVX-512 F/BW/VL and no
+// True when the CPU can run the kernel (conv_kernels_enabled(): AVX-512 F/BW/VL and no
 // MIXTAPE_CPU_CONV=im2col) and the geometry is one it takes: kW == 3, dW == 1 (padded_geometry_ok).
 // Depends on the shape, never on the thread count.
 bool conv_weight_grad_direct_applies(const ConvShape& s);

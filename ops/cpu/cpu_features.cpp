@@ -11,6 +11,7 @@
 #include "core/error.h"
 
 #include "ops/cpu/isa.h"
+#include "ops/cpu/steering.h"
 #if MIXTAPE_X86_KERNELS
 #include <cpuid.h>
 #endif
@@ -64,8 +65,6 @@ CpuFeatures probe() {
   return f;
 }
 
-// 0: no override; else 1 + Bf16Kernel.
-std::atomic<int> g_override{0};
 
 void add_missing(std::string& s, bool have, const char* name) {
   if (!have) s += (s.empty() ? "" : ", ") + std::string(name);
@@ -156,7 +155,8 @@ Bf16Kernel parse_cpu_bf16(const char* value, const CpuFeatures& f) {
 }
 
 Bf16Kernel bf16_gemm_kernel() {
-  if (const int o = g_override.load(std::memory_order_relaxed)) return static_cast<Bf16Kernel>(o - 1);
+  if (const intptr_t o = override_slot(Switch::Bf16Gemm).load(std::memory_order_relaxed))
+    return static_cast<Bf16Kernel>(o - 1);
   // A throwing initialiser leaves `kernel` uninitialised, so a bad value throws at every call.
   static const Bf16Kernel kernel = [] {
     const char* v = std::getenv("MIXTAPE_CPU_BF16");
@@ -168,7 +168,8 @@ Bf16Kernel bf16_gemm_kernel() {
 }
 
 bool bf16_native_gemm() {
-  if (g_override.load(std::memory_order_relaxed)) return bf16_gemm_kernel() != Bf16Kernel::Emulated;
+  if (override_slot(Switch::Bf16Gemm).load(std::memory_order_relaxed))
+    return bf16_gemm_kernel() != Bf16Kernel::Emulated;
   // FP32 convs and the BLAS set-up ask this too: under auto it is answered without resolving the
   // kernel, so Linux is asked for AMX only at the first BF16 GEMM (AMX's requirements include
   // these). An explicit value is parsed, and checked, now.
@@ -195,13 +196,12 @@ std::string bf16_gemm_description() {
   return "emulated (BF16 widened to FP32, FP32 GEMM)";
 }
 
-Bf16GemmOverride::Bf16GemmOverride(Bf16GemmPath path) : previous_(g_override.load()) {
+Override::Override(Bf16GemmPath path) : which_(Switch::Bf16Gemm) {
   const bool amx_possible = path == Bf16GemmPath::Native || path == Bf16GemmPath::Amx;
-  // Throws where the kernel cannot run.
+  // Throws where the kernel cannot run (before the slot changes).
   const Bf16Kernel k = resolve_bf16_path(path, amx_possible ? cpu_features_with_amx() : cpu_features());
-  g_override.store(1 + static_cast<int>(k));
+  mine_ = 1 + static_cast<intptr_t>(k);
+  previous_ = override_slot(which_).exchange(mine_);
 }
-
-Bf16GemmOverride::~Bf16GemmOverride() { g_override.store(previous_); }
 
 }  // namespace mixtape::cpu

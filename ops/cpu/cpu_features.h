@@ -68,7 +68,7 @@ Bf16Kernel parse_cpu_bf16(const char* value, const CpuFeatures& f);
 // parse_cpu_bf16 does for the corresponding value.
 Bf16Kernel resolve_bf16_path(Bf16GemmPath path, const CpuFeatures& f);
 
-// Which kernel BF16 GEMMs run in this process: an active Bf16GemmOverride, else MIXTAPE_CPU_BF16
+// Which kernel BF16 GEMMs run in this process: an active Override(Bf16GemmPath), else MIXTAPE_CPU_BF16
 // as parsed once against cpu_features_with_amx() (cpu_features() for emulated and avx512bf16).
 Bf16Kernel bf16_gemm_kernel();
 // True when BF16 operands are multiplied natively (AMX or vdpbf16ps), false when widened to FP32.
@@ -83,20 +83,9 @@ bool bf16_on_vdpbf16ps();
 // FP32, FP32 GEMM)", for logs.
 std::string bf16_gemm_description();
 
-// While alive, bf16_gemm_kernel() answers for `path` whatever MIXTAPE_CPU_BF16 says (the variable
-// is not read, so an invalid value does not throw either). Process-wide, not per thread: meant for
-// tests and benchmarks that compare the paths in one process; nests (the destructor restores the
-// previous override). Constructing it for a kernel the CPU cannot run throws the same Error as the
-// corresponding MIXTAPE_CPU_BF16 value would.
-class Bf16GemmOverride {
- public:
-  explicit Bf16GemmOverride(Bf16GemmPath path);
-  ~Bf16GemmOverride();
-  Bf16GemmOverride(const Bf16GemmOverride&) = delete;
-  Bf16GemmOverride& operator=(const Bf16GemmOverride&) = delete;
-
- private:
-  int previous_;
-};
+// cpu::Override(Bf16GemmPath) (ops/cpu/steering.h) makes bf16_gemm_kernel() answer for a path
+// whatever MIXTAPE_CPU_BF16 says (the variable is not read, so an invalid value does not throw
+// either); constructing it for a kernel the CPU cannot run throws the Error the corresponding
+// MIXTAPE_CPU_BF16 value would.
 
 }  // namespace mixtape::cpu

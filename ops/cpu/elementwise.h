@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "core/dispatcher.h"
-#include "ops/cpu/bf16_lanes_avx512.h"
+#include "ops/cpu/bf16_rows_avx512.h"
 #include "ops/cpu/isa.h"
 #include "ops/cpu/loops.h"
 
@@ -21,7 +21,7 @@ void copy_into(const Tensor& dst, const Tensor& src);
 // BF16 result from BF16 bits, the same bits as widening, operator() and rounding: contiguous BF16
 // rows then run on the 16-bit patterns (a loop the compiler vectorizes), with no conversion.
 // Where the CPU has AVX-512 BW that loop runs compiled for it (bf16_rows_avx512), and contiguous
-// BF16 rows of add, sub, mul and div run on ops/cpu/bf16_lanes_avx512.h's lanes (lane_op_v): the
+// BF16 rows of add, sub, mul and div run on ops/cpu/bf16_rows_avx512.h (row_op_v): the
 // same bits again (NaN payloads aside).
 template <typename F, typename T, int Arity>
 inline constexpr bool has_bf16_bits = std::is_same_v<T, BFloat16> && [] {
@@ -33,8 +33,7 @@ void bf16_rows(const F&, int64_t n, char* out, In*... in) {
   uint16_t* o = reinterpret_cast<uint16_t*>(out);
   for (int64_t i = 0; i < n; ++i) o[i] = F::bf16_bits(reinterpret_cast<const uint16_t*>(in)[i]...);
 }
-// The same loop compiled for AVX-512 BW (32 lanes where SSE2 has 8); call only where
-// bf16_lanes_available().
+// The same loop compiled for AVX-512 BW (32 lanes where SSE2 has 8): the bits_avx512 entry below.
 #if MIXTAPE_X86_KERNELS
 template <typename F, typename... In>
 MT_TARGET_AVX512 void bf16_rows_avx512(const F&, int64_t n, char* out, In*... in) {
@@ -47,11 +46,22 @@ void bf16_rows_avx512(const F& f, int64_t n, char* out, In*... in) {  // never r
   bf16_rows(f, n, out, in...);
 }
 #endif
-template <typename F, typename... In>
-void bf16_rows_fastest(const F& f, int64_t n, char* out, In*... in) {
-  if (bf16_lanes_available()) return bf16_rows_avx512(f, n, out, in...);
-  bf16_rows(f, n, out, in...);
-}
+
+// ---- which loop BF16 rows run on: the lists of op.pass "elementwise.fwd" ----
+// (ops/cpu/elementwise_kernels.cpp), first entry that applies runs, per pointwise call:
+//   add, sub, mul, div (row_op_v)       rows_avx512 · generic
+//   functors with bf16_bits (relu, ...)  bits_avx512 · bits · generic
+// generic is the reference: widen a block to f32, apply F, round once. All three give its bits
+// (rows_avx512: NaN payloads aside). Pointwise ops without a row kernel have no list.
+enum class Bf16RowKernel { RowsAvx512, BitsAvx512, Bits, Generic };
+// `row_strides`: the byte strides of the rows strided_loop will hand over (row_strides()), one
+// per operand, output first; `scalar_operand`: one input is a wrapped number (no row kernel reads
+// it). Traces the choice (MIXTAPE_TRACE=kernel) and throws where MIXTAPE_CPU_KERNEL forces an
+// entry that declines: call it before the loop, never inside a parallel region.
+Bf16RowKernel choose_bf16_rows(const char* op, bool arithmetic, const int64_t* row_strides, int operands,
+                               bool scalar_operand);
+template <typename F, int Arity>
+constexpr bool has_bf16_row_kernel = has_bf16_bits<F, BFloat16, Arity> || row_op_v<F> != RowOp::Generic;
 
 // out = f(x) in compute dtype `dt` (x is converted to it first; ops/pointwise_op.cpp chose it).
 template <typename F>
@@ -62,11 +72,16 @@ TensorList unary_loop(const OpCall& call, DType dt, const F& f) {
     if constexpr (std::is_same_v<T, bool>) {
       MT_ERROR(call.name(), ": bool tensors are not supported, got ", x.describe());
     } else {
-      strided_loop<2>(x.sizes(), {{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
-                                  {broadcast_byte_strides(out, x.sizes()), broadcast_byte_strides(x, x.sizes())}},
+      const StridedOperands<2> ops{{static_cast<char*>(out.data_ptr()), static_cast<char*>(x.data_ptr())},
+                                   {broadcast_byte_strides(out, x.sizes()), broadcast_byte_strides(x, x.sizes())}};
+      [[maybe_unused]] Bf16RowKernel rk = Bf16RowKernel::Generic;
+      if constexpr (has_bf16_bits<F, T, 1>)
+        rk = choose_bf16_rows(call.name(), false, row_strides(x.sizes(), ops).data(), 2, false);
+      strided_loop<2>(x.sizes(), ops,
                       [&](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
                         if constexpr (has_bf16_bits<F, T, 1>) {
-                          if (s[0] == 2 && s[1] == 2) return bf16_rows_fastest(f, n, p[0], p[1]);
+                          if (rk == Bf16RowKernel::BitsAvx512) return bf16_rows_avx512(f, n, p[0], p[1]);
+                          if (rk == Bf16RowKernel::Bits) return bf16_rows(f, n, p[0], p[1]);
                         }
                         if constexpr (is_16bit_v<T>) {
                           float in[kBlock], out[kBlock];
@@ -112,6 +127,8 @@ TensorList binary_loop(const OpCall& call, DType dt, const F& f) {
       // A wrapped number keeps its full value in the compute type (PyTorch's "opmath" scalar):
       // f16 * 0.1 multiplies by 0.1f, not by the f16 nearest to 0.1.
       if (b.is_wrapped_number() || a.is_wrapped_number()) {
+        if constexpr (std::is_same_v<T, BFloat16> && !kBool && has_bf16_row_kernel<F, 2>)
+          (void)choose_bf16_rows(call.name(), row_op_v<F> != RowOp::Generic, nullptr, 3, true);  // generic
         bool b_scalar = b.is_wrapped_number();
         A s = static_cast<A>(get_element(b_scalar ? b : a, 0));
         Tensor t = cast_to(b_scalar ? a : b, dt);
@@ -138,18 +155,23 @@ TensorList binary_loop(const OpCall& call, DType dt, const F& f) {
         return;
       }
       Tensor ca = cast_to(a, dt), cb = cast_to(b, dt);
-      strided_loop<3>(shape,
-                      {{static_cast<char*>(out.data_ptr()), static_cast<char*>(ca.data_ptr()),
-                        static_cast<char*>(cb.data_ptr())},
-                       {broadcast_byte_strides(out, shape), broadcast_byte_strides(ca, shape),
-                        broadcast_byte_strides(cb, shape)}},
+      const StridedOperands<3> ops{{static_cast<char*>(out.data_ptr()), static_cast<char*>(ca.data_ptr()),
+                                    static_cast<char*>(cb.data_ptr())},
+                                   {broadcast_byte_strides(out, shape), broadcast_byte_strides(ca, shape),
+                                    broadcast_byte_strides(cb, shape)}};
+      [[maybe_unused]] Bf16RowKernel rk = Bf16RowKernel::Generic;
+      if constexpr (std::is_same_v<T, BFloat16> && !kBool && has_bf16_row_kernel<F, 2>)
+        rk = choose_bf16_rows(call.name(), row_op_v<F> != RowOp::Generic, row_strides(shape, ops).data(), 3,
+                              false);
+      strided_loop<3>(shape, ops,
                       [&](std::array<char*, 3> p, std::array<int64_t, 3> st, int64_t n) {
-                        if constexpr (lane_op_v<F> != LaneOp::NotLanewise && std::is_same_v<T, BFloat16> && !kBool) {
-                          if (st[0] == 2 && st[1] == 2 && st[2] == 2 && bf16_lanes_available())
-                            return bf16_binary_lanes(lane_op_v<F>, n, p[0], p[1], p[2]);
+                        if constexpr (row_op_v<F> != RowOp::Generic && std::is_same_v<T, BFloat16> && !kBool) {
+                          if (rk == Bf16RowKernel::RowsAvx512)
+                            return bf16_binary_rows(row_op_v<F>, n, p[0], p[1], p[2]);
                         }
                         if constexpr (has_bf16_bits<F, T, 2> && !kBool) {
-                          if (st[0] == 2 && st[1] == 2 && st[2] == 2) return bf16_rows_fastest(f, n, p[0], p[1], p[2]);
+                          if (rk == Bf16RowKernel::BitsAvx512) return bf16_rows_avx512(f, n, p[0], p[1], p[2]);
+                          if (rk == Bf16RowKernel::Bits) return bf16_rows(f, n, p[0], p[1], p[2]);
                         }
                         if constexpr (is_16bit_v<T> && !kBool) {
                           float x[kBlock], y[kBlock];

@@ -12,6 +12,8 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape::cpu {
 
@@ -34,10 +36,12 @@ std::string steering_tags(bool bf16, bool conv) {
       case Bf16Kernel::Emulated: add("bf16 emulated"); break;
     }
   }
-  if (conv && !conv_implicit_gemm_enabled()) add("conv im2col");
-  if (!own_float_gemm()) add("gemm blas");
+  if (conv && !conv_kernels_enabled()) add("conv im2col");
+  if (!own_kernels_enabled()) add("gemm blas");
   return t.empty() ? t : " [" + t + "]";
 }
+
+const char* isa_tag() { return isa_avx512() ? "" : " [no avx512]"; }
 
 void emit_kernel_choice(const std::string& line) { trace_line(TraceKind::Kernel, "[kernel] " + line); }
 
@@ -92,8 +96,6 @@ Forced parse_forced(const std::string& spec) {
   return out;
 }
 
-std::atomic<const Forced*> g_force_override{nullptr};
-
 const Forced& forced_from_env() {
   // A throwing initialiser leaves it uninitialised, so a bad value throws at every choice.
   static const Forced f = [] {
@@ -116,8 +118,20 @@ bool register_kernel_names(const char* op_pass, const std::vector<const char*>& 
   return true;
 }
 
+std::vector<std::string> kernel_op_passes() {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  std::vector<std::string> ops;
+  for (const auto& [op, names] : registry()) ops.push_back(op);
+  return ops;
+}
+std::vector<std::string> kernel_names(const std::string& op_pass) {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  const auto it = registry().find(op_pass);
+  return it == registry().end() ? std::vector<std::string>() : it->second;
+}
+
 const char* forced_kernel(const char* op_pass) {
-  const Forced* f = g_force_override.load(std::memory_order_acquire);
+  const Forced* f = reinterpret_cast<const Forced*>(override_slot(Switch::Kernels).load(std::memory_order_acquire));
   if (!f) f = &forced_from_env();
   for (const auto& [op, name] : *f)
     if (op == op_pass) return name.c_str();
@@ -129,13 +143,10 @@ void refuse_forced_kernel(const char* op_pass, const char* name, const std::stri
            ") does not apply to this problem: ", why);
 }
 
-KernelForce::KernelForce(const std::string& spec)
-    : previous_(g_force_override.load()), mine_(new Forced(parse_forced(spec))) {
-  g_force_override.store(static_cast<const Forced*>(mine_));
-}
-KernelForce::~KernelForce() {
-  g_force_override.store(static_cast<const Forced*>(previous_));
-  delete static_cast<const Forced*>(mine_);
+Override::Override(const KernelSpec& kernels) : which_(Switch::Kernels) {
+  mine_ = reinterpret_cast<intptr_t>(new Forced(parse_forced(kernels.spec)));  // throws before the slot changes
+  release_ = [](intptr_t p) { delete reinterpret_cast<const Forced*>(p); };
+  previous_ = override_slot(which_).exchange(mine_);
 }
 
 }  // namespace mixtape::cpu

@@ -23,6 +23,14 @@ struct KernelEntry {
   std::string (*declines)(const P&);
 };
 
+// The same with fixed-word reasons (a const char*, null when it takes the problem), for lists on
+// a hot path whose choice must not allocate (the BF16 elementwise rows, per pointwise call).
+template <typename P>
+struct FixedKernelEntry {
+  const char* name;
+  const char* (*declines)(const P&);
+};
+
 // The entry chosen for a problem and, when the kernel trace is on, "name: why; ..." for the
 // entries before it.
 struct KernelPick {
@@ -70,7 +78,7 @@ KernelPick choose_kernel(const Entry (&list)[N], const P& p) {
 // invalid value (not op.pass:name, an unknown op.pass, a name no list of that op.pass holds) throws
 // an Error naming the variable and the accepted values, at every choice.
 
-// The name forced for `op_pass`, or nullptr (a KernelForce answers first).
+// The name forced for `op_pass`, or nullptr (an Override(KernelSpec) answers first).
 const char* forced_kernel(const char* op_pass);
 // Records a list's names under `op_pass`, for the checks above (static initialisation: every
 // forceable list calls it once).
@@ -81,22 +89,14 @@ bool register_kernel_list(const char* op_pass, const Entry (&list)[N]) {
   for (const Entry& e : list) names.push_back(e.name);
   return register_kernel_names(op_pass, names);
 }
+// Every op.pass with a forceable list, and the names its lists hold (in list order, first list
+// first): what tests/ops/test_kernel_entries.cpp runs every entry from.
+std::vector<std::string> kernel_op_passes();
+std::vector<std::string> kernel_names(const std::string& op_pass);
 [[noreturn]] void refuse_forced_kernel(const char* op_pass, const char* name, const std::string& why);
 
-// While alive, forced_kernel() answers from `spec` (MIXTAPE_CPU_KERNEL's syntax; "" forces
-// nothing) whatever the variable says. Process-wide; nests. For tests and benchmarks. Throws the
-// variable's Error for an invalid spec.
-class KernelForce {
- public:
-  explicit KernelForce(const std::string& spec);
-  ~KernelForce();
-  KernelForce(const KernelForce&) = delete;
-  KernelForce& operator=(const KernelForce&) = delete;
-
- private:
-  const void* previous_;
-  const void* mine_;
-};
+// cpu::Override(KernelSpec{spec}) (ops/cpu/steering.h) makes forced_kernel() answer from `spec`
+// (MIXTAPE_CPU_KERNEL's syntax) whatever the variable says: MIXTAPE_CPU_KERNEL's in-process twin.
 
 // choose_kernel for a forceable list of `op_pass`: a forced name in this list runs if it takes
 // the problem and is refused if not; otherwise the list's own choice.
@@ -135,6 +135,9 @@ std::string kernel_choice_line(const char* op_pass, const std::string& problem, 
 // conv kernels are off (MIXTAPE_CPU_CONV=im2col, an override, or no AVX-512), "gemm blas" when the
 // own float GEMM is (MIXTAPE_GEMM=blas, or no AVX-512); "" when none applies.
 std::string steering_tags(bool bf16, bool conv);
+// The steering the lists of batch norm, max pooling and the BF16 elementwise rows depend on:
+// " [no avx512]" where isa_avx512() is false, "" otherwise.
+const char* isa_tag();
 void emit_kernel_choice(const std::string& line);
 
 template <typename Describe>

@@ -80,6 +80,21 @@ bool single_run(const IntList& sizes, const std::array<IntList, N>& strides, int
   return true;
 }
 
+// The byte strides strided_loop(sizes, ops, row) hands to every call of row (one value per
+// operand: the run's step, or the coalesced innermost dimension's stride), so that a caller can
+// choose its row kernel once, before the loop.
+template <size_t N>
+std::array<int64_t, N> row_strides(const IntList& sizes, const StridedOperands<N>& ops) {
+  int64_t total;
+  std::array<int64_t, N> step;
+  if (single_run<N>(sizes, ops.strides, total, step)) return step;
+  IntList s = sizes;
+  std::array<IntList, N> st = ops.strides;
+  coalesce<N>(s, st);
+  for (size_t k = 0; k < N; ++k) step[k] = st[k][s.size() - 1];
+  return step;
+}
+
 template <size_t N, typename Row>
 void strided_loop(IntList sizes, StridedOperands<N> ops, Row&& row) {
   {
@@ -109,6 +124,7 @@ void strided_loop(IntList sizes, StridedOperands<N> ops, Row&& row) {
   for (size_t d = 0; d + 1 < nd; ++d) rows *= sizes[d];
   std::array<int64_t, N> inner_strides;
   for (size_t k = 0; k < N; ++k) inner_strides[k] = ops.strides[k][nd - 1];
+  if (rows == 0 || inner == 0) return;  // an empty shape that single_run did not take (broadcast)
 
   auto run_rows = [&](int64_t r0, int64_t r1) {
     // Multi-index of row r0 over the outer dims, then an odometer.

@@ -5,7 +5,7 @@
 // Invariant: padded row r, column q of channel c holds x[c, r - pH, q - pW], or +0 where that is
 // outside the image.
 // Defined where MIXTAPE_X86_KERNELS (ops/cpu/isa.h); the functions carry their target
-// (MT_TARGET_AVX512_FMA) and run only after isa_avx512() (conv_implicit_gemm_enabled()).
+// (MT_TARGET_AVX512_FMA) and run only after isa_avx512() (conv_kernels_enabled()).
 // Internal: ops/cpu/conv_direct_avx512.cpp and ops/cpu/conv_weight_grad_avx512.cpp.
 #pragma once
 

@@ -2,8 +2,9 @@
 // with the CPU ops' semantics (ops/matmul.cpp, ops/linear.cpp): f16/bf16 operands multiply on
 // tensor cores with FP32 accumulation (CUBLAS_COMPUTE_32F, reduced-precision split-K reductions
 // disallowed) and the FP32 result is rounded once to the output dtype; f32 is a plain SGEMM unless
-// set_allow_tf32(true); f64 is a DGEMM. linear's bias is folded into the GEMM (C starts as the
-// bias rows, beta = 1) in the compute type, so a 16-bit linear rounds bias + product once, as the CPU.
+// set_allow_tf32(true); f64 is a DGEMM. linear's bias is folded into the GEMM (C, of the output's
+// dtype, starts as the bias rows, beta = 1): acc + bias is formed in the compute type, so a 16-bit
+// linear rounds bias + product once, as the CPU.
 // Row-major tensors meet column-major cuBLAS by computing C^T = B^T A^T (no copies); operands
 // whose strides cuBLAS cannot take are made dense first.
 #include "ops/cuda/gemm.h"
@@ -170,13 +171,12 @@ TensorList linear_cuda(const OpCall& call) {
   Tensor out = empty_on(out_shape, dt, x.device());
   if (out.numel() == 0) return {out};
   const int64_t rows = out.numel() / out_f;
-  // The bias is added in the compute type: f32 for 16-bit (then one rounding), else dt itself.
-  const DType ct = is_reduced_float(dt) && bias.defined() ? DType::Float32 : dt;
-  Tensor c = ct == dt ? out : empty_on(out_shape, ct, x.device());
-  if (bias.defined()) copy_into(c, bias, call.name());  // every row = bias (broadcast, converted)
+  // The bias is added by the GEMM itself: the output starts as the bias rows and beta = 1, so
+  // cuBLAS forms acc + bias in the compute type (f32 for 16-bit: the bias, of the output's dtype,
+  // is exact there) and rounds once on store — no f32 buffer and cast after.
+  if (bias.defined()) copy_into(out, bias, call.name());  // every row = bias (broadcast)
   if (in == 0) {
     if (!bias.defined()) fill_(out, 0.0);
-    if (!c.is_same(out)) copy_into(out, c, call.name());
     return {out};
   }
   // x as an (rows, in) matrix: 1-D/2-D x keep their layout when cuBLAS can read it.
@@ -196,11 +196,10 @@ TensorList linear_cuda(const OpCall& call) {
     blas_layout(out_f, in, wd.stride(0), wd.stride(1), lw);
   }
   // y = x2 @ w^T: w^T is w with its transposition flag flipped.
-  GemmArgs g{dt, ct, lx.trans, !lw.trans, rows, out_f, in, lx.ld, lw.ld, out_f, x2.data_ptr(), wd.data_ptr(),
-             c.data_ptr()};
+  GemmArgs g{dt, dt, lx.trans, !lw.trans, rows, out_f, in, lx.ld, lw.ld, out_f, x2.data_ptr(), wd.data_ptr(),
+             out.data_ptr()};
   g.beta = bias.defined() ? 1.0 : 0.0;
   gemm(g, call.name());
-  if (!c.is_same(out)) copy_into(out, c, call.name());  // the one rounding to f16/bf16
   return {out};
 }
 

@@ -26,22 +26,29 @@ TensorList run_binary(const OpCall& call, DType dt, bool out_bool, const void* f
   const Device dev = call_device(call);
   DeviceGuard guard(dev.index());
   Tensor out = empty_on(shape, out_bool ? DType::Bool : dt, dev);
-  if (out.numel() == 0) return {out};
+  run_binary_into(call.name(), out, a, b, dt, out_bool, functor, launch);
+  return {out};
+}
+
+void run_binary_into(const char* op, const Tensor& out, const Tensor& a, const Tensor& b, DType dt, bool out_bool,
+                     const void* functor, BinaryLaunch launch) {
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out.device().index());
+  const IntList& shape = out.sizes();
   // A wrapped number keeps its full value in the compute type (ops/cpu/elementwise.h).
   if (a.is_wrapped_number() || b.is_wrapped_number()) {
     const bool b_scalar = b.is_wrapped_number();
     const double s = get_element(b_scalar ? b : a, 0);
-    Tensor t = densify_if_huge(cast_to(b_scalar ? a : b, dt, call.name()), shape, call.name());
-    const Operands o = make_operands(call.name(), out, {t});
+    Tensor t = densify_if_huge(cast_to(b_scalar ? a : b, dt, op), shape, op);
+    const Operands o = make_operands(op, out, {t});
     MT_CUDA_CHECK(static_cast<cudaError_t>(launch(dt, out_bool, o, b_scalar ? 1 : 0, s, functor, current_stream())),
-                  call.name());
-    return {out};
+                  op);
+    return;
   }
-  Tensor ca = densify_if_huge(cast_to(a, dt, call.name()), shape, call.name());
-  Tensor cb = densify_if_huge(cast_to(b, dt, call.name()), shape, call.name());
-  const Operands o = make_operands(call.name(), out, {ca, cb});
-  MT_CUDA_CHECK(static_cast<cudaError_t>(launch(dt, out_bool, o, -1, 0.0, functor, current_stream())), call.name());
-  return {out};
+  Tensor ca = densify_if_huge(cast_to(a, dt, op), shape, op);
+  Tensor cb = densify_if_huge(cast_to(b, dt, op), shape, op);
+  const Operands o = make_operands(op, out, {ca, cb});
+  MT_CUDA_CHECK(static_cast<cudaError_t>(launch(dt, out_bool, o, -1, 0.0, functor, current_stream())), op);
 }
 
 }  // namespace mixtape::cuda

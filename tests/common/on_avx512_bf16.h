@@ -6,11 +6,12 @@
 #include <optional>
 
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape::testing {
 
 struct OnAvx512Bf16 {
-  std::optional<cpu::Bf16GemmOverride> path;
+  std::optional<cpu::Override> path;
   OnAvx512Bf16() {
     if (cpu::can_run_bf16_native(cpu::cpu_features())) path.emplace(cpu::Bf16GemmPath::Avx512Bf16);
   }

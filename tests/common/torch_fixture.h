@@ -101,6 +101,23 @@ struct TorchFixture {
                            ::mixtape::testing::fixture_case_name);                          \
   GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Suite)
 
+// The values (families, or ops) this test file's suites run, as MT_TORCH_SUITE_OF records them
+// when it defines each suite: the file's coverage checks read this one list (the cases of a value
+// no suite runs are an error there). One list per file: the unnamed namespace gives each
+// translation unit its own.
+namespace {
+inline std::set<std::string>& suite_values() {
+  static std::set<std::string> values;
+  return values;
+}
+}  // namespace
+
+// The suite of one value's cases, cases_of(value) run through run(const json&), the value
+// recorded in suite_values().
+#define MT_TORCH_SUITE_OF(Suite, value, cases_of, run)                                                      \
+  [[maybe_unused]] const bool Suite##_listed = ::mixtape::testing::suite_values().insert(value).second; \
+  MT_TORCH_FIXTURE_SUITE(Suite, cases_of(value), run)
+
 // ---- decoding ----
 inline DType fixture_dtype(const std::string& s) {
   if (s == "f64") return DType::Float64;

@@ -490,7 +490,7 @@ cudnnStatus_t convolve(Op op, const char* call, const char* const operands[3], c
       case CUDNN_DATA_BFLOAT16: go(static_cast<BFloat16*>(nullptr), 0.0f); break;
       default: go(static_cast<double*>(nullptr), 0.0); break;  // make_conv admitted only these four
     }
-  });
+  }, call);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -536,7 +536,7 @@ cudnnStatus_t find_ex(Op op, const char* call, const char* const operands[3], cu
   emu::enqueue(h->stream, [=] {
     emu::DeviceAccess access;
     std::memset(out, 0xA5, out_bytes);
-  });
+  }, call);
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -943,7 +943,7 @@ cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void* alpha, const cudn
         break;
       default: run_add(la, static_cast<const double*>(A), lc, static_cast<double*>(C), a, b); break;
     }
-  });
+  }, "cudnnAddTensor");
   return CUDNN_STATUS_SUCCESS;
 }
 

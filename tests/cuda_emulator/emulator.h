@@ -29,6 +29,20 @@
 //   - Device memory (every cudaMalloc block) is mapped PROT_NONE except inside a DeviceAccess
 //     scope, so host code that dereferences a device pointer faults here as it would crash on a
 //     GPU. Kernels, copies and the library fakes open a scope; nothing else may.
+//   - Launch-only mode (MIXTAPE_CUDA_EMULATOR_LAUNCH_ONLY=1; 0 or unset: off; read once): device
+//     work is counted (launch_sites()), not executed: kernel launches, cuBLAS/cuDNN/NCCL calls,
+//     host-to-device, device-to-device and peer copies, graph launches. Memsets are counted and
+//     still run: they are how the host gives device memory a value it reads back (the deferred
+//     checks' no-failure slots). So a program's host time is mixtape's own per-op work
+//     (dispatch, autograd, shape checks, descriptor set-up, launch glue) plus the emulator's small
+//     bookkeeping per launch, with no emulated kernel time in it (bench/host_step.cpp reports it
+//     per launch site). Everything else runs as usual: argument and descriptor checks,
+//     allocation, streams, events, capture (a captured graph replays nothing). Device memory
+//     holds unspecified bytes: a host read (a device-to-host copy) returns whatever is there. A
+//     sync-free AMP step (GradScaler sync_free, a capturable optimizer) reads nothing on the host
+//     and runs unchanged; a program that decides on what it reads (a default GradScaler's skip
+//     decision, loss.item()) follows an arbitrary branch. Host reads and memsets open only the
+//     block they touch (a DeviceAccess scope opens every block: its mprotect calls would be timed).
 //   - A misuse a GPU would answer with a fault or undefined behaviour (a host pointer given to a
 //     cuBLAS/cuDNN call, a divergent __syncthreads, a destroyed stream given to a launch) aborts
 //     with fault(), naming the call: a test then fails loudly, never silently passes. (Kernel
@@ -39,6 +53,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace mixtape::cuda_emulator {
 
@@ -53,8 +69,25 @@ int stream_device(cudaStream_t s);
 // Puts `work` on stream `s` (nullptr, cudaStreamLegacy and cudaStreamPerThread are the current
 // device's default stream) under the ordering rules above; on a capturing stream, into its
 // capture. `work` must own everything it reads from the host: it may run after the call that
-// enqueued it has returned, and, captured, once per graph launch.
-void enqueue(cudaStream_t s, std::function<void()> work);
+// enqueued it has returned, and, captured, once per graph launch. `site` names the work for
+// launch_sites() (a string that lives as long as the process; nullptr: an unnamed library call);
+// in launch-only mode the work is counted there and dropped.
+void enqueue(cudaStream_t s, std::function<void()> work, const char* site = nullptr);
+
+// Whether launch-only mode is on (MIXTAPE_CUDA_EMULATOR_LAUNCH_ONLY, read once).
+bool launch_only();
+// Device work submitted since the process started (or the last reset_launch_sites()), in both
+// modes, counted per site: a kernel by its launch_kernel instantiation ("kernel(<parameter
+// types>)"), a library or runtime call by its name ("cudnnConvolutionForward", "cudaMemsetAsync",
+// "cudaMemcpyAsync device to device"). Largest count first. A kernel site counts launches, not
+// whether they ran (a launch refused for its geometry is not counted).
+struct LaunchSite {
+  std::string site;
+  bool kernel = false;  // a mixtape kernel (cuda::launch_kernel), else a library or runtime call
+  uint64_t count = 0;
+};
+std::vector<LaunchSite> launch_sites();
+void reset_launch_sites();
 
 // How many times the host has waited for queued device work so far: each runtime call that
 // blocks the host (a synchronize, a device-to-host copy, cudaFree) and had to run queued work to

@@ -34,6 +34,7 @@
 namespace mixtape::cuda_emulator {
 
 cudaError_t record_error(cudaError_t e);  // runtime.cpp
+void submit_kernel(cudaStream_t s, const char* site, std::function<void()> work);  // runtime.cpp
 
 ThreadCoords g_coords{};
 
@@ -235,7 +236,8 @@ cudaError_t run_grid(const char* kernel, dim3 grid, dim3 block, size_t dynamic_s
       nthreads == 0 || nthreads > kMaxThreadsPerBlock || block.z > 64 || dynamic_shared > kMaxDynamicShared)
     return record_error(cudaErrorInvalidConfiguration);
   if (stream_device(stream) != current_device()) return record_error(cudaErrorInvalidResourceHandle);
-  enqueue(stream, [kernel, grid, block, body = std::move(body)] { execute_grid(kernel, grid, block, body); });
+  // Counted under the kernel's site; dropped there in launch-only mode (emulator.h).
+  submit_kernel(stream, kernel, [kernel, grid, block, body = std::move(body)] { execute_grid(kernel, grid, block, body); });
   return cudaSuccess;
 }
 

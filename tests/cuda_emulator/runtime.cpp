@@ -26,9 +26,13 @@
 // cudaErrorStreamCaptureInvalidated and no graph. Not emulated (fault(), "not supported by the
 // emulator"): joining another stream to a capture through an event (cross-stream capture), and
 // capture on the legacy stream's implicit dependencies (cudaErrorStreamCaptureImplicit).
+//
+// Launch-only mode (emulator.h) and the per-site counts live here: every submission of device
+// work passes through admit(), which counts it and, in that mode, drops it.
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdarg>
@@ -41,6 +45,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "tests/cuda_emulator/emulator.h"
@@ -192,6 +197,44 @@ bool is_default(const CUstream_st* s) {
 
 uint64_t g_items_run = 0, g_host_waits = 0;  // under the lock
 
+bool launch_only_mode() {
+  static const bool on = [] {
+    const char* v = std::getenv("MIXTAPE_CUDA_EMULATOR_LAUNCH_ONLY");
+    const std::string mode = v ? v : "";
+    if (mode != "" && mode != "0" && mode != "1")
+      fault("MIXTAPE_CUDA_EMULATOR_LAUNCH_ONLY=%s: expected 0 or 1", mode.c_str());
+    return mode == "1";
+  }();
+  return on;
+}
+
+// Submissions per site, keyed by the site string's address (every site is a string literal or a
+// __PRETTY_FUNCTION__, so one address per site and no string hashing per launch); under the lock.
+struct SiteTally {
+  bool kernel = false;
+  uint64_t count = 0;
+};
+std::unordered_map<const char*, SiteTally>& site_tallies() {
+  static auto* m = new std::unordered_map<const char*, SiteTally>;  // leaked, as state()
+  return *m;
+}
+constexpr const char* kUnnamedLibraryCall = "cuBLAS or NCCL call";
+
+// "kernel(<parameter types>)" from launch_kernel's __PRETTY_FUNCTION__ (GCC and Clang spell the
+// kernel's parameter pack "P = {...}"); other sites as they are.
+std::string site_label(const char* site, bool kernel) {
+  const std::string s = site;
+  if (!kernel) return s;
+  const size_t from = s.find("P = {");
+  if (from == std::string::npos) return s;
+  int depth = 0;
+  for (size_t i = from + 4; i < s.size(); ++i) {
+    depth += s[i] == '{' ? 1 : s[i] == '}' ? -1 : 0;
+    if (depth == 0) return "kernel(" + s.substr(from + 5, i - from - 5) + ")";
+  }
+  return s;
+}
+
 // A host-blocking call: counts as a wait when it had to run queued work.
 class HostWait {
  public:
@@ -285,9 +328,64 @@ uint64_t host_waits() {
   return g_host_waits;
 }
 
-void enqueue(cudaStream_t s, std::function<void()> work) {
+bool launch_only() { return launch_only_mode(); }
+
+namespace {
+// Runs fn with [p, p + bytes) (inside one live block) readable and writable: a DeviceAccess scope,
+// except in launch-only mode, where only that block is opened — a scope opens and closes every
+// block, two mprotect calls each, which would put the emulator's cost into the host time that
+// mode measures. The caller holds the lock.
+template <class F>
+void with_access(const void* p, size_t bytes, F&& fn) {
+  if (!launch_only_mode()) {
+    DeviceAccess access;
+    fn();
+    return;
+  }
+  State& st = state();
+  auto it = find_block(p, bytes);
+  if (it == st.blocks.end()) fault("%p (+%zu bytes) is not inside one live device allocation", p, bytes);
+  const bool open = st.access_depth == 0;
+  if (open) protect(it->second, it->first, true);
+  fn();
+  if (open) protect(it->second, it->first, false);
+}
+}  // namespace
+
+// Counts one submission of device work at `site`; false in launch-only mode, where it is not run.
+// The caller holds the lock.
+static bool admit(const char* site, bool kernel) {
+  SiteTally& t = site_tallies()[site ? site : kUnnamedLibraryCall];
+  t.kernel = kernel;
+  ++t.count;
+  return !launch_only_mode();
+}
+
+// The kernel engine's door (kernel_engine.cpp): a launch, counted under its kernel's site.
+void submit_kernel(cudaStream_t s, const char* site, std::function<void()> work) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
-  push(resolve(s), std::move(work));
+  CUstream_st* st = resolve(s);
+  if (admit(site, true)) push(st, std::move(work));
+}
+
+void enqueue(cudaStream_t s, std::function<void()> work, const char* site) {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* st = resolve(s);
+  if (admit(site, false)) push(st, std::move(work));
+}
+
+std::vector<LaunchSite> launch_sites() {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  std::map<std::pair<std::string, bool>, uint64_t> merged;  // two instantiations may print alike
+  for (const auto& [site, t] : site_tallies()) merged[{site_label(site, t.kernel), t.kernel}] += t.count;
+  std::vector<LaunchSite> out;
+  for (const auto& [key, count] : merged) out.push_back({key.first, key.second, count});
+  std::stable_sort(out.begin(), out.end(), [](const LaunchSite& a, const LaunchSite& b) { return a.count > b.count; });
+  return out;
+}
+void reset_launch_sites() {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  site_tallies().clear();
 }
 
 int device_count() {
@@ -509,6 +607,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   // makes the host wait, which a capturing thread may not.
   if ((!s_dev || !d_dev) && s->capture) return refuse_on_capture(s);
   if (!d_dev && prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+  if (!s_dev && d_dev && !admit("cudaMemcpyAsync host to device", false)) return cudaSuccess;
+  if (s_dev && d_dev && !admit("cudaMemcpyAsync device to device", false)) return cudaSuccess;
   if (!s_dev) {  // from the host (H2H included): take the bytes now
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + count);
@@ -527,8 +627,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   if (!d_dev) {  // to the host: the host reads it next
     HostWait wait;
     drain(s);
-    DeviceAccess access;
-    std::memcpy(dst, src, count);
+    with_access(src, count, [&] { std::memcpy(dst, src, count); });
     return cudaSuccess;
   }
   push(s, [dst, src, count] {
@@ -551,10 +650,13 @@ cudaError_t cudaMemcpyPeerAsync(void* dst, int dst_device, const void* src, int 
   if (!is_device_range(dst, count, &dd) || !is_device_range(src, count, &sd) || dd != dst_device ||
       sd != src_device)
     return fail(cudaErrorInvalidValue);
-  enqueue(stream, [dst, src, count] {
-    DeviceAccess access;
-    std::memmove(dst, src, count);
-  });
+  enqueue(
+      stream,
+      [dst, src, count] {
+        DeviceAccess access;
+        std::memmove(dst, src, count);
+      },
+      "cudaMemcpyPeerAsync");
   return cudaSuccess;
 }
 
@@ -562,10 +664,12 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t str
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (count == 0) return cudaSuccess;
   if (!is_device_range(ptr, count)) return fail(cudaErrorInvalidValue);
-  enqueue(stream, [ptr, value, count] {
-    DeviceAccess access;
-    std::memset(ptr, value, count);
-  });
+  // Counted, and run in launch-only mode too: a memset is how the host gives device memory a known
+  // value that it reads back later (the deferred checks' no-failure slots, core/cuda/deferred_check.h).
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* s = resolve(stream);
+  admit("cudaMemsetAsync", false);
+  push(s, [ptr, value, count] { with_access(ptr, count, [&] { std::memset(ptr, value, count); }); });
   return cudaSuccess;
 }
 cudaError_t cudaMemset(void* ptr, int value, size_t count) { return cudaMemsetAsync(ptr, value, count, nullptr); }
@@ -793,6 +897,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (stream_device(stream) != exec->device) return fail(cudaErrorInvalidValue);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (!admit("cudaGraphLaunch", false)) return cudaSuccess;
   push(resolve(stream), [nodes = exec->nodes] {
     for (const auto& node : *nodes) node();
   });

@@ -297,6 +297,37 @@ TEST(CudaBatchNorm, LaunchesPerCall) {
   EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 2);
 }
 
+// Backward through autograd launches batch_norm_backward's 3 kernels and nothing else: the
+// statistics outputs receive no gradient, and their zeros are not materialised (the backward
+// never reads them: OpSchema::backward_ignores_output_grads). The gradients are the ones the
+// backward op gives when called directly, bit for bit.
+TEST(CudaBatchNorm, BackwardThroughAutogradLaunchesNoZeroFillsForTheStatistics) {
+  MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "the CPU standing in for the device launches no kernels";
+  std::mt19937_64 rng(fresh_seed());
+  Tensor x = on_cuda(random_input(rng, {4, 3, 5, 5}, DType::Float32)).requires_grad_();
+  Tensor w = on_cuda(random_input(rng, {3}, DType::Float32, 0.5, 2.0)).requires_grad_();
+  Tensor b = on_cuda(random_input(rng, {3}, DType::Float32)).requires_grad_();
+  Tensor rm = on_cuda(zeros({3})), rv = on_cuda(ones({3}));
+  const Tensor gy = on_cuda(random_input(rng, x.sizes(), DType::Float32));
+  const TensorList f = bn_call({x, rm, rv, w, b}, true);
+  int64_t launches = 0, fills = 0;
+  {
+    profiler::Profile on;
+    f[0].backward(gy);
+    const profiler::Report r = profiler::report();
+    launches = r.total_launches();
+    for (const profiler::OpRecord& op : r.ops) fills += op.op == "fill_" ? op.calls : 0;
+  }
+  EXPECT_EQ(fills, 0) << "zeros materialised for the statistics' gradients";
+  EXPECT_EQ(launches, 3) << "batch_norm_backward's partials, finalize and grad_input";
+  autograd::NoGradGuard no_grad;
+  const TensorList direct = bn_backward_call({gy, x.detach(), w.detach(), f[1].detach(), f[2].detach()}, true);
+  EXPECT_TRUE(exact(on_cpu(direct[0]), x.grad(), "grad_input"));
+  EXPECT_TRUE(exact(on_cpu(direct[1]), w.grad(), "grad_weight"));
+  EXPECT_TRUE(exact(on_cpu(direct[2]), b.grad(), "grad_bias"));
+}
+
 // The batch counter on the device: counted by a training call only, from whatever it holds.
 TEST(CudaBatchNorm, BatchCounterCountsTrainingCallsOnTheDevice) {
   MT_REQUIRE_CUDA();

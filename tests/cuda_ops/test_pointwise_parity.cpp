@@ -5,6 +5,7 @@
 // Every case skips (with the reason) when no GPU is usable.
 #include <functional>
 
+#include "core/profiler.h"
 #include "cuda_test_util.h"
 
 namespace mixtape {
@@ -201,6 +202,59 @@ TEST(CudaPointwiseParity, WhereCastsCopiesAndFills) {
     mul_(s_cpu, o);
     mul_(s_gpu, on_cuda(o));
     EXPECT_TRUE(exact(s_cpu, s_gpu, std::string("mul_ ") + short_name(dt)));
+  }
+}
+
+// add_ and mul_ write straight into self — one launch — when that is the same arithmetic as the
+// out-of-place op plus write-back: the op computes in self's dtype, self is contiguous, and the
+// other operand is a wrapped number, memory self does not touch, or self itself. Otherwise they
+// compute out of place and copy back (a shifted view of self's own memory must read the old
+// values, as on the CPU). Every case equals the CPU bit for bit.
+TEST(CudaPointwiseParity, InPlaceAddAndMulWriteIntoSelfInOneLaunchWhenThatIsTheSameArithmetic) {
+  MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "the CPU standing in for the device launches no kernels";
+  std::mt19937_64 rng(fresh_seed());
+  auto launches = [](const std::function<void()>& fn) {
+    profiler::Profile on;
+    fn();
+    return profiler::report().total_launches();
+  };
+  struct Case {
+    const char* what;
+    int64_t expected_launches;
+    std::function<void(Tensor& self, const Tensor& other)> op;  // on self's and other's device
+    DType self_dt, other_dt;
+    IntList other_shape;
+  };
+  const Case cases[] = {
+      {"add_ f32, other broadcast", 1, [](Tensor& s, const Tensor& o) { add_(s, o); }, DType::Float32, DType::Float32, {9}},
+      {"mul_ f16", 1, [](Tensor& s, const Tensor& o) { mul_(s, o); }, DType::Float16, DType::Float16, {4, 9}},
+      {"add_ bf16, an f32 wrapped number", 1, [](Tensor& s, const Tensor&) { add_(s, wrapped_scalar(0.3)); },
+       DType::BFloat16, DType::Float32, {9}},
+      {"mul_ i64 by a scalar", 1, [](Tensor& s, const Tensor&) { mul_(s, Scalar(3)); }, DType::Int64, DType::Int64, {9}},
+      {"add_ f32, alpha: mul, then add", 2, [](Tensor& s, const Tensor& o) { add_(s, o, 0.5); }, DType::Float32,
+       DType::Float32, {9}},
+      {"add_ self to itself", 1, [](Tensor& s, const Tensor&) { add_(s, s); }, DType::Float32, DType::Float32, {9}},
+      {"add_ f16 += f32: computed in f32 (cast, add, write-back)", 3, [](Tensor& s, const Tensor& o) { add_(s, o); },
+       DType::Float16, DType::Float32, {4, 9}},
+      {"mul_ into a transposed self: out of place", 2, [](Tensor& s, const Tensor& o) {
+         Tensor t = s.t();
+         mul_(t, o);
+       }, DType::Float32, DType::Float32, {4}},
+      {"add_ of a shifted view of self's memory: out of place", 2, [](Tensor& s, const Tensor&) {
+         Tensor flat = s.view({36});
+         Tensor head = flat.narrow(0, 0, 30), tail = flat.narrow(0, 6, 30);
+         add_(head, tail);
+       }, DType::Float32, DType::Float32, {9}},
+  };
+  for (const Case& c : cases) {
+    Tensor self_cpu = random_input(rng, {4, 9}, c.self_dt, 0.25, 2.0);
+    const Tensor other_cpu = random_input(rng, c.other_shape, c.other_dt, 0.25, 2.0);
+    Tensor self_gpu = on_cuda(self_cpu);
+    const Tensor other_gpu = on_cuda(other_cpu);
+    c.op(self_cpu, other_cpu);
+    EXPECT_EQ(launches([&] { c.op(self_gpu, other_gpu); }), c.expected_launches) << c.what;
+    EXPECT_TRUE(exact(self_cpu, self_gpu, c.what));
   }
 }
 

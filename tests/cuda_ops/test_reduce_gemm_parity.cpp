@@ -3,6 +3,7 @@
 // reductions are exact (a selection, no arithmetic). Sums and GEMMs differ by summation order:
 // the bound of cuda_test_util.h, 2 (n - 1) u(acc) sum|terms| + 2 u(storage) |result|, evaluated
 // per output element from the CPU inputs in f64.
+#include "core/profiler.h"
 #include "cuda_test_util.h"
 
 namespace mixtape {
@@ -146,6 +147,47 @@ TEST(CudaGemmParity, LinearWithAndWithoutBias) {
 }
 
 // Backward of matmul/linear/sum on the device (their formulas are other ops), f64 gradcheck.
+// A 16-bit linear with a bias is one bias copy and one GEMM that adds the bias in f32 and rounds
+// once to the output (a 16-bit bias is exact in f32): 1 launch and 1 cuBLAS call, no f32 buffer
+// and cast. Integer inputs make every product sum exact in any order, so the expected values
+// are known independently: RNE(acc + bias), whose one rounding differs from rounding acc first
+// wherever acc is not representable in the 16-bit type (most sums here are).
+TEST(CudaGemmParity, SixteenBitLinearAddsTheBiasInTheGemmAndRoundsOnce) {
+  MT_REQUIRE_CUDA();
+  std::mt19937_64 rng(fresh_seed());
+  std::uniform_int_distribution<int> small(-16, 16), half_steps(-8, 8);
+  const int64_t rows = 6, in = 16, out_f = 5;
+  std::vector<double> xv(rows * in), wv(out_f * in), bv(out_f);
+  for (double& v : xv) v = small(rng);
+  for (double& v : wv) v = small(rng);
+  for (double& v : bv) v = half_steps(rng) + 0.5;  // .5: a tie or an odd step after most sums
+  std::vector<double> want(rows * out_f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out_f; ++o) {
+      double acc = 0;
+      for (int64_t k = 0; k < in; ++k) acc += xv[r * in + k] * wv[o * in + k];
+      want[r * out_f + o] = acc + bv[o];  // exact in f32: |acc| <= 4096
+    }
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    const Tensor x = tensor(xv, {rows, in}).to(dt), w = tensor(wv, {out_f, in}).to(dt), b = tensor(bv, {out_f}).to(dt);
+    const Tensor expected = tensor(want, {rows, out_f}).to(DType::Float32).to(dt);  // the one rounding
+    const Tensor xg = on_cuda(x), wg = on_cuda(w), bg = on_cuda(b);
+    Tensor got;
+    profiler::Report r;
+    {
+      profiler::Profile on;
+      got = linear(xg, wg, bg);
+      r = profiler::report();
+    }
+    EXPECT_TRUE(exact(expected, got, std::string("linear with bias ") + short_name(dt)));
+    EXPECT_TRUE(exact(expected, linear(x, w, b), std::string("CPU linear with bias ") + short_name(dt)));
+    if (!selfcheck()) {
+      EXPECT_EQ(r.total_launches(), 1) << short_name(dt) << ": the bias copy, nothing else";
+      EXPECT_EQ(r.total_library_calls(), 1) << short_name(dt);
+    }
+  }
+}
+
 TEST(CudaGemmParity, GradcheckLinearMatmulSumThroughCudaF64) {
   MT_REQUIRE_CUDA();
   std::mt19937_64 rng(fresh_seed());

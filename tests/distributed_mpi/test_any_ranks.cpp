@@ -201,5 +201,88 @@ TEST(AnyRanksDDP, UnusedParametersGetNoGradientAndPartlyUsedOnesTheAverage) {
   EXPECT_EQ(net->c->parameters()[0].to_vector<double>(), c_before.to_vector<double>());
 }
 
+// gradient_as_bucket_view against the default, bit for bit, over steps that zero the gradients
+// to none, zero them in place, and accumulate under no_sync (several buckets, parameters split
+// between chunks, one used on rank 0 only, one by no rank); and each reduced .grad is its place
+// in the bucket: a bucket's gradients lie back to back in one buffer.
+TEST(AnyRanksDDP, GradientAsBucketViewIsBitIdenticalAndTheGradientsLiveInTheBuckets) {
+  const int w = pg().world_size(), r = pg().rank();
+  struct Run {
+    std::vector<std::vector<Tensor>> grads, params;  // per step
+  };
+  auto train = [&](bool view, bool partly) {
+    std::shared_ptr<nn::Module> net;
+    std::shared_ptr<PartlyUsed> pu;
+    if (partly) {
+      pu = std::make_shared<PartlyUsed>();
+      pu->use_b = r == 0;
+      net = pu;
+    } else {
+      net = dist_test::make_mlp(21, DType::Float32);
+    }
+    DistributedDataParallel ddp(net, pg(), {.bucket_cap_bytes = 4000, .first_bucket_cap_bytes = 100,
+                                            .gradient_as_bucket_view = view});
+    optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01});
+    Run out;
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad(/*set_to_none=*/step != 1);
+      auto gb = dist_test::global_batch(8 * w * 2, step, partly ? DType::Float64 : DType::Float32);
+      auto loss = [&](int m) {
+        const Tensor x = gb.x.narrow(0, (m * w + r) * 8, 8);
+        return partly ? ddp(x.narrow(1, 0, 4)).sum() : cross_entropy(ddp(x), gb.y.narrow(0, (m * w + r) * 8, 8));
+      };
+      if (step == 2) {
+        auto ns = ddp.no_sync();
+        loss(0).backward();
+      }
+      loss(1).backward();
+      out.grads.emplace_back();
+      for (const Tensor& p : net->parameters()) out.grads.back().push_back(p.grad().defined() ? p.grad().clone() : Tensor());
+      if (view) {
+        // Each bucket's used gradients, in bucket order, are adjacent in memory.
+        auto named = net->named_parameters();
+        for (const auto& bucket : ddp.bucket_layout()) {
+          const char* expect = nullptr;
+          for (const std::string& name : bucket) {
+            Tensor p;
+            for (const auto& [n, t] : named)
+              if (n == name) p = t;
+            const Tensor g = p.grad();
+            if (!g.defined()) {
+              expect = nullptr;
+              continue;
+            }
+            if (expect) {
+              EXPECT_EQ(static_cast<const char*>(g.data_ptr()), expect) << name << " step " << step;
+            }
+            expect = static_cast<const char*>(g.data_ptr()) + g.nbytes();
+          }
+        }
+      }
+      opt.step();
+      out.params.emplace_back();
+      for (const Tensor& p : net->parameters()) out.params.back().push_back(p.clone());
+    }
+    return out;
+  };
+  for (bool partly : {false, true}) {
+    const Run a = train(false, partly), b = train(true, partly);
+    for (size_t step = 0; step < a.grads.size(); ++step)
+      for (size_t k = 0; k < a.grads[step].size(); ++k) {
+        ASSERT_EQ(a.grads[step][k].defined(), b.grads[step][k].defined()) << "step " << step << " parameter " << k;
+        if (a.grads[step][k].defined()) {
+          EXPECT_TRUE(same_bits(a.grads[step][k], b.grads[step][k])) << "partly " << partly << " step " << step << " grad " << k;
+        }
+        EXPECT_TRUE(same_bits(a.params[step][k], b.params[step][k])) << "partly " << partly << " step " << step << " param " << k;
+      }
+  }
+  auto net = dist_test::make_mlp(21);
+  DistributedDataParallel ddp(net, pg(), {.gradient_as_bucket_view = true});
+  EXPECT_EQ(error_of([&] { ddp.shard_gradients([](size_t, const Tensor&, const std::vector<bool>&) {}); }),
+            "DistributedDataParallel::shard_gradients: gradient_as_bucket_view is on; a ZeroRedundancyOptimizer's "
+            "shards hold the reduced gradients and the parameters keep none (make the DistributedDataParallel without "
+            "it)");
+}
+
 }  // namespace
 }  // namespace mixtape

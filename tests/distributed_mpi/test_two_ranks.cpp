@@ -333,6 +333,91 @@ TEST(TwoRanksDDP, SixteenBitBucketsOverflowWithoutPredivisionAndNotInFp32) {
   }
 }
 
+// y = w * x elementwise: the gradient of sum(y) is x, so each rank chooses its own gradient.
+class Probe : public nn::Module {
+ public:
+  explicit Probe(int64_t n, DType dt = DType::Float32) : nn::Module("Probe") {
+    w = register_parameter("w", zeros({n}, TensorOptions(dt)));
+  }
+  Tensor forward(const Tensor& x) override { return w * x; }
+  Tensor w;
+};
+
+// reduce_dtype: each rank's FP32 gradient is cast to the reduction dtype, divided by 2 there
+// (predivide, PyTorch's fp16_compress_hook order: cast, then divide) or not, summed there (two
+// ranks: one rounding, whatever the order) and cast back, divided in FP32 when not predivided.
+// The reference is those casts and operations on this process; the hand-written values pin what
+// they mean.
+TEST(TwoRanksDDP, EachReduceDtypeIsItsCastSumAndCastBack) {
+  const std::vector<double> mine = rank() == 0
+      ? std::vector<double>{1.0 + std::ldexp(1.0, -20), 3e-8, 50000.0, 1e5, 0.1, -7.0}
+      : std::vector<double>{1.0, 3e-8, 50000.0, 1.0, 0.2, 7.0};
+  const std::vector<double> other_v = rank() == 0
+      ? std::vector<double>{1.0, 3e-8, 50000.0, 1.0, 0.2, 7.0}
+      : std::vector<double>{1.0 + std::ldexp(1.0, -20), 3e-8, 50000.0, 1e5, 0.1, -7.0};
+  const int64_t n = static_cast<int64_t>(mine.size());
+  const Tensor c0 = tensor(mine, {n}), c1 = tensor(other_v, {n});
+  for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    for (bool predivide : {true, false}) {
+      auto probe = std::make_shared<Probe>(n);
+      DistributedDataParallel ddp(probe, pg(), {.reduce_dtype = dt, .predivide = predivide});
+      ddp(c0).sum().backward();
+      const Tensor got = probe->w.grad();
+      ASSERT_EQ(got.dtype(), DType::Float32);
+      const Tensor a = c0.to(dt), b = c1.to(dt);
+      const Tensor ref = predivide ? (a * Scalar(0.5) + b * Scalar(0.5)).to(DType::Float32)
+                                   : (a + b).to(DType::Float32) * Scalar(0.5);
+      const auto g = got.to_vector<double>(), r = ref.to_vector<double>();
+      for (int64_t i = 0; i < n; ++i) {
+        if (std::isnan(r[static_cast<size_t>(i)])) {
+          EXPECT_TRUE(std::isnan(g[static_cast<size_t>(i)])) << dtype_name(dt) << " predivide " << predivide << " [" << i << "]";
+        } else {
+          EXPECT_EQ(g[static_cast<size_t>(i)], r[static_cast<size_t>(i)])
+              << dtype_name(dt) << " predivide " << predivide << " [" << i << "]";
+        }
+      }
+      // What the casts mean: FP32 keeps 2^-20; BF16 loses it and keeps 3e-8; FP16 flushes
+      // 3e-8 / 2 and turns 1e5 into inf when it casts (as fp16_compress_hook does), and its
+      // undivided sum of 50000 + 50000 overflows.
+      EXPECT_EQ(g[0] == 1.0 + std::ldexp(1.0, -21), dt == DType::Float32) << dtype_name(dt);
+      EXPECT_EQ(g[1] == 0.0, dt == DType::Float16 && predivide) << dtype_name(dt) << " " << g[1];
+      EXPECT_EQ(std::isinf(g[2]), dt == DType::Float16 && !predivide) << dtype_name(dt);
+      EXPECT_EQ(std::isinf(g[3]), dt == DType::Float16) << dtype_name(dt);
+      EXPECT_EQ(g[5], 0.0);
+      EXPECT_EQ(ddp.last_stats().bytes, 2 * (n / 2 + 1) * static_cast<int64_t>(element_size(dt)))
+          << "one bucket: 2 chunks of n/2 gradients and the 1 used count, in the reduction dtype";
+    }
+  }
+  auto probe = std::make_shared<Probe>(2);
+  EXPECT_EQ(error_of([&] { DistributedDataParallel d(probe, pg(), {.reduce_dtype = DType::Float64}); }),
+            "DistributedDataParallel: reduce_dtype must be Float32, BFloat16 or Float16 (or unset), got Float64");
+}
+
+// The loss-scaled FP16 reduction (reduce_dtype Float16, no predivision) under a GradScaler: the
+// scaled gradients travel in FP16 (half FP32's bytes) and are summed there; a sum past 65504
+// is inf on every rank, so every rank's scaler skips the step and halves the scale, with no
+// collective of its own; at the halved scale the same gradients fit and the step runs.
+TEST(TwoRanksDDP, LossScaledFp16ReductionOverflowIsInfOnEveryRankAndSkipped) {
+  const Tensor x = full({4}, 40.0);  // each rank's gradient 40, scaled by 1024: 40960 (finite in FP16)
+  auto probe = std::make_shared<Probe>(4);
+  DistributedDataParallel ddp(probe, pg(), {.reduce_dtype = DType::Float16, .predivide = false});
+  optim::SGD opt(probe->parameters(), {.lr = 0.5});
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  scaler.scale(ddp(x).sum()).backward();
+  for (double g : probe->w.grad().to_vector<double>()) EXPECT_TRUE(std::isinf(g)) << "rank " << rank() << ": " << g;
+  EXPECT_EQ(ddp.last_stats().bytes, 2 * (2 + 1) * 2);
+  EXPECT_FALSE(scaler.step(opt)) << "rank " << rank();
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_EQ(probe->w.to_vector<double>(), std::vector<double>(4, 0.0));
+  opt.zero_grad();
+  scaler.scale(ddp(x).sum()).backward();  // 20480 + 20480 = 40960: fits
+  EXPECT_EQ(probe->w.grad().to_vector<double>(), std::vector<double>(4, 512.0 * 40.0));
+  EXPECT_TRUE(scaler.step(opt));
+  scaler.update();
+  EXPECT_EQ(probe->w.to_vector<double>(), std::vector<double>(4, -0.5 * 40.0));
+}
+
 TEST(TwoRanksDDP, BuffersFollowRankZeroBeforeEachTrainingForward) {
   manual_seed(0);
   auto net = std::make_shared<nn::Sequential>(std::make_shared<nn::Conv2d>(1, 2, IntList{3}),

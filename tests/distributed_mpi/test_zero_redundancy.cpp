@@ -49,6 +49,7 @@ struct TrainRun {
   double clip_norm_type = 2.0;
   bool schedule = false;    // StepLR(2, 0.5)
   int steps = 3;
+  distributed::DataParallelOptions ddp = kSmallBuckets;
 };
 
 struct Result {
@@ -61,7 +62,7 @@ struct Result {
 struct Trainer {
   Trainer(const TrainRun& r, bool zero, distributed::ProcessGroup& g = pg()) : run(r), group(g) {
     net = make_net(run.dt);
-    ddp = std::make_unique<DistributedDataParallel>(net, group, kSmallBuckets);
+    ddp = std::make_unique<DistributedDataParallel>(net, group, run.ddp);
     std::vector<optim::ParamGroup> groups;
     if (run.two_groups) {
       std::vector<Tensor> weights, biases;
@@ -167,6 +168,19 @@ TEST(AnyRanksZero, ShardedStepsAreBitIdenticalToDDPsInFp64AndFp32) {
 }
 
 // A 16-bit model: the shard's FP32 masters, their RNE all-gathered in 16 bits.
+// Each reduction precision (reduce_dtype, with and without predivision: the loss-scaled FP16
+// reduction divides after the sum, in FP32) shards as DDP reduces: the same steps, bit for bit.
+TEST(AnyRanksZero, EachReductionPrecisionMatchesDDP) {
+  for (DType rd : {DType::Float32, DType::BFloat16, DType::Float16})
+    for (bool predivide : {true, false}) {
+      TrainRun run{.dt = DType::Float32, .make = adam()};
+      run.ddp.reduce_dtype = rd;
+      run.ddp.predivide = predivide;
+      expect_same_params(train(run, false), train(run, true),
+                         std::string(dtype_name(rd)) + (predivide ? " predivided" : " divided after the sum"));
+    }
+}
+
 TEST(AnyRanksZero, SixteenBitModelsGetTheMastersRoundingOnEveryRank) {
   for (DType dt : {DType::BFloat16, DType::Float16}) {
     TrainRun run{.dt = dt, .make = adam()};
@@ -328,6 +342,76 @@ TEST(AnyRanksZero, AnInfInOneShardSkipsTheStepOnEveryRank) {
   EXPECT_FALSE(same_bits(before[0], net->parameters()[0]));
 }
 
+// A one-element model: rank 0 owns the whole of it, every other rank's shard is empty (its
+// optimizer holds only its placeholder, which never gets a gradient). Every rank still takes part
+// in the found_inf reduction and decides alike: all step on a clean iteration, all skip when rank
+// 0's element is inf (PyTorch's ShardedGradScaler gives a rank without gradients a zero flag).
+TEST(AnyRanksZero, ARankWithAnEmptyShardDecidesWithTheOthers) {
+  const int r = pg().rank();
+  manual_seed(3);
+  auto net = std::make_shared<nn::Linear>(1, 1, /*bias=*/false);
+  DistributedDataParallel ddp(net, pg());
+  ZeroRedundancyOptimizer zero(ddp, sgd());
+  ASSERT_EQ(zero.pieces().empty(), r != 0);
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  scaler.set_found_inf_reducer(distributed::found_inf_reducer(pg()));
+  const Tensor x = full({2, 1}, 1.0 + r);
+  const Tensor before = net->weight.clone();
+  zero.zero_grad();
+  scaler.scale(ddp(x).sum()).backward();
+  scaler.unscale_(zero.optimizer());
+  EXPECT_GT(zero.clip_grad_norm_(1e9), 0.0) << "rank " << r << ": the norm of every shard";
+  EXPECT_TRUE(scaler.step(zero.optimizer())) << "rank " << r;
+  scaler.update();
+  EXPECT_FALSE(same_bits(before, net->weight)) << "rank " << r << ": the all-gather brought rank 0's update";
+  const Tensor stepped = net->weight.clone();
+  zero.zero_grad();
+  scaler.scale(ddp(x).sum()).backward();
+  if (r == 0) zero.pieces().front().shard.grad().fill_(INFINITY);
+  EXPECT_FALSE(scaler.step(zero.optimizer())) << "rank " << r;
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 512.0) << "rank " << r;
+  EXPECT_TRUE(same_bits(stepped, net->weight)) << "rank " << r;
+}
+
+// A GradScaler without the found_inf reducer decides on this rank's shard alone: ranks would
+// disagree (one steps and waits in the all-gather, one skips) the first time one shard overflows.
+// Refused at the first step, on every rank that steps, before anything changes; with the reducer
+// the same step runs. (A world of one has nothing to disagree with.)
+TEST(AnyRanksZero, AScalerWithoutTheFoundInfReducerIsRefusedAtTheFirstStep) {
+  const int r = pg().rank(), w = pg().world_size();
+  auto net = make_net(DType::Float32);
+  DistributedDataParallel ddp(net, pg(), kSmallBuckets);
+  ZeroRedundancyOptimizer zero(ddp, adam());
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  std::vector<Tensor> before;
+  for (const Tensor& p : net->parameters()) before.push_back(p.clone());
+  auto gb = dist_test::global_batch(8, 0);
+  zero.zero_grad();
+  scaler.scale(cross_entropy(ddp(gb.x), gb.y)).backward();
+  EXPECT_EQ(error_of([&] { scaler.step(zero.optimizer()); }),
+            "ZeroRedundancyOptimizer: rank " + std::to_string(r) + " of " + std::to_string(w) +
+                ": a GradScaler steps the shard's optimizer, but its inf/NaN flag was not reduced over the ranks "
+                "since the last backward. Each rank holds only its shard's gradients, so the ranks would disagree on "
+                "skipping (one steps and waits in the all-gather for one that skipped). Call "
+                "scaler.set_found_inf_reducer(distributed::found_inf_reducer(group)) before the first step. Refused "
+                "before the step changed anything");
+  for (size_t k = 0; k < before.size(); ++k) EXPECT_TRUE(same_bits(before[k], net->parameters()[k])) << k;
+  EXPECT_EQ(zero.optimizer().state_bytes(), 0);
+  // The next iteration, with the reducer: the step runs everywhere.
+  amp::GradScaler fixed({.init_scale = 1024.0});
+  fixed.set_found_inf_reducer(distributed::found_inf_reducer(pg()));
+  zero.zero_grad();
+  fixed.scale(cross_entropy(ddp(gb.x), gb.y)).backward();
+  EXPECT_TRUE(fixed.step(zero.optimizer()));
+  fixed.update();
+  EXPECT_FALSE(same_bits(before[0], net->parameters()[0]));
+  // A plain step (no scaler, nothing to decide) needs no reduction.
+  zero.zero_grad();
+  cross_entropy(ddp(gb.x), gb.y).backward();
+  EXPECT_NO_THROW(zero.step());
+}
+
 // The gathered dict is the unsharded optimizer's, key for key and bit for bit; loaded, it resumes
 // sharded on this world size and on a world of one (one shard: the whole model, cut differently),
 // exactly as the unsharded optimizer resumes from it.
@@ -436,6 +520,17 @@ TEST(AnyRanksZero, RefusesWhatItCannotShard) {
   EXPECT_EQ(error_of([&] { ZeroRedundancyOptimizer z(ddp, adam()); }),
             "ZeroRedundancyOptimizer: this DistributedDataParallel already shards its gradients for another "
             "ZeroRedundancyOptimizer");
+  // A DDP whose .grads are bucket views: the shards hold the reduced gradients instead. The
+  // refused wrapper leaves nothing registered (the found_inf reduction after it touches nothing).
+  DistributedDataParallel viewed(make_net(DType::Float32), pg(), {.gradient_as_bucket_view = true});
+  EXPECT_EQ(error_of([&] { ZeroRedundancyOptimizer z(viewed, adam()); }),
+            "DistributedDataParallel::shard_gradients: gradient_as_bucket_view is on; a ZeroRedundancyOptimizer's "
+            "shards hold the reduced gradients and the parameters keep none (make the DistributedDataParallel without "
+            "it)");
+  EXPECT_FALSE(viewed.sharded());
+  Tensor flag = zeros({});
+  distributed::found_inf_reducer(pg())(flag);
+  EXPECT_EQ(flag.item<float>(), 0.0f);
 }
 
 }  // namespace

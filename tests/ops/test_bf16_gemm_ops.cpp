@@ -21,6 +21,7 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -41,11 +42,11 @@ class Bf16GemmOps : public ::testing::TestWithParam<cpu::Bf16GemmPath> {
 };
 
 Tensor with_path(cpu::Bf16GemmPath path, const std::function<Tensor()>& f) {
-  cpu::Bf16GemmOverride o(path);
+  cpu::Override o(path);
   return f();
 }
 TensorList with_path_list(cpu::Bf16GemmPath path, const std::function<TensorList()>& f) {
-  cpu::Bf16GemmOverride o(path);
+  cpu::Override o(path);
   return f();
 }
 // conv2d(x, w), conv2d_input_grad(gx_of, w) and conv2d_weight_grad(x, gw_of) (3x3, padding 1) on
@@ -111,7 +112,7 @@ TEST_P(Bf16GemmOps, LinearForwardAndBackwardNativeWithinTheBound) {
   const Tensor x0 = bf16_randn({4, 9, 200}, 11), w0 = bf16_randn({70, 200}, 12), b0 = bf16_randn({70}, 13);
   const Tensor gy = bf16_randn({4, 9, 70}, 14);
   auto run = [&](cpu::Bf16GemmPath path) {
-    cpu::Bf16GemmOverride o(path);
+    cpu::Override o(path);
     Tensor x = x0.clone().requires_grad_(), w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
     Tensor y = linear(x, w, b);
     y.backward(gy);
@@ -187,7 +188,7 @@ TEST_P(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
 // dilation, groups.
 TEST_P(Bf16GemmOps, Conv2dBf16PlaneShiftIm2colEqualsTheRowKernelBitForBit) {
   MT_REQUIRE_NATIVE_BF16();
-  cpu::Bf16GemmOverride native(g_native);
+  cpu::Override native(g_native);
   struct Case {
     IntList x, w, padding, dilation;
     int64_t groups;
@@ -208,7 +209,7 @@ TEST_P(Bf16GemmOps, Conv2dBf16PlaneShiftIm2colEqualsTheRowKernelBitForBit) {
     const IntList general_pad{c.padding[0], 0};
     Tensor y1, y2;
     {
-      cpu::ConvAlgoOverride im2col(cpu::ConvAlgo::Im2col);
+      cpu::Override im2col(cpu::ConvAlgo::Im2col);
       y1 = conv2d(x, w, Tensor(), {1, 1}, c.padding, c.dilation, c.groups);
       y2 = conv2d(xp, w, Tensor(), {1, 1}, general_pad, c.dilation, c.groups);
     }
@@ -216,7 +217,7 @@ TEST_P(Bf16GemmOps, Conv2dBf16PlaneShiftIm2colEqualsTheRowKernelBitForBit) {
     EXPECT_EQ(std::memcmp(y1.contiguous().data_ptr(), y2.contiguous().data_ptr(), y1.nbytes()), 0) << "forward";
     Tensor gw1, gw2;
     {
-      cpu::ConvAlgoOverride im2col(cpu::ConvAlgo::Im2col);
+      cpu::Override im2col(cpu::ConvAlgo::Im2col);
       gw1 = conv2d_weight_grad(x, gy, c.w, {1, 1}, c.padding, c.dilation, c.groups);
       gw2 = conv2d_weight_grad(xp, gy, c.w, {1, 1}, general_pad, c.dilation, c.groups);
     }
@@ -274,7 +275,7 @@ TEST_P(Bf16GemmOps, SmallIntegersGiveTheSameBitsOnBothPaths) {
 // cpu::gemm's BF16 overload on its emulated path: the operands widened with their layouts (padded
 // leading dimensions, transposes), beta kept, k = 0 touching no operand: the float gemm's bits.
 TEST(Bf16GemmEmulated, OverloadIsTheFloatGemmOnWidenedOperands) {
-  cpu::Bf16GemmOverride emulated(cpu::Bf16GemmPath::Emulated);
+  cpu::Override emulated(cpu::Bf16GemmPath::Emulated);
   const int64_t m = 19, n = 23, k = 37, pad = 5;
   for (bool ta : {false, true})
     for (bool tb : {false, true})

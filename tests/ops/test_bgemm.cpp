@@ -32,6 +32,7 @@
 #include "ops/cpu/bgemm_avx512bf16.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/sgemm_avx512.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape::testing {
 namespace {
@@ -541,28 +542,28 @@ TEST(CpuBf16Switch, TheProbeAgreesWithTheCompilersCheck) {
 
 TEST(CpuBf16Switch, TheOverrideForcesEachPathAndNests) {
   {
-    cpu::Bf16GemmOverride emulated(cpu::Bf16GemmPath::Emulated);
+    cpu::Override emulated(cpu::Bf16GemmPath::Emulated);
     EXPECT_FALSE(cpu::bf16_native_gemm());
     EXPECT_NE(cpu::bf16_gemm_description().find("emulated"), std::string::npos);
     if (cpu::bgemm_avx512bf16_available()) {
-      cpu::Bf16GemmOverride native(cpu::Bf16GemmPath::Native);
+      cpu::Override native(cpu::Bf16GemmPath::Native);
       EXPECT_TRUE(cpu::bf16_native_gemm());
       EXPECT_EQ(cpu::bf16_gemm_kernel(),
                 cpu::bgemm_amx_available() ? cpu::Bf16Kernel::Amx : cpu::Bf16Kernel::Avx512Bf16);
       {
-        cpu::Bf16GemmOverride avx(cpu::Bf16GemmPath::Avx512Bf16);
+        cpu::Override avx(cpu::Bf16GemmPath::Avx512Bf16);
         EXPECT_EQ(cpu::bf16_gemm_kernel(), cpu::Bf16Kernel::Avx512Bf16);
         EXPECT_NE(cpu::bf16_gemm_description().find("vdpbf16ps"), std::string::npos);
       }
       if (cpu::bgemm_amx_available()) {
-        cpu::Bf16GemmOverride amx(cpu::Bf16GemmPath::Amx);
+        cpu::Override amx(cpu::Bf16GemmPath::Amx);
         EXPECT_EQ(cpu::bf16_gemm_kernel(), cpu::Bf16Kernel::Amx);
         EXPECT_NE(cpu::bf16_gemm_description().find("AMX"), std::string::npos);
       } else {
-        EXPECT_THROW({ cpu::Bf16GemmOverride amx(cpu::Bf16GemmPath::Amx); }, Error);
+        EXPECT_THROW({ cpu::Override amx(cpu::Bf16GemmPath::Amx); }, Error);
       }
     } else {
-      EXPECT_THROW({ cpu::Bf16GemmOverride native(cpu::Bf16GemmPath::Native); }, Error);
+      EXPECT_THROW({ cpu::Override native(cpu::Bf16GemmPath::Native); }, Error);
     }
     EXPECT_FALSE(cpu::bf16_native_gemm());  // the inner override restored the outer one
   }

@@ -22,9 +22,10 @@
 #include "common/on_thread_counts.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
-#include "ops/cpu/conv_direct_avx512.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_direct_avx512.h"
 #include "ops/cpu/conv_implicit_gemm.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -34,7 +35,7 @@ using testing::within_sum_bound;
 
 // False on CPUs without AVX-512 F/BW/VL and under MIXTAPE_CPU_CONV=im2col (the kernel refuses to run).
 bool kernel_available() {
-  return cpu::own_float_gemm() && cpu::conv_direct_applies({1, 1, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4});
+  return cpu::own_kernels_enabled() && cpu::conv_direct_applies({1, 1, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4});
 }
 #define MT_REQUIRE_KERNEL() \
   if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col, or MIXTAPE_GEMM=blas"
@@ -82,7 +83,7 @@ Tensor direct(const Geo& g, const Inputs& in) {
   return y;
 }
 Tensor with_algo(cpu::ConvAlgo a, const std::function<Tensor()>& f) {
-  cpu::ConvAlgoOverride o(a);
+  cpu::Override o(a);
   return f();
 }
 
@@ -156,7 +157,7 @@ TEST(ConvDirect, GeometriesItDoesNotTake) {
   EXPECT_FALSE(cpu::conv_direct_applies({1, 2, 9, 9, 4, 3, 5, 1, 1, 1, 2, 1, 1, 9, 9}));   // kernel width 5
   EXPECT_FALSE(cpu::conv_direct_applies({1, 2, 9, 9, 4, 3, 3, 1, 1, 1, 1, 1, 2, 9, 7}));   // column dilation
   EXPECT_FALSE(cpu::conv_direct_applies({1, 2, 9, 2000, 4, 3, 3, 1, 1, 1, 1, 1, 1, 9, 2000}));  // rows > 1024
-  cpu::ConvAlgoOverride o(cpu::ConvAlgo::Im2col);
+  cpu::Override o(cpu::ConvAlgo::Im2col);
   EXPECT_FALSE(cpu::conv_direct_applies({1, 1, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4}));
 }
 

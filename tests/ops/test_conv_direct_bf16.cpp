@@ -20,13 +20,14 @@
 
 #include "common/bit_equal.h"
 #include "common/on_avx512_bf16.h"
-#include "common/same_specials.h"
 #include "common/on_thread_counts.h"
+#include "common/same_specials.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
-#include "ops/cpu/conv_direct_avx512.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_direct_avx512.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -37,7 +38,7 @@ using testing::within_sum_bound;
 // False without AVX512-BF16 and under MIXTAPE_CPU_CONV=im2col (MT_REQUIRE_KERNEL puts BF16 GEMMs on
 // vdpbf16ps for the test where the CPU has it, AMX CPUs included).
 bool kernel_available() {
-  return cpu::own_float_gemm() && cpu::conv_direct_bf16_applies({1, 2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4});
+  return cpu::own_kernels_enabled() && cpu::conv_pairs_applies({1, 2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4});
 }
 #define MT_REQUIRE_KERNEL()              \
   const testing::OnAvx512Bf16 on_avx512_bf16; \
@@ -75,7 +76,7 @@ Tensor abs_or_none(const Tensor& t) { return t.defined() ? abs(t) : Tensor(); }
 
 Tensor direct(const Geo& g, const Inputs& in) {
   Tensor y = full(g.y_size(), std::numeric_limits<float>::quiet_NaN()).to(DType::BFloat16);  // every element written
-  cpu::conv_direct_forward(g.shape(), static_cast<const BFloat16*>(in.x.data_ptr()),
+  cpu::conv_pairs_forward(g.shape(), static_cast<const BFloat16*>(in.x.data_ptr()),
                            static_cast<const BFloat16*>(in.w.data_ptr()),
                            in.b.defined() ? static_cast<const float*>(in.b.data_ptr()) : nullptr,
                            static_cast<BFloat16*>(y.data_ptr()));
@@ -89,7 +90,7 @@ TEST(ConvDirectBf16, KernelMatchesFp64AtEveryEdge) {
   MT_REQUIRE_KERNEL();
   for (const Geo& geo : kGeos) {
     SCOPED_TRACE(geo.what);
-    ASSERT_TRUE(cpu::conv_direct_bf16_applies(geo.shape()));
+    ASSERT_TRUE(cpu::conv_pairs_applies(geo.shape()));
     const Inputs in = make_inputs(geo, 51);
     const Tensor ref = op(geo, f64(in.x), f64(in.w), f64(in.b));
     const Tensor absterms = op(geo, abs(f64(in.x)), abs(f64(in.w)), abs_or_none(f64(in.b)));
@@ -132,7 +133,7 @@ TEST(ConvDirectBf16, Conv2dReturnsTheKernelsBitsWithinTheBoundOfTheEmulatedPath)
     }
     Tensor emulated;
     {
-      cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+      cpu::Override o(cpu::Bf16GemmPath::Emulated);
       emulated = op(geo, in.x, in.w, in.b.defined() ? in.b.to(DType::BFloat16) : Tensor());
     }
     const Tensor absterms = op(geo, abs(f64(in.x)), abs(f64(in.w)), abs_or_none(f64(in.b)));
@@ -154,7 +155,7 @@ TEST(ConvDirectBf16, InfinitiesAndNanReachTheOutputsTheEmulatedPathGives) {
   const Tensor got = op(geo, in.x, in.w, Tensor());
   Tensor emulated;
   {
-    cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+    cpu::Override o(cpu::Bf16GemmPath::Emulated);
     emulated = op(geo, in.x, in.w, Tensor());
   }
   EXPECT_TRUE(testing::same_specials(got, emulated, 21));
@@ -162,8 +163,8 @@ TEST(ConvDirectBf16, InfinitiesAndNanReachTheOutputsTheEmulatedPathGives) {
 
 TEST(ConvDirectBf16, NotUnderEmulatedBf16) {
   MT_REQUIRE_KERNEL();
-  cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
-  EXPECT_FALSE(cpu::conv_direct_bf16_applies({1, 2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4}));
+  cpu::Override o(cpu::Bf16GemmPath::Emulated);
+  EXPECT_FALSE(cpu::conv_pairs_applies({1, 2, 4, 4, 1, 3, 3, 1, 1, 1, 1, 1, 1, 4, 4}));
 }
 
 }  // namespace

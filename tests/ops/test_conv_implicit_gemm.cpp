@@ -6,7 +6,7 @@
 //     edge: channels below and past a tile (8 outputs, 32 pixels), planes smaller than a panel
 //     (panels spanning many images), several depth slices (FP32 256, BF16 512), odd depth (BF16
 //     pairs), other kernel sizes and row dilation;
-//   - against im2col + GEMM (ConvAlgoOverride(Im2col)) within twice the bound;
+//   - against im2col + GEMM (Override(Im2col)) within twice the bound;
 //   - BF16 emulated: bit for bit the FP32 kernel on the widened inputs, rounded once (NaN too);
 //   - the same bits on 1 and 2 OpenMP threads, on both BF16 paths;
 //   - geometries it does not take (column dilation, groups) give im2col's bits exactly.
@@ -28,13 +28,14 @@
 #include "common/sum_bound.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
 
 bool kernel_available() {
-  cpu::ConvAlgoOverride o(cpu::ConvAlgo::Auto);
-  return cpu::conv_implicit_gemm_enabled();
+  cpu::Override o(cpu::ConvAlgo::Auto);
+  return cpu::conv_kernels_enabled();
 }
 bool native_available() { return cpu::can_run_bf16_native(cpu::cpu_features()); }
 bool amx_available() { return cpu::can_run_bf16_amx(cpu::cpu_features_with_amx()); }
@@ -97,11 +98,11 @@ Tensor conv(const Geo& g, const Tensor& x, const Tensor& w, const Tensor& b) {
   return conv2d(x, w, b, {1, 1}, {g.pH, g.pW}, {g.dH, 1});
 }
 Tensor with_algo(cpu::ConvAlgo a, const std::function<Tensor()>& f) {
-  cpu::ConvAlgoOverride o(a);
+  cpu::Override o(a);
   return f();
 }
 Tensor with_bf16(cpu::Bf16GemmPath p, const std::function<Tensor()>& f) {
-  cpu::Bf16GemmOverride o(p);
+  cpu::Override o(p);
   return f();
 }
 
@@ -247,7 +248,7 @@ TEST(ConvImplicitGemm, SameBitsOnOneAndTwoThreads) {
   const int saved = omp_get_max_threads();
   for (DType dt : {DType::Float32, DType::BFloat16})
     for (cpu::Bf16GemmPath p : bf16_paths(true)) {
-      cpu::Bf16GemmOverride bo(p);
+      cpu::Override bo(p);
       const Tensor x = in.x.to(dt), w = in.w.to(dt), b = in.b.to(dt);
       Generator gen(18);
       const Tensor gy = randn({g.N, g.O, g.H, g.W}, {}, &gen).to(dt);
@@ -283,13 +284,13 @@ TEST(ConvImplicitGemm, OtherGeometriesKeepIm2colsBits) {
 
 TEST(ConvImplicitGemm, OverrideTurnsTheKernelOffAndNests) {
   {
-    cpu::ConvAlgoOverride a(cpu::ConvAlgo::Im2col);
-    EXPECT_FALSE(cpu::conv_implicit_gemm_enabled());
+    cpu::Override a(cpu::ConvAlgo::Im2col);
+    EXPECT_FALSE(cpu::conv_kernels_enabled());
     {
-      cpu::ConvAlgoOverride b(cpu::ConvAlgo::Auto);
-      EXPECT_EQ(cpu::conv_implicit_gemm_enabled(), kernel_available());
+      cpu::Override b(cpu::ConvAlgo::Auto);
+      EXPECT_EQ(cpu::conv_kernels_enabled(), kernel_available());
     }
-    EXPECT_FALSE(cpu::conv_implicit_gemm_enabled());
+    EXPECT_FALSE(cpu::conv_kernels_enabled());
   }
 }
 

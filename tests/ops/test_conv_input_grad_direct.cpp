@@ -30,6 +30,7 @@
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/conv_input_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -41,7 +42,8 @@ using Geo = testing::Conv3;  // the bias flag unused here
 // False on CPUs without AVX-512 F/BW/VL and under MIXTAPE_CPU_CONV=im2col (the kernel refuses to run),
 // and under MIXTAPE_GEMM=blas (conv2d keeps its GEMM paths there).
 bool kernel_available() {
-  return cpu::own_float_gemm() && cpu::conv_input_grad_direct_applies({1, 1, 4, 4, 1, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
+  return cpu::own_kernels_enabled() &&
+         cpu::conv_input_grad_direct_applies({1, 1, 4, 4, 1, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
 }
 #define MT_REQUIRE_KERNEL() \
   if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col, or MIXTAPE_GEMM=blas"
@@ -78,7 +80,7 @@ Tensor direct(const Geo& g, const Inputs& in) {
   return gx;
 }
 Tensor with_algo(cpu::ConvAlgo a, const std::function<Tensor()>& f) {
-  cpu::ConvAlgoOverride o(a);
+  cpu::Override o(a);
   return f();
 }
 
@@ -141,7 +143,7 @@ TEST(ConvInputGradDirect, SixteenBitStorageIsTheFp32KernelOnWidenedOperandsRound
       }
       EXPECT_TRUE(bit_equal(got, f32)) << dtype_name(dt) << " with FP32 weights";
       for (cpu::Bf16GemmPath path : paths) {
-        cpu::Bf16GemmOverride o(path);
+        cpu::Override o(path);
         Tensor want = f32;
         if (dt == DType::BFloat16 && g.O >= 2 && cpu::conv_input_grad_pairs_applies(g.shape())) {
           // Native BF16 takes the pair kernel: only the route is checked here; its numbers are
@@ -171,7 +173,7 @@ TEST(ConvInputGradDirect, GeometriesItDoesNotTake) {
   EXPECT_FALSE(cpu::conv_input_grad_direct_applies({1, 2, 9, 9, 4, 3, 3, 1, 3, 1, 1, 1, 1, 9, 3}));  // column stride 3
   EXPECT_FALSE(cpu::conv_input_grad_direct_applies({1, 2, 9, 9, 4, 3, 5, 2, 2, 1, 2, 1, 1, 5, 5}));  // width 5
   EXPECT_FALSE(cpu::conv_input_grad_direct_applies({1, 2, 9, 9, 4, 3, 3, 2, 2, 1, 1, 1, 2, 5, 4}));  // column dilation
-  cpu::ConvAlgoOverride o(cpu::ConvAlgo::Im2col);
+  cpu::Override o(cpu::ConvAlgo::Im2col);
   EXPECT_FALSE(cpu::conv_input_grad_direct_applies({1, 1, 4, 4, 1, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2}));
 }
 

@@ -28,6 +28,7 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_input_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -39,7 +40,8 @@ using testing::within_sum_bound;
 // keeps its GEMM paths; MT_REQUIRE_KERNEL puts BF16 GEMMs on vdpbf16ps for the test where the CPU
 // has it, AMX CPUs included).
 bool kernel_available() {
-  return cpu::own_float_gemm() && cpu::conv_input_grad_pairs_applies({1, 2, 4, 4, 2, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
+  return cpu::own_kernels_enabled() &&
+         cpu::conv_input_grad_pairs_applies({1, 2, 4, 4, 2, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2});
 }
 #define MT_REQUIRE_KERNEL()                   \
   const testing::OnAvx512Bf16 on_avx512_bf16; \
@@ -116,7 +118,7 @@ TEST(ConvInputGradPairs, TheOpReturnsItsBitsForStridedConvsWithinTheBoundOfTheEm
     }
     Tensor emulated;
     {
-      cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+      cpu::Override o(cpu::Bf16GemmPath::Emulated);
       emulated = op(g, in.gy, in.w);
     }
     const Tensor gy64 = in.gy.to(DType::Float64), w64 = in.w.to(DType::Float64);
@@ -138,7 +140,7 @@ TEST(ConvInputGradPairs, InfinitiesAndNanReachTheGradientsTheEmulatedPathGives) 
   const Tensor got = op(g, in.gy, in.w);
   Tensor emulated;
   {
-    cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+    cpu::Override o(cpu::Bf16GemmPath::Emulated);
     emulated = op(g, in.gy, in.w);
   }
   EXPECT_TRUE(testing::same_specials(got, emulated, 31));
@@ -148,7 +150,7 @@ TEST(ConvInputGradPairs, WhatItDoesNotTake) {
   MT_REQUIRE_KERNEL();
   EXPECT_FALSE(cpu::conv_input_grad_pairs_applies({1, 2, 9, 9, 4, 3, 3, 1, 3, 1, 1, 1, 1, 9, 3}));  // column stride 3
   EXPECT_FALSE(cpu::conv_input_grad_pairs_applies({1, 2, 9, 9, 4, 3, 5, 2, 2, 1, 2, 1, 1, 5, 5}));  // width 5
-  cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+  cpu::Override o(cpu::Bf16GemmPath::Emulated);
   EXPECT_FALSE(cpu::conv_input_grad_pairs_applies({1, 2, 4, 4, 2, 3, 3, 2, 2, 1, 1, 1, 1, 2, 2}));
 }
 

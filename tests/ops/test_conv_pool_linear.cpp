@@ -16,6 +16,7 @@
 #include "ops/conv.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 #include "ops/linear.h"
 #include "ops/pooling.h"
 
@@ -60,7 +61,7 @@ class ConvPoolLinear16 : public ::testing::TestWithParam<DType> {
 TEST_P(ConvPoolLinear16, Conv2dAndGradientOps) {
   // The bit-for-bit contract of the widened path; the native BF16 GEMM's own is
   // tests/ops/test_bf16_gemm_ops.cpp.
-  cpu::Bf16GemmOverride widened(cpu::Bf16GemmPath::Emulated);
+  cpu::Override widened(cpu::Bf16GemmPath::Emulated);
   struct Cfg {
     const char* name;
     IntList x, w;
@@ -98,7 +99,7 @@ TEST_P(ConvPoolLinear16, Conv2dAndGradientOps) {
 TEST_P(ConvPoolLinear16, Linear) {
   // The bit-for-bit contract of the widened path; the native BF16 GEMM's own is
   // tests/ops/test_bf16_gemm_ops.cpp.
-  cpu::Bf16GemmOverride widened(cpu::Bf16GemmPath::Emulated);
+  cpu::Override widened(cpu::Bf16GemmPath::Emulated);
   const IntList xs[] = {{7}, {5, 7}, {2, 3, 7}};
   uint64_t seed = 200;
   for (const IntList& s : xs) {
@@ -379,7 +380,7 @@ TEST(ConvPoolLinear, PlaneShiftIm2colEqualsTheGeneralLoopsBitForBit) {
                           Case{{2, 3, 14, 14}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1}}) {  // L = 196: 13 chunks of 16
       SCOPED_TRACE(std::string(algo == cpu::ConvAlgo::Im2col ? "im2col " : "default ") + std::string(dtype_name(dt)) + " x " +
                    shape_str(c.x) + " w " + shape_str(c.w));
-      cpu::ConvAlgoOverride on(algo);
+      cpu::Override on(algo);
       Generator gen(17);
       Tensor x = randn(c.x, dt, &gen).requires_grad_(), w = randn(c.w, dt, &gen).requires_grad_();
       Tensor b = randn({c.w[0]}, dt, &gen);

@@ -135,7 +135,7 @@ void run_case(const json& c) {
 }
 
 // ---- one suite per op ----
-#define MT_TORCH_OP(Suite, op) MT_TORCH_FIXTURE_SUITE(Suite, cases_of(op), run_case)
+#define MT_TORCH_OP(Suite, op) MT_TORCH_SUITE_OF(Suite, op, cases_of, run_case)
 
 MT_TORCH_OP(TorchConv2d, "conv2d");                     // stride, padding, dilation, groups, 1x1, no bias,
                                                         // transposed input, unbatched, batch-parallel path
@@ -146,14 +146,14 @@ MT_TORCH_OP(TorchAdaptiveAvgPool2d, "adaptive_avg_pool2d");  // down, up, global
 
 TEST(TorchConvPoolLinearFixture, LoadsAndCoversEveryOp) {
   ASSERT_TRUE(fixture().error.empty()) << fixture().error;
-  for (const char* op : {"conv2d", "linear", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"}) {
+  for (const std::string& op : testing::suite_values()) {
     EXPECT_FALSE(cases_of(op).empty()) << "no cases for " << op;
     bool has16 = false;
     for (const FixtureCase& c : cases_of(op)) has16 = has16 || (*c.j)["reference"] == "torch_f32_round_once";
     EXPECT_TRUE(has16) << "no 16-bit case for " << op;
   }
   // A case of an op no suite above runs would be skipped without a word.
-  for (const FixtureCase& c : fixture().cases_not_in("op", {"conv2d", "linear", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"}))
+  for (const FixtureCase& c : fixture().cases_not_in("op", testing::suite_values()))
     ADD_FAILURE() << "case " << (*c.j)["name"] << " has op " << (*c.j).value("op", std::string()) << ", which no suite of this file runs";
   for (const auto& [name, n] : fixture().name_counts()) EXPECT_EQ(n, 1) << "duplicate case name " << name;
 }

@@ -32,6 +32,7 @@
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/conv_weight_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -41,7 +42,8 @@ using testing::within_sum_bound;
 
 // False on CPUs without AVX-512 F/BW/VL and under MIXTAPE_CPU_CONV=im2col (the kernel refuses to run).
 bool kernel_available() {
-  return cpu::own_float_gemm() && cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
+  return cpu::own_kernels_enabled() &&
+         cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
 }
 #define MT_REQUIRE_KERNEL() \
   if (!kernel_available()) GTEST_SKIP() << "no AVX-512 F/BW/VL, or MIXTAPE_CPU_CONV=im2col, or MIXTAPE_GEMM=blas"
@@ -82,7 +84,7 @@ Tensor direct(const Geo& g, const Tensor& x, const Tensor& gy) {
   return gw;
 }
 Tensor with_algo(cpu::ConvAlgo a, const std::function<Tensor()>& f) {
-  cpu::ConvAlgoOverride o(a);
+  cpu::Override o(a);
   return f();
 }
 
@@ -138,7 +140,7 @@ TEST(ConvWeightGradDirect, SixteenBitStorageIsTheFp32KernelOnWidenedOperands) {
       const Tensor f32 = direct<float>(geo, x.to(DType::Float32), gy.to(DType::Float32));
       const Tensor got = dt == DType::BFloat16 ? direct<BFloat16>(geo, x, gy) : direct<Half>(geo, x, gy);
       EXPECT_TRUE(bit_equal(got, f32)) << dtype_name(dt);
-      cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);  // BF16 in FP32 arithmetic (FP16 always is)
+      cpu::Override o(cpu::Bf16GemmPath::Emulated);  // BF16 in FP32 arithmetic (FP16 always is)
       EXPECT_TRUE(bit_equal(op(geo, x, gy), f32.to(dt))) << dtype_name(dt);
     }
   }
@@ -172,7 +174,7 @@ TEST(ConvWeightGradDirect, OtherGeometriesKeepIm2colsBits) {
   EXPECT_FALSE(cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 5, 1, 1, 1, 2, 1, 1, 8, 8}));
   EXPECT_FALSE(cpu::conv_weight_grad_direct_applies({2, 16, 8, 2000, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 2000}));
   {
-    cpu::ConvAlgoOverride o(cpu::ConvAlgo::Im2col);
+    cpu::Override o(cpu::ConvAlgo::Im2col);
     EXPECT_FALSE(cpu::conv_weight_grad_direct_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8}));
   }
 }

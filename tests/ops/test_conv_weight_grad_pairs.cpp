@@ -22,13 +22,14 @@
 
 #include "common/bit_equal.h"
 #include "common/on_avx512_bf16.h"
-#include "common/same_specials.h"
 #include "common/on_thread_counts.h"
+#include "common/same_specials.h"
 #include "common/sum_bound.h"
 #include "ops/conv3_geometry.h"
-#include "ops/cpu/conv_weight_grad_avx512.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_weight_grad_avx512.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -39,7 +40,8 @@ using testing::within_sum_bound;
 // False without AVX512-BF16 and under MIXTAPE_CPU_CONV=im2col (MT_REQUIRE_KERNEL puts BF16 GEMMs on
 // vdpbf16ps for the test where the CPU has it, AMX CPUs included).
 bool kernel_available() {
-  return cpu::own_float_gemm() && cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
+  return cpu::own_kernels_enabled() &&
+         cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8});
 }
 #define MT_REQUIRE_KERNEL()              \
   const testing::OnAvx512Bf16 on_avx512_bf16; \
@@ -116,7 +118,7 @@ TEST(ConvWeightGradPairs, TheOpReturnsItsBitsWithinTheBoundOfTheEmulatedPath) {
     EXPECT_TRUE(bit_equal(got, pairs(geo, in).to(DType::BFloat16)));  // the op's one rounding
     Tensor emulated;
     {
-      cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+      cpu::Override o(cpu::Bf16GemmPath::Emulated);
       emulated = op(geo, in.x, in.gy);
     }
     const Tensor x64 = in.x.to(DType::Float64), g64 = in.gy.to(DType::Float64);
@@ -140,7 +142,7 @@ TEST(ConvWeightGradPairs, InfinitiesAndNanReachTheGradientsTheEmulatedPathGives)
   const Tensor got = op(geo, in.x, in.gy);
   Tensor emulated;
   {
-    cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+    cpu::Override o(cpu::Bf16GemmPath::Emulated);
     emulated = op(geo, in.x, in.gy);
   }
   EXPECT_TRUE(testing::same_specials(got, emulated, 11));
@@ -151,7 +153,7 @@ TEST(ConvWeightGradPairs, WhatItDoesNotTake) {
   EXPECT_TRUE(cpu::conv_weight_grad_pairs_applies({2, 16, 12, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 6, 6}));   // sW 2
   EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 5, 1, 1, 1, 2, 1, 1, 8, 8}));    // kW 5
   EXPECT_TRUE(cpu::conv_weight_grad_pairs_applies({2, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28}));   // 1 block
-  cpu::Bf16GemmOverride o(cpu::Bf16GemmPath::Emulated);
+  cpu::Override o(cpu::Bf16GemmPath::Emulated);
   EXPECT_FALSE(cpu::conv_weight_grad_pairs_applies({2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1, 1, 8, 8}));
 }
 

@@ -1,9 +1,10 @@
 // tests/ops/test_kernel_choices.cpp — the kernel each recorded problem runs on stays the one recorded.
 // tests/fixtures/kernel_choices.txt holds one MIXTAPE_TRACE=kernel line (without "[kernel] " and the
-// skipped list) for every conv2d / matmul / linear problem that tests/ops, tests/models, bench/conv_ops
-// and bench/train_throughput (SmallCNN, ResNet-8; fp32, fp16, bf16; batch 128) ran, under each
-// steering tests/fixtures/record_kernel_choices.sh sets. A line's bracket names the steering it ran
-// under ([bf16 amx|avx512bf16|emulated], [conv im2col], [gemm blas]); a line without "conv im2col" ran
+// skipped list) for every conv2d / matmul / linear (and batch_norm / max_pool2d / BF16 elementwise)
+// problem that tests/ops, tests/models, bench/conv_ops and bench/train_throughput (SmallCNN,
+// ResNet-8; fp32, fp16, bf16; batch 128) ran, under each steering
+// tests/fixtures/record_kernel_choices.sh sets. A line's bracket names the steering it ran under
+// ([bf16 amx|avx512bf16|emulated], [conv im2col], [gemm blas], [no avx512]); a line without "conv im2col" ran
 // with the AVX-512 conv kernels on, one without "gemm blas" with the own AVX-512 float GEMM. Each line
 // this CPU can reach is run again here under that steering (in-process overrides, whatever the
 // environment says) and must print the same line: a refactor of the kernel lists that changes any
@@ -12,6 +13,8 @@
 // Regenerate after a deliberate change with tests/fixtures/record_kernel_choices.sh.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <atomic>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -26,14 +29,18 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/loops.h"
 #include "ops/cpu/sgemm_avx512.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
 
 struct Recorded {
   std::string line, op_pass, dtype, bf16, conv, gemm;
-  std::map<std::string, std::pair<int64_t, int64_t>> f;  // N=, k3x3, g1, ...
+  bool no_avx512 = false;                 // [no avx512]
+  std::map<std::string, std::string> f;  // N=, k3x3, g1, op=add, strides=2x2x2, ...
 };
 
 std::pair<int64_t, int64_t> two(const std::string& v) {
@@ -55,9 +62,9 @@ Recorded parse(const std::string& line) {
   is >> r.op_pass >> r.dtype;
   for (std::string tok; is >> tok;) {
     if (const size_t e = tok.find('='); e != std::string::npos)
-      r.f[tok.substr(0, e)] = two(tok.substr(e + 1));
+      r.f[tok.substr(0, e)] = tok.substr(e + 1);
     else
-      r.f[tok.substr(0, 1)] = two(tok.substr(1));
+      r.f[tok.substr(0, 1)] = tok.substr(1);
   }
   std::istringstream ts(tags);
   for (std::string t; std::getline(ts, t, ',');) {
@@ -65,6 +72,7 @@ Recorded parse(const std::string& line) {
     if (t.rfind("bf16 ", 0) == 0) r.bf16 = t.substr(5);
     else if (t == "conv im2col") r.conv = "im2col";
     else if (t == "gemm blas") r.gemm = "blas";
+    else if (t == "no avx512") r.no_avx512 = true;
     else ADD_FAILURE() << "unknown steering [" << t << "] in: " << line;
   }
   return r;
@@ -81,21 +89,75 @@ DType dtype_of(const std::string& s) {
 
 Tensor zeros_of(const IntList& sizes, DType dt) { return zeros(sizes).to(dt); }
 
+// 16 BF16 values that strided_loop walks with `stride` bytes apart (0: one value, broadcast).
+Tensor bf16_row(int64_t stride) {
+  const int64_t e = stride / 2;
+  if (e == 0) return zeros_of({1}, DType::BFloat16);
+  return zeros_of({16 * e}, DType::BFloat16).slice(0, 0, 16 * e, e);
+}
+
+// The elementwise op a recorded line names, on operands with the recorded row strides.
+void run_elementwise(const Recorded& r) {
+  const std::string op = r.f.at("op"), st = r.f.at("strides");
+  std::vector<int64_t> s;
+  if (st != "scalar") {
+    std::istringstream is(st);
+    for (std::string x; std::getline(is, x, 'x');) s.push_back(std::stoll(x));
+  }
+  const bool scalar = st == "scalar";
+  ASSERT_TRUE(scalar || s.size() == 2 || s.size() == 3) << r.line;
+  // Outputs are fresh and dense: stride 2, or 0 for a single element.
+  ASSERT_TRUE(scalar || s[0] == 2 || (s[0] == 0 && s[1] == 0)) << r.line;
+  if (op == "relu") {
+    (void)relu(bf16_row(s[1]));
+    return;
+  }
+  const Tensor a = scalar ? zeros_of({16}, DType::BFloat16) : bf16_row(s[1]);
+  const Tensor b = scalar ? Tensor() : bf16_row(s[2]);
+  if (op == "add") (void)(scalar ? add(a, Scalar(2.0)) : add(a, b));
+  else if (op == "sub") (void)(scalar ? sub(a, Scalar(2.0)) : sub(a, b));
+  else if (op == "mul") (void)(scalar ? mul(a, Scalar(2.0)) : mul(a, b));
+  else if (op == "div") (void)(scalar ? div(a, Scalar(2.0)) : div(a, b));
+  else if (op == "relu_grad" && !scalar) (void)relu_grad(a, b);
+  else ADD_FAILURE() << "no replay for elementwise op " << op << " in: " << r.line;
+}
+
 // Runs the recorded problem once and returns the line its kernel trace printed.
 std::string rerun(const Recorded& r) {
-  std::optional<cpu::Bf16GemmOverride> bf16;
+  std::optional<cpu::Override> bf16;
   if (r.bf16 == "emulated") bf16.emplace(cpu::Bf16GemmPath::Emulated);
   else if (r.bf16 == "avx512bf16") bf16.emplace(cpu::Bf16GemmPath::Avx512Bf16);
   else if (r.bf16 == "amx") bf16.emplace(cpu::Bf16GemmPath::Amx);
-  cpu::ConvAlgoOverride conv(r.conv == "im2col" ? cpu::ConvAlgo::Im2col : cpu::ConvAlgo::Auto);
-  cpu::FloatGemmOverride gemm(r.gemm == "blas" ? cpu::FloatGemm::Blas : cpu::FloatGemm::Auto);
+  cpu::Override conv(r.conv == "im2col" ? cpu::ConvAlgo::Im2col : cpu::ConvAlgo::Auto);
+  cpu::Override gemm(r.gemm == "blas" ? cpu::FloatGemm::Blas : cpu::FloatGemm::Auto);
   const DType dt = dtype_of(r.dtype);
   std::string captured;
   {
     ScopedTrace trace(static_cast<uint32_t>(TraceKind::Kernel), &captured);
-    auto v = [&](const char* k) { return r.f.at(k).first; };
-    auto v2 = [&](const char* k) { return r.f.at(k).second; };
-    if (r.op_pass.rfind("conv2d.", 0) == 0) {
+    auto v = [&](const char* k) { return two(r.f.at(k)).first; };
+    auto v2 = [&](const char* k) { return two(r.f.at(k)).second; };
+    if (r.op_pass.rfind("batch_norm.", 0) == 0) {
+      // Eval mode: valid for every recorded shape (training needs more than one value per
+      // channel); the choice does not depend on it.
+      const int64_t N = v("N"), C = v("C"), S = v("S");
+      const Tensor x = zeros_of({N, C, S}, dt);
+      if (r.op_pass == "batch_norm.fwd")
+        (void)batch_norm(x, zeros({C}), ones({C}), Tensor(), Tensor(), false);
+      else
+        (void)batch_norm_backward(x, x, Tensor(), zeros({C}), ones({C}), false, 1e-5);
+    } else if (r.op_pass.rfind("max_pool2d.", 0) == 0) {
+      const IntList k{v("k"), v2("k")}, st{v("s"), v2("s")}, pd{v("p"), v2("p")}, dl{v("d"), v2("d")};
+      Tensor x = zeros_of({v("N"), v("C"), v("H"), v("W")}, dt);
+      const bool ceil = v("ceil") != 0;
+      if (r.op_pass == "max_pool2d.fwd") {
+        (void)max_pool2d(x, k, st, pd, dl, ceil);
+      } else {
+        x.requires_grad_(true);
+        max_pool2d(x, k, st, pd, dl, ceil).sum().backward();
+      }
+    } else if (r.op_pass == "elementwise.fwd") {
+      run_elementwise(r);
+    } else if (r.op_pass.rfind("conv2d.", 0) == 0) {
       const int64_t N = v("N"), C = v("C"), H = v("H"), W = v("W"), O = v("O"), G = v("g");
       const IntList st{v("s"), v2("s")}, pd{v("p"), v2("p")}, dl{v("d"), v2("d")};
       const int64_t kH = v("k"), kW = v2("k");
@@ -117,29 +179,38 @@ std::string rerun(const Recorded& r) {
       ADD_FAILURE() << "unknown op.pass " << r.op_pass;
     }
   }
-  // The last line is the recorded op's (zeros(...).to() may trace nothing, but be safe).
+  // The last line of the recorded op.pass (making the operands, a backward's other ops and
+  // views may trace lines of their own).
   std::string last;
+  const std::string prefix = "[kernel] " + r.op_pass + " ";
   std::istringstream ls(captured);
-  for (std::string l; std::getline(ls, l);) last = l;
-  const std::string prefix = "[kernel] ";
-  if (last.rfind(prefix, 0) == 0) last.erase(0, prefix.size());
+  for (std::string l; std::getline(ls, l);)
+    if (l.rfind(prefix, 0) == 0) last = l.substr(9);
   if (const size_t sk = last.find(" (skipped: "); sk != std::string::npos) last.erase(sk);
   return last;
 }
 
 // What a CPU can run, as far as the recorded steering goes.
 struct CpuCan {
-  bool amx, avx512bf16, own_gemm, conv_kernels;
+  bool amx, avx512bf16, own_gemm, conv_kernels, avx512;
 };
 // This CPU's answers, from the same functions the kernel lists ask.
 CpuCan this_cpu() {
-  cpu::ConvAlgoOverride on(cpu::ConvAlgo::Auto);
+  cpu::Override on(cpu::ConvAlgo::Auto);
   return {cpu::can_run_bf16_amx(cpu::cpu_features_with_amx()), cpu::can_run_bf16_native(cpu::cpu_features()),
-          cpu::sgemm_avx512_available(), cpu::conv_implicit_gemm_enabled()};
+          cpu::sgemm_avx512_available(), cpu::conv_kernels_enabled(), cpu::isa_avx512()};
 }
 
 // What a CPU lacks to reach a line's steering ("" when it can replay it).
 std::string missing_for(const Recorded& r, const CpuCan& can) {
+  // Batch norm, max pooling and the elementwise rows: lines without [no avx512] ran with AVX-512,
+  // lines with it run only on CPUs without (their trace says so).
+  if (r.op_pass.rfind("batch_norm.", 0) == 0 || r.op_pass.rfind("max_pool2d.", 0) == 0 ||
+      r.op_pass == "elementwise.fwd") {
+    if (!r.no_avx512 && !can.avx512) return "AVX-512 F/BW/VL";
+    if (r.no_avx512 && can.avx512) return "a CPU without AVX-512";
+    return "";
+  }
   if (r.bf16 == "amx" && !can.amx) return "AMX";
   if (r.bf16 == "avx512bf16" && !can.avx512bf16) return "AVX512-BF16";
   if (r.gemm != "blas" && !can.own_gemm) return "AVX-512 (own float GEMM)";
@@ -187,10 +258,10 @@ TEST(KernelChoices, EveryRecordedProblemRunsItsRecordedKernel) {
 // GEMMs on BLAS), Skylake-X adds the AVX-512 ones, Zen 4/5 the vdpbf16ps ones, Sapphire Rapids AMX's.
 TEST(KernelChoices, EachCpuClassReachesItsOwnPartOfTheRecording) {
   const std::vector<Recorded> lines = recorded_lines();
-  const CpuCan classes[] = {{false, false, false, false},  // x86-64 without AVX-512
-                            {false, false, true, true},    // AVX-512 without AVX512-BF16
-                            {false, true, true, true},     // AVX512-BF16 without AMX (Zen 4/5)
-                            {true, true, true, true}};     // AMX (the recording's own CPU)
+  const CpuCan classes[] = {{false, false, false, false, false},  // x86-64 without AVX-512
+                            {false, false, true, true, true},      // AVX-512 without AVX512-BF16
+                            {false, true, true, true, true},       // AVX512-BF16 without AMX (Zen 4/5)
+                            {true, true, true, true, true}};       // AMX (the recording's own CPU)
   size_t previous = 0;
   for (const CpuCan& can : classes) {
     size_t n = 0;
@@ -210,6 +281,7 @@ TEST(KernelChoices, EachCpuClassReachesItsOwnPartOfTheRecording) {
                            << " avx512=" << can.own_gemm << " reaches no more recorded lines than the class before";
     previous = n;
   }
+  // ([no avx512] lines, which an AVX-512 CPU cannot record, would be the exception.)
   EXPECT_EQ(previous, lines.size()) << "the recording's own CPU must reach every line";
 }
 
@@ -232,12 +304,12 @@ std::string traced(F&& call) {
 TEST(KernelChoices, GemmListNamesItsChoiceAndWhatItSkipped) {
   const Tensor a = zeros({8, 8}), b = zeros({8, 8}), w = zeros({40, 8});
   {
-    cpu::FloatGemmOverride blas(cpu::FloatGemm::Blas);
+    cpu::Override blas(cpu::FloatGemm::Blas);
     EXPECT_EQ(traced([&] { (void)matmul(a, b); }),
               "matmul.fwd f32 B=1 M=8 K=8 N=8 [gemm blas] -> blas_sgemm (skipped: sgemm_avx512: own float GEMM off "
               "(MIXTAPE_GEMM=blas or no AVX-512))");
   }
-  cpu::FloatGemmOverride own(cpu::FloatGemm::Auto);
+  cpu::Override own(cpu::FloatGemm::Auto);
   if (cpu::sgemm_avx512_available()) {
     EXPECT_EQ(traced([&] { (void)matmul(a, b); }),
               "matmul.fwd f32 B=1 M=8 K=8 N=8 -> blas_sgemm (skipped: sgemm_avx512: C has fewer than 16 rows or "
@@ -252,7 +324,7 @@ TEST(KernelChoices, GemmListNamesItsChoiceAndWhatItSkipped) {
             std::string("linear.fwd f64 M=4 K=8 N=40") + (cpu::sgemm_avx512_available() ? "" : " [gemm blas]") +
                 " -> blas_dgemm");
   if (cpu::can_run_bf16_native(cpu::cpu_features())) {
-    cpu::Bf16GemmOverride vdp(cpu::Bf16GemmPath::Avx512Bf16);
+    cpu::Override vdp(cpu::Bf16GemmPath::Avx512Bf16);
     EXPECT_EQ(traced([&] { (void)matmul(a.to(DType::BFloat16), b.to(DType::BFloat16)); }),
               "matmul.fwd bf16 B=1 M=8 K=8 N=8 [bf16 avx512bf16] -> bgemm_avx512bf16 (skipped: bgemm_amx: BF16 GEMMs "
               "not on AMX (MIXTAPE_CPU_BF16, or no AMX))");
@@ -275,14 +347,14 @@ Tensor conv_f32(int64_t stride) {
   return conv2d(zeros({1, 4, 16, 16}), zeros({8, 4, 3, 3}), Tensor(), {stride, stride}, {1, 1});
 }
 
-// MIXTAPE_CPU_KERNEL (here its in-process twin, KernelForce) runs the forced entry where it takes
+// MIXTAPE_CPU_KERNEL (here its in-process twin, cpu::Override(KernelSpec)) runs the forced entry where it takes
 // the problem, ahead of the entries before it; a list without that name (another dtype's) is left
 // to its own choice.
 TEST(KernelChoices, ForcedKernelRunsWhereItApplies) {
   const std::string free_conv = traced([] { (void)conv_f32(1); });
   const Tensor a = zeros({32, 32});
   {
-    cpu::KernelForce force("conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm,linear.fwd:blas_sgemm");
+    cpu::Override force(cpu::KernelSpec{"conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm,linear.fwd:blas_sgemm"});
     const std::string conv = traced([] { (void)conv_f32(1); });
     EXPECT_EQ(conv.substr(conv.find(" -> ")), " -> im2col_gemm") << conv;
     const std::string mm = traced([&] { (void)matmul(a, a); });
@@ -291,7 +363,7 @@ TEST(KernelChoices, ForcedKernelRunsWhereItApplies) {
     EXPECT_EQ(lin.substr(lin.find(" -> ")), " -> blas_sgemm") << lin;
   }
   {
-    cpu::KernelForce bf16_only("conv2d.fwd:pairs_avx512bf16");  // not in the f32 list
+    cpu::Override bf16_only(cpu::KernelSpec{"conv2d.fwd:pairs_avx512bf16"});  // not in the f32 list
     EXPECT_EQ(traced([] { (void)conv_f32(1); }), free_conv);
   }
   EXPECT_EQ(traced([] { (void)conv_f32(1); }), free_conv);  // the force ended with its scope
@@ -301,7 +373,7 @@ TEST(KernelChoices, ForcedKernelRunsWhereItApplies) {
 // reason its declines() gives; nothing else runs in its place.
 TEST(KernelChoices, ForcedKernelThatDeclinesIsRefusedWithItsReason) {
   {
-    cpu::KernelForce force("conv2d.fwd:implicit_gemm_avx512");
+    cpu::Override force(cpu::KernelSpec{"conv2d.fwd:implicit_gemm_avx512"});
     const std::string e = error_of([] { (void)conv_f32(2); });
     EXPECT_NE(e.find("conv2d.fwd: the forced kernel implicit_gemm_avx512 (MIXTAPE_CPU_KERNEL=conv2d.fwd:"
                      "implicit_gemm_avx512) does not apply to this problem: not plane-shift geometry"),
@@ -309,7 +381,7 @@ TEST(KernelChoices, ForcedKernelThatDeclinesIsRefusedWithItsReason) {
         << e;
   }
   {
-    cpu::KernelForce force("matmul.fwd:sgemm_avx512");
+    cpu::Override force(cpu::KernelSpec{"matmul.fwd:sgemm_avx512"});
     const std::string e = error_of([] { (void)matmul(zeros({8, 8}), zeros({8, 8})); });
     const std::string why = cpu::sgemm_avx512_available() ? "C has fewer than 16 rows or columns"
                                                           : "own float GEMM off";
@@ -319,11 +391,14 @@ TEST(KernelChoices, ForcedKernelThatDeclinesIsRefusedWithItsReason) {
 }
 
 TEST(KernelChoices, InvalidForcedKernelIsRefusedNamingTheAcceptedValues) {
-  auto refused = [](const std::string& spec) { return error_of([&] { cpu::KernelForce f(spec); }); };
+  auto refused = [](const std::string& spec) { return error_of([&] { cpu::Override f(cpu::KernelSpec{spec}); }); };
   EXPECT_NE(refused("conv2d.fwd").find("MIXTAPE_CPU_KERNEL: expected <op.pass>:<name>[,...]"), std::string::npos);
   const std::string op = refused("conv3d.fwd:im2col_gemm");
   EXPECT_NE(op.find("unknown op.pass 'conv3d.fwd'"), std::string::npos) << op;
-  EXPECT_NE(op.find("conv2d.dgrad, conv2d.fwd, conv2d.wgrad, linear.fwd, matmul.fwd"), std::string::npos) << op;
+  EXPECT_NE(op.find("batch_norm.bwd, batch_norm.fwd, conv2d.dgrad, conv2d.fwd, conv2d.wgrad, elementwise.fwd, "
+                    "linear.fwd, matmul.fwd, max_pool2d.bwd, max_pool2d.fwd"),
+            std::string::npos)
+      << op;
   const std::string name = refused("conv2d.wgrad:nope");
   EXPECT_NE(name.find("conv2d.wgrad has no kernel 'nope'"), std::string::npos) << name;
   EXPECT_NE(name.find("its kernels: direct_avx512, im2col_gemm, pairs_avx512bf16"), std::string::npos) << name;
@@ -338,7 +413,7 @@ TEST(KernelChoices, InvalidForcedKernelIsRefusedNamingTheAcceptedValues) {
 TEST(KernelChoices, ProfileRowsNameTheKernelThatRan) {
   profiler::Profile on;
   {
-    cpu::KernelForce force("conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm");
+    cpu::Override force(cpu::KernelSpec{"conv2d.fwd:im2col_gemm,matmul.fwd:blas_sgemm"});
     (void)conv_f32(1);
     (void)conv_f32(1);
     (void)matmul(zeros({32, 32}), zeros({32, 32}));
@@ -373,6 +448,93 @@ TEST(KernelChoices, ProfileRowsNameTheKernelThatRan) {
   EXPECT_TRUE(has_row("relu", " - ")) << t;
 }
 
+
+// The BF16 elementwise rows choose their kernel once a call, from row_strides(), before the loop:
+// those must be the strides strided_loop hands to every row, for every layout (dense, broadcast
+// rows and columns, transposed, sliced, one element, empty).
+TEST(KernelChoices, RowStridesAreTheStridesEveryRowGets) {
+  const Tensor m = zeros({6, 10});
+  const std::vector<std::pair<Tensor, Tensor>> cases = {
+      {zeros({4, 5}), zeros({4, 5})},          {zeros({4, 5}), zeros({5})},
+      {zeros({4, 5}), zeros({4, 1})},          {m.transpose(0, 1), zeros({10, 6})},
+      {m.slice(1, 0, 10, 2), zeros({6, 5})},   {zeros({1}), zeros({7, 1, 3})},
+      {zeros({3, 1, 2}), zeros({1, 4, 1})},    {zeros({2, 0, 3}), zeros({3})},
+      {zeros({}), zeros({})},                  {m.slice(0, 1, 5).slice(1, 2, 9), zeros({4, 7})}};
+  for (const auto& [a, b] : cases) {
+    const IntList shape = broadcast_shapes(a.sizes(), b.sizes(), "test");
+    const Tensor out = zeros(shape);
+    const cpu::StridedOperands<3> ops{
+        {static_cast<char*>(out.data_ptr()), static_cast<char*>(a.data_ptr()), static_cast<char*>(b.data_ptr())},
+        {cpu::broadcast_byte_strides(out, shape), cpu::broadcast_byte_strides(a, shape),
+         cpu::broadcast_byte_strides(b, shape)}};
+    const std::array<int64_t, 3> chosen = cpu::row_strides(shape, ops);
+    std::atomic<int> rows{0}, differ{0};
+    cpu::strided_loop<3>(shape, ops, [&](std::array<char*, 3>, std::array<int64_t, 3> st, int64_t) {
+      ++rows;
+      if (st != chosen) ++differ;
+    });
+    EXPECT_EQ(differ.load(), 0) << a.describe() << " and " << b.describe() << ": " << rows.load() << " rows";
+  }
+  // An empty shape with a broadcast operand reaches the coalesced loop, which divided by its zero
+  // extent (SIGFPE) before it returned early.
+  EXPECT_EQ(add(zeros({2, 0, 3}), zeros({3})).sizes(), (IntList{2, 0, 3}));
+}
+
+// Batch norm, max pooling and the BF16 elementwise rows name their choice, and MIXTAPE_CPU_KERNEL
+// steers them: a forced generic entry runs (the same bits: test_batch_norm_avx512, test_bf16_rows), a
+// forced entry that declines is refused with its reason.
+TEST(KernelChoices, NormPoolAndElementwiseListsAreTracedAndForceable) {
+  const bool avx = cpu::isa_avx512();
+  const std::string tag = avx ? "" : " [no avx512]";
+  const Tensor x = zeros({2, 3, 8, 8});
+  EXPECT_EQ(traced([&] { (void)max_pool2d(x, {2, 2}); }),
+            "max_pool2d.fwd f32 N=2 C=3 H=8 W=8 k2 s2 p0 d1 ceil=0" + tag + " -> " +
+                (avx ? "2x2_avx512" : "2x2_sse2 (skipped: 2x2_avx512: no AVX-512 F/BW/VL (isa_avx512))"));
+  EXPECT_EQ(traced([&] { (void)max_pool2d(x, {3, 3}, {1, 1}, {1, 1}); }),
+            "max_pool2d.fwd f32 N=2 C=3 H=8 W=8 k3 s1 p1 d1 ceil=0" + tag +
+                " -> generic (skipped: 2x2_avx512: not a 2x2 window of stride 2 without padding or dilation inside "
+                "the plane; 2x2_sse2: not a 2x2 window of stride 2 without padding or dilation inside the plane)");
+  const Tensor h = zeros({4, 3, 5});
+  EXPECT_EQ(traced([&] { (void)batch_norm(h, zeros({3}), ones({3}), Tensor(), Tensor(), false); }),
+            "batch_norm.fwd f32 N=4 C=3 S=5" + tag + " -> " +
+                (avx ? "avx512" : "generic (skipped: avx512: no AVX-512 F/BW/VL (isa_avx512))"));
+  EXPECT_EQ(traced([&] { (void)batch_norm(h.to(DType::Float64), zeros({3}), ones({3}), Tensor(), Tensor(), false); }),
+            "batch_norm.fwd f64 N=4 C=3 S=5" + tag + " -> generic");
+  const Tensor b = zeros_of({4, 16}, DType::BFloat16);
+  EXPECT_EQ(traced([&] { (void)add(b, b); }),
+            "elementwise.fwd bf16 op=add strides=2x2x2" + tag + " -> " +
+                (avx ? "rows_avx512" : "generic (skipped: rows_avx512: no AVX-512 F/BW/VL (isa_avx512))"));
+  EXPECT_EQ(traced([&] { (void)relu(b.transpose(0, 1)); }),
+            "elementwise.fwd bf16 op=relu strides=2x32" + tag +
+                " -> generic (skipped: bits_avx512: rows not contiguous (an inner stride is not 2 bytes); bits: rows "
+                "not contiguous (an inner stride is not 2 bytes))");
+  EXPECT_EQ(traced([&] { (void)mul(b, Scalar(2.0)); }),
+            "elementwise.fwd bf16 op=mul strides=scalar" + tag +
+                " -> generic (skipped: rows_avx512: an operand is a wrapped scalar (the block loop reads it in f32))");
+  {
+    cpu::Override force(cpu::KernelSpec{"max_pool2d.fwd:generic,batch_norm.fwd:generic,elementwise.fwd:generic"});
+    const std::string pool = traced([&] { (void)max_pool2d(x, {2, 2}); });
+    EXPECT_EQ(pool.substr(pool.find(" -> ")), " -> generic") << pool;
+    const std::string bn = traced([&] { (void)batch_norm(h, zeros({3}), ones({3}), Tensor(), Tensor(), false); });
+    EXPECT_EQ(bn.substr(bn.find(" -> ")), " -> generic") << bn;
+    const std::string rows = traced([&] { (void)relu(b); });
+    EXPECT_EQ(rows.substr(rows.find(" -> ")), " -> generic") << rows;
+  }
+  {
+    cpu::Override force(cpu::KernelSpec{"max_pool2d.fwd:2x2_sse2"});
+    const std::string e = error_of([&] { (void)max_pool2d(x, {3, 3}); });
+    EXPECT_NE(e.find("max_pool2d.fwd: the forced kernel 2x2_sse2 (MIXTAPE_CPU_KERNEL=max_pool2d.fwd:2x2_sse2) does "
+                     "not apply to this problem: not a 2x2 window"),
+              std::string::npos)
+        << e;
+  }
+  {
+    cpu::Override force(cpu::KernelSpec{"elementwise.fwd:bits"});
+    const std::string e = error_of([&] { (void)relu(b.transpose(0, 1)); });
+    EXPECT_NE(e.find("elementwise.fwd: the forced kernel bits"), std::string::npos) << e;
+    EXPECT_NE(e.find("rows not contiguous"), std::string::npos) << e;
+  }
+}
 
 }  // namespace
 }  // namespace mixtape

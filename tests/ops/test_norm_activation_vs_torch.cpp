@@ -137,7 +137,7 @@ void run_case(const json& c) {
   }
 }
 
-#define MT_NORM_TORCH_FAMILY(Suite, family) MT_TORCH_FIXTURE_SUITE(Suite, cases_of(family), run_case)
+#define MT_NORM_TORCH_FAMILY(Suite, family) MT_TORCH_SUITE_OF(Suite, family, cases_of, run_case)
 
 MT_NORM_TORCH_FAMILY(NormActTorchActivation, "pointwise");  // gelu (none, tanh), leaky_relu, clamp
 MT_NORM_TORCH_FAMILY(NormActTorchWhere, "where");           // broadcast cond (3,1) with (2,3,4) and (4)
@@ -147,10 +147,10 @@ MT_NORM_TORCH_FAMILY(NormActTorchNormHalf, "half");         // f16 / bf16 forwar
 
 TEST(NormActTorchFixture, LoadsAndCoversEveryFamily) {
   ASSERT_TRUE(fixture().error.empty()) << fixture().error;
-  for (const char* family : {"pointwise", "where", "batch_norm", "layer_norm", "half"})
+  for (const std::string& family : testing::suite_values())
     EXPECT_FALSE(cases_of(family).empty()) << "no cases for family " << family;
   // A case of an op or family no suite above runs would be skipped without a word.
-  for (const FixtureCase& c : fixture().cases_not_in("family", {"pointwise", "where", "batch_norm", "layer_norm", "half"}))
+  for (const FixtureCase& c : fixture().cases_not_in("family", testing::suite_values()))
     ADD_FAILURE() << "case " << (*c.j)["name"] << " has family " << (*c.j).value("family", std::string()) << ", which no suite of this file runs";
   for (const auto& [name, n] : fixture().name_counts()) EXPECT_EQ(n, 1) << "duplicate case name " << name;
 }

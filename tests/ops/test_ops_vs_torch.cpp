@@ -178,14 +178,9 @@ void run_case(const json& c) {
 }
 
 // ---- one suite per op family ----
-const std::set<std::string>& families() {
-  static const std::set<std::string> kFamilies = {"binary", "unary", "pow",   "sum",  "mean", "amax",   "max",
-                                                  "matmul", "views", "gather", "cast", "half", "addcmul"};
-  return kFamilies;
-}
 std::vector<FixtureCase> cases_of(const std::string& family) { return fixture().cases_where("family", family); }
 
-#define MT_TORCH_FAMILY(Suite, family) MT_TORCH_FIXTURE_SUITE(Suite, cases_of(family), run_case)
+#define MT_TORCH_FAMILY(Suite, family) MT_TORCH_SUITE_OF(Suite, family, cases_of, run_case)
 
 MT_TORCH_FAMILY(TorchBinary, "binary");      // add sub mul div, broadcast, Python scalars
 MT_TORCH_FAMILY(TorchUnary, "unary");        // neg exp log sqrt abs relu sigmoid tanh
@@ -201,13 +196,13 @@ MT_TORCH_FAMILY(TorchCast, "cast");          // to(dtype) between f64 f32 f16 bf
 MT_TORCH_FAMILY(TorchHalfForward, "half");   // f16 / bf16 forward values
 MT_TORCH_FAMILY(TorchAddcmul, "addcmul");    // self + value * t1 * t2, broadcasting
 // Cases of a family not listed above (a new op's family needs no line here).
-MT_TORCH_FIXTURE_SUITE(TorchOtherFamily, fixture().cases_not_in("family", families()), run_case);
+MT_TORCH_FIXTURE_SUITE(TorchOtherFamily, fixture().cases_not_in("family", testing::suite_values()), run_case);
 
 // The fixture loads, every family above has cases (an empty family would pass vacuously), every
 // call names a registry op or a function above, and every function above is used.
 TEST(TorchFixture, LoadsAndCoversEveryFamily) {
   ASSERT_TRUE(fixture().error.empty()) << fixture().error;
-  for (const std::string& family : families())
+  for (const std::string& family : testing::suite_values())
     EXPECT_FALSE(cases_of(family).empty()) << "no cases for family " << family;
   const std::map<std::string, int> seen = fixture().name_counts();
   for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << "duplicate case name " << name;

@@ -14,6 +14,7 @@
 #include "ops/activation_functors.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape {
 namespace {
@@ -38,7 +39,7 @@ TEST_P(Reduced, MatmulAccumulatesInFloat) {
   DType dt = GetParam();
   // The bit-for-bit contract of the widened path; the native BF16 GEMM's own is
   // tests/ops/test_bf16_gemm_ops.cpp.
-  cpu::Bf16GemmOverride widened(cpu::Bf16GemmPath::Emulated);
+  cpu::Override widened(cpu::Bf16GemmPath::Emulated);
   Generator g(13);
   Tensor a = randn({2, 7, 64}, {}, &g).to(dt), b = randn({64, 5}, {}, &g).to(dt);
   Tensor got = matmul(a, b);

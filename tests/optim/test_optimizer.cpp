@@ -121,6 +121,39 @@ TEST(Step, PostHooksRunAfterEveryStepInOrderUntilRemoved) {
   EXPECT_THROW(opt.register_step_post_hook({}), Error);
 }
 
+// PyTorch's register_step_pre_hook: before anything changes, so a hook that throws refuses the
+// step with the parameters and state untouched; inv_scale_pending says whether the step about to
+// run is a GradScaler's (set_inv_scale_for_next_step since the last step or zero_grad).
+TEST(Step, PreHooksRunBeforeTheUpdateAndMayRefuseIt) {
+  Tensor p = param_from({1.0, 2.0}, {2}, DType::Float32);
+  optim::SGD opt({p}, {.lr = 0.5, .momentum = 0.9});
+  std::vector<std::string> seen;
+  bool refuse = true;
+  const int a = opt.register_step_pre_hook([&] {
+    seen.push_back("pre " + std::to_string(p.to_vector<float>()[0]) + (opt.inv_scale_pending() ? " scaled" : ""));
+    if (refuse) throw Error("refused");
+  });
+  p.set_grad(tensor({1.0, 1.0}));
+  opt.set_inv_scale_for_next_step(1.0f);
+  EXPECT_THROW(opt.step(), Error);
+  EXPECT_EQ(p.to_vector<float>(), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(opt.state_bytes(), 0) << "no momentum buffer: the step never began";
+  refuse = false;
+  opt.step();
+  EXPECT_FALSE(opt.inv_scale_pending()) << "consumed by the step";
+  opt.step();
+  EXPECT_EQ(seen, (std::vector<std::string>{"pre " + std::to_string(1.0f) + " scaled", "pre " + std::to_string(1.0f) + " scaled",
+                                            "pre " + std::to_string(0.5f)}));
+  opt.set_inv_scale_for_next_step(0.5f);
+  opt.zero_grad();
+  EXPECT_FALSE(opt.inv_scale_pending()) << "dropped by zero_grad";
+  opt.remove_step_pre_hook(a);
+  p.set_grad(tensor({1.0, 1.0}));
+  opt.step();
+  EXPECT_EQ(seen.size(), 3u);
+  EXPECT_THROW(opt.register_step_pre_hook({}), Error);
+}
+
 // Masters of 16-bit parameters and every buffer, as they are created.
 TEST(Step, StateBytesCountMastersAndBuffers) {
   Tensor h = param_from({1.0, 2.0, 3.0}, {3}, DType::BFloat16), f = param_from({1.0, 2.0}, {2}, DType::Float64);

@@ -1,8 +1,8 @@
-// tests/ops/test_bf16_lanes.cpp — the AVX-512 BF16 row kernels give the generic loops' bits: relu
+// tests/ops/test_bf16_rows.cpp — the AVX-512 BF16 row kernels give the generic loops' bits: relu
 // and its gradient as the bf16_bits loop compiled for AVX-512 BW (ops/cpu/elementwise.h,
 // bf16_rows_avx512) — relu on all 65536 patterns, relu's gradient on every pattern of either operand
 // against special values of the other; add / sub / mul / div on AVX-512 lanes
-// (ops/cpu/bf16_lanes_avx512.h) on random patterns (NaNs, infinities, subnormals, zeros and rounding
+// (ops/cpu/bf16_rows_avx512.h) on random patterns (NaNs, infinities, subnormals, zeros and rounding
 // ties included) against widen -> float operation -> round; every row length around the 16- and
 // 32-lane chunks; and through the ops.
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include "core/bfloat16.h"
 #include "ops/activation.h"
 #include "ops/activation_functors.h"
-#include "ops/cpu/bf16_lanes_avx512.h"
+#include "ops/cpu/bf16_rows_avx512.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/creation.h"
 #include "ops/functors.h"
@@ -25,7 +25,7 @@ namespace mixtape::testing {
 namespace {
 
 using Bits = std::vector<uint16_t>;
-using cpu::LaneOp;
+using cpu::RowOp;
 
 // The kernels under test: the four lane operations, and the AVX-512 build of relu's bit loops.
 enum class Op { Add, Sub, Mul, Div, Relu, ReluGrad };
@@ -58,10 +58,10 @@ uint16_t reference(Op op, uint16_t a, uint16_t b) {
 // out[i] = op(a[i], b[i]) (relu: of b[i]) over n values.
 void run(Op op, int64_t n, Bits& out, const Bits& a, const Bits& b) {
   switch (op) {
-    case Op::Add: return cpu::bf16_binary_lanes(LaneOp::Add, n, bytes(out), bytes(a), bytes(b));
-    case Op::Sub: return cpu::bf16_binary_lanes(LaneOp::Sub, n, bytes(out), bytes(a), bytes(b));
-    case Op::Mul: return cpu::bf16_binary_lanes(LaneOp::Mul, n, bytes(out), bytes(a), bytes(b));
-    case Op::Div: return cpu::bf16_binary_lanes(LaneOp::Div, n, bytes(out), bytes(a), bytes(b));
+    case Op::Add: return cpu::bf16_binary_rows(RowOp::Add, n, bytes(out), bytes(a), bytes(b));
+    case Op::Sub: return cpu::bf16_binary_rows(RowOp::Sub, n, bytes(out), bytes(a), bytes(b));
+    case Op::Mul: return cpu::bf16_binary_rows(RowOp::Mul, n, bytes(out), bytes(a), bytes(b));
+    case Op::Div: return cpu::bf16_binary_rows(RowOp::Div, n, bytes(out), bytes(a), bytes(b));
     case Op::Relu: return cpu::bf16_rows_avx512(fn::Relu{}, n, bytes(out), bytes(b));
     case Op::ReluGrad: return cpu::bf16_rows_avx512(fn::ReluGrad{}, n, bytes(out), bytes(a), bytes(b));
   }
@@ -70,7 +70,7 @@ void run(Op op, int64_t n, Bits& out, const Bits& a, const Bits& b) {
 class Bf16Lanes : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!cpu::bf16_lanes_available()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL";
+    if (!cpu::bf16_rows_available()) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL";
   }
 };
 

@@ -1,6 +1,6 @@
-// ops/cpu/bf16_lanes_avx512.cpp — see bf16_lanes_avx512.h. Only the MT_TARGET_AVX512 functions hold
-// AVX-512 instructions; they run only after bf16_lanes_available().
-#include "ops/cpu/bf16_lanes_avx512.h"
+// ops/cpu/bf16_rows_avx512.cpp — see bf16_rows_avx512.h. Only the MT_TARGET_AVX512 functions hold
+// AVX-512 instructions; they run only after bf16_rows_available().
+#include "ops/cpu/bf16_rows_avx512.h"
 
 #include "core/error.h"
 #include "ops/cpu/cpu_features.h"
@@ -11,20 +11,20 @@ MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
 
-bool bf16_lanes_available() { return isa_avx512(); }
+bool bf16_rows_available() { return isa_avx512(); }
 
 #if MIXTAPE_X86_KERNELS
 namespace {
 
-template <LaneOp Op>
+template <RowOp Op>
 MT_TARGET_AVX512 inline __m512 apply(__m512 x, __m512 y) {
-  if constexpr (Op == LaneOp::Add) return _mm512_add_ps(x, y);
-  if constexpr (Op == LaneOp::Sub) return _mm512_sub_ps(x, y);
-  if constexpr (Op == LaneOp::Mul) return _mm512_mul_ps(x, y);
-  if constexpr (Op == LaneOp::Div) return _mm512_div_ps(x, y);
+  if constexpr (Op == RowOp::Add) return _mm512_add_ps(x, y);
+  if constexpr (Op == RowOp::Sub) return _mm512_sub_ps(x, y);
+  if constexpr (Op == RowOp::Mul) return _mm512_mul_ps(x, y);
+  if constexpr (Op == RowOp::Div) return _mm512_div_ps(x, y);
 }
 
-template <LaneOp Op>
+template <RowOp Op>
 MT_TARGET_AVX512 void rows(int64_t n, char* out, const char* a, const char* b) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -43,15 +43,15 @@ MT_TARGET_AVX512 void rows(int64_t n, char* out, const char* a, const char* b) {
 }  // namespace
 #endif  // MIXTAPE_X86_KERNELS
 
-void bf16_binary_lanes(LaneOp op, int64_t n, char* out, const char* a, const char* b) {
+void bf16_binary_rows(RowOp op, int64_t n, char* out, const char* a, const char* b) {
   switch (op) {
-    case LaneOp::Add: return rows<LaneOp::Add>(n, out, a, b);
-    case LaneOp::Sub: return rows<LaneOp::Sub>(n, out, a, b);
-    case LaneOp::Mul: return rows<LaneOp::Mul>(n, out, a, b);
-    case LaneOp::Div: return rows<LaneOp::Div>(n, out, a, b);
-    case LaneOp::NotLanewise: break;
+    case RowOp::Add: return rows<RowOp::Add>(n, out, a, b);
+    case RowOp::Sub: return rows<RowOp::Sub>(n, out, a, b);
+    case RowOp::Mul: return rows<RowOp::Mul>(n, out, a, b);
+    case RowOp::Div: return rows<RowOp::Div>(n, out, a, b);
+    case RowOp::Generic: break;
   }
-  MT_ERROR("bf16_binary_lanes: no lane operation given");
+  MT_ERROR("bf16_binary_rows: no row operation given");
 }
 
 }  // namespace mixtape::cpu

@@ -1,0 +1,252 @@
+// tests/ops/test_kernel_entries.cpp — every entry of every CPU kernel list (ops/cpu/kernel_table.h's
+// registry: conv2d's three passes, batch norm, max pooling, the BF16 elementwise rows) run on every
+// geometry of one list that it accepts, forced by cpu::Override(KernelSpec), with the entry's own contract:
+//   - conv2d (f32; bf16 under each BF16 GEMM path this CPU has): within the FP32 summation bound
+//     of an FP64 reference (tests/common/sum_bound.h; plus one rounding to BF16), and where two
+//     entries claim the same bits (direct_avx512 and implicit_gemm_avx512 on "same" convs), bit
+//     for bit each other;
+//   - batch norm, max pooling, elementwise rows: bit for bit the list's generic entry.
+// An entry that declines a geometry is skipped there; one this CPU cannot run declines everywhere.
+// A new kernel is tested here as soon as its list holds it: the test asks the registry for names.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <mixtape/mixtape.h>
+
+#include "common/bit_equal.h"
+#include "common/sum_bound.h"
+#include "core/trace.h"
+#include "ops/cpu/cpu_features.h"
+#include "ops/cpu/kernel_table.h"
+#include "ops/cpu/steering.h"
+
+namespace mixtape {
+namespace {
+
+using testing::bit_equal;
+using testing::within_sum_bound;
+
+// The one list of geometries: the models' layers, blocking edges, odd sizes, strides, dilation,
+// groups. Small batches keep the whole file to a few seconds.
+struct Geometry {
+  const char* what;
+  int64_t N, C, H, W, O, kH, kW, sH, sW, pH, pW, dH, dW, G;
+  int64_t OH() const { return (H + 2 * pH - dH * (kH - 1) - 1) / sH + 1; }
+  int64_t OW() const { return (W + 2 * pW - dW * (kW - 1) - 1) / sW + 1; }
+  IntList x_size() const { return {N, C, H, W}; }
+  IntList w_size() const { return {O, C / G, kH, kW}; }
+  IntList y_size() const { return {N, O, OH(), OW()}; }
+};
+const Geometry kGeometries[] = {
+    {"SmallCNN conv1", 2, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"SmallCNN conv2", 2, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"LeNet conv1", 2, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2, 1, 1, 1},
+    {"LeNet conv2", 2, 6, 14, 14, 16, 5, 5, 1, 1, 0, 0, 1, 1, 1},
+    {"ResNet-8 layer1 (28x28)", 2, 16, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"ResNet-8/20 stride-2 3x3", 2, 16, 28, 28, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1},
+    {"ResNet-8/20 1x1 stride-2 shortcut", 2, 16, 28, 28, 32, 1, 1, 2, 2, 0, 0, 1, 1, 1},
+    {"ResNet-20 layer3 (8x8, 64)", 2, 64, 8, 8, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"ResNet-8 layer3 (7x7)", 2, 64, 7, 7, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"row of 15 (a block short), O 17", 1, 3, 5, 15, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"row of 17, O 33", 1, 5, 4, 17, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"odd 7x9, no padding, O 1", 3, 3, 7, 9, 1, 3, 3, 1, 1, 0, 0, 1, 1, 1},
+    {"column stride 2 only", 1, 4, 6, 13, 6, 3, 3, 1, 2, 1, 1, 1, 1, 1},
+    {"row stride 3, padding past the reach", 2, 4, 10, 12, 8, 3, 3, 3, 1, 2, 2, 1, 1, 1},
+    {"row dilation 2", 1, 4, 9, 10, 4, 3, 3, 1, 1, 2, 1, 2, 1, 1},
+    {"dilation 2x2", 1, 3, 9, 9, 4, 3, 3, 1, 1, 2, 2, 2, 2, 1},
+    {"groups 2", 2, 4, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2},
+    {"depthwise", 1, 4, 6, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 4},
+    {"1x1, stride 1", 2, 8, 5, 5, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1},
+    {"5x3 kernel", 1, 3, 8, 8, 4, 5, 3, 1, 1, 2, 1, 1, 1, 1},
+    {"H 1", 2, 3, 1, 3, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+};
+
+// The kernel the last traced line of `op_pass` names ("" when none).
+std::string kernel_of(const std::string& trace, const std::string& op_pass) {
+  std::string k;
+  std::istringstream ls(trace);
+  const std::string prefix = "[kernel] " + op_pass + " ";
+  for (std::string l; std::getline(ls, l);) {
+    if (l.rfind(prefix, 0) != 0) continue;
+    k = l.substr(l.find(" -> ") + 4);
+    if (const size_t sk = k.find(" ("); sk != std::string::npos) k.erase(sk);
+  }
+  return k;
+}
+
+// Runs `call` with `op_pass:name` forced: the result, or nullopt where the entry declines or the
+// list for this dtype does not hold it (the trace then names another entry).
+template <typename F>
+std::optional<TensorList> forced(const std::string& op_pass, const std::string& name, F&& call) {
+  cpu::Override force(cpu::KernelSpec{op_pass + ":" + name});
+  std::string trace;
+  TensorList out;
+  try {
+    ScopedTrace t(static_cast<uint32_t>(TraceKind::Kernel), &trace);
+    out = call();
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("does not apply to this problem"), std::string::npos) << op_pass << ":" << name << ": " << m;
+    return std::nullopt;
+  }
+  const std::string ran = kernel_of(trace, op_pass);
+  if (ran != name && ran.rfind(name + ".", 0) != 0) return std::nullopt;  // as_conv.<forward kernel>
+  return out;
+}
+
+Tensor f64(const Tensor& t) { return t.to(DType::Float64); }
+
+enum class Pass { Fwd, Dgrad, Wgrad };
+struct ConvCase {
+  Pass pass;
+  const char* op_pass;
+};
+const ConvCase kPasses[] = {{Pass::Fwd, "conv2d.fwd"}, {Pass::Dgrad, "conv2d.dgrad"}, {Pass::Wgrad, "conv2d.wgrad"}};
+
+// Pass p of geometry g on x (fwd, wgrad), w (fwd, dgrad), gy (dgrad, wgrad).
+Tensor conv_pass(Pass p, const Geometry& g, const Tensor& x, const Tensor& w, const Tensor& gy) {
+  const IntList st{g.sH, g.sW}, pd{g.pH, g.pW}, dl{g.dH, g.dW};
+  if (p == Pass::Fwd) return conv2d(x, w, Tensor(), st, pd, dl, g.G);
+  if (p == Pass::Dgrad) return conv2d_input_grad(gy, w, g.x_size(), st, pd, dl, g.G);
+  return conv2d_weight_grad(x, gy, g.w_size(), st, pd, dl, g.G);
+}
+// The number of products each output sums.
+int64_t depth(Pass p, const Geometry& g) {
+  if (p == Pass::Fwd) return g.C / g.G * g.kH * g.kW;
+  if (p == Pass::Dgrad) return g.O / g.G * g.kH * g.kW;
+  return g.N * g.OH() * g.OW();
+}
+
+// The BF16 GEMM paths this CPU can run (each steers which BF16 conv entries take a problem).
+std::vector<std::pair<const char*, cpu::Bf16GemmPath>> bf16_paths() {
+  std::vector<std::pair<const char*, cpu::Bf16GemmPath>> v{{"emulated", cpu::Bf16GemmPath::Emulated}};
+  if (cpu::can_run_bf16_native(cpu::cpu_features())) v.emplace_back("avx512bf16", cpu::Bf16GemmPath::Avx512Bf16);
+  if (cpu::can_run_bf16_amx(cpu::cpu_features_with_amx())) v.emplace_back("amx", cpu::Bf16GemmPath::Amx);
+  return v;
+}
+
+TEST(KernelEntries, EveryConvEntryOnEveryGeometryItTakes) {
+  std::map<std::string, int> ran;  // op.pass dtype:name -> geometries
+  for (const Geometry& g : kGeometries) {
+    Generator gen(0x600d + static_cast<uint64_t>(g.C * 131 + g.H));
+    const Tensor x = randn(g.x_size(), {}, &gen), w = randn(g.w_size(), {}, &gen), gy = randn(g.y_size(), {}, &gen);
+    for (const ConvCase& c : kPasses) {
+      for (int bf16 = 0; bf16 < 2; ++bf16) {
+        const DType dt = bf16 ? DType::BFloat16 : DType::Float32;
+        const Tensor xd = x.to(dt), wd = w.to(dt), gyd = gy.to(dt);
+        // The FP64 reference on the same (rounded) operands, and the same sums of |terms|.
+        const Tensor ref = conv_pass(c.pass, g, f64(xd), f64(wd), f64(gyd));
+        const Tensor absterms = conv_pass(c.pass, g, abs(f64(xd)), abs(f64(wd)), abs(f64(gyd)));
+        std::vector<std::pair<const char*, cpu::Bf16GemmPath>> paths{{"", cpu::Bf16GemmPath::Emulated}};
+        if (bf16) paths = bf16_paths();
+        for (const auto& [path_name, path] : paths) {
+          std::optional<cpu::Override> steer;
+          if (bf16) steer.emplace(path);
+          std::map<std::string, Tensor> results;
+          for (const std::string& name : cpu::kernel_names(c.op_pass)) {
+            const auto out = forced(c.op_pass, name, [&] { return TensorList{conv_pass(c.pass, g, xd, wd, gyd)}; });
+            if (!out) continue;
+            const std::string tag = std::string(c.op_pass) + " " + (bf16 ? "bf16 " : "f32 ") + path_name + ":" + name;
+            ++ran[tag];
+            EXPECT_TRUE(within_sum_bound((*out)[0], ref, absterms, depth(c.pass, g), 1.0, bf16 ? 1 : 0))
+                << tag << " on " << g.what;
+            results[name] = (*out)[0];
+          }
+          // The direct kernel and the implicit GEMM claim the same FMA chain per output.
+          if (!bf16 && c.pass == Pass::Fwd && results.count("direct_avx512") && results.count("implicit_gemm_avx512")) {
+            EXPECT_TRUE(bit_equal(results["direct_avx512"], results["implicit_gemm_avx512"])) << g.what;
+          }
+        }
+      }
+    }
+  }
+  for (const auto& [tag, n] : ran) std::cout << "[ KernelEntries ] " << tag << ": " << n << " geometries\n";
+  // The references end every list and take every geometry.
+  const int all = static_cast<int>(std::size(kGeometries));
+  EXPECT_EQ(ran["conv2d.fwd f32 :im2col_gemm"], all);
+  EXPECT_EQ(ran["conv2d.dgrad f32 :gemm_col2im"], all);
+  EXPECT_EQ(ran["conv2d.wgrad f32 :im2col_gemm"], all);
+  EXPECT_EQ(ran["conv2d.wgrad bf16 emulated:im2col_gemm"], all);
+}
+
+// Every entry of `op_pass` on `call`, bit for bit the generic entry's result (each output).
+template <typename F>
+void entries_match_generic(const std::string& op_pass, const std::string& what, std::map<std::string, int>& ran,
+                           F&& call) {
+  const auto generic = forced(op_pass, "generic", call);
+  ASSERT_TRUE(generic.has_value()) << op_pass << " generic declined " << what;
+  for (const std::string& name : cpu::kernel_names(op_pass)) {
+    if (name == "generic") continue;
+    const auto out = forced(op_pass, name, call);
+    if (!out) continue;
+    ++ran[op_pass + ":" + name];
+    ASSERT_EQ(out->size(), generic->size());
+    for (size_t i = 0; i < out->size(); ++i)
+      EXPECT_TRUE(bit_equal((*out)[i], (*generic)[i])) << op_pass << ":" << name << " output " << i << " on " << what;
+  }
+}
+
+TEST(KernelEntries, NormPoolAndElementwiseEntriesGiveTheGenericBits) {
+  std::map<std::string, int> ran;
+  struct Window {
+    IntList k, s, p, d;
+    bool ceil;
+  };
+  const Window windows[] = {{{2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
+                            {{2, 2}, {2, 2}, {0, 0}, {1, 1}, true},
+                            {{3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
+                            {{3, 3}, {1, 1}, {1, 1}, {2, 2}, false}};
+  for (const Geometry& g : kGeometries) {
+    Generator gen(0xbead + static_cast<uint64_t>(g.C * 7 + g.W));
+    const Tensor x32 = randn(g.x_size(), {}, &gen), g32 = randn(g.x_size(), {}, &gen);
+    for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
+      const Tensor x = x32.to(dt), gx = g32.to(dt);
+      const Tensor xs = x.reshape({g.N, g.C, g.H * g.W}), gs = gx.reshape({g.N, g.C, g.H * g.W});
+      if (g.N * g.H * g.W > 1) {
+        entries_match_generic("batch_norm.fwd", g.what, ran, [&] {
+          const Tensor rm = zeros({g.C}), rv = ones({g.C});
+          return TensorList{batch_norm(xs, rm, rv, ones({g.C}), zeros({g.C}), true), rm, rv};
+        });
+        entries_match_generic("batch_norm.bwd", g.what, ran, [&] {
+          auto [dx, dw, db] =
+              batch_norm_backward(gs, xs, ones({g.C}), full({g.C}, 0.25f), full({g.C}, 1.5f), true, 1e-5);
+          return TensorList{dx, dw, db};
+        });
+      }
+      for (const Window& win : windows) {
+        if (g.H + 2 * win.p[0] < win.d[0] * (win.k[0] - 1) + 1 || g.W + 2 * win.p[1] < win.d[1] * (win.k[1] - 1) + 1)
+          continue;
+        entries_match_generic("max_pool2d.fwd", g.what, ran, [&] {
+          auto [y, idx] = max_pool2d_with_indices(x, win.k, win.s, win.p, win.d, win.ceil);
+          return TensorList{y, idx};
+        });
+        entries_match_generic("max_pool2d.bwd", g.what, ran, [&] {
+          Tensor xl = x.detach().requires_grad_(true);
+          const Tensor y = max_pool2d(xl, win.k, win.s, win.p, win.d, win.ceil);
+          y.backward(ones(y.sizes()).to(dt));
+          return TensorList{xl.grad()};
+        });
+      }
+    }
+    const Tensor a = x32.to(DType::BFloat16), b = g32.to(DType::BFloat16);
+    const Tensor bt = b.transpose(2, 3).contiguous().transpose(2, 3);  // same values, strided rows
+    // One op a call: forced() reads the call's last trace line.
+    const std::vector<std::function<Tensor()>> ops = {
+        [&] { return add(a, b); },  [&] { return sub(a, b); },       [&] { return mul(a, b); },
+        [&] { return div(a, b); },  [&] { return relu(a); },         [&] { return relu_grad(a, b); },
+        [&] { return add(a, bt); }, [&] { return relu(bt); },        [&] { return mul(a, Scalar(0.5)); },
+        [&] { return sub(a, b.slice(3, 0, 1)); }};
+    for (const auto& op : ops) entries_match_generic("elementwise.fwd", g.what, ran, [&] { return TensorList{op()}; });
+  }
+  for (const auto& [tag, n] : ran) std::cout << "[ KernelEntries ] " << tag << ": " << n << " runs\n";
+}
+
+}  // namespace
+}  // namespace mixtape
