@@ -26,6 +26,7 @@ struct TensorStatsLogger::State {
   int64_t step = 0;
   bool active = true;
   double scale[3] = {1, 1, 1};
+  ScaleFn scale_fn;
   std::vector<TensorStatRow> rows;
 
   bool due() const { return active && step % every == 0; }
@@ -33,7 +34,15 @@ struct TensorStatsLogger::State {
     if (!due()) return;
     MT_CHECK(t.defined(), "TensorStatsLogger: '", layer, ".", tensor, "' is an undefined tensor");
     if (!t.is_floating_point() && !is_float8(t.dtype())) return;  // integers have no format to fit
-    rows.push_back({step, layer, tensor, role, t.dtype(), tensor_stat(t, scale[static_cast<int>(role)])});
+    double s = scale[static_cast<int>(role)];
+    if (scale_fn) {
+      if (const std::optional<double> own = scale_fn(layer, tensor, role)) {
+        MT_CHECK(*own > 0 && std::isfinite(*own), "TensorStatsLogger: the scale function gave ", *own, " for '", layer,
+                 ".", tensor, "'; a scale must be positive and finite");
+        s = *own;
+      }
+    }
+    rows.push_back({step, layer, tensor, role, t.dtype(), tensor_stat(t, s)});
   }
 };
 
@@ -48,6 +57,7 @@ void TensorStatsLogger::set_scale(TensorRole role, double scale) {
            " scale must be positive and finite, got ", scale);
   state_->scale[static_cast<int>(role)] = scale;
 }
+void TensorStatsLogger::set_scale_fn(ScaleFn fn) { state_->scale_fn = std::move(fn); }
 int64_t TensorStatsLogger::every_n_steps() const { return state_->every; }
 int64_t TensorStatsLogger::current_step() const { return state_->step; }
 bool TensorStatsLogger::due() const { return state_->due(); }

@@ -50,6 +50,11 @@ class TensorStatsLogger {
 
   // The scale a role's fates are evaluated at (1 until set; positive and finite).
   void set_scale(TensorRole role, double scale);
+  // Per tensor instead (an FP8 recipe keeps one scale per module and tensor): asked for every
+  // record; a value overrides the role's scale, nullopt keeps it. Null: none (the default).
+  using ScaleFn = std::function<std::optional<double>(const std::string& layer, const std::string& tensor,
+                                                      TensorRole role)>;
+  void set_scale_fn(ScaleFn fn);
   int64_t every_n_steps() const;
   int64_t current_step() const;  // 0 until the first step()
   bool due() const;              // current_step() % every_n_steps() == 0

@@ -196,6 +196,19 @@ TEST(TensorStatsLogger, ARolesScaleIsTheOneItsFatesAreEvaluatedAt) {
   EXPECT_EQ(stats.rows()[0].stat.overflow[0], 1);  // 65536 in fp16
   EXPECT_EQ(stats.rows()[1].stat.overflow[0], 0);
   EXPECT_THROW(stats.set_scale(amp::TensorRole::Weight, -1.0), Error);
+  // A per-tensor scale (an FP8 recipe's) overrides the role's where it gives one.
+  stats.set_scale_fn([](const std::string& layer, const std::string&, amp::TensorRole) -> std::optional<double> {
+    if (layer == "fc2") return 1024.0;
+    if (layer == "bad") return 0.0;
+    return std::nullopt;
+  });
+  stats.record("fc2", "weight", amp::TensorRole::Weight, f32({64.0f}));  // 65536 in fp16
+  stats.record("fc3", "output", amp::TensorRole::Activation, f32({1.0f}));  // the role's 65536
+  ASSERT_EQ(stats.rows().size(), 4u);
+  EXPECT_EQ(stats.rows()[2].stat.scale, 1024.0);
+  EXPECT_EQ(stats.rows()[2].stat.overflow[0], 1);
+  EXPECT_EQ(stats.rows()[3].stat.scale, 65536.0);
+  EXPECT_THROW(stats.record("bad", "weight", amp::TensorRole::Weight, f32({1.0f})), Error);
 }
 
 }  // namespace
