@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "mixtape/mixtape.h"
 #include "models/zoo/mlp.h"
@@ -98,6 +100,18 @@ TEST(NumericsCheck, ReportModeKeepsTheFirstFindingAndGoesOn) {
   EXPECT_EQ(numerics::findings()[0].op, "mul");
   EXPECT_TRUE(has(numerics::findings()[0].message, "amax 1e+30")) << numerics::findings()[0].message;
   EXPECT_TRUE(std::isinf(get_element(y, 0)));
+}
+
+TEST(NumericsCheck, TheEnvironmentSwitchIsReadAtStartUp) {
+  // Run plain, and by ctest with MIXTAPE_CHECK_NUMERICS=1 and =report (tests/CMakeLists.txt).
+  const char* env = std::getenv("MIXTAPE_CHECK_NUMERICS");
+  const std::string v = env ? env : "";
+  if (v.empty() || v == "0") {
+    EXPECT_FALSE(numerics::enabled());
+  } else {
+    EXPECT_TRUE(numerics::enabled());
+    EXPECT_EQ(numerics::mode(), v == "report" ? OnFinding::Report : OnFinding::Throw);
+  }
 }
 
 TEST(NumericsCheck, OffItSeesNothingAndTheGuardRestoresTheSwitch) {
