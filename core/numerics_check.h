@@ -2,7 +2,8 @@
 // turned finite inputs into an inf or a NaN.
 // Switched on by MIXTAPE_CHECK_NUMERICS=1 in the environment (MIXTAPE_CHECK_NUMERICS=report:
 // print and go on instead of throwing) or by a numerics::CheckNumerics guard in code.
-// Invariant: switched off it costs one relaxed atomic load per kernel. Switched on, every kernel
+// Invariant: switched off it costs one relaxed atomic load per kernel (and a thread-local pointer
+// set per autocast decision and per backward node, for the context). Switched on, every kernel
 // run_kernel() runs has its floating outputs scanned once (one read pass); inputs are scanned
 // only when an output is not finite. What counts as "first", and how the GradScaler's intended
 // overflows are told apart: docs/inspector.md, "The NaN locator".
