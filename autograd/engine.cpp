@@ -69,7 +69,11 @@ namespace {
 // The NaN locator's name for the node whose backward is running: "#12 ExpBackward  exp(f16[2]) -> ...".
 std::string describe_node(const void* p) {
   const Node* n = static_cast<const Node*>(p);
-  return "#" + std::to_string(n->seq_nr()) + " " + n->describe();
+  std::string s = "#";  // appended piece by piece: GCC 12's -Wrestrict misfires on "#" + string
+  s += std::to_string(n->seq_nr());
+  s += ' ';
+  s += n->describe();
+  return s;
 }
 
 void run_graph(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph) {
