@@ -46,13 +46,6 @@ class GraphedTraining {
     micro_stats_ = zeros({2}, f64);
     opt_stats_ = tensor({1.0, 0.0, 1.0}, {3}, TensorOptions(DType::Float64)).to(device);
     for (Tensor& r : ring_) r = zeros({2 * accumulate_ + 3}, f64);
-    // The scaler's found_inf, copied where the host reads it (a world of one: the reduction is
-    // the identity; the hook is the scaler's one place that hands the flag out).
-    if (scaler_.is_enabled())
-      scaler_.set_found_inf_reducer([this](const Tensor& found) {
-        Tensor slot = opt_stats_.select(0, 1);
-        slot.copy_(found);
-      });
     if (accumulate_ == 1) {
       whole_ = std::make_unique<cuda::GraphedStep>([this] {
         opt_.zero_grad();
@@ -68,9 +61,6 @@ class GraphedTraining {
         opt_.zero_grad(false);  // in place: the captured micro-step adds into these buffers
       }, kWarmupSteps);
     }
-  }
-  ~GraphedTraining() {
-    if (scaler_.is_enabled()) scaler_.set_found_inf_reducer({});
   }
   GraphedTraining(const GraphedTraining&) = delete;
   GraphedTraining& operator=(const GraphedTraining&) = delete;
@@ -216,6 +206,11 @@ class GraphedTraining {
       used.copy_(scaler_.scale_tensor());
     }
     scaler_.step(opt_);
+    if (scaler_.is_enabled()) {  // the step's found_inf, copied where the host reads it late
+      NoGradGuard no_grad;
+      Tensor found = opt_stats_.select(0, 1);
+      found.copy_(scaler_.found_inf());
+    }
     scaler_.update();
     if (scaler_.is_enabled()) {
       NoGradGuard no_grad;
