@@ -65,8 +65,11 @@ class GraphedTraining {
   GraphedTraining(const GraphedTraining&) = delete;
   GraphedTraining& operator=(const GraphedTraining&) = delete;
 
-  // Micro-batch `micro` (0-based) of the next step: the batch is copied into the static buffers
-  // (enqueued copies; a batch of another shape is refused: the graph was captured for one), then
+  // Micro-batch `micro` (0-based) of the next step: the batch (on the device: data::DevicePrefetcher;
+  // or on the host) is copied into the static buffers on the current stream, the one the graphs
+  // replay on, so the copy runs after the previous replay has read them and before this one (a
+  // copy stream writing them directly would have to wait for that replay, losing the overlap);
+  // enqueued copies; a batch of another shape is refused: the graph was captured for one), then
   // the micro-step (or the whole step) runs: eagerly for the first 3 calls, then captured and
   // replayed. Before the step's first micro-batch the schedule advances for the previous step.
   void queue_micro(const data::Batch& b, int micro) {

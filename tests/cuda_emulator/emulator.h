@@ -60,6 +60,10 @@ void enqueue(cudaStream_t s, std::function<void()> work);
 // blocks the host (a synchronize, a device-to-host copy, cudaFree) and had to run queued work to
 // return counts once. Tests use it to prove that a code path never stops the host.
 uint64_t host_waits();
+// How many cudaMemcpyAsync/cudaMemcpy calls have been enqueued on stream `s` (nullptr: the current
+// device's legacy stream) so far, captured ones included: tests use it to prove which stream a
+// copy went on.
+uint64_t copies_enqueued(cudaStream_t s);
 // Whether streams keep stream order only (MIXTAPE_CUDA_EMULATOR_STREAMS=deferred, the default);
 // tests that observe stream order skip under `immediate`.
 bool streams_deferred();
