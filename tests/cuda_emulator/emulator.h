@@ -60,6 +60,8 @@ void enqueue(cudaStream_t s, std::function<void()> work);
 // blocks the host (a synchronize, a device-to-host copy, cudaFree) and had to run queued work to
 // return counts once. Tests use it to prove that a code path never stops the host.
 uint64_t host_waits();
+// Whether stream `s` holds work that has not run yet (deferred streams; never the legacy stream).
+bool stream_has_queued_work(cudaStream_t s);
 // How many cudaMemcpyAsync/cudaMemcpy calls have been enqueued on stream `s` (nullptr: the current
 // device's legacy stream) so far, captured ones included: tests use it to prove which stream a
 // copy went on.
@@ -83,6 +85,9 @@ void cudnn_report_math(int math);
 // Counters: cudnnFind*AlgorithmEx calls (benchmark mode), and tensor/filter/convolution
 // descriptors created, since the process started.
 uint64_t cudnn_find_calls();
+// cuBLAS (cublas.cpp): the workspace the last GEMM was issued with (nullptr: cuBLAS's default
+// workspace pool, before any GEMM too).
+const void* cublas_last_workspace();
 uint64_t cudnn_descriptors_created();
 
 // Device memory is readable and writable while at least one DeviceAccess object lives on any

@@ -7,7 +7,8 @@
 // nullptr; an explicit copy kind must match where the pointers live (cudaErrorInvalidValue
 // otherwise, which is stricter than a UVA GPU and catches a swapped direction); a failed call
 // sets the calling thread's last error, read and cleared by cudaGetLastError; events must be
-// recorded (and created with timing) before cudaEventElapsedTime. Every device has
+// recorded (and created with timing) before cudaEventElapsedTime; cudaDeviceGetAttribute answers
+// the compute capability only (8.0), and faults for any other attribute. Every device has
 // MIXTAPE_CUDA_EMULATOR_MEMORY_MB of memory (default 4096), so out-of-memory paths can be driven.
 //
 // Host memory is pageable (any host pointer) or pinned (cudaHostAlloc/cudaMallocHost, freed by
@@ -307,6 +308,12 @@ cudaError_t refuse_on_capture(CUstream_st* s) {
 
 bool streams_deferred() { return deferred(); }
 
+bool stream_has_queued_work(cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (!names_default(s) && s->destroyed) return false;  // its work ran at cudaStreamDestroy
+  return !resolve(s)->pending.empty();
+}
+
 uint64_t copies_enqueued(cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   return resolve(s)->copies;
@@ -396,6 +403,18 @@ cudaError_t cudaSetDevice(int device) {
   t_device = device;
   return cudaSuccess;
 }
+// Compute capability 8.0 (an A100's), the architecture generation mixtape asks about; any other
+// attribute is not emulated and faults, so a new use is noticed.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (!value) return fail(cudaErrorInvalidValue);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 8; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    default: fault("cudaDeviceGetAttribute: attribute %d is not supported by the emulator", static_cast<int>(attr));
+  }
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
