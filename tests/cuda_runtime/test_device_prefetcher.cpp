@@ -98,15 +98,42 @@ TEST(PinnedMemory, PinMemoryCopiesIntoPageLockedMemory) {
   EXPECT_TRUE(cuda::is_pinned(cuda::empty_pinned({3}, DType::Int64)));
 }
 
-#if defined(MIXTAPE_CUDA_EMULATOR)
-using cuda_emulator::host_waits;
-
 // A created stream as the consumer: its work waits in its queue until something orders it.
 struct ConsumerStream {
   ConsumerStream() { stream = cuda::create_stream(); }
   ~ConsumerStream() { (void)cudaStreamDestroy(stream); }
   cudaStream_t stream = nullptr;
 };
+
+// Nothing drains the consumer while the loop runs: on the emulator every copy is still queued
+// when the next batch is staged, and each batch is read (mul) by consumer work queued behind its
+// copy, then dropped (its memory goes back to the consumer's pool for the next batches). A
+// staging slot rewritten before its copy ran would give a batch a later batch's values; a copy
+// not ordered after the consumer's work would overwrite a dropped batch before its reader ran.
+// On a GPU the same checks hold whatever the timing.
+TEST(DevicePrefetcher, StagingAndDeviceMemoryAreReusedOnlyAfterTheirCopiesAndReaders) {
+  REQUIRE_GPU();
+  ConsumerStream consumer;
+  cuda::StreamGuard on(consumer.stream);
+  const int64_t nb = 3 * static_cast<int64_t>(data::BatchCopier::kMaxSlots);
+  data::DataLoader loader(numbered(nb), {.batch_size = 4, .prefetch = 0});
+  data::DevicePrefetcher batches(loader, Device::CUDA(0));
+  std::vector<Tensor> read, want;
+  for (const data::DeviceBatch& b : batches) {
+    read.push_back(mul(b.device.data, 1.0));
+    want.push_back(b.host.data);
+  }
+  ASSERT_EQ(static_cast<int64_t>(read.size()), nb);
+  EXPECT_LE(batches.copier()->staging_slots(), data::BatchCopier::kMaxSlots);
+#if defined(MIXTAPE_CUDA_EMULATOR)
+  if (cuda_emulator::streams_deferred())  // every copy was still queued: all slots were needed
+    EXPECT_EQ(batches.copier()->staging_slots(), data::BatchCopier::kMaxSlots);
+#endif
+  for (size_t i = 0; i < read.size(); ++i) EXPECT_TRUE(same(read[i], want[i])) << "batch " << i;
+}
+
+#if defined(MIXTAPE_CUDA_EMULATOR)
+using cuda_emulator::host_waits;
 
 TEST(DevicePrefetcher, CopiesRunOnTheCopyStreamAndTheConsumerWaitsForThem) {
   REQUIRE_GPU();
@@ -142,29 +169,6 @@ TEST(DevicePrefetcher, CopiesRunOnTheCopyStreamAndTheConsumerWaitsForThem) {
     ++n;
   }
   EXPECT_EQ(n, 3);
-}
-
-// Nothing drains the consumer while the loop runs: every copy is still queued when the next batch
-// is staged, and each batch is read (cloned) by consumer work queued behind its copy, then
-// dropped (its memory goes back to the consumer's pool for the next batches). A staging slot
-// rewritten before its copy ran would give a batch a later batch's values; a copy not ordered
-// after the consumer's work would overwrite a dropped batch before its clone read it.
-TEST(DevicePrefetcher, StagingAndDeviceMemoryAreReusedOnlyAfterTheirCopiesAndReaders) {
-  REQUIRE_GPU();
-  if (!cuda_emulator::streams_deferred()) GTEST_SKIP() << "MIXTAPE_CUDA_EMULATOR_STREAMS=immediate";
-  ConsumerStream consumer;
-  cuda::StreamGuard on(consumer.stream);
-  const int64_t nb = 3 * static_cast<int64_t>(data::BatchCopier::kMaxSlots);
-  data::DataLoader loader(numbered(nb), {.batch_size = 4, .prefetch = 0});
-  data::DevicePrefetcher batches(loader, Device::CUDA(0));
-  std::vector<Tensor> read, want;
-  for (const data::DeviceBatch& b : batches) {
-    read.push_back(mul(b.device.data, 1.0));
-    want.push_back(b.host.data);
-  }
-  ASSERT_EQ(static_cast<int64_t>(read.size()), nb);
-  EXPECT_EQ(batches.copier()->staging_slots(), data::BatchCopier::kMaxSlots);
-  for (size_t i = 0; i < read.size(); ++i) EXPECT_TRUE(same(read[i], want[i])) << "batch " << i;
 }
 
 // The main program's eager step shape: one host read per step (the loss). With the prefetcher
