@@ -256,13 +256,15 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<D
   NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
-  for (const data::Batch& b : loader) {
+  data::DevicePrefetcher batches(loader, device);  // CUDA: the next batch's copy overlaps this one
+  for (const data::DeviceBatch& db : batches) {
+    const data::Batch& b = db.host;
     Tensor logits;
     {
       std::optional<amp::AutocastGuard> ac;
       if (autocast) ac.emplace(device.type(), *autocast);
-      logits = model(b.data.to(device));
-      loss_sum += cross_entropy(logits, b.target.to(device), {}, -100, Reduction::Sum).item<double>();
+      logits = model(db.device.data);
+      loss_sum += cross_entropy(logits, db.device.target, {}, -100, Reduction::Sum).item<double>();
     }
     Tensor pred = argmax(logits, 1);
     auto p = pred.to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
