@@ -24,7 +24,10 @@ BatchCopier::BatchCopier(int device) : device_(device) {
 BatchCopier::~BatchCopier() {
   try {
     cuda::DeviceGuard on(device_);
-    discard();
+    // Even with every batch taken, the last copies may still be reading the staging slots, which
+    // are freed next (the consumer's wait for them is on the device, not the host).
+    MT_CUDA_CHECK(cudaStreamSynchronize(copy_), kOp);
+    started_.clear();
     MT_CUDA_CHECK(cudaStreamDestroy(copy_), kOp);
   } catch (const std::exception& e) {
     std::cerr << "mixtape: " << kOp << " teardown: " << e.what() << std::endl;

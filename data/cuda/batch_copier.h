@@ -28,7 +28,7 @@ class BatchCopier {
   // Copies to cuda:`device`; its copy stream is a non-blocking stream there (a blocking one would
   // be serialised with the legacy default stream, where an eager training loop runs).
   explicit BatchCopier(int device);
-  ~BatchCopier();  // waits for the copies still queued (their staging buffers are freed)
+  ~BatchCopier();  // waits for the copies still queued, taken or not (their staging slots are freed)
   BatchCopier(const BatchCopier&) = delete;
   BatchCopier& operator=(const BatchCopier&) = delete;
 

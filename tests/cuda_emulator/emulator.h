@@ -15,7 +15,8 @@
 //     work enqueued on a stream created by cudaStreamCreate* waits in that stream's queue until
 //     something the runtime API documents as ordering it runs it — cudaStreamSynchronize, an
 //     event wait or synchronize, a device-to-host copy on that stream, cudaDeviceSynchronize,
-//     cudaFree. The legacy default stream (nullptr) runs its work at once, after the device's
+//     cudaFree (cudaStreamDestroy returns at once and leaves it queued, as on a GPU). The legacy
+//     default stream (nullptr) runs its work at once, after the device's
 //     blocking streams, as its implicit synchronisation says; non-blocking streams are left
 //     alone. So a missing event wait between two streams, or a host read before a sync, reads
 //     stale data here as it may on a GPU — when the producer is a created stream (legacy-stream

@@ -12,7 +12,8 @@
 // MIXTAPE_CUDA_EMULATOR_MEMORY_MB of memory (default 4096), so out-of-memory paths can be driven.
 //
 // Host memory is pageable (any host pointer) or pinned (cudaHostAlloc/cudaMallocHost, freed by
-// cudaFreeHost, which synchronises the device as cudaFree does here). An async copy between the
+// cudaFreeHost, which synchronises the device as cudaFree does here, but faults when a copy
+// enqueued with the block has not run: the runtime does not promise to wait for it). An async copy between the
 // device and pageable memory stages the bytes at the call (host to device) or waits (device to
 // host), as the runtime documents for pageable memory; with a pinned end it is a DMA in stream
 // order: the host memory is read or written when the stream runs the copy, not at the call, and
@@ -111,6 +112,7 @@ struct Pinned {  // a cudaHostAlloc block
   size_t size;
   unsigned flags;
   int device;
+  std::shared_ptr<int> queued = std::make_shared<int>(0);  // copies with it enqueued, not run yet
 };
 
 struct State {
@@ -248,15 +250,15 @@ void flush(CUstream_st* s) { run_until(s, s->enqueued); }
 // streams (those created without cudaStreamNonBlocking).
 void flush_blocking(int device) {
   for (CUstream_st* s : state().streams)
-    if (!s->destroyed && s->device == device && !(s->flags & cudaStreamNonBlocking)) flush(s);
+    if (s->device == device && !(s->flags & cudaStreamNonBlocking)) flush(s);  // destroyed ones' leftovers too
 }
 void flush_device(int device) {
   for (CUstream_st* s : state().streams)
-    if (!s->destroyed && s->device == device) flush(s);
+    if (s->device == device) flush(s);
 }
 void flush_everything() {
   for (CUstream_st* s : state().streams)
-    if (!s->destroyed) flush(s);
+    flush(s);
 }
 
 // Ordering before work that the host waits for on stream s (a synchronize, a D2H copy).
@@ -310,7 +312,7 @@ bool streams_deferred() { return deferred(); }
 
 bool stream_has_queued_work(cudaStream_t s) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
-  if (!names_default(s) && s->destroyed) return false;  // its work ran at cudaStreamDestroy
+  if (!names_default(s) && s->destroyed) return !s->pending.empty();
   return !resolve(s)->pending.empty();
 }
 
@@ -547,7 +549,7 @@ cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
 }
 cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, size, cudaHostAllocDefault); }
 
-// Synchronises first (a copy still queued may read or write the block), as cudaFree does here.
+// A block that an enqueued copy still uses faults; otherwise it synchronises, as cudaFree does here.
 cudaError_t cudaFreeHost(void* ptr) {
   if (!ptr) return cudaSuccess;
   State& st = state();
@@ -555,6 +557,13 @@ cudaError_t cudaFreeHost(void* ptr) {
   if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
   auto it = st.pinned.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == st.pinned.end()) return fail(cudaErrorInvalidValue);
+  // The runtime does not promise to wait for the copies that still use the block (the programming
+  // guide's implicit synchronisations list allocation, not freeing): freeing it under them is
+  // undefined behaviour, a fault here. The caller must synchronise them first.
+  if (*it->second.queued > 0)
+    fault("cudaFreeHost: pinned block %p is freed while %d enqueued copies that read or write it have not run "
+          "(synchronise their stream or event first)",
+          ptr, *it->second.queued);
   HostWait wait;
   flush_everything();
   st.pinned.erase(it);
@@ -631,9 +640,15 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   if ((s_dev && d_pin) || (s_pin && d_dev)) {
     // Between the device and pinned memory: a DMA in stream order, captured like a kernel; the
     // host bytes are read (or written) when the stream runs it.
-    push(s, [dst, src, count] {
+    std::shared_ptr<int> queued;  // a captured copy runs at replays: not counted
+    if (!s->capture) {
+      queued = find_pinned(d_pin ? dst : src, count)->second.queued;
+      ++*queued;
+    }
+    push(s, [dst, src, count, queued] {
       DeviceAccess access;
       std::memcpy(dst, src, count);
+      if (queued) --*queued;
     });
     return cudaSuccess;
   }
@@ -715,14 +730,15 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
-// Queued work still completes; the stream object is kept (marked) so later use is caught and
-// event waits that point into it stay valid.
+// Returns at once; queued work still completes later, as the runtime documents ("the function
+// will return immediately"), when something orders it (an event wait, a device-wide
+// synchronisation). The stream object is kept (marked) so later use is caught and event waits
+// that point into it stay valid.
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (names_default(stream) || stream->destroyed)
     return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   if (stream->capture) return refuse_on_capture(stream);
-  flush(stream);
   stream->destroyed = true;
   return cudaSuccess;
 }

@@ -278,4 +278,22 @@ TEST(RuntimeEmulator, PinnedCopiesTouchTheHostWhenTheStreamRunsThem) {
   EXPECT_EQ(cudaFree(d2), cudaSuccess);
 }
 
+// Freeing pinned memory that an enqueued copy still reads is undefined behaviour on a GPU (the
+// runtime does not promise to wait): a fault here. Once the copy ran, the block can go.
+TEST(RuntimeEmulatorDeathTest, FreeingPinnedMemoryUnderAQueuedCopyAborts) {
+  if (!mixtape::cuda_emulator::streams_deferred()) GTEST_SKIP() << "MIXTAPE_CUDA_EMULATOR_STREAMS=immediate";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  void *pinned = nullptr, *d = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, 64, cudaHostAllocDefault), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d, 64), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(d, pinned, 64, cudaMemcpyHostToDevice, s), cudaSuccess);
+  EXPECT_DEATH(cudaFreeHost(pinned), "cudaFreeHost: pinned block .* is freed while 1 enqueued copies");
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+}
+
 }  // namespace

@@ -132,6 +132,26 @@ TEST(DevicePrefetcher, StagingAndDeviceMemoryAreReusedOnlyAfterTheirCopiesAndRea
   for (size_t i = 0; i < read.size(); ++i) EXPECT_TRUE(same(read[i], want[i])) << "batch " << i;
 }
 
+// A loop run to its end on a consumer that has not run its work yet: the last copies are still
+// queued when the prefetcher goes, and its staging slots must outlive them (the emulator faults on
+// pinned memory freed under a queued copy).
+TEST(DevicePrefetcher, ItsStagingOutlivesTheLastCopies) {
+  REQUIRE_GPU();
+  ConsumerStream consumer;
+  cuda::StreamGuard on(consumer.stream);
+  data::DataLoader loader(numbered(2), {.batch_size = 4, .prefetch = 0});
+  std::vector<Tensor> read, want;
+  {
+    data::DevicePrefetcher batches(loader, Device::CUDA(0));
+    for (const data::DeviceBatch& b : batches) {
+      read.push_back(mul(b.device.data, 1.0));
+      want.push_back(b.host.data);
+    }
+  }
+  ASSERT_EQ(read.size(), 2u);
+  for (size_t i = 0; i < read.size(); ++i) EXPECT_TRUE(same(read[i], want[i])) << "batch " << i;
+}
+
 #if defined(MIXTAPE_CUDA_EMULATOR)
 using cuda_emulator::host_waits;
 
