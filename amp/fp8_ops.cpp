@@ -76,13 +76,8 @@ Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Rec
   return quantize_per_tensor(t32, dt, scale_from_amax(amax, fp8_max(dt), 0.0f, pow2, 1.0f));
 }
 
-// t with another shape of the same numel. An empty tensor is made afresh: reshape() views, and
-// refuses to view an empty tensor whose strides do not read as contiguous (f32[3, 0], [1, 1]).
-Tensor reshaped(const Tensor& t, const IntList& sizes) {
-  return t.numel() == 0 ? Tensor::empty(sizes, TensorOptions(t.dtype())) : t.reshape(sizes);
-}
 Tensor as_f32(const Tensor& t) { return contiguous(cpu::cast_to(t.detach(), DType::Float32)); }
-Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return reshaped(as_f32(t), {rows, cols}); }
+Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return as_f32(t).reshape({rows, cols}); }
 
 bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling>(r); }
 
@@ -145,7 +140,7 @@ class Fp8GemmNode final : public Node {
       // dP (M, K) = G (M, N) @ op(Q)^T: a transposed Q is stored (N, K) already.
       Tensor dp = fp8_gemm(g_n, false, q_, !s_.q_transposed(), who);
       if (s_.kind == GemmKind::Conv2d) dp = col2im(dp, s_.geom);
-      out[0] = cpu::cast_to(reshaped(dp, meta_[0].sizes), meta_[0].dtype);
+      out[0] = cpu::cast_to(dp.reshape(meta_[0].sizes), meta_[0].dtype);
     }
     if (need_q) {
       Tensor dq;
@@ -162,7 +157,7 @@ class Fp8GemmNode final : public Node {
         }
         dq = fp8_gemm(g_m, true, p, false, who);  // dW (N, K) = G^T @ P
       }
-      out[1] = cpu::cast_to(reshaped(dq, meta_[1].sizes), meta_[1].dtype);
+      out[1] = cpu::cast_to(dq.reshape(meta_[1].sizes), meta_[1].dtype);
     }
     if (need_b) {
       Tensor gb = zeros({s_.n});
@@ -303,12 +298,12 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   Tensor out;
   if (kind == GemmKind::Conv2d) {
     // (N OH OW, O) -> (N, O, OH, OW)
-    out = cpu::cast_to(contiguous(reshaped(c, {geom.N, geom.OH, geom.OW, geom.O}).permute({0, 3, 1, 2})),
+    out = cpu::cast_to(contiguous(c.reshape({geom.N, geom.OH, geom.OW, geom.O}).permute({0, 3, 1, 2})),
                        region.output_dtype);
   } else {
     IntList out_shape = x.sizes();
     out_shape.back() = s.n;
-    out = reshaped(cpu::cast_to(c, region.output_dtype), out_shape);
+    out = cpu::cast_to(c, region.output_dtype).reshape(out_shape);
   }
   if (!grad) return {out};
   TensorList inputs{x, w};
