@@ -18,6 +18,7 @@
 #include "amp/fp8_autocast.h"
 #include "amp/fp8_scaling.h"
 #include "amp/mx_block.h"
+#include "fp8_cast_loss.h"
 #include "mixtape/mixtape.h"
 
 using namespace mixtape;
@@ -72,36 +73,15 @@ std::vector<Casts> step(Net& net, optim::SGD& opt, const Tensor& x, const Tensor
   return c;
 }
 
-// Of the values x (f32) whose quantized values are q (f32, dequantized): the fraction that
-// saturated (|x| beyond the largest value its scale can represent, `limit` per element) and
-// the fraction of the nonzero ones that flushed to zero.
-struct Loss {
-  double saturated = 0, flushed = 0;
-};
-Loss what_was_lost(const Tensor& x, const Tensor& q, const std::vector<float>& limit) {
-  const auto xv = x.to_vector<float>(), qv = q.to_vector<float>();
-  int64_t sat = 0, nonzero = 0, flushed = 0;
-  for (size_t i = 0; i < xv.size(); ++i) {
-    if (std::fabs(xv[i]) > limit[i]) ++sat;
-    if (xv[i] != 0.0f) {
-      ++nonzero;
-      if (qv[i] == 0.0f) ++flushed;
-    }
-  }
-  return {100.0 * sat / std::max<size_t>(xv.size(), 1), 100.0 * flushed / std::max<int64_t>(nonzero, 1)};
-}
-
 const char* format_of(DType dt) { return dt == DType::Float8_e4m3fn ? "E4M3" : "E5M2"; }
 
 // A per-tensor cast at `scale`, as the FP8 GEMM does it, and what it lost.
 void show_per_tensor(const Casts& c, Fp8Role r, DType dt, float scale) {
   const Tensor& t = c.of(r);
-  const Fp8Operand q = quantize_per_tensor(t.reshape({t.size(0), -1}), dt, scale);
-  const Loss l = what_was_lost(t, dequantize(q).reshape(t.sizes()),
-                               std::vector<float>(static_cast<size_t>(t.numel()), fp8_max(dt) / scale));
+  const fp8_example::CastLoss l = fp8_example::per_tensor_loss(t, dt, scale);
   std::printf("  %s %-11s %s  amax %.6e  scale %.6e  saturated %5.2f%%  flushed %5.2f%% of the nonzero values\n",
               c.layer.c_str(), fp8_role_name(r), format_of(dt), static_cast<double>(amax_of(t)),
-              static_cast<double>(scale), l.saturated, l.flushed);
+              static_cast<double>(scale), l.saturated_pct(), l.flushed_pct());
 }
 
 // History rows newest first: row 0 (this step's, still collecting), then rows len-1 ... 1.
@@ -208,22 +188,14 @@ void mx_tour(const Tensor& x, const Tensor& y, MxScaleRounding rounding) {
     for (Fp8Role r : kRoles) {
       const DType dt = fp8_dtype_for(recipe.fp8_format, r);
       const Tensor& t = c.of(r);
-      const Fp8Operand q = mx_quantize(t, 1, dt, recipe, "fp8_tour");
+      Fp8Operand q;
+      int emin = 0, emax = 0;
+      const fp8_example::CastLoss l = fp8_example::mx_loss(t, dt, recipe, &q, &emin, &emax);
       const int64_t rows = t.size(0), cols = t.size(1), nb = q.block_scales.size(1);
       const uint8_t* code = q.block_scales.data_ptr<uint8_t>();
-      std::vector<float> limit(static_cast<size_t>(t.numel()));
-      int emin = 255, emax = -255;
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j) {
-          const int e = code[i * nb + j / q.block_size] - 127;
-          limit[static_cast<size_t>(i * cols + j)] = std::ldexp(fp8_max(dt), e);
-          emin = std::min(emin, e);
-          emax = std::max(emax, e);
-        }
-      const Loss l = what_was_lost(t, dequantize(q), limit);
       std::printf("  %s %-11s %s  %lld blocks, 2^e from 2^%d to 2^%d  saturated %5.2f%%  flushed %5.2f%% of the nonzero values\n",
                   c.layer.c_str(), fp8_role_name(r), format_of(dt), static_cast<long long>(rows * nb), emin, emax,
-                  l.saturated, l.flushed);
+                  l.saturated_pct(), l.flushed_pct());
       // Its first block with values, as an example.
       const auto v = t.to_vector<float>();
       for (int64_t b = 0; b < rows * nb; ++b) {
