@@ -673,6 +673,63 @@ TEST(Fp8Autocast, CheckpointedSegmentsGiveThePlainGraphsGradientsAndMetadata) {
   }
 }
 
+// A segment whose forward ran outside any FP8 region is recomputed outside one too, even when
+// backward runs inside an open Fp8Autocast: the gradients are the plain graph's.
+TEST(Fp8Autocast, ASegmentForwardOutsideFp8IsRecomputedOutsideItWhenBackwardRunsInsideOne) {
+  const Tensor x = rnd({8, 12}, 130);
+  const Tensor w1 = rnd({16, 12}, 131, 0.3).requires_grad_(), w2 = rnd({4, 16}, 132, 0.3).requires_grad_();
+  auto segment = [&](const Tensor& in) { return relu(linear(in, w1)); };
+  TensorList grads[2];
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+    Tensor loss;
+    {
+      AutocastGuard bf16(DeviceType::CPU, DType::BFloat16);
+      const Tensor h = checkpointed ? autograd::checkpoint(segment, x) : segment(x);
+      loss = sum(linear(h, w2).to(DType::Float32));
+    }
+    w1.set_grad({});
+    w2.set_grad({});
+    {
+      Fp8Autocast fp8(CurrentScaling{});
+      loss.backward();
+    }
+    grads[checkpointed] = {w1.grad(), w2.grad()};
+  }
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(same_bits(grads[0][i], grads[1][i])) << "param " << i;
+}
+
+// The scales change between a segment's forward and its backward (another region updated them):
+// the recompute still casts with the forward's scales and records nothing into the new row 0,
+// so gradients and metas equal the plain graph's.
+TEST(Fp8Autocast, ARecomputeAfterAScaleUpdateCastsWithTheForwardsScalesAndRecordsNothing) {
+  const Tensor x = rnd({8, 12}, 140), target = rnd({8, 4}, 141);
+  DelayedScaling delayed;
+  delayed.amax_history_len = 4;
+  TensorList grads[2];
+  StateDict metas_after[2];
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+    const Tensor w1 = rnd({16, 12}, 142, 0.3).requires_grad_(), w2 = rnd({4, 16}, 143, 0.3).requires_grad_();
+    Fp8Metas metas(delayed, {{"fc1.weight", w1}, {"fc2.weight", w2}});
+    auto segment = [&](const Tensor& in) { return relu(linear(in, w1)); };
+    for (int s = 0; s < 2; ++s) {  // a step first, so that the scales are not all 1
+      Tensor loss;
+      {
+        Fp8Autocast fp8(delayed, &metas);
+        const Tensor h = checkpointed ? autograd::checkpoint(segment, x) : segment(x);
+        loss = mse_loss(linear(h, w2), target);
+      }
+      if (s == 1) Fp8Autocast update(delayed, &metas);  // new scales, row 0 rolled and reset
+      w1.set_grad({});
+      w2.set_grad({});
+      loss.backward();
+    }
+    grads[checkpointed] = {w1.grad(), w2.grad()};
+    metas_after[checkpointed] = metas.state_dict();
+  }
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(same_bits(grads[0][i], grads[1][i])) << "param " << i;
+  for (const auto& [key, t] : metas_after[0]) EXPECT_TRUE(same_bits(t, metas_after[1].at(key))) << key;
+}
+
 TEST(Fp8Autocast, AConvAndLinearNetworkTrainsUnderEveryRecipe) {
   const Tensor x = rnd({16, 2, 6, 6}, 110), target = rnd({16, 4}, 111);
   for (int which = 0; which < 3; ++which) {
