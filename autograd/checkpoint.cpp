@@ -82,7 +82,8 @@ class InputGradSink final : public Node {
 
 void run_in_forward_region(const AutocastState& forward, const RegionCapture& captured,
                            const std::function<void()>& body) {
-  if (const RecomputeRegion* region = g_region.load(std::memory_order_acquire)) return region->run(forward, captured, body);
+  if (const RecomputeRegion* region = g_region.load(std::memory_order_acquire))
+    return region->run(forward, captured, body);
   AutocastStateGuard as_in_forward(forward);
   body();
 }

@@ -19,8 +19,9 @@ using namespace mixtape::amp;
 
 struct CastLoss {
   int64_t values = 0, nonzero = 0, saturated = 0, flushed = 0;
-  double saturated_pct() const { return 100.0 * static_cast<double>(saturated) / static_cast<double>(std::max<int64_t>(values, 1)); }
-  double flushed_pct() const { return 100.0 * static_cast<double>(flushed) / static_cast<double>(std::max<int64_t>(nonzero, 1)); }
+  double saturated_pct() const { return pct(saturated, values); }
+  double flushed_pct() const { return pct(flushed, nonzero); }
+  static double pct(int64_t k, int64_t n) { return 100.0 * static_cast<double>(k) / static_cast<double>(std::max<int64_t>(n, 1)); }
   CastLoss& operator+=(const CastLoss& o) {
     values += o.values, nonzero += o.nonzero, saturated += o.saturated, flushed += o.flushed;
     return *this;
@@ -63,7 +64,10 @@ inline CastLoss mx_loss(const Tensor& t, DType fp8, const MXFP8BlockScaling& rec
   };
   if (emin != nullptr && emax != nullptr) {
     *emin = 255, *emax = -255;
-    for (int64_t b = 0; b < q.block_scales.numel(); ++b) *emin = std::min(*emin, code[b] - 127), *emax = std::max(*emax, code[b] - 127);
+    for (int64_t b = 0; b < q.block_scales.numel(); ++b) {
+      *emin = std::min(*emin, code[b] - 127);
+      *emax = std::max(*emax, code[b] - 127);
+    }
   }
   const float max = fp8_max(fp8);
   const CastLoss l = count_loss(t, dequantize(q), [&](size_t i) { return std::ldexp(max, exponent(i)); });

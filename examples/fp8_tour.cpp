@@ -47,7 +47,9 @@ Net make_net() {
 struct Casts {
   std::string layer;
   Tensor input, weight, grad_output;
-  const Tensor& of(Fp8Role r) const { return r == Fp8Role::Input ? input : r == Fp8Role::Weight ? weight : grad_output; }
+  const Tensor& of(Fp8Role r) const {
+    return r == Fp8Role::Input ? input : r == Fp8Role::Weight ? weight : grad_output;
+  }
 };
 
 // One step: forward inside the region (opened by `open`), backward, SGD. Returns each layer's casts.
@@ -193,7 +195,8 @@ void mx_tour(const Tensor& x, const Tensor& y, MxScaleRounding rounding) {
       const fp8_example::CastLoss l = fp8_example::mx_loss(t, dt, recipe, &q, &emin, &emax);
       const int64_t rows = t.size(0), cols = t.size(1), nb = q.block_scales.size(1);
       const uint8_t* code = q.block_scales.data_ptr<uint8_t>();
-      std::printf("  %s %-11s %s  %lld blocks, 2^e from 2^%d to 2^%d  saturated %5.2f%%  flushed %5.2f%% of the nonzero values\n",
+      std::printf("  %s %-11s %s  %lld blocks, 2^e from 2^%d to 2^%d  saturated %5.2f%%  flushed %5.2f%% "
+                  "of the nonzero values\n",
                   c.layer.c_str(), fp8_role_name(r), format_of(dt), static_cast<long long>(rows * nb), emin, emax,
                   l.saturated_pct(), l.flushed_pct());
       // Its first block with values, as an example.
@@ -231,9 +234,10 @@ int main() {
   const Tensor& x = xs[0];
   const Tensor& y = ys[0];
   section("0. data and model");
-  std::printf("4 batches of %lld Fashion-MNIST training images from %s, normalised; MLP fc1 784->64, ReLU, fc2 64->10,\n"
-              "FP32 weights. Inside Fp8Autocast each linear runs its forward GEMM, its input-gradient and\n"
-              "its weight-gradient GEMM on FP8 operands cast per role: input, weight, grad_output.\n",
+  std::printf("4 batches of %lld Fashion-MNIST training images from %s, normalised;\n"
+              "MLP fc1 784->64, ReLU, fc2 64->10, FP32 weights. Inside Fp8Autocast each linear runs its\n"
+              "forward GEMM, its input-gradient and its weight-gradient GEMM on FP8 operands cast per\n"
+              "role: input, weight, grad_output.\n",
               static_cast<long long>(n), dir.c_str());
   delayed_tour(xs, ys);
   current_tour(x, y);

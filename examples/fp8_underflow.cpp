@@ -45,7 +45,8 @@ struct Config {
 };
 
 enum class Run { FP32, UnscaledE4M3, UnscaledHybrid, Delayed, Current, MxUp, MxSpec };
-const Run kRuns[] = {Run::FP32, Run::UnscaledE4M3, Run::UnscaledHybrid, Run::Delayed, Run::Current, Run::MxUp, Run::MxSpec};
+const Run kRuns[] = {Run::FP32,    Run::UnscaledE4M3, Run::UnscaledHybrid, Run::Delayed,
+                     Run::Current, Run::MxUp,         Run::MxSpec};
 const char* run_name(Run r) {
   switch (r) {
     case Run::FP32: return "fp32";
@@ -152,8 +153,10 @@ RunResult train_run(const Config& c, const Data& train, const Data& test, Run ru
         Measure m{step, {}};
         for (size_t l = 0; l < weights.size(); ++l) {
           const Tensor t[3] = {inputs[l], clone(weights[l].detach()), outputs[l].grad().to(DType::Float32)};
-          for (Fp8Role role : kRoles)
-            m.role[static_cast<int>(role)] += layer_loss(*recipe, metas.get(), weights[l], role, t[static_cast<int>(role)]);
+          for (Fp8Role role : kRoles) {
+            const int k = static_cast<int>(role);
+            m.role[k] += layer_loss(*recipe, metas.get(), weights[l], role, t[k]);
+          }
         }
         for (int k = 0; k < 3; ++k) r.total[k] += m.role[k];
         r.measures.push_back(m);
