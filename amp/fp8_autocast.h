@@ -83,7 +83,8 @@ std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call);
 // For autograd::checkpoint (amp/checkpoint_region.cpp). capture: this thread's region as a
 // checkpointed segment's forward sees it, with the scales it casts with now (nullptr: none).
 // Fp8RecomputeRegion installs a capture (nullptr: no FP8 region, even inside an open one) for
-// the recompute, amaxes not recorded, and restores the thread's region on exit.
+// the recompute, amaxes not recorded, and restores the thread's region on exit. A capture keeps
+// a pointer to the region's Fp8Metas: they must outlive the segment's backward.
 std::shared_ptr<const Fp8RegionSettings> capture_fp8_region();
 class Fp8RecomputeRegion {
  public:
