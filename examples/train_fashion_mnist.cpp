@@ -32,6 +32,7 @@
 
 #include "amp/grad_scaler.h"
 #include "core/cuda_api.h"
+#include "data/device_prefetcher.h"
 #include "distributed/state_agreement.h"
 #include "ops/cpu/blas.h"
 #include "svg_plot.h"
@@ -255,13 +256,15 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<D
   NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
-  for (const data::Batch& b : loader) {
+  data::DevicePrefetcher batches(loader, device);  // CUDA: the next batch's copy overlaps this one
+  for (const data::DeviceBatch& db : batches) {
+    const data::Batch& b = db.host;
     Tensor logits;
     {
       std::optional<amp::AutocastGuard> ac;
       if (autocast) ac.emplace(device.type(), *autocast);
-      logits = model(b.data.to(device));
-      loss_sum += cross_entropy(logits, b.target.to(device), {}, -100, Reduction::Sum).item<double>();
+      logits = model(db.device.data);
+      loss_sum += cross_entropy(logits, db.device.target, {}, -100, Reduction::Sum).item<double>();
     }
     Tensor pred = argmax(logits, 1);
     auto p = pred.to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
@@ -484,6 +487,9 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   }
   if (c.cuda_graph) check_cuda_graph(c, device, world);
   model->to(device);  // before the optimizer, which keeps its state (and FP32 masters) beside the parameters
+  // The training batches on the device: on CUDA the next batch's copy (pinned staging, a copy
+  // stream) overlaps the current step (docs/CUDA.md, "The data path"); on the CPU they pass through.
+  data::DevicePrefetcher train_batches(train_loader, device);
   // Several ranks: rank 0's initial weights everywhere, gradients averaged during backward.
   std::shared_ptr<distributed::DistributedDataParallel> ddp;
   if (world > 1) ddp = std::make_shared<distributed::DistributedDataParallel>(model, pg);
@@ -667,11 +673,12 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       finish_step(r.scale_used, !r.skipped, r.scale_after, dt);
     };
 #endif
-    for (const data::Batch& b : train_loader) {
+    for (const data::DeviceBatch& db : train_batches) {
+      const data::Batch& b = db.host;  // what the host reads (targets for the accuracy)
 #if MIXTAPE_WITH_CUDA
       if (graphed) {
         if (queued == steps_per_epoch) break;  // the incomplete last group of --accumulate
-        graphed->queue_micro(b, micro);
+        graphed->queue_micro(db.device, micro);
         if (++micro < c.accumulate) continue;
         micro = 0;
         graphed->end_step();
@@ -694,8 +701,8 @@ int run(const Config& c, const nlohmann::json& computation_options) {
         // Forward and loss under autocast; backward outside it (as torch.amp documents).
         std::optional<amp::AutocastGuard> ac;
         if (autocast) ac.emplace(device.type(), *autocast);
-        logits = net(b.data.to(device));
-        loss = cross_entropy(logits, b.target.to(device));
+        logits = net(db.device.data);
+        loss = cross_entropy(logits, db.device.target);
       }
       // Micro-batch losses are averaged: each contributes loss / N, scaled by the same S.
       {

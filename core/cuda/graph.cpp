@@ -73,6 +73,11 @@ void Graph::capture_begin() {
   cudaStream_t previous = current_stream(device);
   cudaStream_t stream = create_stream();
   {
+    // The capture stream's cuBLAS workspace (handles.h), before the capture: kept until reset().
+    StreamGuard on(stream);
+    (void)cublas_handle();
+  }
+  {
     // The captured work is ordered after what was issued before, as on the previous stream.
     Event ready;
     ready.record(previous);
@@ -87,6 +92,7 @@ void Graph::capture_begin() {
   try {
     detail::begin_graph_pool(device, pool, stream);
   } catch (...) {
+    release_cublas_workspace(stream, device);
     (void)cudaStreamDestroy(stream);
     (void)cudaFree(philox_slot_);
     philox_slot_ = nullptr;
@@ -96,6 +102,7 @@ void Graph::capture_begin() {
   if (status != cudaSuccess) {
     detail::end_graph_pool(device);
     detail::release_graph_pool(device, pool);
+    release_cublas_workspace(stream, device);
     (void)cudaStreamDestroy(stream);
     (void)cudaFree(philox_slot_);
     philox_slot_ = nullptr;
@@ -192,7 +199,10 @@ void Graph::reset() {
   if (graph_) MT_CUDA_CHECK(cudaGraphDestroy(graph_), "cuda::Graph::reset");
   exec_ = nullptr;
   graph_ = nullptr;
-  if (capture_stream_) MT_CUDA_CHECK(cudaStreamDestroy(capture_stream_), "cuda::Graph::reset");
+  if (capture_stream_) {
+    release_cublas_workspace(capture_stream_, device_);  // the replays that used it are done
+    MT_CUDA_CHECK(cudaStreamDestroy(capture_stream_), "cuda::Graph::reset");
+  }
   capture_stream_ = nullptr;
   checks_.clear();  // their slots go back to the pool first
   if (philox_slot_) MT_CUDA_CHECK(cudaFree(philox_slot_), "cuda::Graph::reset");
