@@ -8,6 +8,7 @@
 #include "amp/amp_functors.h"
 #include "amp/scaler_kernels.h"
 #include "autograd/grad_mode.h"
+#include "core/numerics_check.h"
 #include "core/trace.h"
 #include "ops/cast.h"
 #include "ops/creation.h"
@@ -141,6 +142,8 @@ Tensor GradScaler::scale(const Tensor& outputs) {
   MT_CHECK(outputs.defined(), "GradScaler.scale: outputs must be a Tensor or a list of Tensors, got an undefined "
            "tensor");
   if (!scale_.defined()) lazy_init(outputs.device());
+  // From here to update(), overflows are this scaler's to find and skip (the NaN locator's rule).
+  numerics::set_scaled_loss_in_flight(true);
   return mul(outputs, to_device(scale_, outputs.device()));  // an op: autograd records it
 }
 
@@ -355,6 +358,7 @@ std::string GradScaler::skipped_steps_diagnosis() const {
 }
 
 void GradScaler::finish_update(float scale_before, bool skipped, bool hit_floor) {
+  numerics::set_scaled_loss_in_flight(false);
   per_optimizer_.clear();
   history_.push_back(ScaleRecord{static_cast<int64_t>(history_.size()), static_cast<double>(scale_before), skipped});
   if (skipped) {
