@@ -1,11 +1,12 @@
 // tests/distributed_mpi/test_two_ranks_cuda.cpp — two ranks with CUDA tensors (CUDA builds: on a
 // GPU machine with two devices, or on the CUDA emulator, whose NCCL meets in shared memory):
-// NCCL's collectives, DistributedDataParallel on a CUDA model against one process on the whole
+// NCCL's collectives (reduce_scatter bit for bit all_reduce's chunk), DistributedDataParallel on a CUDA model against one process on the whole
 // batch, and ZeroRedundancyOptimizer's refusal of CUDA parameters. Each rank uses device
 // rank % device_count; with NCCL, fewer devices than ranks skips (NCCL refuses two ranks on one GPU).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/cuda/stream.h"
@@ -75,6 +76,77 @@ TEST_F(TwoRanksCuda, CollectivesOnDeviceMemory) {
   EXPECT_EQ(parts[0].to_vector<double>(), (std::vector<double>{0.0, 0.0}));
   EXPECT_EQ(parts[1].to_vector<double>(), (std::vector<double>{2.0, 1.0}));
   EXPECT_TRUE(parts[1].device().is_cuda());
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  Tensor x = a.to(Device::CPU()).contiguous(), y = b.to(Device::CPU()).contiguous();
+  return x.dtype() == y.dtype() && x.nbytes() == y.nbytes() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+// Values that differ by rank and span magnitudes: the 16-bit rounding after each addition shows.
+Tensor rank_values(int64_t n, DType dt, int rank, Device dev) {
+  Generator g(700 + static_cast<uint64_t>(rank));
+  return (randn({n}, TensorOptions(DType::Float64), &g) * (rank == 0 ? 1.0 : 1000.0)).to(dt).to(dev);
+}
+
+// reduce_scatter and all_gather_into on CUDA tensors, async: reduce_scatter is chunk r of
+// all_reduce bit for bit (ZeRO-1's equivalence with DDP rests on it), all_gather_into the
+// concatenation in rank order, in place (input = output's chunk r) or not.
+TEST_F(TwoRanksCuda, ReduceScatterAndAllGatherIntoOnDeviceMemory) {
+  const int w = pg().world_size(), r = pg().rank();
+  const int64_t n = 5;
+  for (DType dt : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+      const Tensor in = rank_values(w * n, dt, r, dev_), in_before = in.clone();
+      Tensor all = in.clone();
+      pg().all_reduce(all, op);
+      Tensor out = zeros({n}, TensorOptions(dt)).to(dev_);
+      const uint32_t v0 = out.version();
+      auto work = pg().reduce_scatter_async(out, in, op, "grads");
+      work.wait();
+      EXPECT_GT(out.version(), v0);
+      EXPECT_TRUE(out.device().is_cuda());
+      EXPECT_TRUE(same_bits(out, all.narrow(0, r * n, n))) << dtype_name(dt) << " " << distributed::reduce_op_name(op);
+      EXPECT_TRUE(same_bits(in, in_before)) << "the input is left as it was";
+    }
+    // The concatenation, checked against the host path's all_gather of CPU copies.
+    const Tensor mine = rank_values(n, dt, r, dev_);
+    auto expect = pg().all_gather(mine.to(Device::CPU()));
+    Tensor out = zeros({w * n}, TensorOptions(dt)).to(dev_);
+    auto work = pg().all_gather_into_async(out, mine.view({1, n}), "params");
+    work.wait();
+    for (int k = 0; k < w; ++k)
+      EXPECT_TRUE(same_bits(out.narrow(0, k * n, n), expect[static_cast<size_t>(k)])) << dtype_name(dt) << " rank " << k;
+    // NCCL's in-place form: the input is this rank's chunk of the output.
+    Tensor flat = zeros({w * n}, TensorOptions(dt)).to(dev_);
+    flat.narrow(0, r * n, n).copy_(mine);
+    pg().all_gather_into(flat, flat.narrow(0, r * n, n));
+    EXPECT_TRUE(same_bits(flat, out)) << dtype_name(dt) << " in place";
+    // An input inside the output, but not at chunk r: read before the output is written.
+    Tensor other = rank_values(w * n, dt, r, dev_);
+    const Tensor other_in = other.narrow(0, (r + 1) % w * n, n).clone();
+    auto expect_other = pg().all_gather(other_in.to(Device::CPU()));
+    pg().all_gather_into(other, other.narrow(0, (r + 1) % w * n, n));
+    for (int k = 0; k < w; ++k)
+      EXPECT_TRUE(same_bits(other.narrow(0, k * n, n), expect_other[static_cast<size_t>(k)])) << dtype_name(dt);
+  }
+  // Strided outputs go through a contiguous copy, written back.
+  Tensor wide = zeros({w * 2, 2}, TensorOptions(DType::Float64)).to(dev_);
+  pg().all_gather_into(wide.select(1, 1), tensor({r * 1.0, r + 0.5}, {2}, TensorOptions(DType::Float64)).to(dev_));
+  Tensor half = zeros({2, 2}, TensorOptions(DType::Float64)).to(dev_);
+  pg().reduce_scatter(half.select(1, 0), tensor({1.0 + r, 2.0, 3.0, 4.0 * r}, {4}, TensorOptions(DType::Float64)).to(dev_));
+  const std::vector<double> wide_col = wide.select(1, 1).to_vector<double>();
+  for (int k = 0; k < w; ++k) {
+    EXPECT_EQ(wide_col[static_cast<size_t>(2 * k)], k * 1.0);
+    EXPECT_EQ(wide_col[static_cast<size_t>(2 * k + 1)], k + 0.5);
+  }
+  EXPECT_EQ(wide.select(1, 0).to_vector<double>(), std::vector<double>(static_cast<size_t>(w * 2), 0.0));
+  EXPECT_EQ(half.to_vector<double>(), r == 0 ? (std::vector<double>{3.0, 0.0, 4.0, 0.0})
+                                             : (std::vector<double>{6.0, 0.0, 4.0, 0.0}));
+  // Operands on two devices are refused, naming the collective and the rank.
+  EXPECT_EQ(testing::error_of([&] { pg().reduce_scatter(zeros({2}).to(dev_), zeros({2 * w})); }),
+            "reduce_scatter on rank " + std::to_string(r) + ": the input and the output must be on the same device, got f32[" +
+                std::to_string(2 * w) + "] and f32[2]@" + dev_.str());
 }
 
 TEST_F(TwoRanksCuda, DataParallelOnACudaModelMatchesTheWholeBatch) {
