@@ -1,12 +1,14 @@
 // tests/distributed_mpi/test_two_ranks_cuda.cpp — two ranks with CUDA tensors (CUDA builds: on a
 // GPU machine with two devices, or on the CUDA emulator, whose NCCL meets in shared memory):
 // NCCL's collectives (reduce_scatter bit for bit all_reduce's chunk), DistributedDataParallel on a CUDA model against one process on the whole
-// batch, and ZeroRedundancyOptimizer's refusal of CUDA parameters. Each rank uses device
+// batch, and ZeroRedundancyOptimizer on a CUDA model against DDP with the unsharded optimizer. Each rank uses device
 // rank % device_count; with NCCL, fewer devices than ranks skips (NCCL refuses two ranks on one GPU).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
+#include <tuple>
 #include <string>
 
 #include "core/cuda/stream.h"
@@ -165,15 +167,57 @@ TEST_F(TwoRanksCuda, DataParallelOnACudaModelMatchesTheWholeBatch) {
   EXPECT_EQ(hashes[0], hashes[1]);
 }
 
-// ZeRO-1 takes CPU parameters only so far: a CUDA model is refused, naming the parameter.
-TEST_F(TwoRanksCuda, ZeroRedundancyOptimizerRefusesCudaParameters) {
-  auto net = dist_test::make_mlp(11);
-  net->to(dev_);
-  distributed::DistributedDataParallel ddp(net, pg());
-  auto make = [](std::vector<optim::ParamGroup> g) { return std::make_unique<optim::Adam>(std::move(g)); };
-  EXPECT_EQ(testing::error_of([&] { distributed::ZeroRedundancyOptimizer z(ddp, make); }),
-            "ZeroRedundancyOptimizer: parameter '" + net->named_parameters().front().first + "' is on " + dev_.str() +
-                "; sharding supports CPU parameters only so far (reduce_scatter and all_gather_into take CPU tensors)");
+// ZeRO-1 on a CUDA model (its reduce_scatter and all_gather_into on NCCL): bit for bit DDP with
+// the unsharded optimizer, clipping by the inf-norm over every shard included, and its state_dict the
+// unsharded one's.
+TEST_F(TwoRanksCuda, ZeroRedundancyOptimizerMatchesDDPBitForBit) {
+  const distributed::DataParallelOptions small{.bucket_cap_bytes = 1024, .first_bucket_cap_bytes = 256};
+  auto adam = [](std::vector<optim::ParamGroup> g) {
+    return std::make_unique<optim::Adam>(std::move(g), optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01});
+  };
+  for (DType dt : {DType::Float64, DType::Float32}) {
+    auto run = [&](bool zero) {
+      auto net = dist_test::make_mlp(13, dt);
+      net->to(dev_);
+      distributed::DistributedDataParallel ddp(net, pg(), small);
+      std::unique_ptr<distributed::ZeroRedundancyOptimizer> sharded;
+      std::unique_ptr<optim::Optimizer> plain;
+      if (zero)
+        sharded = std::make_unique<distributed::ZeroRedundancyOptimizer>(ddp, adam);
+      else
+        plain = adam({optim::ParamGroup(net->parameters())});
+      optim::Optimizer& opt = zero ? sharded->optimizer() : *plain;
+      std::vector<double> norms;
+      for (int step = 0; step < 3; ++step) {
+        opt.zero_grad();
+        auto gb = dist_test::global_batch(16, step, dt);
+        Tensor x = gb.x.to(dev_).narrow(0, pg().rank() * 8, 8), y = gb.y.to(dev_).narrow(0, pg().rank() * 8, 8);
+        cross_entropy(ddp(x), y).backward();
+        // The inf-norm: a max, the same bits however the shards split it (a 2-norm's sum is not).
+        norms.push_back(zero ? sharded->clip_grad_norm_(0.01, INFINITY)
+                             : optim::clip_grad_norm_(net->parameters(), 0.01, INFINITY));
+        opt.step();
+      }
+      std::vector<Tensor> params;
+      for (const Tensor& p : net->parameters()) params.push_back(p.to(Device::CPU()));
+      StateDict sd = zero ? sharded->state_dict() : opt.state_dict();
+      return std::make_tuple(params, norms, sd);
+    };
+    auto [p_ddp, n_ddp, sd_ddp] = run(false);
+    auto [p_zero, n_zero, sd_zero] = run(true);
+    ASSERT_EQ(p_ddp.size(), p_zero.size());
+    for (size_t k = 0; k < p_ddp.size(); ++k)
+      EXPECT_TRUE(same_bits(p_ddp[k], p_zero[k])) << dtype_name(dt) << " parameter " << k << " on rank " << pg().rank();
+    EXPECT_EQ(n_ddp, n_zero) << dtype_name(dt);
+    for (double n : n_ddp) EXPECT_GT(n, 0.01) << "the clip must act";
+    ASSERT_EQ(sd_ddp.size(), sd_zero.size()) << dtype_name(dt);
+    for (const auto& [k, t] : sd_ddp) {
+      auto it = sd_zero.find(k);
+      ASSERT_NE(it, sd_zero.end()) << k;
+      EXPECT_TRUE(same_bits(t, it->second)) << dtype_name(dt) << " " << k << ": " << t.describe() << " against "
+                                             << it->second.describe();
+    }
+  }
 }
 
 }  // namespace
