@@ -1,7 +1,7 @@
 // tests/distributed_mpi/test_two_ranks_cuda.cpp — two ranks with CUDA tensors (CUDA builds: on a
 // GPU machine with two devices, or on the CUDA emulator, whose NCCL meets in shared memory):
 // NCCL's collectives (reduce_scatter bit for bit all_reduce's chunk), DistributedDataParallel on a CUDA model against one process on the whole
-// batch, and ZeroRedundancyOptimizer on a CUDA model against DDP with the unsharded optimizer. Each rank uses device
+// batch, gradient_as_bucket_view and reduce_dtype there, and ZeroRedundancyOptimizer on a CUDA model against DDP with the unsharded optimizer. Each rank uses device
 // rank % device_count; with NCCL, fewer devices than ranks skips (NCCL refuses two ranks on one GPU).
 #include <gtest/gtest.h>
 
@@ -165,6 +165,67 @@ TEST_F(TwoRanksCuda, DataParallelOnACudaModelMatchesTheWholeBatch) {
     EXPECT_LE(dist_test::max_abs_diff(a[k].grad(), b[k].grad()), 1e-13 * (1.0 + dist_test::max_abs(a[k].grad())));
   auto hashes = pg().all_gather_string(dist_test::hash_state(inner->state_dict()));
   EXPECT_EQ(hashes[0], hashes[1]);
+}
+
+// gradient_as_bucket_view on a CUDA model: the .grads are views of the device buckets, and the
+// steps are bit for bit those of the default buckets.
+TEST_F(TwoRanksCuda, GradientAsBucketViewMatchesTheDefaultBitForBit) {
+  auto run = [&](bool views) {
+    auto net = dist_test::make_mlp(17);
+    net->to(dev_);
+    distributed::DistributedDataParallel ddp(
+        net, pg(), distributed::DataParallelOptions{.bucket_cap_bytes = 1024, .first_bucket_cap_bytes = 256,
+                                                    .gradient_as_bucket_view = views});
+    optim::SGD opt(net->parameters(), optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+    std::vector<Tensor> grads;
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      auto gb = dist_test::global_batch(16, step);
+      cross_entropy(ddp(gb.x.to(dev_).narrow(0, pg().rank() * 8, 8)), gb.y.to(dev_).narrow(0, pg().rank() * 8, 8)).backward();
+      for (const Tensor& p : net->parameters()) {
+        EXPECT_TRUE(p.grad().device().is_cuda());
+        grads.push_back(p.grad().to(Device::CPU()));
+      }
+      opt.step();
+    }
+    for (const Tensor& p : net->parameters()) grads.push_back(p.to(Device::CPU()));
+    return grads;
+  };
+  const auto a = run(false), b = run(true);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(same_bits(a[k], b[k])) << "tensor " << k << " on rank " << pg().rank();
+}
+
+// reduce_dtype on a CUDA model: each gradient is what the documented arithmetic gives from the
+// two ranks' local gradients (computed here on the host from an all_gather of them): cast to the
+// reduction dtype, with predivide multiplied by 1/2 there, summed there (one rounding: two
+// ranks), cast back, without predivide halved in FP32.
+TEST_F(TwoRanksCuda, ReduceDtypeReducesInThatDtype) {
+  for (DType rd : {DType::BFloat16, DType::Float16, DType::Float32}) {
+    for (bool predivide : {true, false}) {
+      auto net = dist_test::make_mlp(19), local = dist_test::make_mlp(19);
+      net->to(dev_);
+      local->to(dev_);
+      distributed::DistributedDataParallel ddp(
+          net, pg(), distributed::DataParallelOptions{.first_bucket_cap_bytes = 256, .reduce_dtype = rd, .predivide = predivide});
+      auto gb = dist_test::global_batch(16, 3);
+      Tensor x = gb.x.to(dev_).narrow(0, pg().rank() * 8, 8), y = gb.y.to(dev_).narrow(0, pg().rank() * 8, 8);
+      // (scaled up: the FP16 and BF16 roundings show)
+      (cross_entropy(ddp(x), y) * 1000.0).backward();
+      (cross_entropy((*local)(x), y) * 1000.0).backward();
+      auto got = net->parameters(), mine = local->parameters();
+      for (size_t k = 0; k < got.size(); ++k) {
+        auto g = pg().all_gather(mine[k].grad().to(Device::CPU()));
+        Tensor expect;
+        if (predivide)
+          expect = ((g[0].to(rd) * 0.5).to(rd) + (g[1].to(rd) * 0.5).to(rd)).to(rd).to(DType::Float32);
+        else
+          expect = (g[0].to(rd) + g[1].to(rd)).to(rd).to(DType::Float32) * 0.5;
+        EXPECT_TRUE(same_bits(got[k].grad(), expect)) << dtype_name(rd) << (predivide ? " predivide" : "")
+                                                      << " parameter " << k << " on rank " << pg().rank();
+      }
+    }
+  }
 }
 
 // ZeRO-1 on a CUDA model (its reduce_scatter and all_gather_into on NCCL): bit for bit DDP with
