@@ -53,13 +53,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   register_module("module", module_);
   for (auto& [name, t] : module_->named_parameters())
     if (t.requires_grad()) params_.emplace_back(name, t);
-  // Not yet on CUDA (untested there: no GPU run has covered them).
-  for (const auto& [name, t] : params_) {
-    MT_CHECK(!options_.gradient_as_bucket_view || t.device().is_cpu(), "DistributedDataParallel: "
-             "gradient_as_bucket_view supports CPU parameters only so far; parameter '", name, "' is on ", t.device());
-    MT_CHECK(!options_.reduce_dtype || t.device().is_cpu(), "DistributedDataParallel: reduce_dtype supports CPU "
-             "parameters only so far (on CUDA, reduce_16bit_in_fp32 chooses); parameter '", name, "' is on ", t.device());
-  }
   check_replicas_match();
   TensorList state = module_->parameters();
   for (const Tensor& b : module_->buffers()) state.push_back(b);

@@ -44,7 +44,7 @@ struct DataParallelOptions {
   // PyTorch's fp16_compress_hook (cast, divide, sum); Float16 without predivide under a
   // GradScaler is the loss-scaled FP16 reduction (the scaled gradients summed, an overflow inf on
   // every rank, skipped by the scaler). Underflow and overflow of each: docs/DISTRIBUTED.md,
-  // "Reduction precision". CPU parameters only so far.
+  // "Reduction precision". On CUDA the buckets are reduced by NCCL (or through host memory).
   std::optional<DType> reduce_dtype;
   // Divide by the world size before summing (PyTorch does): the sum of the quotients cannot
   // overflow where every rank's gradient was finite, but 16-bit quotients may underflow. false
@@ -56,7 +56,7 @@ struct DataParallelOptions {
   // place) are still copied in; a .grad that is the view already (nothing accumulated since) is
   // not. Only buckets of the gradients' own dtype (a 16-bit gradient in an FP32 bucket keeps
   // its copy); the "used" counts then travel in a small all-reduce of their own per bucket.
-  // CPU parameters only, and not under ZeroRedundancyOptimizer (whose shards hold the reduced
+  // Not under ZeroRedundancyOptimizer (whose shards hold the reduced
   // gradients). Bit for bit the gradients of the default (docs/DISTRIBUTED.md).
   bool gradient_as_bucket_view = false;
   // Copy rank 0's buffers (BatchNorm's running statistics) to every rank before each training

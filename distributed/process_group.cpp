@@ -124,9 +124,8 @@ void check_flat_pair(const char* name, const Tensor& flat, const char* flat_role
                      const char* chunk_role, int rank, int world) {
   MT_CHECK(flat.defined() && chunk.defined(), name, " on rank ", rank, ": the ", flat.defined() ? chunk_role : flat_role,
            " is undefined");
-  MT_CHECK(!flat.device().is_cuda() && !chunk.device().is_cuda(), name, " on rank ", rank,
-           ": not yet on CUDA tensors (got ", flat_role, " ", flat.describe(), ", ", chunk_role, " ", chunk.describe(),
-           "); CPU tensors only");
+  MT_CHECK(flat.device() == chunk.device(), name, " on rank ", rank, ": the ", flat_role, " and the ", chunk_role,
+           " must be on the same device, got ", flat.describe(), " and ", chunk.describe());
   MT_CHECK(flat.dtype() == chunk.dtype(), name, " on rank ", rank, ": the ", flat_role, " and the ", chunk_role,
            " must have the same dtype, got ", dtype_name(flat.dtype()), " and ", dtype_name(chunk.dtype()));
   MT_CHECK(flat.numel() == static_cast<int64_t>(world) * chunk.numel(), name, " on rank ", rank, ": the ", flat_role,
@@ -512,8 +511,20 @@ Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& inpu
   if (world_size_ == 1) return copy_as_completed(output, input, std::move(desc));
   begin_collective(desc + " " + reduce_op_name(op));
   bytes_reduced_ += static_cast<int64_t>(input.nbytes());
+  if (DeviceCollectives* dev = device_collectives(input)) {
+    ++collectives_;
+    if (output.numel() == 0) return Work::on_device(std::move(desc), nullptr, [] { return true; });
+    Tensor in = input.contiguous();  // (NCCL keeps a temporary copy's memory until it has read it)
+    if (output.is_contiguous()) return dev->reduce_scatter(output, in, op, desc);
+    Tensor tmp = output.contiguous();  // a strided output: through a contiguous copy, written back now
+    dev->reduce_scatter(tmp, in, op, desc).wait();
+    autograd::NoGradGuard no_grad;
+    const_cast<Tensor&>(output).copy_(tmp);
+    return Work::on_device(std::move(desc), nullptr, [] { return true; });
+  }
   Staged s = stage(output);
-  Tensor in = input.contiguous();  // read by the job: the caller leaves input alone until wait()
+  // Read by the job: the caller leaves input alone until wait() (a CUDA input: a host copy).
+  Tensor in = input.to(Device::CPU()).contiguous();
   Tensor whole = Tensor::empty({input.numel()}, TensorOptions(input.dtype()));
   Backend* b = backend_.get();
   const int world = world_size_, rank = rank_;
@@ -541,8 +552,26 @@ Work ProcessGroup::all_gather_into_async(const Tensor& output, const Tensor& inp
   if (world_size_ == 1) return copy_as_completed(output, input, std::move(desc));
   begin_collective(desc);
   bytes_reduced_ += static_cast<int64_t>(input.nbytes());
+  if (DeviceCollectives* dev = device_collectives(input)) {
+    ++collectives_;
+    if (input.numel() == 0) return Work::on_device(std::move(desc), nullptr, [] { return true; });
+    Tensor in = input.contiguous();
+    if (output.is_contiguous()) {
+      // NCCL's in-place form is input at output's chunk `rank` exactly; any other overlap
+      // would be read while written, so such an input goes through a copy.
+      const bool in_place =
+          in.data_ptr() == static_cast<const char*>(output.data_ptr()) + static_cast<size_t>(rank_) * in.nbytes();
+      if (!in_place && overlaps(in, output)) in = in.clone();
+      return dev->all_gather_into(output, in, desc);
+    }
+    Tensor tmp = output.contiguous();  // a strided output: through a contiguous copy, written back now
+    dev->all_gather_into(tmp, in, desc).wait();
+    autograd::NoGradGuard no_grad;
+    const_cast<Tensor&>(output).copy_(tmp);
+    return Work::on_device(std::move(desc), nullptr, [] { return true; });
+  }
   Staged s = stage(output);
-  Tensor in = input.contiguous();
+  Tensor in = input.to(Device::CPU()).contiguous();
   // MPI forbids a send buffer inside the receive buffer (input as a view of output's chunk r).
   if (overlaps(in, s.host)) in = in.clone();
   Backend* b = backend_.get();

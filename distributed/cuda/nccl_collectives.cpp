@@ -24,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/cuda/check.h"
 #include "core/cuda/stream.h"
 #include "ops/creation.h"
 
@@ -135,6 +136,41 @@ class NcclCollectives final : public DeviceCollectives {
                         nccl_op(op), comm_, stream_),
           "ncclAllReduce", comm_, rank_, world_);
     return queued_work(t, what);
+  }
+
+  Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, const std::string& what) override {
+    check_device("reduce_scatter", output);
+    check_device("reduce_scatter", input);
+    cuda::DeviceGuard on(device_);
+    // The whole reduction lands here (allocated for the caller's stream, used on stream_ and
+    // released to it by record_stream): ncclAllReduce out of place, with all_reduce's count.
+    Tensor whole = empty({input.numel()}, TensorOptions(input.dtype()).with_device(input.device()));
+    std::lock_guard lk(comm_mu_);
+    health_->throw_if_aborted(nullptr);
+    after_caller();
+    check(ncclAllReduce(input.data_ptr(), whole.data_ptr(), static_cast<size_t>(input.numel()),
+                        nccl_type(input.dtype(), "reduce_scatter"), nccl_op(op), comm_, stream_),
+          "ncclAllReduce (reduce_scatter)", comm_, rank_, world_);
+    cuda::record_stream(input, stream_);
+    cuda::record_stream(whole, stream_);
+    const char* chunk = static_cast<const char*>(whole.data_ptr()) + static_cast<size_t>(rank_) * output.nbytes();
+    MT_CUDA_CHECK(cudaMemcpyAsync(output.data_ptr(), chunk, output.nbytes(), cudaMemcpyDeviceToDevice, stream_),
+                  "reduce_scatter");
+    return queued_work(output, what);
+  }
+
+  Work all_gather_into(const Tensor& output, const Tensor& input, const std::string& what) override {
+    check_device("all_gather_into", output);
+    check_device("all_gather_into", input);
+    cuda::DeviceGuard on(device_);
+    std::lock_guard lk(comm_mu_);
+    health_->throw_if_aborted(nullptr);
+    after_caller();
+    // Bytes, as all_gather does: a gather moves them unchanged whatever the dtype.
+    check(ncclAllGather(input.data_ptr(), output.data_ptr(), input.nbytes(), ncclUint8, comm_, stream_),
+          "ncclAllGather (all_gather_into)", comm_, rank_, world_);
+    cuda::record_stream(input, stream_);
+    return queued_work(output, what);
   }
 
   void broadcast(const Tensor& t, int root) override {

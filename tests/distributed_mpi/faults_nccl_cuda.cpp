@@ -39,7 +39,9 @@ std::string error_of(F&& fn) {
 // Collective #1 works; #2 (MIXTAPE_CUDA_EMULATOR_NCCL_STUCK=2 on every rank) never completes, and
 // #3 is queued behind it before the watchdog fires. `async`: the emulator also reports an
 // asynchronous NCCL error, which must abort at once rather than after the timeout.
-void stuck_collective(distributed::ProcessGroup& pg, bool async) {
+// `flat`: the stuck collective is a reduce_scatter and the one behind it an all_gather_into
+// (ZeRO-1's pair; the watchdog watches them as it watches all_reduce).
+void stuck_collective(distributed::ProcessGroup& pg, bool async, bool flat = false) {
   require(cuda::is_available() && cuda::device_count() >= pg.world_size(),
           "needs one CUDA device per rank: " + std::to_string(cuda::device_count()) + " device(s)");
   require(std::string(pg.cuda_backend_name()) == "nccl", "CUDA tensors must take NCCL, not " +
@@ -54,8 +56,11 @@ void stuck_collective(distributed::ProcessGroup& pg, bool async) {
 
   const auto t0 = Clock::now();
   Tensor stuck = ones({3}).to(dev), behind = ones({2}).to(dev);
-  distributed::Work w = pg.all_reduce_async(stuck, distributed::ReduceOp::Sum, "stuck");
-  distributed::Work w2 = pg.all_reduce_async(behind, distributed::ReduceOp::Sum, "behind");
+  const Tensor whole = ones({3 * pg.world_size()}).to(dev), gathered = ones({2 * pg.world_size()}).to(dev);
+  distributed::Work w = flat ? pg.reduce_scatter_async(stuck, whole, distributed::ReduceOp::Sum, "stuck")
+                             : pg.all_reduce_async(stuck, distributed::ReduceOp::Sum, "stuck");
+  distributed::Work w2 = flat ? pg.all_gather_into_async(gathered, behind, "behind")
+                              : pg.all_reduce_async(behind, distributed::ReduceOp::Sum, "behind");
   // Poll as a training loop's host would (is_completed never waits).
   std::string error;
   // (async: well before the timeout, which it must not wait for)
@@ -70,7 +75,9 @@ void stuck_collective(distributed::ProcessGroup& pg, bool async) {
   const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
   const double timeout = pg.timeout().count() / 1000.0;
   const std::string who = "on rank " + std::to_string(pg.rank()) + " of 2";
-  const std::string what = "all_reduce (stuck) of f32[3]@cuda:" + std::to_string(pg.rank());
+  const std::string what = flat ? "reduce_scatter (stuck) of f32[" + std::to_string(3 * pg.world_size()) + "]@cuda:" +
+                                       std::to_string(pg.rank()) + " into f32[3] on cuda"
+                                 : "all_reduce (stuck) of f32[3]@cuda:" + std::to_string(pg.rank());
   if (async) {
     require(waited < timeout / 2, "an asynchronous NCCL error must abort at once, not after " + std::to_string(waited) + " s");
     require(contains(error, what + " failed " + who + ": NCCL reported an asynchronous error: ") &&
@@ -99,7 +106,10 @@ void stuck_collective(distributed::ProcessGroup& pg, bool async) {
   require(contains(error_of([&] { pg.barrier(); }), refused), "a later host collective must refuse");
   // The aborted collectives' kernels returned: the device drains, nothing hangs, nothing written.
   cuda::synchronize(dev.index());
-  require(stuck.to_vector<double>() == std::vector<double>{1.0, 1.0, 1.0}, "the aborted collective wrote its operand");
+  // (An aborted reduce_scatter's output is undefined: the copy of its chunk, queued after the
+  // aborted kernel, still runs.)
+  if (!flat)
+    require(stuck.to_vector<double>() == std::vector<double>{1.0, 1.0, 1.0}, "the aborted collective wrote its operand");
   throw Error(error);  // the main job's path: abort_if_distributed ends every rank
 }
 
@@ -108,6 +118,7 @@ void stuck_collective(distributed::ProcessGroup& pg, bool async) {
 int run_cuda(const std::string& name, distributed::ProcessGroup& pg) {
   if (name == "nccl-stuck") return guarded([&] { stuck_collective(pg, false); });
   if (name == "nccl-async-error") return guarded([&] { stuck_collective(pg, true); });
+  if (name == "nccl-stuck-reduce-scatter") return guarded([&] { stuck_collective(pg, false, true); });
   return -1;
 }
 
