@@ -14,6 +14,9 @@ Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, cons
   // The matrices the GEMM reads: the operands' data, or their pre-widened BF16 form.
   const Tensor& am = a.widened.defined() ? a.widened : a.data;
   const Tensor& bm = b.widened.defined() ? b.widened : b.data;
+  // In terms of the stored matrices: a transposed widened operand flips its op.
+  ta = ta != (a.widened.defined() && a.widened_transposed);
+  tb = tb != (b.widened.defined() && b.widened_transposed);
   MT_CHECK(am.dim() == 2 && bm.dim() == 2, who, ": FP8 GEMM operands must be 2-D, got ", am.describe(), " and ",
            bm.describe());
   const int64_t m = ta ? am.size(1) : am.size(0), k = ta ? am.size(0) : am.size(1);

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "amp/fp8_scaling.h"
+#include "ops/cpu/im2col_avx512.h"
 #include "ops/cpu/loops.h"
 #include "ops/creation.h"
 
@@ -54,6 +55,29 @@ Tensor im2col_f32(const Tensor& x, const ConvGeom& g) {
 Tensor im2col_fp8_to_bf16(const Tensor& x, const ConvGeom& g) {
   const std::array<BFloat16, 256> table = fp8_to_bf16_table(x.dtype());
   return im2col<uint8_t, BFloat16>(x, g, DType::BFloat16, [&](uint8_t b) { return table[b]; });
+}
+
+Tensor im2col_fp8_to_bf16_transposed(const Tensor& x, const ConvGeom& g) {
+  if (!(g.sH == 1 && g.sW == 1 && g.dW == 1 && g.OW == g.W && g.pH >= 0 && g.pW >= 0) ||
+      !cpu::im2col_avx512_available())
+    return {};
+  // The image widened first (N C H W values, a ninth of the matrix for a 3x3 kernel), then copied.
+  const std::array<BFloat16, 256> table = fp8_to_bf16_table(x.dtype());
+  Tensor xb = Tensor::empty(x.sizes(), TensorOptions(DType::BFloat16));
+  const uint8_t* src = static_cast<const uint8_t*>(x.data_ptr());
+  BFloat16* wide = xb.data_ptr<BFloat16>();
+  const int64_t numel = x.numel();
+#pragma omp parallel for if (numel >= cpu::kParallelGrain) schedule(static)
+  for (int64_t i = 0; i < numel; ++i) wide[i] = table[src[i]];
+  const int64_t m = g.N * g.L(), plane = g.C * g.H * g.W;
+  Tensor out = Tensor::empty({g.K(), m}, TensorOptions(DType::BFloat16));
+  BFloat16* dst = out.data_ptr<BFloat16>();
+  // Image n fills columns [n L, (n + 1) L) of every row: rows m apart.
+#pragma omp parallel for if (m * g.K() >= cpu::kParallelGrain) schedule(static)
+  for (int64_t n = 0; n < g.N; ++n)
+    cpu::im2col_plane_shift_avx512(wide + n * plane, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH,
+                                   dst + n * g.L(), m);
+  return out;
 }
 
 // Each (image, channel) plane is summed by one thread in a fixed order.

@@ -85,10 +85,13 @@ enum class GemmKind { Linear, Matmul, Conv2d };
 const char* kind_name(GemmKind k) { return k == GemmKind::Linear ? "linear" : k == GemmKind::Matmul ? "matmul" : "conv2d"; }
 
 // The per-tensor operand P of a conv2d whose FP8 input image is `image`: the im2col matrix
-// written straight in BF16 (exact), scaled by the image's scale_inv.
+// written straight in BF16 (exact), scaled by the image's scale_inv: transposed by the AVX-512
+// im2col where it applies (the same values; fp8_gemm takes either layout), else row by row.
 Fp8Operand im2col_operand(const Fp8Operand& image, const ConvGeom& g) {
   Fp8Operand p = image;
-  p.widened = im2col_fp8_to_bf16(image.data, g);
+  p.widened = im2col_fp8_to_bf16_transposed(image.data, g);
+  p.widened_transposed = p.widened.defined();
+  if (!p.widened_transposed) p.widened = im2col_fp8_to_bf16(image.data, g);
   return p;
 }
 

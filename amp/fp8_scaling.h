@@ -36,6 +36,9 @@ struct Fp8Operand {
   // is. conv2d writes its im2col matrix this way, straight from the FP8 image (`data` is then
   // that image, not the matrix).
   Tensor widened;
+  // `widened` holds the operand transposed, (cols, rows) contiguous: conv2d's im2col written as
+  // the BF16 convolution kernels write it (amp/fp8_im2col.h). fp8_gemm reads it as such.
+  bool widened_transposed = false;
 };
 
 // Per-tensor quantization of a 2-D f32 tensor with a given scale (saturating, round to nearest even).

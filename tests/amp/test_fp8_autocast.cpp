@@ -12,6 +12,7 @@
 #include "common/error_of.h"
 #include "mixtape/mixtape.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape::testing {
 namespace {
@@ -94,7 +95,7 @@ TEST(Fp8Gemm, BitExactAgainstTheF64ProductOfDecodedFp8WhenAccumulationIsExact) {
   const Tensor a = tensor(av, {5, 12}), b = tensor(bv, {12, 7});
   for (cpu::Bf16GemmPath kernel : bf16_kernels_here())
   for (bool transposed : {false, true}) {
-    cpu::Bf16GemmOverride on(kernel);
+    cpu::Override on(kernel);
     Fp8Operand qa = quantize_per_tensor(transposed ? a.t().contiguous() : a, DType::Float8_e4m3fn, 1.0f);
     Fp8Operand qb = quantize_per_tensor(transposed ? b.t().contiguous() : b, DType::Float8_e4m3fn, 1.0f);
     qa.scale_inv = 0.3f;
@@ -119,7 +120,7 @@ TEST(Fp8Gemm, AccumulatesInFp32) {
   Fp8Operand ones = quantize_per_tensor(full({1, 4096}, 1.0), DType::Float8_e4m3fn, 1.0f);
   Fp8Operand col = quantize_per_tensor(full({4096, 1}, 1.0), DType::Float8_e5m2, 1.0f);
   for (cpu::Bf16GemmPath kernel : bf16_kernels_here()) {
-    cpu::Bf16GemmOverride on(kernel);
+    cpu::Override on(kernel);
     EXPECT_EQ(fp8_gemm(ones, false, col, false, "test").item<float>(), 4096.0f) << cpu::bf16_gemm_description();
   }
 }
@@ -130,7 +131,7 @@ TEST(Fp8Gemm, RandomOperandsWithinFp32SummationErrorOfTheF64Reference) {
   const float factor = qa.scale_inv * qb.scale_inv;
   const auto ref = product(values(qa, true), values(qb, true));
   for (cpu::Bf16GemmPath kernel : bf16_kernels_here()) {
-    cpu::Bf16GemmOverride on(kernel);
+    cpu::Override on(kernel);
     EXPECT_TRUE(near_product(fp8_gemm(qa, false, qb, false, "test"), ref, factor, 300, 0.0)) << cpu::bf16_gemm_description();
   }
 }
