@@ -93,12 +93,18 @@ Tensor col2im(const Tensor& cols, const ConvGeom& g) {
       for (int64_t oh = 0; oh < g.OH; ++oh)
         for (int64_t ow = 0; ow < g.OW; ++ow) {
           const float* row = src + ((n * g.OH + oh) * g.OW + ow) * g.K() + c * kk;
+          // The in-image kernel columns [jlo, jhi), found once per window (as im2col does); the
+          // sums keep their order (i, then j), so the bits do not change.
+          const int64_t w0 = ow * g.sW - g.pW;
+          int64_t jlo = 0, jhi = g.kW;
+          while (jlo < jhi && w0 + jlo * g.dW < 0) ++jlo;
+          while (jhi > jlo && w0 + (jhi - 1) * g.dW >= g.W) --jhi;
           for (int64_t i = 0; i < g.kH; ++i) {
             const int64_t h = oh * g.sH - g.pH + i * g.dH;
-            for (int64_t j = 0; j < g.kW; ++j) {
-              const int64_t w = ow * g.sW - g.pW + j * g.dW;
-              if (h >= 0 && h < g.H && w >= 0 && w < g.W) plane[h * g.W + w] += row[i * g.kW + j];
-            }
+            if (h < 0 || h >= g.H) continue;
+            const int64_t line = h * g.W + w0;  // may be < 0; indexed only at in-image columns
+            const float* r = row + i * g.kW;
+            for (int64_t j = jlo; j < jhi; ++j) plane[line + j * g.dW] += r[j];
           }
         }
     }

@@ -42,7 +42,8 @@ struct Fp8Operand {
 };
 
 // Per-tensor quantization of a 2-D f32 tensor with a given scale (saturating, round to nearest even).
-Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale);
+// amax, when given, receives amax_of(x32), read in the same pass (delayed scaling records it).
+Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float* amax = nullptr);
 
 // The operand widened to BF16, exactly: per-tensor, the FP8 values themselves (the scale is
 // applied to the GEMM's f32 result); MX, each value times its block's power of two (exact while
