@@ -86,6 +86,29 @@ Tensor col2im(const Tensor& cols, const ConvGeom& g) {
   const float* src = cols.data_ptr<float>();
   float* dst = out.data_ptr<float>();
   const int64_t kk = g.kH * g.kW;
+  if (g.sH == 1 && g.sW == 1) {
+    // Unit strides: pixel (h, w) gets the taps (i, j) with window (h + pH - i dH, w + pW - j dW).
+    // The scatter's order, windows (oh, ow) ascending, is (i, j) descending here, so each pixel
+    // sums the same values in the same order; but a row of pixels takes one tap at a time, adds
+    // that do not wait on each other (the scatter's overlapping windows chain theirs).
+#pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t h = 0; h < g.H; ++h) {
+          float* line = dst + ((n * g.C + c) * g.H + h) * g.W;
+          for (int64_t i = g.kH - 1; i >= 0; --i) {
+            const int64_t oh = h + g.pH - i * g.dH;
+            if (oh < 0 || oh >= g.OH) continue;
+            for (int64_t j = g.kW - 1; j >= 0; --j) {
+              const int64_t shift = g.pW - j * g.dW;  // ow = w + shift
+              const int64_t w0 = std::max<int64_t>(0, -shift), w1 = std::min(g.W, g.OW - shift);
+              const float* tap = src + (n * g.OH + oh) * g.OW * g.K() + c * kk + i * g.kW + j;
+              for (int64_t w = w0; w < w1; ++w) line[w] += tap[(w + shift) * g.K()];
+            }
+          }
+        }
+    return out;
+  }
 #pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t c = 0; c < g.C; ++c) {
