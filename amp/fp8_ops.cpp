@@ -22,6 +22,7 @@
 // quantized product, with G quantized too.
 #include <algorithm>
 #include <sstream>
+#include <vector>
 
 #include "amp/fp8_autocast.h"
 #include "amp/fp8_gemm.h"
@@ -29,6 +30,7 @@
 #include "amp/mx_block.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "core/convert.h"
 #include "core/error.h"
 #include "core/trace.h"
 #include "ops/cast.h"
@@ -62,11 +64,13 @@ Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Rec
   const DType dt = fp8_dtype_for(recipe_format(recipe), role);
   if (const auto* mx = std::get_if<MXFP8BlockScaling>(&recipe)) return mx_quantize(t32, axis, dt, *mx, who);
   if (use.forward_scales != nullptr) return quantize_per_tensor(t32, dt, use.forward_scales[static_cast<int>(role)]);
-  const float amax = amax_of(t32);
   if (use.meta != nullptr) {
-    use.meta->record_amax(role, amax);  // recorded while casting, used from the next update on
-    return quantize_per_tensor(t32, dt, use.meta->scale_of(role));
+    float amax = 0.0f;
+    Fp8Operand q = quantize_per_tensor(t32, dt, use.meta->scale_of(role), &amax);
+    use.meta->record_amax(role, amax);  // read while casting, used from the next update on
+    return q;
   }
+  const float amax = amax_of(t32);
   const bool pow2 = std::visit(
       [](const auto& r) {
         if constexpr (std::is_same_v<std::decay_t<decltype(r)>, MXFP8BlockScaling>) return false;
@@ -85,10 +89,13 @@ enum class GemmKind { Linear, Matmul, Conv2d };
 const char* kind_name(GemmKind k) { return k == GemmKind::Linear ? "linear" : k == GemmKind::Matmul ? "matmul" : "conv2d"; }
 
 // The per-tensor operand P of a conv2d whose FP8 input image is `image`: the im2col matrix
-// written straight in BF16 (exact), scaled by the image's scale_inv.
+// written straight in BF16 (exact), scaled by the image's scale_inv: transposed by the AVX-512
+// im2col where it applies (the same values; fp8_gemm takes either layout), else row by row.
 Fp8Operand im2col_operand(const Fp8Operand& image, const ConvGeom& g) {
   Fp8Operand p = image;
-  p.widened = im2col_fp8_to_bf16(image.data, g);
+  p.widened = im2col_fp8_to_bf16_transposed(image.data, g);
+  p.widened_transposed = p.widened.defined();
+  if (!p.widened_transposed) p.widened = im2col_fp8_to_bf16(image.data, g);
   return p;
 }
 
@@ -221,6 +228,61 @@ void trace_fp8(const GemmSetup& s, const Fp8Operand& p, const Fp8Operand& q) {
   trace_line(TraceKind::Amp, os.str());
 }
 
+// linear's and matmul's output: C (M, N) = P @ op(Q), scaled, plus the bias, in the output
+// dtype, shaped as x with its last dim N.
+Tensor linear_output(const Fp8Operand& p, const Fp8Operand& q, const GemmSetup& s, const Tensor& bias,
+                     const Tensor& x, DType out_dtype, const char* who) {
+  Tensor c = fp8_gemm(p, false, q, s.q_transposed(), who);  // (M, N)
+  if (bias.defined()) {
+    const Tensor b32 = as_f32(bias);
+    float* cp = c.data_ptr<float>();
+    const float* bp = b32.data_ptr<float>();
+    const int64_t m = s.m, n = s.n;
+#pragma omp parallel for if (m * n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) cp[i * n + j] += bp[j];
+  }
+  IntList out_shape = x.sizes();
+  out_shape.back() = s.n;
+  return cpu::cast_to(c, out_dtype).reshape(out_shape);
+}
+
+// conv2d's output (N, O, OH, OW) from C (N OH OW, O) = P @ W^T in one pass: each value scaled by
+// the GEMM's factor, plus its channel's bias, moved to NCHW and rounded once to the output dtype
+// (the same operations in the same order as scaling C, adding the bias and casting, each apart).
+Tensor conv_output(const Fp8Operand& p, const Fp8Operand& q, const Tensor& bias, const ConvGeom& g, DType out_dtype,
+                   const char* who) {
+  float post = 1.0f;
+  const Tensor c = fp8_gemm(p, false, q, true, who, &post);
+  Tensor b32;
+  if (bias.defined()) b32 = as_f32(bias);
+  const float* cp = c.data_ptr<float>();
+  const float* bp = bias.defined() ? b32.data_ptr<float>() : nullptr;
+  Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW}, TensorOptions(out_dtype));
+  const int64_t L = g.L(), O = g.O;
+  const bool bf16 = out_dtype == DType::BFloat16;
+  MT_CHECK(bf16 || out_dtype == DType::Float32, who, ": the FP8 GEMM's output is BFloat16 or Float32, got ",
+           dtype_name(out_dtype));
+#pragma omp parallel if (g.N * O * L >= cpu::kParallelGrain)
+  {
+    std::vector<float> row(static_cast<size_t>(L));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t o = 0; o < O; ++o) {
+        const float* src = cp + n * L * O + o;
+        float* dst = bf16 ? row.data() : out.data_ptr<float>() + (n * O + o) * L;
+        for (int64_t l = 0; l < L; ++l) {
+          float v = src[l * O];
+          if (post != 1.0f) v *= post;
+          if (bp != nullptr) v += bp[o];
+          dst[l] = v;
+        }
+        if (bf16) convert_float_to_bfloat16(row.data(), out.data_ptr<BFloat16>() + (n * O + o) * L, static_cast<size_t>(L));
+      }
+  }
+  return out;
+}
+
 // linear: x (*, K), w (N, K), b (N) or undefined; matmul: x (M, K), w (K, N); conv2d: x (N, C,
 // H, W), w (O, C, kH, kW), b (O) or undefined, groups 1, geometry `geom`.
 TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeom& geom,
@@ -285,25 +347,11 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   if (grad && x.requires_grad())
     q_bwd = mx ? cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who) : q_fwd;
   trace_fp8(s, p_fwd, q_fwd);
-  Tensor c = fp8_gemm(p_fwd, false, q_fwd, s.q_transposed(), who);  // (M, N)
-  if (bias.defined()) {
-    const Tensor b32 = as_f32(bias);
-    float* cp = c.data_ptr<float>();
-    const float* bp = b32.data_ptr<float>();
-    const int64_t m = s.m, n = s.n;
-#pragma omp parallel for if (m * n >= cpu::kParallelGrain) schedule(static)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) cp[i * n + j] += bp[j];
-  }
   Tensor out;
   if (kind == GemmKind::Conv2d) {
-    // (N OH OW, O) -> (N, O, OH, OW)
-    out = cpu::cast_to(contiguous(c.reshape({geom.N, geom.OH, geom.OW, geom.O}).permute({0, 3, 1, 2})),
-                       region.output_dtype);
+    out = conv_output(p_fwd, q_fwd, bias, geom, region.output_dtype, who);
   } else {
-    IntList out_shape = x.sizes();
-    out_shape.back() = s.n;
-    out = cpu::cast_to(c, region.output_dtype).reshape(out_shape);
+    out = linear_output(p_fwd, q_fwd, s, bias, x, region.output_dtype, who);
   }
   if (!grad) return {out};
   TensorList inputs{x, w};
