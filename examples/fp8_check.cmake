@@ -2,7 +2,7 @@
 #   1. a short run per mode (--amp fp8, fp8-current, mxfp8) that learns, and one with
 #      --accumulate 2 and --master-weights (a BF16 model, FP32 masters);
 #   2. the combinations FP8 cannot run refused, each naming the option: --device cuda,
-#      --checkpoint-activations.
+#      --cuda-graph, --checkpoint-activations.
 # (Resuming --amp fp8 bit for bit is resume_check.cmake's, with EXTRA.)
 # Inputs: -DTRAIN=<train_fashion_mnist> -DWORK=<scratch dir>
 cmake_minimum_required(VERSION 3.19)  # string(JSON)
@@ -51,6 +51,8 @@ function(refused what want)
 endfunction()
 refused("--amp fp8 --device cuda" "--amp fp8 runs its FP8 GEMMs on the CPU only so far: it cannot be combined with --device cuda"
         --amp fp8 --device cuda)
+refused("--amp fp8-current --cuda-graph" "--amp fp8-current runs its FP8 GEMMs on the CPU only so far: it cannot be combined with --cuda-graph"
+        --amp fp8-current --cuda-graph)
 refused("--amp mxfp8 --checkpoint-activations" "--amp mxfp8 cannot be combined with --checkpoint-activations"
         --amp mxfp8 --checkpoint-activations)
 message(STATUS "FP8 modes train; the unsupported combinations are refused")

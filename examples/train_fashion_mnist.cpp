@@ -474,7 +474,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
     // recomputation does not reopen the FP8 region (amp/checkpoint_region.cpp), so it would
     // recompute in BF16 what the first forward computed in FP8.
     MT_CHECK(c.device.rfind("cuda", 0) != 0 && !c.cuda_graph, "--amp ", c.amp, " runs its FP8 GEMMs on the CPU only "
-             "so far: it cannot be combined with --device ", c.device, c.cuda_graph ? " and --cuda-graph" : "",
+             "so far: it cannot be combined with ", c.cuda_graph ? "--cuda-graph" : "--device " + c.device,
              " (use --device cpu, or --amp bf16 on a GPU)");
     MT_CHECK(!c.checkpoint_activations, "--amp ", c.amp, " cannot be combined with --checkpoint-activations: the "
              "recomputation in backward does not reopen the FP8 region, so it would not reproduce the FP8 forward; "
