@@ -45,9 +45,15 @@ endif()
 
 # Checkpointed ResNet-8 blocks recompute their forward in backward under the same FP8 region and
 # scales, so the metrics (losses per logged step, test loss and accuracy) are the plain run's.
+set(lenet_common ${common})
+set(common --model resnet8 --epochs 1 --limit 128 --limit-test 64 --batch-size 32 --threads 2 --log-every 1
+           --optimizer adam --lr 0.003)
 foreach(mode fp8 mxfp8)
-  train(${mode}_plain --amp ${mode} --model resnet8 --limit 128 --log-every 1)
-  train(${mode}_ckpt --amp ${mode} --model resnet8 --limit 128 --log-every 1 --checkpoint-activations)
+  train(${mode}_plain --amp ${mode})
+  train(${mode}_ckpt --amp ${mode} --checkpoint-activations)
+  if(NOT out MATCHES "activation checkpointing")
+    message(FATAL_ERROR "--amp ${mode} --checkpoint-activations: the run does not say it checkpoints:\n${out}")
+  endif()
   file(READ ${WORK}/${mode}_plain.csv plain)
   file(READ ${WORK}/${mode}_ckpt.csv ckpt)
   string(REGEX REPLACE "[^\n]*seconds[^\n]*" "" plain_h "${plain}")
@@ -61,6 +67,7 @@ foreach(mode fp8 mxfp8)
                         "the plain run's ${plain_loss} / ${plain_acc}")
   endif()
 endforeach()
+set(common ${lenet_common})
 
 function(refused what want)
   execute_process(COMMAND ${TRAIN} ${common} --metrics ${WORK}/bad.csv --summary-json ${WORK}/bad.json ${ARGN}
