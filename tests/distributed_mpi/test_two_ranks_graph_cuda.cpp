@@ -1,4 +1,4 @@
-// tests/distributed_mpi/test_two_ranks_cuda_graph.cpp — a DistributedDataParallel training step
+// tests/distributed_mpi/test_two_ranks_graph_cuda.cpp — a DistributedDataParallel training step
 // captured as one CUDA graph at two ranks (docs/DISTRIBUTED.md, "DDP in a CUDA graph"): its NCCL
 // bucket all-reduces, the GradScaler's found_inf reducer and a loss all-reduce become graph nodes,
 // and 3 eager warm-up steps then 8 replays equal 11 eager DDP steps bit for bit on both ranks
