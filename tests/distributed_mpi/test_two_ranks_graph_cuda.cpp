@@ -5,7 +5,8 @@
 // (losses, parameters, momentum, the scaler's scale and tracker), FP32 and AMP FP16 (sync_free
 // scaler, growth_interval 2: growths; an inf in rank 1's loss at one replayed step: both ranks
 // skip it and halve the scale). gradient_as_bucket_view is refused at capture, naming itself.
-// Needs NCCL (the emulator always has it): the host path cannot be captured.
+// Needs NCCL (the emulator always has it): the host path cannot be captured, and is refused at
+// capture (TwoRanksCudaGraphHostPath, run by ctest with MIXTAPE_DIST_CUDA=host).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "common/error_of.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/graphed_step.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
@@ -166,6 +168,28 @@ TEST_F(TwoRanksCudaGraph, GradientAsBucketViewIsRefusedAtCapture) {
                    "memory and MPI during CUDA graph capture"), std::string::npos) << e;
   EXPECT_FALSE(step.captured());
   EXPECT_FALSE(cuda::is_capturing());
+}
+
+// MIXTAPE_DIST_CUDA=host: a CUDA tensor's collective goes through host memory and MPI, which a
+// graph cannot replay: refused at capture on every rank alike (before anything is exchanged),
+// naming the path; the group stays usable.
+TEST(TwoRanksCudaGraphHostPath, HostPathCollectiveIsRefusedAtCapture) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device: " << cuda::unavailable_reason();
+  if (nccl_runs()) GTEST_SKIP() << "CUDA tensors take NCCL here (ctest runs this with MIXTAPE_DIST_CUDA=host)";
+  const Device dev = Device::CUDA(pg().rank() % cuda::device_count());
+  cuda::set_device(dev.index());
+  Tensor t = ones({2}).to(dev);
+  pg().all_reduce(t);  // the path is settled (host) outside the capture
+  ASSERT_STREQ(pg().cuda_backend_name(), "host");
+  cuda::Graph g;
+  g.capture_begin();
+  const std::string e = testing::error_of([&] { pg().all_reduce(t); });
+  g.reset();
+  EXPECT_NE(e.find("ProcessGroup (a collective of a CUDA tensor): reduces through host memory and MPI (the host path: "
+                   "no NCCL in this build, or MIXTAPE_DIST_CUDA=host), which a graph cannot replay; only NCCL "
+                   "collectives during CUDA graph capture"), std::string::npos) << e;
+  pg().all_reduce(t);
+  EXPECT_EQ(t.to_vector<double>(), (std::vector<double>{4.0, 4.0}));
 }
 
 }  // namespace
