@@ -240,7 +240,8 @@ class NcclCollectives final : public DeviceCollectives {
     return stream_;
   }
   // `t` is used on `stream`: off the caller's stream, keep its memory from reuse until that is
-  // done. A captured collective is on the capturing stream, and the graph's pool keeps its memory.
+  // done. A captured collective is on the caller's (capturing) stream, whose order protects it
+  // already; and tensors a graph uses must outlive the graph anyway (docs/CUDA.md, "CUDA graphs").
   static void keep_for(const Tensor& t, cudaStream_t stream) {
     if (!cuda::is_capturing()) cuda::record_stream(t, stream);
   }
