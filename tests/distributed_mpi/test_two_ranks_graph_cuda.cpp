@@ -4,7 +4,8 @@
 // and 3 eager warm-up steps then 8 replays equal 11 eager DDP steps bit for bit on both ranks
 // (losses, parameters, momentum, the scaler's scale and tracker), FP32 and AMP FP16 (sync_free
 // scaler, growth_interval 2: growths; an inf in rank 1's loss at one replayed step: both ranks
-// skip it and halve the scale). gradient_as_bucket_view is refused at capture, naming itself.
+// skip it and halve the scale). gradient_as_bucket_view and ZeRO-1 are refused at capture, naming
+// themselves.
 // Needs NCCL (the emulator always has it): the host path cannot be captured, and is refused at
 // capture (TwoRanksCudaGraphHostPath, run by ctest with MIXTAPE_DIST_CUDA=host).
 #include <gtest/gtest.h>
@@ -154,20 +155,37 @@ TEST_F(TwoRanksCudaGraph, Fp32DdpStepReplayedEqualsEagerBitForBit) { expect_grap
 
 TEST_F(TwoRanksCudaGraph, Fp16DdpStepWithScalerReplayedEqualsEagerBitForBit) { expect_graphed_equals_eager(true, dev_); }
 
-// gradient_as_bucket_view sends its used counts through MPI on the host: refused at capture on
-// every rank alike (nothing was exchanged yet in that backward), naming the option.
+// A DDP mode with host-side work in its backward is refused at capture on every rank alike
+// (before anything is exchanged in that backward), naming the mode; the step ran eagerly first.
+void expect_refused_at_capture(distributed::DistributedDataParallel& ddp, Device dev, const std::string& message) {
+  Tensor x = zeros({4, 20}, TensorOptions().with_device(dev)), y = zeros({4}, TensorOptions(DType::Int64).with_device(dev));
+  cuda::GraphedStep step([&] { cross_entropy(ddp(x), y).backward(); }, 1);
+  step();  // warm-up: eager
+  const std::string e = testing::error_of([&] { step(); });
+  EXPECT_NE(e.find(message + " during CUDA graph capture"), std::string::npos) << e;
+  EXPECT_FALSE(step.captured());
+  EXPECT_FALSE(cuda::is_capturing());
+}
+
+// gradient_as_bucket_view sends its used counts through MPI on the host.
 TEST_F(TwoRanksCudaGraph, GradientAsBucketViewIsRefusedAtCapture) {
   auto net = dist_test::make_mlp(29);
   net->to(dev_);
   distributed::DistributedDataParallel ddp(net, pg(), distributed::DataParallelOptions{.gradient_as_bucket_view = true});
-  Tensor x = zeros({4, 20}, TensorOptions().with_device(dev_)), y = zeros({4}, TensorOptions(DType::Int64).with_device(dev_));
-  cuda::GraphedStep step([&] { cross_entropy(ddp(x), y).backward(); }, 1);
-  step();  // warm-up: eager
-  const std::string e = testing::error_of([&] { step(); });
-  EXPECT_NE(e.find("DistributedDataParallel (gradient_as_bucket_view): all-reduces the used counts through host "
-                   "memory and MPI during CUDA graph capture"), std::string::npos) << e;
-  EXPECT_FALSE(step.captured());
-  EXPECT_FALSE(cuda::is_capturing());
+  expect_refused_at_capture(ddp, dev_, "DistributedDataParallel (gradient_as_bucket_view): all-reduces the used counts "
+                            "through host memory and MPI");
+}
+
+// ZeRO-1's sharded backward hands each shard to the optimizer with host-side bookkeeping.
+TEST_F(TwoRanksCudaGraph, ShardedModeIsRefusedAtCapture) {
+  auto net = dist_test::make_mlp(31);
+  net->to(dev_);
+  distributed::DistributedDataParallel ddp(net, pg());
+  distributed::ZeroRedundancyOptimizer zero(ddp, [](std::vector<optim::ParamGroup> g) {
+    return std::make_unique<optim::SGD>(std::move(g), optim::SGDOptions{.lr = 0.1});
+  });
+  expect_refused_at_capture(ddp, dev_, "DistributedDataParallel (sharded: ZeroRedundancyOptimizer): hands each "
+                            "bucket's shard to the optimizer with host-side bookkeeping");
 }
 
 // MIXTAPE_DIST_CUDA=host: a CUDA tensor's collective goes through host memory and MPI, which a
