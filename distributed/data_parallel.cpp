@@ -10,6 +10,9 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
+#if MIXTAPE_WITH_CUDA
+#include "core/cuda/graph.h"  // cuda::is_capturing, cuda::check_not_capturing
+#endif
 #include "ops/creation.h"
 
 namespace mixtape::distributed {
@@ -293,6 +296,16 @@ void DistributedDataParallel::on_grad_ready(size_t i) {
                "longer match the buckets");
       build_buckets();
     }
+#if MIXTAPE_WITH_CUDA
+    // A step captured in a CUDA graph (docs/DISTRIBUTED.md, "DDP in a CUDA graph"): the buckets'
+    // NCCL all-reduces are captured; what reads the reduction on the host is not.
+    if (options_.gradient_as_bucket_view)
+      cuda::check_not_capturing("DistributedDataParallel (gradient_as_bucket_view)",
+                                "all-reduces the used counts through host memory and MPI");
+    if (sink_)
+      cuda::check_not_capturing("DistributedDataParallel (sharded: ZeroRedundancyOptimizer)",
+                                "hands each bucket's shard to the optimizer with host-side bookkeeping");
+#endif
     armed_ = true;
     stats_ = {};
     autograd::queue_callback([this] { finish_backward(); });
@@ -358,6 +371,14 @@ void DistributedDataParallel::launch(size_t bi) {
   // The usual case, every parameter used here, is a fill on the bucket's device (no copy from the
   // host), and finish_backward need not read the counts back: each sum is >= this rank's 1.
   b.all_used_here = std::all_of(used.begin(), used.end(), [](double u) { return u == 1.0; });
+#if MIXTAPE_WITH_CUDA
+  if (!b.all_used_here)
+    for (size_t j = 0; j < used.size(); ++j)
+      if (used[j] == 0)
+        cuda::check_not_capturing(("DistributedDataParallel (bucket " + std::to_string(bi) + ", parameter '" +
+                                   params_[b.params[j]].first + "' has no gradient on this rank)").c_str(),
+                                  "sends and reads the bucket's used counts on the host");
+#endif
   const Tensor counts = b.all_used_here ? Tensor() : tensor(used, {n}, TensorOptions(DType::Float64));
   if (b.views) {
     if (b.all_used_here)

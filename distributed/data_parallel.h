@@ -15,7 +15,10 @@
 // then copies rank 0's parameters and buffers to every rank. In sharded mode (shard_gradients,
 // ZeRO-1) a synchronised backward instead hands each rank its chunk of every bucket's average and
 // leaves no .grad on the parameters.
-// The design (buckets, overlap, FP32 vs 16-bit reduction): docs/DISTRIBUTED.md.
+// The design (buckets, overlap, FP32 vs 16-bit reduction): docs/DISTRIBUTED.md. A step captured
+// in a CUDA graph on NCCL captures the buckets' all-reduces; its step checks run at capture and
+// not at replays; gradient_as_bucket_view and sharded mode are refused there (docs/DISTRIBUTED.md,
+// "DDP in a CUDA graph").
 #pragma once
 #include <functional>
 #include <memory>

@@ -13,6 +13,9 @@
 #include <thread>
 
 #include "autograd/grad_mode.h"
+#if MIXTAPE_WITH_CUDA
+#include "core/cuda/graph.h"  // cuda::check_not_capturing
+#endif
 #include "distributed/backend.h"
 #include "distributed/device_collectives.h"
 #include "ops/creation.h"
@@ -277,6 +280,18 @@ const char* ProcessGroup::backend_name() const { return backend_->name(); }
 DeviceCollectives* ProcessGroup::device_collectives(const Tensor& t) {
   // By device only (never by layout): two ranks must never take different paths.
   if (!t.device().is_cuda() || world_size_ == 1) return nullptr;
+#if MIXTAPE_WITH_CUDA
+  // Under CUDA graph capture only NCCL's collectives are captured (docs/DISTRIBUTED.md, "DDP in a
+  // CUDA graph"): setting the communicator up, or the host path's copies through MPI, cannot be.
+  if (!device_tried_)
+    cuda::check_not_capturing("ProcessGroup (the first collective of a CUDA tensor)",
+                              "sets up the NCCL communicator (an MPI exchange, a stream, a thread; run the step "
+                              "once eagerly first)");
+  if (device_tried_ && !device_)
+    cuda::check_not_capturing("ProcessGroup (a collective of a CUDA tensor)",
+                              "reduces through host memory and MPI (the host path: no NCCL in this build, or "
+                              "MIXTAPE_DIST_CUDA=host), which a graph cannot replay; only NCCL collectives");
+#endif
   {
     std::lock_guard lk(queue_->m);  // a failed group issues nothing more, on the device either
     MT_CHECK(queue_->failed.empty(), "the process group is unusable after '", queue_->failed, "' failed on rank ", rank_);

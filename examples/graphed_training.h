@@ -34,7 +34,9 @@ struct GraphedStepResult {
 
 class GraphedTraining {
  public:
-  // `opt` capturable, `scaler` sync_free (or disabled); the model on `device`, in train mode.
+  // `opt` capturable, `scaler` sync_free (or disabled); the model on `device`, in train mode. Under
+  // mpirun `model` is the DistributedDataParallel wrapper, accumulate 1: its NCCL all-reduces are
+  // captured with the step (docs/DISTRIBUTED.md, "DDP in a CUDA graph").
   // accumulate == 1: the whole step is one graph; > 1: the micro-step and the optimizer step are
   // two (nn::backward_into_grads; the optimizer step zeroes the gradients in place).
   GraphedTraining(nn::Module& model, optim::Optimizer& opt, amp::GradScaler& scaler,

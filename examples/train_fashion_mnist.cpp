@@ -443,8 +443,11 @@ void check_cuda_graph(const Config& c, std::optional<Device> at, int world) {
     MT_ERROR("--cuda-graph replays the training step as a CUDA graph and needs --device cuda (or auto with a usable "
              "GPU); this run is on ", at->str(),
              c.device == "auto" ? " (--device auto: " + cuda::unavailable_reason() + ")" : "");
-  MT_CHECK(world == 1, "--cuda-graph is not supported with several ranks (", world, " under mpirun): DDP's gradient "
-           "all-reduce is not captured; run one process, or leave --cuda-graph out");
+  // Under mpirun the graph holds DDP's NCCL all-reduces (docs/DISTRIBUTED.md, "DDP in a CUDA graph").
+  // One graph is replayed for every micro-batch, but DDP reduces at the group's last one only.
+  MT_CHECK(world == 1 || c.accumulate == 1, "--cuda-graph with --accumulate ", c.accumulate, " is not supported with "
+           "several ranks (", world, " under mpirun): the captured micro-step is replayed for every micro-batch, but "
+           "DistributedDataParallel reduces at the last one only; use --accumulate 1, or leave --cuda-graph out");
 }
 
 int run(const Config& c, const nlohmann::json& computation_options) {
@@ -670,7 +673,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   std::unique_ptr<examples::GraphedTraining> graphed;
   if (c.cuda_graph) {
     opt->set_capturable(true);
-    graphed = std::make_unique<examples::GraphedTraining>(*model, *opt, scaler, sched.get(), autocast, c.accumulate,
+    graphed = std::make_unique<examples::GraphedTraining>(net, *opt, scaler, sched.get(), autocast, c.accumulate,
                                                           device);
   }
 #endif
@@ -789,6 +792,12 @@ int run(const Config& c, const nlohmann::json& computation_options) {
     auto read_graphed_step = [&] {
       const examples::GraphedStepResult r = graphed->read_oldest();
       for (size_t m = 0; m < r.losses.size(); ++m) count_micro(r.losses[m], local_batch, r.correct[m]);
+      if (world > 1) {  // the step's loss over the whole global batch, as the eager loop averages it
+        Tensor sl = tensor({step_loss}, {1}, TensorOptions(DType::Float64));
+        pg.all_reduce(sl, distributed::ReduceOp::Avg);
+        step_loss = sl.to_vector<double>()[0];
+        step_images *= world;
+      }
       const auto now = Clock::now();
       const double dt = std::chrono::duration<double>(now - t_step).count();
       t_step = now;

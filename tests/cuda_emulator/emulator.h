@@ -74,6 +74,13 @@ int stream_device(cudaStream_t s);
 // launch_sites() (a string that lives as long as the process; nullptr: an unnamed library call);
 // in launch-only mode the work is counted there and dropped.
 void enqueue(cudaStream_t s, std::function<void()> work, const char* site = nullptr);
+// A collective's work (nccl.cpp): as enqueue(), but it runs as soon as the work queued before it
+// on `s` has run, as the emulator's eager collectives do (a rank must not leave its half of a
+// collective queued while it blocks elsewhere, say in MPI, on its peer: the peer would wait in the
+// collective forever). On a capturing stream it becomes a node of the capture, and every
+// cudaGraphLaunch of that graph then runs the launch stream through the launch at once, so a
+// replayed collective meets the peer's replayed one the same way.
+void enqueue_collective(cudaStream_t s, std::function<void()> work, const char* site);
 
 // Whether launch-only mode is on (MIXTAPE_CUDA_EMULATOR_LAUNCH_ONLY, read once).
 bool launch_only();

@@ -35,7 +35,8 @@
 // with cudaErrorCapturedEvent while the capture lasts; an invalidated capture ends with
 // cudaErrorStreamCaptureInvalidated and no graph. Not emulated (fault(), "not supported by the
 // emulator"): joining another stream to a capture through an event (cross-stream capture), and
-// capture on the legacy stream's implicit dependencies (cudaErrorStreamCaptureImplicit).
+// capture on the legacy stream's implicit dependencies (cudaErrorStreamCaptureImplicit). A graph
+// holding a collective (enqueue_collective) runs at each launch, not when its stream is next run.
 //
 // Launch-only mode (emulator.h) and the per-site counts live here: every submission of device
 // work passes through admit(), which counts it and, in that mode, drops it.
@@ -68,6 +69,7 @@ struct EmuCapture {
   unsigned long long id;
   bool invalidated = false;
   bool ended = false;
+  bool collectives = false;  // holds a collective (enqueue_collective): its launches run at once
   std::vector<std::function<void()>> nodes;
 };
 
@@ -87,10 +89,12 @@ struct CUstream_st {
 struct CUgraph_st {
   int device;
   std::shared_ptr<const std::vector<std::function<void()>>> nodes;
+  bool collectives = false;  // see EmuCapture
 };
 struct CUgraphExec_st {
   int device;
   std::shared_ptr<const std::vector<std::function<void()>>> nodes;
+  bool collectives = false;
 };
 struct EventTime {  // shared with the marker in the stream, which may outlive the event
   std::chrono::steady_clock::time_point when;
@@ -413,6 +417,19 @@ void enqueue(cudaStream_t s, std::function<void()> work, const char* site) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   CUstream_st* st = resolve(s);
   if (admit(site, false)) push(st, std::move(work));
+}
+
+void enqueue_collective(cudaStream_t s, std::function<void()> work, const char* site) {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* st = resolve(s);
+  if (!admit(site, false)) return;
+  if (st->capture) {
+    if (!st->capture->invalidated) st->capture->collectives = true;
+    push(st, std::move(work));
+    return;
+  }
+  push(st, std::move(work));
+  flush(st);
 }
 
 std::vector<LaunchSite> launch_sites() {
@@ -1002,7 +1019,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     }
   *graph = nullptr;
   if (c->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
-  *graph = new CUgraph_st{s->device, std::make_shared<const std::vector<std::function<void()>>>(std::move(c->nodes))};
+  *graph = new CUgraph_st{s->device, std::make_shared<const std::vector<std::function<void()>>>(std::move(c->nodes)),
+                          c->collectives};
   return cudaSuccess;
 }
 
@@ -1034,7 +1052,7 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatu
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
   if (!exec || !graph || flags != 0) return fail(cudaErrorInvalidValue);
-  *exec = new CUgraphExec_st{graph->device, graph->nodes};
+  *exec = new CUgraphExec_st{graph->device, graph->nodes, graph->collectives};
   return cudaSuccess;
 }
 
@@ -1046,9 +1064,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (stream_device(stream) != exec->device) return fail(cudaErrorInvalidValue);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   if (!admit("cudaGraphLaunch", false)) return cudaSuccess;
-  push(resolve(stream), [nodes = exec->nodes] {
+  CUstream_st* s = resolve(stream);
+  push(s, [nodes = exec->nodes] {
     for (const auto& node : *nodes) node();
   });
+  if (exec->collectives) flush(s);  // its collectives meet the peers' now (enqueue_collective)
   return cudaSuccess;
 }
 

@@ -3,11 +3,14 @@
 // MIXTAPE_CUDA_EMULATOR_NCCL_STUCK, tests/cuda_emulator/nccl.cpp). Each rank checks what it
 // sees, printing "nccl watchdog check failed: ..." (ctest fails on it) for anything wrong, then
 // ends the job through abort_if_distributed with the watchdog's error, as the main job does.
+// Also: a CUDA graph holding an NCCL collective refuses to replay once the watchdog has aborted
+// the communicator (docs/DISTRIBUTED.md, "DDP in a CUDA graph").
 #include <chrono>
 #include <iostream>
 #include <string>
 #include <thread>
 
+#include "core/cuda/graph.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
 #include "distributed_mpi/faults.h"
@@ -113,12 +116,46 @@ void stuck_collective(distributed::ProcessGroup& pg, bool async, bool flat = fal
   throw Error(error);  // the main job's path: abort_if_distributed ends every rank
 }
 
+// An all_reduce captured in a CUDA graph replays (a sum each time); then eager collective #2
+// (MIXTAPE_CUDA_EMULATOR_NCCL_STUCK=2: captured collectives are not counted) sticks, the watchdog
+// aborts the communicator, and the next replay throws the watchdog's error before launching.
+void replay_after_abort(distributed::ProcessGroup& pg) {
+  require(cuda::is_available() && cuda::device_count() >= pg.world_size(), "needs one CUDA device per rank");
+  const Device dev = Device::CUDA(pg.rank());
+  cuda::set_device(dev.index());
+  Tensor first = ones({2}).to(dev);
+  pg.all_reduce(first);  // #1: sets the communicator up, outside the capture
+  Tensor t = ones({2}).to(dev);
+  cuda::Graph g;
+  g.capture_begin();
+  pg.all_reduce_async(t, distributed::ReduceOp::Sum, "captured").wait();
+  g.capture_end();
+  require(t.to_vector<double>() == std::vector<double>{1.0, 1.0}, "a captured collective must not run at capture");
+  g.replay();
+  g.replay();
+  require(t.to_vector<double>() == std::vector<double>{4.0, 4.0}, "each replay must run the captured sum");
+  Tensor stuck = ones({3}).to(dev);
+  distributed::Work w = pg.all_reduce_async(stuck, distributed::ReduceOp::Sum, "stuck");  // #2
+  std::string error;
+  const auto t0 = Clock::now();
+  while (error.empty()) {
+    error = error_of([&] { (void)w.is_completed(); });
+    require(Clock::now() - t0 < pg.timeout() * 3 + std::chrono::seconds(5), "the watchdog did not fire in time");
+    if (error.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  require(contains(error, "all_reduce (stuck) of f32[3]"), "the watchdog must name the stuck collective: " + error);
+  require(error_of([&] { g.replay(); }) == error, "a replay after the abort must throw the watchdog's error");
+  require(t.to_vector<double>() == std::vector<double>{4.0, 4.0}, "the refused replay must not have run");
+  throw Error("replay refused: " + error);
+}
+
 }  // namespace
 
 int run_cuda(const std::string& name, distributed::ProcessGroup& pg) {
   if (name == "nccl-stuck") return guarded([&] { stuck_collective(pg, false); });
   if (name == "nccl-async-error") return guarded([&] { stuck_collective(pg, true); });
   if (name == "nccl-stuck-reduce-scatter") return guarded([&] { stuck_collective(pg, false, true); });
+  if (name == "nccl-replay-after-abort") return guarded([&] { replay_after_abort(pg); });
   return -1;
 }
 
