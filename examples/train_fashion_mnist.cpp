@@ -785,6 +785,14 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       step_loss = 0;
       step_images = 0;
     };
+    // The step's loss over the whole global batch: each rank's mean over its share, averaged.
+    auto average_over_ranks = [&] {
+      if (world == 1) return;
+      Tensor sl = tensor({step_loss}, {1}, TensorOptions(DType::Float64));
+      pg.all_reduce(sl, distributed::ReduceOp::Avg);
+      step_loss = sl.to_vector<double>()[0];
+      step_images *= world;
+    };
 #if MIXTAPE_WITH_CUDA
     // --cuda-graph: a step's figures are read once the next one is queued (examples/graphed_training.h).
     // A step's time is from the previous read (or its queueing) to its own read.
@@ -792,12 +800,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
     auto read_graphed_step = [&] {
       const examples::GraphedStepResult r = graphed->read_oldest();
       for (size_t m = 0; m < r.losses.size(); ++m) count_micro(r.losses[m], local_batch, r.correct[m]);
-      if (world > 1) {  // the step's loss over the whole global batch, as the eager loop averages it
-        Tensor sl = tensor({step_loss}, {1}, TensorOptions(DType::Float64));
-        pg.all_reduce(sl, distributed::ReduceOp::Avg);
-        step_loss = sl.to_vector<double>()[0];
-        step_images *= world;
-      }
+      average_over_ranks();  // as the eager loop does
       const auto now = Clock::now();
       const double dt = std::chrono::duration<double>(now - t_step).count();
       t_step = now;
@@ -848,12 +851,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       count_micro(loss.item<double>(), b.target.size(0), right);
       if (++micro < c.accumulate) continue;
       micro = 0;
-      if (world > 1) {  // the step's loss over the whole global batch
-        Tensor sl = tensor({step_loss}, {1}, TensorOptions(DType::Float64));
-        pg.all_reduce(sl, distributed::ReduceOp::Avg);
-        step_loss = sl.to_vector<double>()[0];
-        step_images *= world;
-      }
+      average_over_ranks();
       const double scale_used = scaler.get_scale();
       const bool stepped = scaler.step(*opt);  // skipped when a gradient is inf/NaN
       scaler.update();
