@@ -293,6 +293,7 @@ TEST(ConvImplicitGemm, OtherGeometriesKeepIm2colsBits) {
 TEST(ConvImplicitGemm, ForcedAvx512Bf16EntryRunsVdpbf16psUnderAmx) {
   MT_REQUIRE_KERNEL();
   if (!amx_available()) GTEST_SKIP() << "needs AMX (elsewhere the native BF16 GEMM is vdpbf16ps anyway)";
+  cpu::Override own(cpu::FloatGemm::Auto), conv(cpu::ConvAlgo::Auto);  // whatever MIXTAPE_GEMM/_CPU_CONV say
   const double big = 32768.0;  // 2^15, exact in BF16
   const Tensor x = (ones({1, 4, 4, 4}) * tensor(std::vector<double>{1, big, 1, big}, {1, 4, 1, 1})).to(DType::BFloat16);
   const Tensor w = tensor(std::vector<double>{1, big, 0, -big}, {1, 4, 1, 1}).to(DType::BFloat16);
