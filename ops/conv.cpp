@@ -439,7 +439,17 @@ cpu::KernelPick conv_forward(const ConvGeom& g, const S* x, const A* w, const T*
     if (name == "pairs_avx512bf16") return cpu::conv_pairs_forward(conv_shape(g), x, w, b, y), k;
   }
   if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, BFloat16>) && std::is_same_v<T, float>) {
-    if (name.rfind("implicit_gemm", 0) == 0) return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y), k;
+    if (name.rfind("implicit_gemm", 0) == 0) {
+      // The entry's name says which BF16 GEMM runs inside, also where it was forced (a forced
+      // implicit_gemm_avx512bf16 on an AMX machine runs vdpbf16ps, as its name says).
+      if constexpr (std::is_same_v<A, BFloat16>)
+        return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y,
+                                       name == "implicit_gemm_amx" ? cpu::Bf16Kernel::Amx
+                                                                   : cpu::Bf16Kernel::Avx512Bf16),
+               k;
+      else
+        return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y), k;
+    }
   }
   if constexpr (std::is_same_v<S, Half>) {
     // Each output element of the kernel is its own sum, whatever images share its panel, so

@@ -445,11 +445,11 @@ void forward(const ImplicitConvShape& s, const BFloat16* x, const float* w, cons
   conv_panels<0>(s, &x->bits, ap.data.get(), bias, &y->bits);
 }
 
-void forward(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y) {
+void forward(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y,
+             Bf16Kernel gemm) {
   const int64_t K = s.C * s.kH * s.kW, K2 = (K + 1) / 2, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<uint16_t> ap;
-  if (bf16_gemm_kernel() == Bf16Kernel::Amx) {
-    MT_CHECK(bgemm_amx_available(), "conv_implicit_gemm: this CPU lacks ", bf16_amx_missing(cpu_features_with_amx()));
+  if (gemm == Bf16Kernel::Amx) {
     const int64_t steps = (K + amx::kStep - 1) / amx::kStep, blocks = (s.O + amx::kBlock - 1) / amx::kBlock;
     pack_weights_amx(s, &w->bits, ap.get(blocks * steps * amx::kBlock * amx::kStep));
     return conv_panels<2>(s, &x->bits, ap.data.get(), bias, &y->bits);
@@ -481,11 +481,15 @@ void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const flo
   MT_X86_ONLY(forward(s, x, w, bias, y));
 }
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias,
-                        BFloat16* y) {
+                        BFloat16* y, Bf16Kernel gemm) {
   check_shape(s);
-  MT_CHECK(bgemm_avx512bf16_available(), "conv_implicit_gemm: this CPU lacks ", bf16_native_missing(cpu_features()),
-           " (check bf16_native_gemm() first)");
-  MT_X86_ONLY(forward(s, x, w, bias, y));
+  MT_CHECK(gemm != Bf16Kernel::Emulated, "conv_implicit_gemm: BF16 weights need a native BF16 GEMM, got emulated");
+  if (gemm == Bf16Kernel::Amx)
+    MT_CHECK(bgemm_amx_available(), "conv_implicit_gemm: this CPU lacks ", bf16_amx_missing(cpu_features_with_amx()));
+  else
+    MT_CHECK(bgemm_avx512bf16_available(), "conv_implicit_gemm: this CPU lacks ", bf16_native_missing(cpu_features()),
+             " (check bf16_native_gemm() first)");
+  MT_X86_ONLY(forward(s, x, w, bias, y, gemm));
 }
 
 }  // namespace mixtape::cpu

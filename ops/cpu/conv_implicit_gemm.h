@@ -13,7 +13,8 @@
 // 32 register tile per A panel accumulates the slice, and after the last slice the tile gets the
 // bias added and is stored (rounded to BF16 once where the output is BF16) into each image the
 // panel covers.
-// Four variants, by operand type and BF16 kernel (bf16_gemm_kernel()):
+// Four variants, by operand type and, for BF16 weights, the caller's `gemm` (the kernel list entry's
+// name says which: implicit_gemm_amx or implicit_gemm_avx512bf16, whatever bf16_gemm_kernel() is):
 //   float x, float w                      FP32 FMA
 //   BFloat16 x, float w (BF16 emulated)   x widened exactly to FP32 while packing, FP32 FMA: the
 //                                         FP32 variant's sums on the widened input, rounded once,
@@ -57,8 +58,9 @@ bool conv_kernels_enabled();
 void conv_implicit_gemm(const ImplicitConvShape& s, const float* x, const float* w, const float* bias, float* y);
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias,
                         BFloat16* y);
-// Needs bgemm_avx512bf16_available() (throws an Error otherwise).
+// `gemm`: Bf16Kernel::Avx512Bf16 (needs bgemm_avx512bf16_available()) or Amx (needs
+// bgemm_amx_available()); an Error names what the CPU lacks otherwise, or a `gemm` of Emulated.
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias,
-                        BFloat16* y);
+                        BFloat16* y, Bf16Kernel gemm);
 
 }  // namespace mixtape::cpu

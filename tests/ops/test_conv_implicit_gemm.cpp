@@ -9,7 +9,8 @@
 //   - against im2col + GEMM (Override(Im2col)) within twice the bound;
 //   - BF16 emulated: bit for bit the FP32 kernel on the widened inputs, rounded once (NaN too);
 //   - the same bits on 1 and 2 OpenMP threads, on both BF16 paths;
-//   - geometries it does not take (column dilation, groups) give im2col's bits exactly.
+//   - geometries it does not take (column dilation, groups) give im2col's bits exactly;
+//   - the BF16 entries run the GEMM their names say, also where forced against bf16_gemm_kernel().
 // (For FP32 rows of 16+ pixels conv2d itself now takes the direct kernel, which computes the same
 // bits on this geometry: tests/ops/test_conv_direct.cpp; the kernel-level tests here call this one.)
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@
 
 #include <mixtape/mixtape.h>
 
+#include "common/bit_equal.h"
 #include "common/sum_bound.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
@@ -107,6 +109,7 @@ Tensor with_bf16(cpu::Bf16GemmPath p, const std::function<Tensor()>& f) {
 }
 
 using testing::within_sum_bound;  // FP32 summation error of an FP64 reference
+using testing::bit_equal;
 
 bool same_bits(const Tensor& a, const Tensor& b) {
   if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
@@ -280,6 +283,28 @@ TEST(ConvImplicitGemm, OtherGeometriesKeepIm2colsBits) {
   for (const auto& f : cases) {
     EXPECT_TRUE(same_bits(with_algo(cpu::ConvAlgo::Auto, f), with_algo(cpu::ConvAlgo::Im2col, f)));
   }
+}
+
+// conv2d.fwd's implicit_gemm_avx512bf16 runs vdpbf16ps, as its name says, even forced on a process
+// whose BF16 GEMMs run on AMX: the bits it gives where vdpbf16ps is the BF16 GEMM, not the AMX
+// entry's. The products 1, 2^30, 0, -2^30 (a 1x1 conv over 4 channels) tell the two orders apart:
+// vdpbf16ps adds them into one FP32 chain, pair by pair, where 1 + 2^30 drops the 1 (sum 0); AMX
+// sums the even and the odd depths apart (1 + 0, 2^30 - 2^30: sum 1).
+TEST(ConvImplicitGemm, ForcedAvx512Bf16EntryRunsVdpbf16psUnderAmx) {
+  MT_REQUIRE_KERNEL();
+  if (!amx_available()) GTEST_SKIP() << "needs AMX (elsewhere the native BF16 GEMM is vdpbf16ps anyway)";
+  cpu::Override own(cpu::FloatGemm::Auto), conv(cpu::ConvAlgo::Auto);  // whatever MIXTAPE_GEMM/_CPU_CONV say
+  const double big = 32768.0;  // 2^15, exact in BF16
+  const Tensor x = (ones({1, 4, 4, 4}) * tensor(std::vector<double>{1, big, 1, big}, {1, 4, 1, 1})).to(DType::BFloat16);
+  const Tensor w = tensor(std::vector<double>{1, big, 0, -big}, {1, 4, 1, 1}).to(DType::BFloat16);
+  auto run = [&](cpu::Bf16GemmPath path, const char* entry) {
+    cpu::Override p(path);
+    cpu::Override force(cpu::KernelSpec{std::string("conv2d.fwd:") + entry});
+    return conv2d(x, w, Tensor(), {1, 1}, {0, 0});
+  };
+  const Tensor vdp = run(cpu::Bf16GemmPath::Avx512Bf16, "implicit_gemm_avx512bf16");
+  EXPECT_TRUE(bit_equal(run(cpu::Bf16GemmPath::Amx, "implicit_gemm_avx512bf16"), vdp));
+  EXPECT_FALSE(bit_equal(run(cpu::Bf16GemmPath::Amx, "implicit_gemm_amx"), vdp)) << vdp;
 }
 
 TEST(ConvImplicitGemm, OverrideTurnsTheKernelOffAndNests) {
