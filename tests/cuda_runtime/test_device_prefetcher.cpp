@@ -169,6 +169,23 @@ TEST(DevicePrefetcher, ItsStagingOutlivesTheLastCopies) {
   for (size_t i = 0; i < read.size(); ++i) EXPECT_TRUE(same(read[i], want[i])) << "batch " << i;
 }
 
+
+// A prefetcher for cuda:1 driven while cuda:0 is current: its copies, events and consumer are cuda:1's.
+TEST(DevicePrefetcher, ASecondDeviceGetsItsBatchesWhileTheFirstIsCurrent) {
+  REQUIRE_GPU();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "one device";
+  data::DataLoader loader(numbered(5), {.batch_size = 4, .prefetch = 0});
+  data::DevicePrefetcher batches(loader, Device::CUDA(1));
+  int n = 0;
+  for (const data::DeviceBatch& b : batches) {
+    EXPECT_EQ(b.device.data.device(), Device::CUDA(1));
+    EXPECT_TRUE(same(b.device.data, b.host.data)) << n;
+    EXPECT_TRUE(same(b.device.target, b.host.target)) << n;
+    ++n;
+  }
+  EXPECT_EQ(n, 5);
+}
+
 #if defined(MIXTAPE_CUDA_EMULATOR)
 using cuda_emulator::host_waits;
 
