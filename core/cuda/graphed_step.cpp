@@ -5,6 +5,7 @@
 #include "core/cuda/graphed_step.h"
 
 #include "core/cuda/check.h"
+#include "core/cuda/handles.h"
 #include "core/cuda/stream.h"
 #include "core/error.h"
 
@@ -19,7 +20,9 @@ GraphedStep::GraphedStep(std::function<void()> step, int warmup_steps)
 
 GraphedStep::~GraphedStep() {
   if (side_) {
-    (void)cudaStreamSynchronize(side_);
+    // The warm-up's GEMMs made the side stream's cuBLAS workspace (core/cuda/handles.h): it goes
+    // back with the stream, once the stream's work is done.
+    if (cudaStreamSynchronize(side_) == cudaSuccess) release_cublas_workspace(side_);
     (void)cudaStreamDestroy(side_);
   }
 }

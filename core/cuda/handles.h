@@ -40,8 +40,8 @@ cudnnHandle_t cudnn_handle();
 // (Hopper) on, 4 MiB before, as NVIDIA's cublasSetWorkspace documentation recommends.
 size_t cublas_stream_workspace_bytes(int device);
 // Gives the cuBLAS workspace of `stream` (on `device`; -1: on any device) back to the caching
-// allocator; the stream's work that used it must be complete (Graph::reset() and OwnedStream's
-// destructor call it after synchronising, then destroy the stream). A later cublas_handle() on
+// allocator; the stream's work that used it must be complete (Graph::reset(), GraphedStep's and
+// OwnedStream's destructors call it after synchronising, then destroy the stream). A later cublas_handle() on
 // that stream makes a new one. Never throws.
 void release_cublas_workspace(cudaStream_t stream, int device = -1) noexcept;
 

@@ -13,6 +13,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/deferred_check.h"
 #include "core/cuda/graph.h"
+#include "core/cuda/pinned_memory.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_api.h"
 #include "core/dispatcher.h"
@@ -37,7 +38,10 @@ Tensor contiguous_on_device(const Tensor& x) {
 namespace {
 
 // Host -> device: densify on the CPU, then one copy. From pageable memory cudaMemcpyAsync
-// returns once the source has been staged, so the temporary may die right after.
+// returns once the source has been staged, so the temporary may die right after. From pinned
+// memory (core/cuda/pinned_memory.h) it is a DMA that reads the host bytes when the stream runs
+// it: the host waits for it, so that the caller may rewrite or free the source on return, as
+// after PyTorch's blocking .to() (data::BatchCopier is the way to copy without waiting).
 Tensor host_to_device(const Tensor& x, int target) {
   // A captured copy would replay from host memory that may have changed or been freed since.
   check_not_capturing("to_device", "copies host memory to a CUDA tensor (fill a static device buffer before replay)");
@@ -52,6 +56,8 @@ Tensor host_to_device(const Tensor& x, int target) {
     MT_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), src.data_ptr(), out.nbytes(), cudaMemcpyHostToDevice,
                                   current_stream(target)),
                   "to_device");
+  if (out.nbytes() && src.is_same(x) && is_pinned(src))
+    MT_CUDA_CHECK(cudaStreamSynchronize(current_stream(target)), "to_device");
   return out;
 }
 

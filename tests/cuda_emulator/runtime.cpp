@@ -753,6 +753,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   const bool s_pin = !s_dev && find_pinned(src, count) != state().pinned.end();
   const bool d_pin = !d_dev && find_pinned(dst, count) != state().pinned.end();
   if ((s_dev && d_pin) || (s_pin && d_dev)) {
+    // Device work like a pageable source's copy: counted at the same site, dropped in launch-only mode.
+    if (d_dev && !admit("cudaMemcpyAsync host to device", false)) return cudaSuccess;
     // Between the device and pinned memory: a DMA in stream order, captured like a kernel; the
     // host bytes are read (or written) when the stream runs it.
     std::shared_ptr<int> queued;  // a captured copy runs at replays: not counted

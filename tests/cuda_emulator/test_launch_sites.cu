@@ -89,4 +89,23 @@ TEST(LaunchSites, KernelsCopiesAndMemsetsAreCountedPerSiteAndOnlyMemsetsRunInLau
   ASSERT_EQ(cudaFree(d), cudaSuccess);
 }
 
+// A copy from pinned memory (a DMA in stream order) is device work as a pageable source's is:
+// counted at the same site, and not run in launch-only mode.
+TEST(LaunchSites, ACopyFromPinnedMemoryIsCountedAndDroppedLikeAnyHostToDeviceCopy) {
+  const int n = 8;
+  int32_t* d = nullptr;
+  int32_t* pinned = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), n * sizeof(int32_t)), cudaSuccess);  // fresh: zeros here
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), n * sizeof(int32_t)), cudaSuccess);
+  for (int i = 0; i < n; ++i) pinned[i] = 5;
+  emu::reset_launch_sites();
+  ASSERT_EQ(cudaMemcpyAsync(d, pinned, n * sizeof(int32_t), cudaMemcpyHostToDevice, nullptr), cudaSuccess);
+  EXPECT_EQ(count_at(emu::launch_sites(), "cudaMemcpyAsync host to device", false), 1u);
+  const std::vector<int32_t> h = read(d, n);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(h[i], emu::launch_only() ? 0 : 5) << i;
+  emu::reset_launch_sites();
+  ASSERT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+}
+
 }  // namespace

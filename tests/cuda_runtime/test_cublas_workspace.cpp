@@ -19,6 +19,7 @@
 
 #if defined(MIXTAPE_CUDA_EMULATOR)
 #include "core/cuda/graph.h"
+#include "core/cuda/graphed_step.h"
 #include "core/cuda/handles.h"
 #include "core/cuda/stream.h"
 #include "tests/cuda_emulator/emulator.h"
@@ -101,6 +102,23 @@ TEST(CublasWorkspace, AGraphsGemmsKeepTheCaptureStreamsWorkspaceUntilReset) {
     EXPECT_GE(in_use() - before, ws) << "the capture stream's workspace is held while the graph lives";
   }
   EXPECT_EQ(in_use(), before) << "reset() gave back the workspace (and the pool's blocks)";
+}
+
+// GraphedStep's warm-up runs the step's GEMMs eagerly on its side stream, which makes that
+// stream's workspace: the side stream's end gives it back, as OwnedStream's does.
+TEST(CublasWorkspace, GraphedStepGivesBackItsSideStreamsWorkspace) {
+  REQUIRE_GPU();
+  const Tensor a = gpu_ones(4);
+  (void)matmul(a, a);  // the current stream's workspace, made before `before`
+  const int64_t before = in_use();
+  {
+    Tensor y;
+    cuda::GraphedStep step([&] { y = matmul(a, a); }, /*warmup_steps=*/2);
+    step();  // eager, on the side stream
+    EXPECT_EQ(y.sum().to(Device::CPU()).item<float>(), 64.0f);
+    y = Tensor();
+  }
+  EXPECT_EQ(in_use(), before) << "the side stream's cuBLAS workspace outlived the GraphedStep";
 }
 
 TEST(CublasWorkspace, AStreamsFirstCublasCallDuringCaptureIsRefused) {

@@ -98,6 +98,23 @@ TEST(PinnedMemory, PinMemoryCopiesIntoPageLockedMemory) {
   EXPECT_TRUE(cuda::is_pinned(cuda::empty_pinned({3}, DType::Int64)));
 }
 
+// tensor.to(cuda) from pinned memory has PyTorch's non_blocking=false meaning, as from pageable
+// memory: when it returns the source may be rewritten or freed. (A DMA from pinned memory reads
+// the host bytes when the stream runs it: on the emulator's created stream, only when ordered.)
+TEST(PinnedMemory, ToDeviceFromPinnedMemoryMayBeRewrittenOrFreedAtOnce) {
+  REQUIRE_GPU();
+  cuda::OwnedStream s;
+  cuda::StreamGuard on(s.get());
+  Tensor p = cuda::pin_memory(tensor({1.0, 2.0, 3.0}, {3}, TensorOptions(DType::Float32)));
+  const Tensor d = p.to(Device::CUDA(0));
+  fill_(p, 7.0);  // the host reuses its buffer, as after any blocking copy
+  EXPECT_EQ(d.to(Device::CPU()).to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  // The pinned temporary is freed at the end of the statement (on the emulator, a cudaFreeHost
+  // under a queued copy faults).
+  const Tensor freed = cuda::pin_memory(tensor({4.0, 5.0}, {2}, TensorOptions(DType::Float32))).to(Device::CUDA(0));
+  EXPECT_EQ(freed.to(Device::CPU()).to_vector<float>(), (std::vector<float>{4, 5}));
+}
+
 // A created stream as the consumer: its work waits in its queue until something orders it.
 struct ConsumerStream {
   ConsumerStream() { stream = cuda::create_stream(); }
@@ -150,6 +167,23 @@ TEST(DevicePrefetcher, ItsStagingOutlivesTheLastCopies) {
   }
   ASSERT_EQ(read.size(), 2u);
   for (size_t i = 0; i < read.size(); ++i) EXPECT_TRUE(same(read[i], want[i])) << "batch " << i;
+}
+
+
+// A prefetcher for cuda:1 driven while cuda:0 is current: its copies, events and consumer are cuda:1's.
+TEST(DevicePrefetcher, ASecondDeviceGetsItsBatchesWhileTheFirstIsCurrent) {
+  REQUIRE_GPU();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "one device";
+  data::DataLoader loader(numbered(5), {.batch_size = 4, .prefetch = 0});
+  data::DevicePrefetcher batches(loader, Device::CUDA(1));
+  int n = 0;
+  for (const data::DeviceBatch& b : batches) {
+    EXPECT_EQ(b.device.data.device(), Device::CUDA(1));
+    EXPECT_TRUE(same(b.device.data, b.host.data)) << n;
+    EXPECT_TRUE(same(b.device.target, b.host.target)) << n;
+    ++n;
+  }
+  EXPECT_EQ(n, 5);
 }
 
 #if defined(MIXTAPE_CUDA_EMULATOR)
