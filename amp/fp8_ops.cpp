@@ -404,7 +404,10 @@ std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call) {
     }
   }
   ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);
-  // The FP8 GEMM runs no kernel through run_kernel: the NaN locator checks it here, as one op.
+  // The FP8 GEMM runs no kernel through run_kernel: the NaN locator checks it here, as one op,
+  // reporting the FP8 dtype its input and weight were cast to.
+  const numerics::AutocastScope decided(&op, autocast_state()[DeviceType::CPU].dtype, true,
+                                        fp8_dtype_for(recipe_format(region->recipe), Fp8Role::Input));
   const numerics::PreKernel pre = numerics::enabled() ? numerics::before_kernel(op, call) : numerics::PreKernel{};
   TensorList out = run_fp8(kind, x, w, bias, geom, *region);
   if (pre.active) numerics::after_kernel(op, call, out, pre);

@@ -188,6 +188,7 @@ TEST(NumericsCheck, NamesAnFp8LinearThatOverflows) {
   const NumericsError e = error_of([&] { linear(x, w); });
   EXPECT_EQ(e.op(), "linear");
   EXPECT_FALSE(e.backward());
+  EXPECT_TRUE(has(e.what(), "in a BFloat16 region: floating inputs cast to Float8_e4m3fn")) << e.what();
 }
 
 // A forward run while an earlier micro-batch's scaled loss is in flight (gradient accumulation:
