@@ -32,6 +32,7 @@
 #include "autograd/node.h"
 #include "core/convert.h"
 #include "core/error.h"
+#include "core/numerics_check.h"
 #include "core/trace.h"
 #include "ops/cast.h"
 #include "ops/conv_args.h"
@@ -403,7 +404,14 @@ std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call) {
     }
   }
   ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);
-  return run_fp8(kind, x, w, bias, geom, *region);
+  // The FP8 GEMM runs no kernel through run_kernel: the NaN locator checks it here, as one op,
+  // reporting the FP8 dtype its input and weight were cast to.
+  const numerics::AutocastScope decided(&op, autocast_state()[DeviceType::CPU].dtype, true,
+                                        fp8_dtype_for(recipe_format(region->recipe), Fp8Role::Input));
+  const numerics::PreKernel pre = numerics::enabled() ? numerics::before_kernel(op, call) : numerics::PreKernel{};
+  TensorList out = run_fp8(kind, x, w, bias, geom, *region);
+  if (pre.active) numerics::after_kernel(op, call, out, pre);
+  return out;
 }
 
 }  // namespace detail

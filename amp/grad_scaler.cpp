@@ -144,7 +144,9 @@ Tensor GradScaler::scale(const Tensor& outputs) {
   if (!scale_.defined()) lazy_init(outputs.device());
   // From here to update(), overflows are this scaler's to find and skip (the NaN locator's rule).
   numerics::set_scaled_loss_in_flight(true);
-  return mul(outputs, to_device(scale_, outputs.device()));  // an op: autograd records it
+  const Tensor scale = to_device(scale_, outputs.device());
+  const numerics::ScalingLoss scaling;
+  return mul(outputs, scale);  // an op: autograd records it
 }
 
 std::vector<Tensor> GradScaler::scale(const std::vector<Tensor>& outputs) {

@@ -38,6 +38,7 @@ std::vector<Finding> g_findings;  // at most one: the first
 thread_local BackwardScope* t_backward = nullptr;
 thread_local AutocastScope* t_autocast = nullptr;
 thread_local bool t_inside_check = false;  // the check's own host copies are not checked
+thread_local bool t_scaling_loss = false;  // inside GradScaler::scale()'s multiply
 
 // Any element whose bits under `mask` are all ones: an inf or NaN exponent (e4m3fn: its NaN).
 template <typename U>
@@ -216,6 +217,8 @@ AutocastScope::AutocastScope(const OpSchema* o, DType r, bool has, DType tgt)
 AutocastScope::~AutocastScope() { t_autocast = parent; }
 
 void set_scaled_loss_in_flight(bool on) { g_scaled_loss.store(on, std::memory_order_relaxed); }
+ScalingLoss::ScalingLoss() { t_scaling_loss = true; }
+ScalingLoss::~ScalingLoss() { t_scaling_loss = false; }
 
 PreKernel before_kernel(const OpSchema& op, const OpCall& call) {
   PreKernel pre;
@@ -236,7 +239,8 @@ void after_kernel(const OpSchema& op, const OpCall& call, const TensorList& outp
   for (size_t i = op.inplace ? 1 : 0; i < call.inputs.size(); ++i)
     if (!all_finite(call.inputs[i])) return;
   if (nonfinite_attr(call)) return;
-  if (g_scaled_loss.load(std::memory_order_relaxed)) {
+  // Only backward ops and the scaling multiply overflow because of the scale.
+  if (g_scaled_loss.load(std::memory_order_relaxed) && (t_backward != nullptr || t_scaling_loss)) {
     bool nan = false;
     for (const Tensor& t : outputs)
       if (checked(t)) nan = nan || summarize(t).nans > 0;

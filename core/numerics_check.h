@@ -108,8 +108,18 @@ class AutocastScope {
 };
 
 // GradScaler: a scaled loss is in flight (scale() was called; update() ends it). Backward
-// overflows (inf, never NaN) from finite inputs are then expected and left to the scaler.
+// overflows (inf, never NaN) from finite inputs are then expected and left to the scaler, and so
+// is an overflow of scale()'s own multiply (inside a ScalingLoss); a forward op's overflow is not
+// (the next micro-batch's forward runs while the last one's scaled loss is in flight).
 void set_scaled_loss_in_flight(bool on);
+// GradScaler::scale(), around its multiply by the scale (this thread).
+class ScalingLoss {
+ public:
+  ScalingLoss();
+  ~ScalingLoss();
+  ScalingLoss(const ScalingLoss&) = delete;
+  ScalingLoss& operator=(const ScalingLoss&) = delete;
+};
 
 // ---- used by the dispatcher (run_kernel) ----
 

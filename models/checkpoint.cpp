@@ -238,6 +238,8 @@ void restore_checkpoint(const Checkpoint& ck, const TrainingState& state) {
   };
   const StateDict optim_before = optim_state();
   const StateDict fp8_before = state.fp8_state ? state.fp8_state() : StateDict{};
+  // The scaler loads before the FP8 metadata, which can still refuse: its state goes back too.
+  const StateDict amp_before = state.load_amp_state && state.amp_state ? state.amp_state() : StateDict{};
   const StateDict sched_before = state.scheduler ? state.scheduler->state_dict() : StateDict{};
   try {
     try {
@@ -265,6 +267,7 @@ void restore_checkpoint(const Checkpoint& ck, const TrainingState& state) {
   } catch (...) {
     state.model.load_state_dict(model_before);
     load_optim(optim_before);
+    if (state.load_amp_state && state.amp_state) state.load_amp_state(amp_before);
     if (state.load_fp8_state) state.load_fp8_state(fp8_before);
     if (state.scheduler) state.scheduler->load_state_dict(sched_before);
     throw;

@@ -178,5 +178,32 @@ TEST(NumericsCheck, WithoutAScaledLossABackwardOverflowIsReported) {
   EXPECT_TRUE(has(e.what(), "Backward")) << e.what();
 }
 
+// FP8 GEMMs skip run_kernel (amp/fp8_ops.cpp runs them from the Autocast layer): the locator must
+// scan their outputs too, or an overflow there is reported nowhere (every later op has a
+// non-finite input and is "not first").
+TEST(NumericsCheck, NamesAnFp8LinearThatOverflows) {
+  CheckNumerics check;
+  const Tensor x = full({1, 4}, 1e30), w = full({2, 4}, 1e30);  // 4e60 > FLT_MAX, from finite inputs
+  amp::Fp8Autocast fp8(amp::CurrentScaling{}, nullptr, {DType::Float32});
+  const NumericsError e = error_of([&] { linear(x, w); });
+  EXPECT_EQ(e.op(), "linear");
+  EXPECT_FALSE(e.backward());
+  EXPECT_TRUE(has(e.what(), "in a BFloat16 region: floating inputs cast to Float8_e4m3fn")) << e.what();
+}
+
+// A forward run while an earlier micro-batch's scaled loss is in flight (gradient accumulation:
+// scale().backward(), then the next forward, before update()) is not the scaler's to absorb:
+// its overflow is a fault, as outside the scaler.
+TEST(NumericsCheck, AForwardOverflowDuringGradientAccumulationIsStillReported) {
+  CheckNumerics check;
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  const Tensor w = full({2}, 1.0).requires_grad_(true);
+  scaler.scale(sum(mul(w, 2.0))).backward();  // micro-batch 1: its scaled loss is now in flight
+  const NumericsError e = error_of([&] { exp(mul(w, 100.0)); });  // micro-batch 2's forward: exp(100) = inf
+  EXPECT_EQ(e.op(), "exp");
+  EXPECT_FALSE(e.backward());
+  EXPECT_EQ(numerics::overflows_left_to_scaler(), 0);
+}
+
 }  // namespace
 }  // namespace mixtape::testing

@@ -360,5 +360,32 @@ TEST(Checkpoint, Fp8MetadataResumesBitForBitAndAMismatchIsNamed) {
             std::string::npos);
 }
 
+// The FP8 metadata loads last: when it is refused, the loss scaler's state, loaded just before
+// it, is put back too (TrainingState takes both; restore_checkpoint promises every section back).
+TEST(Checkpoint, AnFp8MismatchPutsTheLossScalersStateBack) {
+  const std::string path = temp_path("fp8_scaler.safetensors");
+  manual_seed(0);
+  models::LeNet5 net(10);
+  optim::SGD opt(net.parameters(), {.lr = 0.05});
+  amp::Fp8Metas metas(amp::DelayedScaling{.amax_history_len = 4}, net.named_parameters());
+  amp::GradScaler saved_scaler({.init_scale = 1024.0});
+  auto with = [](nn::TrainingState st, amp::Fp8Metas& m, amp::GradScaler& sc) {
+    st.fp8_state = [&m] { return m.state_dict(); };
+    st.load_fp8_state = [&m](const StateDict& sd) { m.load_state_dict(sd); };
+    st.amp_state = [&sc] { return sc.state_dict(); };
+    st.load_amp_state = [&sc](const StateDict& sd) { sc.load_state_dict(sd); };
+    return st;
+  };
+  nn::save_checkpoint(path, with({net, opt}, metas, saved_scaler), {.model_name = "lenet5"});
+
+  amp::Fp8Metas longer(amp::DelayedScaling{.amax_history_len = 8}, net.named_parameters());
+  amp::GradScaler live_scaler({.init_scale = 8.0});
+  const StateDict scaler_before = live_scaler.state_dict();
+  const std::string err = error_of([&] { nn::load_checkpoint(path, with({net, opt}, longer, live_scaler)); });
+  EXPECT_NE(err.find("its FP8 scaling metadata (tensors 'fp8.<key>') does not load"), std::string::npos) << err;
+  EXPECT_EQ(live_scaler.get_scale(), 8.0);
+  EXPECT_TRUE(same_state(live_scaler.state_dict(), scaler_before));
+}
+
 }  // namespace
 }  // namespace mixtape
