@@ -3,6 +3,7 @@
 #include "ops/cuda/fp8_gemm.h"
 
 #include <climits>
+#include <cstdint>
 #include <memory>
 
 #include "core/cuda/handles.h"
@@ -111,14 +112,17 @@ Tensor fp8_gemm_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
   DeviceGuard guard(a.device().index());
   const Tensor ac = dense(a, kOp), bc = dense(b, kOp);
   if (fp8_gemm_native(a.device().index())) {
-    // cuBLASLt's FP8 output rows must be 16-byte multiples too: F32 n % 4, BF16 n % 8.
+    // cuBLASLt's FP8 output rows must be 16-byte multiples too (F32 n % 4, BF16 n % 8), and every
+    // operand must start on a 16-byte boundary (a view at an odd offset may not).
     const int64_t per16 = out_dtype == DType::Float32 ? 4 : 8;
-    if (n % per16 == 0) {
+    const bool aligned = reinterpret_cast<uintptr_t>(ac.data_ptr()) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(bc.data_ptr()) % 16 == 0;
+    if (n % per16 == 0 && aligned) {
       Tensor out = empty_on({m, n}, out_dtype, a.device());
       if (m > 0 && n > 0) lt_fp8_gemm(ac, bc, scale_a, scale_b, out);
       return out;
     }
-    // else: an output row that is not a 16-byte multiple: the widened path below (same contract).
+    // else: the widened path below (same contract).
   }
   // Emulated FP8 (pre-Ada GPUs): exact widening to BF16, an FP32-accumulated GEMM to F32, then
   // s = f32(scale_a * scale_b) applied once, and one rounding to out_dtype.

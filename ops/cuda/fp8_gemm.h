@@ -14,7 +14,9 @@
 // FP8 value is a BF16 value), run cublasGemmEx with an F32 result and multiply by s on the device.
 // Both paths compute f32(acc * s) rounded once to the output type, so they differ only by the
 // order of the FP32 accumulation. cuBLASLt requires k, and both operands' rows, to be multiples of
-// 16 bytes: k % 16 == 0 (refused otherwise, naming the sizes; pad k with zeros).
+// 16 bytes: k % 16 == 0 (refused otherwise, naming the sizes; pad k with zeros). An output row
+// that is not a 16-byte multiple, or an operand not starting on a 16-byte boundary, takes the
+// widened path on any GPU.
 #pragma once
 #include "core/tensor.h"
 

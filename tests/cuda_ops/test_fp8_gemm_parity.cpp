@@ -81,6 +81,26 @@ TEST(CudaFp8Gemm, EqualsTheCpuContractBitForBit) {
 #endif
 }
 
+// An operand whose data starts off a 16-byte boundary (a view at an odd offset) cannot go to
+// cuBLASLt: the widened path computes it, with the same bits.
+TEST(CudaFp8Gemm, MisalignedOperandTakesTheWidenedPath) {
+  MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "fp8_gemm_nt takes CUDA tensors only";
+  std::mt19937_64 rng(fresh_seed());
+  const Tensor flat = small_fp8(rng, 1, 1 + 4 * 32, DType::Float8_e4m3fn);
+  const Tensor b = small_fp8(rng, 8, 32, DType::Float8_e4m3fn);
+  const Tensor a = flat.view({-1}).narrow(0, 1, 4 * 32).view({4, 32});  // contiguous, one byte in
+  const Tensor ad = on_cuda(flat).view({-1}).narrow(0, 1, 4 * 32).view({4, 32});
+#if defined(MIXTAPE_CUDA_EMULATOR)
+  cuda_emulator::set_compute_capability(9, 0);
+#endif
+  const Tensor got = cuda::fp8_gemm_nt(ad, on_cuda(b), on_cuda(scalar_f32(1.0f)), on_cuda(scalar_f32(1.0f)), DType::Float32);
+#if defined(MIXTAPE_CUDA_EMULATOR)
+  cuda_emulator::set_compute_capability(8, 0);
+#endif
+  EXPECT_TRUE(same_bits(reference(a.contiguous(), b, 1.0f, 1.0f, DType::Float32), got, "misaligned a"));
+}
+
 TEST(CudaFp8Gemm, RefusesWhatNoFp8GemmTakes) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "fp8_gemm_nt takes CUDA tensors only";
