@@ -10,6 +10,8 @@
 #include <random>
 
 #include "amp/cuda/fp8_delayed_scaling.h"
+#include "amp/fp8_scaling.h"
+#include "ops/cuda/fp8_cast.h"
 #include "cuda_ops/cuda_test_util.h"
 #include "mixtape/mixtape.h"
 
@@ -76,6 +78,44 @@ TEST(CudaFp8DelayedScaling, UpdateEqualsTheCpuBitForBit) {
             EXPECT_TRUE(same_bits(c.scale_inv, d.scale_inv)) << what;
           }
         }
+}
+
+// The recipe's steps composed on the device, nothing read back between them: each role's cast
+// reads its scale from the meta's scale tensor and folds its amax into the history's row 0 (the
+// cast's amax argument is a one-element view of that row), then the update runs. The casts, the
+// histories and the scales equal the CPU recipe's (amax_of, record_amax, to_float8,
+// update_scales) bit for bit, step after step, saturation in the first step included.
+TEST(CudaFp8DelayedScaling, CastRecordAndUpdateStayOnTheDevice) {
+  MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "the device casts take CUDA tensors only";
+  std::mt19937_64 rng(fresh_seed());
+  DelayedScaling recipe;
+  recipe.amax_history_len = 3;
+  Fp8Metas cpu(recipe, {{"fc.weight", zeros({2, 2})}});
+  Fp8Meta& c = const_cast<Fp8Meta&>(cpu.metas()[0]);
+  Fp8Meta d;
+  d.name = c.name;
+  d.amax_history = on_cuda(c.amax_history);
+  d.scale = on_cuda(c.scale);
+  d.scale_inv = on_cuda(c.scale_inv);
+  for (int step = 0; step < 5; ++step) {
+    for (int role = 0; role < kFp8Roles; ++role) {
+      const DType dt = fp8_dtype_for(recipe.fp8_format, static_cast<Fp8Role>(role));
+      // Magnitudes up to 2^(10 + 3 step): step 0 saturates E4M3 at scale 1.
+      const Tensor x = random_input(rng, {7, 33}, DType::Float32, 0.5, std::ldexp(1.0, 10 + 3 * step));
+      const Tensor y_cpu = to_float8(x, dt, {c.scale_of(static_cast<Fp8Role>(role)), Fp8Saturation::Finite});
+      c.record_amax(static_cast<Fp8Role>(role), amax_of(x));
+      const Tensor slot = d.amax_history.select(0, 0).narrow(0, role, 1);
+      const Tensor y_dev = ::mixtape::cuda::to_float8(on_cuda(x), dt, {1.0f, Fp8Saturation::Finite},
+                                                      d.scale.narrow(0, role, 1), slot);
+      EXPECT_TRUE(same_bits(y_cpu, y_dev)) << "step " << step << " role " << role;
+    }
+    cpu.update_scales();
+    ::mixtape::amp::cuda::update_delayed_scaling(d, recipe);
+    EXPECT_TRUE(same_bits(c.amax_history, d.amax_history)) << "step " << step;
+    EXPECT_TRUE(same_bits(c.scale, d.scale)) << "step " << step;
+    EXPECT_TRUE(same_bits(c.scale_inv, d.scale_inv)) << "step " << step;
+  }
 }
 
 TEST(CudaFp8DelayedScaling, RefusesAMetaThatDoesNotFitTheRecipe) {
