@@ -2,6 +2,7 @@
 #include "amp/fp8_scaling.h"
 
 #include "amp/fp8_cast_table.h"
+#include "amp/fp8_scale_rule.h"
 
 #include <algorithm>
 #include <array>
@@ -31,19 +32,9 @@ float amax_of(const Tensor& x) {
   return m;
 }
 
+// The rule itself is amp/fp8_scale_rule.h's, shared with the device-side update (CUDA).
 float scale_from_amax(float amax, float fp8_max, float margin, bool power_of_2, float fallback) {
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return fallback;
-  const float scaled_max = fp8_max * std::exp2(-margin);
-  float s = scaled_max / amax;
-  if (!(s <= FLT_MAX)) s = FLT_MAX;  // inf (or scaled_max inf): TE's value_for_inf
-  if (s < FLT_MIN) s = FLT_MIN;      // keeps the scale and its reciprocal finite and positive
-  if (power_of_2) {
-    uint32_t bits;
-    std::memcpy(&bits, &s, sizeof bits);
-    bits &= 0xFF800000u;  // drop the mantissa: the power of two at or below s
-    std::memcpy(&s, &bits, sizeof s);
-  }
-  return s;
+  return fp8_scale_from_scaled_max(amax, fp8_max * std::exp2(-margin), power_of_2, fallback);
 }
 
 Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float* amax) {

@@ -1,5 +1,11 @@
 // bench/gpu_step.cpp — GPU figures for scripts/gpu-check.sh (Google Benchmark; target bench_gpu_step):
 //   gemm_f16/4096, gemm_f32/4096, gemm_f32_tf32/4096   4096^3 matmul, counter TFLOPS (2 n^3 / time)
+//   gemm_bf16/4096, gemm_fp8_e4m3/4096                 the same in BF16, and the FP8 GEMM
+//                                                     (cuda::fp8_gemm_nt: E4M3 x E4M3 -> BF16, FP32
+//                                                     accumulation, per-tensor scales on the device);
+//                                                     FP8 / BF16 TFLOPS is the FP8 speed-up. Below
+//                                                     compute capability 8.9 the FP8 row is skipped
+//                                                     (it would time the BF16 emulation)
 //   smallcnn_step/{fp32,amp_fp16,amp_bf16}            one SGD training step, batch 128, 28x28x1
 //   resnet20_step/{fp32,amp_fp16,amp_bf16}            one SGD training step, batch 128, 32x32x3
 //   resnet20_b1024_step/{fp32,amp_fp16,amp_bf16}      the same at batch 1024: at 128 an H200 step is
@@ -36,6 +42,7 @@
 #include "core/cuda_api.h"
 #include "mixtape/mixtape.h"
 #include "models/nn.h"
+#include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/gemm.h"
 
 using namespace mixtape;
@@ -56,6 +63,29 @@ void gemm(benchmark::State& state, DType dt, bool tf32) {
     benchmark::DoNotOptimize(c);
   }
   cuda::set_allow_tf32(false);
+  state.counters["TFLOPS"] = benchmark::Counter(2.0 * double(n) * double(n) * double(n) * 1e-12,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The FP8 GEMM as the FP8 recipes run it: operands already cast (the casts are not timed), unit
+// dequantising scales as device tensors, a BF16 result.
+void gemm_fp8(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  if (!cuda::fp8_gemm_native(0)) {
+    state.SkipWithError("no FP8 tensor cores (compute capability < 8.9): the row would time the BF16 emulation");
+    return;
+  }
+  Generator g(0);
+  const Tensor a = to_float8(randn({n, n}, TensorOptions(DType::Float32), &g).to(Device::CUDA()), DType::Float8_e4m3fn);
+  const Tensor b = to_float8(randn({n, n}, TensorOptions(DType::Float32), &g).to(Device::CUDA()), DType::Float8_e4m3fn);
+  const Tensor one = ones({1}, TensorOptions(DType::Float32)).to(Device::CUDA());
+  cuda::fp8_gemm_nt(a, b, one, one, DType::BFloat16);  // warm-up: cuBLASLt handle, heuristics, workspace
+  cuda::synchronize();
+  for (auto _ : state) {
+    Tensor c = cuda::fp8_gemm_nt(a, b, one, one, DType::BFloat16);
+    cuda::synchronize();
+    benchmark::DoNotOptimize(c);
+  }
   state.counters["TFLOPS"] = benchmark::Counter(2.0 * double(n) * double(n) * double(n) * 1e-12,
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -136,6 +166,8 @@ void register_all(bool graphs) {
   benchmark::RegisterBenchmark("gemm_f16", gemm, DType::Float16, false)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("gemm_f32", gemm, DType::Float32, false)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("gemm_f32_tf32", gemm, DType::Float32, true)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("gemm_bf16", gemm, DType::BFloat16, false)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("gemm_fp8_e4m3", gemm_fp8)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
   struct Row {
     const char* name;
     const char* model;

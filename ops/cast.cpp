@@ -161,15 +161,29 @@ Tensor to_device(const Tensor& x, Device device) {
 
 Tensor clone(const Tensor& x) { return dispatch1(kClone, {x}); }
 
+namespace {
+detail::Float8CudaCasts& float8_cuda_casts() {
+  static detail::Float8CudaCasts casts;
+  return casts;
+}
+}  // namespace
+bool detail::register_float8_cuda_casts(Float8CudaCasts casts) {
+  float8_cuda_casts() = casts;
+  return true;
+}
+
 Tensor to_float8(const Tensor& x, DType dtype, Float8Cast cast) {
   MT_CHECK(x.defined(), "to_float8: input is an undefined tensor");
   MT_CHECK(is_float8(dtype), "to_float8: the target must be Float8_e4m3fn or Float8_e5m2, got ", dtype_name(dtype));
   MT_CHECK(x.dtype() == DType::Float32 || is_reduced_float(x.dtype()),
            "to_float8: expected an f32, f16 or bf16 tensor (exactly representable in f32), got ", x.describe());
-  MT_CHECK(x.device().is_cpu(), "to_float8: runs on the CPU for now, got a tensor on ", x.device());
   MT_CHECK(std::isfinite(cast.scale) && cast.scale > 0.0f, "to_float8: scale must be finite and > 0, got ", cast.scale);
   MT_CHECK(!x.requires_grad(), "to_float8: not recorded by autograd, and ", x.describe(),
            " requires grad; pass x.detach()");
+  if (x.device().is_cuda()) {
+    MT_CHECK(float8_cuda_casts().to != nullptr, "to_float8: no CUDA kernel registered for ", x.describe());
+    return float8_cuda_casts().to(x, dtype, cast);
+  }
   const Tensor x32 = contiguous(cpu::cast_to(x, DType::Float32));
   Tensor out = Tensor::empty(x.sizes(), TensorOptions(dtype));
   const size_t n = static_cast<size_t>(x.numel());
@@ -183,8 +197,11 @@ Tensor to_float8(const Tensor& x, DType dtype, Float8Cast cast) {
 Tensor from_float8(const Tensor& x, float scale) {
   MT_CHECK(x.defined(), "from_float8: input is an undefined tensor");
   MT_CHECK(is_float8(x.dtype()), "from_float8: expected a Float8_e4m3fn or Float8_e5m2 tensor, got ", x.describe());
-  MT_CHECK(x.device().is_cpu(), "from_float8: runs on the CPU for now, got a tensor on ", x.device());
   MT_CHECK(std::isfinite(scale) && scale > 0.0f, "from_float8: scale must be finite and > 0, got ", scale);
+  if (x.device().is_cuda()) {
+    MT_CHECK(float8_cuda_casts().from != nullptr, "from_float8: no CUDA kernel registered for ", x.describe());
+    return float8_cuda_casts().from(x, scale);
+  }
   const Tensor xc = contiguous(x);
   Tensor out = Tensor::empty(x.sizes(), TensorOptions(DType::Float32));
   const size_t n = static_cast<size_t>(x.numel());

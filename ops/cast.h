@@ -18,7 +18,18 @@ Tensor contiguous(const Tensor& x);                // x if already contiguous, e
 //     y = fp8(f32(x) * cast.scale), rounded to nearest even, saturated as cast.saturation says
 //     (the recipes pass Fp8Saturation::Finite). cast.scale must be finite and > 0.
 //   from_float8(x: FP8 [*], scale) -> f32 [*]: y = f32(x) * scale, exact for power-of-two scales.
+// A CUDA tensor runs the CUDA backend's kernels (ops/cuda/fp8_cast.h, same bits).
 Tensor to_float8(const Tensor& x, DType dtype, Float8Cast cast = {1.0f, Fp8Saturation::Finite});
 Tensor from_float8(const Tensor& x, float scale = 1.0f);
+
+namespace detail {
+// How to_float8 / from_float8 reach the CUDA backend without this layer depending on it: the
+// backend registers its two functions at load time (ops/cuda/fp8_cast_ops.cpp); null without it.
+struct Float8CudaCasts {
+  Tensor (*to)(const Tensor& x, DType dtype, Float8Cast cast) = nullptr;
+  Tensor (*from)(const Tensor& x, float scale) = nullptr;
+};
+bool register_float8_cuda_casts(Float8CudaCasts casts);
+}  // namespace detail
 
 }  // namespace mixtape

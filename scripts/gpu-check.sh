@@ -5,7 +5,7 @@
 # gpu-labelled tests, the GPU benchmark (bench_gpu_step, eager and graphed), one profiled ResNet-20
 # AMP step (MIXTAPE_PROFILE=1: per-op device time and kernel launches), PyTorch eager and graphed
 # on the same GPU when it is there, and last the rest of the build and the CPU tests (capped by
-# the remaining budget).
+# the remaining budget). The benchmark includes the 4096^3 BF16 and FP8 GEMM rows and their ratio.
 # Prints a final table and an honest verdict (scripts/gpu_verdict.py): PASS only if a GPU was
 # visible, the gpu-labelled tests ran on it (a skip counts only for an expected reason) and the
 # benchmark produced figures. Every log stays under LOGDIR; a stage that times out leaves its log.
@@ -141,6 +141,10 @@ for b in data.get("benchmarks", []):
             continue
         counters.append(f"{k}={v:.4g}")
     print(f"{b['name']:<48} {b['real_time']:>10.3f} {b['time_unit']:<2} {' '.join(counters)}")
+# The FP8 GEMM's speed-up over BF16 at 4096^3 (docs/FP8.md, "Speed": the target is >= 1.6x).
+tflops = {b["name"].split("/")[0]: b.get("TFLOPS") for b in data.get("benchmarks", []) if not b.get("error_occurred")}
+if tflops.get("gemm_fp8_e4m3") and tflops.get("gemm_bf16"):
+    print(f"{'gemm_fp8_e4m3 / gemm_bf16 (TFLOPS)':<48} {tflops['gemm_fp8_e4m3'] / tflops['gemm_bf16']:>10.2f} x  (target >= 1.6)")
 PY
 )
   else

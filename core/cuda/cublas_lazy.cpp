@@ -103,3 +103,40 @@ MT_LAZY_CUBLAS(cublas_library, cublasStatus_t, cublasGemmStridedBatchedEx,
                (handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C,
                 Ctype, ldc, strideC, batchCount, computeType, algo))
 MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtCreate, (cublasLtHandle_t * handle), (handle))
+// The FP8 matmul (ops/cuda/fp8_gemm.cpp).
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatmulDescCreate,
+               (cublasLtMatmulDesc_t * matmulDesc, cublasComputeType_t computeType, cudaDataType_t scaleType),
+               (matmulDesc, computeType, scaleType))
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatmulDescDestroy, (cublasLtMatmulDesc_t matmulDesc),
+               (matmulDesc))
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatmulDescSetAttribute,
+               (cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr, const void* buf,
+                size_t sizeInBytes),
+               (matmulDesc, attr, buf, sizeInBytes))
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatrixLayoutCreate,
+               (cublasLtMatrixLayout_t * matLayout, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld),
+               (matLayout, type, rows, cols, ld))
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatrixLayoutDestroy, (cublasLtMatrixLayout_t matLayout),
+               (matLayout))
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatmulPreferenceCreate, (cublasLtMatmulPreference_t * pref),
+               (pref))
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatmulPreferenceDestroy, (cublasLtMatmulPreference_t pref),
+               (pref))
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatmulPreferenceSetAttribute,
+               (cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                size_t sizeInBytes),
+               (pref, attr, buf, sizeInBytes))
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatmulAlgoGetHeuristic,
+               (cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc,
+                cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+                cublasLtMatmulHeuristicResult_t heuristicResultsArray[], int* returnAlgoCount),
+               (lightHandle, operationDesc, Adesc, Bdesc, Cdesc, Ddesc, preference, requestedAlgoCount,
+                heuristicResultsArray, returnAlgoCount))
+MT_LAZY_CUBLAS(cublaslt_library, cublasStatus_t, cublasLtMatmul,
+               (cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha, const void* A,
+                cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, const void* beta,
+                const void* C, cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
+                const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspaceSizeInBytes, cudaStream_t stream),
+               (lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace,
+                workspaceSizeInBytes, stream))

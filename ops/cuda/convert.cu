@@ -5,6 +5,7 @@
 // payloads included). Also dropout and the Philox random fill (core/rng.h's stream, element i from words
 // i or 2i, 2i+1), so a CUDA rand/randn equals the CPU one up to libm's last ulp in Box–Muller.
 #include "core/rng.h"
+#include "ops/cuda/fp8_kernels.h"
 #include "ops/cuda/loops.cuh"
 
 namespace mixtape::cuda {
@@ -91,6 +92,7 @@ cudaError_t launch_dropout(DType dt, const void* x, void* out, bool* mask, int64
 }
 
 cudaError_t launch_copy(DType dst, DType src, const Operands& ops, cudaStream_t s) {
+  if (is_float8(dst) || is_float8(src)) return launch_copy_float8(dst, src, ops, s);  // ops/cuda/fp8_convert.cu
   return visit_all_cuda(dst, [&](auto to_tag) {
     using To = typename decltype(to_tag)::type;
     return visit_all_cuda(src, [&](auto from_tag) {
@@ -101,6 +103,7 @@ cudaError_t launch_copy(DType dst, DType src, const Operands& ops, cudaStream_t 
 }
 
 cudaError_t launch_fill(DType dt, const Operands& ops, double value, cudaStream_t s) {
+  if (is_float8(dt)) return launch_fill_float8(dt, ops, value, s);  // ops/cuda/fp8_convert.cu
   return visit_all_cuda(dt, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
     T v;

@@ -17,7 +17,7 @@ namespace {
 void fill_raw(const Tensor& t, double value, const char* op) {
   if (t.numel() == 0) return;
   DeviceGuard guard(t.device().index());
-  const Operands o = make_operands(op, t, {});
+  const Operands o = make_operands_float8_ok(op, t, {});
   MT_CUDA_CHECK(launch_fill(t.dtype(), o, value, current_stream()), op);
 }
 TensorList fill_cuda(const OpCall& c) {

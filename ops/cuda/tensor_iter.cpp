@@ -12,16 +12,20 @@ Tensor empty_on(const IntList& sizes, DType dt, Device device) {
 }
 
 Operands make_operands(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs) {
+  // Only copies and fills have FP8 CUDA kernels (docs/FP8.md): refuse here, naming the op and
+  // dtype, rather than let a kernel's dtype switch fail with a bare cudaErrorInvalidValue.
+  MT_CHECK(!is_float8(out.dtype()), op, ": no CUDA kernel for ", dtype_name(out.dtype()),
+           " (FP8 tensors on CUDA support to()/copy and fill; convert with .to(Float32) first)");
+  for (const Tensor& t : inputs)
+    MT_CHECK(!is_float8(t.dtype()), op, ": no CUDA kernel for ", dtype_name(t.dtype()),
+             " (FP8 tensors on CUDA support to()/copy and fill; convert with .to(Float32) first)");
+  return make_operands_float8_ok(op, out, inputs);
+}
+
+Operands make_operands_float8_ok(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs) {
   const IntList& shape = out.sizes();
   const int n = 1 + static_cast<int>(inputs.size());
   MT_CHECK(n <= kMaxOperands, op, ": too many operands for a CUDA elementwise kernel (", n, ")");
-  // No CUDA kernel reads or writes FP8 yet (docs/FP8.md): refuse here, naming the op and dtype,
-  // rather than let a kernel's dtype switch fail with a bare cudaErrorInvalidValue.
-  MT_CHECK(!is_float8(out.dtype()), op, ": no CUDA kernel for ", dtype_name(out.dtype()),
-           " yet (FP8 computes on the CPU for now)");
-  for (const Tensor& t : inputs)
-    MT_CHECK(!is_float8(t.dtype()), op, ": no CUDA kernel for ", dtype_name(t.dtype()),
-             " yet (FP8 computes on the CPU for now)");
   std::vector<IntList> st;
   std::vector<size_t> esize;
   std::vector<char*> data;
@@ -84,7 +88,7 @@ Tensor densify_if_huge(const Tensor& t, const IntList& shape, const char* op) {
 void copy_into(const Tensor& dst, const Tensor& src, const char* op) {
   if (dst.numel() == 0) return;
   DeviceGuard guard(dst.device().index());
-  const Operands o = make_operands(op, dst, {src});
+  const Operands o = make_operands_float8_ok(op, dst, {src});
   MT_CUDA_CHECK(launch_copy(dst.dtype(), src.dtype(), o, current_stream()), op);
 }
 

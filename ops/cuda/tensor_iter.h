@@ -19,6 +19,9 @@ Tensor empty_on(const IntList& sizes, DType dt, Device device);
 // more than kMaxDims dims remain after merging. Operands of >= 2^31 elements that are not dense
 // must be densified first (dense_inputs) unless the launcher instantiates 64-bit indexing.
 Operands make_operands(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs);
+// make_operands for the kernels that read and write FP8 (copies and fills, ops/cuda/fp8_convert.cu);
+// make_operands itself refuses FP8 operands by name, since no arithmetic kernel has FP8 yet.
+Operands make_operands_float8_ok(const char* op, const Tensor& out, std::initializer_list<Tensor> inputs);
 // `t` broadcast to `shape` as a dense tensor when the op has >= 2^31 elements and `t` is not
 // already dense with that shape (the launchers index such work with 64-bit only when dense).
 Tensor densify_if_huge(const Tensor& t, const IntList& shape, const char* op);

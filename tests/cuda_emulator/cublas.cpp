@@ -11,6 +11,8 @@
 //     null alpha or beta / negative batchCount are CUBLAS_STATUS_INVALID_VALUE; a
 //     (computeType, Atype, Btype, Ctype) row missing from cublasGemmEx's table, or an unknown
 //     algo, is CUBLAS_STATUS_NOT_SUPPORTED;
+//   - cuBLASLt: handles, and the FP8 matmul (cublasLtMatmul and its descriptors; its own section
+//     below says what is emulated);
 //   - alpha and beta are host pointers (the default CUBLAS_POINTER_MODE_HOST; this emulator has no
 //     cublasSetPointerMode) of the scale type: __half for COMPUTE_16F, float for the 32F compute
 //     types, double for 64F;
@@ -56,6 +58,7 @@
 #include <vector>
 
 #include "core/bfloat16.h"
+#include "core/float8.h"
 #include "core/half.h"
 #include "tests/cuda_emulator/emulator.h"
 
@@ -581,6 +584,286 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle) {
   if (!live(lightHandle, "cublasLtDestroy")) return CUBLAS_STATUS_NOT_INITIALIZED;
   remove_handle(lightHandle);
   delete lightHandle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // extern "C"
+
+// ---- cuBLASLt's FP8 matmul ----
+//
+// NVIDIA's documented semantics (cuBLAS reference, cublasLtMatmul and its FP8 section; cublasLt.h's
+// attribute comments), for per-tensor FP32 scales:
+//   D_temp = alpha * scale_A * scale_B * op(A) op(B) + beta * scale_C * C
+//   amax_D = max |D_temp|          (before the output scale: it measures what D is scaled from)
+//   D      = scale_D * D_temp, rounded to Dtype
+// with FP32 accumulation (CUBLAS_COMPUTE_32F, scale type CUDA_R_32F), a scale pointer left unset
+// (or NULL) meaning 1. What is emulated, and refused as the library refuses it:
+//   - A and B are CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2, not both E5M2; C is BF16, F16 or F32; D is C's
+//     type, or an FP8 type when C is BF16 or F16 (F32 C goes with F32 D only); anything else,
+//     including every non-FP8 matmul (not emulated), is CUBLAS_STATUS_NOT_SUPPORTED;
+//   - compute capability below 8.9 has no FP8 GEMM: NOT_SUPPORTED; on 8.9 and 9.x only the "TN"
+//     layout runs (transa = T, transb = N): NOT_SUPPORTED otherwise; 10.0 and later take any;
+//   - A, B, C and D 16-byte aligned and leading dimensions multiples of 16 bytes: NOT_SUPPORTED
+//     otherwise; D_SCALE_POINTER with a non-FP8 D: CUBLAS_STATUS_INVALID_VALUE (cublasLt.h: set for
+//     an unsupported combination);
+//   - epilogues other than the default, device pointer mode, batches (layout attributes) and
+//     matrix orders other than column-major are not emulated: NOT_SUPPORTED (or no definition).
+// Arithmetic: each dot product in order, one fused multiply-add per term in FP32 (products of two
+// FP8 values are exact in FP32); then s = alpha * scale_A * scale_B in FP32 (left to right),
+// D_temp = s * acc (+ (beta * scale_C) * C through one FMA when beta != 0); amax drops NaNs (as
+// fmaxf); D = fp8(scale_D * D_temp) saturating to the largest finite value (the epilogue's
+// satfinite conversion) or rounded to nearest even to BF16 / F16 / F32. Where the GPU's order of
+// summation differs, a caller's FP32-summation bound covers it.
+struct cublasLtMatmulDescEmu {
+  cublasComputeType_t compute;
+  cudaDataType scale_type;
+  cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  const float* scale[4] = {};  // A, B, C, D (device pointers)
+  float* amax_d = nullptr;
+  int32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  int32_t pointer_mode = CUBLASLT_POINTER_MODE_HOST;
+};
+struct cublasLtMatrixLayoutEmu {
+  cudaDataType type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct cublasLtMatmulPreferenceEmu {
+  uint64_t max_workspace = 0;
+};
+
+namespace mixtape::cuda_emulator {
+namespace {
+
+cublasLtMatmulDescEmu* desc_of(cublasLtMatmulDesc_t d) { return reinterpret_cast<cublasLtMatmulDescEmu*>(d); }
+cublasLtMatrixLayoutEmu* layout_of(cublasLtMatrixLayout_t l) { return reinterpret_cast<cublasLtMatrixLayoutEmu*>(l); }
+
+bool is_fp8(cudaDataType t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+size_t lt_element_size(cudaDataType t) { return is_fp8(t) ? 1 : element_size(t); }
+
+float lt_load(const char* p, cudaDataType t, int64_t i) {
+  if (t == CUDA_R_8F_E4M3) return e4m3fn_bits_to_float(static_cast<uint8_t>(p[i]));
+  if (t == CUDA_R_8F_E5M2) return e5m2_bits_to_float(static_cast<uint8_t>(p[i]));
+  return static_cast<float>(load(p, t, i));
+}
+void lt_store(char* p, cudaDataType t, int64_t i, float v) {
+  if (t == CUDA_R_8F_E4M3)
+    p[i] = static_cast<char>(float_to_e4m3fn_bits(v, Fp8Saturation::Finite));
+  else if (t == CUDA_R_8F_E5M2)
+    p[i] = static_cast<char>(float_to_e5m2_bits(v, Fp8Saturation::Finite));
+  else
+    store(p, t, i, v);
+}
+
+struct LtGemm {
+  bool ta, tb;
+  int64_t m, n, k;
+  cublasLtMatrixLayoutEmu a, b, c, d;
+  float alpha, beta;
+  const float* scale[4];
+  float* amax_d;
+};
+
+// The checks cublasLtMatmul and cublasLtMatmulAlgoGetHeuristic share (argument order: descriptors,
+// then the combination). Pointers are checked by cublasLtMatmul only.
+cublasStatus_t lt_plan(const cublasLtMatmulDescEmu* op, const cublasLtMatrixLayoutEmu* A,
+                       const cublasLtMatrixLayoutEmu* B, const cublasLtMatrixLayoutEmu* C,
+                       const cublasLtMatrixLayoutEmu* D, LtGemm* g) {
+  if (!op || !A || !B || !C || !D) return CUBLAS_STATUS_INVALID_VALUE;
+  const bool ta = op->transa != CUBLAS_OP_N, tb = op->transb != CUBLAS_OP_N;
+  const uint64_t m = ta ? A->cols : A->rows, k = ta ? A->rows : A->cols;
+  const uint64_t kb = tb ? B->cols : B->rows, n = tb ? B->rows : B->cols;
+  if (kb != k || C->rows != m || C->cols != n || D->rows != m || D->cols != n) return CUBLAS_STATUS_INVALID_VALUE;
+  for (const cublasLtMatrixLayoutEmu* l : {A, B, C, D})
+    if (l->ld < static_cast<int64_t>(std::max<uint64_t>(1, l->rows))) return CUBLAS_STATUS_INVALID_VALUE;
+  // The FP8 table.
+  if (!is_fp8(A->type) || !is_fp8(B->type)) return CUBLAS_STATUS_NOT_SUPPORTED;  // not emulated
+  if (A->type == CUDA_R_8F_E5M2 && B->type == CUDA_R_8F_E5M2) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (op->compute != CUBLAS_COMPUTE_32F || op->scale_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool c16 = C->type == CUDA_R_16BF || C->type == CUDA_R_16F;
+  const bool d_ok = D->type == C->type ? (c16 || C->type == CUDA_R_32F) : (c16 && is_fp8(D->type));
+  if (!d_ok) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (op->scale[3] && !is_fp8(D->type)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (op->epilogue != CUBLASLT_EPILOGUE_DEFAULT || op->pointer_mode != CUBLASLT_POINTER_MODE_HOST)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  // The architecture.
+  const int cc = compute_capability();
+  if (cc < 89) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (cc < 100 && !(ta && !tb)) return CUBLAS_STATUS_NOT_SUPPORTED;  // Ada and Hopper: TN only
+  for (const cublasLtMatrixLayoutEmu* l : {A, B, C, D})
+    if ((static_cast<uint64_t>(l->ld) * lt_element_size(l->type)) % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *g = LtGemm{ta, tb, static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k), *A, *B, *C, *D,
+              0.0f, 0.0f, {op->scale[0], op->scale[1], op->scale[2], op->scale[3]}, op->amax_d};
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+void lt_run(const LtGemm& g, const char* A, const char* B, const char* C, char* D) {
+  auto scale = [&](int i) { return g.scale[i] ? *g.scale[i] : 1.0f; };
+  const float s = g.alpha * scale(0) * scale(1);
+  const float bc = g.beta * scale(2);
+  std::vector<float> a(static_cast<size_t>(g.m * g.k)), b(static_cast<size_t>(g.n * g.k));
+  for (int64_t i = 0; i < g.m; ++i)
+    for (int64_t l = 0; l < g.k; ++l) a[i * g.k + l] = lt_load(A, g.a.type, g.ta ? i * g.a.ld + l : l * g.a.ld + i);
+  for (int64_t j = 0; j < g.n; ++j)
+    for (int64_t l = 0; l < g.k; ++l) b[j * g.k + l] = lt_load(B, g.b.type, g.tb ? l * g.b.ld + j : j * g.b.ld + l);
+  float amax = 0.0f;
+  for (int64_t j = 0; j < g.n; ++j)
+    for (int64_t i = 0; i < g.m; ++i) {
+      float acc = 0.0f;
+      for (int64_t l = 0; l < g.k; ++l) acc = std::fma(a[i * g.k + l], b[j * g.k + l], acc);
+      const float t = g.beta == 0.0f ? s * acc : std::fma(s, acc, bc * lt_load(C, g.c.type, j * g.c.ld + i));
+      const float at = std::fabs(t);
+      amax = at > amax ? at : amax;  // NaN compares false and is dropped
+      lt_store(D, g.d.type, j * g.d.ld + i, g.scale[3] ? scale(3) * t : t);
+    }
+  if (g.amax_d) *g.amax_d = amax;
+}
+
+}  // namespace
+}  // namespace mixtape::cuda_emulator
+
+extern "C" {
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmulDesc, cublasComputeType_t computeType,
+                                        cudaDataType_t scaleType) {
+  if (!matmulDesc) return CUBLAS_STATUS_INVALID_VALUE;
+  auto* d = new cublasLtMatmulDescEmu{};
+  d->compute = computeType;
+  d->scale_type = scaleType;
+  *matmulDesc = reinterpret_cast<cublasLtMatmulDesc_t>(d);  // opaque to callers; never read as the toolkit's
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
+  delete desc_of(matmulDesc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t sizeInBytes) {
+  cublasLtMatmulDescEmu* d = desc_of(matmulDesc);
+  if (!d || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+  auto get = [&](auto* field) {
+    if (sizeInBytes != sizeof(*field)) return CUBLAS_STATUS_INVALID_VALUE;
+    std::memcpy(field, buf, sizeInBytes);
+    return CUBLAS_STATUS_SUCCESS;
+  };
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: return get(&d->transa);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return get(&d->transb);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return get(&d->scale[0]);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return get(&d->scale[1]);
+    case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: return get(&d->scale[2]);
+    case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: return get(&d->scale[3]);
+    case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: return get(&d->amax_d);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return get(&d->epilogue);
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: return get(&d->pointer_mode);
+    case CUBLASLT_MATMUL_DESC_FAST_ACCUM: {
+      int8_t v = 0;
+      return get(&v);  // a speed hint; the emulator's accumulation is FP32 either way
+    }
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;  // not emulated
+  }
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout, cudaDataType type, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+  if (!matLayout) return CUBLAS_STATUS_INVALID_VALUE;
+  *matLayout = reinterpret_cast<cublasLtMatrixLayout_t>(new cublasLtMatrixLayoutEmu{type, rows, cols, ld});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
+  delete layout_of(matLayout);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  if (!pref) return CUBLAS_STATUS_INVALID_VALUE;
+  *pref = reinterpret_cast<cublasLtMatmulPreference_t>(new cublasLtMatmulPreferenceEmu{});
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete reinterpret_cast<cublasLtMatmulPreferenceEmu*>(pref);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
+                                                    size_t sizeInBytes) {
+  auto* p = reinterpret_cast<cublasLtMatmulPreferenceEmu*>(pref);
+  if (!p || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+  if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_NOT_SUPPORTED;  // not emulated
+  if (sizeInBytes != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+  std::memcpy(&p->max_workspace, buf, sizeInBytes);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// One algorithm (the emulator's one GEMM, needing no workspace) when the matmul is supported.
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
+                                              cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
+                                              cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
+                                              cublasLtMatmulPreference_t preference, int requestedAlgoCount,
+                                              cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
+                                              int* returnAlgoCount) {
+  if (!live(lightHandle, "cublasLtMatmulAlgoGetHeuristic")) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!preference || requestedAlgoCount < 1 || !heuristicResultsArray || !returnAlgoCount)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  LtGemm g{};
+  const cublasStatus_t st = lt_plan(desc_of(operationDesc), layout_of(Adesc), layout_of(Bdesc), layout_of(Cdesc),
+                                    layout_of(Ddesc), &g);
+  *returnAlgoCount = 0;
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  heuristicResultsArray[0] = cublasLtMatmulHeuristicResult_t{};
+  heuristicResultsArray[0].state = CUBLAS_STATUS_SUCCESS;
+  heuristicResultsArray[0].wavesCount = 1.0f;
+  *returnAlgoCount = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspaceSizeInBytes, cudaStream_t stream) {
+  static constexpr const char* call = "cublasLtMatmul";
+  (void)algo;  // any algorithm the heuristic returned computes the same contract here
+  if (!live(lightHandle, call)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+  LtGemm g{};
+  const cublasStatus_t st =
+      lt_plan(desc_of(computeDesc), layout_of(Adesc), layout_of(Bdesc), layout_of(Cdesc), layout_of(Ddesc), &g);
+  if (st != CUBLAS_STATUS_SUCCESS) return st;
+  for (const void* p : {A, B, C, static_cast<const void*>(D)})
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (is_device_range(alpha, 4) || is_device_range(beta, 4))
+    fault("%s: alpha or beta is device memory, but the pointer mode is CUBLASLT_POINTER_MODE_HOST", call);
+  g.alpha = *static_cast<const float*>(alpha);
+  g.beta = *static_cast<const float*>(beta);
+  if (g.m == 0 || g.n == 0) return CUBLAS_STATUS_SUCCESS;
+  const int dev = lightHandle->device;
+  if (current_device() != dev)
+    fault("%s: the current device is %d, but the handle belongs to device %d", call, current_device(), dev);
+  if (stream_device(stream) != dev)
+    fault("%s: the stream belongs to device %d, the handle to device %d", call, stream_device(stream), dev);
+  auto bytes = [](const cublasLtMatrixLayoutEmu& l) {
+    return extent(static_cast<int64_t>(l.rows), static_cast<int64_t>(l.cols), l.ld, lt_element_size(l.type));
+  };
+  check_operand(call, "A", -1, A, bytes(g.a), dev);
+  check_operand(call, "B", -1, B, bytes(g.b), dev);
+  if (g.beta != 0.0f) check_operand(call, "C", -1, C, bytes(g.c), dev);
+  check_operand(call, "D", -1, D, bytes(g.d), dev);
+  const char* names[4] = {"A_SCALE_POINTER", "B_SCALE_POINTER", "C_SCALE_POINTER", "D_SCALE_POINTER"};
+  for (int i = 0; i < 4; ++i)
+    if (g.scale[i]) check_operand(call, names[i], -1, g.scale[i], sizeof(float), dev);
+  if (g.amax_d) check_operand(call, "AMAX_D_POINTER", -1, g.amax_d, sizeof(float), dev);
+  if (workspaceSizeInBytes > 0) check_operand(call, "workspace", -1, workspace, workspaceSizeInBytes, dev);
+  enqueue(stream, [=] {
+    DeviceAccess access;
+    lt_run(g, static_cast<const char*>(A), static_cast<const char*>(B), static_cast<const char*>(C),
+           static_cast<char*>(D));
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 

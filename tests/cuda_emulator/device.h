@@ -54,6 +54,13 @@ inline T atomic_rmw_min(T* p, T v) {
   return old;
 }
 
+template <typename T>
+inline T atomic_rmw_max(T* p, T v) {
+  T old = *p;
+  if (v > old) *p = v;
+  return old;
+}
+
 }  // namespace mixtape::cuda_emulator
 
 #define threadIdx (::mixtape::cuda_emulator::g_coords.thread_idx)
@@ -70,6 +77,7 @@ inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
   return ::mixtape::cuda_emulator::atomic_rmw_add(p, v);
 }
 inline int atomicMin(int* p, int v) { return ::mixtape::cuda_emulator::atomic_rmw_min(p, v); }
+inline unsigned atomicMax(unsigned* p, unsigned v) { return ::mixtape::cuda_emulator::atomic_rmw_max(p, v); }
 inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v) {
   return ::mixtape::cuda_emulator::atomic_rmw_min(p, v);
 }

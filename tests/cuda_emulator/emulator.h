@@ -110,6 +110,10 @@ uint64_t copies_enqueued(cudaStream_t s);
 // Whether streams keep stream order only (MIXTAPE_CUDA_EMULATOR_STREAMS=deferred, the default);
 // tests that observe stream order skip under `immediate`.
 bool streams_deferred();
+// Every emulated device's compute capability, 10 * major + minor (default 80, an A100): tests set
+// 89 or 90 to run what needs Ada or Hopper (cuBLASLt's FP8 matmul), process-wide.
+void set_compute_capability(int major, int minor);
+int compute_capability();
 
 // cuDNN (cudnn.cpp): what the last convolution of a direction (0 forward, 1 backward data, 2
 // backward filter) ran with: its algorithm and the descriptor's math type (-1 before any). And two

@@ -355,6 +355,12 @@ cudaError_t refuse_on_capture(CUstream_st* s) {
 
 }  // namespace
 
+namespace {
+std::atomic<int> g_compute_capability{80};
+}  // namespace
+void set_compute_capability(int major, int minor) { g_compute_capability = 10 * major + minor; }
+int compute_capability() { return g_compute_capability; }
+
 bool streams_deferred() { return deferred(); }
 
 bool stream_has_queued_work(cudaStream_t s) {
@@ -520,14 +526,15 @@ cudaError_t cudaSetDevice(int device) {
   t_device = device;
   return cudaSuccess;
 }
-// Compute capability 8.0 (an A100's), the architecture generation mixtape asks about; any other
-// attribute is not emulated and faults, so a new use is noticed.
+// The compute capability (8.0, an A100's, unless a test set another with set_compute_capability),
+// the architecture generation mixtape asks about; any other attribute is not emulated and faults,
+// so a new use is noticed.
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   if (!value) return fail(cudaErrorInvalidValue);
   if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
   switch (attr) {
-    case cudaDevAttrComputeCapabilityMajor: *value = 8; return cudaSuccess;
-    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor: *value = compute_capability() / 10; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = compute_capability() % 10; return cudaSuccess;
     default: fault("cudaDeviceGetAttribute: attribute %d is not supported by the emulator", static_cast<int>(attr));
   }
 }
