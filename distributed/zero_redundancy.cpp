@@ -128,6 +128,10 @@ void ZeroRedundancyOptimizer::partition() {
           const Tensor& p = params[i].second;
           pc.shard = p.as_strided_alias({pc.length}, {1}, p.storage_offset() + pc.begin);
           pc.shard.requires_grad_(true);
+          // A grad dtype the user chose is the piece's too (the shard's optimizer then keeps it, as
+          // the unsharded one keeps the parameter's): its averaged gradient is rounded to it as
+          // DDP rounds the parameter's .grad.
+          if (p.has_explicit_grad_dtype()) pc.shard.set_grad_dtype(p.grad_dtype());
           pc.shard.set_name(params[i].first + "[" + std::to_string(pc.begin) + ":" +
                             std::to_string(pc.begin + pc.length) + "]");
         }

@@ -190,6 +190,44 @@ TEST(AnyRanksZero, SixteenBitModelsGetTheMastersRoundingOnEveryRank) {
   }
 }
 
+// A 16-bit gradient dtype the user chose (set_grad_dtype before the optimizer: the unsharded
+// optimizer keeps it, docs/AMP.md "Master weights") holds on the shard's pieces too: the averaged
+// gradient is rounded to it as DDP rounds the parameter's .grad, so the steps stay DDP's.
+TEST(AnyRanksZero, AnExplicitSixteenBitGradDtypeIsTheShardsToo) {
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    std::vector<Result> results;
+    for (bool zero : {false, true}) {
+      manual_seed(31);
+      auto net = std::make_shared<models::MLP>(20, std::vector<int64_t>{7, 5}, 10);
+      net->to(dt);
+      for (const Tensor& p : net->parameters()) p.set_grad_dtype(dt);
+      // FP32 buckets (the default for 16-bit gradients): the rounding to the grad dtype is visible.
+      DistributedDataParallel ddp(net, pg(), kSmallBuckets);
+      std::unique_ptr<optim::Optimizer> plain;
+      std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+      if (zero)
+        sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, adam());
+      else
+        plain = adam()({optim::ParamGroup(net->parameters())});
+      optim::Optimizer& opt = zero ? sharded->optimizer() : *plain;
+      const int w = pg().world_size(), r = pg().rank();
+      for (int step = 0; step < 3; ++step) {
+        auto gb = dist_test::global_batch(6 * w, step, dt);
+        opt.zero_grad();
+        cross_entropy(ddp(gb.x.narrow(0, 6 * r, 6)).to(DType::Float32), gb.y.narrow(0, 6 * r, 6)).backward();
+        if (zero)
+          for (const auto& pc : sharded->pieces())
+            if (pc.shard.grad().defined()) EXPECT_EQ(pc.shard.grad().dtype(), dt) << pc.shard.name();
+        opt.step();
+      }
+      Result res;
+      for (const Tensor& p : net->parameters()) res.params.push_back(p.clone());
+      results.push_back(res);
+    }
+    expect_same_params(results[0], results[1], std::string("explicit grad dtype ") + std::string(dtype_name(dt)));
+  }
+}
+
 TEST(AnyRanksZero, AccumulationGroupsAndSchedulesMatchDDP) {
   TrainRun run{.dt = DType::Float32, .make = adam(0.01), .two_groups = true, .accumulate = 3, .schedule = true, .steps = 4};
   expect_same_params(train(run, false), train(run, true), "Adam, 2 groups, 3 micro-batches, StepLR");
