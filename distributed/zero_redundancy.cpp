@@ -331,6 +331,11 @@ StateDict ZeroRedundancyOptimizer::state_dict() {
       int64_t step = 0;
       std::vector<bool> present(fields.size(), false);
       std::vector<Tensor> whole(fields.size());
+      if (p.numel() == 0) {
+        // No rank holds a piece of an empty parameter; its (empty) master is still the dict's.
+        present[0] = true;
+        whole[0] = zeros({0}, TensorOptions(state_dt));
+      }
       for (int r = 0; r < world; ++r) {
         const auto& ps = pieces_[static_cast<size_t>(r)];
         for (size_t j = 0; j < ps.size(); ++j) {

@@ -535,6 +535,38 @@ TEST(AnyRanksZero, PartlyUsedAndUnusedParametersMatchDDP) {
   EXPECT_TRUE(same_bits(after[1][4], fresh->c->parameters()[0])) << "c is never updated";
 }
 
+// A parameter with no elements (no rank holds a piece of it) in a 16-bit model: the gathered
+// dict still has its empty master, as the unsharded optimizer's has, and loads into one.
+class WithEmpty : public nn::Module {
+ public:
+  WithEmpty() : nn::Module("WithEmpty") {
+    w = register_parameter("w", full({3}, 0.5));
+    e = register_parameter("e", zeros({2, 0}));
+  }
+  Tensor forward(const Tensor& x) override { return (w * x).sum() + e.sum(); }
+  Tensor w, e;
+};
+
+TEST(AnyRanksZero, AnEmptyParameterKeepsItsMasterInTheStateDict) {
+  auto net = std::make_shared<WithEmpty>();
+  net->to(DType::BFloat16);
+  DistributedDataParallel ddp(net, pg());
+  ZeroRedundancyOptimizer zero(ddp, adam());
+  zero.zero_grad();
+  ddp(full({3}, 1.0, TensorOptions(DType::BFloat16))).to(DType::Float32).backward();
+  zero.step();
+  StateDict sd;
+  ASSERT_EQ(error_of([&] { sd = zero.state_dict(); }), "(no error)");
+  ASSERT_TRUE(sd.count("state.1.master"));
+  EXPECT_EQ(sd.at("state.1.master").sizes(), (IntList{2, 0}));
+  EXPECT_EQ(sd.at("state.1.master").dtype(), DType::Float32);
+  auto copy = std::make_shared<WithEmpty>();
+  copy->to(DType::BFloat16);
+  optim::Adam plain(copy->parameters(), optim::AdamOptions{.lr = 0.01});
+  EXPECT_EQ(error_of([&] { plain.load_state_dict(sd); }), "(no error)");
+  EXPECT_EQ(error_of([&] { zero.load_state_dict(sd); }), "(no error)");
+}
+
 TEST(AnyRanksZero, RefusesWhatItCannotShard) {
   auto net = make_net(DType::Float32), other = make_net(DType::Float32);
   DistributedDataParallel ddp(net, pg(), kSmallBuckets);
