@@ -128,6 +128,10 @@ void ZeroRedundancyOptimizer::partition() {
           const Tensor& p = params[i].second;
           pc.shard = p.as_strided_alias({pc.length}, {1}, p.storage_offset() + pc.begin);
           pc.shard.requires_grad_(true);
+          // A grad dtype the user chose is the piece's too (the shard's optimizer then keeps it, as
+          // the unsharded one keeps the parameter's): its averaged gradient is rounded to it as
+          // DDP rounds the parameter's .grad.
+          if (p.has_explicit_grad_dtype()) pc.shard.set_grad_dtype(p.grad_dtype());
           pc.shard.set_name(params[i].first + "[" + std::to_string(pc.begin) + ":" +
                             std::to_string(pc.begin + pc.length) + "]");
         }
@@ -327,6 +331,11 @@ StateDict ZeroRedundancyOptimizer::state_dict() {
       int64_t step = 0;
       std::vector<bool> present(fields.size(), false);
       std::vector<Tensor> whole(fields.size());
+      if (p.numel() == 0) {
+        // No rank holds a piece of an empty parameter; its (empty) master is still the dict's.
+        present[0] = true;
+        whole[0] = zeros({0}, TensorOptions(state_dt));
+      }
       for (int r = 0; r < world; ++r) {
         const auto& ps = pieces_[static_cast<size_t>(r)];
         for (size_t j = 0; j < ps.size(); ++j) {

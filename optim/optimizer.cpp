@@ -508,7 +508,8 @@ void Optimizer::step() {
   pending_inv_scale_ = 1.0f;
   inv_scale_pending_ = false;
   pending_found_inf_ = pending_inv_scale_t_ = Tensor();
-  for (auto& [id, fn] : post_hooks_) fn();
+  // A copy: a hook may remove itself or another while they run.
+  for (auto& [id, fn] : std::vector(post_hooks_)) fn();
 }
 
 int Optimizer::register_step_post_hook(std::function<void()> fn) {

@@ -73,7 +73,8 @@ class Optimizer {
   void zero_grad(bool set_to_none = true);
   // `fn()` runs at the end of every step() (PyTorch's register_step_post_hook), in registration
   // order: distributed::ZeroRedundancyOptimizer all-gathers the parameters its shard updated
-  // there. Not when a GradScaler skips the step (step() is not called). Returns an id for removal.
+  // there. Not when a GradScaler skips the step (step() is not called). Returns an id for removal;
+  // a hook may remove itself or another while the hooks run (the others of that step still run).
   int register_step_post_hook(std::function<void()> fn);
   void remove_step_post_hook(int id);
   // `fn()` runs at the start of every step(), before anything changes (PyTorch's

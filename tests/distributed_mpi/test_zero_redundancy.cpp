@@ -190,6 +190,44 @@ TEST(AnyRanksZero, SixteenBitModelsGetTheMastersRoundingOnEveryRank) {
   }
 }
 
+// A 16-bit gradient dtype the user chose (set_grad_dtype before the optimizer: the unsharded
+// optimizer keeps it, docs/AMP.md "Master weights") holds on the shard's pieces too: the averaged
+// gradient is rounded to it as DDP rounds the parameter's .grad, so the steps stay DDP's.
+TEST(AnyRanksZero, AnExplicitSixteenBitGradDtypeIsTheShardsToo) {
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    std::vector<Result> results;
+    for (bool zero : {false, true}) {
+      manual_seed(31);
+      auto net = std::make_shared<models::MLP>(20, std::vector<int64_t>{7, 5}, 10);
+      net->to(dt);
+      for (const Tensor& p : net->parameters()) p.set_grad_dtype(dt);
+      // FP32 buckets (the default for 16-bit gradients): the rounding to the grad dtype is visible.
+      DistributedDataParallel ddp(net, pg(), kSmallBuckets);
+      std::unique_ptr<optim::Optimizer> plain;
+      std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+      if (zero)
+        sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, adam());
+      else
+        plain = adam()({optim::ParamGroup(net->parameters())});
+      optim::Optimizer& opt = zero ? sharded->optimizer() : *plain;
+      const int w = pg().world_size(), r = pg().rank();
+      for (int step = 0; step < 3; ++step) {
+        auto gb = dist_test::global_batch(6 * w, step, dt);
+        opt.zero_grad();
+        cross_entropy(ddp(gb.x.narrow(0, 6 * r, 6)).to(DType::Float32), gb.y.narrow(0, 6 * r, 6)).backward();
+        if (zero)
+          for (const auto& pc : sharded->pieces())
+            if (pc.shard.grad().defined()) EXPECT_EQ(pc.shard.grad().dtype(), dt) << pc.shard.name();
+        opt.step();
+      }
+      Result res;
+      for (const Tensor& p : net->parameters()) res.params.push_back(p.clone());
+      results.push_back(res);
+    }
+    expect_same_params(results[0], results[1], std::string("explicit grad dtype ") + std::string(dtype_name(dt)));
+  }
+}
+
 TEST(AnyRanksZero, AccumulationGroupsAndSchedulesMatchDDP) {
   TrainRun run{.dt = DType::Float32, .make = adam(0.01), .two_groups = true, .accumulate = 3, .schedule = true, .steps = 4};
   expect_same_params(train(run, false), train(run, true), "Adam, 2 groups, 3 micro-batches, StepLR");
@@ -495,6 +533,38 @@ TEST(AnyRanksZero, PartlyUsedAndUnusedParametersMatchDDP) {
   manual_seed(5);
   auto fresh = std::make_shared<PartlyUsed>();
   EXPECT_TRUE(same_bits(after[1][4], fresh->c->parameters()[0])) << "c is never updated";
+}
+
+// A parameter with no elements (no rank holds a piece of it) in a 16-bit model: the gathered
+// dict still has its empty master, as the unsharded optimizer's has, and loads into one.
+class WithEmpty : public nn::Module {
+ public:
+  WithEmpty() : nn::Module("WithEmpty") {
+    w = register_parameter("w", full({3}, 0.5));
+    e = register_parameter("e", zeros({2, 0}));
+  }
+  Tensor forward(const Tensor& x) override { return (w * x).sum() + e.sum(); }
+  Tensor w, e;
+};
+
+TEST(AnyRanksZero, AnEmptyParameterKeepsItsMasterInTheStateDict) {
+  auto net = std::make_shared<WithEmpty>();
+  net->to(DType::BFloat16);
+  DistributedDataParallel ddp(net, pg());
+  ZeroRedundancyOptimizer zero(ddp, adam());
+  zero.zero_grad();
+  ddp(full({3}, 1.0, TensorOptions(DType::BFloat16))).to(DType::Float32).backward();
+  zero.step();
+  StateDict sd;
+  ASSERT_EQ(error_of([&] { sd = zero.state_dict(); }), "(no error)");
+  ASSERT_TRUE(sd.count("state.1.master"));
+  EXPECT_EQ(sd.at("state.1.master").sizes(), (IntList{2, 0}));
+  EXPECT_EQ(sd.at("state.1.master").dtype(), DType::Float32);
+  auto copy = std::make_shared<WithEmpty>();
+  copy->to(DType::BFloat16);
+  optim::Adam plain(copy->parameters(), optim::AdamOptions{.lr = 0.01});
+  EXPECT_EQ(error_of([&] { plain.load_state_dict(sd); }), "(no error)");
+  EXPECT_EQ(error_of([&] { zero.load_state_dict(sd); }), "(no error)");
 }
 
 TEST(AnyRanksZero, RefusesWhatItCannotShard) {

@@ -121,6 +121,23 @@ TEST(Step, PostHooksRunAfterEveryStepInOrderUntilRemoved) {
   EXPECT_THROW(opt.register_step_post_hook({}), Error);
 }
 
+// A hook may remove itself (a one-shot hook, as with PyTorch's handle.remove()) or another while
+// the hooks run: the others of that step still run, each once.
+TEST(Step, AHookMayRemoveItselfWhileTheHooksRun) {
+  Tensor p = param_from({1.0, 2.0}, {2}, DType::Float32);
+  optim::SGD opt({p}, {.lr = 0.5});
+  std::vector<std::string> seen;
+  int a = -1, pre = -1;
+  a = opt.register_step_post_hook([&] { seen.push_back("a"), opt.remove_step_post_hook(a); });
+  opt.register_step_post_hook([&] { seen.push_back("b"); });
+  pre = opt.register_step_pre_hook([&] { seen.push_back("pre"), opt.remove_step_pre_hook(pre); });
+  opt.register_step_pre_hook([&] { seen.push_back("pre2"); });
+  p.set_grad(tensor({1.0, 1.0}));
+  opt.step();
+  opt.step();
+  EXPECT_EQ(seen, (std::vector<std::string>{"pre", "pre2", "a", "b", "pre2", "b"}));
+}
+
 // PyTorch's register_step_pre_hook: before anything changes, so a hook that throws refuses the
 // step with the parameters and state untouched; inv_scale_pending says whether the step about to
 // run is a GradScaler's (set_inv_scale_for_next_step since the last step or zero_grad).
