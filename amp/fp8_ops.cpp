@@ -121,7 +121,40 @@ class Fp8GemmNode final : public Node {
     }
   }
 
+  // The backward's GEMMs run no kernel through run_kernel: the NaN locator checks the node here,
+  // as one op whose inputs are the output gradient and the saved FP8 operands.
   TensorList apply(TensorList grads) override {
+    if (!numerics::enabled()) return compute(grads);
+    const OpSchema& op = backward_schema(s_.kind);
+    OpCall call;
+    call.op = &op;
+    call.inputs = {grads.empty() ? Tensor() : grads[0], p_.data, q_.data, x_keep_};
+    const numerics::PreKernel pre = numerics::before_kernel(op, call);
+    TensorList out = compute(grads);
+    if (pre.active) numerics::after_kernel(op, call, out, pre);
+    return out;
+  }
+
+  std::string name() const override {
+    return s_.kind == GemmKind::Linear ? "Fp8LinearBackward"
+           : s_.kind == GemmKind::Matmul ? "Fp8MatmulBackward" : "Fp8Conv2dBackward";
+  }
+
+ private:
+  static const OpSchema& backward_schema(GemmKind kind) {
+    static const auto make = [](const char* name) {
+      auto* s = new OpSchema;  // leaked on purpose: lives as long as the process, like registered schemas
+      s->name = name;
+      s->arg_names = {"grad_output", "saved input (FP8)", "saved weight (FP8)", "saved input"};
+      return s;
+    };
+    static const OpSchema* linear = make("linear_fp8_backward");
+    static const OpSchema* matmul = make("matmul_fp8_backward");
+    static const OpSchema* conv = make("conv2d_fp8_backward");
+    return kind == GemmKind::Linear ? *linear : kind == GemmKind::Matmul ? *matmul : *conv;
+  }
+
+  TensorList compute(const TensorList& grads) {
     const std::string who_s = std::string(kind_name(s_.kind)) + " (Fp8Autocast backward)";
     const char* who = who_s.c_str();
     MT_CHECK(!released_, who, ": trying to backward through the FP8 GEMM a second time; pass retain_graph=true "
@@ -186,10 +219,7 @@ class Fp8GemmNode final : public Node {
     return out;
   }
 
-  std::string name() const override {
-    return s_.kind == GemmKind::Linear ? "Fp8LinearBackward"
-           : s_.kind == GemmKind::Matmul ? "Fp8MatmulBackward" : "Fp8Conv2dBackward";
-  }
+ public:
   std::string describe() const override {
     std::ostringstream os;
     os << name() << "  (" << recipe_string(s_.recipe) << "; saved: " << (p_.data.defined() ? p_.data.describe() : "-")

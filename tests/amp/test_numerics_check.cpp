@@ -191,6 +191,20 @@ TEST(NumericsCheck, NamesAnFp8LinearThatOverflows) {
   EXPECT_TRUE(has(e.what(), "in a BFloat16 region: floating inputs cast to Float8_e4m3fn")) << e.what();
 }
 
+// The FP8 GEMMs' backward also runs outside run_kernel: an FP8 linear whose input gradient
+// overflows (finite output gradient and weight) is named as its backward, with its tape entry.
+TEST(NumericsCheck, NamesAnFp8LinearsBackwardThatOverflows) {
+  CheckNumerics check;
+  const Tensor x = full({1, 4}, 1e-30).requires_grad_(true), w = full({2, 4}, 1e30);  // forward: 4
+  amp::Fp8Autocast fp8(amp::CurrentScaling{}, nullptr, {DType::Float32});
+  const Tensor y = linear(x, w);
+  const NumericsError e = error_of([&] { y.backward(full({1, 2}, 1e10)); });  // dx = 2e40 > FLT_MAX
+  EXPECT_EQ(e.op(), "linear_fp8_backward");
+  EXPECT_TRUE(e.backward());
+  EXPECT_TRUE(has(e.what(), "Fp8LinearBackward")) << e.what();
+  EXPECT_TRUE(has(e.what(), "grad_output")) << e.what();
+}
+
 // A forward run while an earlier micro-batch's scaled loss is in flight (gradient accumulation:
 // scale().backward(), then the next forward, before update()) is not the scaler's to absorb:
 // its overflow is a fault, as outside the scaler.
