@@ -24,6 +24,25 @@ inline std::shared_ptr<models::MLP> make_mlp(uint64_t seed, DType dt = DType::Fl
   return m;
 }
 
+// Three Linear(4, 3) layers for the unused-parameter tests: "a" is used by every rank, "b" only
+// where use_b is set (a test sets it on rank 0), "c" by none.
+class PartlyUsed : public nn::Module {
+ public:
+  explicit PartlyUsed(DType dt = DType::Float32) : nn::Module("PartlyUsed") {
+    manual_seed(5);
+    a = register_module("a", std::make_shared<nn::Linear>(4, 3));
+    b = register_module("b", std::make_shared<nn::Linear>(4, 3));
+    c = register_module("c", std::make_shared<nn::Linear>(4, 3));
+    if (dt != DType::Float32) to(dt);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = (*a)(x);
+    return use_b ? y + (*b)(x) : y;
+  }
+  std::shared_ptr<nn::Linear> a, b, c;
+  bool use_b = true;
+};
+
 // Step `step`'s global batch (n x 20 inputs, n class targets), the same on every rank.
 struct GlobalBatch {
   Tensor x, y;

@@ -158,27 +158,10 @@ TEST(AnyRanksDDP, GradientsFillingSeveralBucketsEqualTheWholeBatchs) {
         << a[k].first;
 }
 
-// "a" is used everywhere, "b" by rank 0 only, "c" by no rank.
-class PartlyUsed : public nn::Module {
- public:
-  PartlyUsed() : nn::Module("PartlyUsed") {
-    manual_seed(5);
-    a = register_module("a", std::make_shared<nn::Linear>(4, 3));
-    b = register_module("b", std::make_shared<nn::Linear>(4, 3));
-    c = register_module("c", std::make_shared<nn::Linear>(4, 3));
-    to(DType::Float64);
-  }
-  Tensor forward(const Tensor& x) override {
-    Tensor y = (*a)(x);
-    return use_b ? y + (*b)(x) : y;
-  }
-  std::shared_ptr<nn::Linear> a, b, c;
-  bool use_b = true;
-};
-
+// dist_test::PartlyUsed: "a" is used everywhere, "b" by rank 0 only, "c" by no rank.
 TEST(AnyRanksDDP, UnusedParametersGetNoGradientAndPartlyUsedOnesTheAverage) {
   const int w = pg().world_size(), r = pg().rank();
-  auto net = std::make_shared<PartlyUsed>();
+  auto net = std::make_shared<dist_test::PartlyUsed>(DType::Float64);
   DistributedDataParallel ddp(net, pg());
   optim::SGD opt(net->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.1});
   const Tensor c_before = net->c->parameters()[0].clone();
@@ -212,9 +195,9 @@ TEST(AnyRanksDDP, GradientAsBucketViewIsBitIdenticalAndTheGradientsLiveInTheBuck
   };
   auto train = [&](bool view, bool partly) {
     std::shared_ptr<nn::Module> net;
-    std::shared_ptr<PartlyUsed> pu;
+    std::shared_ptr<dist_test::PartlyUsed> pu;
     if (partly) {
-      pu = std::make_shared<PartlyUsed>();
+      pu = std::make_shared<dist_test::PartlyUsed>(DType::Float64);
       pu->use_b = r == 0;
       net = pu;
     } else {

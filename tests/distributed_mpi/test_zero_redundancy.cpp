@@ -489,28 +489,12 @@ TEST(AnyRanksZero, StateDictIsTheUnshardedOnesAndResumesOnAnyWorldSize) {
 
 // "a" is used everywhere, "b" by rank 0 only, "c" by no rank: the used counts reach every chunk,
 // so each shard of b gets rank 0's gradient over N and c's pieces no gradient (the optimizer
-// skips them: no weight decay, no momentum), as with DDP and the unsharded optimizer.
-class PartlyUsed : public nn::Module {
- public:
-  PartlyUsed() : nn::Module("PartlyUsed") {
-    manual_seed(5);
-    a = register_module("a", std::make_shared<nn::Linear>(4, 3));
-    b = register_module("b", std::make_shared<nn::Linear>(4, 3));
-    c = register_module("c", std::make_shared<nn::Linear>(4, 3));
-  }
-  Tensor forward(const Tensor& x) override {
-    Tensor y = (*a)(x);
-    return use_b ? y + (*b)(x) : y;
-  }
-  std::shared_ptr<nn::Linear> a, b, c;
-  bool use_b = true;
-};
-
+// skips them: no weight decay, no momentum), as with DDP and the unsharded optimizer (dist_test::PartlyUsed).
 TEST(AnyRanksZero, PartlyUsedAndUnusedParametersMatchDDP) {
   const int r = pg().rank();
   std::vector<std::vector<Tensor>> after;
   for (bool zero : {false, true}) {
-    auto net = std::make_shared<PartlyUsed>();
+    auto net = std::make_shared<dist_test::PartlyUsed>();
     DistributedDataParallel ddp(net, pg(), {.bucket_cap_bytes = 40, .first_bucket_cap_bytes = 40});
     std::unique_ptr<optim::Optimizer> plain;
     std::unique_ptr<ZeroRedundancyOptimizer> sharded;
@@ -531,7 +515,7 @@ TEST(AnyRanksZero, PartlyUsedAndUnusedParametersMatchDDP) {
   }
   for (size_t k = 0; k < after[0].size(); ++k) EXPECT_TRUE(same_bits(after[0][k], after[1][k])) << "parameter " << k;
   manual_seed(5);
-  auto fresh = std::make_shared<PartlyUsed>();
+  auto fresh = std::make_shared<dist_test::PartlyUsed>();
   EXPECT_TRUE(same_bits(after[1][4], fresh->c->parameters()[0])) << "c is never updated";
 }
 
