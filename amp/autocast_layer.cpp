@@ -13,6 +13,7 @@
 #include "autograd/grad_mode.h"
 #include "core/dispatcher.h"
 #include "core/error.h"
+#include "core/numerics_check.h"
 #include "core/trace.h"
 #include "ops/cast.h"
 
@@ -134,8 +135,10 @@ DType promote_target(const OpSchema& op, const OpCall& call, DeviceType dev, DTy
 // is_autocast_enabled(dev) == false, and the tape node recorded below remembers autocast off, so
 // an op declared backward_under_forward_autocast() (custom_bwd) runs its backward with autocast
 // off and the region's dtype -- PyTorch's custom_bwd after custom_fwd(cast_inputs=...).
-TensorList dispatch_with_autocast_off(const OpSchema& op, OpCall& call, DeviceType dev) {
+// `target`: the dtype the floating inputs were cast to (null: none), for the NaN locator's report.
+TensorList dispatch_with_autocast_off(const OpSchema& op, OpCall& call, DeviceType dev, const DType* target) {
   AutocastState inside = autocast_state();
+  const numerics::AutocastScope decided(&op, inside[dev].dtype, target != nullptr, target ? *target : DType::Float32);
   inside[dev].enabled = false;
   AutocastStateGuard off(inside);
   return dispatch(op, std::move(call.inputs), std::move(call.attrs));
@@ -178,7 +181,10 @@ TensorList autocast_layer(const OpSchema& op, OpCall& call) {
         d.note("(skipped: ineligible or already f32)");
       }
       d.emit();
-      return dispatch_with_autocast_off(op, call, dev);
+      {
+        const DType f32 = DType::Float32;
+        return dispatch_with_autocast_off(op, call, dev, call.attrs.get_dtype("dtype") == f32 ? &f32 : nullptr);
+      }
     case AmpPolicy::Promote: target = promote_target(op, call, dev, st.dtype); break;
     case AmpPolicy::None: break;
   }
@@ -196,7 +202,7 @@ TensorList autocast_layer(const OpSchema& op, OpCall& call) {
   }
   if (!any) d.note("(no eligible input)");
   d.emit();
-  return dispatch_with_autocast_off(op, call, dev);
+  return dispatch_with_autocast_off(op, call, dev, any ? &*target : nullptr);
 }
 
 }  // namespace

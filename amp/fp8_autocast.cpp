@@ -2,6 +2,7 @@
 // recipe's scale update at entry. The FP8 GEMM ops themselves: amp/fp8_ops.cpp.
 #include "amp/fp8_autocast.h"
 
+#include "autograd/checkpoint.h"
 #include "core/error.h"
 
 namespace mixtape::amp {
@@ -30,12 +31,13 @@ Fp8Autocast::Fp8Autocast(const Fp8Recipe& recipe, Fp8Metas* metas, Fp8AutocastOp
              "model.named_parameters()))");
     MT_CHECK(same_recipe(*d, metas->recipe()), "Fp8Autocast: the recipe ", recipe_string(recipe),
              " differs from the one the metas were made with, ", recipe_string(metas->recipe()));
-    if (options.update_scales) metas->update_scales(options.amax_reducer);
+    if (options.update_scales && !autograd::in_checkpoint_recompute()) metas->update_scales(options.amax_reducer);
   } else {
     MT_CHECK(metas == nullptr, "Fp8Autocast: ", recipe_string(recipe),
              " computes its scales from each cast's own values and takes no Fp8Metas");
   }
   settings_ = std::make_unique<detail::Fp8RegionSettings>(detail::Fp8RegionSettings{recipe, metas, options.output_dtype});
+  settings_->record_amaxes = !autograd::in_checkpoint_recompute();
   bf16_.emplace(DeviceType::CPU, DType::BFloat16);
   prev_ = tls_region;
   tls_region = settings_.get();
@@ -50,6 +52,30 @@ bool is_fp8_autocast_enabled() { return tls_region != nullptr; }
 
 namespace detail {
 const Fp8RegionSettings* fp8_region() { return tls_region; }
+
+std::shared_ptr<const Fp8RegionSettings> capture_fp8_region() {
+  if (tls_region == nullptr) return nullptr;
+  auto c = std::make_shared<Fp8RegionSettings>(*tls_region);
+  if (c->metas != nullptr && !c->forward_scales) {
+    // Inside a recompute (a checkpoint in a checkpoint) the scales are the outer forward's already.
+    auto scales = std::make_shared<std::vector<float>>();
+    for (const Fp8Meta& m : c->metas->metas())
+      for (int r = 0; r < 3; ++r) scales->push_back(m.scale_of(static_cast<Fp8Role>(r)));
+    c->forward_scales = std::move(scales);
+  }
+  return c;
+}
+
+Fp8RecomputeRegion::Fp8RecomputeRegion(std::shared_ptr<const Fp8RegionSettings> forward) : prev_(tls_region) {
+  if (forward) {
+    auto r = std::make_shared<Fp8RegionSettings>(*forward);
+    r->record_amaxes = false;
+    forward_ = std::move(r);
+  }
+  tls_region = forward_.get();
+}
+
+Fp8RecomputeRegion::~Fp8RecomputeRegion() { tls_region = prev_; }
 }  // namespace detail
 
 }  // namespace mixtape::amp

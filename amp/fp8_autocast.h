@@ -20,6 +20,7 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "amp/autocast.h"
 #include "amp/fp8_meta.h"
@@ -35,7 +36,9 @@ struct Fp8AutocastOptions {
   AmaxReducer amax_reducer;
   // Delayed scaling: update the scales when the region opens (once per step). Pass false for
   // the second and later micro-batches of one accumulated step, so they use the same scales,
-  // and for evaluation, which would otherwise roll the histories once per batch.
+  // and for evaluation, which would otherwise roll the histories once per batch. A region
+  // opened inside a checkpointed segment's recompute never updates (nor records amaxes): its
+  // forward did.
   bool update_scales = true;
 };
 
@@ -44,6 +47,12 @@ struct Fp8RegionSettings {
   Fp8Recipe recipe;
   Fp8Metas* metas = nullptr;
   DType output_dtype = DType::BFloat16;
+  // Whether the casts record their amaxes in the metas: not in a checkpoint's recompute, whose
+  // casts repeat the forward's (Transformer Engine's recompute phase records nothing either).
+  bool record_amaxes = true;
+  // A checkpoint's recompute only: the scales the forward cast with, 3 per meta (by role, metas
+  // in order), so the recompute casts as the forward did even if the metas were updated since.
+  std::shared_ptr<const std::vector<float>> forward_scales;
 };
 }  // namespace detail
 
@@ -70,6 +79,24 @@ const Fp8RegionSettings* fp8_region();  // this thread's open region, or nullptr
 // Called by the Autocast layer first: runs linear / 2-D matmul / conv2d in FP8 when a region is
 // open and returns its outputs; nullopt lets BF16 autocast handle the call (amp/fp8_ops.cpp).
 std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call);
+
+// For autograd::checkpoint (amp/checkpoint_region.cpp). capture: this thread's region as a
+// checkpointed segment's forward sees it, with the scales it casts with now (nullptr: none).
+// Fp8RecomputeRegion installs a capture (nullptr: no FP8 region, even inside an open one) for
+// the recompute, amaxes not recorded, and restores the thread's region on exit. A capture keeps
+// a pointer to the region's Fp8Metas: they must outlive the segment's backward.
+std::shared_ptr<const Fp8RegionSettings> capture_fp8_region();
+class Fp8RecomputeRegion {
+ public:
+  explicit Fp8RecomputeRegion(std::shared_ptr<const Fp8RegionSettings> forward);
+  ~Fp8RecomputeRegion();
+  Fp8RecomputeRegion(const Fp8RecomputeRegion&) = delete;
+  Fp8RecomputeRegion& operator=(const Fp8RecomputeRegion&) = delete;
+
+ private:
+  const Fp8RegionSettings* prev_;
+  std::shared_ptr<const Fp8RegionSettings> forward_;
+};
 }  // namespace detail
 
 }  // namespace mixtape::amp

@@ -1,11 +1,55 @@
-// amp/fp8_cast_table.cpp — see amp/fp8_cast_table.h.
+// amp/fp8_cast_table.cpp — see amp/fp8_cast_table.h. Only the MT_TARGET_AVX512 function holds
+// AVX-512 instructions; it runs only after isa_avx512().
 #include "amp/fp8_cast_table.h"
 
+#include <cmath>
+
 #include "core/error.h"
+#include "ops/cpu/isa.h"
+
+MT_KERNELS_BEGIN
 
 namespace mixtape::amp {
 
-Fp8CastTable::Fp8CastTable(DType fp8) : low_zero_(1u << 16), low_set_(1u << 16) {
+namespace {
+
+float cast_scaled_scalar(const uint8_t* table, const float* src, float scale, uint8_t* dst, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(src[i]);
+    m = a > m ? a : m;  // a NaN compares false and is dropped
+    const float v = src[i] * scale;
+    uint32_t b;
+    std::memcpy(&b, &v, sizeof b);
+    dst[i] = table[(b >> 16) | ((b & 0xFFFFu) ? 0x10000u : 0u)];
+  }
+  return m;
+}
+
+#if MIXTAPE_X86_KERNELS
+MT_TARGET_AVX512 float cast_scaled_avx512(const uint8_t* table, const float* src, float scale, uint8_t* dst,
+                                          int64_t n) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF), set_half = _mm512_set1_epi32(0x10000);
+  __m512 m = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(k, src + i);
+    // max(a, m) returns m when a is NaN: NaNs dropped, as the scalar loop drops them.
+    m = _mm512_max_ps(_mm512_abs_ps(x), m);
+    const __m512i b = _mm512_castps_si512(_mm512_mul_ps(x, vs));
+    __m512i idx = _mm512_srli_epi32(b, 16);
+    idx = _mm512_mask_or_epi32(idx, _mm512_test_epi32_mask(b, low16), idx, set_half);
+    const __m512i q = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, table, 1);
+    _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, q);  // the low byte of each gathered word
+  }
+  return _mm512_reduce_max_ps(m);  // all lanes >= 0 and not NaN: order-free
+}
+#endif
+
+}  // namespace
+
+Fp8CastTable::Fp8CastTable(DType fp8) : table_(2 * (1u << 16) + 3, 0) {
   const bool e4m3 = fp8 == DType::Float8_e4m3fn;
   for (uint32_t hi = 0; hi < (1u << 16); ++hi)
     for (uint32_t low : {0u, 1u}) {
@@ -13,8 +57,16 @@ Fp8CastTable::Fp8CastTable(DType fp8) : low_zero_(1u << 16), low_set_(1u << 16) 
       float v;
       std::memcpy(&v, &bits, sizeof v);
       const uint8_t q = e4m3 ? float_to_e4m3fn_bits(v, Fp8Saturation::Finite) : float_to_e5m2_bits(v, Fp8Saturation::Finite);
-      (low ? low_set_ : low_zero_)[hi] = q;
+      table_[(low ? 0x10000u : 0u) | hi] = q;
     }
+}
+
+float Fp8CastTable::cast_scaled(const float* src, float scale, uint8_t* dst, int64_t n) const {
+  if (n <= 0) return 0.0f;
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512()) return cast_scaled_avx512(table_.data(), src, scale, dst, n);
+#endif
+  return cast_scaled_scalar(table_.data(), src, scale, dst, n);
 }
 
 const Fp8CastTable& Fp8CastTable::of(DType fp8) {
@@ -24,3 +76,5 @@ const Fp8CastTable& Fp8CastTable::of(DType fp8) {
 }
 
 }  // namespace mixtape::amp
+
+MT_KERNELS_END

@@ -6,7 +6,9 @@
 // mantissa bits, so their rounding bit is among the top 16 and the low 16 only ever count as
 // "sticky"; and a float with a zero exponent rounds to 0 either way, an all-ones exponent is inf
 // (low bits 0) or NaN (not). So two 2^16-entry tables per format, for "low bits zero" and "low
-// bits set", hold every answer; they are built once from the scalar function itself.
+// bits set", hold every answer; they are built once from the scalar function itself. They are
+// stored as one array, "low bits set" second, so the bulk cast gathers from it 16 values at a time
+// (AVX-512 where the CPU has it): the same entries, so the same bits as the scalar lookup.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -24,12 +26,17 @@ class Fp8CastTable {
   uint8_t operator()(float v) const {
     uint32_t b;
     std::memcpy(&b, &v, sizeof b);
-    return ((b & 0xFFFFu) ? low_set_ : low_zero_)[b >> 16];
+    return table_[(b >> 16) | ((b & 0xFFFFu) ? 0x10000u : 0u)];
   }
+
+  // dst[i] = (*this)(src[i] * scale) for i < n (the product an f32 multiply, as written); returns
+  // max |src[i]| over the same values (NaNs dropped, 0 for none), read in the same pass.
+  float cast_scaled(const float* src, float scale, uint8_t* dst, int64_t n) const;
 
  private:
   explicit Fp8CastTable(DType fp8);
-  std::vector<uint8_t> low_zero_, low_set_;
+  // [hi]: low 16 bits zero, [0x10000 + hi]: set; 3 bytes of padding after (a gather reads 4).
+  std::vector<uint8_t> table_;
 };
 
 }  // namespace mixtape::amp

@@ -10,10 +10,13 @@
 
 namespace mixtape::amp {
 
-Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who) {
+Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who, float* post_out) {
   // The matrices the GEMM reads: the operands' data, or their pre-widened BF16 form.
   const Tensor& am = a.widened.defined() ? a.widened : a.data;
   const Tensor& bm = b.widened.defined() ? b.widened : b.data;
+  // In terms of the stored matrices: a transposed widened operand flips its op.
+  ta = ta != (a.widened.defined() && a.widened_transposed);
+  tb = tb != (b.widened.defined() && b.widened_transposed);
   MT_CHECK(am.dim() == 2 && bm.dim() == 2, who, ": FP8 GEMM operands must be 2-D, got ", am.describe(), " and ",
            bm.describe());
   const int64_t m = ta ? am.size(1) : am.size(0), k = ta ? am.size(0) : am.size(1);
@@ -23,6 +26,7 @@ Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, cons
            " @ ", k, " x ", n);
   Tensor c = Tensor::empty({m, n}, TensorOptions(DType::Float32));
   float* cp = c.data_ptr<float>();
+  if (post_out != nullptr) *post_out = 1.0f;  // for the early returns: nothing to scale
   if (m == 0 || n == 0) return c;
   if (k == 0) {
     std::fill(cp, cp + m * n, 0.0f);
@@ -32,6 +36,10 @@ Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, cons
   cpu::gemm(ta, tb, m, n, k, aw.data_ptr<BFloat16>(), std::max<int64_t>(aw.size(1), 1), bw.data_ptr<BFloat16>(),
             std::max<int64_t>(bw.size(1), 1), 0.0f, cp, n);
   const float post = a.scale_inv * b.scale_inv;  // one f32 factor, as cuBLASLt's scale_a * scale_b
+  if (post_out != nullptr) {
+    *post_out = post;
+    return c;
+  }
   if (post != 1.0f) {
 #pragma omp parallel for if (m * n >= cpu::kParallelGrain) schedule(static)
     for (int64_t i = 0; i < m * n; ++i) cp[i] *= post;

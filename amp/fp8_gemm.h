@@ -12,7 +12,9 @@
 namespace mixtape::amp {
 
 // op(X) = X^T when tX. a and b are 2-D FP8 operands (amp/fp8_scaling.h); `who` names the caller
-// in errors. Returns a contiguous f32 (m, n) tensor.
-Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who);
+// in errors. Returns a contiguous f32 (m, n) tensor. With `post` given the result is left
+// unscaled and *post receives the factor, for a caller that applies it in its own pass over C
+// (c * factor, skipped when the factor is 1, as here).
+Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who, float* post = nullptr);
 
 }  // namespace mixtape::amp

@@ -5,6 +5,7 @@
 #include <array>
 
 #include "amp/fp8_scaling.h"
+#include "ops/cpu/im2col_avx512.h"
 #include "ops/cpu/loops.h"
 #include "ops/creation.h"
 
@@ -56,12 +57,58 @@ Tensor im2col_fp8_to_bf16(const Tensor& x, const ConvGeom& g) {
   return im2col<uint8_t, BFloat16>(x, g, DType::BFloat16, [&](uint8_t b) { return table[b]; });
 }
 
+Tensor im2col_fp8_to_bf16_transposed(const Tensor& x, const ConvGeom& g) {
+  if (!(g.sH == 1 && g.sW == 1 && g.dW == 1 && g.OW == g.W && g.pH >= 0 && g.pW >= 0) ||
+      !cpu::im2col_avx512_available())
+    return {};
+  // The image widened first (N C H W values, a ninth of the matrix for a 3x3 kernel), then copied.
+  const std::array<BFloat16, 256> table = fp8_to_bf16_table(x.dtype());
+  Tensor xb = Tensor::empty(x.sizes(), TensorOptions(DType::BFloat16));
+  const uint8_t* src = static_cast<const uint8_t*>(x.data_ptr());
+  BFloat16* wide = xb.data_ptr<BFloat16>();
+  const int64_t numel = x.numel();
+#pragma omp parallel for if (numel >= cpu::kParallelGrain) schedule(static)
+  for (int64_t i = 0; i < numel; ++i) wide[i] = table[src[i]];
+  const int64_t m = g.N * g.L(), plane = g.C * g.H * g.W;
+  Tensor out = Tensor::empty({g.K(), m}, TensorOptions(DType::BFloat16));
+  BFloat16* dst = out.data_ptr<BFloat16>();
+  // Image n fills columns [n L, (n + 1) L) of every row: rows m apart.
+#pragma omp parallel for if (m * g.K() >= cpu::kParallelGrain) schedule(static)
+  for (int64_t n = 0; n < g.N; ++n)
+    cpu::im2col_plane_shift_avx512(wide + n * plane, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH,
+                                   dst + n * g.L(), m);
+  return out;
+}
+
 // Each (image, channel) plane is summed by one thread in a fixed order.
 Tensor col2im(const Tensor& cols, const ConvGeom& g) {
   Tensor out = zeros({g.N, g.C, g.H, g.W});
   const float* src = cols.data_ptr<float>();
   float* dst = out.data_ptr<float>();
   const int64_t kk = g.kH * g.kW;
+  if (g.sH == 1 && g.sW == 1) {
+    // Unit strides: pixel (h, w) gets the taps (i, j) with window (h + pH - i dH, w + pW - j dW).
+    // The scatter's order, windows (oh, ow) ascending, is (i, j) descending here, so each pixel
+    // sums the same values in the same order; but a row of pixels takes one tap at a time, adds
+    // that do not wait on each other (the scatter's overlapping windows chain theirs).
+#pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t h = 0; h < g.H; ++h) {
+          float* line = dst + ((n * g.C + c) * g.H + h) * g.W;
+          for (int64_t i = g.kH - 1; i >= 0; --i) {
+            const int64_t oh = h + g.pH - i * g.dH;
+            if (oh < 0 || oh >= g.OH) continue;
+            for (int64_t j = g.kW - 1; j >= 0; --j) {
+              const int64_t shift = g.pW - j * g.dW;  // ow = w + shift
+              const int64_t w0 = std::max<int64_t>(0, -shift), w1 = std::min(g.W, g.OW - shift);
+              const float* tap = src + (n * g.OH + oh) * g.OW * g.K() + c * kk + i * g.kW + j;
+              for (int64_t w = w0; w < w1; ++w) line[w] += tap[(w + shift) * g.K()];
+            }
+          }
+        }
+    return out;
+  }
 #pragma omp parallel for collapse(2) if (g.N * g.L() * g.K() >= cpu::kParallelGrain) schedule(static)
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t c = 0; c < g.C; ++c) {
@@ -69,12 +116,18 @@ Tensor col2im(const Tensor& cols, const ConvGeom& g) {
       for (int64_t oh = 0; oh < g.OH; ++oh)
         for (int64_t ow = 0; ow < g.OW; ++ow) {
           const float* row = src + ((n * g.OH + oh) * g.OW + ow) * g.K() + c * kk;
+          // The in-image kernel columns [jlo, jhi), found once per window (as im2col does); the
+          // sums keep their order (i, then j), so the bits do not change.
+          const int64_t w0 = ow * g.sW - g.pW;
+          int64_t jlo = 0, jhi = g.kW;
+          while (jlo < jhi && w0 + jlo * g.dW < 0) ++jlo;
+          while (jhi > jlo && w0 + (jhi - 1) * g.dW >= g.W) --jhi;
           for (int64_t i = 0; i < g.kH; ++i) {
             const int64_t h = oh * g.sH - g.pH + i * g.dH;
-            for (int64_t j = 0; j < g.kW; ++j) {
-              const int64_t w = ow * g.sW - g.pW + j * g.dW;
-              if (h >= 0 && h < g.H && w >= 0 && w < g.W) plane[h * g.W + w] += row[i * g.kW + j];
-            }
+            if (h < 0 || h >= g.H) continue;
+            const int64_t line = h * g.W + w0;  // may be < 0; indexed only at in-image columns
+            const float* r = row + i * g.kW;
+            for (int64_t j = jlo; j < jhi; ++j) plane[line + j * g.dW] += r[j];
           }
         }
     }

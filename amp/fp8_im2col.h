@@ -13,6 +13,11 @@ namespace mixtape::amp {
 Tensor im2col_f32(const Tensor& x, const ConvGeom& g);
 // An FP8 image (N, C, H, W) contiguous -> BF16 (N OH OW, C kH kW), each value widened exactly.
 Tensor im2col_fp8_to_bf16(const Tensor& x, const ConvGeom& g);
+// The same matrix transposed, BF16 (C kH kW, N OH OW) contiguous, written by the BF16 conv2d's
+// AVX-512 im2col (ops/cpu/im2col_avx512.h) from the image widened to BF16: a copy of the same
+// values, 32 a load. Undefined where that kernel does not apply (no AVX-512, or a geometry that
+// is not "plane shift": unit strides, unit column dilation, OW == W); then use the one above.
+Tensor im2col_fp8_to_bf16_transposed(const Tensor& x, const ConvGeom& g);
 // cols f32 (N OH OW, C kH kW) summed back into an f32 (N, C, H, W) image.
 Tensor col2im(const Tensor& cols, const ConvGeom& g);
 

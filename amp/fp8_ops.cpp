@@ -22,6 +22,7 @@
 // quantized product, with G quantized too.
 #include <algorithm>
 #include <sstream>
+#include <vector>
 
 #include "amp/fp8_autocast.h"
 #include "amp/fp8_gemm.h"
@@ -29,6 +30,7 @@
 #include "amp/mx_block.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "core/convert.h"
 #include "core/error.h"
 #include "core/trace.h"
 #include "ops/cast.h"
@@ -46,19 +48,29 @@ namespace {
 using autograd::Edge;
 using autograd::Node;
 
+// A layer's delayed-scaling state as a cast uses it: its meta and, in a checkpoint's recompute,
+// the scales its forward cast with (3, by role); then no amax is recorded (the forward did).
+struct MetaUse {
+  Fp8Meta* meta = nullptr;
+  const float* forward_scales = nullptr;
+};
+
 // Casts one role's tensor (f32) as the recipe says. `axis`: the dim the GEMM reduces over (MX
-// blocks run along it; the tensor is then 2-D). meta: the layer's delayed-scaling state, or
+// blocks run along it; the tensor is then 2-D). use.meta: the layer's delayed-scaling state, or
 // nullptr (then a delayed recipe scales from the tensor's own amax, as current scaling does: a
 // matmul of two activations belongs to no module whose state could carry scales from step to step).
-Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Recipe& recipe, Fp8Meta* meta,
+Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Recipe& recipe, MetaUse use,
                      const char* who) {
   const DType dt = fp8_dtype_for(recipe_format(recipe), role);
   if (const auto* mx = std::get_if<MXFP8BlockScaling>(&recipe)) return mx_quantize(t32, axis, dt, *mx, who);
-  const float amax = amax_of(t32);
-  if (meta != nullptr) {
-    meta->record_amax(role, amax);  // recorded while casting, used from the next update on
-    return quantize_per_tensor(t32, dt, meta->scale_of(role));
+  if (use.forward_scales != nullptr) return quantize_per_tensor(t32, dt, use.forward_scales[static_cast<int>(role)]);
+  if (use.meta != nullptr) {
+    float amax = 0.0f;
+    Fp8Operand q = quantize_per_tensor(t32, dt, use.meta->scale_of(role), &amax);
+    use.meta->record_amax(role, amax);  // read while casting, used from the next update on
+    return q;
   }
+  const float amax = amax_of(t32);
   const bool pow2 = std::visit(
       [](const auto& r) {
         if constexpr (std::is_same_v<std::decay_t<decltype(r)>, MXFP8BlockScaling>) return false;
@@ -68,13 +80,8 @@ Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Rec
   return quantize_per_tensor(t32, dt, scale_from_amax(amax, fp8_max(dt), 0.0f, pow2, 1.0f));
 }
 
-// t with another shape of the same numel. An empty tensor is made afresh: reshape() views, and
-// refuses to view an empty tensor whose strides do not read as contiguous (f32[3, 0], [1, 1]).
-Tensor reshaped(const Tensor& t, const IntList& sizes) {
-  return t.numel() == 0 ? Tensor::empty(sizes, TensorOptions(t.dtype())) : t.reshape(sizes);
-}
 Tensor as_f32(const Tensor& t) { return contiguous(cpu::cast_to(t.detach(), DType::Float32)); }
-Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return reshaped(as_f32(t), {rows, cols}); }
+Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return as_f32(t).reshape({rows, cols}); }
 
 bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling>(r); }
 
@@ -82,10 +89,13 @@ enum class GemmKind { Linear, Matmul, Conv2d };
 const char* kind_name(GemmKind k) { return k == GemmKind::Linear ? "linear" : k == GemmKind::Matmul ? "matmul" : "conv2d"; }
 
 // The per-tensor operand P of a conv2d whose FP8 input image is `image`: the im2col matrix
-// written straight in BF16 (exact), scaled by the image's scale_inv.
+// written straight in BF16 (exact), scaled by the image's scale_inv: transposed by the AVX-512
+// im2col where it applies (the same values; fp8_gemm takes either layout), else row by row.
 Fp8Operand im2col_operand(const Fp8Operand& image, const ConvGeom& g) {
   Fp8Operand p = image;
-  p.widened = im2col_fp8_to_bf16(image.data, g);
+  p.widened = im2col_fp8_to_bf16_transposed(image.data, g);
+  p.widened_transposed = p.widened.defined();
+  if (!p.widened_transposed) p.widened = im2col_fp8_to_bf16(image.data, g);
   return p;
 }
 
@@ -124,7 +134,7 @@ class Fp8GemmNode final : public Node {
     // G as (M, N): conv2d's (N, O, OH, OW) gradient with the channels last.
     const Tensor g32 = s_.kind == GemmKind::Conv2d ? as_f32_2d(grads[0].detach().permute({0, 2, 3, 1}), s_.m, s_.n)
                                                    : as_f32_2d(grads[0], s_.m, s_.n);
-    Fp8Meta* meta = s_.meta ? &*s_.meta : nullptr;
+    const MetaUse meta{s_.meta ? &*s_.meta : nullptr};
     const bool mx = is_mx(s_.recipe);
     Fp8Operand g_n, g_m;  // G cast for the dgrad (reduction over N) and the wgrad (over M)
     if (!mx) {
@@ -137,7 +147,7 @@ class Fp8GemmNode final : public Node {
       // dP (M, K) = G (M, N) @ op(Q)^T: a transposed Q is stored (N, K) already.
       Tensor dp = fp8_gemm(g_n, false, q_, !s_.q_transposed(), who);
       if (s_.kind == GemmKind::Conv2d) dp = col2im(dp, s_.geom);
-      out[0] = cpu::cast_to(reshaped(dp, meta_[0].sizes), meta_[0].dtype);
+      out[0] = cpu::cast_to(dp.reshape(meta_[0].sizes), meta_[0].dtype);
     }
     if (need_q) {
       Tensor dq;
@@ -147,14 +157,14 @@ class Fp8GemmNode final : public Node {
         Fp8Operand p = p_;
         if (s_.kind == GemmKind::Conv2d) {
           if (mx) {
-            p = cast_role(im2col_f32(x_keep_, s_.geom), Fp8Role::Input, 0, s_.recipe, nullptr, who);
+            p = cast_role(im2col_f32(x_keep_, s_.geom), Fp8Role::Input, 0, s_.recipe, {}, who);
           } else {
             p = im2col_operand(p_, s_.geom);
           }
         }
         dq = fp8_gemm(g_m, true, p, false, who);  // dW (N, K) = G^T @ P
       }
-      out[1] = cpu::cast_to(reshaped(dq, meta_[1].sizes), meta_[1].dtype);
+      out[1] = cpu::cast_to(dq.reshape(meta_[1].sizes), meta_[1].dtype);
     }
     if (need_b) {
       Tensor gb = zeros({s_.n});
@@ -218,6 +228,61 @@ void trace_fp8(const GemmSetup& s, const Fp8Operand& p, const Fp8Operand& q) {
   trace_line(TraceKind::Amp, os.str());
 }
 
+// linear's and matmul's output: C (M, N) = P @ op(Q), scaled, plus the bias, in the output
+// dtype, shaped as x with its last dim N.
+Tensor linear_output(const Fp8Operand& p, const Fp8Operand& q, const GemmSetup& s, const Tensor& bias,
+                     const Tensor& x, DType out_dtype, const char* who) {
+  Tensor c = fp8_gemm(p, false, q, s.q_transposed(), who);  // (M, N)
+  if (bias.defined()) {
+    const Tensor b32 = as_f32(bias);
+    float* cp = c.data_ptr<float>();
+    const float* bp = b32.data_ptr<float>();
+    const int64_t m = s.m, n = s.n;
+#pragma omp parallel for if (m * n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) cp[i * n + j] += bp[j];
+  }
+  IntList out_shape = x.sizes();
+  out_shape.back() = s.n;
+  return cpu::cast_to(c, out_dtype).reshape(out_shape);
+}
+
+// conv2d's output (N, O, OH, OW) from C (N OH OW, O) = P @ W^T in one pass: each value scaled by
+// the GEMM's factor, plus its channel's bias, moved to NCHW and rounded once to the output dtype
+// (the same operations in the same order as scaling C, adding the bias and casting, each apart).
+Tensor conv_output(const Fp8Operand& p, const Fp8Operand& q, const Tensor& bias, const ConvGeom& g, DType out_dtype,
+                   const char* who) {
+  float post = 1.0f;
+  const Tensor c = fp8_gemm(p, false, q, true, who, &post);
+  Tensor b32;
+  if (bias.defined()) b32 = as_f32(bias);
+  const float* cp = c.data_ptr<float>();
+  const float* bp = bias.defined() ? b32.data_ptr<float>() : nullptr;
+  Tensor out = Tensor::empty({g.N, g.O, g.OH, g.OW}, TensorOptions(out_dtype));
+  const int64_t L = g.L(), O = g.O;
+  const bool bf16 = out_dtype == DType::BFloat16;
+  MT_CHECK(bf16 || out_dtype == DType::Float32, who, ": the FP8 GEMM's output is BFloat16 or Float32, got ",
+           dtype_name(out_dtype));
+#pragma omp parallel if (g.N * O * L >= cpu::kParallelGrain)
+  {
+    std::vector<float> row(static_cast<size_t>(L));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t o = 0; o < O; ++o) {
+        const float* src = cp + n * L * O + o;
+        float* dst = bf16 ? row.data() : out.data_ptr<float>() + (n * O + o) * L;
+        for (int64_t l = 0; l < L; ++l) {
+          float v = src[l * O];
+          if (post != 1.0f) v *= post;
+          if (bp != nullptr) v += bp[o];
+          dst[l] = v;
+        }
+        if (bf16) convert_float_to_bfloat16(row.data(), out.data_ptr<BFloat16>() + (n * O + o) * L, static_cast<size_t>(L));
+      }
+  }
+  return out;
+}
+
 // linear: x (*, K), w (N, K), b (N) or undefined; matmul: x (M, K), w (K, N); conv2d: x (N, C,
 // H, W), w (O, C, kH, kW), b (O) or undefined, groups 1, geometry `geom`.
 TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeom& geom,
@@ -237,13 +302,24 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
     s.m = 1;
     for (int64_t d = 0; d + 1 < x.dim(); ++d) s.m *= x.size(d);
   }
+  size_t meta_index = 0;  // in region.metas
   if (std::holds_alternative<DelayedScaling>(region.recipe) && kind != GemmKind::Matmul) {
     Fp8Meta* meta = region.metas->find(w);
     MT_CHECK(meta != nullptr, who, ": under ", recipe_string(region.recipe), " the weight ", w.describe(),
              " has no FP8 metadata; make the Fp8Metas from the model that owns it (model.named_parameters())");
     s.meta = *meta;
+    meta_index = static_cast<size_t>(meta - region.metas->metas().data());
   }
-  Fp8Meta* meta = s.meta ? &*s.meta : nullptr;
+  MetaUse meta{s.meta ? &*s.meta : nullptr};
+  if (meta.meta != nullptr && region.forward_scales) {
+    MT_CHECK(region.forward_scales->size() == 3 * region.metas->size(), who, ": the Fp8Metas have ",
+             region.metas->size(), " metas in this checkpoint's recompute, ", region.forward_scales->size() / 3,
+             " in its forward");
+    meta.forward_scales = region.forward_scales->data() + 3 * meta_index;
+  }
+  // A region opened inside a recompute: its forward updated the scales already, records nothing now.
+  if (meta.meta != nullptr && !region.record_amaxes && meta.forward_scales == nullptr)
+    meta.forward_scales = meta.meta->scale.data_ptr<float>();
   const bool grad = autograd::GradMode::is_enabled() &&
                     (x.requires_grad() || w.requires_grad() || (bias.defined() && bias.requires_grad()));
   // P for the forward GEMM, and what the wgrad will need of it.
@@ -263,33 +339,19 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
     const Tensor p32 = as_f32_2d(x, s.m, s.k);
     p_fwd = cast_role(p32, Fp8Role::Input, 1, s.recipe, meta, who);
     if (grad && w.requires_grad())
-      p_bwd = mx ? cast_role(p32, Fp8Role::Input, 0, s.recipe, nullptr, who) : p_fwd;
+      p_bwd = mx ? cast_role(p32, Fp8Role::Input, 0, s.recipe, {}, who) : p_fwd;
   }
   const Tensor q32 = s.q_transposed() ? as_f32_2d(w, s.n, s.k) : as_f32_2d(w, s.k, s.n);
   Fp8Operand q_fwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
   Fp8Operand q_bwd;
   if (grad && x.requires_grad())
-    q_bwd = mx ? cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, nullptr, who) : q_fwd;
+    q_bwd = mx ? cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who) : q_fwd;
   trace_fp8(s, p_fwd, q_fwd);
-  Tensor c = fp8_gemm(p_fwd, false, q_fwd, s.q_transposed(), who);  // (M, N)
-  if (bias.defined()) {
-    const Tensor b32 = as_f32(bias);
-    float* cp = c.data_ptr<float>();
-    const float* bp = b32.data_ptr<float>();
-    const int64_t m = s.m, n = s.n;
-#pragma omp parallel for if (m * n >= cpu::kParallelGrain) schedule(static)
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) cp[i * n + j] += bp[j];
-  }
   Tensor out;
   if (kind == GemmKind::Conv2d) {
-    // (N OH OW, O) -> (N, O, OH, OW)
-    out = cpu::cast_to(contiguous(reshaped(c, {geom.N, geom.OH, geom.OW, geom.O}).permute({0, 3, 1, 2})),
-                       region.output_dtype);
+    out = conv_output(p_fwd, q_fwd, bias, geom, region.output_dtype, who);
   } else {
-    IntList out_shape = x.sizes();
-    out_shape.back() = s.n;
-    out = reshaped(cpu::cast_to(c, region.output_dtype), out_shape);
+    out = linear_output(p_fwd, q_fwd, s, bias, x, region.output_dtype, who);
   }
   if (!grad) return {out};
   TensorList inputs{x, w};

@@ -36,10 +36,14 @@ struct Fp8Operand {
   // is. conv2d writes its im2col matrix this way, straight from the FP8 image (`data` is then
   // that image, not the matrix).
   Tensor widened;
+  // `widened` holds the operand transposed, (cols, rows) contiguous: conv2d's im2col written as
+  // the BF16 convolution kernels write it (amp/fp8_im2col.h). fp8_gemm reads it as such.
+  bool widened_transposed = false;
 };
 
 // Per-tensor quantization of a 2-D f32 tensor with a given scale (saturating, round to nearest even).
-Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale);
+// amax, when given, receives amax_of(x32), read in the same pass (delayed scaling records it).
+Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float* amax = nullptr);
 
 // The operand widened to BF16, exactly: per-tensor, the FP8 values themselves (the scale is
 // applied to the GEMM's f32 result); MX, each value times its block's power of two (exact while

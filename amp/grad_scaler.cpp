@@ -8,6 +8,7 @@
 #include "amp/amp_functors.h"
 #include "amp/scaler_kernels.h"
 #include "autograd/grad_mode.h"
+#include "core/numerics_check.h"
 #include "core/trace.h"
 #include "ops/cast.h"
 #include "ops/creation.h"
@@ -141,6 +142,8 @@ Tensor GradScaler::scale(const Tensor& outputs) {
   MT_CHECK(outputs.defined(), "GradScaler.scale: outputs must be a Tensor or a list of Tensors, got an undefined "
            "tensor");
   if (!scale_.defined()) lazy_init(outputs.device());
+  // From here to update(), overflows are this scaler's to find and skip (the NaN locator's rule).
+  numerics::set_scaled_loss_in_flight(true);
   return mul(outputs, to_device(scale_, outputs.device()));  // an op: autograd records it
 }
 
@@ -226,7 +229,27 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, PerOptimizer& st, bool exp
   // if the reduction below (a collective that can time out) throws.
   st.stage = OptState::UNSCALED;
   st.reduction_pending = static_cast<bool>(found_inf_reducer_);
+  found_inf_ = Tensor();  // not a verdict until the reduction (if any) has run
   reduce_found_inf(st);
+  if (!st.reduction_pending) settle_found_inf(st);
+}
+
+// found_inf(): one flag on the scale's device. One device's flag is the tensor itself (no launch);
+// several are summed in device order, as step() and update() combine them.
+void GradScaler::settle_found_inf(const PerOptimizer& st) {
+  const std::vector<Tensor>& flags = st.found_inf_per_device;
+  if (flags.empty()) {
+    found_inf_ = Tensor();
+    return;
+  }
+  if (flags.size() == 1 && flags.front().device() == scale_.device()) {
+    found_inf_ = flags.front();
+    return;
+  }
+  autograd::NoGradGuard no_grad;
+  Tensor total = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
+  for (const Tensor& f : flags) total.add_(to_device(f, scale_.device()));
+  found_inf_ = total;
 }
 
 // Replaces this process's flags by the reducer's verdict. The flag handed to the reducer is built
@@ -238,6 +261,7 @@ void GradScaler::reduce_found_inf(PerOptimizer& st) {
   if (!st.reduction_pending) return;
   if (!found_inf_reducer_) {
     st.reduction_pending = false;
+    settle_found_inf(st);
     return;
   }
   // One flag for all devices, combined across processes: every process then decides alike.
@@ -247,6 +271,7 @@ void GradScaler::reduce_found_inf(PerOptimizer& st) {
   found_inf_reducer_(combined);
   st.found_inf_per_device = {combined};
   st.reduction_pending = false;
+  settle_found_inf(st);
 }
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
@@ -285,21 +310,17 @@ bool GradScaler::step(optim::Optimizer& optimizer) {
   // unscale_grads marks the stage UNSCALED as soon as its unscale kernels have run, before what
   // may throw after them (the reducer, the host read below: a deferred device check), so a step()
   // retried after those never unscales twice; it re-runs a reduction that failed, and only that.
-  if (st.stage == OptState::READY)
+  if (st.stage == OptState::READY) {
     unscale_grads(optimizer, st, /*explicit_unscale=*/false);
-  else
+  } else {
     reduce_found_inf(st);
+    settle_found_inf(st);  // this optimizer's verdict, though another's unscale_() came after its own
+  }
   MT_CHECK(!st.found_inf_per_device.empty(), "GradScaler.step(", optimizer.name(), "): No inf checks were recorded "
            "for this optimizer. (None of its parameters has a gradient: did backward() reach them?)");
   if (sync_free_) {
     // The optimizer's kernels read the flag and the inverse scale on the device and skip there.
-    autograd::NoGradGuard no_grad;
-    Tensor found = st.found_inf_per_device.front();
-    if (st.found_inf_per_device.size() > 1) {
-      found = zeros({}, TensorOptions(DType::Float32).with_device(scale_.device()));
-      for (const Tensor& f : st.found_inf_per_device) found.add_(to_device(f, scale_.device()));
-    }
-    optimizer.set_device_skip_for_next_step(found, st.inv_scale_device);
+    optimizer.set_device_skip_for_next_step(found_inf_, st.inv_scale_device);
     optimizer.step();
     st.stage = OptState::STEPPED;
     return true;
@@ -337,6 +358,7 @@ std::string GradScaler::skipped_steps_diagnosis() const {
 }
 
 void GradScaler::finish_update(float scale_before, bool skipped, bool hit_floor) {
+  numerics::set_scaled_loss_in_flight(false);
   per_optimizer_.clear();
   history_.push_back(ScaleRecord{static_cast<int64_t>(history_.size()), static_cast<double>(scale_before), skipped});
   if (skipped) {

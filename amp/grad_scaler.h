@@ -123,6 +123,17 @@ class GradScaler {
   // scale even when their gradients differ. Unset (the default): the flag is this process's own.
   void set_found_inf_reducer(std::function<void(const Tensor& found_inf)> reduce) { found_inf_reducer_ = std::move(reduce); }
 
+  // The found_inf flag of the last step() or unscale_() (of whichever optimizer it was given):
+  // a 0-d f32 tensor on the scale's device, 0 when every gradient was finite, > 0 or NaN when one
+  // was not. Gradients on several devices: their flags summed on the scale's device (the flag
+  // step() acts on). With a found_inf reducer: the reduced verdict, every process's alike.
+  // Undefined when disabled, before the first step()/unscale_(), when the optimizer had no
+  // gradient, and while a failed reduction is pending (a retried step()/unscale_() sets it).
+  // Kept past update() until the next step()/unscale_(), which makes a new tensor (a graph
+  // captures the one its step made). Read-only: the optimizer's skip may read the same tensor
+  // (sync_free). Its value on the host costs a sync; copy it on the device to read it late.
+  const Tensor& found_inf() const { return found_inf_; }
+
   // This iteration's stage of `optimizer` (READY if the scaler has not seen it since update()).
   OptState stage(const optim::Optimizer& optimizer) const;
   // The scale and tracker tensors (undefined until the first scale()): for teaching and tests.
@@ -165,6 +176,7 @@ class GradScaler {
   void unscale_grads(optim::Optimizer& optimizer, PerOptimizer& st, bool explicit_unscale);
   void reduce_found_inf(PerOptimizer& st);
   void finish_update(float scale_before, bool skipped, bool hit_floor);
+  void settle_found_inf(const PerOptimizer& st);
 
   bool enabled_;
   double init_scale_;
@@ -184,6 +196,7 @@ class GradScaler {
   int64_t skipped_steps_ = 0;
   int64_t consecutive_skips_ = 0;
   std::function<void(const Tensor&)> found_inf_reducer_;
+  Tensor found_inf_;  // found_inf(): the last step()/unscale_()'s verdict on the scale's device
   bool sync_free_ = false;
   // sync_free: the skip counts on the scale's device (0-d i64), advanced by update().
   Tensor skipped_t_, consecutive_t_;

@@ -24,7 +24,12 @@ struct RecomputeScope {
   ~RecomputeScope() { --tls_recomputing; }
 };
 
-std::atomic<RecomputeRegion> g_region{nullptr};
+std::atomic<const RecomputeRegion*> g_region{nullptr};
+
+RegionCapture capture_region() {
+  const RecomputeRegion* region = g_region.load(std::memory_order_acquire);
+  return region != nullptr ? region->capture() : nullptr;
+}
 
 // Puts the default generator at the forward's position for the recompute and back where
 // backward found it afterwards (also on exceptions).
@@ -75,8 +80,10 @@ class InputGradSink final : public Node {
   TensorList grads_;
 };
 
-void run_in_forward_region(const AutocastState& forward, const std::function<void()>& body) {
-  if (RecomputeRegion region = g_region.load(std::memory_order_acquire)) return region(forward, body);
+void run_in_forward_region(const AutocastState& forward, const RegionCapture& captured,
+                           const std::function<void()>& body) {
+  if (const RecomputeRegion* region = g_region.load(std::memory_order_acquire))
+    return region->run(forward, captured, body);
   AutocastStateGuard as_in_forward(forward);
   body();
 }
@@ -124,12 +131,13 @@ class SegmentInputs {
 
 // Reruns the segment exactly as its forward ran: same random draws, recording on, inside a
 // region with the forward's autocast settings and a cache of its own.
-TensorList rerun(const SegmentFn& fn, const TensorList& in, const AutocastState& autocast, Generator::Range rng) {
+TensorList rerun(const SegmentFn& fn, const TensorList& in, const AutocastState& autocast, const RegionCapture& region,
+                 Generator::Range rng) {
   TensorList outs;
   RngAtForward at_forward(rng);
   EnableGradGuard grad_on;
   RecomputeScope recomputing;
-  run_in_forward_region(autocast, [&] { outs = fn(in); });
+  run_in_forward_region(autocast, region, [&] { outs = fn(in); });
   return outs;
 }
 
@@ -153,8 +161,8 @@ class Capture final : public SavedTensorHooks {
 // only: it goes with the last of them.
 class Frame final : public SavedTensorHooks, public std::enable_shared_from_this<Frame> {
  public:
-  Frame(SegmentFn fn, const TensorList& inputs, AutocastState autocast, Generator::Range rng)
-      : fn_(std::move(fn)), inputs_(inputs), autocast_(autocast), rng_(rng) {}
+  Frame(SegmentFn fn, const TensorList& inputs, AutocastState autocast, RegionCapture region, Generator::Range rng)
+      : fn_(std::move(fn)), inputs_(inputs), autocast_(autocast), region_(std::move(region)), rng_(rng) {}
 
   std::optional<uint32_t> pack(const Tensor& t) override {
     meta_.push_back(TensorMeta::of(t));
@@ -200,7 +208,7 @@ class Frame final : public SavedTensorHooks, public std::enable_shared_from_this
     auto capture = std::make_shared<Capture>();
     {
       SavedTensorHooksGuard capturing(capture);
-      rerun(fn_, in, autocast_, rng_);
+      rerun(fn_, in, autocast_, region_, rng_);
     }
     TensorList& got = capture->saved;
     MT_CHECK(got.size() == meta_.size(), "checkpoint: the segment's recompute saved ", got.size(),
@@ -241,6 +249,7 @@ class Frame final : public SavedTensorHooks, public std::enable_shared_from_this
   SegmentFn fn_;
   SegmentInputs inputs_;
   AutocastState autocast_;
+  RegionCapture region_;  // amp's FP8 region of the forward, if any
   Generator::Range rng_;  // the default generator's (seed, offset) when forward started
   std::vector<TensorMeta> meta_;
   std::vector<uint32_t> versions_;  // per slot: the saved tensor's version when the forward saved it
@@ -255,8 +264,9 @@ class Frame final : public SavedTensorHooks, public std::enable_shared_from_this
 class CheckpointNode final : public Node {
  public:
   CheckpointNode(SegmentFn fn, const TensorList& inputs, const TensorList& outputs, AutocastState autocast,
-                 Generator::Range rng)
-      : Node(next_seq_nr()), fn_(std::move(fn)), inputs_(inputs), autocast_(autocast), rng_(rng) {
+                 RegionCapture region, Generator::Range rng)
+      : Node(next_seq_nr()), fn_(std::move(fn)), inputs_(inputs), autocast_(autocast), region_(std::move(region)),
+        rng_(rng) {
     for (const Tensor& t : inputs) next_edges_.push_back(t.defined() ? gradient_edge(t) : Edge{});
     for (const Tensor& o : outputs) output_meta_.push_back(TensorMeta::of(o));
   }
@@ -268,7 +278,7 @@ class CheckpointNode final : public Node {
     MT_CHECK(!GradMode::is_enabled(), kNoCreateGraph);
     auto sink = std::make_shared<InputGradSink>(inputs_.size());
     TensorList in = inputs_.for_recompute(sink);
-    TensorList outs = rerun(fn_, in, autocast_, rng_);
+    TensorList outs = rerun(fn_, in, autocast_, region_, rng_);
     MT_CHECK(outs.size() == output_meta_.size(), "checkpoint: the recomputed segment returned ", outs.size(),
              " tensors, the forward returned ", output_meta_.size(), " (the function must be deterministic)");
     TensorList roots, root_grads;
@@ -310,6 +320,7 @@ class CheckpointNode final : public Node {
   SegmentFn fn_;
   SegmentInputs inputs_;
   AutocastState autocast_;
+  RegionCapture region_;  // amp's FP8 region of the forward, if any
   Generator::Range rng_;  // the default generator's (seed, offset) when forward started
   std::vector<TensorMeta> output_meta_;
   bool released_ = false;
@@ -319,7 +330,7 @@ class CheckpointNode final : public Node {
 
 bool in_checkpoint_recompute() { return tls_recomputing > 0; }
 
-void set_recompute_region(RecomputeRegion region) { g_region.store(region, std::memory_order_release); }
+void set_recompute_region(const RecomputeRegion* region) { g_region.store(region, std::memory_order_release); }
 
 TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs, CheckpointOptions options) {
   MT_CHECK(fn, "checkpoint: expected a function");
@@ -327,10 +338,11 @@ TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs, CheckpointO
   Generator& gen = default_generator();
   const Generator::Range rng{gen.seed(), gen.offset()};
   const AutocastState autocast = autocast_state();
+  RegionCapture region = capture_region();
   if (!options.use_reentrant) {
     // The frame keeps the inputs under the hooks around this call (inside an enclosing
     // checkpoint: placeholders of that one), then becomes the hooks of fn's own ops.
-    auto frame = std::make_shared<Frame>(fn, inputs, autocast, rng);
+    auto frame = std::make_shared<Frame>(fn, inputs, autocast, std::move(region), rng);
     SavedTensorHooksGuard placeholders(frame);
     return fn(inputs);
   }
@@ -351,7 +363,7 @@ TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs, CheckpointO
   if (!needs_grad) return outs;
   for (const Tensor& o : outs)
     MT_CHECK(o.defined(), "checkpoint: the segment returned an undefined tensor");
-  auto node = std::make_shared<CheckpointNode>(fn, inputs, outs, autocast, rng);
+  auto node = std::make_shared<CheckpointNode>(fn, inputs, outs, autocast, std::move(region), rng);
   for (size_t i = 0; i < outs.size(); ++i) outs[i].set_history(node, static_cast<uint32_t>(i));
   return outs;
 }

@@ -14,8 +14,9 @@
 // backward is an error). The first time a backward unpacks a placeholder, the segment is rerun
 // on those inputs with grad mode on, from the default generator's RNG position of its forward
 // (dropout draws the same mask), inside an autocast region with the forward's settings for every
-// device type (enabled, dtype, cache_enabled; as torch.utils.checkpoint re-enters torch.autocast)
-// and a weight-cast cache of its own (amp/checkpoint_region.cpp). The k-th tensor the rerun
+// device type (enabled, dtype, cache_enabled; as torch.utils.checkpoint re-enters torch.autocast),
+// the forward's FP8 region with its scales (recording no amax) and a weight-cast cache of its
+// own (amp/checkpoint_region.cpp). The k-th tensor the rerun
 // saves fills the k-th placeholder; the rerun's own graph is dropped. Gradients then flow through
 // the forward's graph: a weight used in two segments reaches its AccumulateGrad through the
 // forward's one cached cast, once per backward, so every gradient equals the plain graph's bit
@@ -53,6 +54,7 @@
 // (the inner segment's inputs are the outer one's placeholders, recomputed first).
 #pragma once
 #include <functional>
+#include <memory>
 
 #include "core/autocast_state.h"
 #include "core/tensor.h"
@@ -72,11 +74,18 @@ Tensor checkpoint(const std::function<Tensor(const Tensor&)>& fn, const Tensor& 
 // side effects consult it: BatchNorm2d does not update its running statistics a second time.
 bool in_checkpoint_recompute();
 
-// How a recompute opens its autocast region: runs `body` inside a region with the settings
-// `forward`. Autocast regions and their cache live in amp/, above this layer, so amp installs
-// this when its library loads (amp/checkpoint_region.cpp). Until then (a program without amp
-// cannot have opened a region) the recompute only restores the settings.
-using RecomputeRegion = void (*)(const AutocastState& forward, const std::function<void()>& body);
-void set_recompute_region(RecomputeRegion region);
+// How a recompute opens its autocast region. Autocast regions, their cache and the FP8 region
+// (amp::Fp8Autocast) live in amp/, above this layer, so amp installs these when its library loads
+// (amp/checkpoint_region.cpp). `capture` runs when a segment's forward starts and keeps what the
+// AutocastState does not hold (the FP8 region with the scales it casts with), opaque here; `run`
+// runs `body` inside a region with the settings `forward` and what was captured. Until amp
+// installs them (a program without amp cannot have opened a region) the recompute only restores
+// the settings.
+using RegionCapture = std::shared_ptr<const void>;
+struct RecomputeRegion {
+  RegionCapture (*capture)() = nullptr;
+  void (*run)(const AutocastState& forward, const RegionCapture& captured, const std::function<void()>& body) = nullptr;
+};
+void set_recompute_region(const RecomputeRegion* region);  // a static object; nullptr uninstalls
 
 }  // namespace mixtape::autograd

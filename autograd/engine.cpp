@@ -14,6 +14,7 @@
 #include "autograd/node.h"
 #include "autograd/op_calls.h"
 #include "core/autocast_state.h"
+#include "core/numerics_check.h"
 
 namespace mixtape::autograd {
 namespace {
@@ -65,7 +66,18 @@ void backward(const TensorList& roots, const TensorList& grad_roots, bool retain
 }
 
 namespace {
+// The NaN locator's name for the node whose backward is running: "#12 ExpBackward  exp(f16[2]) -> ...".
+std::string describe_node(const void* p) {
+  const Node* n = static_cast<const Node*>(p);
+  std::string s = "#";  // appended piece by piece: GCC 12's -Wrestrict misfires on "#" + string
+  s += std::to_string(n->seq_nr());
+  s += ' ';
+  s += n->describe();
+  return s;
+}
+
 void run_graph(const TensorList& roots, const TensorList& grad_roots, bool retain_graph, bool create_graph) {
+  numerics::BackwardScope in_backward(nullptr, nullptr);  // the engine's own sums of gradients
   retain_graph = retain_graph || create_graph;  // as PyTorch: a graph being differentiated again is kept
   // Backward ops run in the dtypes their forward chose, even when backward() is called inside an
   // autocast region (torch.amp recommends against it; here it is simply harmless). Checkpointed
@@ -154,7 +166,10 @@ void run_graph(const TensorList& roots, const TensorList& grad_roots, bool retai
     bool any = false;
     for (auto& g : grads) any = any || g.defined();
     TensorList out;
-    if (any) out = node->apply(std::move(grads));
+    if (any) {
+      numerics::BackwardScope in_node(node, describe_node);
+      out = node->apply(std::move(grads));
+    }
     if (!retain_graph) node->release_saved();
 
     const auto& edges = node->next_edges();

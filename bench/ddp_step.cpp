@@ -4,9 +4,15 @@
 // batch is split over the ranks. bench/ddp_compare.sh runs 2 ranks x 1 thread against 1 rank x
 // 2 threads, interleaved, and reports the ratios.
 //
-//   [mpirun -np N] build-bench/bench/ddp_step [--model smallcnn|resnet8] [--batch 128]
+//   [mpirun -np N] build-bench/bench/ddp_step [--model smallcnn|resnet8|resnet20] [--batch 128]
 //       [--steps 20] [--warmup 3] [--threads T] [--amp off|fp16|bf16] [--bucket-cap-kb K] [--json]
-//       [--grad-view-ab ROUNDS]
+//       [--grad-view-ab ROUNDS] [--collectives ROUNDS]
+//
+// --collectives R: the process group's collectives alone, f32, R rounds (needs 2+ ranks): per
+// round every size once, in an order that alternates between rounds (ascending, descending),
+// each timed over `--steps` back-to-back calls after a barrier; the medians over the rounds of
+// rank 0's time per call, for all_reduce at 4 B (the per-step loss), 16 KiB, 256 KiB and SmallCNN's
+// 1,686,568 B, and reduce_scatter / all_gather_into at that size (ZeRO-1's two).
 //
 // --grad-view-ab R: DistributedDataParallel without and with gradient_as_bucket_view (two
 // replicas of the same model, each with its SGD), R rounds of --steps steps each, the two
@@ -23,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,6 +48,46 @@ double median(std::vector<double> v) {
 struct ViewRound {
   double default_ms = 0, view_ms = 0;
 };
+
+// --collectives: rank 0's median microseconds per call of each collective (see the header).
+int collectives(distributed::ProcessGroup& pg, int calls, int rounds) {
+  MT_CHECK(pg.world_size() > 1, "ddp_step: --collectives needs mpirun with 2 or more ranks");
+  const int w = pg.world_size();
+  const int64_t cnn = 1686568 / 4;  // SmallCNN's FP32 gradient, in floats
+  const int64_t chunk = (cnn + w - 1) / w;
+  struct Case {
+    std::string name;
+    int64_t bytes;
+    std::function<void()> run;
+    std::vector<double> us;
+  };
+  Tensor loss = zeros({1}), small = zeros({4096}), mid = zeros({65536}), big = zeros({cnn});
+  Tensor flat = zeros({chunk * w}), shard = zeros({chunk});
+  std::vector<Case> cases;
+  cases.push_back({"all_reduce", 4, [&] { pg.all_reduce(loss); }, {}});
+  cases.push_back({"all_reduce", 16384, [&] { pg.all_reduce(small); }, {}});
+  cases.push_back({"all_reduce", 262144, [&] { pg.all_reduce(mid); }, {}});
+  cases.push_back({"all_reduce", cnn * 4, [&] { pg.all_reduce(big); }, {}});
+  cases.push_back({"reduce_scatter", chunk * w * 4, [&] { pg.reduce_scatter(shard, flat); }, {}});
+  cases.push_back({"all_gather_into", chunk * w * 4, [&] { pg.all_gather_into(flat, shard); }, {}});
+  for (Case& c : cases) c.run();  // warm-up: buffers, MPI's connections
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      Case& c = cases[r % 2 ? cases.size() - 1 - k : k];
+      pg.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) c.run();
+      c.us.push_back(1e6 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
+    }
+  }
+  if (pg.rank() == 0) {
+    std::printf("| collective | bytes | median us per call | min | max |\n|---|---:|---:|---:|---:|\n");
+    for (const Case& c : cases)
+      std::printf("| %s | %lld | %.1f | %.1f | %.1f |\n", c.name.c_str(), static_cast<long long>(c.bytes), median(c.us),
+                  *std::min_element(c.us.begin(), c.us.end()), *std::max_element(c.us.begin(), c.us.end()));
+  }
+  return 0;
+}
 
 // One replica's step as the main loop runs it (zero_grad, forward, backward, step), timed.
 struct Replica {
@@ -106,7 +153,7 @@ int grad_view_ab(distributed::ProcessGroup& pg, const std::string& model_name, i
 int main(int argc, char** argv) {
   std::string model_name = "smallcnn", amp = "off";
   int64_t batch = 128, bucket_kb = 0;
-  int steps = 20, warmup = 3, threads = 0, view_rounds = 0;
+  int steps = 20, warmup = 3, threads = 0, view_rounds = 0, collective_rounds = 0;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&](const char* flag) -> const char* {
@@ -125,6 +172,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--bucket-cap-kb")) bucket_kb = std::atoll(next("--bucket-cap-kb"));
     else if (!std::strcmp(argv[i], "--json")) json = true;
     else if (!std::strcmp(argv[i], "--grad-view-ab")) view_rounds = std::atoi(next("--grad-view-ab"));
+    else if (!std::strcmp(argv[i], "--collectives")) collective_rounds = std::atoi(next("--collectives"));
     else {
       std::fprintf(stderr, "ddp_step: unknown argument '%s'\n", argv[i]);
       return 2;
@@ -134,12 +182,18 @@ int main(int argc, char** argv) {
     auto& pg = distributed::init_process_group();
     const int world = pg.world_size(), rank = pg.rank();
     if (threads > 0) set_num_threads(threads);
+    if (collective_rounds > 0) {
+      const int rc = collectives(pg, steps, collective_rounds);
+      distributed::destroy_process_group();
+      return rc;
+    }
     MT_CHECK(batch % world == 0, "ddp_step: --batch ", batch, " does not divide over ", world, " ranks");
     const int64_t local = batch / world;
     manual_seed(0);
     std::shared_ptr<nn::Module> model;
     if (model_name == "smallcnn") model = std::make_shared<models::SmallCNN>(10, 1);
     else if (model_name == "resnet8") model = std::make_shared<models::ResNet>(8, 10, 1);
+    else if (model_name == "resnet20") model = std::make_shared<models::ResNet>(20, 10, 1);
     else MT_ERROR("ddp_step: unknown --model '", model_name, "'");
     std::shared_ptr<distributed::DistributedDataParallel> ddp;
     distributed::DataParallelOptions opts;

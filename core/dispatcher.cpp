@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "core/numerics_check.h"
 #include "core/profiler.h"
 #include "core/trace.h"
 
@@ -243,8 +244,10 @@ TensorList run_kernel(const OpSchema& op, OpCall& call) {
   }
   if (KernelObserver obs = g_kernel_observer.load(std::memory_order_acquire)) obs(op, dev);
   profiler::KernelScope profiled(op, call, dev);
+  const numerics::PreKernel pre = numerics::enabled() ? numerics::before_kernel(op, call) : numerics::PreKernel{};
   TensorList out = fn(call);
   if (op.inplace) call.inputs[0].bump_version();  // every alias now sees a newer version
+  if (pre.active) numerics::after_kernel(op, call, out, pre);
   return out;
 }
 

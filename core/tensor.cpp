@@ -43,6 +43,9 @@ int64_t Tensor::size(int64_t d) const { return impl_->sizes[wrap_dim(d, dim(), "
 int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(), "stride")]; }
 
 bool Tensor::is_contiguous() const {
+  // No elements: nothing is laid out, so any strides are contiguous (c10's rule; a reshape of
+  // f32[3, 0], strides [1, 1], then views instead of refusing).
+  if (numel() == 0) return true;
   int64_t expected = 1;
   for (size_t i = impl_->sizes.size(); i-- > 0;) {
     if (impl_->sizes[i] == 1) continue;

@@ -10,6 +10,9 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
+#if MIXTAPE_WITH_CUDA
+#include "core/cuda/graph.h"  // cuda::is_capturing, cuda::check_not_capturing
+#endif
 #include "ops/creation.h"
 
 namespace mixtape::distributed {
@@ -53,13 +56,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   register_module("module", module_);
   for (auto& [name, t] : module_->named_parameters())
     if (t.requires_grad()) params_.emplace_back(name, t);
-  // Not yet on CUDA (untested there: no GPU run has covered them).
-  for (const auto& [name, t] : params_) {
-    MT_CHECK(!options_.gradient_as_bucket_view || t.device().is_cpu(), "DistributedDataParallel: "
-             "gradient_as_bucket_view supports CPU parameters only so far; parameter '", name, "' is on ", t.device());
-    MT_CHECK(!options_.reduce_dtype || t.device().is_cpu(), "DistributedDataParallel: reduce_dtype supports CPU "
-             "parameters only so far (on CUDA, reduce_16bit_in_fp32 chooses); parameter '", name, "' is on ", t.device());
-  }
   check_replicas_match();
   TensorList state = module_->parameters();
   for (const Tensor& b : module_->buffers()) state.push_back(b);
@@ -300,6 +296,16 @@ void DistributedDataParallel::on_grad_ready(size_t i) {
                "longer match the buckets");
       build_buckets();
     }
+#if MIXTAPE_WITH_CUDA
+    // A step captured in a CUDA graph (docs/DISTRIBUTED.md, "DDP in a CUDA graph"): the buckets'
+    // NCCL all-reduces are captured; what reads the reduction on the host is not.
+    if (options_.gradient_as_bucket_view)
+      cuda::check_not_capturing("DistributedDataParallel (gradient_as_bucket_view)",
+                                "all-reduces the used counts through host memory and MPI");
+    if (sink_)
+      cuda::check_not_capturing("DistributedDataParallel (sharded: ZeroRedundancyOptimizer)",
+                                "hands each bucket's shard to the optimizer with host-side bookkeeping");
+#endif
     armed_ = true;
     stats_ = {};
     autograd::queue_callback([this] { finish_backward(); });
@@ -365,6 +371,14 @@ void DistributedDataParallel::launch(size_t bi) {
   // The usual case, every parameter used here, is a fill on the bucket's device (no copy from the
   // host), and finish_backward need not read the counts back: each sum is >= this rank's 1.
   b.all_used_here = std::all_of(used.begin(), used.end(), [](double u) { return u == 1.0; });
+#if MIXTAPE_WITH_CUDA
+  if (!b.all_used_here)
+    for (size_t j = 0; j < used.size(); ++j)
+      if (used[j] == 0)
+        cuda::check_not_capturing(("DistributedDataParallel (bucket " + std::to_string(bi) + ", parameter '" +
+                                   params_[b.params[j]].first + "' has no gradient on this rank)").c_str(),
+                                  "sends and reads the bucket's used counts on the host");
+#endif
   const Tensor counts = b.all_used_here ? Tensor() : tensor(used, {n}, TensorOptions(DType::Float64));
   if (b.views) {
     if (b.all_used_here)

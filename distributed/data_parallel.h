@@ -15,7 +15,10 @@
 // then copies rank 0's parameters and buffers to every rank. In sharded mode (shard_gradients,
 // ZeRO-1) a synchronised backward instead hands each rank its chunk of every bucket's average and
 // leaves no .grad on the parameters.
-// The design (buckets, overlap, FP32 vs 16-bit reduction): docs/DISTRIBUTED.md.
+// The design (buckets, overlap, FP32 vs 16-bit reduction): docs/DISTRIBUTED.md. A step captured
+// in a CUDA graph on NCCL captures the buckets' all-reduces; its step checks run at capture and
+// not at replays; gradient_as_bucket_view and sharded mode are refused there (docs/DISTRIBUTED.md,
+// "DDP in a CUDA graph").
 #pragma once
 #include <functional>
 #include <memory>
@@ -44,7 +47,7 @@ struct DataParallelOptions {
   // PyTorch's fp16_compress_hook (cast, divide, sum); Float16 without predivide under a
   // GradScaler is the loss-scaled FP16 reduction (the scaled gradients summed, an overflow inf on
   // every rank, skipped by the scaler). Underflow and overflow of each: docs/DISTRIBUTED.md,
-  // "Reduction precision". CPU parameters only so far.
+  // "Reduction precision". On CUDA the buckets are reduced by NCCL (or through host memory).
   std::optional<DType> reduce_dtype;
   // Divide by the world size before summing (PyTorch does): the sum of the quotients cannot
   // overflow where every rank's gradient was finite, but 16-bit quotients may underflow. false
@@ -56,7 +59,7 @@ struct DataParallelOptions {
   // place) are still copied in; a .grad that is the view already (nothing accumulated since) is
   // not. Only buckets of the gradients' own dtype (a 16-bit gradient in an FP32 bucket keeps
   // its copy); the "used" counts then travel in a small all-reduce of their own per bucket.
-  // CPU parameters only, and not under ZeroRedundancyOptimizer (whose shards hold the reduced
+  // Not under ZeroRedundancyOptimizer (whose shards hold the reduced
   // gradients). Bit for bit the gradients of the default (docs/DISTRIBUTED.md).
   bool gradient_as_bucket_view = false;
   // Copy rank 0's buffers (BatchNorm's running statistics) to every rank before each training

@@ -24,6 +24,15 @@ class DeviceCollectives {
   virtual Work all_reduce(const Tensor& t, ReduceOp op, const std::string& what) = 0;
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual std::vector<Tensor> all_gather(const Tensor& t) = 0;
+  // ProcessGroup::reduce_scatter / all_gather_into on this device: `input` and `output`
+  // contiguous, non-empty, the flat layout checked by the group; async like all_reduce (the
+  // returned Work's wait() orders the caller's stream after it). reduce_scatter leaves `input`
+  // unchanged and gives chunk `rank` of an all_reduce of the whole input (the same NCCL call with
+  // the same count, so the same bits as all_reduce: docs/DISTRIBUTED.md says why not
+  // ncclReduceScatter). all_gather_into's `input` may be `output`'s own chunk `rank` (NCCL's
+  // in-place form); any other overlap the group resolves before calling.
+  virtual Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, const std::string& what) = 0;
+  virtual Work all_gather_into(const Tensor& output, const Tensor& input, const std::string& what) = 0;
 };
 
 // NCCL's communicator for this process's ranks, its unique id sent from rank 0 through `host`

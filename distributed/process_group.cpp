@@ -13,6 +13,9 @@
 #include <thread>
 
 #include "autograd/grad_mode.h"
+#if MIXTAPE_WITH_CUDA
+#include "core/cuda/graph.h"  // cuda::check_not_capturing
+#endif
 #include "distributed/backend.h"
 #include "distributed/device_collectives.h"
 #include "ops/creation.h"
@@ -124,9 +127,8 @@ void check_flat_pair(const char* name, const Tensor& flat, const char* flat_role
                      const char* chunk_role, int rank, int world) {
   MT_CHECK(flat.defined() && chunk.defined(), name, " on rank ", rank, ": the ", flat.defined() ? chunk_role : flat_role,
            " is undefined");
-  MT_CHECK(!flat.device().is_cuda() && !chunk.device().is_cuda(), name, " on rank ", rank,
-           ": not yet on CUDA tensors (got ", flat_role, " ", flat.describe(), ", ", chunk_role, " ", chunk.describe(),
-           "); CPU tensors only");
+  MT_CHECK(flat.device() == chunk.device(), name, " on rank ", rank, ": the ", flat_role, " and the ", chunk_role,
+           " must be on the same device, got ", flat.describe(), " and ", chunk.describe());
   MT_CHECK(flat.dtype() == chunk.dtype(), name, " on rank ", rank, ": the ", flat_role, " and the ", chunk_role,
            " must have the same dtype, got ", dtype_name(flat.dtype()), " and ", dtype_name(chunk.dtype()));
   MT_CHECK(flat.numel() == static_cast<int64_t>(world) * chunk.numel(), name, " on rank ", rank, ": the ", flat_role,
@@ -278,6 +280,18 @@ const char* ProcessGroup::backend_name() const { return backend_->name(); }
 DeviceCollectives* ProcessGroup::device_collectives(const Tensor& t) {
   // By device only (never by layout): two ranks must never take different paths.
   if (!t.device().is_cuda() || world_size_ == 1) return nullptr;
+#if MIXTAPE_WITH_CUDA
+  // Under CUDA graph capture only NCCL's collectives are captured (docs/DISTRIBUTED.md, "DDP in a
+  // CUDA graph"): setting the communicator up, or the host path's copies through MPI, cannot be.
+  if (!device_tried_)
+    cuda::check_not_capturing("ProcessGroup (the first collective of a CUDA tensor)",
+                              "sets up the NCCL communicator (an MPI exchange, a stream, a thread; run the step "
+                              "once eagerly first)");
+  if (device_tried_ && !device_)
+    cuda::check_not_capturing("ProcessGroup (a collective of a CUDA tensor)",
+                              "reduces through host memory and MPI (the host path: no NCCL in this build, or "
+                              "MIXTAPE_DIST_CUDA=host), which a graph cannot replay; only NCCL collectives");
+#endif
   {
     std::lock_guard lk(queue_->m);  // a failed group issues nothing more, on the device either
     MT_CHECK(queue_->failed.empty(), "the process group is unusable after '", queue_->failed, "' failed on rank ", rank_);
@@ -512,8 +526,20 @@ Work ProcessGroup::reduce_scatter_async(const Tensor& output, const Tensor& inpu
   if (world_size_ == 1) return copy_as_completed(output, input, std::move(desc));
   begin_collective(desc + " " + reduce_op_name(op));
   bytes_reduced_ += static_cast<int64_t>(input.nbytes());
+  if (DeviceCollectives* dev = device_collectives(input)) {
+    ++collectives_;
+    if (output.numel() == 0) return Work::on_device(std::move(desc), nullptr, [] { return true; });
+    Tensor in = input.contiguous();  // (NCCL keeps a temporary copy's memory until it has read it)
+    if (output.is_contiguous()) return dev->reduce_scatter(output, in, op, desc);
+    Tensor tmp = output.contiguous();  // a strided output: through a contiguous copy, written back now
+    dev->reduce_scatter(tmp, in, op, desc).wait();
+    autograd::NoGradGuard no_grad;
+    const_cast<Tensor&>(output).copy_(tmp);
+    return Work::on_device(std::move(desc), nullptr, [] { return true; });
+  }
   Staged s = stage(output);
-  Tensor in = input.contiguous();  // read by the job: the caller leaves input alone until wait()
+  // Read by the job: the caller leaves input alone until wait() (a CUDA input: a host copy).
+  Tensor in = input.to(Device::CPU()).contiguous();
   Tensor whole = Tensor::empty({input.numel()}, TensorOptions(input.dtype()));
   Backend* b = backend_.get();
   const int world = world_size_, rank = rank_;
@@ -541,8 +567,26 @@ Work ProcessGroup::all_gather_into_async(const Tensor& output, const Tensor& inp
   if (world_size_ == 1) return copy_as_completed(output, input, std::move(desc));
   begin_collective(desc);
   bytes_reduced_ += static_cast<int64_t>(input.nbytes());
+  if (DeviceCollectives* dev = device_collectives(input)) {
+    ++collectives_;
+    if (input.numel() == 0) return Work::on_device(std::move(desc), nullptr, [] { return true; });
+    Tensor in = input.contiguous();
+    if (output.is_contiguous()) {
+      // NCCL's in-place form is input at output's chunk `rank` exactly; any other overlap
+      // would be read while written, so such an input goes through a copy.
+      const bool in_place =
+          in.data_ptr() == static_cast<const char*>(output.data_ptr()) + static_cast<size_t>(rank_) * in.nbytes();
+      if (!in_place && overlaps(in, output)) in = in.clone();
+      return dev->all_gather_into(output, in, desc);
+    }
+    Tensor tmp = output.contiguous();  // a strided output: through a contiguous copy, written back now
+    dev->all_gather_into(tmp, in, desc).wait();
+    autograd::NoGradGuard no_grad;
+    const_cast<Tensor&>(output).copy_(tmp);
+    return Work::on_device(std::move(desc), nullptr, [] { return true; });
+  }
   Staged s = stage(output);
-  Tensor in = input.contiguous();
+  Tensor in = input.to(Device::CPU()).contiguous();
   // MPI forbids a send buffer inside the receive buffer (input as a view of output's chunk r).
   if (overlaps(in, s.host)) in = in.clone();
   Backend* b = backend_.get();

@@ -89,13 +89,17 @@ class ProcessGroup {
   // every rank's chunk r. Same dtypes and ops as all_reduce; `input` is not changed. On MPI it
   // reduces the whole input with all_reduce's own call and keeps chunk r, so chunk r is bit for
   // bit all_reduce's (16-bit sums included): it moves an all_reduce's bytes, not 1/N of them.
-  // CPU tensors only (not yet on CUDA tensors). A world of one copies input into output.
+  // CUDA tensors (input and output on one device) go the way all_reduce's do: on NCCL an
+  // ncclAllReduce of the whole input, out of place, then chunk r copied on the device — the same
+  // bits as all_reduce again, for ZeRO's equivalence with DDP (docs/DISTRIBUTED.md: why not
+  // ncclReduceScatter). A world of one copies input into output.
   void reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
   Work reduce_scatter_async(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum,
                             std::string what = "");
   // torch's all_gather_into_tensor: every rank's `input`, in rank order, into the flat `output`
   // (world_size * input.numel() elements of input's dtype; rank r's at offset r * input.numel()).
-  // `input` may be a view of `output`'s chunk r. CPU tensors only (not yet on CUDA tensors).
+  // `input` may be a view of `output`'s chunk r (on NCCL its in-place form). CUDA tensors as
+  // reduce_scatter's: ncclAllGather on the device, or through host memory.
   void all_gather_into(const Tensor& output, const Tensor& input);
   Work all_gather_into_async(const Tensor& output, const Tensor& input, std::string what = "");
   // Every rank's string, in rank order (any lengths): consistency checks and error reports.

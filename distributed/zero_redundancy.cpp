@@ -51,9 +51,10 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, s
       const std::string& name = params[it->second].first;
       MT_CHECK(group_of_[it->second] < 0, "ZeroRedundancyOptimizer: parameter '", name,
                "' appears in more than one place; every parameter may be in only one param group, once");
-      MT_CHECK(p.device().is_cpu(), "ZeroRedundancyOptimizer: parameter '", name, "' is on ", p.device(),
-               "; sharding supports CPU parameters only so far (reduce_scatter and all_gather_into take CPU "
-               "tensors)");
+      if (next_ckpt == 0) device_ = p.device();  // the first parameter's
+      MT_CHECK(p.device() == device_, "ZeroRedundancyOptimizer: parameter '", name, "' is on ", p.device(),
+               ", the first one on ", device_, "; the parameters must share one device (its collectives' buffers "
+               "live there)");
       MT_CHECK(p.is_contiguous(), "ZeroRedundancyOptimizer: parameter '", name, "' (", p.describe(),
                ") is not contiguous; its shard pieces are views of its memory");
       group_of_[it->second] = static_cast<int>(g);
@@ -81,7 +82,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, s
     if (mine.empty()) {
       // Every rank's optimizer has every group (an LR schedule writes each group's lr alike).
       const Tensor& first = groups[g].params.front();
-      mine.push_back(empty({0}, TensorOptions(first.dtype())).requires_grad_(true));
+      mine.push_back(empty({0}, TensorOptions(first.dtype()).with_device(device_)).requires_grad_(true));
       ++inner_count;
     }
     shard_groups.emplace_back(std::move(mine), groups[g].options);
@@ -203,7 +204,7 @@ void ZeroRedundancyOptimizer::gather() {
   if (world == 1) return;  // the one rank's pieces are the whole model, updated in place
   for (const Gather& g : gathers_) {
     if (g.per_rank == 0) continue;
-    Tensor flat = empty({world * g.per_rank}, TensorOptions(g.dtype));
+    Tensor flat = empty({world * g.per_rank}, TensorOptions(g.dtype).with_device(device_));
     Tensor mine = flat.narrow(0, me * g.per_rank, g.per_rank);
     const auto& my_at = g.at[static_cast<size_t>(me)];
     int64_t used = 0;
@@ -231,7 +232,9 @@ double ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm_typ
   MT_CHECK(!std::isnan(max_norm), "ZeroRedundancyOptimizer::clip_grad_norm_: max_norm is NaN");
   std::vector<Tensor> shards;
   for (const Piece& pc : pieces()) shards.push_back(pc.shard);
-  Tensor part = optim::grad_norm_pow_sum(shards, norm_type).reshape({1}).clone();
+  // On the parameters' device on every rank, a rank with no pieces too: the ranks' collective
+  // must take one path (NCCL or the host).
+  Tensor part = optim::grad_norm_pow_sum(shards, norm_type).reshape({1}).to(device_).clone();
   group_.all_reduce(part, std::isinf(norm_type) ? ReduceOp::Max : ReduceOp::Sum);
   const double total = optim::total_norm_from_pow_sum(part.item<double>(), norm_type);
   optim::clip_grads_with_norm_(shards, max_norm, total);

@@ -34,7 +34,8 @@ class ZeroRedundancyOptimizer {
   // `groups` are what the unsharded optimizer would get: trainable parameters of ddp's module.
   // Puts ddp in sharded mode (DistributedDataParallel::shard_gradients) until destroyed, and sets
   // grad_dtype Float32 on 16-bit parameters (as an optimizer does) before partitioning the buckets.
-  // Refused: parameters not in ddp, CUDA or non-contiguous parameters, an optimizer that rounds
+  // Refused: parameters not in ddp, parameters on more than one device (CPU, or one CUDA device:
+  // the collectives then run on NCCL or through host memory), non-contiguous parameters, an optimizer that rounds
   // stochastically or is capturable (here and at every step). ddp must outlive the wrapper.
   ZeroRedundancyOptimizer(DistributedDataParallel& ddp, std::vector<optim::ParamGroup> groups, OptimizerFactory make);
   // Every trainable parameter of ddp's module, one group.
@@ -109,6 +110,7 @@ class ZeroRedundancyOptimizer {
     std::vector<std::vector<std::pair<size_t, int64_t>>> at;  // per rank: (piece, offset) of its pieces
   };
   std::vector<Gather> gathers_;  // one per parameter dtype
+  Device device_ = Device::CPU();  // every parameter's (the all-gathers' buffers live there)
   std::unique_ptr<optim::Optimizer> inner_;
   int hook_id_ = -1, pre_hook_id_ = -1, observer_id_ = -1;
   // A found_inf reduction (kFoundInfReduction) ran on the group since the last synchronised

@@ -1,6 +1,7 @@
 // examples/amp_speed.cpp — both halves of mixed precision's promise, measured on this machine:
-// one SmallCNN training step (batch 128: forward, loss, backward, SGD) in FP32 and under BF16
-// autocast, its time and its peak memory, and which BF16 kernel did the multiplying.
+// one SmallCNN training step (batch 128: forward, loss, backward, SGD) in FP32, under BF16
+// autocast and under Fp8Autocast (delayed, current and MXFP8 scaling), its time, its peak memory
+// and the bytes its forward saves for backward, and which BF16 kernel did the multiplying.
 //
 //   build/examples/amp_speed [--threads N] [--rounds 5] [--steps 4]
 //   MIXTAPE_CPU_BF16=emulated build/examples/amp_speed     # what a CPU without AVX512_BF16 gets
@@ -13,7 +14,9 @@
 // Timing: the two modes alternate, `steps` steps each per round (the machine's speed drifts, so
 // both are measured in the same minutes), and each mode's figure is its median round. Peak memory
 // is the allocator's high-water mark over one step, everything included (weights, gradients,
-// momentum, the batch, activations). The images are random: a step's cost does not depend on them.
+// momentum, the batch, activations); "saved MiB" is what the allocator holds after the forward
+// and loss beyond what it held before (the tape's saved tensors, the loss). FP8 saves each
+// GEMM's input as one byte per value (docs/FP8.md); its other ops follow BF16 autocast. The images are random: a step's cost does not depend on them.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -32,8 +35,10 @@ namespace {
 struct Mode {
   const char* name;
   std::optional<DType> autocast;
+  std::optional<amp::Fp8Recipe> fp8;  // Fp8Autocast with this recipe (autocast unset)
   std::vector<double> round_ms;  // mean step time of each round
   int64_t peak_bytes = 0;
+  int64_t saved_bytes = 0;
 };
 
 double median(std::vector<double> v) {
@@ -63,19 +68,30 @@ int main(int argc, char** argv) {
 
     // One training step; autocast covers forward and loss, as in torch.autocast. BF16 needs no
     // loss scaling: it has FP32's exponent range.
-    auto step = [&](const Mode& m) {
+    // FP8 (E4M3 forward, E5M2 gradients, HYBRID) needs no GradScaler here either: delayed and
+    // current scaling choose per-tensor scales, MXFP8 per-block ones (docs/FP8.md).
+    amp::Fp8Metas metas(amp::DelayedScaling{}, model.named_parameters());
+    auto step = [&](Mode& m) {
       opt.zero_grad();
       Tensor loss;
+      const int64_t before = memory_stats().current_bytes;
       {
         std::optional<amp::AutocastGuard> guard;
+        std::optional<amp::Fp8Autocast> fp8;
         if (m.autocast) guard.emplace(DeviceType::CPU, *m.autocast);
+        if (m.fp8) fp8.emplace(*m.fp8, std::holds_alternative<amp::DelayedScaling>(*m.fp8) ? &metas : nullptr);
         loss = cross_entropy(model.forward(images), labels);
       }
+      m.saved_bytes = memory_stats().current_bytes - before;
       loss.backward();
       opt.step();
     };
 
-    std::vector<Mode> modes = {{"FP32", std::nullopt}, {"BF16 autocast", DType::BFloat16}};
+    std::vector<Mode> modes = {{"FP32", std::nullopt},
+                               {"BF16 autocast", DType::BFloat16},
+                               {"FP8 delayed", std::nullopt, amp::DelayedScaling{}},
+                               {"FP8 current", std::nullopt, amp::CurrentScaling{}},
+                               {"MXFP8", std::nullopt, amp::MXFP8BlockScaling{}}};
     for (Mode& m : modes) {
       for (int i = 0; i < 2; ++i) step(m);  // warm-up: momentum buffers, the allocator's cache
       reset_peak_memory();
@@ -93,15 +109,23 @@ int main(int argc, char** argv) {
     std::printf("SmallCNN training step, batch %lld, %d threads\n", static_cast<long long>(kBatch),
                 get_num_threads());
     std::printf("BF16 GEMM (conv2d, linear, matmul): %s\n", cpu::bf16_gemm_description().c_str());
-    std::printf("%-14s %10s %10s %12s\n", "mode", "step ms", "images/s", "peak MiB");
+    std::printf("%-14s %10s %10s %12s %10s %10s\n", "mode", "step ms", "images/s", "peak MiB", "saved MiB",
+                "vs BF16");
     for (const Mode& m : modes) {
       const double ms = median(m.round_ms);
-      std::printf("%-14s %10.1f %10.0f %12.1f\n", m.name, ms, 1e3 * kBatch / ms, m.peak_bytes / 1048576.0);
+      // The median over rounds of this mode's speed relative to BF16's in the same round.
+      std::vector<double> ratio;
+      for (size_t r = 0; r < m.round_ms.size(); ++r) ratio.push_back(modes[1].round_ms[r] / m.round_ms[r]);
+      std::printf("%-14s %10.1f %10.0f %12.1f %10.2f %9.2fx\n", m.name, ms, 1e3 * kBatch / ms,
+                  m.peak_bytes / 1048576.0, m.saved_bytes / 1048576.0, median(ratio));
     }
     const double speed = median(modes[0].round_ms) / median(modes[1].round_ms);
     const double memory = static_cast<double>(modes[1].peak_bytes) / static_cast<double>(modes[0].peak_bytes);
     std::printf("BF16 vs FP32: %.2fx the speed, %.2fx the peak memory (median of %d rounds of %d steps)\n", speed,
                 memory, rounds, steps);
+    for (size_t i = 2; i < modes.size(); ++i)
+      std::printf("%s vs BF16: %.2fx the saved bytes\n", modes[i].name,
+                  static_cast<double>(modes[i].saved_bytes) / static_cast<double>(modes[1].saved_bytes));
   } catch (const Error& e) {
     std::fprintf(stderr, "amp_speed: %s\n", e.what());
     return 1;

@@ -7,7 +7,9 @@
 # Inputs: -DTRAIN=<train_fashion_mnist> -DWORK=<scratch dir> -DARGS=<options, space-separated>
 # [-DEXPECT_ERROR=<regex>: both runs must fail with this error, after the same CSV rows]
 # [-DMIN_SKIPPED=<n>: the runs must have skipped at least n steps (the one-step-late skip path)]
-# [-DDEVICE=<cuda:N>: the device, cuda by default].
+# [-DDEVICE=<cuda:N>: the device, cuda by default]
+# [-DLAUNCH=<launcher and its options, a list>: e.g. mpirun -np 2 (both runs under it; rank 0
+#  writes the CSV and the summary)].
 cmake_minimum_required(VERSION 3.19)  # string(JSON)
 separate_arguments(args UNIX_COMMAND "${ARGS}")
 if(NOT DEVICE)
@@ -17,7 +19,7 @@ file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 
 function(train name)
-  execute_process(COMMAND ${TRAIN} ${args} --device ${DEVICE} --threads 1 --log-every 1000 --metrics ${WORK}/${name}.csv
+  execute_process(COMMAND ${LAUNCH} ${TRAIN} ${args} --device ${DEVICE} --threads 1 --log-every 1000 --metrics ${WORK}/${name}.csv
                           --summary-json ${WORK}/${name}.json ${ARGN}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(EXPECT_ERROR)

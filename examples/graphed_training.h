@@ -34,7 +34,9 @@ struct GraphedStepResult {
 
 class GraphedTraining {
  public:
-  // `opt` capturable, `scaler` sync_free (or disabled); the model on `device`, in train mode.
+  // `opt` capturable, `scaler` sync_free (or disabled); the model on `device`, in train mode. Under
+  // mpirun `model` is the DistributedDataParallel wrapper, accumulate 1: its NCCL all-reduces are
+  // captured with the step (docs/DISTRIBUTED.md, "DDP in a CUDA graph").
   // accumulate == 1: the whole step is one graph; > 1: the micro-step and the optimizer step are
   // two (nn::backward_into_grads; the optimizer step zeroes the gradients in place).
   GraphedTraining(nn::Module& model, optim::Optimizer& opt, amp::GradScaler& scaler,
@@ -46,13 +48,6 @@ class GraphedTraining {
     micro_stats_ = zeros({2}, f64);
     opt_stats_ = tensor({1.0, 0.0, 1.0}, {3}, TensorOptions(DType::Float64)).to(device);
     for (Tensor& r : ring_) r = zeros({2 * accumulate_ + 3}, f64);
-    // The scaler's found_inf, copied where the host reads it (a world of one: the reduction is
-    // the identity; the hook is the scaler's one place that hands the flag out).
-    if (scaler_.is_enabled())
-      scaler_.set_found_inf_reducer([this](const Tensor& found) {
-        Tensor slot = opt_stats_.select(0, 1);
-        slot.copy_(found);
-      });
     if (accumulate_ == 1) {
       whole_ = std::make_unique<cuda::GraphedStep>([this] {
         opt_.zero_grad();
@@ -69,14 +64,14 @@ class GraphedTraining {
       }, kWarmupSteps);
     }
   }
-  ~GraphedTraining() {
-    if (scaler_.is_enabled()) scaler_.set_found_inf_reducer({});
-  }
   GraphedTraining(const GraphedTraining&) = delete;
   GraphedTraining& operator=(const GraphedTraining&) = delete;
 
-  // Micro-batch `micro` (0-based) of the next step: the batch is copied into the static buffers
-  // (enqueued copies; a batch of another shape is refused: the graph was captured for one), then
+  // Micro-batch `micro` (0-based) of the next step: the batch (on the device: data::DevicePrefetcher;
+  // or on the host) is copied into the static buffers on the current stream, the one the graphs
+  // replay on, so the copy runs after the previous replay has read them and before this one (a
+  // copy stream writing them directly would have to wait for that replay, losing the overlap);
+  // enqueued copies; a batch of another shape is refused: the graph was captured for one), then
   // the micro-step (or the whole step) runs: eagerly for the first 3 calls, then captured and
   // replayed. Before the step's first micro-batch the schedule advances for the previous step.
   void queue_micro(const data::Batch& b, int micro) {
@@ -216,6 +211,11 @@ class GraphedTraining {
       used.copy_(scaler_.scale_tensor());
     }
     scaler_.step(opt_);
+    if (scaler_.is_enabled()) {  // the step's found_inf, copied where the host reads it late
+      NoGradGuard no_grad;
+      Tensor found = opt_stats_.select(0, 1);
+      found.copy_(scaler_.found_inf());
+    }
     scaler_.update();
     if (scaler_.is_enabled()) {
       NoGradGuard no_grad;

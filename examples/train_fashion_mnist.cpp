@@ -9,6 +9,8 @@
 //   train_fashion_mnist --epochs 2 --save ck.safetensors && train_fashion_mnist --epochs 3 --resume ck.safetensors
 //   train_fashion_mnist --device cuda --amp fp16        # on a GPU (auto: CUDA when one is usable)
 //   train_fashion_mnist --device cuda --amp fp16 --cuda-graph   # each step replayed as a CUDA graph
+//   train_fashion_mnist --amp fp8                       # FP8 GEMMs (delayed scaling, HYBRID), on the CPU
+//   mpirun -np 2 train_fashion_mnist --shard-optimizer  # ZeRO-1: each rank keeps 1/2 of the optimizer state
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -30,9 +32,12 @@
 
 #include <mixtape/mixtape.h>
 
+#include "amp/fp8_autocast.h"
 #include "amp/grad_scaler.h"
 #include "core/cuda_api.h"
+#include "data/device_prefetcher.h"
 #include "distributed/state_agreement.h"
+#include "distributed/zero_redundancy.h"
 #include "ops/cpu/blas.h"
 #include "svg_plot.h"
 #if MIXTAPE_WITH_CUDA
@@ -66,7 +71,7 @@ struct Config {
   int log_every = 50;
   std::string save_path;    // checkpoint after every epoch ("" = none)
   std::string resume_path;  // checkpoint to continue from ("" = start fresh)
-  std::string amp = "off";  // off | fp16 | bf16
+  std::string amp = "off";  // off | fp16 | bf16 | fp8 | fp8-current | mxfp8
   bool master_weights = false;
   int accumulate = 1;
   bool checkpoint_activations = false;
@@ -78,6 +83,10 @@ struct Config {
   // that still overflow are inf or NaN at any scale, and a healthy run's longest streak (the
   // first steps finding a scale that fits) is about 16.
   int max_skipped_steps = 40;
+  // Under mpirun (docs/DISTRIBUTED.md): ZeRO-1, the reduction's dtype, gradients in the buckets.
+  bool shard_optimizer = false;
+  std::string reduce_dtype = "f32";  // f32 | bf16 | f16
+  bool gradient_as_bucket_view = false;
 };
 
 // --device: auto is CUDA when a GPU is usable, else the CPU; cuda without one names the reason.
@@ -88,13 +97,61 @@ Device pick_device(const std::string& d) {
   return dev;
 }
 
-// --amp: the autocast dtype (none for off).
+// --amp: the autocast dtype (none for off). The FP8 modes run every op but the GEMMs under BF16
+// autocast (amp/fp8_autocast.h).
 std::optional<DType> amp_dtype(const Config& c) {
   if (c.amp == "off") return std::nullopt;
   if (c.amp == "fp16") return DType::Float16;
-  if (c.amp == "bf16") return DType::BFloat16;
-  MT_ERROR("unknown --amp '", c.amp, "' (off, fp16, bf16)");
+  if (c.amp == "bf16" || c.amp == "fp8" || c.amp == "fp8-current" || c.amp == "mxfp8") return DType::BFloat16;
+  MT_ERROR("unknown --amp '", c.amp, "' (off, fp16, bf16, fp8, fp8-current, mxfp8)");
 }
+
+// --amp fp8 (delayed scaling, HYBRID: Transformer Engine's default), fp8-current (per-tensor
+// scales from this step's amax, HYBRID) and mxfp8 (E8M0 scales per 32 values, rounded up); none
+// for the other modes. The recipes keep TE's defaults (amp/fp8_recipe.h).
+std::optional<amp::Fp8Recipe> fp8_recipe(const Config& c) {
+  if (c.amp == "fp8") return amp::DelayedScaling{};
+  if (c.amp == "fp8-current") return amp::CurrentScaling{};
+  if (c.amp == "mxfp8") return amp::MXFP8BlockScaling{};
+  return std::nullopt;
+}
+
+// --reduce-dtype: the gradient reduction's dtype (DataParallelOptions::reduce_dtype); f32 is
+// the default reduction (FP32 buckets for 16-bit gradients, FP32 gradients in their own).
+std::optional<DType> reduce_dtype(const Config& c) {
+  if (c.reduce_dtype == "f32") return std::nullopt;
+  if (c.reduce_dtype == "bf16") return DType::BFloat16;
+  if (c.reduce_dtype == "f16") return DType::Float16;
+  MT_ERROR("unknown --reduce-dtype '", c.reduce_dtype, "' (f32, bf16, f16)");
+}
+
+// The forward's precision: autocast to FP16/BF16, or an FP8 region (which opens BF16 autocast
+// itself) with its delayed-scaling metadata and, under mpirun, the amax all-reduce (max).
+struct Precision {
+  std::optional<DType> autocast;
+  std::optional<amp::Fp8Recipe> fp8;
+  amp::Fp8Metas* metas = nullptr;  // DelayedScaling only
+  amp::AmaxReducer amax_reducer;
+};
+
+// One forward's region. `update_scales`: the delayed recipe's once-per-optimizer-step update
+// (the first micro-batch of a step); false for the later micro-batches and for evaluation.
+class PrecisionRegion {
+ public:
+  PrecisionRegion(const Precision& p, DeviceType device, bool update_scales) {
+    if (p.fp8)
+      fp8_.emplace(*p.fp8, p.metas,
+                   amp::Fp8AutocastOptions{.output_dtype = DType::BFloat16, .amax_reducer = p.amax_reducer,
+                                           .update_scales = update_scales},
+                   device);
+    else if (p.autocast)
+      ac_.emplace(device, *p.autocast);
+  }
+
+ private:
+  std::optional<amp::AutocastGuard> ac_;
+  std::optional<amp::Fp8Autocast> fp8_;
+};
 
 // The options a resumed run must share with the run that saved the checkpoint, or it would
 // silently train something else. (--model is checked tensor by tensor by restore_checkpoint,
@@ -232,7 +289,7 @@ std::shared_ptr<nn::Module> make_model(const std::string& name) {
   MT_ERROR("unknown --model '", name, "' (smallcnn, lenet5, mlp, resnet8, resnet20)");
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, const TensorList& params) {
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& c, std::vector<optim::ParamGroup> params) {
   if (c.optimizer == "sgd")
     return std::make_unique<optim::SGD>(params, optim::SGDOptions{.lr = c.lr, .momentum = c.momentum,
                                                                   .weight_decay = c.weight_decay, .nesterov = c.nesterov});
@@ -247,21 +304,23 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
 };
 
-// Under the training's autocast dtype, if any (a 16-bit model needs it: its weights are 16-bit).
+// Under the training's precision, if any (a 16-bit model needs it: its weights are 16-bit; FP8
+// evaluates with the scales of the last step, updating none).
 // With several ranks each evaluates its shard and the sums are added over the ranks.
-EvalResult evaluate(nn::Module& model, data::DataLoader& loader, std::optional<DType> autocast, Device device,
+EvalResult evaluate(nn::Module& model, data::DataLoader& loader, const Precision& precision, Device device,
                     distributed::ProcessGroup& pg) {
   model.eval();
   NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t correct = 0, seen = 0;
-  for (const data::Batch& b : loader) {
+  data::DevicePrefetcher batches(loader, device);  // CUDA: the next batch's copy overlaps this one
+  for (const data::DeviceBatch& db : batches) {
+    const data::Batch& b = db.host;
     Tensor logits;
     {
-      std::optional<amp::AutocastGuard> ac;
-      if (autocast) ac.emplace(device.type(), *autocast);
-      logits = model(b.data.to(device));
-      loss_sum += cross_entropy(logits, b.target.to(device), {}, -100, Reduction::Sum).item<double>();
+      PrecisionRegion region(precision, device.type(), /*update_scales=*/false);
+      logits = model(db.device.data);
+      loss_sum += cross_entropy(logits, db.device.target, {}, -100, Reduction::Sum).item<double>();
     }
     Tensor pred = argmax(logits, 1);
     auto p = pred.to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
@@ -368,7 +427,7 @@ void check_same_start(distributed::ProcessGroup& pg, const Config& c, bool resum
                                        {"test images", distributed::tensor_digest(test.data())},
                                        {"test labels", distributed::tensor_digest(test.targets())}};
   const StateDict all = nn::state_tensors(state);
-  for (const char* section : {"model.", "optim.", "sched.", "amp.", "rng."})  // model first: the likeliest to differ
+  for (const char* section : {"model.", "optim.", "sched.", "amp.", "fp8.", "rng."})  // model first: the likeliest to differ
     for (const auto& [name, t] : all)
       if (name.rfind(section, 0) == 0) items.emplace_back("tensor '" + name + "'", distributed::tensor_digest(t));
   distributed::check_same_on_all_ranks(
@@ -384,8 +443,11 @@ void check_cuda_graph(const Config& c, std::optional<Device> at, int world) {
     MT_ERROR("--cuda-graph replays the training step as a CUDA graph and needs --device cuda (or auto with a usable "
              "GPU); this run is on ", at->str(),
              c.device == "auto" ? " (--device auto: " + cuda::unavailable_reason() + ")" : "");
-  MT_CHECK(world == 1, "--cuda-graph is not supported with several ranks (", world, " under mpirun): DDP's gradient "
-           "all-reduce is not captured; run one process, or leave --cuda-graph out");
+  // Under mpirun the graph holds DDP's NCCL all-reduces (docs/DISTRIBUTED.md, "DDP in a CUDA graph").
+  // One graph is replayed for every micro-batch, but DDP reduces at the group's last one only.
+  MT_CHECK(world == 1 || c.accumulate == 1, "--cuda-graph with --accumulate ", c.accumulate, " is not supported with "
+           "several ranks (", world, " under mpirun): the captured micro-step is replayed for every micro-batch, but "
+           "DistributedDataParallel reduces at the last one only; use --accumulate 1, or leave --cuda-graph out");
 }
 
 int run(const Config& c, const nlohmann::json& computation_options) {
@@ -409,6 +471,17 @@ int run(const Config& c, const nlohmann::json& computation_options) {
              "over the ", world, " ranks");
   }
   const int64_t local_batch = c.batch_size / world;
+  const std::optional<amp::Fp8Recipe> fp8 = fp8_recipe(c);
+  if (fp8) {
+    // FP8 GEMMs run on the CPU only so far (amp/fp8_autocast.h).
+    MT_CHECK(c.device.rfind("cuda", 0) != 0 && !c.cuda_graph, "--amp ", c.amp, " runs its FP8 GEMMs on the CPU only "
+             "so far: it cannot be combined with ", c.cuda_graph ? "--cuda-graph" : "--device " + c.device,
+             " (use --device cpu, or --amp bf16 on a GPU)");
+  }
+  if (world == 1 && (c.shard_optimizer || c.reduce_dtype != "f32" || c.gradient_as_bucket_view))
+    std::cout << "note: --shard-optimizer, --reduce-dtype and --gradient-as-bucket-view change how several ranks "
+                 "share the gradients and the optimizer state; one process has nothing to share, so they do "
+                 "nothing here (run under mpirun -np N)\n";
   if (c.cuda_graph) check_cuda_graph(c, c.device == "cpu" ? std::optional<Device>(Device::CPU()) : std::nullopt, world);
   manual_seed(c.seed);
   const std::string curves = curves_path(c);
@@ -461,7 +534,8 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   }
   const std::optional<DType> autocast = amp_dtype(c);
   MT_CHECK(!c.master_weights || autocast,
-           "--master-weights keeps FP32 masters of a 16-bit model; it needs --amp fp16 or --amp bf16");
+           "--master-weights keeps FP32 masters of a 16-bit model; it needs --amp fp16, bf16, fp8, fp8-current or "
+           "mxfp8 (the FP8 modes make the model BF16)");
   MT_CHECK(c.accumulate >= 1, "--accumulate must be >= 1, got ", c.accumulate);
   if (c.checkpoint_activations) {
     auto* resnet = dynamic_cast<models::ResNet*>(model.get());
@@ -483,17 +557,56 @@ int run(const Config& c, const nlohmann::json& computation_options) {
              cuda::device_count(), " device(s) (run fewer ranks, or MIXTAPE_DIST_CUDA=host to reduce through host memory)");
   }
   if (c.cuda_graph) check_cuda_graph(c, device, world);
+  MT_CHECK(!fp8 || device.is_cpu(), "--amp ", c.amp, " runs its FP8 GEMMs on the CPU only so far; --device ",
+           c.device, " chose ", device.str(), " (use --device cpu)");
   model->to(device);  // before the optimizer, which keeps its state (and FP32 masters) beside the parameters
+  // Delayed scaling's metadata: one meta per linear/conv weight, on the weights' device (so made
+  // after the to() calls). Under mpirun every rank's amaxes are all-reduced with max before each
+  // scale update, so all ranks keep the same scales (as Transformer Engine does).
+  std::optional<amp::Fp8Metas> fp8_metas;
+  if (fp8 && std::holds_alternative<amp::DelayedScaling>(*fp8))
+    fp8_metas.emplace(std::get<amp::DelayedScaling>(*fp8), model->named_parameters());
+  Precision precision{autocast, fp8, fp8_metas ? &*fp8_metas : nullptr, {}};
+  if (fp8_metas && world > 1)
+    precision.amax_reducer = [&pg](Tensor& amaxes) { pg.all_reduce(amaxes, distributed::ReduceOp::Max); };
+  // The training batches on the device: on CUDA the next batch's copy (pinned staging, a copy
+  // stream) overlaps the current step (docs/CUDA.md, "The data path"); on the CPU they pass through.
+  data::DevicePrefetcher train_batches(train_loader, device);
   // Several ranks: rank 0's initial weights everywhere, gradients averaged during backward.
+  // --reduce-dtype f16 under --amp fp16 sums the loss-scaled gradients before dividing (an
+  // overflow is inf on every rank, which the scaler skips); without a scaler it divides first and
+  // sums, as PyTorch's fp16_compress_hook does (docs/DISTRIBUTED.md, "Reduction precision").
   std::shared_ptr<distributed::DistributedDataParallel> ddp;
-  if (world > 1) ddp = std::make_shared<distributed::DistributedDataParallel>(model, pg);
+  if (world > 1) {
+    distributed::DataParallelOptions ddp_options;
+    ddp_options.reduce_dtype = reduce_dtype(c);
+    ddp_options.predivide = !(c.reduce_dtype == "f16" && c.amp == "fp16");
+    ddp_options.gradient_as_bucket_view = c.gradient_as_bucket_view;
+    MT_CHECK(!(c.shard_optimizer && c.gradient_as_bucket_view), "--gradient-as-bucket-view cannot be combined with "
+             "--shard-optimizer: each rank receives only its shard of the reduced gradients, which live in the "
+             "optimizer's shard, not in the buckets; leave one of them out");
+    ddp = std::make_shared<distributed::DistributedDataParallel>(model, pg, ddp_options);
+  } else {
+    reduce_dtype(c);  // an unknown name is refused on one process too
+  }
   nn::Module& net = ddp ? static_cast<nn::Module&>(*ddp) : *model;  // what the training forward calls
   int64_t n_params = 0;
   for (const Tensor& p : model->parameters()) n_params += p.numel();
-  auto opt = make_optimizer(c, model->parameters());
-  // Loss scaling for FP16 only: BF16 has FP32's exponent range, so its gradients do not underflow.
+  // --shard-optimizer (ZeRO-1): each rank keeps and steps the optimizer state of its shard only.
+  std::unique_ptr<distributed::ZeroRedundancyOptimizer> zero;
+  std::unique_ptr<optim::Optimizer> unsharded;
+  if (c.shard_optimizer && ddp)
+    zero = std::make_unique<distributed::ZeroRedundancyOptimizer>(
+        *ddp, [&c](std::vector<optim::ParamGroup> groups) { return make_optimizer(c, std::move(groups)); });
+  else
+    unsharded = make_optimizer(c, {optim::ParamGroup(model->parameters())});
+  optim::Optimizer* const opt = zero ? &zero->optimizer() : unsharded.get();
+  // Loss scaling for FP16 only: BF16 has FP32's exponent range, so its gradients do not underflow;
+  // nor do FP8's, whose per-tensor scales do the scaler's work (docs/FP8.md).
   // --cuda-graph: a step that reads nothing on the host (docs/CUDA.md, "A step with no host sync").
   amp::GradScaler scaler({.enabled = c.amp == "fp16", .sync_free = c.cuda_graph});
+  // Sharded, an inf in one rank's shard of the gradients must skip every rank's step.
+  if (zero && scaler.is_enabled()) scaler.set_found_inf_reducer(distributed::found_inf_reducer(pg));
   // --accumulate N: one optimizer step per N micro-batches (an incomplete group at the end of an
   // epoch is dropped, so every step sees N of them).
   int64_t steps_per_epoch = train_loader.num_batches() / c.accumulate;
@@ -514,6 +627,19 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   if (scaler.is_enabled()) {
     state.amp_state = [&] { return scaler.state_dict(); };
     state.load_amp_state = [&](const StateDict& sd) { scaler.load_state_dict(sd); };
+  }
+  if (fp8_metas) {
+    state.fp8_state = [&] { return fp8_metas->state_dict(); };
+    state.load_fp8_state = [&](const StateDict& sd) { fp8_metas->load_state_dict(sd); };
+  }
+  // Sharded, checkpoints hold the unsharded optimizer's state_dict (so they resume on any world
+  // size, or on one process): gathering it is a collective, so every rank refreshes `gathered`
+  // wherever rank 0 may need it (before the restore, before the start check, after every epoch).
+  StateDict gathered;
+  if (zero) {
+    state.optimizer_state = [&] { return gathered; };
+    state.load_optimizer_state = [&](const StateDict& sd) { zero->load_state_dict(sd); };
+    gathered = zero->state_dict();
   }
 
   int start_epoch = 0;
@@ -538,6 +664,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
                 << get_num_threads() << "; results will not match an uninterrupted run bit for bit (use --threads "
                 << it->second << ")\n";
   }
+  if (zero) gathered = zero->state_dict();
   if (world > 1)
     check_same_start(pg, c, resume.has_value(), start_epoch, step, *train_set, *test_set, state);
 #if MIXTAPE_WITH_CUDA
@@ -546,7 +673,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   std::unique_ptr<examples::GraphedTraining> graphed;
   if (c.cuda_graph) {
     opt->set_capturable(true);
-    graphed = std::make_unique<examples::GraphedTraining>(*model, *opt, scaler, sched.get(), autocast, c.accumulate,
+    graphed = std::make_unique<examples::GraphedTraining>(net, *opt, scaler, sched.get(), autocast, c.accumulate,
                                                           device);
   }
 #endif
@@ -561,15 +688,19 @@ int run(const Config& c, const nlohmann::json& computation_options) {
             << (device.is_cpu() ? std::to_string(get_num_threads()) + " threads (BLAS: " + cpu::blas_info_line() + ")"
                                 : "on " + device.str());
   if (autocast)
-    std::cout << ", AMP " << c.amp << (c.master_weights ? " with a 16-bit model and FP32 master weights" : "")
-              << (scaler.is_enabled() ? ", dynamic loss scaling" : ", no loss scaling (bf16)");
+    std::cout << ", AMP " << c.amp << (fp8 ? " (FP8 GEMMs: " + amp::recipe_string(*fp8) + "; BF16 autocast elsewhere)" : "")
+              << (c.master_weights ? " with a 16-bit model and FP32 master weights" : "")
+              << (scaler.is_enabled() ? ", dynamic loss scaling" : ", no loss scaling (" + c.amp + ")");
   if (c.accumulate > 1) std::cout << ", " << c.accumulate << " micro-batches per step";
   if (c.checkpoint_activations) std::cout << ", activation checkpointing";
   if (c.cuda_graph) std::cout << ", each step replayed as a CUDA graph";
   if (world > 1) {
     const size_t nb = ddp->bucket_layout().size();
     std::cout << ", " << world << " ranks (MPI) x " << local_batch << " images, gradients averaged in " << nb
-              << (nb == 1 ? " bucket" : " buckets") << (device.is_cuda() ? std::string(" by ") + pg.cuda_backend_name() : "");
+              << (nb == 1 ? " bucket" : " buckets") << (device.is_cuda() ? std::string(" by ") + pg.cuda_backend_name() : "")
+              << (c.reduce_dtype != "f32" ? " reduced in " + c.reduce_dtype : "")
+              << (c.gradient_as_bucket_view ? " (gradients as bucket views)" : "")
+              << (zero ? ", optimizer state sharded (ZeRO-1)" : "");
   }
   std::cout << std::endl;
   if (resume)
@@ -654,6 +785,14 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       step_loss = 0;
       step_images = 0;
     };
+    // The step's loss over the whole global batch: each rank's mean over its share, averaged.
+    auto average_over_ranks = [&] {
+      if (world == 1) return;
+      Tensor sl = tensor({step_loss}, {1}, TensorOptions(DType::Float64));
+      pg.all_reduce(sl, distributed::ReduceOp::Avg);
+      step_loss = sl.to_vector<double>()[0];
+      step_images *= world;
+    };
 #if MIXTAPE_WITH_CUDA
     // --cuda-graph: a step's figures are read once the next one is queued (examples/graphed_training.h).
     // A step's time is from the previous read (or its queueing) to its own read.
@@ -661,17 +800,19 @@ int run(const Config& c, const nlohmann::json& computation_options) {
     auto read_graphed_step = [&] {
       const examples::GraphedStepResult r = graphed->read_oldest();
       for (size_t m = 0; m < r.losses.size(); ++m) count_micro(r.losses[m], local_batch, r.correct[m]);
+      average_over_ranks();  // as the eager loop does
       const auto now = Clock::now();
       const double dt = std::chrono::duration<double>(now - t_step).count();
       t_step = now;
       finish_step(r.scale_used, !r.skipped, r.scale_after, dt);
     };
 #endif
-    for (const data::Batch& b : train_loader) {
+    for (const data::DeviceBatch& db : train_batches) {
+      const data::Batch& b = db.host;  // what the host reads (targets for the accuracy)
 #if MIXTAPE_WITH_CUDA
       if (graphed) {
         if (queued == steps_per_epoch) break;  // the incomplete last group of --accumulate
-        graphed->queue_micro(b, micro);
+        graphed->queue_micro(db.device, micro);
         if (++micro < c.accumulate) continue;
         micro = 0;
         graphed->end_step();
@@ -691,11 +832,11 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       }
       Tensor logits, loss;
       {
-        // Forward and loss under autocast; backward outside it (as torch.amp documents).
-        std::optional<amp::AutocastGuard> ac;
-        if (autocast) ac.emplace(device.type(), *autocast);
-        logits = net(b.data.to(device));
-        loss = cross_entropy(logits, b.target.to(device));
+        // Forward and loss under autocast; backward outside it (as torch.amp documents). FP8's
+        // delayed scales are updated once per optimizer step, by its first micro-batch.
+        PrecisionRegion region(precision, device.type(), /*update_scales=*/micro == 0);
+        logits = net(db.device.data);
+        loss = cross_entropy(logits, db.device.target);
       }
       // Micro-batch losses are averaged: each contributes loss / N, scaled by the same S.
       {
@@ -710,12 +851,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       count_micro(loss.item<double>(), b.target.size(0), right);
       if (++micro < c.accumulate) continue;
       micro = 0;
-      if (world > 1) {  // the step's loss over the whole global batch
-        Tensor sl = tensor({step_loss}, {1}, TensorOptions(DType::Float64));
-        pg.all_reduce(sl, distributed::ReduceOp::Avg);
-        step_loss = sl.to_vector<double>()[0];
-        step_images *= world;
-      }
+      average_over_ranks();
       const double scale_used = scaler.get_scale();
       const bool stepped = scaler.step(*opt);  // skipped when a gradient is inf/NaN
       scaler.update();
@@ -742,7 +878,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
       loss_sum = v[0], correct = static_cast<int64_t>(v[1]), seen = static_cast<int64_t>(v[2]);
       ddp->sync_buffers();  // evaluate (and save) rank 0's BatchNorm statistics on every rank
     }
-    last = evaluate(*model, test_loader, autocast, device, pg);
+    last = evaluate(*model, test_loader, precision, device, pg);
     double train_acc = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(seen, 1));
     std::cout << "epoch " << epoch + 1 << ": train loss " << std::fixed << std::setprecision(4)
               << loss_sum / static_cast<double>(std::max<int64_t>(seen, 1)) << ", train acc " << std::setprecision(2)
@@ -755,6 +891,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
                       {"test_loss", last.loss},
                       {"test_accuracy", last.accuracy},
                       {"seconds", epoch_s}});
+    if (zero) gathered = zero->state_dict();  // on every rank: a collective
     if (lead && !c.save_path.empty()) {
       nn::TrainingProgress done{.model_name = c.model, .epoch = epoch + 1, .step = step, .data_seed = c.seed,
                                 .extra = {{"config", resume_relevant(c).dump()},
@@ -774,6 +911,26 @@ int run(const Config& c, const nlohmann::json& computation_options) {
     std::cout << "CUDA graph: " << graphed->replayed_steps() << " steps replayed" << std::endl;
 #endif
   double wall = std::chrono::duration<double>(Clock::now() - t_start).count();
+  // Optimizer state (masters and buffers) on the rank that holds the most, and what one
+  // unsharded optimizer holds (the sum over the shards), per parameter.
+  int64_t state_bytes = opt->state_bytes(), unsharded_bytes = state_bytes;
+  if (zero) {
+    unsharded_bytes = zero->optimizer_state_bytes_all_ranks();
+    Tensor most = tensor({static_cast<double>(state_bytes)}, {1}, TensorOptions(DType::Float64));
+    pg.all_reduce(most, distributed::ReduceOp::Max);
+    state_bytes = static_cast<int64_t>(most.to_vector<double>()[0]);
+  }
+  if (world > 1) {
+    const double np = static_cast<double>(std::max<int64_t>(n_params, 1));
+    std::cout << "optimizer state per rank: " << state_bytes << " bytes (" << std::fixed << std::setprecision(2)
+              << static_cast<double>(state_bytes) / np << " B/parameter)";
+    if (zero)
+      std::cout << ", sharded over " << world << " ranks; unsharded: " << unsharded_bytes << " bytes ("
+                << static_cast<double>(unsharded_bytes) / np << " B/parameter)";
+    else
+      std::cout << ", unsharded (--shard-optimizer keeps about 1/" << world << " of it per rank)";
+    std::cout << std::defaultfloat << std::endl;
+  }
   nlohmann::json summary = {{"model", c.model},
                             {"parameters", n_params},
                             {"optimizer", c.optimizer},
@@ -791,6 +948,10 @@ int run(const Config& c, const nlohmann::json& computation_options) {
                             {"device", device.str()},
                             {"peak_bytes", memory_stats(device).peak_bytes},
                             {"amp", c.amp},
+                            {"fp8_recipe", fp8 ? amp::recipe_string(*fp8) : ""},
+                            {"shard_optimizer", zero != nullptr},
+                            {"reduce_dtype", c.reduce_dtype},
+                            {"optimizer_state_bytes_per_rank", state_bytes},
                             {"master_weights", c.master_weights},
                             {"accumulate", c.accumulate},
                             {"checkpoint_activations", c.checkpoint_activations},
@@ -806,6 +967,7 @@ int run(const Config& c, const nlohmann::json& computation_options) {
             << " epochs (" << std::setprecision(1) << wall << " s); metrics in " << c.metrics_file << ", summary in " << c.summary_file << "\n";
   std::cout << "curves (loss, accuracy" << (scaler.is_enabled() ? ", loss scale" : "") << "): " << curves
             << "  (open it in a web browser)\n";
+  zero.reset();  // before ddp, which it puts in sharded mode
   ddp.reset();
   distributed::destroy_process_group();
   return 0;
@@ -915,7 +1077,9 @@ int main(int argc, char** argv) {
            "Under mpirun each rank reads its own copy, and every rank's restored state must equal rank 0's");
   o.option("--amp", c.amp, all,
            "mixed precision: off | fp16 (autocast to FP16 + dynamic loss scaling) | bf16 (autocast to BF16, "
-           "no scaling needed)")
+           "no scaling needed) | fp8 (linear/conv GEMMs in FP8, delayed scaling, E4M3 forward and E5M2 gradients; "
+           "BF16 elsewhere) | fp8-current (FP8 with per-tensor scales from the current amax) | mxfp8 (FP8 with a "
+           "power-of-two scale per 32 values); the FP8 modes run on the CPU and need no loss scaler (docs/FP8.md)")
       ->capture_default_str();
   o.flag("--allow-nonfinite-loss", c.allow_nonfinite_loss, all,
          "keep training after a NaN/inf loss that no loss scaler handles (default: stop with an error)");
@@ -932,6 +1096,18 @@ int main(int argc, char** argv) {
   o.flag("--cuda-graph", c.cuda_graph, all,
          "--device cuda: capture the training step once as a CUDA graph (after 3 eager warm-up steps) and replay "
          "it; each step's loss and skip reach the host one step late (docs/CUDA.md, \"CUDA graphs\")");
+  o.flag("--shard-optimizer", c.shard_optimizer, all,
+         "under mpirun: ZeRO-1, each rank keeps and updates the optimizer state (and FP32 masters) of 1/N of the "
+         "parameters; the gradients are reduce-scattered and the parameters all-gathered. Checkpoints hold the "
+         "unsharded state (any world size resumes them). One process: nothing to shard, no effect");
+  o.option("--reduce-dtype", c.reduce_dtype, all,
+           "under mpirun: the dtype the gradients are summed in: f32 | bf16 | f16 (with --amp fp16 the loss-scaled "
+           "FP16 reduction, an overflow skipped by the scaler; otherwise divided before the sum, like PyTorch's "
+           "fp16_compress_hook)")
+      ->capture_default_str();
+  o.flag("--gradient-as-bucket-view", c.gradient_as_bucket_view, all,
+         "under mpirun: each .grad is a view of its place in the reduction bucket (no copy out, no extra gradient "
+         "memory), as PyTorch's DDP option");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(c, o.computation());

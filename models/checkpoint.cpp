@@ -19,7 +19,7 @@ namespace mixtape::nn {
 
 namespace {
 
-const char* const kSections[] = {"model.", "optim.", "sched.", "amp.", "rng.", "meta."};
+const char* const kSections[] = {"model.", "optim.", "sched.", "amp.", "fp8.", "rng.", "meta."};
 const char* const kScalars[] = {"rng.global.seed", "rng.global.offset", "meta.epoch", "meta.step", "meta.data_seed"};
 const char* const kReservedMetadata[] = {"format", "version", "model"};
 
@@ -106,9 +106,10 @@ uint64_t scalar_u64(const StateDict& all, const std::string& key) {
 StateDict state_tensors(const TrainingState& state) {
   StateDict all;
   put_section(all, "model.", state.model.state_dict());
-  put_section(all, "optim.", state.optimizer.state_dict());
+  put_section(all, "optim.", state.optimizer_state ? state.optimizer_state() : state.optimizer.state_dict());
   if (state.scheduler) put_section(all, "sched.", state.scheduler->state_dict());
   if (state.amp_state) put_section(all, "amp.", state.amp_state());
+  if (state.fp8_state) put_section(all, "fp8.", state.fp8_state());
   const Generator& gen = default_generator();
   all["rng.global.seed"] = i64_scalar(static_cast<int64_t>(gen.seed()));
   all["rng.global.offset"] = i64_scalar(static_cast<int64_t>(gen.offset()));
@@ -170,7 +171,7 @@ Checkpoint read_checkpoint(const std::string& path) {
     bool known = false;
     for (const char* s : kSections) known = known || name.rfind(s, 0) == 0;
     MT_CHECK(known, "read_checkpoint: '", path, "': unexpected tensor '", name,
-             "' (keys start with model., optim., sched., amp., rng. or meta.)");
+             "' (keys start with model., optim., sched., amp., fp8., rng. or meta.)");
   }
   for (const char* k : kScalars) {
     auto it = ck.tensors.find(k);
@@ -217,17 +218,30 @@ void restore_checkpoint(const Checkpoint& ck, const TrainingState& state) {
   MT_CHECK(!state.load_amp_state || !amp_sd.empty(), "checkpoint '", ck.path,
            "' holds no loss-scaler state (no 'amp.' tensors), but this run scales its loss; resume with the same "
            "precision options (--amp)");
-  // The optimizer and the scaler check their own sections completely before they change anything.
+  const StateDict fp8_sd = take_section(ck.tensors, "fp8.");
+  MT_CHECK(state.load_fp8_state || fp8_sd.empty(), "checkpoint '", ck.path, "' holds FP8 scaling metadata ('fp8.",
+           fp8_sd.empty() ? std::string() : fp8_sd.begin()->first, "'), but this run has none; resume with the same "
+           "precision options (--amp)");
+  MT_CHECK(!state.load_fp8_state || !fp8_sd.empty(), "checkpoint '", ck.path,
+           "' holds no FP8 scaling metadata (no 'fp8.' tensors), but this run keeps it; resume with the same "
+           "precision options (--amp)");
+  // The optimizer, the scaler and the FP8 metadata check their own sections completely before they
+  // change anything.
 
   // ---- apply; on any failure put the previous state back ----
   autograd::NoGradGuard no_grad;
   StateDict model_before;
   for (const auto& [n, t] : live_model) model_before.emplace(n, clone(t));
-  const StateDict optim_before = state.optimizer.state_dict();
+  auto optim_state = [&] { return state.optimizer_state ? state.optimizer_state() : state.optimizer.state_dict(); };
+  auto load_optim = [&](const StateDict& sd) {
+    state.load_optimizer_state ? state.load_optimizer_state(sd) : state.optimizer.load_state_dict(sd);
+  };
+  const StateDict optim_before = optim_state();
+  const StateDict fp8_before = state.fp8_state ? state.fp8_state() : StateDict{};
   const StateDict sched_before = state.scheduler ? state.scheduler->state_dict() : StateDict{};
   try {
     try {
-      state.optimizer.load_state_dict(take_section(ck.tensors, "optim."));
+      load_optim(take_section(ck.tensors, "optim."));
     } catch (const Error& e) {
       MT_ERROR("checkpoint '", ck.path, "' (model '", ck.progress.model_name,
                "') does not fit this run's optimizer (its tensors are 'optim.<key>'): ", e.what());
@@ -241,9 +255,17 @@ void restore_checkpoint(const Checkpoint& ck, const TrainingState& state) {
         MT_ERROR("checkpoint '", ck.path, "': its loss-scaler state (tensors 'amp.<key>') does not load: ", e.what());
       }
     }
+    if (state.load_fp8_state) {
+      try {
+        state.load_fp8_state(fp8_sd);
+      } catch (const Error& e) {
+        MT_ERROR("checkpoint '", ck.path, "': its FP8 scaling metadata (tensors 'fp8.<key>') does not load: ", e.what());
+      }
+    }
   } catch (...) {
     state.model.load_state_dict(model_before);
-    state.optimizer.load_state_dict(optim_before);
+    load_optim(optim_before);
+    if (state.load_fp8_state) state.load_fp8_state(fp8_before);
     if (state.scheduler) state.scheduler->load_state_dict(sched_before);
     throw;
   }

@@ -7,6 +7,8 @@
 //   optim.<key>                          the optimizer's state_dict (optim/optimizer.h)
 //   sched.<key>                          the LR scheduler's state_dict (absent without one)
 //   amp.<key>                            the loss scaler's state_dict (amp::GradScaler; absent without one)
+//   fp8.<key>                            FP8 delayed scaling's metadata (amp::Fp8Metas::state_dict: amax
+//                                        histories and scales; absent without it)
 //   rng.global.seed, rng.global.offset   i64 0-d: the default generator (init, dropout)
 //   meta.epoch, meta.step, meta.data_seed  i64 0-d: epochs done, optimizer steps done, and the
 //                                        DataLoader seed (its shuffle and augmentation streams
@@ -56,6 +58,15 @@ struct TrainingState {
   // on amp/, hence the functions). Both null: no scaler.
   std::function<StateDict()> amp_state;
   std::function<void(const StateDict&)> load_amp_state;
+  // FP8 delayed scaling's metadata (amp::Fp8Metas::state_dict / load_state_dict, which checks
+  // every tensor before it changes any). Both null: none.
+  std::function<StateDict()> fp8_state;
+  std::function<void(const StateDict&)> load_fp8_state;
+  // The optimizer's state_dict and its loading, when they are not state.optimizer's own (a
+  // sharded optimizer saves and loads the unsharded dict: distributed::ZeroRedundancyOptimizer).
+  // Both null: state.optimizer's.
+  std::function<StateDict()> optimizer_state;
+  std::function<void(const StateDict&)> load_optimizer_state;
 };
 
 // A checkpoint file read and format-checked, not yet applied.
@@ -73,7 +84,7 @@ void save_checkpoint(const std::string& path, const TrainingState& state, const 
                      const std::function<void(const std::string& tmp_path)>& before_rename = {});
 
 // The tensors save_checkpoint writes for `state`, every section but meta.* (model., optim.,
-// sched., amp., rng.), on the CPU: what a run holds, for comparing it (e.g. across ranks).
+// sched., amp., fp8., rng.), on the CPU: what a run holds, for comparing it (e.g. across ranks).
 StateDict state_tensors(const TrainingState& state);
 
 // Reads `path`: a safetensors file with this format and version, the rng.* and meta.* scalars,

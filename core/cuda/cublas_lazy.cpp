@@ -81,6 +81,9 @@ MT_LAZY_CUBLAS(cublas_library, cublasStatus_t, cublasSetStream, (cublasHandle_t 
                (handle, stream))
 MT_LAZY_CUBLAS(cublas_library, cublasStatus_t, cublasGetStream, (cublasHandle_t handle, cudaStream_t* stream),
                (handle, stream))
+MT_LAZY_CUBLAS(cublas_library, cublasStatus_t, cublasSetWorkspace,
+               (cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes),
+               (handle, workspace, workspaceSizeInBytes))
 MT_LAZY_CUBLAS(cublas_library, cublasStatus_t, cublasSetMathMode, (cublasHandle_t handle, cublasMath_t mode),
                (handle, mode))
 MT_LAZY_CUBLAS(cublas_library, const char*, cublasGetStatusString, (cublasStatus_t status), (status))

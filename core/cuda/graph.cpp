@@ -48,6 +48,11 @@ void detail::add_captured_check(CapturedCheck check) {
   t_capture.graph->checks_.push_back(std::move(check));
 }
 
+void detail::add_replay_hook(ReplayHook hook) {
+  MT_CHECK(t_capturing, "cuda::Graph: a replay hook was added outside a capture");
+  t_capture.graph->hooks_.push_back(std::move(hook));
+}
+
 Graph::~Graph() {
   try {
     reset();
@@ -73,6 +78,11 @@ void Graph::capture_begin() {
   cudaStream_t previous = current_stream(device);
   cudaStream_t stream = create_stream();
   {
+    // The capture stream's cuBLAS workspace (handles.h), before the capture: kept until reset().
+    StreamGuard on(stream);
+    (void)cublas_handle();
+  }
+  {
     // The captured work is ordered after what was issued before, as on the previous stream.
     Event ready;
     ready.record(previous);
@@ -87,6 +97,7 @@ void Graph::capture_begin() {
   try {
     detail::begin_graph_pool(device, pool, stream);
   } catch (...) {
+    release_cublas_workspace(stream, device);
     (void)cudaStreamDestroy(stream);
     (void)cudaFree(philox_slot_);
     philox_slot_ = nullptr;
@@ -96,6 +107,7 @@ void Graph::capture_begin() {
   if (status != cudaSuccess) {
     detail::end_graph_pool(device);
     detail::release_graph_pool(device, pool);
+    release_cublas_workspace(stream, device);
     (void)cudaStreamDestroy(stream);
     (void)cudaFree(philox_slot_);
     philox_slot_ = nullptr;
@@ -107,6 +119,7 @@ void Graph::capture_begin() {
   previous_stream_ = previous;
   capturing_ = true;
   checks_.clear();
+  hooks_.clear();
   philox_seed_ = default_generator().seed();
   philox_base_ = default_generator().offset();
   philox_blocks_ = 0;
@@ -166,12 +179,16 @@ void Graph::replay() {
   check_not_capturing("cuda::Graph::replay", "replays a graph");
   DeviceGuard guard(device_);
   cudaStream_t stream = current_stream(device_);
+  for (const detail::ReplayHook& h : hooks_)
+    if (h.before) h.before();
   if (philox_blocks_ > 0) {
     const Generator::Range r = default_generator().reserve(philox_blocks_ * 4);
     MT_CUDA_CHECK(detail::launch_write_philox_state(philox_slot_, r.seed, r.offset, stream), "cuda::Graph::replay");
   }
   MT_CUDA_CHECK(cudaGraphLaunch(exec_, stream), "cuda::Graph::replay");
   if (!checks_.empty()) detail::replay_captured_checks(checks_, device_, stream);
+  for (const detail::ReplayHook& h : hooks_)
+    if (h.after) h.after(stream);
 }
 
 void Graph::reset() {
@@ -192,9 +209,13 @@ void Graph::reset() {
   if (graph_) MT_CUDA_CHECK(cudaGraphDestroy(graph_), "cuda::Graph::reset");
   exec_ = nullptr;
   graph_ = nullptr;
-  if (capture_stream_) MT_CUDA_CHECK(cudaStreamDestroy(capture_stream_), "cuda::Graph::reset");
+  if (capture_stream_) {
+    release_cublas_workspace(capture_stream_, device_);  // the replays that used it are done
+    MT_CUDA_CHECK(cudaStreamDestroy(capture_stream_), "cuda::Graph::reset");
+  }
   capture_stream_ = nullptr;
   checks_.clear();  // their slots go back to the pool first
+  hooks_.clear();
   if (philox_slot_) MT_CUDA_CHECK(cudaFree(philox_slot_), "cuda::Graph::reset");
   philox_slot_ = nullptr;
   philox_blocks_ = 0;

@@ -31,11 +31,16 @@
 //     graphed runs thus draw the same masks in the same order.
 //   - Replays run on the current stream. Tensors the graph reads must stay alive (and at the same
 //     addresses) while it can replay; new inputs are copied into them before replay().
+//   - Work captured into a graph that a host-side party must hear about at each replay (NCCL
+//     collectives: their watchdog) registers a replay hook during the capture
+//     (detail::add_replay_hook): replay() runs each hook's `before` ahead of the launch (it may
+//     throw: then nothing is launched) and its `after`, with the launch stream, behind it.
 //   - reset() waits for the device, then frees the graph and gives its pool back.
 #pragma once
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,6 +51,14 @@ class Graph;
 namespace detail {
 // A deferred check committed during this thread's capture joins its graph (deferred_check.cpp).
 void add_captured_check(CapturedCheck check);
+// What a graph runs around each replay for work captured into it (NCCL's watchdog):
+// `before()` ahead of cudaGraphLaunch, `after(stream)` behind it; either may be empty.
+struct ReplayHook {
+  std::function<void()> before;
+  std::function<void(cudaStream_t)> after;
+};
+// Adds a hook to the graph this thread is capturing (refused outside a capture).
+void add_replay_hook(ReplayHook hook);
 }  // namespace detail
 
 class Graph {
@@ -67,6 +80,7 @@ class Graph {
  private:
   void end_capture_state();  // restores the stream, the allocator and the generator after a capture, ok or not
   friend void detail::add_captured_check(CapturedCheck check);
+  friend void detail::add_replay_hook(detail::ReplayHook hook);
   friend struct CapturedPhilox captured_philox(const char* op, uint64_t seed, uint64_t offset);
 
   int device_ = -1;
@@ -77,6 +91,7 @@ class Graph {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   std::vector<CapturedCheck> checks_;  // deferred checks each replay makes pending
+  std::vector<detail::ReplayHook> hooks_;  // run around each replay (add_replay_hook)
   // Random draws (dropout): device slot {seed, base offset}, the generator's state at
   // capture_begin, and the Philox blocks the capture reserved (each replay reserves as many).
   uint64_t* philox_slot_ = nullptr;
@@ -100,6 +115,7 @@ void check_not_capturing(const char* op, const char* what);
 
 namespace detail {
 // This thread's capture, for the allocator: device, stream and private pool (nullptr: none).
+// `pool` is unique per capture (a new one at every capture_begin): it identifies the capture.
 struct ThreadCapture {
   int device;
   cudaStream_t stream;

@@ -10,6 +10,7 @@
 
 #include "core/cuda/check.h"
 #include "core/cuda/graph.h"
+#include "core/cuda/handles.h"
 #include "core/cuda_api.h"
 
 namespace mixtape::cuda {
@@ -136,6 +137,7 @@ OwnedStream::OwnedStream() : stream_(create_stream()) {}
 OwnedStream::~OwnedStream() {
   if (!stream_) return;
   cudaError_t status = cudaStreamSynchronize(stream_);
+  if (status == cudaSuccess) release_cublas_workspace(stream_);  // its GEMMs are done
   if (status == cudaSuccess) status = cudaStreamDestroy(stream_);
   if (status != cudaSuccess)
     std::fprintf(stderr, "mixtape: OwnedStream could not be destroyed: %s\n", cudaGetErrorString(status));

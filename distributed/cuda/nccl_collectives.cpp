@@ -8,6 +8,10 @@
 // Invariants: see distributed/device_collectives.h; after an abort every later collective, and
 // wait()/is_completed() of every collective not seen complete before it, throws the watchdog's
 // error. Built only with NCCL (MIXTAPE_WITH_NCCL).
+// Under CUDA graph capture (docs/DISTRIBUTED.md, "DDP in a CUDA graph") a collective is queued on
+// the capturing stream itself (a node of the graph, ordered by the stream: no event is made) and the
+// watchdog tracks nothing then; the graph's replays are what run it, and each replay of a graph
+// holding collectives hands the watchdog one event recorded behind it on the launch stream.
 #include "distributed/device_collectives.h"
 
 #if MIXTAPE_WITH_NCCL
@@ -24,6 +28,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/cuda/check.h"
+#include "core/cuda/graph.h"
 #include "core/cuda/stream.h"
 #include "ops/creation.h"
 
@@ -112,6 +118,7 @@ class NcclCollectives final : public DeviceCollectives {
     // Whatever is still queued finishes first, with the watchdog still watching: on a stuck
     // collective it aborts the communicator after the timeout, which releases this wait (and
     // ncclCommDestroy, which would otherwise wait for the stuck work itself).
+    alive_->store(false);  // a graph that captured collectives of this communicator refuses to replay
     if (stream_) (void)cudaStreamSynchronize(stream_);
     {
       std::lock_guard lk(watch_mu_);
@@ -130,11 +137,46 @@ class NcclCollectives final : public DeviceCollectives {
     cuda::DeviceGuard on(device_);
     std::lock_guard lk(comm_mu_);
     health_->throw_if_aborted(nullptr);
-    after_caller();
+    cudaStream_t stream = issue_stream("all_reduce");
     check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype(), "all_reduce"),
-                        nccl_op(op), comm_, stream_),
+                        nccl_op(op), comm_, stream),
           "ncclAllReduce", comm_, rank_, world_);
     return queued_work(t, what);
+  }
+
+  Work reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, const std::string& what) override {
+    check_device("reduce_scatter", output);
+    check_device("reduce_scatter", input);
+    cuda::DeviceGuard on(device_);
+    // The whole reduction lands here (allocated for the caller's stream, used on stream_ and
+    // released to it by record_stream): ncclAllReduce out of place, with all_reduce's count.
+    Tensor whole = empty({input.numel()}, TensorOptions(input.dtype()).with_device(input.device()));
+    std::lock_guard lk(comm_mu_);
+    health_->throw_if_aborted(nullptr);
+    cudaStream_t stream = issue_stream("reduce_scatter");
+    check(ncclAllReduce(input.data_ptr(), whole.data_ptr(), static_cast<size_t>(input.numel()),
+                        nccl_type(input.dtype(), "reduce_scatter"), nccl_op(op), comm_, stream),
+          "ncclAllReduce (reduce_scatter)", comm_, rank_, world_);
+    keep_for(input, stream);
+    keep_for(whole, stream);
+    const char* chunk = static_cast<const char*>(whole.data_ptr()) + static_cast<size_t>(rank_) * output.nbytes();
+    MT_CUDA_CHECK(cudaMemcpyAsync(output.data_ptr(), chunk, output.nbytes(), cudaMemcpyDeviceToDevice, stream),
+                  "reduce_scatter");
+    return queued_work(output, what);
+  }
+
+  Work all_gather_into(const Tensor& output, const Tensor& input, const std::string& what) override {
+    check_device("all_gather_into", output);
+    check_device("all_gather_into", input);
+    cuda::DeviceGuard on(device_);
+    std::lock_guard lk(comm_mu_);
+    health_->throw_if_aborted(nullptr);
+    cudaStream_t stream = issue_stream("all_gather_into");
+    // Bytes, as all_gather does: a gather moves them unchanged whatever the dtype.
+    check(ncclAllGather(input.data_ptr(), output.data_ptr(), input.nbytes(), ncclUint8, comm_, stream),
+          "ncclAllGather (all_gather_into)", comm_, rank_, world_);
+    keep_for(input, stream);
+    return queued_work(output, what);
   }
 
   void broadcast(const Tensor& t, int root) override {
@@ -144,8 +186,8 @@ class NcclCollectives final : public DeviceCollectives {
     {
       std::lock_guard lk(comm_mu_);
       health_->throw_if_aborted(nullptr);
-      after_caller();
-      check(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), ncclUint8, root, comm_, stream_), "ncclBroadcast",
+      cudaStream_t stream = issue_stream("broadcast");
+      check(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.nbytes(), ncclUint8, root, comm_, stream), "ncclBroadcast",
             comm_, rank_, world_);
       w = queued_work(t, "broadcast of " + t.describe() + " from rank " + std::to_string(root));
     }
@@ -162,10 +204,10 @@ class NcclCollectives final : public DeviceCollectives {
     {
       std::lock_guard lk(comm_mu_);
       health_->throw_if_aborted(nullptr);
-      after_caller();
-      check(ncclAllGather(t.data_ptr(), out.data_ptr(), t.nbytes(), ncclUint8, comm_, stream_), "ncclAllGather", comm_,
+      cudaStream_t stream = issue_stream("all_gather");
+      check(ncclAllGather(t.data_ptr(), out.data_ptr(), t.nbytes(), ncclUint8, comm_, stream), "ncclAllGather", comm_,
             rank_, world_);
-      cuda::record_stream(t, stream_);
+      keep_for(t, stream);
       w = queued_work(out, "all_gather of " + t.describe());
     }
     w.wait();
@@ -179,16 +221,35 @@ class NcclCollectives final : public DeviceCollectives {
     MT_CHECK(t.device().index() == device_, op, ": this process's NCCL communicator is on cuda:", device_,
              ", the tensor on ", t.device().str(), " (one device per rank)");
   }
-  // The communication stream waits for what the caller's stream queued before the collective.
-  void after_caller() {
+  // The stream the collective `op` goes on. Eagerly the communication stream, made to wait for
+  // what the caller's stream queued before the collective. Under this thread's CUDA graph capture
+  // the capturing stream itself: the graph orders the collective after the captured work before it
+  // and before the work after it, and no event is made (creating one is refused during capture;
+  // and a second stream joined to the capture would need one).
+  cudaStream_t issue_stream(const char* op) {
+    if (const cuda::detail::ThreadCapture* cap = cuda::detail::thread_capture()) {
+      if (cap->device != device_)
+        cuda::detail::fail_capture(std::string(op) + ": this process's NCCL communicator is on cuda:" +
+                                   std::to_string(device_) + ", the CUDA graph capture on cuda:" +
+                                   std::to_string(cap->device) + " (one device per rank)");
+      return cap->stream;
+    }
     cuda::Event ready;
     ready.record(cuda::current_stream());
     ready.wait(stream_);
+    return stream_;
+  }
+  // `t` is used on `stream`: off the caller's stream, keep its memory from reuse until that is
+  // done. A captured collective is on the caller's (capturing) stream, whose order protects it
+  // already; and tensors a graph uses must outlive the graph anyway (docs/CUDA.md, "CUDA graphs").
+  static void keep_for(const Tensor& t, cudaStream_t stream) {
+    if (!cuda::is_capturing()) cuda::record_stream(t, stream);
   }
   // `t` was written on the communication stream: keep its memory from reuse until that is done,
   // bump its version (an in-place write), hand the collective to the watchdog, and let wait()
   // order the caller's stream after it.
   Work queued_work(const Tensor& t, const std::string& what) {
+    if (cuda::is_capturing()) return captured_work(t, what);
     cuda::record_stream(t, stream_);
     t.bump_version();
     auto q = std::make_shared<Queued>();
@@ -214,6 +275,41 @@ class NcclCollectives final : public DeviceCollectives {
       return true;
     };
     return Work::on_device(what, std::move(on_wait), std::move(done));
+  }
+
+  // A collective captured into this thread's graph: already in stream order (wait() has nothing to
+  // do), and nothing for the watchdog now. The capture's first one hooks the graph's replays:
+  // before each, a communicator the watchdog aborted (or one destroyed) refuses the launch; after
+  // each, one event recorded on the launch stream behind the graph goes to the watchdog, standing
+  // for all of the graph's collectives (the timeout then covers the replay as it covers an eager
+  // collective: a peer that never replays makes it time out and abort).
+  Work captured_work(const Tensor& t, const std::string& what) {
+    t.bump_version();
+    const cuda::detail::ThreadCapture* cap = cuda::detail::thread_capture();
+    if (cap->pool != hooked_capture_) {
+      hooked_capture_ = cap->pool;
+      captured_ = std::make_shared<std::vector<std::string>>();
+      cuda::detail::ReplayHook hook;
+      hook.before = [alive = alive_, h = health_, rank = rank_] {
+        MT_CHECK(alive->load(), "cuda::Graph::replay: the graph holds NCCL collectives of rank ", rank,
+                 "'s communicator, which was destroyed (destroy_process_group) after the capture");
+        h->throw_if_aborted(nullptr);
+      };
+      hook.after = [this, alive = alive_, names = captured_](cudaStream_t launch) {
+        if (!alive->load()) return;
+        auto q = std::make_shared<Queued>();
+        q->what = "the " + std::to_string(names->size()) + " NCCL collective(s) replayed by a CUDA graph (" +
+                  names->front() + (names->size() > 1 ? " ... " + names->back() : std::string()) + ")";
+        q->issued = std::chrono::steady_clock::now();
+        q->done = std::make_shared<cuda::Event>();
+        q->done->record(launch);
+        std::lock_guard lk(watch_mu_);
+        queued_.push_back(q);
+      };
+      cuda::detail::add_replay_hook(std::move(hook));
+    }
+    captured_->push_back(what);
+    return Work::on_device(what, nullptr, [] { return true; });
   }
 
   // The watchdog thread: every poll, the collectives done since the last one are dropped (in
@@ -322,6 +418,10 @@ class NcclCollectives final : public DeviceCollectives {
   std::mutex watch_mu_;  // queued_ and stop_
   std::condition_variable watch_cv_;
   std::deque<std::shared_ptr<Queued>> queued_;  // in stream order; completed ones leave from the front
+  // Set false by the destructor: graphs that captured collectives of this communicator outlive it.
+  std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);
+  uint64_t hooked_capture_ = 0;  // the capture (its pool id) whose graph has this communicator's replay hook
+  std::shared_ptr<std::vector<std::string>> captured_;  // that capture's collectives, in issue order
   bool stop_ = false;
   std::thread watchdog_;
 };

@@ -6,6 +6,7 @@
 #include "core/dispatcher.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/numerics_check.h"
 #include "core/profiler.h"
 #include "core/rng.h"
 #include "core/safetensors.h"
@@ -56,6 +57,8 @@
 #include "amp/fp8_scaling.h"
 #include "amp/mx_block.h"
 #include "amp/grad_stats.h"
+#include "amp/tensor_stats.h"
+#include "amp/tensor_stats_logger.h"
 #include "amp/policy_table.h"
 
 #include "models/nn.h"

@@ -12,6 +12,7 @@
 #include "common/error_of.h"
 #include "mixtape/mixtape.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"
 
 namespace mixtape::testing {
 namespace {
@@ -94,7 +95,7 @@ TEST(Fp8Gemm, BitExactAgainstTheF64ProductOfDecodedFp8WhenAccumulationIsExact) {
   const Tensor a = tensor(av, {5, 12}), b = tensor(bv, {12, 7});
   for (cpu::Bf16GemmPath kernel : bf16_kernels_here())
   for (bool transposed : {false, true}) {
-    cpu::Bf16GemmOverride on(kernel);
+    cpu::Override on(kernel);
     Fp8Operand qa = quantize_per_tensor(transposed ? a.t().contiguous() : a, DType::Float8_e4m3fn, 1.0f);
     Fp8Operand qb = quantize_per_tensor(transposed ? b.t().contiguous() : b, DType::Float8_e4m3fn, 1.0f);
     qa.scale_inv = 0.3f;
@@ -119,7 +120,7 @@ TEST(Fp8Gemm, AccumulatesInFp32) {
   Fp8Operand ones = quantize_per_tensor(full({1, 4096}, 1.0), DType::Float8_e4m3fn, 1.0f);
   Fp8Operand col = quantize_per_tensor(full({4096, 1}, 1.0), DType::Float8_e5m2, 1.0f);
   for (cpu::Bf16GemmPath kernel : bf16_kernels_here()) {
-    cpu::Bf16GemmOverride on(kernel);
+    cpu::Override on(kernel);
     EXPECT_EQ(fp8_gemm(ones, false, col, false, "test").item<float>(), 4096.0f) << cpu::bf16_gemm_description();
   }
 }
@@ -130,7 +131,7 @@ TEST(Fp8Gemm, RandomOperandsWithinFp32SummationErrorOfTheF64Reference) {
   const float factor = qa.scale_inv * qb.scale_inv;
   const auto ref = product(values(qa, true), values(qb, true));
   for (cpu::Bf16GemmPath kernel : bf16_kernels_here()) {
-    cpu::Bf16GemmOverride on(kernel);
+    cpu::Override on(kernel);
     EXPECT_TRUE(near_product(fp8_gemm(qa, false, qb, false, "test"), ref, factor, 300, 0.0)) << cpu::bf16_gemm_description();
   }
 }
@@ -594,6 +595,140 @@ TEST(Fp8Autocast, RefusesWhatItCannotRun) {
   }
   e = error_of([&] { y.backward({}, false, true); });
   EXPECT_TRUE(contains(e, "is not differentiable (create_graph")) << e;
+}
+
+// Bit for bit: same dtype, shape and bytes.
+::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return ::testing::AssertionFailure() << "undefined";
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes())
+    return ::testing::AssertionFailure() << a.describe() << " vs " << b.describe();
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  if (std::memcmp(ac.data_ptr(), bc.data_ptr(), ac.nbytes()) != 0)
+    return ::testing::AssertionFailure() << "the bytes differ: " << a.describe();
+  return ::testing::AssertionSuccess();
+}
+
+// A checkpointed segment is recomputed in its forward's FP8 region, with the scales the forward
+// cast with and no amax recorded, so a few steps of training give the plain graph's gradients
+// and leave the metas (histories, scales) as the plain run does, under every recipe, in both
+// checkpoint modes, also when the segment opens the region itself (its recompute must not roll
+// the histories again).
+TEST(Fp8Autocast, CheckpointedSegmentsGiveThePlainGraphsGradientsAndMetadata) {
+  const Tensor x = rnd({8, 2, 6, 6}, 120), target = rnd({8, 4}, 121);
+  struct Net {
+    Tensor k1 = rnd({4, 2, 3, 3}, 122, 0.3).requires_grad_(), c1 = zeros({4}).requires_grad_();
+    Tensor w2 = rnd({16, 144}, 123, 0.08).requires_grad_(), b2 = zeros({16}).requires_grad_();
+    Tensor w3 = rnd({4, 16}, 124, 0.25).requires_grad_();
+    std::vector<std::pair<std::string, Tensor>> named() const {
+      return {{"conv.weight", k1}, {"conv.bias", c1}, {"fc.weight", w2}, {"fc.bias", b2}, {"out.weight", w3}};
+    }
+    TensorList params() const { return {k1, c1, w2, b2, w3}; }
+  };
+  DelayedScaling delayed;
+  delayed.amax_history_len = 3;  // rolls over within the run
+  const char* names[] = {"delayed", "current", "mxfp8", "delayed, region inside the segment"};
+  for (int which = 0; which < 4; ++which) {
+    for (bool reentrant : {false, true}) {
+      SCOPED_TRACE(std::string(names[which]) + (reentrant ? ", reentrant" : ", non-reentrant"));
+      Net plain, ckpt;
+      Fp8Metas plain_metas(delayed, plain.named()), ckpt_metas(delayed, ckpt.named());
+      optim::SGDOptions so;
+      so.lr = 0.05;
+      optim::SGD plain_opt(plain.params(), so), ckpt_opt(ckpt.params(), so);
+      auto step = [&](Net& n, Fp8Metas& metas, optim::SGD& opt, bool checkpointed) {
+        auto segment = [&](const Tensor& in) {
+          std::optional<Fp8Autocast> inner;
+          if (which == 3) inner.emplace(delayed, &metas);
+          const Tensor h = relu(conv2d(in, n.k1, n.c1, {1, 1}, {1, 1}));
+          return relu(linear(h.reshape({8, 144}), n.w2, n.b2));
+        };
+        Tensor loss;
+        {
+          std::optional<Fp8Autocast> fp8;
+          if (which == 0) fp8.emplace(delayed, &metas);
+          if (which == 1) fp8.emplace(CurrentScaling{});
+          if (which == 2) fp8.emplace(MXFP8BlockScaling{});
+          autograd::CheckpointOptions co;
+          co.use_reentrant = reentrant;
+          const Tensor h = checkpointed ? autograd::checkpoint(segment, x, co) : segment(x);
+          // (The segment's own region returns BF16: the last layer, outside it, runs in f32.)
+          loss = mse_loss(linear(which == 3 ? h.to(DType::Float32) : h, n.w3), target);
+        }
+        opt.zero_grad();
+        loss.backward();
+      };
+      for (int s = 0; s < 5; ++s) {
+        step(plain, plain_metas, plain_opt, false);
+        step(ckpt, ckpt_metas, ckpt_opt, true);
+        for (size_t i = 0; i < plain.params().size(); ++i)
+          EXPECT_TRUE(same_bits(plain.params()[i].grad(), ckpt.params()[i].grad())) << "step " << s << " param " << i;
+        const StateDict a = plain_metas.state_dict(), b = ckpt_metas.state_dict();
+        for (const auto& [key, t] : a) EXPECT_TRUE(same_bits(t, b.at(key))) << "step " << s << " " << key;
+        plain_opt.step();
+        ckpt_opt.step();
+      }
+      if (which == 0 || which == 3) {  // the metas took part: the scales moved from 1
+        EXPECT_NE(plain_metas.at("fc").scale_of(Fp8Role::Input), 1.0f);
+      }
+    }
+  }
+}
+
+// A segment whose forward ran outside any FP8 region is recomputed outside one too, even when
+// backward runs inside an open Fp8Autocast: the gradients are the plain graph's.
+TEST(Fp8Autocast, ASegmentForwardOutsideFp8IsRecomputedOutsideItWhenBackwardRunsInsideOne) {
+  const Tensor x = rnd({8, 12}, 130);
+  const Tensor w1 = rnd({16, 12}, 131, 0.3).requires_grad_(), w2 = rnd({4, 16}, 132, 0.3).requires_grad_();
+  auto segment = [&](const Tensor& in) { return relu(linear(in, w1)); };
+  TensorList grads[2];
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+    Tensor loss;
+    {
+      AutocastGuard bf16(DeviceType::CPU, DType::BFloat16);
+      const Tensor h = checkpointed ? autograd::checkpoint(segment, x) : segment(x);
+      loss = sum(linear(h, w2).to(DType::Float32));
+    }
+    w1.set_grad({});
+    w2.set_grad({});
+    {
+      Fp8Autocast fp8(CurrentScaling{});
+      loss.backward();
+    }
+    grads[checkpointed] = {w1.grad(), w2.grad()};
+  }
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(same_bits(grads[0][i], grads[1][i])) << "param " << i;
+}
+
+// The scales change between a segment's forward and its backward (another region updated them):
+// the recompute still casts with the forward's scales and records nothing into the new row 0,
+// so gradients and metas equal the plain graph's.
+TEST(Fp8Autocast, ARecomputeAfterAScaleUpdateCastsWithTheForwardsScalesAndRecordsNothing) {
+  const Tensor x = rnd({8, 12}, 140), target = rnd({8, 4}, 141);
+  DelayedScaling delayed;
+  delayed.amax_history_len = 4;
+  TensorList grads[2];
+  StateDict metas_after[2];
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+    const Tensor w1 = rnd({16, 12}, 142, 0.3).requires_grad_(), w2 = rnd({4, 16}, 143, 0.3).requires_grad_();
+    Fp8Metas metas(delayed, {{"fc1.weight", w1}, {"fc2.weight", w2}});
+    auto segment = [&](const Tensor& in) { return relu(linear(in, w1)); };
+    for (int s = 0; s < 2; ++s) {  // a step first, so that the scales are not all 1
+      Tensor loss;
+      {
+        Fp8Autocast fp8(delayed, &metas);
+        const Tensor h = checkpointed ? autograd::checkpoint(segment, x) : segment(x);
+        loss = mse_loss(linear(h, w2), target);
+      }
+      if (s == 1) Fp8Autocast update(delayed, &metas);  // new scales, row 0 rolled and reset
+      w1.set_grad({});
+      w2.set_grad({});
+      loss.backward();
+    }
+    grads[checkpointed] = {w1.grad(), w2.grad()};
+    metas_after[checkpointed] = metas.state_dict();
+  }
+  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(same_bits(grads[0][i], grads[1][i])) << "param " << i;
+  for (const auto& [key, t] : metas_after[0]) EXPECT_TRUE(same_bits(t, metas_after[1].at(key))) << key;
 }
 
 TEST(Fp8Autocast, AConvAndLinearNetworkTrainsUnderEveryRecipe) {

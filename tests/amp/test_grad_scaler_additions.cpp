@@ -1,9 +1,11 @@
 // tests/amp/test_grad_scaler_additions.cpp — what mixtape's GradScaler adds to PyTorch's
 // (docs/AMP.md, "mixtape's additions"): (b) the unscaled product is checked when S < 1, (c) an
-// explained error below min_scale, (d) the scale history; and bf16 runs accepted. Addition (a),
-// step() reporting a skip, is behaviour 30 (test_grad_scaler.cpp).
+// explained error below min_scale, (d) the scale history; bf16 runs accepted; found_inf(), the last
+// verdict as a device tensor. Addition (a), step() reporting a skip, is behaviour 30
+// (test_grad_scaler.cpp).
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "scaler_test_util.h"
 
@@ -158,6 +160,73 @@ TEST(GradScaler, TraceNarratesStepsAndUpdates) {
       << trace;
   EXPECT_NE(trace.find("[amp] GradScaler.update: scale 32768 -> 32768 (growth tracker 1/3)"), std::string::npos)
       << trace;
+}
+
+// found_inf(): the verdict of the last step()/unscale_(), kept past update(), of the optimizer
+// that call was given; undefined where there is none (disabled, before the first step, a reduction
+// still pending). Values are read back here on the CPU (a GPU read would be a sync).
+TEST(GradScaler, FoundInfIsTheLastStepsVerdict) {
+  Tensor p = make_param({1.0, 2.0}, {2});
+  Tensor q = make_param({3.0}, {1});
+  SGD opt_p({p}, {.lr = 0.5}), opt_q({q}, {.lr = 0.5});
+  {
+    GradScaler off({.enabled = false});
+    off.scale(sum(p)).backward();
+    off.step(opt_p);
+    off.update();
+    EXPECT_FALSE(off.found_inf().defined()) << "a disabled scaler checks nothing";
+    opt_p.zero_grad();
+  }
+  GradScaler scaler({.init_scale = 4.0});
+  EXPECT_FALSE(scaler.found_inf().defined()) << "before the first step";
+  scaled_backward(scaler, p, f32({1.0, 1.0}));
+  EXPECT_TRUE(scaler.step(opt_p));
+  ASSERT_TRUE(scaler.found_inf().defined());
+  EXPECT_EQ(scaler.found_inf().dtype(), DType::Float32);
+  EXPECT_EQ(scaler.found_inf().dim(), 0);
+  EXPECT_EQ(scaler.found_inf().item<float>(), 0.0f);
+  scaler.update();
+  const Tensor clean = scaler.found_inf();
+  ASSERT_TRUE(clean.defined()) << "kept past update()";
+  EXPECT_EQ(clean.item<float>(), 0.0f);
+
+  // An inf: the new step's flag is set, the old tensor is left as it was.
+  opt_p.zero_grad();
+  scaled_backward(scaler, p, f32({kInf, 1.0}));
+  EXPECT_FALSE(scaler.step(opt_p));
+  EXPECT_GT(scaler.found_inf().item<float>(), 0.0f);
+  EXPECT_EQ(clean.item<float>(), 0.0f) << "each step makes a new flag";
+  scaler.update();
+  EXPECT_GT(scaler.found_inf().item<float>(), 0.0f) << "kept past update()";
+
+  // Two optimizers: step(p) after unscale_(q) reports p's verdict, not q's.
+  opt_p.zero_grad();
+  opt_q.zero_grad();
+  scaler.scale(sum(mul(p, f32({1.0, 1.0}))) + sum(mul(q, f32({kNaN})))).backward();
+  scaler.unscale_(opt_p);
+  EXPECT_EQ(scaler.found_inf().item<float>(), 0.0f);
+  scaler.unscale_(opt_q);
+  EXPECT_TRUE(std::isnan(scaler.found_inf().item<float>()) || scaler.found_inf().item<float>() > 0.0f);
+  EXPECT_TRUE(scaler.step(opt_p));
+  EXPECT_EQ(scaler.found_inf().item<float>(), 0.0f) << "step(opt_p) acts on opt_p's flag";
+  EXPECT_FALSE(scaler.step(opt_q));
+  EXPECT_NE(scaler.found_inf().item<float>(), 0.0f);
+  scaler.update();
+
+  // A reducer: its verdict; while it fails, no verdict.
+  bool fail = true;
+  scaler.set_found_inf_reducer([&](const Tensor& f) {
+    if (fail) throw std::runtime_error("timed out");
+    const_cast<Tensor&>(f).fill_(1.0);  // another process saw an inf
+  });
+  opt_p.zero_grad();
+  scaled_backward(scaler, p, f32({1.0, 1.0}));
+  EXPECT_THROW(scaler.unscale_(opt_p), std::runtime_error);
+  EXPECT_FALSE(scaler.found_inf().defined()) << "the reduction is pending: no verdict yet";
+  fail = false;
+  EXPECT_FALSE(scaler.step(opt_p));
+  EXPECT_EQ(scaler.found_inf().item<float>(), 1.0f) << "the reducer's verdict, not the local one";
+  scaler.update();
 }
 
 }  // namespace

@@ -79,6 +79,21 @@ TEST(Tensor, ViewsShareStorage) {
   EXPECT_EQ(a.unsqueeze(0).squeeze(0).sizes(), (IntList{3, 4}));
 }
 
+// As in PyTorch (c10's contiguity rule): a tensor with no elements is contiguous whatever its
+// strides, so it views and reshapes to any shape with no elements.
+TEST(Tensor, EmptyTensorsAreContiguousAndReshape) {
+  Tensor e = Tensor::empty({3, 0});
+  EXPECT_EQ(e.strides(), (IntList{1, 1}));  // PyTorch's strides for (3, 0)
+  EXPECT_TRUE(e.is_contiguous());
+  EXPECT_TRUE(Tensor::empty({2, 0, 3}).is_contiguous());
+  EXPECT_TRUE(e.t().is_contiguous());
+  EXPECT_EQ(e.reshape({0, 5}).sizes(), (IntList{0, 5}));
+  EXPECT_EQ(e.view({5, 0, 2}).sizes(), (IntList{5, 0, 2}));
+  EXPECT_EQ(Tensor::empty({2, 0, 3}).reshape({6, 0}).sizes(), (IntList{6, 0}));
+  EXPECT_EQ(e.contiguous().sizes(), (IntList{3, 0}));
+  EXPECT_NE(error_of([&] { e.view({1}); }), "");  // still 0 elements only
+}
+
 TEST(Tensor, ItemAndCasts) {
   EXPECT_EQ(tensor({2.5}).item<double>(), 2.5);
   EXPECT_EQ(full({}, 3.0, DType::Int32).item<int>(), 3);

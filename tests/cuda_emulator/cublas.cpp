@@ -24,6 +24,14 @@
 // the fp32 inputs, to nearest even, before multiplying; COMPUTE_16F ("at least" half precision)
 // rounds its running sum to fp16 at every step.
 //
+// Workspaces (cublasSetWorkspace): a user workspace must be 256-byte aligned
+// (CUBLAS_STATUS_INVALID_VALUE) device memory of the handle's device (else a fault), and
+// cublasSetStream "unconditionally resets the cuBLAS library workspace back to the default
+// workspace pool". A user workspace is scratch memory of the kernels that use it, so two streams
+// whose work may overlap must not share one: a GEMM issued with a workspace whose previous GEMM
+// went to another stream that still holds queued work faults (stricter than a GPU, which would
+// accept an event ordering the two; mixtape gives every stream its own).
+//
 // Misuse a GPU answers with a fault or undefined behaviour aborts through fault(): an operand that
 // is not device memory or runs past its allocation, alpha / beta in device memory (host pointer
 // mode), an operand, stream or current device other than the handle's, a destroyed handle,
@@ -41,6 +49,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -53,6 +63,8 @@ struct cublasContext {
   int device;              // the current device at cublasCreate: the handle's resources live there
   cudaStream_t stream;     // nullptr (the legacy default stream) until cublasSetStream
   cublasMath_t math_mode;  // CUBLAS_DEFAULT_MATH until cublasSetMathMode
+  void* workspace = nullptr;  // cublasSetWorkspace's; nullptr: cuBLAS's default pool
+  size_t workspace_bytes = 0;
 };
 struct cublasLtContext {
   int device;
@@ -322,6 +334,31 @@ void check_disjoint_outputs(const char* call, int64_t m, int64_t n, int64_t ldc,
   }
 }
 
+// The workspace each user workspace's last GEMM went to, and the last GEMM's workspace.
+struct WorkspaceUse {
+  std::mutex mu;
+  std::map<const void*, cudaStream_t> last_stream;
+  const void* last = nullptr;
+};
+WorkspaceUse& workspace_use() {
+  static auto* w = new WorkspaceUse;
+  return *w;
+}
+void use_workspace(const char* call, cublasHandle_t h) {
+  WorkspaceUse& w = workspace_use();
+  std::lock_guard<std::mutex> lock(w.mu);
+  w.last = h->workspace;
+  if (!h->workspace) return;
+  auto [it, first] = w.last_stream.emplace(h->workspace, h->stream);
+  if (!first && it->second != h->stream) {
+    if (stream_has_queued_work(it->second))
+      fault("%s: workspace %p is used on stream %p while stream %p, whose queued work used it too, has not run "
+            "it: two streams that may run at the same time share one cuBLAS workspace",
+            call, h->workspace, static_cast<void*>(h->stream), static_cast<void*>(it->second));
+    it->second = h->stream;
+  }
+}
+
 cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
                     int n, int k, const void* alpha, const void* A, cudaDataType at, int lda, long long stride_a,
                     const void* B, cudaDataType bt, int ldb, long long stride_b, const void* beta, void* C,
@@ -388,6 +425,7 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t transa
   }
   check_disjoint_outputs(call, m, n, ldc, stride_c, batch);
 
+  use_workspace(call, h);
   // The GEMM itself runs in the handle's stream order (everything it needs is captured now).
   enqueue(h->stream, [=] {
     DeviceAccess access;
@@ -399,6 +437,13 @@ cublasStatus_t gemm(const char* call, cublasHandle_t h, cublasOperation_t transa
 }
 
 }  // namespace
+}  // namespace mixtape::cuda_emulator
+
+namespace mixtape::cuda_emulator {
+const void* cublas_last_workspace() {
+  std::lock_guard<std::mutex> lock(workspace_use().mu);
+  return workspace_use().last;
+}
 }  // namespace mixtape::cuda_emulator
 
 using namespace mixtape::cuda_emulator;
@@ -424,6 +469,26 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle) {
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
   if (!live(handle, "cublasSetStream")) return CUBLAS_STATUS_NOT_INITIALIZED;
   handle->stream = stream;
+  handle->workspace = nullptr;  // back to the default workspace pool, unconditionally
+  handle->workspace_bytes = 0;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// A user-owned workspace for the calls on the handle's current stream, until the next
+// cublasSetStream. (nullptr, 0) selects none.
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t bytes) {
+  if (!live(handle, "cublasSetWorkspace")) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0 || (!workspace && bytes != 0))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (workspace) {
+    int d = -1;
+    require_device_range(workspace, bytes, "cublasSetWorkspace: workspace");
+    if (is_device_range(workspace, bytes, &d) && d != handle->device)
+      fault("cublasSetWorkspace: the workspace is memory of device %d, but the handle belongs to device %d", d,
+            handle->device);
+  }
+  handle->workspace = workspace;
+  handle->workspace_bytes = bytes;
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -15,7 +15,8 @@
 //     work enqueued on a stream created by cudaStreamCreate* waits in that stream's queue until
 //     something the runtime API documents as ordering it runs it — cudaStreamSynchronize, an
 //     event wait or synchronize, a device-to-host copy on that stream, cudaDeviceSynchronize,
-//     cudaFree. The legacy default stream (nullptr) runs its work at once, after the device's
+//     cudaFree (cudaStreamDestroy returns at once and leaves it queued, as on a GPU). The legacy
+//     default stream (nullptr) runs its work at once, after the device's
 //     blocking streams, as its implicit synchronisation says; non-blocking streams are left
 //     alone. So a missing event wait between two streams, or a host read before a sync, reads
 //     stale data here as it may on a GPU — when the producer is a created stream (legacy-stream
@@ -73,6 +74,13 @@ int stream_device(cudaStream_t s);
 // launch_sites() (a string that lives as long as the process; nullptr: an unnamed library call);
 // in launch-only mode the work is counted there and dropped.
 void enqueue(cudaStream_t s, std::function<void()> work, const char* site = nullptr);
+// A collective's work (nccl.cpp): as enqueue(), but it runs as soon as the work queued before it
+// on `s` has run, as the emulator's eager collectives do (a rank must not leave its half of a
+// collective queued while it blocks elsewhere, say in MPI, on its peer: the peer would wait in the
+// collective forever). On a capturing stream it becomes a node of the capture, and every
+// cudaGraphLaunch of that graph then runs the launch stream through the launch at once, so a
+// replayed collective meets the peer's replayed one the same way.
+void enqueue_collective(cudaStream_t s, std::function<void()> work, const char* site);
 
 // Whether launch-only mode is on (MIXTAPE_CUDA_EMULATOR_LAUNCH_ONLY, read once).
 bool launch_only();
@@ -93,6 +101,12 @@ void reset_launch_sites();
 // blocks the host (a synchronize, a device-to-host copy, cudaFree) and had to run queued work to
 // return counts once. Tests use it to prove that a code path never stops the host.
 uint64_t host_waits();
+// Whether stream `s` holds work that has not run yet (deferred streams; never the legacy stream).
+bool stream_has_queued_work(cudaStream_t s);
+// How many cudaMemcpyAsync/cudaMemcpy calls have been enqueued on stream `s` (nullptr: the current
+// device's legacy stream) so far, captured ones included: tests use it to prove which stream a
+// copy went on.
+uint64_t copies_enqueued(cudaStream_t s);
 // Whether streams keep stream order only (MIXTAPE_CUDA_EMULATOR_STREAMS=deferred, the default);
 // tests that observe stream order skip under `immediate`.
 bool streams_deferred();
@@ -112,6 +126,9 @@ void cudnn_report_math(int math);
 // Counters: cudnnFind*AlgorithmEx calls (benchmark mode), and tensor/filter/convolution
 // descriptors created, since the process started.
 uint64_t cudnn_find_calls();
+// cuBLAS (cublas.cpp): the workspace the last GEMM was issued with (nullptr: cuBLAS's default
+// workspace pool, before any GEMM too).
+const void* cublas_last_workspace();
 uint64_t cudnn_descriptors_created();
 
 // Device memory is readable and writable while at least one DeviceAccess object lives on any

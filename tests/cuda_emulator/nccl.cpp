@@ -12,6 +12,12 @@
 // types with one rounding per addition, so every rank gets the same bits. Not kept: speed, and
 // a dead peer is not detected (the barrier waits; ctest's timeout ends such a test).
 //
+// Captured collectives: a collective issued on a capturing stream becomes a node of the capture
+// (enqueue_collective) and exchanges nothing then; each cudaGraphLaunch of its graph runs the
+// launch stream through the launch at once, so the replayed collective meets the peer's replayed
+// (or eager) one in issue order, as the eager ones meet. The stuck-collective knob below counts
+// eager collectives only.
+//
 // A collective that never completes, for tests of mixtape's NCCL watchdog (the knob is read at
 // ncclCommInitRank): MIXTAPE_CUDA_EMULATOR_NCCL_STUCK=<n> makes this process's communicator's
 // n-th collective (ncclAllReduce, ncclBroadcast and ncclAllGather count, from 1) behave as if a
@@ -145,6 +151,29 @@ bool wedged(ncclComm_t c, cudaStream_t stream, const char* call) {
   return true;
 }
 
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone;
+}
+
+// Runs `exchange` as the collective `call` on `stream`: captured (a node of the graph, run at each
+// launch) or now, after the work the stream queued before it.
+template <typename Fn>
+ncclResult_t run_collective(ncclComm_t comm, cudaStream_t stream, const char* call, Fn exchange) {
+  if (capturing(stream)) {
+    enqueue_collective(stream, [exchange] {
+      DeviceAccess access;
+      exchange();
+    }, call);
+    return ncclSuccess;
+  }
+  if (wedged(comm, stream, call)) return ncclSuccess;
+  cudaStreamSynchronize(stream);  // run what the stream queued before the collective
+  DeviceAccess access;
+  exchange();
+  return ncclSuccess;
+}
+
 ncclResult_t check_comm(ncclComm_t c, const char* call) {
   if (!c || !c->base) return ncclInvalidArgument;
   if (current_device() != c->device)
@@ -260,18 +289,16 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   if (!supported) return ncclInvalidArgument;  // (refused on every rank alike, before any barrier)
   require_device_range(sendbuff, count * es, "ncclAllReduce: sendbuff");
   require_device_range(recvbuff, count * es, "ncclAllReduce: recvbuff");
-  if (wedged(comm, stream, "ncclAllReduce")) return ncclSuccess;
-  cudaStreamSynchronize(stream);  // run what the stream queued before the collective
-  DeviceAccess access;
-  const size_t per_round = comm->slot / es;
-  for (size_t done = 0; done < count; done += per_round) {
-    const size_t n = std::min(per_round, count - done);
-    std::memcpy(slot(comm, comm->rank), static_cast<const char*>(sendbuff) + done * es, n * es);
-    barrier(comm);
-    reduce(comm, n, datatype, op, static_cast<char*>(recvbuff) + done * es);
-    barrier(comm);  // nobody refills a slot before every rank has read it
-  }
-  return ncclSuccess;
+  return run_collective(comm, stream, "ncclAllReduce", [=] {
+    const size_t per_round = comm->slot / es;
+    for (size_t done = 0; done < count; done += per_round) {
+      const size_t n = std::min(per_round, count - done);
+      std::memcpy(slot(comm, comm->rank), static_cast<const char*>(sendbuff) + done * es, n * es);
+      barrier(comm);
+      reduce(comm, n, datatype, op, static_cast<char*>(recvbuff) + done * es);
+      barrier(comm);  // nobody refills a slot before every rank has read it
+    }
+  });
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -281,18 +308,16 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   if (es == 0 || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
   if (comm->rank == root) require_device_range(sendbuff, count * es, "ncclBroadcast: sendbuff");
   require_device_range(recvbuff, count * es, "ncclBroadcast: recvbuff");
-  if (wedged(comm, stream, "ncclBroadcast")) return ncclSuccess;
-  cudaStreamSynchronize(stream);
-  DeviceAccess access;
-  const size_t bytes = count * es;
-  for (size_t done = 0; done < bytes; done += comm->slot) {
-    const size_t n = std::min(comm->slot, bytes - done);
-    if (comm->rank == root) std::memcpy(slot(comm, 0), static_cast<const char*>(sendbuff) + done, n);
-    barrier(comm);
-    std::memmove(static_cast<char*>(recvbuff) + done, slot(comm, 0), n);
-    barrier(comm);
-  }
-  return ncclSuccess;
+  return run_collective(comm, stream, "ncclBroadcast", [=] {
+    const size_t bytes = count * es;
+    for (size_t done = 0; done < bytes; done += comm->slot) {
+      const size_t n = std::min(comm->slot, bytes - done);
+      if (comm->rank == root) std::memcpy(slot(comm, 0), static_cast<const char*>(sendbuff) + done, n);
+      barrier(comm);
+      std::memmove(static_cast<char*>(recvbuff) + done, slot(comm, 0), n);
+      barrier(comm);
+    }
+  });
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
@@ -302,19 +327,17 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (es == 0) return ncclInvalidArgument;
   require_device_range(sendbuff, sendcount * es, "ncclAllGather: sendbuff");
   require_device_range(recvbuff, sendcount * es * static_cast<size_t>(comm->nranks), "ncclAllGather: recvbuff");
-  if (wedged(comm, stream, "ncclAllGather")) return ncclSuccess;
-  cudaStreamSynchronize(stream);
-  DeviceAccess access;
-  const size_t bytes = sendcount * es;
-  for (size_t done = 0; done < bytes; done += comm->slot) {
-    const size_t n = std::min(comm->slot, bytes - done);
-    std::memcpy(slot(comm, comm->rank), static_cast<const char*>(sendbuff) + done, n);
-    barrier(comm);
-    for (int r = 0; r < comm->nranks; ++r)
-      std::memcpy(static_cast<char*>(recvbuff) + static_cast<size_t>(r) * bytes + done, slot(comm, r), n);
-    barrier(comm);
-  }
-  return ncclSuccess;
+  return run_collective(comm, stream, "ncclAllGather", [=] {
+    const size_t bytes = sendcount * es;
+    for (size_t done = 0; done < bytes; done += comm->slot) {
+      const size_t n = std::min(comm->slot, bytes - done);
+      std::memcpy(slot(comm, comm->rank), static_cast<const char*>(sendbuff) + done, n);
+      barrier(comm);
+      for (int r = 0; r < comm->nranks; ++r)
+        std::memcpy(static_cast<char*>(recvbuff) + static_cast<size_t>(r) * bytes + done, slot(comm, r), n);
+      barrier(comm);
+    }
+  });
 }
 
 }  // extern "C"

@@ -7,8 +7,18 @@
 // nullptr; an explicit copy kind must match where the pointers live (cudaErrorInvalidValue
 // otherwise, which is stricter than a UVA GPU and catches a swapped direction); a failed call
 // sets the calling thread's last error, read and cleared by cudaGetLastError; events must be
-// recorded (and created with timing) before cudaEventElapsedTime. Every device has
+// recorded (and created with timing) before cudaEventElapsedTime; cudaDeviceGetAttribute answers
+// the compute capability only (8.0), and faults for any other attribute. Every device has
 // MIXTAPE_CUDA_EMULATOR_MEMORY_MB of memory (default 4096), so out-of-memory paths can be driven.
+//
+// Host memory is pageable (any host pointer) or pinned (cudaHostAlloc/cudaMallocHost, freed by
+// cudaFreeHost, which synchronises the device as cudaFree does here, but faults when a copy
+// enqueued with the block has not run: the runtime does not promise to wait for it). An async copy between the
+// device and pageable memory stages the bytes at the call (host to device) or waits (device to
+// host), as the runtime documents for pageable memory; with a pinned end it is a DMA in stream
+// order: the host memory is read or written when the stream runs the copy, not at the call, and
+// the host does not wait. So a pinned staging buffer rewritten before its copy has run is read
+// with the new bytes here, as a GPU's DMA might.
 //
 // Stream capture (cudaStreamBeginCapture .. cudaStreamEndCapture): work enqueued on a capturing
 // stream is appended, in issue order, to the capture's node list instead of the stream's queue;
@@ -18,14 +28,15 @@
 // codes: only a created stream captures; a "potentially unsafe" call (cudaMalloc, cudaFree, a
 // synchronisation, a stream or event query) is refused with cudaErrorStreamCaptureUnsupported and
 // invalidates the capture when the calling thread is prohibited from it by the capture modes
-// (cudaThreadExchangeStreamCaptureMode, documented under that function); a copy between host and
-// a capturing stream (pageable memory, the only kind here) and a synchronisation of a capturing
-// stream are refused in every mode; a capturing stream waiting for an event recorded outside its
+// (cudaThreadExchangeStreamCaptureMode, documented under that function); a copy between pageable
+// host memory and a capturing stream and a synchronisation of a capturing stream are refused in
+// every mode (a copy with pinned memory is captured); a capturing stream waiting for an event recorded outside its
 // capture gives cudaErrorStreamCaptureIsolation; an event recorded in a capture answers queries
 // with cudaErrorCapturedEvent while the capture lasts; an invalidated capture ends with
 // cudaErrorStreamCaptureInvalidated and no graph. Not emulated (fault(), "not supported by the
 // emulator"): joining another stream to a capture through an event (cross-stream capture), and
-// capture on the legacy stream's implicit dependencies (cudaErrorStreamCaptureImplicit).
+// capture on the legacy stream's implicit dependencies (cudaErrorStreamCaptureImplicit). A graph
+// holding a collective (enqueue_collective) runs at each launch, not when its stream is next run.
 //
 // Launch-only mode (emulator.h) and the per-site counts live here: every submission of device
 // work passes through admit(), which counts it and, in that mode, drops it.
@@ -58,6 +69,7 @@ struct EmuCapture {
   unsigned long long id;
   bool invalidated = false;
   bool ended = false;
+  bool collectives = false;  // holds a collective (enqueue_collective): its launches run at once
   std::vector<std::function<void()>> nodes;
 };
 
@@ -70,16 +82,19 @@ struct CUstream_st {
   bool destroyed = false;
   std::deque<std::function<void()>> pending;
   uint64_t enqueued = 0, executed = 0;
+  uint64_t copies = 0;  // cudaMemcpy(Async) calls enqueued here (copies_enqueued())
   std::shared_ptr<EmuCapture> capture;
 };
 // A captured graph, and its instantiation: the nodes in order (shared with launches in flight).
 struct CUgraph_st {
   int device;
   std::shared_ptr<const std::vector<std::function<void()>>> nodes;
+  bool collectives = false;  // see EmuCapture
 };
 struct CUgraphExec_st {
   int device;
   std::shared_ptr<const std::vector<std::function<void()>>> nodes;
+  bool collectives = false;
 };
 struct EventTime {  // shared with the marker in the stream, which may outlive the event
   std::chrono::steady_clock::time_point when;
@@ -102,9 +117,17 @@ struct Block {
   int device;
 };
 
+struct Pinned {  // a cudaHostAlloc block
+  size_t size;
+  unsigned flags;
+  int device;
+  std::shared_ptr<int> queued = std::make_shared<int>(0);  // copies with it enqueued, not run yet
+};
+
 struct State {
   std::recursive_mutex mu;  // serialises every emulated call that touches device memory
   std::map<uintptr_t, Block> blocks;
+  std::map<uintptr_t, Pinned> pinned;  // page-locked host memory
   std::vector<size_t> used;  // bytes in use per device
   int access_depth = 0;
   std::vector<CUstream_st*> streams;  // every stream created (destroyed ones stay, marked)
@@ -154,6 +177,17 @@ std::map<uintptr_t, Block>::iterator find_block(const void* p, size_t bytes) {
   if (it == blocks.begin()) return blocks.end();
   --it;
   if (a - it->first + bytes > it->second.size || a < it->first) return blocks.end();
+  return it;
+}
+
+// The pinned block holding [p, p + bytes), or end(). The caller holds the lock.
+std::map<uintptr_t, Pinned>::iterator find_pinned(const void* p, size_t bytes) {
+  auto& pinned = state().pinned;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = pinned.upper_bound(a);
+  if (it == pinned.begin()) return pinned.end();
+  --it;
+  if (a < it->first || a - it->first + bytes > it->second.size) return pinned.end();
   return it;
 }
 
@@ -263,15 +297,15 @@ void flush(CUstream_st* s) { run_until(s, s->enqueued); }
 // streams (those created without cudaStreamNonBlocking).
 void flush_blocking(int device) {
   for (CUstream_st* s : state().streams)
-    if (!s->destroyed && s->device == device && !(s->flags & cudaStreamNonBlocking)) flush(s);
+    if (s->device == device && !(s->flags & cudaStreamNonBlocking)) flush(s);  // destroyed ones' leftovers too
 }
 void flush_device(int device) {
   for (CUstream_st* s : state().streams)
-    if (!s->destroyed && s->device == device) flush(s);
+    if (s->device == device) flush(s);
 }
 void flush_everything() {
   for (CUstream_st* s : state().streams)
-    if (!s->destroyed) flush(s);
+    flush(s);
 }
 
 // Ordering before work that the host waits for on stream s (a synchronize, a D2H copy).
@@ -323,6 +357,17 @@ cudaError_t refuse_on_capture(CUstream_st* s) {
 
 bool streams_deferred() { return deferred(); }
 
+bool stream_has_queued_work(cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  if (!names_default(s) && s->destroyed) return !s->pending.empty();
+  return !resolve(s)->pending.empty();
+}
+
+uint64_t copies_enqueued(cudaStream_t s) {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  return resolve(s)->copies;
+}
+
 uint64_t host_waits() {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   return g_host_waits;
@@ -372,6 +417,19 @@ void enqueue(cudaStream_t s, std::function<void()> work, const char* site) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   CUstream_st* st = resolve(s);
   if (admit(site, false)) push(st, std::move(work));
+}
+
+void enqueue_collective(cudaStream_t s, std::function<void()> work, const char* site) {
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  CUstream_st* st = resolve(s);
+  if (!admit(site, false)) return;
+  if (st->capture) {
+    if (!st->capture->invalidated) st->capture->collectives = true;
+    push(st, std::move(work));
+    return;
+  }
+  push(st, std::move(work));
+  flush(st);
 }
 
 std::vector<LaunchSite> launch_sites() {
@@ -462,6 +520,18 @@ cudaError_t cudaSetDevice(int device) {
   t_device = device;
   return cudaSuccess;
 }
+// Compute capability 8.0 (an A100's), the architecture generation mixtape asks about; any other
+// attribute is not emulated and faults, so a new use is noticed.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (!value) return fail(cudaErrorInvalidValue);
+  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 8; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    default: fault("cudaDeviceGetAttribute: attribute %d is not supported by the emulator", static_cast<int>(attr));
+  }
+}
+
 cudaError_t cudaDeviceSynchronize(void) {
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
@@ -576,6 +646,81 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
+// Page-locked host memory: ordinary host memory here, remembered so that copies with it are
+// deferred DMAs. Allocating is a potentially unsafe call under capture, like cudaMalloc.
+cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
+  const unsigned known = cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined;
+  if (!ptr || (flags & ~known)) return fail(cudaErrorInvalidValue);
+  *ptr = nullptr;
+  if (size == 0) return cudaSuccess;
+  State& st = state();
+  std::lock_guard<std::recursive_mutex> lock(st.mu);
+  if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+  void* p = std::malloc(size);
+  if (!p) return fail(cudaErrorMemoryAllocation);
+  st.pinned.emplace(reinterpret_cast<uintptr_t>(p), Pinned{size, flags, t_device});
+  *ptr = p;
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, size, cudaHostAllocDefault); }
+
+// A block that an enqueued copy still uses faults; otherwise it synchronises, as cudaFree does here.
+cudaError_t cudaFreeHost(void* ptr) {
+  if (!ptr) return cudaSuccess;
+  State& st = state();
+  std::lock_guard<std::recursive_mutex> lock(st.mu);
+  if (prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
+  auto it = st.pinned.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == st.pinned.end()) return fail(cudaErrorInvalidValue);
+  // The runtime does not promise to wait for the copies that still use the block (the programming
+  // guide's implicit synchronisations list allocation, not freeing): freeing it under them is
+  // undefined behaviour, a fault here. The caller must synchronise them first.
+  if (*it->second.queued > 0)
+    fault("cudaFreeHost: pinned block %p is freed while %d enqueued copies that read or write it have not run "
+          "(synchronise their stream or event first)",
+          ptr, *it->second.queued);
+  HostWait wait;
+  flush_everything();
+  st.pinned.erase(it);
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostGetFlags(unsigned int* flags, void* host) {
+  if (!flags) return fail(cudaErrorInvalidValue);
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  auto it = find_pinned(host, 1);
+  if (it == state().pinned.end()) return fail(cudaErrorInvalidValue);
+  *flags = it->second.flags;
+  return cudaSuccess;
+}
+
+// Device memory, pinned host memory, or (as CUDA 11 and later answer, with cudaSuccess)
+// unregistered host memory.
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* ptr) {
+  if (!attributes) return fail(cudaErrorInvalidValue);
+  *attributes = cudaPointerAttributes{};
+  int device = -1;
+  if (ptr && is_device_range(ptr, 1, &device)) {
+    attributes->type = cudaMemoryTypeDevice;
+    attributes->device = device;
+    attributes->devicePointer = const_cast<void*>(ptr);
+    return cudaSuccess;
+  }
+  std::lock_guard<std::recursive_mutex> lock(state().mu);
+  auto it = ptr ? find_pinned(ptr, 1) : state().pinned.end();
+  if (it == state().pinned.end()) {
+    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->device = -2;
+    return cudaSuccess;
+  }
+  attributes->type = cudaMemoryTypeHost;
+  attributes->device = it->second.device;
+  attributes->hostPointer = const_cast<void*>(ptr);
+  attributes->devicePointer = const_cast<void*>(ptr);  // unified addressing: the same address
+  return cudaSuccess;
+}
+
 namespace {
 // Checks where a copy's ends live (d_dev, s_dev: device memory) against its kind;
 // cudaMemcpyDefault infers the direction.
@@ -593,8 +738,9 @@ bool valid_stream(cudaStream_t s) { return names_default(s) || !s->destroyed; }
 }  // namespace
 
 // Host -> device from pageable memory: the source is staged at the call (the caller may reuse it
-// at once), the device write happens in stream order. Device -> host: returns once the copy is
-// done, after the stream's earlier work. Device -> device: stream order.
+// at once), the device write happens in stream order. Device -> pageable host: returns once the
+// copy is done, after the stream's earlier work. Device -> device, and either way between the
+// device and pinned memory: stream order, the host memory touched when the copy runs.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!valid_stream(stream)) return fail(cudaErrorInvalidResourceHandle);
   if (count == 0) return cudaSuccess;
@@ -603,8 +749,26 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   if (cudaError_t e = check_copy(d_dev, s_dev, kind); e != cudaSuccess) return fail(e);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   CUstream_st* s = resolve(stream);
-  // Host memory here is pageable: a copy from or to it cannot be captured; a device-to-host copy
-  // makes the host wait, which a capturing thread may not.
+  ++s->copies;
+  const bool s_pin = !s_dev && find_pinned(src, count) != state().pinned.end();
+  const bool d_pin = !d_dev && find_pinned(dst, count) != state().pinned.end();
+  if ((s_dev && d_pin) || (s_pin && d_dev)) {
+    // Between the device and pinned memory: a DMA in stream order, captured like a kernel; the
+    // host bytes are read (or written) when the stream runs it.
+    std::shared_ptr<int> queued;  // a captured copy runs at replays: not counted
+    if (!s->capture) {
+      queued = find_pinned(d_pin ? dst : src, count)->second.queued;
+      ++*queued;
+    }
+    push(s, [dst, src, count, queued] {
+      DeviceAccess access;
+      std::memcpy(dst, src, count);
+      if (queued) --*queued;
+    });
+    return cudaSuccess;
+  }
+  // Pageable host memory: a copy from or to it cannot be captured; a device-to-host copy makes
+  // the host wait, which a capturing thread may not.
   if ((!s_dev || !d_dev) && s->capture) return refuse_on_capture(s);
   if (!d_dev && prohibited_by_capture()) return fail(cudaErrorStreamCaptureUnsupported);
   if (!s_dev && d_dev && !admit("cudaMemcpyAsync host to device", false)) return cudaSuccess;
@@ -687,14 +851,15 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) 
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
-// Queued work still completes; the stream object is kept (marked) so later use is caught and
-// event waits that point into it stay valid.
+// Returns at once; queued work still completes later, as the runtime documents ("the function
+// will return immediately"), when something orders it (an event wait, a device-wide
+// synchronisation). The stream object is kept (marked) so later use is caught and event waits
+// that point into it stay valid.
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (names_default(stream) || stream->destroyed)
     return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   if (stream->capture) return refuse_on_capture(stream);
-  flush(stream);
   stream->destroyed = true;
   return cudaSuccess;
 }
@@ -854,7 +1019,8 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     }
   *graph = nullptr;
   if (c->invalidated) return fail(cudaErrorStreamCaptureInvalidated);
-  *graph = new CUgraph_st{s->device, std::make_shared<const std::vector<std::function<void()>>>(std::move(c->nodes))};
+  *graph = new CUgraph_st{s->device, std::make_shared<const std::vector<std::function<void()>>>(std::move(c->nodes)),
+                          c->collectives};
   return cudaSuccess;
 }
 
@@ -886,7 +1052,7 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatu
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long flags) {
   if (!exec || !graph || flags != 0) return fail(cudaErrorInvalidValue);
-  *exec = new CUgraphExec_st{graph->device, graph->nodes};
+  *exec = new CUgraphExec_st{graph->device, graph->nodes, graph->collectives};
   return cudaSuccess;
 }
 
@@ -898,9 +1064,11 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (stream_device(stream) != exec->device) return fail(cudaErrorInvalidValue);
   std::lock_guard<std::recursive_mutex> lock(state().mu);
   if (!admit("cudaGraphLaunch", false)) return cudaSuccess;
-  push(resolve(stream), [nodes = exec->nodes] {
+  CUstream_st* s = resolve(stream);
+  push(s, [nodes = exec->nodes] {
     for (const auto& node : *nodes) node();
   });
+  if (exec->collectives) flush(s);  // its collectives meet the peers' now (enqueue_collective)
   return cudaSuccess;
 }
 

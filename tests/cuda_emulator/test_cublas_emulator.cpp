@@ -18,6 +18,7 @@
 
 #include "core/bfloat16.h"
 #include "core/half.h"
+#include "tests/cuda_emulator/emulator.h"
 
 namespace {
 
@@ -758,6 +759,59 @@ TEST(CublasEmulatorDeathTest, OverlappingBatchOutputsAbort) {
       cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 2, 1, &one, a.ptr, CUDA_R_32F, 1, 1, b.ptr, CUDA_R_32F,
                                  1, 1, &zero, c.ptr, CUDA_R_32F, 2, 1, 3, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "another batch writes");
+}
+
+// cublasSetWorkspace as NVIDIA documents it: 256-byte alignment, and cublasSetStream resetting
+// the handle to the default workspace pool.
+TEST(CublasEmulator, SetStreamResetsTheWorkspace) {
+  Handle h;
+  void* ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&ws, 1 << 16), cudaSuccess);
+  Device a(Typed(CUDA_R_32F, {2})), b(Typed(CUDA_R_32F, {3})), c(Typed(CUDA_R_32F, {0}));
+  const float one = 1.0f, zero = 0.0f;
+  auto gemm = [&] {
+    return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, a.ptr, CUDA_R_32F, 1, b.ptr, CUDA_R_32F, 1, &zero,
+                        c.ptr, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  };
+  EXPECT_EQ(cublasSetWorkspace(h, static_cast<char*>(ws) + 128, 1024), CUBLAS_STATUS_INVALID_VALUE);
+  ASSERT_EQ(cublasSetWorkspace(h, ws, 1 << 16), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(gemm(), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(mixtape::cuda_emulator::cublas_last_workspace(), ws);
+  ASSERT_EQ(cublasSetStream(h, nullptr), CUBLAS_STATUS_SUCCESS);  // the same stream, still a reset
+  ASSERT_EQ(gemm(), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(mixtape::cuda_emulator::cublas_last_workspace(), nullptr) << "cublasSetStream resets the workspace";
+  EXPECT_EQ(c.read(CUDA_R_32F).get(0), 6.0);
+  EXPECT_EQ(cudaFree(ws), cudaSuccess);
+}
+
+// A workspace is scratch memory of the kernels: a GEMM on a second stream while the first
+// stream's GEMM with the same workspace is still queued faults; once that ran, it may move.
+TEST(CublasEmulatorDeathTest, AWorkspaceSharedByTwoStreamsInFlightAborts) {
+  if (!mixtape::cuda_emulator::streams_deferred()) GTEST_SKIP() << "MIXTAPE_CUDA_EMULATOR_STREAMS=immediate";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Handle h;
+  void* ws = nullptr;
+  ASSERT_EQ(cudaMalloc(&ws, 1 << 16), cudaSuccess);
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s1), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&s2), cudaSuccess);
+  Device a(Typed(CUDA_R_32F, {2})), b(Typed(CUDA_R_32F, {3})), c(Typed(CUDA_R_32F, {0}));
+  const float one = 1.0f, zero = 0.0f;
+  auto gemm_on = [&](cudaStream_t s) {
+    EXPECT_EQ(cublasSetStream(h, s), CUBLAS_STATUS_SUCCESS);
+    EXPECT_EQ(cublasSetWorkspace(h, ws, 1 << 16), CUBLAS_STATUS_SUCCESS);
+    return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, a.ptr, CUDA_R_32F, 1, b.ptr, CUDA_R_32F, 1, &zero,
+                        c.ptr, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  };
+  ASSERT_EQ(gemm_on(s1), CUBLAS_STATUS_SUCCESS);
+  EXPECT_DEATH(gemm_on(s2), "two streams that may run at the same time share one cuBLAS workspace");
+  ASSERT_EQ(cudaStreamSynchronize(s1), cudaSuccess);
+  EXPECT_EQ(gemm_on(s2), CUBLAS_STATUS_SUCCESS) << "s1's GEMM has run: the workspace is free";
+  ASSERT_EQ(cudaStreamSynchronize(s2), cudaSuccess);
+  EXPECT_EQ(cublasSetStream(h, nullptr), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cudaStreamDestroy(s1), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s2), cudaSuccess);
+  EXPECT_EQ(cudaFree(ws), cudaSuccess);
 }
 
 TEST(CublasEmulatorDeathTest, DestroyedHandleAborts) {

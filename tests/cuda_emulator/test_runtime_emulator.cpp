@@ -224,4 +224,76 @@ TEST(RuntimeEmulator, DeviceMemoryRunsOutAtItsCapacity) {
   EXPECT_EQ(none, nullptr);
 }
 
+// Pinned memory (cudaHostAlloc): the runtime says which memory a pointer is, and an async copy
+// with a pinned end touches the host when its stream runs it (a DMA), where a pageable source is
+// staged at the call and a pageable destination makes the host wait.
+TEST(RuntimeEmulator, PinnedCopiesTouchTheHostWhenTheStreamRunsThem) {
+  if (!mixtape::cuda_emulator::streams_deferred()) GTEST_SKIP() << "MIXTAPE_CUDA_EMULATOR_STREAMS=immediate";
+  float* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&pinned), sizeof(float) * 4, cudaHostAllocPortable), cudaSuccess);
+  unsigned flags = 99;
+  ASSERT_EQ(cudaHostGetFlags(&flags, pinned + 2), cudaSuccess);
+  EXPECT_EQ(flags, unsigned(cudaHostAllocPortable));
+  std::vector<float> pageable = {1, 2, 3, 4}, back(4, 0.0f);
+  EXPECT_EQ(cudaHostGetFlags(&flags, pageable.data()), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  float *d = nullptr, *d2 = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(float) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d2), sizeof(float) * 4), cudaSuccess);
+  cudaPointerAttributes a{};
+  ASSERT_EQ(cudaPointerGetAttributes(&a, pinned + 1), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeHost);
+  ASSERT_EQ(cudaPointerGetAttributes(&a, d), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeDevice);
+  ASSERT_EQ(cudaPointerGetAttributes(&a, pageable.data()), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeUnregistered);
+
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  for (int i = 0; i < 4; ++i) pinned[i] = static_cast<float>(i + 1);
+  ASSERT_EQ(cudaMemcpyAsync(d, pinned, sizeof(float) * 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(d2, pageable.data(), sizeof(float) * 4, cudaMemcpyHostToDevice, s), cudaSuccess);
+  pinned[0] = 9;    // before the stream ran the copy: the DMA reads it
+  pageable[0] = 9;  // staged at the call: the copy keeps 1
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.data(), d, sizeof(float) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, (std::vector<float>{9, 2, 3, 4}));
+  ASSERT_EQ(cudaMemcpy(back.data(), d2, sizeof(float) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, (std::vector<float>{1, 2, 3, 4}));
+
+  // Device to pinned: enqueued, no host wait; the bytes arrive when the stream runs.
+  for (int i = 0; i < 4; ++i) pinned[i] = 0;
+  const uint64_t waits = mixtape::cuda_emulator::host_waits();
+  ASSERT_EQ(cudaMemcpyAsync(pinned, d2, sizeof(float) * 4, cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(mixtape::cuda_emulator::host_waits(), waits);
+  EXPECT_EQ(pinned[0], 0.0f) << "not run yet";
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(pinned[0], 1.0f);
+
+  EXPECT_EQ(cudaFreeHost(pageable.data()), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+  EXPECT_EQ(cudaFree(d2), cudaSuccess);
+}
+
+// Freeing pinned memory that an enqueued copy still reads is undefined behaviour on a GPU (the
+// runtime does not promise to wait): a fault here. Once the copy ran, the block can go.
+TEST(RuntimeEmulatorDeathTest, FreeingPinnedMemoryUnderAQueuedCopyAborts) {
+  if (!mixtape::cuda_emulator::streams_deferred()) GTEST_SKIP() << "MIXTAPE_CUDA_EMULATOR_STREAMS=immediate";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  void *pinned = nullptr, *d = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, 64, cudaHostAllocDefault), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d, 64), cudaSuccess);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(d, pinned, 64, cudaMemcpyHostToDevice, s), cudaSuccess);
+  EXPECT_DEATH(cudaFreeHost(pinned), "cudaFreeHost: pinned block .* is freed while 1 enqueued copies");
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
+}
+
 }  // namespace

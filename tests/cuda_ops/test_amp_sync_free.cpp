@@ -5,7 +5,10 @@
 //     growth, an lr change) — tests/amp/sync_free_run.h, the CPU's comparison run on the device;
 //   - an eager AMP step (forward, backward, unscale_, clip, step, update) waits for the device
 //     zero times, with and without clipping: counted by the CUDA emulator (host_waits()), whose
-//     streams keep stream order only, so any host read of device data shows.
+//     streams keep stream order only, so any host read of device data shows;
+//   - GradScaler::found_inf() with gradients on two devices: one flag on the scale's device.
+#include <limits>
+
 #include "amp/sync_free_run.h"
 #include "cuda_test_util.h"
 #include "models/nn.h"
@@ -87,6 +90,46 @@ TEST(CudaAmpSyncFree, AnEagerAmpStepWaitsForTheDeviceZeroTimes) {
     ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   }
 #endif
+}
+
+// Gradients on two devices, the loss (so the scale) on the first: found_inf() is one flag on the
+// scale's device, the sum of both devices' flags, and handing it out does not wait for the device.
+TEST(CudaAmpSyncFree, FoundInfSumsTheDevicesFlagsOnTheScalesDevice) {
+  MT_REQUIRE_CUDA();
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two GPUs, have " << cuda::device_count();
+  for (bool sync_free : {false, true})
+    for (bool inf_on_second : {false, true}) {
+      SCOPED_TRACE(std::string(sync_free ? "sync_free" : "default") + (inf_on_second ? " inf on cuda:1" : " finite"));
+      Tensor a = tensor({1.0, 2.0}).to(Device::CUDA(0)).requires_grad_(true);
+      Tensor b = tensor({3.0}).to(Device::CUDA(1)).requires_grad_(true);
+      optim::SGD opt({a, b}, {.lr = 0.5});
+      opt.set_capturable(sync_free);
+      amp::GradScaler scaler(amp::GradScalerOptions{.init_scale = 4.0, .sync_free = sync_free});
+      const double c = inf_on_second ? std::numeric_limits<double>::infinity() : 1.0;
+      Tensor loss = sum(a) + (sum(b) * c).to(Device::CUDA(0));
+      scaler.scale(loss).backward();
+      ASSERT_EQ(b.grad().device(), Device::CUDA(1));
+      scaler.unscale_(opt);
+#if defined(MIXTAPE_CUDA_EMULATOR)
+      const uint64_t before = cuda_emulator::host_waits();
+      const Tensor found = scaler.found_inf();
+      EXPECT_EQ(cuda_emulator::host_waits(), before) << "handing the flag out waited for the device";
+#else
+      const Tensor found = scaler.found_inf();
+#endif
+      ASSERT_TRUE(found.defined());
+      EXPECT_EQ(found.device(), Device::CUDA(0)) << "the scale's device";
+      EXPECT_EQ(found.dim(), 0);
+      const float v = found.item<float>();
+      if (inf_on_second)
+        EXPECT_GT(v, 0.0f);
+      else
+        EXPECT_EQ(v, 0.0f);
+      scaler.step(opt);
+      scaler.update();
+      EXPECT_EQ(scaler.found_inf().item<float>(), v) << "step() after unscale_() gives the same verdict";
+      EXPECT_EQ(b.to(Device::CPU()).item<float>(), inf_on_second ? 3.0f : 3.0f - 0.5f) << "skipped where it was set";
+    }
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // tests/models/test_checkpoint.cpp — training checkpoints (models/checkpoint.h): a run stopped,
 // saved and resumed continues bit-identically (dropout's RNG stream, momentum, the LR schedule,
 // FP32 masters of a 16-bit model); an interrupted save leaves the previous checkpoint loadable;
-// a checkpoint that does not fit names the first mismatched tensor and changes nothing.
+// a checkpoint that does not fit names the first mismatched tensor and changes nothing; FP8
+// delayed scaling's metadata (the fp8. section) comes back bit for bit, or is refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -306,6 +307,56 @@ TEST(Checkpoint, AFailureWhileApplyingPutsThePreviousStateBack) {
   TrainingRun none(1, DType::Float32, false);
   EXPECT_NE(error_of([&] { nn::load_checkpoint(path, {*none.model, *none.opt}); })
                 .find("holds an LR schedule ('sched."),
+            std::string::npos);
+}
+
+// The fp8. section: amp::Fp8Metas' histories and scales come back bit for bit; metadata of
+// another shape is refused naming the tensor, with everything else put back; a checkpoint with
+// FP8 metadata into a run without it (and the reverse) is refused.
+TEST(Checkpoint, Fp8MetadataResumesBitForBitAndAMismatchIsNamed) {
+  const std::string path = temp_path("fp8.safetensors");
+  manual_seed(0);
+  models::LeNet5 net(10);
+  optim::SGD opt(net.parameters(), {.lr = 0.05, .momentum = 0.9});
+  amp::Fp8Metas metas(amp::DelayedScaling{.amax_history_len = 4}, net.named_parameters());
+  float amax = 3.0f;  // a step's amaxes, rolled into the history: scales other than 1
+  for (const auto& [name, p] : net.named_parameters())
+    if (amp::Fp8Meta* m = metas.find(p)) {
+      m->record_amax(amp::Fp8Role::Input, amax += 1.0f);
+      m->record_amax(amp::Fp8Role::GradOutput, 1e-3f / amax);
+    }
+  metas.update_scales();
+  auto with_metas = [](nn::TrainingState st, amp::Fp8Metas& m) {
+    st.fp8_state = [&m] { return m.state_dict(); };
+    st.load_fp8_state = [&m](const StateDict& sd) { m.load_state_dict(sd); };
+    return st;
+  };
+  nn::save_checkpoint(path, with_metas({net, opt}, metas), {.model_name = "lenet5", .epoch = 1});
+
+  amp::Fp8Metas fresh(amp::DelayedScaling{.amax_history_len = 4}, net.named_parameters());
+  nn::load_checkpoint(path, with_metas({net, opt}, fresh));
+  EXPECT_TRUE(same_state(fresh.state_dict(), metas.state_dict()));
+
+  // Another history length: named, and the model, optimizer and metadata stay as they were.
+  models::LeNet5 other(10);
+  optim::SGD other_opt(other.parameters(), {.lr = 0.05, .momentum = 0.9});
+  amp::Fp8Metas longer(amp::DelayedScaling{.amax_history_len = 8}, other.named_parameters());
+  StateDict model_before, metas_before = longer.state_dict();
+  for (auto& [k, t] : other.state_dict()) model_before.emplace(k, t.clone());
+  std::string err = error_of([&] { nn::load_checkpoint(path, with_metas({other, other_opt}, longer)); });
+  EXPECT_NE(err.find("its FP8 scaling metadata (tensors 'fp8.<key>') does not load"), std::string::npos) << err;
+  EXPECT_NE(err.find("conv1.amax_history: expected f32[8, 3], the checkpoint holds f32[4, 3]"), std::string::npos)
+      << err;
+  EXPECT_TRUE(same_state(other.state_dict(), model_before));
+  EXPECT_TRUE(same_state(longer.state_dict(), metas_before));
+
+  EXPECT_NE(error_of([&] { nn::load_checkpoint(path, {other, other_opt}); })
+                .find("holds FP8 scaling metadata ('fp8.conv1.amax_history'), but this run has none"),
+            std::string::npos);
+  const std::string plain = temp_path("no_fp8.safetensors");
+  nn::save_checkpoint(plain, {net, opt}, {.model_name = "lenet5"});
+  EXPECT_NE(error_of([&] { nn::load_checkpoint(plain, with_metas({net, opt}, fresh)); })
+                .find("holds no FP8 scaling metadata (no 'fp8.' tensors), but this run keeps it"),
             std::string::npos);
 }
 

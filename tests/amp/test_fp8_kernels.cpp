@@ -1,0 +1,225 @@
+// tests/amp/test_fp8_kernels.cpp — the FP8 path's vector kernels give the bits of the scalar
+// paths they replace: the bulk scaled cast (amp/fp8_cast_table.h) against core/float8.h's
+// saturating conversion on every high half of a float, and its amax; conv2d's transposed AVX-512 im2col of an FP8 image (amp/fp8_im2col.h)
+// against the row-by-row one, and the FP8 GEMM on either layout of that operand; conv2d's one-pass
+// output (scale, bias, NCHW, one rounding) against those steps apart; col2im against its plain loop.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "amp/fp8_cast_table.h"
+#include "amp/fp8_im2col.h"
+#include "mixtape/mixtape.h"
+#include "ops/conv_args.h"
+#include "ops/cpu/cpu_features.h"
+#include "ops/cpu/im2col_avx512.h"
+#include "ops/cpu/steering.h"
+
+using namespace mixtape;
+using namespace mixtape::amp;
+
+namespace {
+
+struct Geometry {
+  int64_t N, C, H, W, O, kH, kW;
+  IntList stride, padding, dilation;
+};
+
+// SmallCNN's two convs (smaller batch), a 5x3 kernel, a 1x1, row dilation, and two geometries the
+// AVX-512 im2col does not take (stride 2; OW != W).
+const Geometry kGeometries[] = {
+    {3, 1, 28, 28, 32, 3, 3, {1, 1}, {1, 1}, {1, 1}}, {3, 32, 14, 14, 64, 3, 3, {1, 1}, {1, 1}, {1, 1}},
+    {2, 3, 7, 9, 5, 5, 3, {1, 1}, {2, 1}, {1, 1}},    {2, 4, 5, 6, 3, 1, 1, {1, 1}, {0, 0}, {1, 1}},
+    {2, 3, 9, 8, 4, 3, 3, {1, 1}, {2, 1}, {2, 1}},    {2, 3, 9, 8, 4, 3, 3, {2, 2}, {1, 1}, {1, 1}},
+    {2, 3, 9, 8, 4, 3, 3, {1, 1}, {0, 0}, {1, 1}},
+};
+
+ConvGeom geometry_of(const Geometry& g) {
+  const Tensor x = zeros({g.N, g.C, g.H, g.W}), w = zeros({g.O, g.C, g.kH, g.kW});
+  return check_conv_geometry("conv2d", Shown::of(x), Shown::of(w), g.stride, g.padding, g.dilation, 1);
+}
+
+bool takes_plane_shift(const ConvGeom& g) {
+  return g.sH == 1 && g.sW == 1 && g.dW == 1 && g.OW == g.W && cpu::im2col_avx512_available();
+}
+
+// An FP8 tensor holding every one of the 256 codes first (NaNs, zeros, subnormals, the largest),
+// then random codes.
+Tensor every_code(IntList sizes, DType dt, uint64_t seed) {
+  Tensor t = Tensor::empty(sizes, TensorOptions(dt));
+  uint8_t* p = static_cast<uint8_t*>(t.data_ptr());
+  std::mt19937_64 rng(seed);
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = i < 256 ? static_cast<uint8_t>(i) : static_cast<uint8_t>(rng());
+  return t;
+}
+
+std::vector<cpu::Bf16GemmPath> bf16_paths_here() {
+  std::vector<cpu::Bf16GemmPath> k = {cpu::Bf16GemmPath::Emulated};
+  if (cpu::can_run_bf16_native(cpu::cpu_features())) k.push_back(cpu::Bf16GemmPath::Avx512Bf16);
+  if (cpu::can_run_bf16_amx(cpu::cpu_features_with_amx())) k.push_back(cpu::Bf16GemmPath::Amx);
+  return k;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.sizes() == b.sizes() && std::memcmp(a.data_ptr(), b.data_ptr(), a.numel() * element_size(a.dtype())) == 0;
+}
+
+}  // namespace
+
+TEST(Fp8Im2col, TransposedAvx512MatrixHoldsTheRowMatrixBitForBit) {
+  for (DType dt : {DType::Float8_e4m3fn, DType::Float8_e5m2})
+    for (const Geometry& geo : kGeometries) {
+      const ConvGeom g = geometry_of(geo);
+      const Tensor x = every_code({g.N, g.C, g.H, g.W}, dt, 7);
+      const Tensor t = im2col_fp8_to_bf16_transposed(x, g);
+      ASSERT_EQ(t.defined(), takes_plane_shift(g)) << "geometry C=" << g.C << " H=" << g.H << " sH=" << g.sH;
+      if (!t.defined()) continue;
+      const Tensor r = im2col_fp8_to_bf16(x, g);  // (M, K)
+      ASSERT_EQ(t.sizes(), (IntList{g.K(), g.N * g.L()}));
+      const auto* tb = t.data_ptr<BFloat16>();
+      const auto* rb = r.data_ptr<BFloat16>();
+      for (int64_t i = 0; i < g.N * g.L(); ++i)
+        for (int64_t k = 0; k < g.K(); ++k)
+          ASSERT_EQ(tb[k * g.N * g.L() + i].bits, rb[i * g.K() + k].bits)
+              << dtype_name(dt) << " C=" << g.C << " H=" << g.H << " row " << i << " col " << k;
+    }
+}
+
+TEST(Fp8Im2col, GemmOnTheTransposedMatrixGivesTheBitsOfTheRowMatrix) {
+  // conv2d's forward P @ W^T and weight gradient G^T @ P, P as im2col_operand writes it either way.
+  Generator gen(3);
+  for (const Geometry& geo : kGeometries) {
+    const ConvGeom g = geometry_of(geo);
+    if (!takes_plane_shift(g)) continue;  // the row matrix is then the only one
+    const int64_t m = g.N * g.L();
+    Fp8Operand image = quantize_per_tensor(randn({g.N, g.C, g.H, g.W}, {}, &gen), DType::Float8_e4m3fn, 4.0f);
+    const Fp8Operand w = quantize_per_tensor(randn({g.O, g.K()}, {}, &gen), DType::Float8_e4m3fn, 8.0f);
+    const Fp8Operand grad = quantize_per_tensor(randn({m, g.O}, {}, &gen), DType::Float8_e5m2, 2.0f);
+    Fp8Operand rows = image, cols = image;
+    rows.widened = im2col_fp8_to_bf16(image.data, g);
+    cols.widened = im2col_fp8_to_bf16_transposed(image.data, g);
+    cols.widened_transposed = true;
+    for (cpu::Bf16GemmPath path : bf16_paths_here()) {
+      cpu::Override on(path);
+      EXPECT_TRUE(same_bits(fp8_gemm(rows, false, w, true, "t"), fp8_gemm(cols, false, w, true, "t")))
+          << "forward, C=" << g.C << " path " << static_cast<int>(path);
+      EXPECT_TRUE(same_bits(fp8_gemm(grad, true, rows, false, "t"), fp8_gemm(grad, true, cols, false, "t")))
+          << "weight gradient, C=" << g.C << " path " << static_cast<int>(path);
+    }
+  }
+}
+
+TEST(Fp8CastTable, BulkScaledCastMatchesTheScalarConversionOnEveryHighHalf) {
+  // Every sign, exponent and top-7 mantissa pattern, with low halves 0, 1, 0x8000 and 0xFFFF
+  // (the table's two cases and both ends of the sticky bits), cast at three scales; the count
+  // is not a multiple of 16, so the masked tail runs too.
+  std::vector<float> src;
+  for (uint32_t hi = 0; hi < (1u << 16); ++hi)
+    for (uint32_t low : {0u, 1u, 0x8000u, 0xFFFFu}) {
+      const uint32_t bits = hi << 16 | low;
+      float v;
+      std::memcpy(&v, &bits, sizeof v);
+      src.push_back(v);
+    }
+  src.resize(src.size() - 5);
+  for (DType dt : {DType::Float8_e4m3fn, DType::Float8_e5m2})
+    for (float scale : {1.0f, 3.0f, std::ldexp(1.0f, -10)}) {
+      const Fp8CastTable& cast = Fp8CastTable::of(dt);
+      std::vector<uint8_t> dst(src.size());
+      const float amax = cast.cast_scaled(src.data(), scale, dst.data(), static_cast<int64_t>(src.size()));
+      float want_amax = 0.0f;
+      for (size_t i = 0; i < src.size(); ++i) {
+        const float v = src[i] * scale;
+        const uint8_t want = dt == DType::Float8_e4m3fn ? float_to_e4m3fn_bits(v, Fp8Saturation::Finite)
+                                                        : float_to_e5m2_bits(v, Fp8Saturation::Finite);
+        ASSERT_EQ(dst[i], want) << dtype_name(dt) << " scale " << scale << " input bits " << std::hex
+                                << std::bit_cast<uint32_t>(src[i]);
+        ASSERT_EQ(cast(v), want);
+        const float a = std::fabs(src[i]);
+        want_amax = a > want_amax ? a : want_amax;
+      }
+      EXPECT_EQ(amax, want_amax);  // the largest finite float here: NaNs dropped, inf kept
+    }
+}
+
+TEST(Fp8CastTable, BulkCastTailsAndAmaxDropNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> src = {nan, -3.5f, 0.0f, 1e-30f, -0.0f};
+  for (int i = 0; i < 40; ++i) src.push_back(static_cast<float>(i % 7) - 3.25f);
+  const Fp8CastTable& cast = Fp8CastTable::of(DType::Float8_e4m3fn);
+  for (int64_t n = 0; n <= static_cast<int64_t>(src.size()); ++n) {
+    std::vector<uint8_t> dst(src.size() + 1, 0xAB);
+    const float amax = cast.cast_scaled(src.data(), 2.0f, dst.data(), n);
+    float want = 0.0f;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(dst[i], float_to_e4m3fn_bits(src[i] * 2.0f, Fp8Saturation::Finite)) << "n " << n << " i " << i;
+      want = std::fabs(src[i]) > want ? std::fabs(src[i]) : want;
+    }
+    EXPECT_EQ(dst[n], 0xAB) << "n " << n << ": wrote past the end";
+    EXPECT_EQ(amax, want) << "n " << n;
+  }
+  // quantize_per_tensor's amax is amax_of's.
+  Generator g(5);
+  const Tensor x = randn({37, 1001}, {}, &g);
+  float amax = -1.0f;
+  quantize_per_tensor(x, DType::Float8_e5m2, 0.5f, &amax);
+  EXPECT_EQ(amax, amax_of(x));
+}
+
+TEST(Fp8Conv2d, OnePassOutputHasTheBitsOfTheStepsApart) {
+  // Current scaling, so the test can redo the casts: C = im2col(x) @ W^T from the FP8 GEMM,
+  // then the bias, the move to NCHW and the cast to the output dtype, each as its own op.
+  Generator gen(11);
+  for (const Geometry& geo : kGeometries)
+    for (DType out_dtype : {DType::BFloat16, DType::Float32})
+      for (bool with_bias : {false, true}) {
+        const ConvGeom g = geometry_of(geo);
+        const Tensor x = randn({g.N, g.C, g.H, g.W}, {}, &gen), w = randn({g.O, g.C, g.kH, g.kW}, {}, &gen) * 0.3;
+        const Tensor b = with_bias ? randn({g.O}, {}, &gen) : Tensor{};
+        Tensor got;
+        {
+          Fp8Autocast fp8(CurrentScaling{}, nullptr, {.output_dtype = out_dtype});
+          got = conv2d(x, w, b, geo.stride, geo.padding, geo.dilation);
+        }
+        auto cast = [](const Tensor& t, DType dt) {
+          return quantize_per_tensor(t, dt, scale_from_amax(amax_of(t), fp8_max(dt), 0.0f, false, 1.0f));
+        };
+        Fp8Operand p = cast(x, DType::Float8_e4m3fn);
+        p.widened = im2col_fp8_to_bf16(p.data, g);
+        Tensor c = fp8_gemm(p, false, cast(w.reshape({g.O, g.K()}), DType::Float8_e4m3fn), true, "t");
+        if (with_bias) c = c + b;
+        const Tensor want = c.reshape({g.N, g.OH, g.OW, g.O}).permute({0, 3, 1, 2}).contiguous().to(out_dtype);
+        EXPECT_EQ(got.dtype(), out_dtype);
+        EXPECT_TRUE(same_bits(got, want)) << "C=" << g.C << " H=" << g.H << " sH=" << g.sH << " bias " << with_bias
+                                          << " " << dtype_name(out_dtype);
+      }
+}
+
+TEST(Fp8Im2col, Col2imHasTheBitsOfThePlainLoop) {
+  Generator gen(13);
+  for (const Geometry& geo : kGeometries) {
+    const ConvGeom g = geometry_of(geo);
+    const Tensor cols = randn({g.N * g.L(), g.K()}, {}, &gen);
+    const Tensor got = col2im(cols, g);
+    // Each pixel sums its windows' values in (oh, ow, i, j) order, every tap bounds-checked.
+    std::vector<float> want(static_cast<size_t>(g.N * g.C * g.H * g.W), 0.0f);
+    const float* src = cols.data_ptr<float>();
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow)
+            for (int64_t i = 0; i < g.kH; ++i)
+              for (int64_t j = 0; j < g.kW; ++j) {
+                const int64_t h = oh * g.sH - g.pH + i * g.dH, w = ow * g.sW - g.pW + j * g.dW;
+                if (h >= 0 && h < g.H && w >= 0 && w < g.W)
+                  want[((n * g.C + c) * g.H + h) * g.W + w] +=
+                      src[((n * g.OH + oh) * g.OW + ow) * g.K() + (c * g.kH + i) * g.kW + j];
+              }
+    ASSERT_EQ(std::memcmp(got.data_ptr<float>(), want.data(), want.size() * sizeof(float)), 0)
+        << "C=" << g.C << " H=" << g.H << " sH=" << g.sH;
+  }
+}
