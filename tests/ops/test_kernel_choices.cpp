@@ -16,10 +16,11 @@
 // Regenerate after a deliberate change with tests/fixtures/record_kernel_choices.sh.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <atomic>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -221,12 +222,18 @@ std::vector<cpu::IsaLevel> emulable_levels() {
   return v;
 }
 
+// Batch norm, max pooling and the elementwise rows: lists that steer on isa_avx512() alone, so their
+// lines carry [no avx512] or nothing (no BF16 path, no conv or GEMM tag: they run no GEMM).
+bool steers_on_isa_alone(const Recorded& r) {
+  return r.op_pass.rfind("batch_norm.", 0) == 0 || r.op_pass.rfind("max_pool2d.", 0) == 0 ||
+         r.op_pass == "elementwise.fwd";
+}
+
 // What a CPU lacks to reach a line's steering ("" when it can replay it).
 std::string missing_for(const Recorded& r, const CpuCan& can) {
-  // Batch norm, max pooling and the elementwise rows: lines without [no avx512] ran with AVX-512,
-  // lines with it only on CPUs without (or capped below it: their trace says so).
-  if (r.op_pass.rfind("batch_norm.", 0) == 0 || r.op_pass.rfind("max_pool2d.", 0) == 0 ||
-      r.op_pass == "elementwise.fwd") {
+  // Lines without [no avx512] ran with AVX-512, lines with it only on CPUs without (or capped below
+  // it: their trace says so).
+  if (steers_on_isa_alone(r)) {
     if (!r.no_avx512 && !can.avx512) return "AVX-512 F/BW/VL";
     if (r.no_avx512 && can.avx512) return "a CPU without AVX-512";
     return "";
@@ -291,7 +298,8 @@ TEST(KernelChoices, EveryRecordedProblemRunsItsRecordedKernel) {
 
 // Every class of CPU CI may run on finds lines of its own in the recording, and each richer class
 // reaches more: a CPU without AVX-512 replays the generic lines (BF16 widened, convs on im2col,
-// GEMMs on BLAS), Skylake-X adds the AVX-512 ones, Zen 4/5 the vdpbf16ps ones, Sapphire Rapids AMX's.
+// GEMMs on BLAS; norm, pooling and elementwise lines tagged [no avx512], on no AVX-512 entry),
+// Skylake-X adds the AVX-512 ones, Zen 4/5 the vdpbf16ps ones, Sapphire Rapids AMX's.
 TEST(KernelChoices, EachCpuClassReachesItsOwnPartOfTheRecording) {
   const std::vector<Recorded> lines = recorded_lines();
   // x86-64 without AVX-512, AVX-512 without AVX512-BF16 (Skylake-X), AVX512-BF16 without AMX
@@ -306,7 +314,13 @@ TEST(KernelChoices, EachCpuClassReachesItsOwnPartOfTheRecording) {
       if (!missing_for(r, can).empty()) continue;
       ++n;
       reached[i] = true;
-      if (!can.own_gemm) {
+      if (steers_on_isa_alone(r)) {
+        // Without AVX-512 these lists run their generic or SSE2 entries, never an AVX-512 one.
+        EXPECT_EQ(r.no_avx512, !can.avx512) << r.line;
+        if (!can.avx512) {
+          EXPECT_EQ(r.line.substr(r.line.find(" -> ")).find("avx512"), std::string::npos) << r.line;
+        }
+      } else if (!can.own_gemm) {
         EXPECT_EQ(r.gemm, "blas") << r.line;
         if (r.dtype == "bf16") {
           EXPECT_EQ(r.bf16, "emulated") << r.line;
@@ -463,7 +477,10 @@ TEST(KernelChoices, ProfileRowsNameTheKernelThatRan) {
     (void)matmul(zeros({32, 32}), zeros({32, 32}));
   }
   const std::string free_line = traced([] { (void)conv_f32(1); });  // the list's own choice, once
-  const std::string free_kernel = free_line.substr(free_line.find(" -> ") + 4);
+  // The kernel's name, without the entries it skipped (a CPU without AVX-512, or capped below it,
+  // skips the AVX-512 ones).
+  std::string free_kernel = free_line.substr(free_line.find(" -> ") + 4);
+  free_kernel.erase(std::min(free_kernel.size(), free_kernel.find(" (skipped: ")));
   (void)relu(zeros({4}));
   const profiler::Report r = profiler::report();
   auto calls = [&](const std::string& op, const std::string& kernel) {
@@ -472,7 +489,7 @@ TEST(KernelChoices, ProfileRowsNameTheKernelThatRan) {
       if (row.op == op && row.dtype == "f32" && row.kernel == kernel) n += row.calls;
     return n;
   };
-  EXPECT_EQ(calls("conv2d", "im2col_gemm"), free_kernel == "im2col_gemm" ? 3 : 2) << r.table();
+  EXPECT_EQ(calls("conv2d", "im2col_gemm"), free_kernel == "im2col_gemm" ? 3 : 2) << free_line << "\n" << r.table();
   if (free_kernel != "im2col_gemm") {
     EXPECT_EQ(calls("conv2d", free_kernel), 1) << r.table();
   }
