@@ -111,9 +111,9 @@ bool native_sgemm() {
     const char* choice = std::getenv("MIXTAPE_GEMM");
     const std::string c = choice ? choice : "";
     MT_CHECK(c.empty() || c == "blas" || c == "auto", "MIXTAPE_GEMM: expected 'blas' or 'auto', got '", c, "'");
-    return c != "blas" && sgemm_avx512_available();
+    return c != "blas";
   }();
-  return use;
+  return use && sgemm_avx512_available();  // asked at each call: an ISA cap (ops/cpu/isa.h) may change it
 }
 
 }  // namespace

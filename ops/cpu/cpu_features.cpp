@@ -4,6 +4,7 @@
 // a CPUID bit alone does not mean the OS saves the ZMM (or tile) registers on a context switch.
 #include "ops/cpu/cpu_features.h"
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -97,18 +98,37 @@ std::string bf16_amx_missing(const CpuFeatures& f) {
   return s;
 }
 
-const CpuFeatures& cpu_features() {
+const CpuFeatures& probed_cpu_features() {
   static const CpuFeatures f = probe();
   return f;
 }
 
-const CpuFeatures& cpu_features_with_amx() {
+const CpuFeatures& probed_cpu_features_with_amx() {
   static const CpuFeatures f = [] {
-    CpuFeatures g = cpu_features();
+    CpuFeatures g = probed_cpu_features();
     g.amx_permitted = g.amx_tile && g.amx_bf16 && g.os_amx_state && request_amx_permission();
     return g;
   }();
   return f;
+}
+
+const CpuFeatures& cpu_features() {
+  // One view per cap level, indexed by IsaLevel.
+  static const std::array<CpuFeatures, 4> views = [] {
+    std::array<CpuFeatures, 4> v;
+    for (int l = 0; l < 4; ++l) {
+      CpuFeatures& f = v[l] = probed_cpu_features();
+      if (l < static_cast<int>(IsaLevel::Avx512)) f.avx512f = f.avx512bw = f.avx512vl = false;
+      if (l < static_cast<int>(IsaLevel::Avx512Bf16)) f.avx512_bf16 = false;
+      if (l < static_cast<int>(IsaLevel::Amx)) f.amx_tile = f.amx_bf16 = false;
+    }
+    return v;
+  }();
+  return views[static_cast<int>(isa_cap())];
+}
+
+const CpuFeatures& cpu_features_with_amx() {
+  return isa_cap() < IsaLevel::Amx ? cpu_features() : probed_cpu_features_with_amx();
 }
 
 bool can_run_bf16_native(const CpuFeatures& f) { return bf16_native_missing(f).empty(); }
@@ -157,13 +177,16 @@ Bf16Kernel parse_cpu_bf16(const char* value, const CpuFeatures& f) {
 Bf16Kernel bf16_gemm_kernel() {
   if (const intptr_t o = override_slot(Switch::Bf16Gemm).load(std::memory_order_relaxed))
     return static_cast<Bf16Kernel>(o - 1);
-  // A throwing initialiser leaves `kernel` uninitialised, so a bad value throws at every call.
-  static const Bf16Kernel kernel = [] {
+  auto from_env = [] {
     const char* v = std::getenv("MIXTAPE_CPU_BF16");
     const std::string s = v ? v : "";
     const bool amx_possible = s.empty() || s == "auto" || s == "native" || s == "amx";  // only then is Linux asked
     return parse_cpu_bf16(v, amx_possible ? cpu_features_with_amx() : cpu_features());
-  }();
+  };
+  // An in-process ISA cap (tests) comes and goes: the variable is parsed against it at each call.
+  if (override_slot(Switch::IsaCap).load(std::memory_order_relaxed)) return from_env();
+  // A throwing initialiser leaves `kernel` uninitialised, so a bad value throws at every call.
+  static const Bf16Kernel kernel = from_env();
   return kernel;
 }
 
@@ -173,12 +196,14 @@ bool bf16_native_gemm() {
   // FP32 convs and the BLAS set-up ask this too: under auto it is answered without resolving the
   // kernel, so Linux is asked for AMX only at the first BF16 GEMM (AMX's requirements include
   // these). An explicit value is parsed, and checked, now.
-  static const bool native = [] {
+  auto from_env = [] {
     const char* v = std::getenv("MIXTAPE_CPU_BF16");
     const std::string s = v ? v : "";
     if (s.empty() || s == "auto") return can_run_bf16_native(cpu_features());
     return bf16_gemm_kernel() != Bf16Kernel::Emulated;
-  }();
+  };
+  if (override_slot(Switch::IsaCap).load(std::memory_order_relaxed)) return from_env();  // as bf16_gemm_kernel()
+  static const bool native = from_env();
   return native;
 }
 

@@ -37,13 +37,19 @@ struct CpuFeatures {
 };
 
 // This CPU's features from CPUID and XGETBV (probed once, then cached), with amx_permitted false:
-// nothing is asked of the OS here, so a program that never chooses AMX never holds the grant.
+// nothing is asked of the OS here, so a program that never chooses AMX never holds the grant. It
+// answers as the CPU capped at isa_cap() (MIXTAPE_CPU_ISA, ops/cpu/isa.h) would: the CPUID bits of
+// the levels above the cap read false (AVX512F/BW/VL, AVX512_BF16, AMX-TILE/BF16).
 const CpuFeatures& cpu_features();
+// The probe itself, whatever the cap (ops/cpu/isa.cpp's hardware answers).
+const CpuFeatures& probed_cpu_features();
+const CpuFeatures& probed_cpu_features_with_amx();  // asks Linux, as cpu_features_with_amx() does
 // cpu_features() with amx_permitted answered. The first call asks Linux for the tile data state
 // (arch_prctl ARCH_REQ_XCOMP_PERM) when the CPU and XCR0 have AMX. The grant is process-wide and
 // permanent, and makes the kernel refuse later sigaltstack() calls smaller than the larger signal
 // frame AMX needs, so it is asked only where AMX may run: MIXTAPE_CPU_BF16 auto, native or amx
-// (bf16_gemm_kernel()), an override for Native or Amx, bgemm_amx_available().
+// (bf16_gemm_kernel()), an override for Native or Amx, bgemm_amx_available(). Capped like
+// cpu_features(): below the amx cap it is cpu_features(), and Linux is not asked.
 const CpuFeatures& cpu_features_with_amx();
 
 // What `f` lacks for each native kernel, e.g. "AVX512_BF16 (the vdpbf16ps instruction)", comma

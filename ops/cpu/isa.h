@@ -2,7 +2,9 @@
 // which of them this CPU runs. Owns: MIXTAPE_X86_KERNELS (1 where the build can compile them:
 // x86-64 with GCC or Clang, which have the target attributes and <immintrin.h>), the three target
 // attributes every kernel function carries, the warning pragmas their intrinsics need, and the
-// run-time answers for each level (built on cpu_features(), ops/cpu/cpu_features.h).
+// run-time answers for each level (built on the CPUID probe, ops/cpu/cpu_features.h), capped by
+// MIXTAPE_CPU_ISA or an Override(IsaLevel) (ops/cpu/steering.h), so that this CPU can run the
+// paths of a lesser one.
 // Invariant: a function with MT_TARGET_<level> runs only after isa_<level>() said yes (its file's
 // entry point checks, and throws an Error naming what the CPU lacks otherwise); the rest of the
 // library stays baseline x86-64.
@@ -19,6 +21,7 @@
 // product and a sum written apart into one FMA in such a function, changing its bits.
 #pragma once
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/steering.h"  // IsaLevel
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
 #include <immintrin.h>
@@ -57,10 +60,20 @@
 
 namespace mixtape::cpu {
 
-// True when this build has the kernels and this CPU (and OS) runs the level; probed once.
+// True when this build has the kernels, this CPU (and OS) runs the level (probed once) and
+// isa_cap() allows it.
 bool isa_avx512();
 bool isa_avx512bf16();
 bool isa_amx();  // asks Linux for the AMX tile state (cpu_features_with_amx()) the first time
+
+// The highest level the kernels may use: an active Override(IsaLevel), else MIXTAPE_CPU_ISA =
+// baseline | avx512 | avx512bf16 | amx (unset or empty: no cap, i.e. amx), read once. A level this
+// CPU lacks, or an unknown value, is an Error naming the variable (and what the CPU lacks, or the
+// accepted values), thrown at every call. cpu_features() answers as the capped CPU too.
+IsaLevel isa_cap();
+// Whether this CPU (and OS) runs `level`, whatever the cap (amx asks Linux, as isa_amx() does).
+bool isa_hardware_has(IsaLevel level);
+const char* isa_level_name(IsaLevel level);  // "baseline", "avx512", "avx512bf16", "amx"
 
 #if !MIXTAPE_X86_KERNELS
 // What MT_X86_ONLY(call) is in a build without the kernels: converts to the call's result type.

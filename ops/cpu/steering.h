@@ -9,6 +9,7 @@
 //   FloatGemm               MIXTAPE_GEMM (ops/cpu/blas.cpp)                         own_kernels_enabled()
 //   ConvAlgo                MIXTAPE_CPU_CONV (ops/cpu/conv_implicit_gemm.cpp)       conv_kernels_enabled()
 //   KernelSpec              MIXTAPE_CPU_KERNEL (ops/cpu/kernel_table.cpp)           forced_kernel()
+//   IsaLevel                MIXTAPE_CPU_ISA (ops/cpu/isa.cpp)                       isa_*(), cpu_features()
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -20,11 +21,13 @@ namespace mixtape::cpu {
 
 enum class FloatGemm { Auto, Blas };    // Blas: as MIXTAPE_GEMM=blas
 enum class ConvAlgo { Auto, Im2col };   // Im2col: as MIXTAPE_CPU_CONV=im2col
+// MIXTAPE_CPU_ISA's levels, each including the ones before it: the highest the kernels may use.
+enum class IsaLevel { Baseline, Avx512, Avx512Bf16, Amx };
 struct KernelSpec {                     // MIXTAPE_CPU_KERNEL's syntax; "" forces nothing
   std::string spec;
 };
 
-enum class Switch { Bf16Gemm, FloatGemm, ConvAlgo, Kernels, Count };
+enum class Switch { Bf16Gemm, FloatGemm, ConvAlgo, Kernels, IsaCap, Count };
 // A switch's override: 0 when none, else the value its file encodes (1 + an enum value; for
 // Kernels, the address of the parsed spec).
 std::atomic<intptr_t>& override_slot(Switch s);
@@ -35,6 +38,10 @@ class Override {
   explicit Override(FloatGemm choice);
   explicit Override(ConvAlgo algo);
   explicit Override(const KernelSpec& kernels);  // throws the MIXTAPE_CPU_KERNEL Error for an invalid spec
+  // Caps the ISA (throws the MIXTAPE_CPU_ISA Error for a level this CPU lacks, or one above the
+  // cap in force: a cap only lowers it). Construct it before a Bf16GemmPath override: that one
+  // was checked against the ISA in force at its own construction.
+  explicit Override(IsaLevel cap);
   ~Override();
   Override(const Override&) = delete;
   Override& operator=(const Override&) = delete;

@@ -31,6 +31,7 @@
 #include "ops/cpu/bgemm_amx.h"
 #include "ops/cpu/bgemm_avx512bf16.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/sgemm_avx512.h"
 #include "ops/cpu/steering.h"
 
@@ -520,19 +521,26 @@ TEST(CpuBf16Switch, AnUnknownValueIsAnError) {
             "MIXTAPE_CPU_BF16: expected 'auto', 'native', 'amx', 'avx512bf16' or 'emulated', got 'Native'");
 }
 
-// The probe agrees with the compiler's own CPU check (which also reads XCR0).
+// The probe agrees with the compiler's own CPU check (which also reads XCR0); cpu_features(), the
+// probe capped at MIXTAPE_CPU_ISA (ops/cpu/isa.h), agrees with the kernels' own answers.
 TEST(CpuBf16Switch, TheProbeAgreesWithTheCompilersCheck) {
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  const cpu::CpuFeatures& f = cpu::cpu_features();
-  EXPECT_EQ(f.avx512f && f.os_zmm_state, bool(__builtin_cpu_supports("avx512f")));
-  EXPECT_EQ(f.avx512_bf16 && f.os_zmm_state, bool(__builtin_cpu_supports("avx512bf16")));
-  EXPECT_EQ(cpu::bgemm_avx512bf16_available(), cpu::can_run_bf16_native(f));
+  const cpu::CpuFeatures& probed = cpu::probed_cpu_features();
+  EXPECT_EQ(probed.avx512f && probed.os_zmm_state, bool(__builtin_cpu_supports("avx512f")));
+  EXPECT_EQ(probed.avx512_bf16 && probed.os_zmm_state, bool(__builtin_cpu_supports("avx512bf16")));
 #if !defined(__clang__)  // clang 14 does not know these feature names
   // GCC's check reads XCR0's tile bits for AMX too (not Linux's permission, which is ours to ask).
-  EXPECT_EQ(f.amx_tile && f.os_amx_state, bool(__builtin_cpu_supports("amx-tile")));
-  EXPECT_EQ(f.amx_bf16 && f.os_amx_state, bool(__builtin_cpu_supports("amx-bf16")));
+  EXPECT_EQ(probed.amx_tile && probed.os_amx_state, bool(__builtin_cpu_supports("amx-tile")));
+  EXPECT_EQ(probed.amx_bf16 && probed.os_amx_state, bool(__builtin_cpu_supports("amx-bf16")));
 #endif
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  if (cpu::isa_cap() == cpu::IsaLevel::Amx) {  // no cap: the probe itself
+    EXPECT_EQ(f.avx512f, probed.avx512f);
+    EXPECT_EQ(f.avx512_bf16, probed.avx512_bf16);
+    EXPECT_EQ(f.amx_tile, probed.amx_tile);
+  }
+  EXPECT_EQ(cpu::bgemm_avx512bf16_available(), cpu::can_run_bf16_native(f));
   EXPECT_FALSE(f.amx_permitted);  // cpu_features() asks the OS nothing
   EXPECT_EQ(cpu::bgemm_amx_available(), cpu::can_run_bf16_amx(cpu::cpu_features_with_amx()));
 #else

@@ -300,7 +300,13 @@ TEST(ConvImplicitGemm, ForcedAvx512Bf16EntryRunsVdpbf16psUnderAmx) {
   auto run = [&](cpu::Bf16GemmPath path, const char* entry) {
     cpu::Override p(path);
     cpu::Override force(cpu::KernelSpec{std::string("conv2d.fwd:") + entry});
-    return conv2d(x, w, Tensor(), {1, 1}, {0, 0});
+    // Captured: a forced choice is no list's own, so its line must not reach a MIXTAPE_TRACE=kernel
+    // recording (tests/fixtures/record_kernel_choices.sh), whose lines are replayed unforced.
+    std::string trace;
+    ScopedTrace t(static_cast<uint32_t>(TraceKind::Kernel), &trace);
+    Tensor y = conv2d(x, w, Tensor(), {1, 1}, {0, 0});
+    EXPECT_NE(trace.find(std::string(" -> ") + entry), std::string::npos) << trace;
+    return y;
   };
   const Tensor vdp = run(cpu::Bf16GemmPath::Avx512Bf16, "implicit_gemm_avx512bf16");
   EXPECT_TRUE(bit_equal(run(cpu::Bf16GemmPath::Amx, "implicit_gemm_avx512bf16"), vdp));

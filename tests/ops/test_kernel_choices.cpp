@@ -7,14 +7,20 @@
 // ([bf16 amx|avx512bf16|emulated], [conv im2col], [gemm blas], [no avx512]); a line without "conv im2col" ran
 // with the AVX-512 conv kernels on, one without "gemm blas" with the own AVX-512 float GEMM. Each line
 // this CPU can reach is run again here under that steering (in-process overrides, whatever the
-// environment says) and must print the same line: a refactor of the kernel lists that changes any
-// choice (and so any bit or timing) fails it. Lines that need what this CPU lacks (AMX, AVX512-BF16,
-// AVX-512) are left out and counted in the output; the test fails when no line could be replayed.
+// environment says), at the lowest ISA level that reaches it that this CPU can emulate (an
+// Override(IsaLevel) cap: an AMX machine replays the baseline, AVX-512, AVX512-BF16 and AMX lines
+// each on its own level), and must print the same line: a refactor of the kernel lists that changes
+// any choice (and so any bit or timing) fails it. Lines that need what this CPU lacks (AMX,
+// AVX512-BF16, AVX-512) are left out and counted in the output; the test fails when no line could be
+// replayed.
 // Regenerate after a deliberate change with tests/fixtures/record_kernel_choices.sh.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -193,20 +199,41 @@ std::string rerun(const Recorded& r) {
 // What a CPU can run, as far as the recorded steering goes.
 struct CpuCan {
   bool amx, avx512bf16, own_gemm, conv_kernels, avx512;
+  bool operator==(const CpuCan&) const = default;
 };
-// This CPU's answers, from the same functions the kernel lists ask.
+// This CPU's answers (under the ISA cap in force), from the same functions the kernel lists ask.
 CpuCan this_cpu() {
   cpu::Override on(cpu::ConvAlgo::Auto);
   return {cpu::can_run_bf16_amx(cpu::cpu_features_with_amx()), cpu::can_run_bf16_native(cpu::cpu_features()),
           cpu::sgemm_avx512_available(), cpu::conv_kernels_enabled(), cpu::isa_avx512()};
 }
+// What a CPU of ISA level `l` can run.
+CpuCan cpu_at(cpu::IsaLevel l) {
+  const bool avx = l >= cpu::IsaLevel::Avx512;
+  return {l >= cpu::IsaLevel::Amx, l >= cpu::IsaLevel::Avx512Bf16, avx, avx, avx};
+}
+constexpr cpu::IsaLevel kLevels[] = {cpu::IsaLevel::Baseline, cpu::IsaLevel::Avx512, cpu::IsaLevel::Avx512Bf16,
+                                     cpu::IsaLevel::Amx};
+// The levels this CPU can be capped at (those it runs, up to the cap in force), lowest first.
+std::vector<cpu::IsaLevel> emulable_levels() {
+  std::vector<cpu::IsaLevel> v;
+  for (cpu::IsaLevel l : kLevels)
+    if (l <= cpu::isa_cap() && cpu::isa_hardware_has(l)) v.push_back(l);
+  return v;
+}
+
+// Batch norm, max pooling and the elementwise rows: lists that steer on isa_avx512() alone, so their
+// lines carry [no avx512] or nothing (no BF16 path, no conv or GEMM tag: they run no GEMM).
+bool steers_on_isa_alone(const Recorded& r) {
+  return r.op_pass.rfind("batch_norm.", 0) == 0 || r.op_pass.rfind("max_pool2d.", 0) == 0 ||
+         r.op_pass == "elementwise.fwd";
+}
 
 // What a CPU lacks to reach a line's steering ("" when it can replay it).
 std::string missing_for(const Recorded& r, const CpuCan& can) {
-  // Batch norm, max pooling and the elementwise rows: lines without [no avx512] ran with AVX-512,
-  // lines with it run only on CPUs without (their trace says so).
-  if (r.op_pass.rfind("batch_norm.", 0) == 0 || r.op_pass.rfind("max_pool2d.", 0) == 0 ||
-      r.op_pass == "elementwise.fwd") {
+  // Lines without [no avx512] ran with AVX-512, lines with it only on CPUs without (or capped below
+  // it: their trace says so).
+  if (steers_on_isa_alone(r)) {
     if (!r.no_avx512 && !can.avx512) return "AVX-512 F/BW/VL";
     if (r.no_avx512 && can.avx512) return "a CPU without AVX-512";
     return "";
@@ -231,21 +258,37 @@ std::vector<Recorded> recorded_lines() {
 
 TEST(KernelChoices, EveryRecordedProblemRunsItsRecordedKernel) {
   const std::vector<Recorded> lines = recorded_lines();
-  const CpuCan can = this_cpu();
-  int replayed = 0;
-  std::map<std::string, int> left_out;  // what the CPU lacks -> lines
+  const std::vector<cpu::IsaLevel> levels = emulable_levels();
+  const CpuCan top = this_cpu();
+  std::map<cpu::IsaLevel, std::vector<const Recorded*>> at;  // each line at the lowest level reaching it
+  std::map<std::string, int> left_out;                       // what the CPU lacks -> lines
   for (const Recorded& r : lines) {
-    if (const std::string m = missing_for(r, can); !m.empty()) {
-      ++left_out[m];
-      continue;
+    bool placed = false;
+    for (cpu::IsaLevel l : levels) {
+      if (!missing_for(r, cpu_at(l)).empty()) continue;
+      at[l].push_back(&r);
+      placed = true;
+      break;
     }
-    ++replayed;
-    const std::string now = rerun(r);
-    EXPECT_EQ(now, r.line) << "the kernel choice moved: recorded\n  " << r.line << "\nbut this build chose\n  " << now
-                           << "\n(a deliberate change re-records with tests/fixtures/record_kernel_choices.sh)";
+    if (!placed) ++left_out[missing_for(r, top)];
   }
-  std::string summary =
-      "replayed " + std::to_string(replayed) + " of " + std::to_string(lines.size()) + " recorded lines";
+  int replayed = 0;
+  std::string per_level;
+  for (const auto& [level, rs] : at) {
+    cpu::Override cap(level);
+    EXPECT_EQ(this_cpu(), cpu_at(level)) << "capped at " << cpu::isa_level_name(level);
+    for (const Recorded* r : rs) {
+      ++replayed;
+      const std::string now = rerun(*r);
+      EXPECT_EQ(now, r->line) << "the kernel choice moved: recorded\n  " << r->line << "\nbut this build chose\n  "
+                              << now << "\n(capped at " << cpu::isa_level_name(level)
+                              << "; a deliberate change re-records with tests/fixtures/record_kernel_choices.sh)";
+    }
+    per_level += std::string(per_level.empty() ? "" : ", ") + std::to_string(rs.size()) + " at " +
+                 cpu::isa_level_name(level);
+  }
+  std::string summary = "replayed " + std::to_string(replayed) + " of " + std::to_string(lines.size()) +
+                        " recorded lines (" + per_level + ")";
   for (const auto& [what, n] : left_out) summary += "; left out " + std::to_string(n) + " needing " + what;
   std::cout << "[ KernelChoices ] " << summary << "\n";
   RecordProperty("kernel_choices", summary);
@@ -255,20 +298,29 @@ TEST(KernelChoices, EveryRecordedProblemRunsItsRecordedKernel) {
 
 // Every class of CPU CI may run on finds lines of its own in the recording, and each richer class
 // reaches more: a CPU without AVX-512 replays the generic lines (BF16 widened, convs on im2col,
-// GEMMs on BLAS), Skylake-X adds the AVX-512 ones, Zen 4/5 the vdpbf16ps ones, Sapphire Rapids AMX's.
+// GEMMs on BLAS; norm, pooling and elementwise lines tagged [no avx512], on no AVX-512 entry),
+// Skylake-X adds the AVX-512 ones, Zen 4/5 the vdpbf16ps ones, Sapphire Rapids AMX's.
 TEST(KernelChoices, EachCpuClassReachesItsOwnPartOfTheRecording) {
   const std::vector<Recorded> lines = recorded_lines();
-  const CpuCan classes[] = {{false, false, false, false, false},  // x86-64 without AVX-512
-                            {false, false, true, true, true},      // AVX-512 without AVX512-BF16
-                            {false, true, true, true, true},       // AVX512-BF16 without AMX (Zen 4/5)
-                            {true, true, true, true, true}};       // AMX (the recording's own CPU)
+  // x86-64 without AVX-512, AVX-512 without AVX512-BF16 (Skylake-X), AVX512-BF16 without AMX
+  // (Zen 4/5), AMX (Sapphire Rapids, the recording's own CPU, capped for the lower ones).
   size_t previous = 0;
-  for (const CpuCan& can : classes) {
+  std::vector<bool> reached(lines.size(), false);
+  for (cpu::IsaLevel level : kLevels) {
+    const CpuCan can = cpu_at(level);
     size_t n = 0;
-    for (const Recorded& r : lines) {
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const Recorded& r = lines[i];
       if (!missing_for(r, can).empty()) continue;
       ++n;
-      if (!can.own_gemm) {
+      reached[i] = true;
+      if (steers_on_isa_alone(r)) {
+        // Without AVX-512 these lists run their generic or SSE2 entries, never an AVX-512 one.
+        EXPECT_EQ(r.no_avx512, !can.avx512) << r.line;
+        if (!can.avx512) {
+          EXPECT_EQ(r.line.substr(r.line.find(" -> ")).find("avx512"), std::string::npos) << r.line;
+        }
+      } else if (!can.own_gemm) {
         EXPECT_EQ(r.gemm, "blas") << r.line;
         if (r.dtype == "bf16") {
           EXPECT_EQ(r.bf16, "emulated") << r.line;
@@ -281,9 +333,15 @@ TEST(KernelChoices, EachCpuClassReachesItsOwnPartOfTheRecording) {
                            << " avx512=" << can.own_gemm << " reaches no more recorded lines than the class before";
     previous = n;
   }
-  // ([no avx512] lines, which an AVX-512 CPU cannot record, would be the exception.)
-  EXPECT_EQ(previous, lines.size()) << "the recording's own CPU must reach every line";
+  // The recording's own CPU, capped at each level, records every line.
+  for (size_t i = 0; i < lines.size(); ++i) EXPECT_TRUE(reached[i]) << "no CPU class reaches " << lines[i].line;
+  for (const char* tagged : {" [no avx512] ", " [bf16 emulated, conv im2col, gemm blas] ", " [bf16 amx"}) {
+    size_t n = 0;
+    for (const Recorded& r : lines) n += r.line.find(tagged) != std::string::npos;
+    EXPECT_GT(n, 0u) << "the recording has no line with" << tagged;
+  }
 }
+
 
 // The trace line of one call, "[kernel] " cut.
 template <typename F>
@@ -419,7 +477,10 @@ TEST(KernelChoices, ProfileRowsNameTheKernelThatRan) {
     (void)matmul(zeros({32, 32}), zeros({32, 32}));
   }
   const std::string free_line = traced([] { (void)conv_f32(1); });  // the list's own choice, once
-  const std::string free_kernel = free_line.substr(free_line.find(" -> ") + 4);
+  // The kernel's name, without the entries it skipped (a CPU without AVX-512, or capped below it,
+  // skips the AVX-512 ones).
+  std::string free_kernel = free_line.substr(free_line.find(" -> ") + 4);
+  free_kernel.erase(std::min(free_kernel.size(), free_kernel.find(" (skipped: ")));
   (void)relu(zeros({4}));
   const profiler::Report r = profiler::report();
   auto calls = [&](const std::string& op, const std::string& kernel) {
@@ -428,7 +489,7 @@ TEST(KernelChoices, ProfileRowsNameTheKernelThatRan) {
       if (row.op == op && row.dtype == "f32" && row.kernel == kernel) n += row.calls;
     return n;
   };
-  EXPECT_EQ(calls("conv2d", "im2col_gemm"), free_kernel == "im2col_gemm" ? 3 : 2) << r.table();
+  EXPECT_EQ(calls("conv2d", "im2col_gemm"), free_kernel == "im2col_gemm" ? 3 : 2) << free_line << "\n" << r.table();
   if (free_kernel != "im2col_gemm") {
     EXPECT_EQ(calls("conv2d", free_kernel), 1) << r.table();
   }
@@ -533,6 +594,70 @@ TEST(KernelChoices, NormPoolAndElementwiseListsAreTracedAndForceable) {
     const std::string e = error_of([&] { (void)relu(b.transpose(0, 1)); });
     EXPECT_NE(e.find("elementwise.fwd: the forced kernel bits"), std::string::npos) << e;
     EXPECT_NE(e.find("rows not contiguous"), std::string::npos) << e;
+  }
+}
+
+// MIXTAPE_CPU_ISA's in-process twin makes the ISA answers those of the capped CPU, for exactly its
+// scope, and never lifts a cap: a level above the one in force (or above this CPU's) is refused,
+// naming the variable and why.
+TEST(KernelChoices, IsaCapAnswersAsTheCappedCpuAndOnlyLowers) {
+  const CpuCan free = this_cpu();
+  for (cpu::IsaLevel level : emulable_levels()) {
+    {
+      cpu::Override cap(level);
+      EXPECT_EQ(cpu::isa_cap(), level);
+      EXPECT_EQ(this_cpu(), cpu_at(level)) << cpu::isa_level_name(level);
+      EXPECT_EQ(cpu::isa_avx512bf16(), level >= cpu::IsaLevel::Avx512Bf16);
+      EXPECT_EQ(cpu::isa_amx(), level >= cpu::IsaLevel::Amx);
+      EXPECT_EQ(cpu::bf16_native_gemm(), level >= cpu::IsaLevel::Avx512Bf16);
+      const Tensor b = zeros_of({32, 32}, DType::BFloat16);
+      const std::string bf16 = traced([&] { (void)matmul(b, b); });
+      const char* path = level == cpu::IsaLevel::Amx          ? "[bf16 amx"
+                         : level == cpu::IsaLevel::Avx512Bf16 ? "[bf16 avx512bf16"
+                                                              : "[bf16 emulated";
+      EXPECT_NE(bf16.find(path), std::string::npos) << bf16;
+      for (cpu::IsaLevel above : kLevels) {
+        if (above <= level) continue;
+        const std::string e = error_of([&] { cpu::Override lift(above); });
+        EXPECT_NE(e.find(std::string("MIXTAPE_CPU_ISA=") + cpu::isa_level_name(above) + ": "), std::string::npos) << e;
+        EXPECT_NE(e.find(std::string("capped at ") + cpu::isa_level_name(level)), std::string::npos) << e;
+      }
+    }
+    EXPECT_EQ(this_cpu(), free) << "the cap ended with its scope";
+  }
+  for (cpu::IsaLevel level : kLevels) {
+    if (cpu::isa_hardware_has(level)) continue;
+    const std::string e = error_of([&] { cpu::Override cap(level); });
+    EXPECT_NE(e.find("this CPU cannot run that level, it lacks "), std::string::npos) << e;
+  }
+}
+
+
+// In a death test's child (a fresh process: the variable is read once per process): sets
+// MIXTAPE_CPU_ISA and exits 10 + the IsaLevel isa_cap() answers, or 3 with the error on stderr.
+[[noreturn]] void cap_from_env(const char* value) {
+  setenv("MIXTAPE_CPU_ISA", value, 1);
+  try {
+    std::exit(10 + static_cast<int>(cpu::isa_cap()));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::exit(3);
+  }
+}
+
+TEST(KernelChoices, MixtapeCpuIsaCapsOrNamesWhatTheCpuLacks) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: nothing read yet
+  EXPECT_EXIT(cap_from_env(""), ::testing::ExitedWithCode(10 + static_cast<int>(cpu::IsaLevel::Amx)), "");
+  EXPECT_EXIT(cap_from_env("bogus"), ::testing::ExitedWithCode(3),
+              "MIXTAPE_CPU_ISA: expected 'baseline', 'avx512', 'avx512bf16' or 'amx', got 'bogus'");
+  for (cpu::IsaLevel l : kLevels) {
+    const std::string name = cpu::isa_level_name(l);
+    if (cpu::isa_hardware_has(l))
+      EXPECT_EXIT(cap_from_env(name.c_str()), ::testing::ExitedWithCode(10 + static_cast<int>(l)), "") << name;
+    else
+      EXPECT_EXIT(cap_from_env(name.c_str()), ::testing::ExitedWithCode(3),
+                  std::string("MIXTAPE_CPU_ISA=").append(name).append(": this CPU cannot run that level, it lacks "))
+          << name;
   }
 }
 

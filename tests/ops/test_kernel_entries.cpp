@@ -1,11 +1,13 @@
 // tests/ops/test_kernel_entries.cpp — every entry of every CPU kernel list (ops/cpu/kernel_table.h's
 // registry: conv2d's three passes, batch norm, max pooling, the BF16 elementwise rows) run on every
 // geometry of one list that it accepts, forced by cpu::Override(KernelSpec), with the entry's own contract:
-//   - conv2d (f32; bf16 under each BF16 GEMM path this CPU has): within the FP32 summation bound
+//   - conv2d (at each ISA level this CPU can be capped at, ops/cpu/isa.h: f32 below AVX512-BF16, bf16
+//     with the level's BF16 GEMM path: emulated, vdpbf16ps, AMX): within the FP32 summation bound
 //     of an FP64 reference (tests/common/sum_bound.h; plus one rounding to BF16), and where two
 //     entries claim the same bits (direct_avx512 and implicit_gemm_avx512 on "same" convs), bit
 //     for bit each other;
-//   - batch norm, max pooling, elementwise rows: bit for bit the list's generic entry.
+//   - batch norm, max pooling, elementwise rows (capped at baseline, and with AVX-512): bit for bit
+//     the list's generic entry.
 // An entry that declines a geometry is skipped there; one this CPU cannot run declines everywhere.
 // A new kernel is tested here as soon as its list holds it: the test asks the registry for names.
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@
 #include "common/sum_bound.h"
 #include "core/trace.h"
 #include "ops/cpu/cpu_features.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/kernel_table.h"
 #include "ops/cpu/steering.h"
 
@@ -124,11 +127,31 @@ int64_t depth(Pass p, const Geometry& g) {
   return g.N * g.OH() * g.OW();
 }
 
-// The BF16 GEMM paths this CPU can run (each steers which BF16 conv entries take a problem).
-std::vector<std::pair<const char*, cpu::Bf16GemmPath>> bf16_paths() {
-  std::vector<std::pair<const char*, cpu::Bf16GemmPath>> v{{"emulated", cpu::Bf16GemmPath::Emulated}};
-  if (cpu::can_run_bf16_native(cpu::cpu_features())) v.emplace_back("avx512bf16", cpu::Bf16GemmPath::Avx512Bf16);
-  if (cpu::can_run_bf16_amx(cpu::cpu_features_with_amx())) v.emplace_back("amx", cpu::Bf16GemmPath::Amx);
+// The ISA levels this CPU can be capped at (ops/cpu/isa.h; up to the cap in force), lowest first.
+std::vector<cpu::IsaLevel> emulable_levels() {
+  std::vector<cpu::IsaLevel> v;
+  using L = cpu::IsaLevel;
+  for (L l : {L::Baseline, L::Avx512, L::Avx512Bf16, L::Amx})
+    if (l <= cpu::isa_cap() && cpu::isa_hardware_has(l)) v.push_back(l);
+  return v;
+}
+// The steerings a conv entry can meet: each ISA level this CPU can emulate, with the BF16 GEMM path
+// that level adds (FP32 convs differ only between baseline and AVX-512, BF16 ones at every level).
+struct Step {
+  cpu::IsaLevel cap;
+  cpu::Bf16GemmPath bf16;
+  bool f32;
+};
+std::vector<Step> steps() {
+  std::vector<Step> v;
+  for (cpu::IsaLevel l : emulable_levels()) {
+    const bool low = l <= cpu::IsaLevel::Avx512;
+    v.push_back({l,
+                 low                          ? cpu::Bf16GemmPath::Emulated
+                 : l == cpu::IsaLevel::Amx ? cpu::Bf16GemmPath::Amx
+                                              : cpu::Bf16GemmPath::Avx512Bf16,
+                 low});
+  }
   return v;
 }
 
@@ -144,11 +167,11 @@ TEST(KernelEntries, EveryConvEntryOnEveryGeometryItTakes) {
         // The FP64 reference on the same (rounded) operands, and the same sums of |terms|.
         const Tensor ref = conv_pass(c.pass, g, f64(xd), f64(wd), f64(gyd));
         const Tensor absterms = conv_pass(c.pass, g, abs(f64(xd)), abs(f64(wd)), abs(f64(gyd)));
-        std::vector<std::pair<const char*, cpu::Bf16GemmPath>> paths{{"", cpu::Bf16GemmPath::Emulated}};
-        if (bf16) paths = bf16_paths();
-        for (const auto& [path_name, path] : paths) {
-          std::optional<cpu::Override> steer;
-          if (bf16) steer.emplace(path);
+        for (const Step& step : steps()) {
+          if (!bf16 && !step.f32) continue;
+          cpu::Override cap(step.cap);
+          cpu::Override steer(step.bf16);  // also for f32: MIXTAPE_CPU_BF16 may name a level above the cap
+          const char* path_name = cpu::isa_level_name(step.cap);
           std::map<std::string, Tensor> results;
           for (const std::string& name : cpu::kernel_names(c.op_pass)) {
             const auto out = forced(c.op_pass, name, [&] { return TensorList{conv_pass(c.pass, g, xd, wd, gyd)}; });
@@ -170,10 +193,18 @@ TEST(KernelEntries, EveryConvEntryOnEveryGeometryItTakes) {
   for (const auto& [tag, n] : ran) std::cout << "[ KernelEntries ] " << tag << ": " << n << " geometries\n";
   // The references end every list and take every geometry.
   const int all = static_cast<int>(std::size(kGeometries));
-  EXPECT_EQ(ran["conv2d.fwd f32 :im2col_gemm"], all);
-  EXPECT_EQ(ran["conv2d.dgrad f32 :gemm_col2im"], all);
-  EXPECT_EQ(ran["conv2d.wgrad f32 :im2col_gemm"], all);
-  EXPECT_EQ(ran["conv2d.wgrad bf16 emulated:im2col_gemm"], all);
+  for (const char* level : {"baseline", "avx512"}) {
+    if (level == std::string("avx512") && !cpu::isa_avx512()) continue;
+    EXPECT_EQ(ran[std::string("conv2d.fwd f32 ") + level + ":im2col_gemm"], all) << level;
+    EXPECT_EQ(ran[std::string("conv2d.dgrad f32 ") + level + ":gemm_col2im"], all) << level;
+    EXPECT_EQ(ran[std::string("conv2d.wgrad f32 ") + level + ":im2col_gemm"], all) << level;
+    EXPECT_EQ(ran[std::string("conv2d.wgrad bf16 ") + level + ":im2col_gemm"], all) << level;
+  }
+  // Capped at baseline, the AVX-512 entries decline every geometry.
+  for (const auto& [tag, n] : ran)
+    if (tag.find(" baseline:") != std::string::npos) {
+      EXPECT_EQ(tag.find("avx512"), std::string::npos) << tag << " ran on a CPU capped at baseline";
+    }
 }
 
 // Every entry of `op_pass` on `call`, bit for bit the generic entry's result (each output).
@@ -193,59 +224,71 @@ void entries_match_generic(const std::string& op_pass, const std::string& what, 
   }
 }
 
+// Run at every level this CPU can emulate (capped below AVX-512, only the baseline entries take a problem).
 TEST(KernelEntries, NormPoolAndElementwiseEntriesGiveTheGenericBits) {
-  std::map<std::string, int> ran;
-  struct Window {
-    IntList k, s, p, d;
-    bool ceil;
-  };
-  const Window windows[] = {{{2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
-                            {{2, 2}, {2, 2}, {0, 0}, {1, 1}, true},
-                            {{3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
-                            {{3, 3}, {1, 1}, {1, 1}, {2, 2}, false}};
-  for (const Geometry& g : kGeometries) {
-    Generator gen(0xbead + static_cast<uint64_t>(g.C * 7 + g.W));
-    const Tensor x32 = randn(g.x_size(), {}, &gen), g32 = randn(g.x_size(), {}, &gen);
-    for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
-      const Tensor x = x32.to(dt), gx = g32.to(dt);
-      const Tensor xs = x.reshape({g.N, g.C, g.H * g.W}), gs = gx.reshape({g.N, g.C, g.H * g.W});
-      if (g.N * g.H * g.W > 1) {
-        entries_match_generic("batch_norm.fwd", g.what, ran, [&] {
-          const Tensor rm = zeros({g.C}), rv = ones({g.C});
-          return TensorList{batch_norm(xs, rm, rv, ones({g.C}), zeros({g.C}), true), rm, rv};
-        });
-        entries_match_generic("batch_norm.bwd", g.what, ran, [&] {
-          auto [dx, dw, db] =
-              batch_norm_backward(gs, xs, ones({g.C}), full({g.C}, 0.25f), full({g.C}, 1.5f), true, 1e-5);
-          return TensorList{dx, dw, db};
-        });
+  for (cpu::IsaLevel level : emulable_levels()) {
+    // These lists ask only isa_avx512(): the higher levels run what avx512 runs.
+    if (level == cpu::IsaLevel::Avx512Bf16 || level == cpu::IsaLevel::Amx) continue;
+    cpu::Override cap(level);
+    std::map<std::string, int> ran;
+    struct Window {
+      IntList k, s, p, d;
+      bool ceil;
+    };
+    const Window windows[] = {{{2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
+                              {{2, 2}, {2, 2}, {0, 0}, {1, 1}, true},
+                              {{3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
+                              {{3, 3}, {1, 1}, {1, 1}, {2, 2}, false}};
+    for (const Geometry& g : kGeometries) {
+      Generator gen(0xbead + static_cast<uint64_t>(g.C * 7 + g.W));
+      const Tensor x32 = randn(g.x_size(), {}, &gen), g32 = randn(g.x_size(), {}, &gen);
+      for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
+        const Tensor x = x32.to(dt), gx = g32.to(dt);
+        const Tensor xs = x.reshape({g.N, g.C, g.H * g.W}), gs = gx.reshape({g.N, g.C, g.H * g.W});
+        if (g.N * g.H * g.W > 1) {
+          entries_match_generic("batch_norm.fwd", g.what, ran, [&] {
+            const Tensor rm = zeros({g.C}), rv = ones({g.C});
+            return TensorList{batch_norm(xs, rm, rv, ones({g.C}), zeros({g.C}), true), rm, rv};
+          });
+          entries_match_generic("batch_norm.bwd", g.what, ran, [&] {
+            auto [dx, dw, db] =
+                batch_norm_backward(gs, xs, ones({g.C}), full({g.C}, 0.25f), full({g.C}, 1.5f), true, 1e-5);
+            return TensorList{dx, dw, db};
+          });
+        }
+        for (const Window& win : windows) {
+          if (g.H + 2 * win.p[0] < win.d[0] * (win.k[0] - 1) + 1 || g.W + 2 * win.p[1] < win.d[1] * (win.k[1] - 1) + 1)
+            continue;
+          entries_match_generic("max_pool2d.fwd", g.what, ran, [&] {
+            auto [y, idx] = max_pool2d_with_indices(x, win.k, win.s, win.p, win.d, win.ceil);
+            return TensorList{y, idx};
+          });
+          entries_match_generic("max_pool2d.bwd", g.what, ran, [&] {
+            Tensor xl = x.detach().requires_grad_(true);
+            const Tensor y = max_pool2d(xl, win.k, win.s, win.p, win.d, win.ceil);
+            y.backward(ones(y.sizes()).to(dt));
+            return TensorList{xl.grad()};
+          });
+        }
       }
-      for (const Window& win : windows) {
-        if (g.H + 2 * win.p[0] < win.d[0] * (win.k[0] - 1) + 1 || g.W + 2 * win.p[1] < win.d[1] * (win.k[1] - 1) + 1)
-          continue;
-        entries_match_generic("max_pool2d.fwd", g.what, ran, [&] {
-          auto [y, idx] = max_pool2d_with_indices(x, win.k, win.s, win.p, win.d, win.ceil);
-          return TensorList{y, idx};
-        });
-        entries_match_generic("max_pool2d.bwd", g.what, ran, [&] {
-          Tensor xl = x.detach().requires_grad_(true);
-          const Tensor y = max_pool2d(xl, win.k, win.s, win.p, win.d, win.ceil);
-          y.backward(ones(y.sizes()).to(dt));
-          return TensorList{xl.grad()};
-        });
+      const Tensor a = x32.to(DType::BFloat16), b = g32.to(DType::BFloat16);
+      const Tensor bt = b.transpose(2, 3).contiguous().transpose(2, 3);  // same values, strided rows
+      // One op a call: forced() reads the call's last trace line.
+      const std::vector<std::function<Tensor()>> ops = {
+          [&] { return add(a, b); },  [&] { return sub(a, b); },       [&] { return mul(a, b); },
+          [&] { return div(a, b); },  [&] { return relu(a); },         [&] { return relu_grad(a, b); },
+          [&] { return add(a, bt); }, [&] { return relu(bt); },        [&] { return mul(a, Scalar(0.5)); },
+          [&] { return sub(a, b.slice(3, 0, 1)); }};
+      for (const auto& op : ops)
+        entries_match_generic("elementwise.fwd", g.what, ran, [&] { return TensorList{op()}; });
+    }
+    for (const auto& [tag, n] : ran) {
+      std::cout << "[ KernelEntries ] " << cpu::isa_level_name(level) << " " << tag << ": " << n << " runs\n";
+      if (level == cpu::IsaLevel::Baseline) {
+        EXPECT_EQ(tag.find("avx512"), std::string::npos) << tag << " ran on a CPU capped at baseline";
       }
     }
-    const Tensor a = x32.to(DType::BFloat16), b = g32.to(DType::BFloat16);
-    const Tensor bt = b.transpose(2, 3).contiguous().transpose(2, 3);  // same values, strided rows
-    // One op a call: forced() reads the call's last trace line.
-    const std::vector<std::function<Tensor()>> ops = {
-        [&] { return add(a, b); },  [&] { return sub(a, b); },       [&] { return mul(a, b); },
-        [&] { return div(a, b); },  [&] { return relu(a); },         [&] { return relu_grad(a, b); },
-        [&] { return add(a, bt); }, [&] { return relu(bt); },        [&] { return mul(a, Scalar(0.5)); },
-        [&] { return sub(a, b.slice(3, 0, 1)); }};
-    for (const auto& op : ops) entries_match_generic("elementwise.fwd", g.what, ran, [&] { return TensorList{op()}; });
   }
-  for (const auto& [tag, n] : ran) std::cout << "[ KernelEntries ] " << tag << ": " << n << " runs\n";
 }
 
 }  // namespace
