@@ -96,7 +96,7 @@ asan: deps
 # CUDA, and two ranks with CUDA tensors (NCCL's collectives, DDP, the main job) under mpirun, with
 # the device side run on the CPU by the CUDA emulator (tests/cuda_emulator/emulator.h):
 # only what those need is built.
-EMU_TARGETS ?= test_cuda_runtime test_cuda_ops test_cuda_amp test_cuda_emulator train_fashion_mnist bench_gpu_step
+EMU_TARGETS ?= test_cuda_runtime test_cuda_ops test_cuda_amp test_cuda_emulator train_fashion_mnist bench_gpu_step bench_host_step
 test-emulator: deps
 	$(CMAKE) -S . -B $(EMU_DIR) -DCMAKE_BUILD_TYPE=Release -DMIXTAPE_CUDA=EMULATOR -DMIXTAPE_BUILD_BENCH=ON
 	$(CMAKE) --build $(EMU_DIR) -j $(JOBS) --target $(EMU_TARGETS)
@@ -106,7 +106,7 @@ test-emulator: deps
 	$(CTEST) --test-dir $(EMU_DIR) --output-on-failure -j $(JOBS) -L '^(gpu|cuda_emulator|gpu_selfcheck|gpu_bench_smoke)$$' \
 	  --no-tests=error $(CTEST_ARGS)
 	$(CTEST) --test-dir $(EMU_DIR) --output-on-failure \
-	  -R '^(example_train_fashion_mnist_device_auto|distributed_two_ranks|example_train_two_ranks_cuda|distributed_nccl_watchdog_.*)$$' \
+	  -R '^(example_train_fashion_mnist_device_auto|distributed_two_ranks|distributed_two_ranks_cuda_graph_host_path|example_train_two_ranks_cuda|distributed_nccl_watchdog_.*)$$' \
 	  --no-tests=error $(CTEST_ARGS)
 
 # Runs every Google Benchmark program (bench/CMakeLists.txt names them bench_<name>); the
