@@ -45,14 +45,18 @@ int64_t Tensor::stride(int64_t d) const { return impl_->strides[wrap_dim(d, dim(
 bool Tensor::is_contiguous() const {
   // No elements: nothing is laid out, so any strides are contiguous (c10's rule; a reshape of
   // f32[3, 0], strides [1, 1], then views instead of refusing).
-  if (numel() == 0) return true;
+  // One pass over the dims (this runs on every op's hot path): a size 0 anywhere wins over a
+  // stride mismatch found before it.
   int64_t expected = 1;
+  bool laid_out = true;
   for (size_t i = impl_->sizes.size(); i-- > 0;) {
-    if (impl_->sizes[i] == 1) continue;
-    if (impl_->strides[i] != expected) return false;
-    expected *= impl_->sizes[i];
+    const int64_t n = impl_->sizes[i];
+    if (n == 0) return true;
+    if (n == 1) continue;
+    if (impl_->strides[i] != expected) laid_out = false;
+    expected *= n;
   }
-  return true;
+  return laid_out;
 }
 
 TensorOptions Tensor::options() const {
