@@ -45,9 +45,34 @@ MT_TARGET_AVX512 float cast_scaled_avx512(const uint8_t* table, const float* src
   }
   return _mm512_reduce_max_ps(m);  // all lanes >= 0 and not NaN: order-free
 }
+MT_TARGET_AVX512 void widen_avx512(const uint16_t* t, const uint8_t* src, uint16_t* dst, int64_t n) {
+  const __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 32);
+  const __m512i t2 = _mm512_loadu_si512(t + 64), t3 = _mm512_loadu_si512(t + 96);
+  const __m512i bit6 = _mm512_set1_epi16(0x40), sign = _mm512_set1_epi16(static_cast<int16_t>(0x8000));
+  for (int64_t i = 0; i < n; i += 32) {
+    const __mmask32 k = n - i >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((1u << (n - i)) - 1);
+    const __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, src + i));
+    const __m512i lo = _mm512_permutex2var_epi16(t0, c, t1), hi = _mm512_permutex2var_epi16(t2, c, t3);
+    __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(c, bit6), lo, hi);
+    r = _mm512_or_si512(r, _mm512_and_si512(_mm512_slli_epi16(c, 8), sign));  // code bit 7 -> bit 15
+    _mm512_mask_storeu_epi16(dst + i, k, r);
+  }
+}
 #endif
 
 }  // namespace
+
+void widen_fp8_codes(const std::array<BFloat16, 256>& table, const uint8_t* src, BFloat16* dst, int64_t n) {
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512() && n >= 32) {
+    bool signed_pairs = true;
+    for (int c = 0; c < 128; ++c)
+      signed_pairs = signed_pairs && table[static_cast<size_t>(c + 128)].bits == (table[static_cast<size_t>(c)].bits | 0x8000u);
+    if (signed_pairs) return widen_avx512(&table[0].bits, src, &dst->bits, n);
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = table[src[i]];
+}
 
 Fp8CastTable::Fp8CastTable(DType fp8) : table_(2 * (1u << 16) + 3, 0) {
   const bool e4m3 = fp8 == DType::Float8_e4m3fn;

@@ -11,12 +11,21 @@
 // (AVX-512 where the CPU has it): the same entries, so the same bits as the scalar lookup.
 #pragma once
 #include <cstdint>
+#include <array>
 #include <cstring>
 #include <vector>
 
+#include "core/bfloat16.h"
 #include "core/dtype.h"
 
 namespace mixtape::amp {
+
+// The other way, exact: dst[i] = table[src[i]], table the 256 BF16 patterns of an FP8 format
+// (fp8_to_bf16_table). On AVX-512, 32 codes a step from the table's first 128 entries (two 64-entry
+// word permutes) with the code's top bit moved to BF16's sign: every FP8 code c >= 128 is code
+// c - 128 negated. That is checked on the table given (else the scalar loop runs), so the bits are
+// the table's either way.
+void widen_fp8_codes(const std::array<BFloat16, 256>& table, const uint8_t* src, BFloat16* dst, int64_t n);
 
 class Fp8CastTable {
  public:

@@ -26,11 +26,21 @@ float amax_of(const Tensor& x) {
     const Tensor c = contiguous(x.detach());
     const uint16_t* p = reinterpret_cast<const uint16_t*>(c.data_ptr());
     const int64_t n = c.numel();
+    // Chunks over the threads, each a SIMD max (omp simd: -O2 leaves the plain loop scalar).
+    constexpr int64_t kChunk = 1 << 14;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
     uint16_t m = 0;
-#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static) reduction(max : m)
-    for (int64_t i = 0; i < n; ++i) {
-      const uint16_t a = static_cast<uint16_t>(p[i] & 0x7FFFu);
-      m = a <= 0x7F80u && a > m ? a : m;
+#pragma omp parallel for if (n >= cpu::kParallelGrain && chunks > 1) schedule(static) reduction(max : m)
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      uint16_t cm = 0;
+      const int64_t end = std::min(n, (ch + 1) * kChunk);
+#pragma omp simd reduction(max : cm)
+      for (int64_t i = ch * kChunk; i < end; ++i) {
+        uint16_t a = static_cast<uint16_t>(p[i] & 0x7FFFu);
+        a = a > 0x7F80u ? uint16_t(0) : a;
+        cm = a > cm ? a : cm;
+      }
+      m = cm > m ? cm : m;
     }
     return static_cast<float>(BFloat16::from_bits(m));
   }
@@ -39,7 +49,7 @@ float amax_of(const Tensor& x) {
   const int64_t n = c.numel();
   float m = 0.0f;
   // max is exact and order-free: the same answer at every thread count.
-#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static) reduction(max : m)
+#pragma omp parallel for simd if (n >= cpu::kParallelGrain) schedule(static) reduction(max : m)
   for (int64_t i = 0; i < n; ++i) {
     const float a = std::fabs(p[i]);
     m = a > m ? a : m;  // a NaN compares false and is dropped, as fmax drops it
@@ -115,7 +125,7 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
         convert_half_to_float(c.data_ptr<Half>() + i, buf, static_cast<size_t>(len));
       const float a = cast.cast_scaled(src, scale, dst + i, len);
       m = a > m ? a : m;
-      for (int64_t j = i; j < i + len; ++j) wide[j] = table[dst[j]];
+      widen_fp8_codes(table, dst + i, wide + i, len);
     }
   }
   op.scale_inv = 1.0f / scale;
@@ -131,8 +141,11 @@ Tensor widen_fp8(const Tensor& fp8) {
   BFloat16* o = out.data_ptr<BFloat16>();
   const std::array<BFloat16, 256> table = fp8_to_bf16_table(fp8.dtype());
   const int64_t n = fp8.numel();
-#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
-  for (int64_t i = 0; i < n; ++i) o[i] = table[d[i]];
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (n >= cpu::kParallelGrain && chunks > 1) schedule(static)
+  for (int64_t ch = 0; ch < chunks; ++ch)
+    widen_fp8_codes(table, d + ch * kChunk, o + ch * kChunk, std::min(kChunk, n - ch * kChunk));
   return out;
 }
 
