@@ -41,9 +41,17 @@ class Fp8CastTable {
   // dst[i] = (*this)(src[i] * scale) for i < n (the product an f32 multiply, as written); returns
   // max |src[i]| over the same values (NaNs dropped, 0 for none), read in the same pass.
   float cast_scaled(const float* src, float scale, uint8_t* dst, int64_t n) const;
+  // The same, and wide[i] = the BF16 of dst[i] (exact). With AVX-512 in one pass of arithmetic:
+  // round to nearest even on the float's bits at the format's mantissa width (normals), or of
+  // |v| times the subnormal quantum's inverse to an integer (subnormals), |v| first clamped to the
+  // format's largest finite value (SATFINITE); vectors holding a NaN take the table. Its bits are
+  // the table's: tests/amp/test_fp8_kernels.cpp checks every high half with several low halves.
+  float cast_scaled_widened(const float* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n) const;
 
  private:
   explicit Fp8CastTable(DType fp8);
+  bool e4m3_;
+  std::array<BFloat16, 256> widen_;
   // [hi]: low 16 bits zero, [0x10000 + hi]: set; 3 bytes of padding after (a gather reads 4).
   std::vector<uint8_t> table_;
 };

@@ -105,7 +105,6 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
   BFloat16* wide = op.widened.data_ptr<BFloat16>();
   const int64_t n = c.numel();
   const Fp8CastTable& cast = Fp8CastTable::of(fp8);
-  const std::array<BFloat16, 256> table = fp8_to_bf16_table(fp8);
   // Chunks small enough that the f32 staging of a 16-bit input stays in L1.
   constexpr int64_t kChunk = 2048;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -123,9 +122,8 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
         convert_bfloat16_to_float(c.data_ptr<BFloat16>() + i, buf, static_cast<size_t>(len));
       else
         convert_half_to_float(c.data_ptr<Half>() + i, buf, static_cast<size_t>(len));
-      const float a = cast.cast_scaled(src, scale, dst + i, len);
+      const float a = cast.cast_scaled_widened(src, scale, dst + i, wide + i, len);
       m = a > m ? a : m;
-      widen_fp8_codes(table, dst + i, wide + i, len);
     }
   }
   op.scale_inv = 1.0f / scale;
