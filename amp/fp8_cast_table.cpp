@@ -77,8 +77,9 @@ MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* tabl
         const float v = src[j] * scale;
         uint32_t b;
         std::memcpy(&b, &v, sizeof b);
-        dst[j] = table[(b >> 16) | ((b & 0xFFFFu) ? 0x10000u : 0u)];
-        wide[j] = wtable[dst[j]].bits;
+        const uint8_t c = table[(b >> 16) | ((b & 0xFFFFu) ? 0x10000u : 0u)];
+        if (dst != nullptr) dst[j] = c;
+        wide[j] = wtable[c].bits;
       }
       continue;
     }
@@ -95,7 +96,7 @@ MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* tabl
     b = _mm512_mask_mov_epi32(b, sub, _mm512_castps_si512(_mm512_mul_ps(q, vq)));
     code = _mm512_or_si512(code, _mm512_srli_epi32(sign, 24));
     b = _mm512_or_si512(b, sign);
-    _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, code);
+    if (dst != nullptr) _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, code);
     _mm512_mask_cvtepi32_storeu_epi16(wide + i, k, _mm512_srli_epi32(b, 16));
   }
   return _mm512_reduce_max_ps(m);
@@ -157,8 +158,10 @@ float Fp8CastTable::cast_scaled_widened(const float* src, float scale, uint8_t* 
   if (cpu::isa_avx512())
     return cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, scale, dst, &wide->bits, n);
 #endif
-  const float m = cast_scaled(src, scale, dst, n);
-  widen_fp8_codes(widen_, dst, wide, n);
+  std::vector<uint8_t> own(dst != nullptr ? 0 : static_cast<size_t>(n));
+  uint8_t* codes = dst != nullptr ? dst : own.data();
+  const float m = cast_scaled(src, scale, codes, n);
+  widen_fp8_codes(widen_, codes, wide, n);
   return m;
 }
 

@@ -41,7 +41,7 @@ class Fp8CastTable {
   // dst[i] = (*this)(src[i] * scale) for i < n (the product an f32 multiply, as written); returns
   // max |src[i]| over the same values (NaNs dropped, 0 for none), read in the same pass.
   float cast_scaled(const float* src, float scale, uint8_t* dst, int64_t n) const;
-  // The same, and wide[i] = the BF16 of dst[i] (exact). With AVX-512 in one pass of arithmetic:
+  // The same, and wide[i] = the BF16 of dst[i] (exact); dst may be null (only wide is written). With AVX-512 in one pass of arithmetic:
   // round to nearest even on the float's bits at the format's mantissa width (normals), or of
   // |v| times the subnormal quantum's inverse to an integer (subnormals), |v| first clamped to the
   // format's largest finite value (SATFINITE); vectors holding a NaN take the table. Its bits are

@@ -94,9 +94,11 @@ Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Rec
 
 // conv2d's kernel route: a per-tensor recipe's cast of t (f32, bf16 or f16, any shape), with its
 // BF16 widening written in the same pass (the operand of the BF16 conv kernels).
-Fp8Operand cast_role_widened(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, MetaUse use) {
-  return per_tensor_cast(t, role, recipe, use, [](const Tensor& x, DType dt, float scale, float* amax) {
-    return quantize_per_tensor_widened(x, dt, scale, amax);
+// keep_data false: the FP8 tensor itself is not written (an operand backward does not save).
+Fp8Operand cast_role_widened(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, MetaUse use,
+                             bool keep_data = true) {
+  return per_tensor_cast(t, role, recipe, use, [keep_data](const Tensor& x, DType dt, float scale, float* amax) {
+    return quantize_per_tensor_widened(x, dt, scale, amax, keep_data);
   });
 }
 
@@ -185,7 +187,7 @@ class Fp8GemmNode final : public Node {
     const MetaUse meta{s_.meta ? &*s_.meta : nullptr};
     const Tensor gy = contiguous(grad.detach());
     Fp8Operand gq;
-    if (need_p || need_q) gq = cast_role_widened(gy, Fp8Role::GradOutput, s_.recipe, meta);
+    if (need_p || need_q) gq = cast_role_widened(gy, Fp8Role::GradOutput, s_.recipe, meta, false);
     if (need_p) {
       const Tensor dx = conv2d_input_grad_bf16_scaled(gq.widened, widen_fp8(q_.data), g, gq.scale_inv * q_.scale_inv);
       out[0] = cpu::cast_to(dx.reshape(meta_[0].sizes), meta_[0].dtype);

@@ -29,20 +29,21 @@ float amax_of(const Tensor& x) {
     // Chunks over the threads, each a SIMD max (omp simd: -O2 leaves the plain loop scalar).
     constexpr int64_t kChunk = 1 << 14;
     const int64_t chunks = (n + kChunk - 1) / kChunk;
-    uint16_t m = 0;
+    // As int16: the patterns are non-negative there, and signed 16-bit max is baseline SSE2.
+    int16_t m = 0;
 #pragma omp parallel for if (n >= cpu::kParallelGrain && chunks > 1) schedule(static) reduction(max : m)
     for (int64_t ch = 0; ch < chunks; ++ch) {
-      uint16_t cm = 0;
+      int16_t cm = 0;
       const int64_t end = std::min(n, (ch + 1) * kChunk);
 #pragma omp simd reduction(max : cm)
       for (int64_t i = ch * kChunk; i < end; ++i) {
-        uint16_t a = static_cast<uint16_t>(p[i] & 0x7FFFu);
-        a = a > 0x7F80u ? uint16_t(0) : a;
+        int16_t a = static_cast<int16_t>(p[i] & 0x7FFF);
+        a = a > 0x7F80 ? int16_t(0) : a;
         cm = a > cm ? a : cm;
       }
       m = cm > m ? cm : m;
     }
-    return static_cast<float>(BFloat16::from_bits(m));
+    return static_cast<float>(BFloat16::from_bits(static_cast<uint16_t>(m)));
   }
   const Tensor c = contiguous(cpu::cast_to(x.detach(), DType::Float32));
   const float* p = c.data_ptr<float>();
@@ -90,7 +91,7 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float*
   return op;
 }
 
-Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax) {
+Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax, bool keep_data) {
   MT_CHECK(is_float8(fp8), "quantize_per_tensor_widened: the target must be an FP8 dtype, got ", dtype_name(fp8));
   MT_CHECK(std::isfinite(scale) && scale > 0.0f, "quantize_per_tensor_widened: scale must be finite and > 0, got ",
            scale);
@@ -99,9 +100,9 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
            "quantize_per_tensor_widened: expected a CPU f32, bf16 or f16 tensor, got ", x.describe());
   const Tensor c = contiguous(x.detach());
   Fp8Operand op;
-  op.data = Tensor::empty(c.sizes(), TensorOptions(fp8));
+  if (keep_data) op.data = Tensor::empty(c.sizes(), TensorOptions(fp8));
   op.widened = Tensor::empty(c.sizes(), TensorOptions(DType::BFloat16));
-  uint8_t* dst = static_cast<uint8_t*>(op.data.data_ptr());
+  uint8_t* dst = keep_data ? static_cast<uint8_t*>(op.data.data_ptr()) : nullptr;
   BFloat16* wide = op.widened.data_ptr<BFloat16>();
   const int64_t n = c.numel();
   const Fp8CastTable& cast = Fp8CastTable::of(fp8);
@@ -122,7 +123,7 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
         convert_bfloat16_to_float(c.data_ptr<BFloat16>() + i, buf, static_cast<size_t>(len));
       else
         convert_half_to_float(c.data_ptr<Half>() + i, buf, static_cast<size_t>(len));
-      const float a = cast.cast_scaled_widened(src, scale, dst + i, wide + i, len);
+      const float a = cast.cast_scaled_widened(src, scale, dst != nullptr ? dst + i : nullptr, wide + i, len);
       m = a > m ? a : m;
     }
   }

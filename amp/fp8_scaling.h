@@ -48,7 +48,10 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float*
 // The same cast of a CPU f32/bf16/f16 tensor of any shape (made contiguous), with `widened` set to
 // its FP8 values in BF16 (the same sizes, not transposed), both written in one pass over x: the
 // bits of quantize_per_tensor, and of widen_fp8 on them. For conv2d's kernel route (amp/fp8_ops.cpp).
-Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax = nullptr);
+// keep_data false: only `widened` is written (`data` stays undefined), for an operand that is not
+// saved (the output gradient).
+Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax = nullptr,
+                                       bool keep_data = true);
 // An FP8 tensor of any shape, contiguous, each value widened exactly to BF16 (the same sizes).
 Tensor widen_fp8(const Tensor& fp8);
 
