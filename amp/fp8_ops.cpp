@@ -349,7 +349,8 @@ void trace_fp8(const GemmSetup& s, const Fp8Operand& p, const Fp8Operand& q) {
 // dtype, shaped as x with its last dim N.
 Tensor linear_output(const Fp8Operand& p, const Fp8Operand& q, const GemmSetup& s, const Tensor& bias,
                      const Tensor& x, DType out_dtype, const char* who) {
-  Tensor c = fp8_gemm(p, false, q, s.q_transposed(), who);  // (M, N)
+  Tensor c = fp8_gemm(p, false, q, s.q_transposed(), who, nullptr,
+                      s.kind == GemmKind::Linear ? "linear.fwd" : "matmul.fwd");  // (M, N)
   if (bias.defined()) {
     const Tensor b32 = as_f32(bias);
     float* cp = c.data_ptr<float>();
