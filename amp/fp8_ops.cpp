@@ -105,6 +105,11 @@ Fp8Operand cast_role_widened(const Tensor& t, Fp8Role role, const Fp8Recipe& rec
 Tensor as_f32(const Tensor& t) { return contiguous(cpu::cast_to(t.detach(), DType::Float32)); }
 Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return as_f32(t).reshape({rows, cols}); }
 
+Fp8Operand without_widening(Fp8Operand op) {
+  op.widened = Tensor();
+  return op;
+}
+
 bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling>(r); }
 
 enum class GemmKind { Linear, Matmul, Conv2d };
@@ -471,17 +476,27 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
       p_fwd = im2col_operand(image, geom);
       if (grad && w.requires_grad()) p_bwd = image;  // one byte per pixel; im2col again in backward
     }
+  } else if (!mx) {
+    // Per tensor: cast from the operand's own dtype with the BF16 widening the GEMM reads, in one
+    // pass (no f32 copy); what backward saves is the FP8 tensor alone.
+    p_fwd = cast_role_widened(contiguous(x.detach()).reshape({s.m, s.k}), Fp8Role::Input, s.recipe, meta);
+    if (grad && w.requires_grad()) p_bwd = without_widening(p_fwd);
   } else {
     const Tensor p32 = as_f32_2d(x, s.m, s.k);
     p_fwd = cast_role(p32, Fp8Role::Input, 1, s.recipe, meta, who);
-    if (grad && w.requires_grad())
-      p_bwd = mx ? cast_role(p32, Fp8Role::Input, 0, s.recipe, {}, who) : p_fwd;
+    if (grad && w.requires_grad()) p_bwd = cast_role(p32, Fp8Role::Input, 0, s.recipe, {}, who);
   }
-  const Tensor q32 = s.q_transposed() ? as_f32_2d(w, s.n, s.k) : as_f32_2d(w, s.k, s.n);
-  Fp8Operand q_fwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
-  Fp8Operand q_bwd;
-  if (grad && x.requires_grad())
-    q_bwd = mx ? cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who) : q_fwd;
+  Fp8Operand q_fwd, q_bwd;
+  if (!mx) {
+    q_fwd = cast_role_widened(contiguous(w.detach()).reshape(s.q_transposed() ? IntList{s.n, s.k} : IntList{s.k, s.n}),
+                              Fp8Role::Weight, s.recipe, meta);
+    if (grad && x.requires_grad()) q_bwd = without_widening(q_fwd);
+  } else {
+    const Tensor q32 = s.q_transposed() ? as_f32_2d(w, s.n, s.k) : as_f32_2d(w, s.k, s.n);
+    q_fwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
+    if (grad && x.requires_grad())
+      q_bwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who);
+  }
   trace_fp8(s, p_fwd, q_fwd);
   Tensor out;
   if (kind == GemmKind::Conv2d) {
