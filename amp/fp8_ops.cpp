@@ -16,6 +16,10 @@
 // as TE's MXFP8 keeps a rowwise and a columnwise copy: P along K (forward) and M (wgrad), Q along
 // K (forward) and N (dgrad), G along N and M (conv2d keeps its input instead of P's M-cast and
 // redoes the im2col in backward).
+// conv2d's kernel route (per-tensor recipes, BF16 output; GemmSetup::kernel_route): no im2col:
+// the image, weight and G are cast with their BF16 widening and run on BF16 autocast's own conv
+// kernels (ops/conv_scaled.h), the dequantising factor applied once to each FP32 sum. Per-tensor
+// linear/matmul operands are cast the same way, from their own dtype.
 // Bias: added to the f32 result before the one rounding to the output dtype; its gradient is
 // G summed over rows, from the unquantized G (as TE's bgrad). The casts are straight-through:
 // backward treats quantize as the identity, so dP and dQ are the exact gradients of the
