@@ -16,11 +16,16 @@
 // as TE's MXFP8 keeps a rowwise and a columnwise copy: P along K (forward) and M (wgrad), Q along
 // K (forward) and N (dgrad), G along N and M (conv2d keeps its input instead of P's M-cast and
 // redoes the im2col in backward).
+// conv2d's kernel route (per-tensor recipes, BF16 output; GemmSetup::kernel_route): no im2col:
+// the image, weight and G are cast with their BF16 widening and run on BF16 autocast's own conv
+// kernels (ops/conv_scaled.h), the dequantising factor applied once to each FP32 sum. Per-tensor
+// linear/matmul operands are cast the same way, from their own dtype.
 // Bias: added to the f32 result before the one rounding to the output dtype; its gradient is
 // G summed over rows, from the unquantized G (as TE's bgrad). The casts are straight-through:
 // backward treats quantize as the identity, so dP and dQ are the exact gradients of the
 // quantized product, with G quantized too.
 #include <algorithm>
+#include <bit>
 #include <sstream>
 #include <vector>
 
@@ -36,6 +41,7 @@
 #include "core/trace.h"
 #include "ops/cast.h"
 #include "ops/conv_args.h"
+#include "ops/conv_scaled.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/loops.h"
 #include "ops/creation.h"
@@ -60,29 +66,53 @@ struct MetaUse {
 // blocks run along it; the tensor is then 2-D). use.meta: the layer's delayed-scaling state, or
 // nullptr (then a delayed recipe scales from the tensor's own amax, as current scaling does: a
 // matmul of two activations belongs to no module whose state could carry scales from step to step).
-Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Recipe& recipe, MetaUse use,
-                     const char* who) {
+// A per-tensor recipe's cast of t by quantize(t, dtype, scale, amax_out): the scale by the rules above.
+template <typename Quantize>
+Fp8Operand per_tensor_cast(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, MetaUse use, Quantize&& quantize) {
   const DType dt = fp8_dtype_for(recipe_format(recipe), role);
-  if (const auto* mx = std::get_if<MXFP8BlockScaling>(&recipe)) return mx_quantize(t32, axis, dt, *mx, who);
-  if (use.forward_scales != nullptr) return quantize_per_tensor(t32, dt, use.forward_scales[static_cast<int>(role)]);
+  if (use.forward_scales != nullptr) return quantize(t, dt, use.forward_scales[static_cast<int>(role)], nullptr);
   if (use.meta != nullptr) {
     float amax = 0.0f;
-    Fp8Operand q = quantize_per_tensor(t32, dt, use.meta->scale_of(role), &amax);
+    Fp8Operand q = quantize(t, dt, use.meta->scale_of(role), &amax);
     use.meta->record_amax(role, amax);  // read while casting, used from the next update on
     return q;
   }
-  const float amax = amax_of(t32);
+  const float amax = amax_of(t);
   const bool pow2 = std::visit(
       [](const auto& r) {
         if constexpr (std::is_same_v<std::decay_t<decltype(r)>, MXFP8BlockScaling>) return false;
         else return r.power_of_2_scales;
       },
       recipe);
-  return quantize_per_tensor(t32, dt, scale_from_amax(amax, fp8_max(dt), 0.0f, pow2, 1.0f));
+  return quantize(t, dt, scale_from_amax(amax, fp8_max(dt), 0.0f, pow2, 1.0f), nullptr);
+}
+
+Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Recipe& recipe, MetaUse use,
+                     const char* who) {
+  if (const auto* mx = std::get_if<MXFP8BlockScaling>(&recipe))
+    return mx_quantize(t32, axis, fp8_dtype_for(recipe_format(recipe), role), *mx, who);
+  return per_tensor_cast(t32, role, recipe, use, [](const Tensor& t, DType dt, float scale, float* amax) {
+    return quantize_per_tensor(t, dt, scale, amax);
+  });
+}
+
+// conv2d's kernel route: a per-tensor recipe's cast of t (f32, bf16 or f16, any shape), with its
+// BF16 widening written in the same pass (the operand of the BF16 conv kernels).
+// keep_data false: the FP8 tensor itself is not written (an operand backward does not save).
+Fp8Operand cast_role_widened(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, MetaUse use,
+                             bool keep_data = true) {
+  return per_tensor_cast(t, role, recipe, use, [keep_data](const Tensor& x, DType dt, float scale, float* amax) {
+    return quantize_per_tensor_widened(x, dt, scale, amax, keep_data);
+  });
 }
 
 Tensor as_f32(const Tensor& t) { return contiguous(cpu::cast_to(t.detach(), DType::Float32)); }
 Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return as_f32(t).reshape({rows, cols}); }
+
+Fp8Operand without_widening(Fp8Operand op) {
+  op.widened = Tensor();
+  return op;
+}
 
 bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling>(r); }
 
@@ -106,6 +136,10 @@ struct GemmSetup {
   std::optional<Fp8Meta> meta;  // handles sharing the layer's state tensors
   int64_t m = 0, k = 0, n = 0;
   ConvGeom geom{};  // conv2d only
+  // conv2d on BF16 autocast's conv kernels (ops/conv_scaled.h) rather than im2col + GEMM: per-tensor
+  // recipes with a BF16 output and, where the input needs a gradient, a BF16 input (the kernels
+  // write BF16). Saved: the FP8 input image (p_) and weight (q_), 4-D.
+  bool kernel_route = false;
   bool q_transposed() const { return kind != GemmKind::Matmul; }  // Q stored (N, K)
 };
 
@@ -154,6 +188,66 @@ class Fp8GemmNode final : public Node {
     return kind == GemmKind::Linear ? *linear : kind == GemmKind::Matmul ? *matmul : *conv;
   }
 
+  // conv2d's backward on the BF16 conv kernels: G (N, O, OH, OW) cast once (per tensor) with its
+  // widening, dx = bf16(alpha * sum) on conv2d.dgrad's entry, dW = f32(sums) * alpha on conv2d.wgrad's,
+  // the bias gradient from the unquantized G.
+  TensorList conv_kernel_backward(const Tensor& grad, bool need_p, bool need_q, bool need_b, TensorList out) {
+    const ConvGeom& g = s_.geom;
+    const MetaUse meta{s_.meta ? &*s_.meta : nullptr};
+    const Tensor gy = contiguous(grad.detach());
+    Fp8Operand gq;
+    if (need_p || need_q) gq = cast_role_widened(gy, Fp8Role::GradOutput, s_.recipe, meta, false);
+    if (need_p) {
+      const Tensor dx = conv2d_input_grad_bf16_scaled(gq.widened, widen_fp8(q_.data), g, gq.scale_inv * q_.scale_inv);
+      out[0] = cpu::cast_to(dx.reshape(meta_[0].sizes), meta_[0].dtype);
+    }
+    if (need_q) {
+      Tensor dw = conv2d_weight_grad_bf16_sums(widen_fp8(p_.data), gq.widened, g);
+      const float post = gq.scale_inv * p_.scale_inv;  // the reference's order: G^T @ P
+      if (post != 1.0f) {
+        float* d = dw.data_ptr<float>();
+        for (int64_t i = 0; i < dw.numel(); ++i) d[i] *= post;
+      }
+      out[1] = cpu::cast_to(dw.reshape(meta_[1].sizes), meta_[1].dtype);
+    }
+    if (need_b) out[2] = cpu::cast_to(channel_sums(gy, g), meta_[2].dtype);
+    return out;
+  }
+
+  // sum over n, h, w of G (N, O, OH, OW) per channel, in FP32: each channel on one thread, 16
+  // partial sums over the pixels (l mod 16) added in order at the end: the same bits at every
+  // thread count.
+  static Tensor channel_sums(const Tensor& gy, const ConvGeom& g) {
+    Tensor gb = Tensor::empty({g.O}, TensorOptions(DType::Float32));
+    float* o = gb.data_ptr<float>();
+    const int64_t L = g.L(), O = g.O, N = g.N;
+    const Tensor f = gy.dtype() == DType::BFloat16 ? gy : contiguous(cpu::cast_to(gy, DType::Float32));
+    const bool bf16 = f.dtype() == DType::BFloat16;
+#pragma omp parallel for if (N * O * L >= cpu::kParallelGrain) schedule(static)
+    for (int64_t c = 0; c < O; ++c) {
+      float lanes[16] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t base = (n * O + c) * L;
+        int64_t l = 0;
+        if (bf16) {
+          const uint16_t* p = reinterpret_cast<const uint16_t*>(f.data_ptr()) + base;
+          for (; l + 16 <= L; l += 16)
+            for (int j = 0; j < 16; ++j) lanes[j] += std::bit_cast<float>(static_cast<uint32_t>(p[l + j]) << 16);
+          for (; l < L; ++l) lanes[l % 16] += std::bit_cast<float>(static_cast<uint32_t>(p[l]) << 16);
+        } else {
+          const float* p = f.data_ptr<float>() + base;
+          for (; l + 16 <= L; l += 16)
+            for (int j = 0; j < 16; ++j) lanes[j] += p[l + j];
+          for (; l < L; ++l) lanes[l % 16] += p[l];
+        }
+      }
+      float t = 0.0f;
+      for (float v : lanes) t += v;
+      o[c] = t;
+    }
+    return gb;
+  }
+
   TensorList compute(const TensorList& grads) {
     const std::string who_s = std::string(kind_name(s_.kind)) + " (Fp8Autocast backward)";
     const char* who = who_s.c_str();
@@ -165,6 +259,7 @@ class Fp8GemmNode final : public Node {
     if (grads.empty() || !grads[0].defined()) return out;
     const bool need_p = next_edges_[0].valid(), need_q = next_edges_[1].valid();
     const bool need_b = next_edges_.size() > 2 && next_edges_[2].valid();
+    if (s_.kernel_route) return conv_kernel_backward(grads[0], need_p, need_q, need_b, std::move(out));
     // G as (M, N): conv2d's (N, O, OH, OW) gradient with the channels last.
     const Tensor g32 = s_.kind == GemmKind::Conv2d ? as_f32_2d(grads[0].detach().permute({0, 2, 3, 1}), s_.m, s_.n)
                                                    : as_f32_2d(grads[0], s_.m, s_.n);
@@ -263,7 +358,8 @@ void trace_fp8(const GemmSetup& s, const Fp8Operand& p, const Fp8Operand& q) {
 // dtype, shaped as x with its last dim N.
 Tensor linear_output(const Fp8Operand& p, const Fp8Operand& q, const GemmSetup& s, const Tensor& bias,
                      const Tensor& x, DType out_dtype, const char* who) {
-  Tensor c = fp8_gemm(p, false, q, s.q_transposed(), who);  // (M, N)
+  Tensor c = fp8_gemm(p, false, q, s.q_transposed(), who, nullptr,
+                      s.kind == GemmKind::Linear ? "linear.fwd" : "matmul.fwd");  // (M, N)
   if (bias.defined()) {
     const Tensor b32 = as_f32(bias);
     float* cp = c.data_ptr<float>();
@@ -356,6 +452,24 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   // P for the forward GEMM, and what the wgrad will need of it.
   Fp8Operand p_fwd, p_bwd;
   Tensor x_keep;
+  s.kernel_route = kind == GemmKind::Conv2d && !mx && region.output_dtype == DType::BFloat16 &&
+                   (!(grad && x.requires_grad()) || x.dtype() == DType::BFloat16);
+  if (s.kernel_route) {
+    Fp8Operand image = cast_role_widened(x, Fp8Role::Input, s.recipe, meta);
+    Fp8Operand wq = cast_role_widened(w, Fp8Role::Weight, s.recipe, meta);
+    trace_fp8(s, image, wq);
+    const Tensor b32 = bias.defined() ? as_f32(bias) : Tensor();
+    Tensor out = conv2d_bf16_scaled(image.widened, wq.widened, b32, geom, image.scale_inv * wq.scale_inv);
+    if (!grad) return {out};
+    image.widened = wq.widened = Tensor();  // saved in FP8, widened again in backward
+    if (!w.requires_grad()) image = {};
+    if (!x.requires_grad()) wq = {};
+    auto node = std::make_shared<Fp8GemmNode>(std::move(s), TensorList{x, w, bias}, std::move(image), std::move(wq),
+                                              Tensor());
+    out = out.detach();
+    out.set_history(node, 0);
+    return {out};
+  }
   if (kind == GemmKind::Conv2d) {
     const Tensor x32 = as_f32(x);
     if (mx) {
@@ -366,17 +480,27 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
       p_fwd = im2col_operand(image, geom);
       if (grad && w.requires_grad()) p_bwd = image;  // one byte per pixel; im2col again in backward
     }
+  } else if (!mx) {
+    // Per tensor: cast from the operand's own dtype with the BF16 widening the GEMM reads, in one
+    // pass (no f32 copy); what backward saves is the FP8 tensor alone.
+    p_fwd = cast_role_widened(contiguous(x.detach()).reshape({s.m, s.k}), Fp8Role::Input, s.recipe, meta);
+    if (grad && w.requires_grad()) p_bwd = without_widening(p_fwd);
   } else {
     const Tensor p32 = as_f32_2d(x, s.m, s.k);
     p_fwd = cast_role(p32, Fp8Role::Input, 1, s.recipe, meta, who);
-    if (grad && w.requires_grad())
-      p_bwd = mx ? cast_role(p32, Fp8Role::Input, 0, s.recipe, {}, who) : p_fwd;
+    if (grad && w.requires_grad()) p_bwd = cast_role(p32, Fp8Role::Input, 0, s.recipe, {}, who);
   }
-  const Tensor q32 = s.q_transposed() ? as_f32_2d(w, s.n, s.k) : as_f32_2d(w, s.k, s.n);
-  Fp8Operand q_fwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
-  Fp8Operand q_bwd;
-  if (grad && x.requires_grad())
-    q_bwd = mx ? cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who) : q_fwd;
+  Fp8Operand q_fwd, q_bwd;
+  if (!mx) {
+    q_fwd = cast_role_widened(contiguous(w.detach()).reshape(s.q_transposed() ? IntList{s.n, s.k} : IntList{s.k, s.n}),
+                              Fp8Role::Weight, s.recipe, meta);
+    if (grad && x.requires_grad()) q_bwd = without_widening(q_fwd);
+  } else {
+    const Tensor q32 = s.q_transposed() ? as_f32_2d(w, s.n, s.k) : as_f32_2d(w, s.k, s.n);
+    q_fwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
+    if (grad && x.requires_grad())
+      q_bwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who);
+  }
   trace_fp8(s, p_fwd, q_fwd);
   Tensor out;
   if (kind == GemmKind::Conv2d) {
