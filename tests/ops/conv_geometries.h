@@ -96,6 +96,21 @@ inline constexpr ConvGeometry kConvGeometries[] = {
     {"no padding, O 40", 3, 4, 6, 6, 40, 3, 3, 1, 1, 0, 0, 1, 1, 1},
     {"one channel, N 20: one short block, chunks of 9, 9 and 2", 20, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},
     {"one channel, N 41: chunks of 18, 18 and 5", 41, 1, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    // The BF16 GEMM paths' (native against emulated, every pass; im2col's plane-shift kernel
+    // against its row kernel): batches for the batch threads, O <= C, odd K, a 3x2 kernel,
+    // dilation with groups, 1x1 (no col).
+    {"SmallCNN conv2, N 16", 16, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {"ResNet-style 32 -> 32 at 14x14, N 8", 8, 32, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {"3x2 kernel, row stride 2, padding past the reach", 3, 5, 9, 8, 7, 3, 2, 2, 1, 1, 2, 1, 1, 1, true},
+    {"dilation 2x3, groups 3", 2, 6, 11, 11, 9, 3, 3, 1, 1, 2, 1, 2, 3, 3, true},
+    {"1x1, C 40 -> O 33", 4, 40, 6, 6, 33, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},
+    {"one channel -> 32, N 8", 8, 1, 28, 28, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+    {"6x7 'same', C 3", 2, 3, 6, 7, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"7x5, row dilation 2", 1, 2, 7, 5, 3, 3, 3, 1, 1, 2, 1, 2, 1, 1},
+    {"5x5 'same', groups 2", 2, 4, 5, 9, 6, 5, 5, 1, 1, 2, 2, 1, 1, 2},
+    {"no row padding, 9x10", 1, 2, 9, 10, 3, 3, 3, 1, 1, 0, 1, 1, 1, 1},
+    {"14x14 'same', C 5", 2, 5, 14, 14, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"28x28 'same', C 3", 1, 3, 28, 28, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1},
     // The implicit GEMM's ("same", unit strides): tiles of 8 outputs and 32 pixels, panels
     // spanning images, depth slices (FP32 256, BF16 512), odd depth, AMX's 16-row blocks.
     {"tiny: O < 8, one panel spans both images", 2, 3, 5, 6, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
@@ -111,7 +126,7 @@ inline constexpr ConvGeometry kConvGeometries[] = {
     {"O 17: AMX's full block with one row past 16", 2, 5, 6, 7, 17, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
     {"O 31", 2, 9, 5, 5, 31, 3, 3, 1, 1, 1, 1, 1, 1, 1},
     // The im2col kernels' planes (16 FP32 / 32 BF16 columns a chunk; rows split into chunks).
-    {"L 20: one partial chunk", 1, 2, 4, 5, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1},
+    {"L 20: one partial chunk", 1, 2, 4, 5, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1},
     {"L 32: exactly one BF16 chunk, two FP32 ones", 1, 2, 4, 8, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1},
     {"one row of 9", 1, 2, 1, 9, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1},
     {"1x1 stride-2 shortcut at 14x14", 1, 2, 14, 14, 4, 1, 1, 2, 2, 0, 0, 1, 1, 1},
