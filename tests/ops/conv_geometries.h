@@ -4,9 +4,10 @@
 // padding, dilation, groups, and the planes the im2col kernels cut into chunks.
 // tests/ops/test_kernel_entries.cpp runs every CPU kernel entry on every geometry here that the
 // entry takes; the kernel files' own tests (bits, specials, thread counts, helpers) iterate it too,
-// filtered by what they test. A geometry a kernel needs goes here, never into its test file.
-// Invariant: every row is a valid conv2d (the kernel within the padded input); batches stay small
-// (the whole list runs in a few seconds per test).
+// filtered by what they test. A geometry a kernel needs goes here, never into its test file (the
+// thread-count tests' team-sized shapes excepted: no row is that big).
+// Invariant: every row is a valid conv2d (the kernel within the padded input), and as small as
+// the edge it names allows (the tests run every row, most at several ISA levels and dtypes).
 #pragma once
 #include <cstdint>
 #include <stdexcept>
