@@ -1,6 +1,6 @@
 // tests/amp/test_fp8_conv_kernels.cpp — Fp8Autocast's conv2d on BF16 autocast's conv kernels
 // (ops/conv_scaled.h, the kernel route of amp/fp8_ops.cpp), on every BF16 GEMM path this CPU has
-// and a list of geometries that reaches every entry of conv2d's BF16 lists (tests/ops/conv3_geometry.h):
+// and a list of geometries that reaches every entry of conv2d's BF16 lists (tests/ops/conv_geometries.h):
 //   - the epilogue factor: with alpha a power of two, the scaled forward and input gradient are
 //     the BF16 ops' own results times alpha, bit for bit, on random operands (the factor is applied
 //     to the FP32 sum before the one rounding; alpha = 1 is the BF16 op itself); the weight
@@ -20,7 +20,7 @@
 
 #include "core/trace.h"
 #include "mixtape/mixtape.h"
-#include "ops/conv3_geometry.h"
+#include "ops/conv_geometries.h"
 #include "ops/conv_args.h"
 #include "ops/conv_scaled.h"
 #include "ops/cpu/cpu_features.h"
@@ -31,20 +31,19 @@ using namespace mixtape::amp;
 
 namespace {
 
-using Geo = mixtape::testing::Conv3;
-// Plane-shift ("same") convs take the implicit GEMM (or the channel pairs where rows are 16 wide);
-// strided ones the direct and pair kernels; one channel, O < 2 and a 1-row kernel the other
-// declines; row dilation; a batch of one (rows split between threads).
-const Geo kGeos[] = {
-    {3, 1, 28, 28, 32, 3, 1, 1, 1, 1, 1, true, "SmallCNN's conv1: one channel"},
-    {3, 32, 14, 14, 64, 3, 1, 1, 1, 1, 1, true, "SmallCNN's conv2: 14-wide rows"},
-    {2, 16, 20, 20, 16, 3, 1, 1, 1, 1, 1, false, "20-wide rows: the pair kernel on vdpbf16ps"},
-    {2, 16, 16, 16, 32, 3, 2, 2, 1, 1, 1, true, "stride 2"},
-    {2, 5, 9, 11, 1, 3, 1, 1, 1, 1, 1, true, "O = 1"},
-    {2, 4, 10, 25, 6, 3, 3, 2, 0, 2, 2, false, "row stride 3, row dilation 2, pW past reach"},
-    {1, 3, 13, 17, 5, 3, 1, 2, 1, 1, 1, true, "a batch of one, column stride 2"},
-    {2, 8, 6, 11, 4, 1, 1, 1, 0, 1, 1, true, "1x3 kernel"},
-};
+using Geo = mixtape::testing::ConvGeometry;
+// The shared list's one-group rows (Fp8Autocast's conv2d takes one group): they reach every entry
+// of the BF16 lists (plane-shift convs the implicit GEMM or the channel pairs, strided ones the
+// direct and pair kernels, one channel, O < 2 and 1-row kernels the other declines, dilation).
+const std::vector<Geo>& kGeos() {
+  static const std::vector<Geo> rows = [] {
+    std::vector<Geo> r;
+    for (const Geo& c : mixtape::testing::kConvGeometries)
+      if (c.G == 1) r.push_back(c);
+    return r;
+  }();
+  return rows;
+}
 
 std::vector<cpu::Bf16GemmPath> bf16_paths_here() {
   std::vector<cpu::Bf16GemmPath> k = {cpu::Bf16GemmPath::Emulated};
@@ -92,7 +91,7 @@ TEST(Fp8ConvKernels, ThePowerOfTwoEpilogueFactorScalesTheBf16OpsBitsOnEveryEntry
   Generator gen(5);
   for (cpu::Bf16GemmPath path : bf16_paths_here()) {
     const cpu::Override on(path);
-    for (const Geo& c : kGeos) {
+    for (const Geo& c : kGeos()) {
       const ConvGeom g = geom_of(c);
       const Tensor x = randn(c.x_size(), {}, &gen).to(DType::BFloat16);
       const Tensor w = randn(c.w_size(), {}, &gen).to(DType::BFloat16);
@@ -139,7 +138,7 @@ TEST(Fp8ConvKernels, TheKernelRouteGivesTheReferencePathsBitsWhereItsSumsAreExac
     for (Fp8Format format : {Fp8Format::Hybrid, Fp8Format::E4M3}) {
       const Fp8Recipe recipe = CurrentScaling{format, true};
       uint64_t seed = 100;
-      for (const Geo& c : kGeos) {
+      for (const Geo& c : kGeos()) {
         const Tensor x = grid_values(c.x_size(), ++seed, -2), w = grid_values(c.w_size(), ++seed, 0);
         const Tensor b = grid_values({c.O}, ++seed, 3), gy = grid_values(c.y_size(), ++seed, -5);
         const StepResult route = fp8_step(c, recipe, DType::BFloat16, x, w, b, gy);
@@ -170,7 +169,7 @@ std::vector<std::string> conv_kernels(const std::string& trace) {
 TEST(Fp8ConvKernels, Fp8Conv2dRunsTheEntriesBf16AutocastRuns) {
   for (cpu::Bf16GemmPath path : bf16_paths_here()) {
     const cpu::Override on(path);
-    for (const Geo& c : kGeos) {
+    for (const Geo& c : kGeos()) {
       Generator gen(7);
       const Tensor x0 = randn(c.x_size(), {}, &gen), w0 = randn(c.w_size(), {}, &gen), b0 = randn({c.O}, {}, &gen);
       auto traced = [&](bool fp8) {
