@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "amp/fp8_autocast.h"
+#include "amp/fp8_cuda_route.h"
 #include "amp/fp8_gemm.h"
 #include "amp/fp8_im2col.h"
 #include "amp/mx_block.h"
@@ -116,7 +117,7 @@ Fp8Operand without_widening(Fp8Operand op) {
 
 bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling>(r); }
 
-enum class GemmKind { Linear, Matmul, Conv2d };
+enum class GemmKind { Linear, Matmul, Conv2d };  // in detail::Fp8GemmOp's order
 const char* kind_name(GemmKind k) { return k == GemmKind::Linear ? "linear" : k == GemmKind::Matmul ? "matmul" : "conv2d"; }
 
 // The per-tensor operand P of a conv2d whose FP8 input image is `image`: the im2col matrix
@@ -338,8 +339,8 @@ class Fp8GemmNode final : public Node {
   bool released_ = false;
 };
 
-bool cpu_floating(const Tensor& t) {
-  return t.defined() && t.device().is_cpu() &&
+bool floating_on(const Tensor& t, DeviceType device_type) {
+  return t.defined() && t.device().type() == device_type &&
          (t.dtype() == DType::Float32 || t.dtype() == DType::BFloat16 || t.dtype() == DType::Float16);
 }
 
@@ -532,9 +533,10 @@ std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& w = call.inputs[1];
   const Tensor bias = kind != GemmKind::Matmul && call.inputs.size() > 2 ? call.inputs[2] : Tensor();
-  // Only CPU floating operands (f64 is never autocast) of the shapes the FP8 GEMM takes; the
-  // others follow BF16 autocast (traced).
-  if (!cpu_floating(x) || !cpu_floating(w) || (bias.defined() && !cpu_floating(bias))) return std::nullopt;
+  // Only floating operands (f64 is never autocast) on the region's device type, of the shapes the
+  // FP8 GEMM takes; the others follow BF16 autocast (traced).
+  const DeviceType dt = region->device_type;
+  if (!floating_on(x, dt) || !floating_on(w, dt) || (bias.defined() && !floating_on(bias, dt))) return std::nullopt;
   auto bf16_instead = [&](const std::string& why) -> std::optional<TensorList> {
     if (trace_enabled(TraceKind::Amp))
       trace_line(TraceKind::Amp, std::string("fp8 ") + op.name + ": " + why + "; BF16 autocast runs it");
@@ -560,10 +562,14 @@ std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call) {
   ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);
   // The FP8 GEMM runs no kernel through run_kernel: the NaN locator checks it here, as one op,
   // reporting the FP8 dtype its input and weight were cast to.
-  const numerics::AutocastScope decided(&op, autocast_state()[DeviceType::CPU].dtype, true,
+  const numerics::AutocastScope decided(&op, autocast_state()[dt].dtype, true,
                                         fp8_dtype_for(recipe_format(region->recipe), Fp8Role::Input));
   const numerics::PreKernel pre = numerics::enabled() ? numerics::before_kernel(op, call) : numerics::PreKernel{};
-  TensorList out = run_fp8(kind, x, w, bias, geom, *region);
+  // CUDA tensors: amp/cuda/fp8_autocast_cuda.cpp (the same operands, K-major, on cuBLASLt).
+  TensorList out = dt == DeviceType::CUDA
+                       ? fp8_cuda_backend("Fp8Autocast(cuda)")
+                             .gemm({static_cast<Fp8GemmOp>(kind), x, w, bias, geom, region})
+                       : run_fp8(kind, x, w, bias, geom, *region);
   if (pre.active) numerics::after_kernel(op, call, out, pre);
   return out;
 }
