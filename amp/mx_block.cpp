@@ -2,7 +2,9 @@
 #include "amp/mx_block.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <vector>
 
 #include "amp/fp8_cast_table.h"
 #include "core/error.h"
@@ -32,57 +34,88 @@ uint8_t mx_scale_code(float amax, DType elem, MxScaleRounding rounding) {
 }
 
 Fp8Operand mx_quantize(const Tensor& x, int64_t axis, DType elem, const MXFP8BlockScaling& recipe, const char* who) {
-  check_recipe(recipe, who);
   MT_CHECK(x.dim() == 2 && (axis == 0 || axis == 1), who, ": MX blocks need a 2-D tensor and axis 0 or 1, got ",
            x.describe(), " and axis ", axis);
+  Fp8Operand op = mx_quantize_widened(x, axis, elem, recipe, who, true);
+  const int64_t nb = op.block_scales.size(1);
+  op.block_scales = op.block_scales.reshape(axis == 1 ? IntList{x.size(0), nb} : IntList{nb, x.size(1)});
+  return op;
+}
+
+Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const MXFP8BlockScaling& recipe,
+                               const char* who, bool keep_data) {
+  check_recipe(recipe, who);
+  MT_CHECK(x.defined() && x.device().is_cpu() && dim >= 0 && dim < x.dim(), who,
+           ": MX blocks need a CPU tensor and a dim of it, got ", x.defined() ? x.describe() : "undefined",
+           " and dim ", dim);
   MT_CHECK(is_float8(elem), who, ": MX elements must be Float8_e4m3fn or Float8_e5m2, got ", dtype_name(elem));
-  const int64_t rows = x.size(0), cols = x.size(1), len = x.size(axis), k = recipe.block_size;
+  const int64_t len = x.size(dim), k = recipe.block_size;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
   MT_CHECK(recipe.pad_tail || len % k == 0, who, ": MXFP8 block size ", k, " does not divide the reduction dim (",
-           len, " values along dim ", axis, " of ", x.describe(), "); set pad_tail to end it in a block of ", len % k,
+           len, " values along dim ", dim, " of ", x.describe(), "); set pad_tail to end it in a block of ", len % k,
            " values");
-  const Tensor x32 = contiguous(cpu::cast_to(x.detach(), DType::Float32));
-  const float* src = x32.data_ptr<float>();
   const int64_t nb = (len + k - 1) / k;
   Fp8Operand op;
-  op.axis = axis;
+  op.axis = dim;
   op.block_size = k;
-  op.data = Tensor::empty({rows, cols}, TensorOptions(elem));
-  op.block_scales = Tensor::empty(axis == 1 ? IntList{rows, nb} : IntList{nb, cols}, TensorOptions(DType::UInt8));
-  uint8_t* dst = static_cast<uint8_t*>(op.data.data_ptr());
+  op.widened = Tensor::empty(x.sizes(), TensorOptions(DType::BFloat16));
+  if (keep_data) op.data = Tensor::empty(x.sizes(), TensorOptions(elem));
+  op.block_scales = Tensor::empty({outer, nb, inner}, TensorOptions(DType::UInt8));
+  if (x.numel() == 0) return op;  // no block holds a value
+  // The source read as it is when f32 or bf16 (no f32 copy), f16 through f32.
+  const Tensor xc = contiguous(x.detach());
+  const Tensor x32 = xc.dtype() == DType::Float32 || xc.dtype() == DType::BFloat16 ? xc : cpu::cast_to(xc, DType::Float32);
+  const float* f32 = x32.dtype() == DType::Float32 ? x32.data_ptr<float>() : nullptr;
+  const BFloat16* b16 = f32 == nullptr ? x32.data_ptr<BFloat16>() : nullptr;
+  uint8_t* dst = keep_data ? static_cast<uint8_t*>(op.data.data_ptr()) : nullptr;
+  BFloat16* wide = op.widened.data_ptr<BFloat16>();
   uint8_t* codes = op.block_scales.data_ptr<uint8_t>();
   const Fp8CastTable& cast = Fp8CastTable::of(elem);
-  // One block: `n` values starting at element `start`, `step` apart.
-  auto block = [&](int64_t start, int64_t step, int64_t n, uint8_t* code_out) {
-    float amax = 0.0f;
-    bool nonfinite = false;
-    for (int64_t j = 0; j < n; ++j) {
-      const float v = src[start + j * step];
-      nonfinite = nonfinite || !std::isfinite(v);
-      amax = std::fmax(amax, std::fabs(v));
-    }
-    const uint8_t code = mx_scale_code(nonfinite ? NAN : amax, elem, recipe.scale_rounding);
-    *code_out = code;
-    if (code == 0xFF) {  // the block's scale is NaN: so is every element
-      for (int64_t j = 0; j < n; ++j) dst[start + j * step] = 0x7F;
-      return;
-    }
-    // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is v / 2^e
-    // rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
-    const float inv = std::ldexp(1.0f, 127 - static_cast<int>(code));
-    for (int64_t j = 0; j < n; ++j) dst[start + j * step] = cast(src[start + j * step] * inv);
-  };
-  // Blocks are independent: in parallel, the same bits at every thread count.
-  const bool par = rows * cols >= cpu::kParallelGrain;
-  if (axis == 1) {
-#pragma omp parallel for if (par) schedule(static)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t b = 0; b < nb; ++b)
-        block(r * cols + b * k, 1, std::min(k, cols - b * k), codes + r * nb + b);
-  } else {
-#pragma omp parallel for collapse(2) if (par) schedule(static)
-    for (int64_t b = 0; b < nb; ++b)
-      for (int64_t c = 0; c < cols; ++c)
-        block(b * k * cols + c, cols, std::min(k, rows - b * k), codes + b * cols + c);
+  std::array<float, 256> dec;  // each FP8 code's value (exact)
+  const std::array<BFloat16, 256> table = fp8_to_bf16_table(elem);
+  for (int b = 0; b < 256; ++b) dec[b] = static_cast<float>(table[b]);
+  // Blocks are independent: in parallel, the same bits at every thread count. One block row at a
+  // time over the `inner` positions, so the reads run along memory.
+  const bool par = outer * len * inner >= cpu::kParallelGrain && outer * nb > 1;
+#pragma omp parallel if (par)
+  {
+    std::vector<float> amax(static_cast<size_t>(inner)), inv(static_cast<size_t>(inner)), pow2(static_cast<size_t>(inner));
+    std::vector<uint8_t> bad(static_cast<size_t>(inner));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t n = std::min(k, len - b * k), base = (o * len + b * k) * inner;
+        std::fill(amax.begin(), amax.end(), 0.0f);
+        std::fill(bad.begin(), bad.end(), uint8_t{0});
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t row = base + j * inner;
+          for (int64_t i = 0; i < inner; ++i) {
+            const float v = f32 != nullptr ? f32[row + i] : static_cast<float>(b16[row + i]);
+            bad[i] |= static_cast<uint8_t>(!std::isfinite(v));
+            amax[i] = std::fmax(amax[i], std::fabs(v));
+          }
+        }
+        uint8_t* c = codes + (o * nb + b) * inner;
+        for (int64_t i = 0; i < inner; ++i) {
+          c[i] = mx_scale_code(bad[i] ? NAN : amax[i], elem, recipe.scale_rounding);
+          // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
+          // v / 2^e rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
+          inv[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, 127 - static_cast<int>(c[i]));
+          pow2[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, static_cast<int>(c[i]) - 127);
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t row = base + j * inner;
+          for (int64_t i = 0; i < inner; ++i) {
+            const float v = f32 != nullptr ? f32[row + i] : static_cast<float>(b16[row + i]);
+            // A block whose scale is NaN: every element is NaN (0x7F in both formats).
+            const uint8_t q = c[i] == 0xFF ? uint8_t{0x7F} : cast(v * inv[i]);
+            if (dst != nullptr) dst[row + i] = q;
+            wide[row + i] = mx_widen(dec[q], pow2[i]);
+          }
+        }
+      }
   }
   return op;
 }
