@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -77,33 +78,42 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
   const std::array<BFloat16, 256> table = fp8_to_bf16_table(elem);
   for (int b = 0; b < 256; ++b) dec[b] = static_cast<float>(table[b]);
   // Blocks are independent: in parallel, the same bits at every thread count. One block row at a
-  // time over the `inner` positions, so the reads run along memory.
+  // time over the `inner` positions, so the reads run along memory and the amax loop vectorizes:
+  // it is a max of |v|'s bits (monotonic for non-NaN floats), and any non-finite value (inf or
+  // NaN, exponent all ones) makes it >= 0x7F800000, which marks the block's scale NaN.
   const bool par = outer * len * inner >= cpu::kParallelGrain && outer * nb > 1;
+  const uint32_t* u32 = reinterpret_cast<const uint32_t*>(f32);
+  const uint16_t* u16 = reinterpret_cast<const uint16_t*>(b16);
 #pragma omp parallel if (par)
   {
-    std::vector<float> amax(static_cast<size_t>(inner)), inv(static_cast<size_t>(inner)), pow2(static_cast<size_t>(inner));
-    std::vector<uint8_t> bad(static_cast<size_t>(inner));
+    std::vector<uint32_t> amax(static_cast<size_t>(inner));
+    std::vector<float> inv(static_cast<size_t>(inner)), pow2(static_cast<size_t>(inner));
+    std::vector<uint8_t> exact(static_cast<size_t>(inner));
 #pragma omp for collapse(2) schedule(static)
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t n = std::min(k, len - b * k), base = (o * len + b * k) * inner;
-        std::fill(amax.begin(), amax.end(), 0.0f);
-        std::fill(bad.begin(), bad.end(), uint8_t{0});
+        uint32_t* am = amax.data();
+        std::fill(amax.begin(), amax.end(), 0u);
         for (int64_t j = 0; j < n; ++j) {
           const int64_t row = base + j * inner;
-          for (int64_t i = 0; i < inner; ++i) {
-            const float v = f32 != nullptr ? f32[row + i] : static_cast<float>(b16[row + i]);
-            bad[i] |= static_cast<uint8_t>(!std::isfinite(v));
-            amax[i] = std::fmax(amax[i], std::fabs(v));
+          if (u32 != nullptr) {
+            for (int64_t i = 0; i < inner; ++i) am[i] = std::max(am[i], u32[row + i] & 0x7FFFFFFFu);
+          } else {
+            for (int64_t i = 0; i < inner; ++i) am[i] = std::max(am[i], (static_cast<uint32_t>(u16[row + i]) & 0x7FFFu) << 16);
           }
         }
         uint8_t* c = codes + (o * nb + b) * inner;
         for (int64_t i = 0; i < inner; ++i) {
-          c[i] = mx_scale_code(bad[i] ? NAN : amax[i], elem, recipe.scale_rounding);
+          c[i] = mx_scale_code(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), elem, recipe.scale_rounding);
           // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
           // v / 2^e rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
-          inv[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, 127 - static_cast<int>(c[i]));
-          pow2[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, static_cast<int>(c[i]) - 127);
+          const int e = static_cast<int>(c[i]) - 127;
+          inv[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, -e);
+          pow2[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, e);
+          // Every element (|q| in [2^-16, 2^16], or 0) times 2^e is a normal BF16 number here: the
+          // widening is the product's top half (mx_widen's edges cannot occur).
+          exact[i] = static_cast<uint8_t>(e >= -110 && e <= 111);
         }
         for (int64_t j = 0; j < n; ++j) {
           const int64_t row = base + j * inner;
@@ -112,7 +122,9 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
             // A block whose scale is NaN: every element is NaN (0x7F in both formats).
             const uint8_t q = c[i] == 0xFF ? uint8_t{0x7F} : cast(v * inv[i]);
             if (dst != nullptr) dst[row + i] = q;
-            wide[row + i] = mx_widen(dec[q], pow2[i]);
+            const float p = dec[q] * pow2[i];
+            wide[row + i] = exact[i] ? BFloat16::from_bits(static_cast<uint16_t>(std::bit_cast<uint32_t>(p) >> 16))
+                                     : mx_widen(dec[q], pow2[i]);
           }
         }
       }
