@@ -224,21 +224,23 @@ class Fp8GemmNode final : public Node {
     const auto& mx = std::get<MXFP8BlockScaling>(s_.recipe);
     const DType eg = fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::GradOutput);
     const Tensor gy = contiguous(grad.detach());
-    Tensor g32;  // G as (M, N), the channels last: the im2col route's layout
-    if ((need_p && !s_.kernel_route) || need_q) g32 = as_f32_2d(gy.permute({0, 2, 3, 1}), s_.m, s_.n);
+    Tensor gm2;  // G as (M, N), the channels last, in its own dtype: the im2col route's layout
+    if ((need_p && !s_.kernel_route) || need_q) gm2 = contiguous(gy.permute({0, 2, 3, 1})).reshape({s_.m, s_.n});
     if (need_p) {
       Tensor dx;
       if (s_.kernel_route) {
         const Tensor gw = mx_quantize_widened(gy, 1, eg, mx, who, false).widened;
         dx = conv2d_input_grad_bf16_scaled(gw, q_.widened.reshape(meta_[1].sizes), g, 1.0f);
       } else {
-        dx = col2im(fp8_gemm(cast_role(g32, Fp8Role::GradOutput, 1, s_.recipe, {}, who), false, q_, false, who), g);
+        dx = col2im(fp8_gemm(cast_role(gm2, Fp8Role::GradOutput, 1, s_.recipe, {}, who), false, q_, false, who), g);
       }
       out[0] = cpu::cast_to(dx.reshape(meta_[0].sizes), meta_[0].dtype);
     }
     if (need_q) {
-      const Fp8Operand gm = cast_role(g32, Fp8Role::GradOutput, 0, s_.recipe, {}, who);
-      const Fp8Operand p = cast_role(im2col_f32(as_f32(x_keep_), g), Fp8Role::Input, 0, s_.recipe, {}, who);
+      const Fp8Operand gm = cast_role(gm2, Fp8Role::GradOutput, 0, s_.recipe, {}, who);
+      const Tensor xk = contiguous(x_keep_);
+      const Fp8Operand p = cast_role(xk.dtype() == DType::BFloat16 ? im2col_bf16(xk, g) : im2col_f32(as_f32(xk), g),
+                                     Fp8Role::Input, 0, s_.recipe, {}, who);
       out[1] = cpu::cast_to(fp8_gemm(gm, true, p, false, who).reshape(meta_[1].sizes), meta_[1].dtype);
     }
     if (need_b) out[2] = cpu::cast_to(channel_sums(gy, g), meta_[2].dtype);
