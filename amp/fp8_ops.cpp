@@ -14,9 +14,13 @@
 // (the same values: im2col copies and pads with zeros), and saves that, one byte per pixel.
 // MXFP8 blocks run along each GEMM's reduction dim, so each tensor is cast twice, once per dim,
 // as TE's MXFP8 keeps a rowwise and a columnwise copy: P along K (forward) and M (wgrad), Q along
-// K (forward) and N (dgrad), G along N and M (conv2d keeps its input instead of P's M-cast and
-// redoes the im2col in backward).
-// conv2d's kernel route (per-tensor recipes, BF16 output; GemmSetup::kernel_route): no im2col:
+// K (forward) and N (dgrad), G along N and M. MX operands are widened with their block scales
+// applied (mx_widen), so the BF16 GEMM/conv kernels run them with alpha 1. conv2d orders K
+// channels-last: the image is blocked along the 32 channels of each pixel (shared by every window
+// that reads it), the weight along C; its dgrad blocks G and the weight along O; both on BF16
+// autocast's conv kernels (mx_conv_forward / mx_conv_backward). Its wgrad (reduction over
+// N OH OW, whose blocks differ per kernel tap) stays on im2col + GEMM, from the kept input.
+// conv2d's kernel route (BF16 output; GemmSetup::kernel_route), per-tensor recipes: no im2col:
 // the image, weight and G are cast with their BF16 widening and run on BF16 autocast's own conv
 // kernels (ops/conv_scaled.h), the dequantising factor applied once to each FP32 sum. Per-tensor
 // linear/matmul operands are cast the same way, from their own dtype.
@@ -62,8 +66,8 @@ struct MetaUse {
   const float* forward_scales = nullptr;
 };
 
-// Casts one role's tensor (f32) as the recipe says. `axis`: the dim the GEMM reduces over (MX
-// blocks run along it; the tensor is then 2-D). use.meta: the layer's delayed-scaling state, or
+// Casts one role's tensor (f32; MX: any CPU float dtype) as the recipe says. `axis`: the dim the
+// GEMM reduces over (MX blocks run along it; the tensor is then 2-D). use.meta: the layer's delayed-scaling state, or
 // nullptr (then a delayed recipe scales from the tensor's own amax, as current scaling does: a
 // matmul of two activations belongs to no module whose state could carry scales from step to step).
 // A per-tensor recipe's cast of t by quantize(t, dtype, scale, amax_out): the scale by the rules above.
@@ -136,9 +140,9 @@ struct GemmSetup {
   std::optional<Fp8Meta> meta;  // handles sharing the layer's state tensors
   int64_t m = 0, k = 0, n = 0;
   ConvGeom geom{};  // conv2d only
-  // conv2d on BF16 autocast's conv kernels (ops/conv_scaled.h) rather than im2col + GEMM: per-tensor
-  // recipes with a BF16 output and, where the input needs a gradient, a BF16 input (the kernels
-  // write BF16). Saved: the FP8 input image (p_) and weight (q_), 4-D.
+  // conv2d on BF16 autocast's conv kernels (ops/conv_scaled.h) rather than im2col + GEMM: a BF16
+  // output and, where the input needs a gradient, a BF16 input (the kernels write BF16). Per-tensor
+  // saved: the FP8 input image (p_) and weight (q_), 4-D; MXFP8: see mx_conv_forward.
   bool kernel_route = false;
   bool q_transposed() const { return kind != GemmKind::Matmul; }  // Q stored (N, K)
 };
