@@ -82,13 +82,12 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
   // it is a max of |v|'s bits (monotonic for non-NaN floats), and any non-finite value (inf or
   // NaN, exponent all ones) makes it >= 0x7F800000, which marks the block's scale NaN.
   const bool par = outer * len * inner >= cpu::kParallelGrain && outer * nb > 1;
-  const uint32_t* u32 = reinterpret_cast<const uint32_t*>(f32);
-  const uint16_t* u16 = reinterpret_cast<const uint16_t*>(b16);
 #pragma omp parallel if (par)
   {
     std::vector<uint32_t> amax(static_cast<size_t>(inner));
     std::vector<float> inv(static_cast<size_t>(inner)), pow2(static_cast<size_t>(inner));
     std::vector<uint8_t> exact(static_cast<size_t>(inner));
+    std::vector<float> rowbuf(f32 != nullptr ? 0 : static_cast<size_t>(std::max(inner, k)));  // BF16 values in f32
 #pragma omp for collapse(2) schedule(static)
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t b = 0; b < nb; ++b) {
@@ -97,13 +96,14 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
         std::fill(amax.begin(), amax.end(), 0u);
         for (int64_t j = 0; j < n; ++j) {
           const int64_t row = base + j * inner;
-          if (u32 != nullptr) {
-            for (int64_t i = 0; i < inner; ++i) am[i] = std::max(am[i], u32[row + i] & 0x7FFFFFFFu);
+          if (f32 != nullptr) {
+            for (int64_t i = 0; i < inner; ++i) am[i] = std::max(am[i], std::bit_cast<uint32_t>(f32[row + i]) & 0x7FFFFFFFu);
           } else {
-            for (int64_t i = 0; i < inner; ++i) am[i] = std::max(am[i], (static_cast<uint32_t>(u16[row + i]) & 0x7FFFu) << 16);
+            for (int64_t i = 0; i < inner; ++i) am[i] = std::max(am[i], (static_cast<uint32_t>(b16[row + i].bits) & 0x7FFFu) << 16);
           }
         }
         uint8_t* c = codes + (o * nb + b) * inner;
+        bool all_exact = true;  // no NaN scale, no BF16 edge: the vector cast and a plain product
         for (int64_t i = 0; i < inner; ++i) {
           c[i] = mx_scale_code(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), elem, recipe.scale_rounding);
           // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
@@ -114,6 +114,35 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
           // Every element (|q| in [2^-16, 2^16], or 0) times 2^e is a normal BF16 number here: the
           // widening is the product's top half (mx_widen's edges cannot occur).
           exact[i] = static_cast<uint8_t>(e >= -110 && e <= 111);
+          all_exact = all_exact && exact[i];
+        }
+        if (all_exact && inner == 1) {  // a contiguous block under one scale
+          const float* src = f32 != nullptr ? f32 + base : rowbuf.data();
+          if (f32 == nullptr)
+            for (int64_t j = 0; j < n; ++j) rowbuf[j] = static_cast<float>(b16[base + j]);
+          BFloat16* w = wide + base;
+          cast.cast_scaled_widened(src, inv[0], dst != nullptr ? dst + base : nullptr, w, n);
+          for (int64_t j = 0; j < n; ++j)
+            w[j].bits = static_cast<uint16_t>(
+                std::bit_cast<uint32_t>(std::bit_cast<float>(static_cast<uint32_t>(w[j].bits) << 16) * pow2[0]) >> 16);
+          continue;
+        }
+        if (all_exact) {
+          // The FP8 cast with its BF16 widening per row (cast_lanes_widened: AVX-512 arithmetic
+          // with one scale per lane), then the widening times 2^e, exact here.
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t row = base + j * inner;
+            const float* src = f32 != nullptr ? f32 + row : rowbuf.data();
+            if (f32 == nullptr)
+              for (int64_t i = 0; i < inner; ++i) rowbuf[i] = static_cast<float>(b16[row + i]);
+            BFloat16* w = wide + row;
+            cast.cast_lanes_widened(src, inv.data(), dst != nullptr ? dst + row : nullptr, w, inner);
+            for (int64_t i = 0; i < inner; ++i) {
+              const float p = std::bit_cast<float>(static_cast<uint32_t>(w[i].bits) << 16) * pow2[i];
+              w[i].bits = static_cast<uint16_t>(std::bit_cast<uint32_t>(p) >> 16);
+            }
+          }
+          continue;
         }
         for (int64_t j = 0; j < n; ++j) {
           const int64_t row = base + j * inner;
@@ -122,9 +151,7 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
             // A block whose scale is NaN: every element is NaN (0x7F in both formats).
             const uint8_t q = c[i] == 0xFF ? uint8_t{0x7F} : cast(v * inv[i]);
             if (dst != nullptr) dst[row + i] = q;
-            const float p = dec[q] * pow2[i];
-            wide[row + i] = exact[i] ? BFloat16::from_bits(static_cast<uint16_t>(std::bit_cast<uint32_t>(p) >> 16))
-                                     : mx_widen(dec[q], pow2[i]);
+            wide[row + i] = mx_widen(dec[q], pow2[i]);
           }
         }
       }

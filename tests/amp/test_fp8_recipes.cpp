@@ -412,6 +412,35 @@ TEST(MxBlock, ANonFiniteValueMakesItsBlockNan) {
   EXPECT_EQ(q.block_scales.to_vector<int64_t>()[0], 0xFF);
 }
 
+TEST(MxBlock, WidenedCastMatchesTheScalarConversionForEverySourceAndLayout) {
+  // Each element against the scalar saturating conversion of v * 2^-e, and its widening against
+  // that value times 2^e rounded to BF16, from f32 and BF16 sources, blocks along a contiguous
+  // dim (inner 1) and along strided ones (inner 3: a partial vector; 37: two vectors and a tail).
+  for (DType elem : {DType::Float8_e4m3fn, DType::Float8_e5m2})
+    for (DType src : {DType::Float32, DType::BFloat16})
+      for (const IntList& sizes : {IntList{3, 70, 1}, IntList{2, 40, 3}, IntList{1, 33, 37}}) {
+        const Tensor x = (randn(sizes) * 40.0).to(src);
+        const Fp8Operand q = mx_quantize_widened(x, 1, elem, MXFP8BlockScaling{}, "test");
+        const auto xs = x.to(DType::Float32).to_vector<float>();
+        const auto codes = q.block_scales.to_vector<int64_t>();
+        const uint8_t* d = static_cast<const uint8_t*>(q.data.data_ptr());
+        const uint16_t* w = &q.widened.data_ptr<BFloat16>()->bits;
+        const int64_t len = sizes[1], inner = sizes[2], nb = (len + 31) / 32;
+        for (int64_t o = 0; o < sizes[0]; ++o)
+          for (int64_t c = 0; c < len; ++c)
+            for (int64_t i = 0; i < inner; ++i) {
+              const int64_t at = (o * len + c) * inner + i;
+              const int code = static_cast<int>(codes[(o * nb + c / 32) * inner + i]);
+              const float scaled = std::ldexp(xs[at], 127 - code);
+              const uint8_t want = elem == DType::Float8_e4m3fn ? float_to_e4m3fn_bits(scaled, Fp8Saturation::Finite)
+                                                                : float_to_e5m2_bits(scaled, Fp8Saturation::Finite);
+              ASSERT_EQ(d[at], want) << at;
+              const float value = elem == DType::Float8_e4m3fn ? e4m3fn_bits_to_float(want) : e5m2_bits_to_float(want);
+              ASSERT_EQ(w[at], BFloat16(std::ldexp(value, code - 127)).bits) << at;
+            }
+      }
+}
+
 TEST(MxBlock, WideningSaturatesAboveBf16AndRoundsIntoItsSubnormals) {
   // The BF16 widening (the operand the BF16 kernels read) of value * 2^e, at both ends of BF16's
   // range; the GEMM's widen_to_bf16 of the FP8 data and codes gives the same bits.
