@@ -1,10 +1,9 @@
 // amp/fp8_scaling.cpp — see amp/fp8_scaling.h.
 #include "amp/fp8_scaling.h"
 
-#include "amp/mx_block.h"
-
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_scale_rule.h"
+#include "amp/mx_block.h"
 
 #include <algorithm>
 #include <array>
