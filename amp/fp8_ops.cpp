@@ -67,9 +67,10 @@ struct MetaUse {
 };
 
 // Casts one role's tensor (f32; MX: any CPU float dtype) as the recipe says. `axis`: the dim the
-// GEMM reduces over (MX blocks run along it; the tensor is then 2-D). use.meta: the layer's delayed-scaling state, or
-// nullptr (then a delayed recipe scales from the tensor's own amax, as current scaling does: a
-// matmul of two activations belongs to no module whose state could carry scales from step to step).
+// GEMM reduces over (MX blocks run along it; the tensor is then 2-D). use.meta: the layer's
+// delayed-scaling state, or nullptr (then a delayed recipe scales from the tensor's own amax, as
+// current scaling does: a matmul of two activations belongs to no module whose state could carry
+// scales from step to step).
 // A per-tensor recipe's cast of t by quantize(t, dtype, scale, amax_out): the scale by the rules above.
 template <typename Quantize>
 Fp8Operand per_tensor_cast(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, MetaUse use, Quantize&& quantize) {

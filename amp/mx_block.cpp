@@ -67,7 +67,8 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
   if (x.numel() == 0) return op;  // no block holds a value
   // The source read as it is when f32 or bf16 (no f32 copy), f16 through f32.
   const Tensor xc = contiguous(x.detach());
-  const Tensor x32 = xc.dtype() == DType::Float32 || xc.dtype() == DType::BFloat16 ? xc : cpu::cast_to(xc, DType::Float32);
+  const bool as_is = xc.dtype() == DType::Float32 || xc.dtype() == DType::BFloat16;
+  const Tensor x32 = as_is ? xc : cpu::cast_to(xc, DType::Float32);
   const float* f32 = x32.dtype() == DType::Float32 ? x32.data_ptr<float>() : nullptr;
   const BFloat16* b16 = f32 == nullptr ? x32.data_ptr<BFloat16>() : nullptr;
   uint8_t* dst = keep_data ? static_cast<uint8_t*>(op.data.data_ptr()) : nullptr;
@@ -97,9 +98,11 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
         for (int64_t j = 0; j < n; ++j) {
           const int64_t row = base + j * inner;
           if (f32 != nullptr) {
-            for (int64_t i = 0; i < inner; ++i) am[i] = std::max(am[i], std::bit_cast<uint32_t>(f32[row + i]) & 0x7FFFFFFFu);
+            for (int64_t i = 0; i < inner; ++i)
+              am[i] = std::max(am[i], std::bit_cast<uint32_t>(f32[row + i]) & 0x7FFFFFFFu);
           } else {
-            for (int64_t i = 0; i < inner; ++i) am[i] = std::max(am[i], (static_cast<uint32_t>(b16[row + i].bits) & 0x7FFFu) << 16);
+            for (int64_t i = 0; i < inner; ++i)
+              am[i] = std::max(am[i], (static_cast<uint32_t>(b16[row + i].bits) & 0x7FFFu) << 16);
           }
         }
         uint8_t* c = codes + (o * nb + b) * inner;

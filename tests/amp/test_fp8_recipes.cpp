@@ -512,7 +512,8 @@ TEST(MxBlock, QuantizeWidenedBlocksAlongAnyDimOfAnNdTensor) {
     }
   MXFP8BlockScaling strict;
   strict.pad_tail = false;
-  const std::string e = error_of([&] { mx_quantize_widened(x, 1, DType::Float8_e4m3fn, strict, "conv2d (Fp8Autocast)"); });
+  const std::string e =
+      error_of([&] { mx_quantize_widened(x, 1, DType::Float8_e4m3fn, strict, "conv2d (Fp8Autocast)"); });
   EXPECT_TRUE(contains(e, "conv2d (Fp8Autocast): MXFP8 block size 32 does not divide the reduction dim (40 values "
                           "along dim 1 of")) << e;
 }
