@@ -56,8 +56,10 @@ struct Fp8Format {
 constexpr Fp8Format kE4m3{3, 7, 448.0f, 0x1p-6f, 0x1p9f};
 constexpr Fp8Format kE5m2{2, 15, 57344.0f, 0x1p-14f, 0x1p16f};
 
+// scales, when given, holds one scale per value (MX blocks) in place of `scale`.
 MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* table, const BFloat16* wtable,
-                                         const float* src, float scale, uint8_t* dst, uint16_t* wide, int64_t n) {
+                                         const float* src, float scale, const float* scales, uint8_t* dst,
+                                         uint16_t* wide, int64_t n) {
   const int shift = 23 - f.mant;
   const __m512 vs = _mm512_set1_ps(scale), vmax = _mm512_set1_ps(f.max), vmin = _mm512_set1_ps(f.min_normal);
   const __m512 vsub = _mm512_set1_ps(f.sub_inv), vq = _mm512_set1_ps(1.0f / f.sub_inv);
@@ -69,12 +71,13 @@ MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* tabl
     const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
     const __m512 x = _mm512_maskz_loadu_ps(k, src + i);
     m = _mm512_max_ps(_mm512_abs_ps(x), m);  // NaNs dropped, as in cast_scaled_avx512
-    const __m512i vb = _mm512_castps_si512(_mm512_mul_ps(x, vs));
+    const __m512 vsi = scales != nullptr ? _mm512_maskz_loadu_ps(k, scales + i) : vs;
+    const __m512i vb = _mm512_castps_si512(_mm512_mul_ps(x, vsi));
     const __m512i sign = _mm512_and_si512(vb, signbit);
     const __m512i ab = _mm512_andnot_si512(signbit, vb);
     if (_mm512_mask_cmpgt_epi32_mask(k, ab, inf)) {  // a NaN: this vector by the tables
       for (int64_t j = i; j < std::min(n, i + 16); ++j) {
-        const float v = src[j] * scale;
+        const float v = src[j] * (scales != nullptr ? scales[j] : scale);
         uint32_t b;
         std::memcpy(&b, &v, sizeof b);
         const uint8_t c = table[(b >> 16) | ((b & 0xFFFFu) ? 0x10000u : 0u)];
@@ -156,13 +159,30 @@ float Fp8CastTable::cast_scaled_widened(const float* src, float scale, uint8_t* 
   if (n <= 0) return 0.0f;
 #if MIXTAPE_X86_KERNELS
   if (cpu::isa_avx512())
-    return cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, scale, dst, &wide->bits, n);
+    return cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, scale, nullptr, dst,
+                             &wide->bits, n);
 #endif
   std::vector<uint8_t> own(dst != nullptr ? 0 : static_cast<size_t>(n));
   uint8_t* codes = dst != nullptr ? dst : own.data();
   const float m = cast_scaled(src, scale, codes, n);
   widen_fp8_codes(widen_, codes, wide, n);
   return m;
+}
+
+void Fp8CastTable::cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide,
+                                      int64_t n) const {
+  if (n <= 0) return;
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512()) {
+    cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, 1.0f, scales, dst, &wide->bits, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t c = (*this)(src[i] * scales[i]);
+    if (dst != nullptr) dst[i] = c;
+    wide[i] = widen_[c];
+  }
 }
 
 const Fp8CastTable& Fp8CastTable::of(DType fp8) {

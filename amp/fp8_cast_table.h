@@ -47,6 +47,9 @@ class Fp8CastTable {
   // format's largest finite value (SATFINITE); vectors holding a NaN take the table. Its bits are
   // the table's: tests/amp/test_fp8_kernels.cpp checks every high half with several low halves.
   float cast_scaled_widened(const float* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n) const;
+  // The same cast and widening with one scale per value, scales[i] (MX blocks); no amax. Its bits
+  // are the table's: the vector form is cast_scaled_widened's with the scale loaded per lane.
+  void cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide, int64_t n) const;
 
  private:
   explicit Fp8CastTable(DType fp8);

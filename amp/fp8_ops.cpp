@@ -14,9 +14,13 @@
 // (the same values: im2col copies and pads with zeros), and saves that, one byte per pixel.
 // MXFP8 blocks run along each GEMM's reduction dim, so each tensor is cast twice, once per dim,
 // as TE's MXFP8 keeps a rowwise and a columnwise copy: P along K (forward) and M (wgrad), Q along
-// K (forward) and N (dgrad), G along N and M (conv2d keeps its input instead of P's M-cast and
-// redoes the im2col in backward).
-// conv2d's kernel route (per-tensor recipes, BF16 output; GemmSetup::kernel_route): no im2col:
+// K (forward) and N (dgrad), G along N and M. MX operands are widened with their block scales
+// applied (mx_widen), so the BF16 GEMM/conv kernels run them with alpha 1. conv2d orders K
+// channels-last: the image is blocked along the 32 channels of each pixel (shared by every window
+// that reads it), the weight along C; its dgrad blocks G and the weight along O; both on BF16
+// autocast's conv kernels (mx_conv_forward / mx_conv_backward). Its wgrad (reduction over
+// N OH OW, whose blocks differ per kernel tap) stays on im2col + GEMM, from the kept input.
+// conv2d's kernel route (BF16 output; GemmSetup::kernel_route), per-tensor recipes: no im2col:
 // the image, weight and G are cast with their BF16 widening and run on BF16 autocast's own conv
 // kernels (ops/conv_scaled.h), the dequantising factor applied once to each FP32 sum. Per-tensor
 // linear/matmul operands are cast the same way, from their own dtype.
@@ -63,10 +67,11 @@ struct MetaUse {
   const float* forward_scales = nullptr;
 };
 
-// Casts one role's tensor (f32) as the recipe says. `axis`: the dim the GEMM reduces over (MX
-// blocks run along it; the tensor is then 2-D). use.meta: the layer's delayed-scaling state, or
-// nullptr (then a delayed recipe scales from the tensor's own amax, as current scaling does: a
-// matmul of two activations belongs to no module whose state could carry scales from step to step).
+// Casts one role's tensor (f32; MX: any CPU float dtype) as the recipe says. `axis`: the dim the
+// GEMM reduces over (MX blocks run along it; the tensor is then 2-D). use.meta: the layer's
+// delayed-scaling state, or nullptr (then a delayed recipe scales from the tensor's own amax, as
+// current scaling does: a matmul of two activations belongs to no module whose state could carry
+// scales from step to step).
 // A per-tensor recipe's cast of t by quantize(t, dtype, scale, amax_out): the scale by the rules above.
 template <typename Quantize>
 Fp8Operand per_tensor_cast(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, MetaUse use, Quantize&& quantize) {
@@ -137,9 +142,9 @@ struct GemmSetup {
   std::optional<Fp8Meta> meta;  // handles sharing the layer's state tensors
   int64_t m = 0, k = 0, n = 0;
   ConvGeom geom{};  // conv2d only
-  // conv2d on BF16 autocast's conv kernels (ops/conv_scaled.h) rather than im2col + GEMM: per-tensor
-  // recipes with a BF16 output and, where the input needs a gradient, a BF16 input (the kernels
-  // write BF16). Saved: the FP8 input image (p_) and weight (q_), 4-D.
+  // conv2d on BF16 autocast's conv kernels (ops/conv_scaled.h) rather than im2col + GEMM: a BF16
+  // output and, where the input needs a gradient, a BF16 input (the kernels write BF16). Per-tensor
+  // saved: the FP8 input image (p_) and weight (q_), 4-D; MXFP8: see mx_conv_forward.
   bool kernel_route = false;
   bool q_transposed() const { return kind != GemmKind::Matmul; }  // Q stored (N, K)
 };
@@ -215,6 +220,39 @@ class Fp8GemmNode final : public Node {
     return out;
   }
 
+  // conv2d under MXFP8. dgrad: G blocked along its channels O at each pixel (the reduction dim),
+  // the weight along O at each (c, kh, kw) (q_, saved widened as (O, C kH kW)); on the BF16
+  // input-gradient kernels (alpha 1) where the kernel route holds, else G @ W + col2im. wgrad (the
+  // reduction over N OH OW): the im2col route, G and the input's im2col matrix blocked along M.
+  TensorList mx_conv_backward(const Tensor& grad, bool need_p, bool need_q, bool need_b, TensorList out,
+                              const char* who) {
+    const ConvGeom& g = s_.geom;
+    const auto& mx = std::get<MXFP8BlockScaling>(s_.recipe);
+    const DType eg = fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::GradOutput);
+    const Tensor gy = contiguous(grad.detach());
+    Tensor gm2;  // G as (M, N), the channels last, in its own dtype: the im2col route's layout
+    if ((need_p && !s_.kernel_route) || need_q) gm2 = contiguous(gy.permute({0, 2, 3, 1})).reshape({s_.m, s_.n});
+    if (need_p) {
+      Tensor dx;
+      if (s_.kernel_route) {
+        const Tensor gw = mx_quantize_widened(gy, 1, eg, mx, who, false).widened;
+        dx = conv2d_input_grad_bf16_scaled(gw, q_.widened.reshape(meta_[1].sizes), g, 1.0f);
+      } else {
+        dx = col2im(fp8_gemm(cast_role(gm2, Fp8Role::GradOutput, 1, s_.recipe, {}, who), false, q_, false, who), g);
+      }
+      out[0] = cpu::cast_to(dx.reshape(meta_[0].sizes), meta_[0].dtype);
+    }
+    if (need_q) {
+      const Fp8Operand gm = cast_role(gm2, Fp8Role::GradOutput, 0, s_.recipe, {}, who);
+      const Tensor xk = contiguous(x_keep_);
+      const Fp8Operand p = cast_role(xk.dtype() == DType::BFloat16 ? im2col_bf16(xk, g) : im2col_f32(as_f32(xk), g),
+                                     Fp8Role::Input, 0, s_.recipe, {}, who);
+      out[1] = cpu::cast_to(fp8_gemm(gm, true, p, false, who).reshape(meta_[1].sizes), meta_[1].dtype);
+    }
+    if (need_b) out[2] = cpu::cast_to(channel_sums(gy, g), meta_[2].dtype);
+    return out;
+  }
+
   // sum over n, h, w of G (N, O, OH, OW) per channel, in FP32: each channel on one thread, 16
   // partial sums over the pixels (l mod 16) added in order at the end: the same bits at every
   // thread count.
@@ -260,6 +298,8 @@ class Fp8GemmNode final : public Node {
     if (grads.empty() || !grads[0].defined()) return out;
     const bool need_p = next_edges_[0].valid(), need_q = next_edges_[1].valid();
     const bool need_b = next_edges_.size() > 2 && next_edges_[2].valid();
+    if (s_.kind == GemmKind::Conv2d && is_mx(s_.recipe))
+      return mx_conv_backward(grads[0], need_p, need_q, need_b, std::move(out), who);
     if (s_.kernel_route) return conv_kernel_backward(grads[0], need_p, need_q, need_b, std::move(out));
     // G as (M, N): conv2d's (N, O, OH, OW) gradient with the channels last.
     const Tensor g32 = s_.kind == GemmKind::Conv2d ? as_f32_2d(grads[0].detach().permute({0, 2, 3, 1}), s_.m, s_.n)
@@ -284,14 +324,7 @@ class Fp8GemmNode final : public Node {
       if (s_.kind == GemmKind::Matmul) {
         dq = fp8_gemm(p_, true, g_m, false, who);  // dB (K, N) = A^T @ G
       } else {
-        Fp8Operand p = p_;
-        if (s_.kind == GemmKind::Conv2d) {
-          if (mx) {
-            p = cast_role(im2col_f32(x_keep_, s_.geom), Fp8Role::Input, 0, s_.recipe, {}, who);
-          } else {
-            p = im2col_operand(p_, s_.geom);
-          }
-        }
+        const Fp8Operand p = s_.kind == GemmKind::Conv2d ? im2col_operand(p_, s_.geom) : p_;
         dq = fp8_gemm(g_m, true, p, false, who);  // dW (N, K) = G^T @ P
       }
       out[1] = cpu::cast_to(dq.reshape(meta_[1].sizes), meta_[1].dtype);
@@ -348,9 +381,12 @@ void trace_fp8(const GemmSetup& s, const Fp8Operand& p, const Fp8Operand& q) {
   if (!trace_enabled(TraceKind::Amp)) return;
   std::ostringstream os;
   os << "fp8 " << kind_name(s.kind) << ' ' << recipe_string(s.recipe) << ": M=" << s.m << " K=" << s.k
-     << " N=" << s.n << ", " << fp8_role_name(Fp8Role::Input) << "->" << dtype_short(p.data.dtype());
+     << " N=" << s.n << ", " << fp8_role_name(Fp8Role::Input) << "->"
+     << dtype_short(fp8_dtype_for(recipe_format(s.recipe), Fp8Role::Input));
   if (p.axis < 0) os << " (scale_inv " << p.scale_inv << ')';
-  os << ", " << fp8_role_name(Fp8Role::Weight) << "->" << dtype_short(q.data.dtype());
+  os << ", " << fp8_role_name(Fp8Role::Weight) << "->"
+     << dtype_short(fp8_dtype_for(recipe_format(s.recipe), Fp8Role::Weight));
+  if (s.kind == GemmKind::Conv2d && p.axis >= 0) os << " (blocks along the channels)";
   if (q.axis < 0) os << " (scale_inv " << q.scale_inv << ')';
   trace_line(TraceKind::Amp, os.str());
 }
@@ -411,6 +447,44 @@ Tensor conv_output(const Fp8Operand& p, const Fp8Operand& q, const Tensor& bias,
   return out;
 }
 
+// conv2d under MXFP8, forward: the image blocked along its channels at each pixel (32
+// consecutive channels of one input pixel, which every window reading that pixel shares: the
+// image is quantized and widened once), the weight along C at each (o, kh, kw); both widened
+// with their block scales applied, on BF16 autocast's conv kernels with alpha 1 (a BF16 output),
+// or im2col of the widened image + the BF16 GEMM (a Float32 output: the same products, summed
+// in FP32). Saved: the weight blocked along O (the dgrad's reduction dim), widened, and the
+// input itself, whose im2col the wgrad blocks along M.
+TensorList mx_conv_forward(GemmSetup s, const Tensor& x, const Tensor& w, const Tensor& bias, bool grad,
+                           const detail::Fp8RegionSettings& region, const char* who) {
+  const auto& mx = std::get<MXFP8BlockScaling>(s.recipe);
+  const Fp8Format fmt = recipe_format(s.recipe);
+  const ConvGeom& g = s.geom;
+  const Fp8Operand image = mx_quantize_widened(x, 1, fp8_dtype_for(fmt, Fp8Role::Input), mx, who, false);
+  const Fp8Operand wq = mx_quantize_widened(w, 1, fp8_dtype_for(fmt, Fp8Role::Weight), mx, who, false);
+  trace_fp8(s, image, wq);
+  Tensor out;
+  if (region.output_dtype == DType::BFloat16) {
+    out = conv2d_bf16_scaled(image.widened, wq.widened, bias.defined() ? as_f32(bias) : Tensor(), g, 1.0f);
+  } else {
+    Fp8Operand p, q;  // alpha-1 operands: the widened values are the MX values
+    p.widened = cpu::cast_to(im2col_f32(as_f32(image.widened), g), DType::BFloat16);  // exact
+    q.widened = wq.widened.reshape({s.n, s.k});
+    out = conv_output(p, q, bias, g, region.output_dtype, who);
+  }
+  if (!grad) return {out};
+  Fp8Operand q_bwd;
+  if (x.requires_grad()) {
+    q_bwd = mx_quantize_widened(w, 0, fp8_dtype_for(fmt, Fp8Role::Weight), mx, who, true);
+    q_bwd.widened = q_bwd.widened.reshape({s.n, s.k});
+  }
+  const Tensor x_keep = w.requires_grad() ? x.detach() : Tensor();
+  auto node = std::make_shared<Fp8GemmNode>(std::move(s), TensorList{x, w, bias}, Fp8Operand{}, std::move(q_bwd),
+                                            x_keep);
+  out = out.detach();
+  out.set_history(node, 0);
+  return {out};
+}
+
 // linear: x (*, K), w (N, K), b (N) or undefined; matmul: x (M, K), w (K, N); conv2d: x (N, C,
 // H, W), w (O, C, kH, kW), b (O) or undefined, groups 1, geometry `geom`.
 TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeom& geom,
@@ -452,9 +526,9 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
                     (x.requires_grad() || w.requires_grad() || (bias.defined() && bias.requires_grad()));
   // P for the forward GEMM, and what the wgrad will need of it.
   Fp8Operand p_fwd, p_bwd;
-  Tensor x_keep;
-  s.kernel_route = kind == GemmKind::Conv2d && !mx && region.output_dtype == DType::BFloat16 &&
+  s.kernel_route = kind == GemmKind::Conv2d && region.output_dtype == DType::BFloat16 &&
                    (!(grad && x.requires_grad()) || x.dtype() == DType::BFloat16);
+  if (kind == GemmKind::Conv2d && mx) return mx_conv_forward(std::move(s), x, w, bias, grad, region, who);
   if (s.kernel_route) {
     Fp8Operand image = cast_role_widened(x, Fp8Role::Input, s.recipe, meta);
     Fp8Operand wq = cast_role_widened(w, Fp8Role::Weight, s.recipe, meta);
@@ -472,24 +546,20 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
     return {out};
   }
   if (kind == GemmKind::Conv2d) {
-    const Tensor x32 = as_f32(x);
-    if (mx) {
-      p_fwd = cast_role(im2col_f32(x32, geom), Fp8Role::Input, 1, s.recipe, meta, who);
-      if (grad && w.requires_grad()) x_keep = x32;
-    } else {
-      const Fp8Operand image = cast_role(x32, Fp8Role::Input, -1, s.recipe, meta, who);
-      p_fwd = im2col_operand(image, geom);
-      if (grad && w.requires_grad()) p_bwd = image;  // one byte per pixel; im2col again in backward
-    }
+    const Fp8Operand image = cast_role(as_f32(x), Fp8Role::Input, -1, s.recipe, meta, who);
+    p_fwd = im2col_operand(image, geom);
+    if (grad && w.requires_grad()) p_bwd = image;  // one byte per pixel; im2col again in backward
   } else if (!mx) {
     // Per tensor: cast from the operand's own dtype with the BF16 widening the GEMM reads, in one
     // pass (no f32 copy); what backward saves is the FP8 tensor alone.
     p_fwd = cast_role_widened(contiguous(x.detach()).reshape({s.m, s.k}), Fp8Role::Input, s.recipe, meta);
     if (grad && w.requires_grad()) p_bwd = without_widening(p_fwd);
   } else {
-    const Tensor p32 = as_f32_2d(x, s.m, s.k);
-    p_fwd = cast_role(p32, Fp8Role::Input, 1, s.recipe, meta, who);
-    if (grad && w.requires_grad()) p_bwd = cast_role(p32, Fp8Role::Input, 0, s.recipe, {}, who);
+    // MX: cast from the operand's own dtype with the block-scaled BF16 widening the GEMM reads
+    // (mx_quantize); what backward saves is the FP8 tensor and its codes alone.
+    const Tensor p2 = contiguous(x.detach()).reshape({s.m, s.k});
+    p_fwd = cast_role(p2, Fp8Role::Input, 1, s.recipe, meta, who);
+    if (grad && w.requires_grad()) p_bwd = without_widening(cast_role(p2, Fp8Role::Input, 0, s.recipe, {}, who));
   }
   Fp8Operand q_fwd, q_bwd;
   if (!mx) {
@@ -497,10 +567,10 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
                               Fp8Role::Weight, s.recipe, meta);
     if (grad && x.requires_grad()) q_bwd = without_widening(q_fwd);
   } else {
-    const Tensor q32 = s.q_transposed() ? as_f32_2d(w, s.n, s.k) : as_f32_2d(w, s.k, s.n);
-    q_fwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
+    const Tensor q2 = contiguous(w.detach()).reshape(s.q_transposed() ? IntList{s.n, s.k} : IntList{s.k, s.n});
+    q_fwd = cast_role(q2, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
     if (grad && x.requires_grad())
-      q_bwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who);
+      q_bwd = without_widening(cast_role(q2, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who));
   }
   trace_fp8(s, p_fwd, q_fwd);
   Tensor out;
@@ -512,7 +582,7 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   if (!grad) return {out};
   TensorList inputs{x, w};
   if (kind != GemmKind::Matmul) inputs.push_back(bias);
-  auto node = std::make_shared<Fp8GemmNode>(std::move(s), inputs, std::move(p_bwd), std::move(q_bwd), std::move(x_keep));
+  auto node = std::make_shared<Fp8GemmNode>(std::move(s), inputs, std::move(p_bwd), std::move(q_bwd), Tensor());
   out = out.detach();
   out.set_history(node, 0);
   return {out};

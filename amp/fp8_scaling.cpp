@@ -3,6 +3,7 @@
 
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_scale_rule.h"
+#include "amp/mx_block.h"
 
 #include <algorithm>
 #include <array>
@@ -199,11 +200,11 @@ Tensor widen_to_bf16(const Fp8Operand& op) {
   const uint8_t* d = static_cast<const uint8_t*>(op.data.data_ptr());
   BFloat16* o = out.data_ptr<BFloat16>();
   const DType dt = op.data.dtype();
-  // value * 2^e: one multiply by an exact power of two, rounded once as ldexp would round it.
+  // value * 2^e, with BF16's range edges as mx_widen (amp/mx_block.h) handles them.
   std::array<float, 256> dec;
   for (int b = 0; b < 256; ++b) dec[b] = fp8_value(dt, static_cast<uint8_t>(b));
   const std::array<float, 256> pow2 = e8m0_values();
-  for_each_block_value(op, [&](int64_t i, uint8_t code) { o[i] = BFloat16(dec[d[i]] * pow2[code]); });
+  for_each_block_value(op, [&](int64_t i, uint8_t code) { o[i] = mx_widen(dec[d[i]], pow2[code]); });
   return out;
 }
 

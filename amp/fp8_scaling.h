@@ -56,8 +56,8 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
 Tensor widen_fp8(const Tensor& fp8);
 
 // The operand widened to BF16, exactly: per-tensor, the FP8 values themselves (the scale is
-// applied to the GEMM's f32 result); MX, each value times its block's power of two (exact while
-// the product is a normal BF16 number, i.e. |value| >= 2^-126).
+// applied to the GEMM's f32 result); MX, each value times its block's power of two (mx_widen in
+// amp/mx_block.h: exact but at BF16's subnormal and overflow edges).
 // `widened` is returned as it is when set.
 Tensor widen_to_bf16(const Fp8Operand& op);
 // The BF16 pattern of each of the 256 FP8 codes of `fp8` (exact).
