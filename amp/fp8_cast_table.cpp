@@ -135,7 +135,7 @@ void widen_fp8_codes(const std::array<BFloat16, 256>& table, const uint8_t* src,
 }
 
 Fp8CastTable::Fp8CastTable(DType fp8)
-    : table_(2 * (1u << 16) + 3, 0), e4m3_(fp8 == DType::Float8_e4m3fn), widen_(fp8_to_bf16_table(fp8)) {
+    : e4m3_(fp8 == DType::Float8_e4m3fn), widen_(fp8_to_bf16_table(fp8)), table_(2 * (1u << 16) + 3, 0) {
   const bool e4m3 = fp8 == DType::Float8_e4m3fn;
   for (uint32_t hi = 0; hi < (1u << 16); ++hi)
     for (uint32_t low : {0u, 1u}) {

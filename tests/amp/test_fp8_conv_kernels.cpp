@@ -147,7 +147,9 @@ TEST(Fp8ConvKernels, TheKernelRouteGivesTheReferencePathsBitsWhereItsSumsAreExac
         EXPECT_TRUE(same_bits(route.y, ref.y.to(DType::BFloat16))) << at;
         EXPECT_TRUE(same_bits(route.gx, ref.gx)) << at;
         EXPECT_TRUE(same_bits(route.gw, ref.gw)) << at;
-        if (c.bias) EXPECT_TRUE(same_bits(route.gb, ref.gb)) << at;
+        if (c.bias) {
+          EXPECT_TRUE(same_bits(route.gb, ref.gb)) << at;
+        }
       }
     }
   }
