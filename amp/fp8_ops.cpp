@@ -40,6 +40,7 @@
 #include "amp/mx_block.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "autograd/saved_tensor.h"
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/numerics_check.h"
@@ -154,7 +155,12 @@ class Fp8GemmNode final : public Node {
   // p_bwd: P cast for the wgrad (conv2d, per-tensor: the FP8 input image); q_bwd: Q cast for
   // the dgrad; x_keep: conv2d under MXFP8, the input, whose im2col the wgrad casts along M.
   Fp8GemmNode(GemmSetup s, const TensorList& inputs, Fp8Operand p_bwd, Fp8Operand q_bwd, Tensor x_keep)
-      : Node(next_seq_nr()), s_(std::move(s)), p_(std::move(p_bwd)), q_(std::move(q_bwd)), x_keep_(std::move(x_keep)) {
+      : Node(next_seq_nr()),
+        s_(std::move(s)),
+        p_(std::move(p_bwd)),
+        q_(std::move(q_bwd)),
+        x_keep_(std::move(x_keep)),
+        x_keep_version_(x_keep_.defined() ? x_keep_.version() : 0) {
     for (const Tensor& t : inputs) {
       next_edges_.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : Edge{});
       meta_.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
@@ -244,6 +250,13 @@ class Fp8GemmNode final : public Node {
     }
     if (need_q) {
       const Fp8Operand gm = cast_role(gm2, Fp8Role::GradOutput, 0, s_.recipe, {}, who);
+      // x_keep_ shares the caller's input (no copy): an in-place change to it since the forward
+      // would silently change this gradient, so it is refused, as autograd's saved tensors are.
+      if (x_keep_.version() != x_keep_version_) {
+        std::string what = "input 0 of ";
+        what += who;
+        MT_ERROR(autograd::modified_in_place_message(what, x_keep_.describe(), x_keep_.version(), x_keep_version_));
+      }
       const Tensor xk = contiguous(x_keep_);
       const Fp8Operand p = cast_role(xk.dtype() == DType::BFloat16 ? im2col_bf16(xk, g) : im2col_f32(as_f32(xk), g),
                                      Fp8Role::Input, 0, s_.recipe, {}, who);
@@ -368,6 +381,7 @@ class Fp8GemmNode final : public Node {
   GemmSetup s_;
   Fp8Operand p_, q_;
   Tensor x_keep_;
+  uint32_t x_keep_version_ = 0;  // x_keep_'s version when saved
   std::vector<autograd::TensorMeta> meta_;
   bool released_ = false;
 };

@@ -3,7 +3,8 @@
 // (ops/conv.cpp: the same entry for the same shape and steering, traced with " fp8" after the
 // problem), with the dequantising factor `alpha` applied once to each FP32 sum.
 // Invariant: each result is the BF16 conv's FP32 sum s for that element (the same kernel, the same
-// order), then f32(s * alpha) (skipped when alpha is 1), then + bias, then one rounding to BF16;
+// order), then f32(s * alpha) (skipped when alpha is 1), then + bias, then one rounding to BF16
+// (at alpha 1 the generic im2col_gemm entry sums onto the bias, as BF16 autocast's conv2d does);
 // the weight gradient is the FP32 sums themselves (its caller scales the small tensor).
 #pragma once
 #include "core/tensor.h"

@@ -165,7 +165,7 @@ class Fp8CudaGemmNode final : public autograd::Node {
     TensorList out(next_edges_.size());
     if (grads.empty() || !grads[0].defined()) return out;
     ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);  // the backward's own ops run as written
-    ::mixtape::cuda::DeviceGuard guard(p_.data.device().index());
+    ::mixtape::cuda::DeviceGuard guard(grads[0].device().index());  // p_ is kept only when the weight needs a gradient
     const bool need_p = next_edges_[0].valid(), need_q = next_edges_[1].valid();
     const bool need_b = next_edges_.size() > 2 && next_edges_[2].valid();
     const bool conv = s_.op == Fp8GemmOp::Conv2d;

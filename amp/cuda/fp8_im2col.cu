@@ -1,5 +1,5 @@
 // amp/cuda/fp8_im2col.cu — see fp8_im2col_kernels.h: one thread per output element, grid-stride,
-// 64-bit indices (an im2col matrix of a batch-1024 ResNet layer passes 2^31 bytes).
+// 64-bit indices (a large batch's im2col matrix can pass 2^31 elements).
 #include "amp/cuda/fp8_im2col_kernels.h"
 #include "core/cuda/launch.cuh"
 #include "ops/cuda/loops.cuh"

@@ -228,7 +228,9 @@ MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* yt, const floa
       for (int64_t q = 0; q < 16; ++q) r[q] = q < n ? _mm512_load_ps(yt + (l0 + q) * p.Opad + o0) : _mm512_setzero_ps();
       transpose16x16(r);
       for (int64_t q = 0; q < 16 && o0 + q < O; ++q) {
-        const __m512 ra = alpha != 1.0f ? _mm512_mul_ps(r[q], a) : r[q];
+        // The product rounds on its own (an explicit rounding mode, which GCC never contracts into
+        // an FMA with the bias add below): f32(f32(s alpha) + b), as the other entries compute.
+        const __m512 ra = alpha != 1.0f ? _mm512_mul_round_ps(r[q], a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : r[q];
         const __m512 v = bias ? _mm512_add_ps(ra, _mm512_set1_ps(bias[o0 + q])) : ra;
         if constexpr (std::is_same_v<S, float>)
           _mm512_mask_storeu_ps(y + (o0 + q) * L + l0, m, v);

@@ -290,7 +290,11 @@ MT_TARGET_AVX512_FMA void store_panel(const ImplicitConvShape& s, const PanelMap
   const __m512 a = _mm512_set1_ps(alpha);
   for (int64_t o = 0; o < s.O; ++o) {
     __m512 lo = _mm512_load_ps(acc + o * kNr), hi = _mm512_load_ps(acc + o * kNr + 16);
-    if (alpha != 1.0f) lo = _mm512_mul_ps(lo, a), hi = _mm512_mul_ps(hi, a);
+    // Explicitly rounded products: never contracted with the bias add into an FMA (one rounding).
+    if (alpha != 1.0f) {
+      lo = _mm512_mul_round_ps(lo, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      hi = _mm512_mul_round_ps(hi, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
     if (bias) {
       const __m512 b = _mm512_set1_ps(bias[o]);
       lo = _mm512_add_ps(lo, b), hi = _mm512_add_ps(hi, b);

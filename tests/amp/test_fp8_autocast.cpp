@@ -410,6 +410,27 @@ Tensor mx_blocks_ref(const Tensor& x, int64_t dim, DType elem) {
   return tensor(out, xc.sizes(), TensorOptions(DType::Float64));
 }
 
+// MXFP8's conv2d keeps its input (no copy) for the weight gradient's im2col: an in-place change
+// to it after the forward is refused by name at backward, as any saved tensor's is (it silently
+// changed the weight gradient before, for a BF16 or F16 input).
+TEST(Fp8Autocast, MxConv2dRefusesAnInputChangedInPlaceAfterTheForward) {
+  for (DType dt : {DType::BFloat16, DType::Float32}) {
+    Tensor x = randn({2, 3, 6, 6}).to(dt);
+    const Tensor w = randn({4, 3, 3, 3}).requires_grad_();
+    Tensor y;
+    {
+      Fp8Autocast fp8(MXFP8BlockScaling{});
+      y = conv2d(x, w, {}, {1, 1}, {1, 1});
+    }
+    {
+      NoGradGuard no_grad;
+      x.add_(ones_like(x));
+    }
+    const std::string e = ::mixtape::testing::error_of([&] { sum(y).backward(); });
+    EXPECT_NE(e.find("modified by an in-place operation: input 0 of conv2d"), std::string::npos) << dtype_name(dt) << ": " << e;
+  }
+}
+
 TEST(Fp8Autocast, MxConv2dBlocksThe32ChannelsOfEachInputPixel) {
   // C = 40: at each pixel a block of channels 0-31 and a short one of 8. Pixel (0, 0) of image 0
   // is tiny; its right neighbour is zero but for one huge value in channel 0, whose weights are

@@ -23,6 +23,7 @@
 #include "ops/conv_geometries.h"
 #include "ops/conv_args.h"
 #include "ops/conv_scaled.h"
+#include "ops/threads.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/steering.h"
 
@@ -111,6 +112,42 @@ TEST(Fp8ConvKernels, ThePowerOfTwoEpilogueFactorScalesTheBf16OpsBitsOnEveryEntry
           << at;
     }
   }
+}
+
+// With a bias and a factor that is not a power of two, each output is the FP32 product rounded on
+// its own, then the bias added: bf16(f32(f32(s alpha) + b)), never one fused rounding, on every
+// forward entry, and the same whether a batch of one splits its rows between threads or not.
+TEST(Fp8ConvKernels, TheFactorRoundsBeforeTheBiasOnEveryEntryAndThreadCount) {
+  const float alpha = 0x1.948a66p-7f;
+  const int threads_before = get_num_threads();
+  for (cpu::Bf16GemmPath path : bf16_paths_here()) {
+    const cpu::Override on(path);
+    uint64_t seed = 700;
+    for (const Geo& c : kGeos()) {
+      const ConvGeom g = geom_of(c);
+      const Tensor x = grid_values(c.x_size(), ++seed, -2), w = grid_values(c.w_size(), ++seed, 0);
+      Generator gen(seed);
+      const Tensor b = randn({c.O}, {}, &gen);
+      // The sums are exact (grid values), so any order gives s; the f32 conv is the reference's s.
+      const Tensor s = conv2d(x, w, Tensor(), c.stride(), c.padding(), c.dilation()).contiguous();
+      Tensor want = Tensor::empty(s.sizes(), TensorOptions(DType::Float32));
+      const float* ps = s.data_ptr<float>();
+      const float* pb = b.data_ptr<float>();
+      float* pw = want.data_ptr<float>();
+      const int64_t plane = s.size(2) * s.size(3);
+      for (int64_t i = 0; i < s.numel(); ++i) {
+        const volatile float prod = ps[i] * alpha;  // rounded here: no contraction with the add
+        pw[i] = prod + pb[(i / plane) % c.O];
+      }
+      for (int t : {1, 2}) {
+        set_num_threads(t);
+        const Tensor got = conv2d_bf16_scaled(x.to(DType::BFloat16), w.to(DType::BFloat16), b, g, alpha);
+        EXPECT_TRUE(same_bits(got, want.to(DType::BFloat16)))
+            << c.what << " on " << path_name(path) << ", " << t << " thread(s)";
+      }
+    }
+  }
+  set_num_threads(threads_before);
 }
 
 struct StepResult {

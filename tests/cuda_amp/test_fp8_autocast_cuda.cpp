@@ -312,6 +312,48 @@ TEST(CudaFp8Autocast, ADelayedStepWaitsForNothingOnTheHostAndRunsCublasLtFromSm8
 #endif
 }
 
+// Only some operands need a gradient: a frozen weight (linear, conv2d), a constant second matmul
+// operand, only the bias. The backward gives the CPU's gradients (exact sums: dyadic values), and
+// the ones nobody asked for stay undefined. (It dereferenced the unsaved weight operand before.)
+TEST(CudaFp8Autocast, PartialGradientsEqualTheCpus) {
+  MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "the CUDA route's node";
+  std::mt19937_64 rng(7);
+  const Tensor x = dyadic(rng, {4, 2, 4, 4}, -3, 0), cw = dyadic(rng, {4, 2, 3, 3}, -3, 0);
+  const Tensor a = dyadic(rng, {4, 32}, -3, 0), lw = dyadic(rng, {8, 32}, -3, 0), lb = dyadic(rng, {8}, -3, 0);
+  const Tensor bm = dyadic(rng, {32, 8}, -3, 0);
+  enum Need { kInput, kBias };
+  auto run = [&](Device d, int op, Need need) {
+    const Tensor in = op == 0 ? x : a;
+    const Tensor xi = need == kInput ? leaf(in, d) : clone(in).to(d);
+    const Tensor bias = op == 1 ? (need == kBias ? leaf(lb, d) : clone(lb).to(d)) : Tensor();
+    Tensor y;
+    {
+      Fp8Autocast fp8(CurrentScaling{Fp8Format::Hybrid, true}, nullptr, {DType::Float32}, d.type());
+      y = op == 0 ? conv2d(xi, cw.to(d), {}, {1, 1}, {1, 1}) : op == 1 ? linear(xi, lw.to(d), bias) : matmul(xi, bm.to(d));
+    }
+    sum(y * y).backward();
+    return std::pair<Tensor, Tensor>{xi.grad(), bias.defined() ? bias.grad() : Tensor()};
+  };
+  for_each_gemm_path([&](const std::string& path) {
+    for (int op : {0, 1, 2})
+      for (Need need : {kInput, kBias}) {
+        if (need == kBias && op != 1) continue;
+        const auto [cx, cb] = run(Device::CPU(), op, need);
+        const auto [gx, gb] = run(gpu(), op, need);
+        const std::string at = path + ", op " + std::to_string(op) + (need == kInput ? ", input" : ", bias only");
+        EXPECT_EQ(gx.defined(), cx.defined()) << at;
+        EXPECT_EQ(gb.defined(), cb.defined()) << at;
+        if (cx.defined() && gx.defined()) {
+          EXPECT_TRUE(same_bits(cx, gx)) << at;
+        }
+        if (cb.defined() && gb.defined()) {
+          EXPECT_TRUE(same_bits(cb, gb)) << at;
+        }
+      }
+  });
+}
+
 TEST(CudaFp8Autocast, RefusesWhatItCannotRunByName) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "the refusals are the CUDA route's";
