@@ -27,6 +27,9 @@ struct Fp8CudaBackend {
   void (*update)(Fp8Meta& meta, const DelayedScaling& recipe) = nullptr;
 };
 bool register_fp8_cuda_backend(Fp8CudaBackend backend);
+// What both devices' FP8 GEMM nodes refuse at backward, naming `who`: a second backward through a
+// released node, and a differentiable (create_graph) backward.
+void check_fp8_backward(const char* who, bool released);
 // The registered backend; throws, naming `who`, in a build without CUDA.
 const Fp8CudaBackend& fp8_cuda_backend(const char* who);
 

@@ -303,10 +303,7 @@ class Fp8GemmNode final : public Node {
   TensorList compute(const TensorList& grads) {
     const std::string who_s = std::string(kind_name(s_.kind)) + " (Fp8Autocast backward)";
     const char* who = who_s.c_str();
-    MT_CHECK(!released_, who, ": trying to backward through the FP8 GEMM a second time; pass retain_graph=true "
-             "to the first backward");
-    MT_CHECK(!autograd::GradMode::is_enabled(), who, ": the FP8 GEMM's backward is not differentiable "
-             "(create_graph / double backward); run that part outside Fp8Autocast");
+    detail::check_fp8_backward(who, released_);
     TensorList out(next_edges_.size());
     if (grads.empty() || !grads[0].defined()) return out;
     const bool need_p = next_edges_[0].valid(), need_q = next_edges_[1].valid();
@@ -605,6 +602,13 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
 }  // namespace
 
 namespace detail {
+
+void check_fp8_backward(const char* who, bool released) {
+  MT_CHECK(!released, who, ": trying to backward through the FP8 GEMM a second time; pass retain_graph=true "
+           "to the first backward");
+  MT_CHECK(!autograd::GradMode::is_enabled(), who, ": the FP8 GEMM's backward is not differentiable "
+           "(create_graph / double backward); run that part outside Fp8Autocast");
+}
 
 std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call) {
   const Fp8RegionSettings* region = fp8_region();

@@ -158,10 +158,7 @@ class Fp8CudaGemmNode final : public autograd::Node {
   TensorList apply(TensorList grads) override {
     const std::string who_s = std::string(op_name(s_.op)) + " (Fp8Autocast backward, cuda)";
     const char* who = who_s.c_str();
-    MT_CHECK(!released_, who, ": trying to backward through the FP8 GEMM a second time; pass retain_graph=true "
-             "to the first backward");
-    MT_CHECK(!autograd::GradMode::is_enabled(), who, ": the FP8 GEMM's backward is not differentiable "
-             "(create_graph / double backward); run that part outside Fp8Autocast");
+    detail::check_fp8_backward(who, released_);
     TensorList out(next_edges_.size());
     if (grads.empty() || !grads[0].defined()) return out;
     ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);  // the backward's own ops run as written

@@ -10,12 +10,14 @@
 #include <cstring>
 
 #include "common/error_of.h"
+#include "common/bf16_paths_here.h"
 #include "mixtape/mixtape.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/steering.h"
 
 namespace mixtape::testing {
 namespace {
+using ::mixtape::testing::bf16_paths_here;
 
 using namespace mixtape::amp;
 
@@ -78,14 +80,6 @@ Fp8Operand current_cast(const Tensor& t, DType dt) {
 
 // ---- the FP8 GEMM ----
 
-// Every BF16 GEMM kernel this CPU can run (the FP8 GEMM widens to BF16 and calls whichever runs).
-std::vector<cpu::Bf16GemmPath> bf16_kernels_here() {
-  std::vector<cpu::Bf16GemmPath> k = {cpu::Bf16GemmPath::Emulated};
-  if (cpu::can_run_bf16_native(cpu::cpu_features())) k.push_back(cpu::Bf16GemmPath::Avx512Bf16);
-  if (cpu::can_run_bf16_amx(cpu::cpu_features_with_amx())) k.push_back(cpu::Bf16GemmPath::Amx);
-  return k;
-}
-
 TEST(Fp8Gemm, BitExactAgainstTheF64ProductOfDecodedFp8WhenAccumulationIsExact) {
   // Integers in [-16, 16] are E4M3 values; 12 products of at most 256 sum exactly in FP32, so
   // the only rounding left is the one multiply by the f32 factor scale_inv_a * scale_inv_b.
@@ -93,7 +87,7 @@ TEST(Fp8Gemm, BitExactAgainstTheF64ProductOfDecodedFp8WhenAccumulationIsExact) {
   for (size_t i = 0; i < av.size(); ++i) av[i] = double((i * 7) % 33) - 16.0;
   for (size_t i = 0; i < bv.size(); ++i) bv[i] = double((i * 5 + 3) % 33) - 16.0;
   const Tensor a = tensor(av, {5, 12}), b = tensor(bv, {12, 7});
-  for (cpu::Bf16GemmPath kernel : bf16_kernels_here())
+  for (cpu::Bf16GemmPath kernel : bf16_paths_here())
   for (bool transposed : {false, true}) {
     cpu::Override on(kernel);
     Fp8Operand qa = quantize_per_tensor(transposed ? a.t().contiguous() : a, DType::Float8_e4m3fn, 1.0f);
@@ -119,7 +113,7 @@ TEST(Fp8Gemm, AccumulatesInFp32) {
   // 4096 products of 1: a BF16 accumulator would stop at 256; FP32 counts them all.
   Fp8Operand ones = quantize_per_tensor(full({1, 4096}, 1.0), DType::Float8_e4m3fn, 1.0f);
   Fp8Operand col = quantize_per_tensor(full({4096, 1}, 1.0), DType::Float8_e5m2, 1.0f);
-  for (cpu::Bf16GemmPath kernel : bf16_kernels_here()) {
+  for (cpu::Bf16GemmPath kernel : bf16_paths_here()) {
     cpu::Override on(kernel);
     EXPECT_EQ(fp8_gemm(ones, false, col, false, "test").item<float>(), 4096.0f) << cpu::bf16_gemm_description();
   }
@@ -130,7 +124,7 @@ TEST(Fp8Gemm, RandomOperandsWithinFp32SummationErrorOfTheF64Reference) {
   const Fp8Operand qa = current_cast(a, DType::Float8_e4m3fn), qb = current_cast(b, DType::Float8_e5m2);
   const float factor = qa.scale_inv * qb.scale_inv;
   const auto ref = product(values(qa, true), values(qb, true));
-  for (cpu::Bf16GemmPath kernel : bf16_kernels_here()) {
+  for (cpu::Bf16GemmPath kernel : bf16_paths_here()) {
     cpu::Override on(kernel);
     EXPECT_TRUE(near_product(fp8_gemm(qa, false, qb, false, "test"), ref, factor, 300, 0.0)) << cpu::bf16_gemm_description();
   }

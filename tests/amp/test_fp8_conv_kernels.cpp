@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/trace.h"
+#include "common/bf16_paths_here.h"
 #include "mixtape/mixtape.h"
 #include "ops/conv_geometries.h"
 #include "ops/conv_args.h"
@@ -31,6 +32,8 @@ using namespace mixtape;
 using namespace mixtape::amp;
 
 namespace {
+using ::mixtape::testing::bf16_paths_here;
+using ::mixtape::testing::bf16_path_name;
 
 using Geo = mixtape::testing::ConvGeometry;
 // The shared list's one-group rows (Fp8Autocast's conv2d takes one group): they reach every entry
@@ -44,16 +47,6 @@ const std::vector<Geo>& kGeos() {
     return r;
   }();
   return rows;
-}
-
-std::vector<cpu::Bf16GemmPath> bf16_paths_here() {
-  std::vector<cpu::Bf16GemmPath> k = {cpu::Bf16GemmPath::Emulated};
-  if (cpu::can_run_bf16_native(cpu::cpu_features())) k.push_back(cpu::Bf16GemmPath::Avx512Bf16);
-  if (cpu::can_run_bf16_amx(cpu::cpu_features_with_amx())) k.push_back(cpu::Bf16GemmPath::Amx);
-  return k;
-}
-const char* path_name(cpu::Bf16GemmPath p) {
-  return p == cpu::Bf16GemmPath::Amx ? "amx" : p == cpu::Bf16GemmPath::Avx512Bf16 ? "avx512bf16" : "emulated";
 }
 
 ::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
@@ -97,7 +90,7 @@ TEST(Fp8ConvKernels, ThePowerOfTwoEpilogueFactorScalesTheBf16OpsBitsOnEveryEntry
       const Tensor x = randn(c.x_size(), {}, &gen).to(DType::BFloat16);
       const Tensor w = randn(c.w_size(), {}, &gen).to(DType::BFloat16);
       const Tensor gy = randn(c.y_size(), {}, &gen).to(DType::BFloat16);
-      const std::string at = std::string(c.what) + " on " + path_name(path);
+      const std::string at = std::string(c.what) + " on " + bf16_path_name(path);
       EXPECT_TRUE(same_bits(conv2d_bf16_scaled(x, w, Tensor(), g, 1.0f),
                             conv2d(x, w, Tensor(), c.stride(), c.padding(), c.dilation())))
           << at;
@@ -143,7 +136,7 @@ TEST(Fp8ConvKernels, TheFactorRoundsBeforeTheBiasOnEveryEntryAndThreadCount) {
         set_num_threads(t);
         const Tensor got = conv2d_bf16_scaled(x.to(DType::BFloat16), w.to(DType::BFloat16), b, g, alpha);
         EXPECT_TRUE(same_bits(got, want.to(DType::BFloat16)))
-            << c.what << " on " << path_name(path) << ", " << t << " thread(s)";
+            << c.what << " on " << bf16_path_name(path) << ", " << t << " thread(s)";
       }
     }
   }
@@ -180,7 +173,7 @@ TEST(Fp8ConvKernels, TheKernelRouteGivesTheReferencePathsBitsWhereItsSumsAreExac
         const Tensor b = grid_values({c.O}, ++seed, 3), gy = grid_values(c.y_size(), ++seed, -5);
         const StepResult route = fp8_step(c, recipe, DType::BFloat16, x, w, b, gy);
         const StepResult ref = fp8_step(c, recipe, DType::Float32, x, w, b, gy);
-        const std::string at = std::string(c.what) + " on " + path_name(path);
+        const std::string at = std::string(c.what) + " on " + bf16_path_name(path);
         EXPECT_TRUE(same_bits(route.y, ref.y.to(DType::BFloat16))) << at;
         EXPECT_TRUE(same_bits(route.gx, ref.gx)) << at;
         EXPECT_TRUE(same_bits(route.gw, ref.gw)) << at;
@@ -232,7 +225,7 @@ TEST(Fp8ConvKernels, Fp8Conv2dRunsTheEntriesBf16AutocastRuns) {
       const std::string fp8 = traced(true), bf16 = traced(false);
       const std::vector<std::string> kf = conv_kernels(fp8), kb = conv_kernels(bf16);
       EXPECT_EQ(kf.size(), 3u) << fp8;  // conv2d.fwd, conv2d.dgrad, conv2d.wgrad
-      EXPECT_EQ(kf, kb) << c.what << " on " << path_name(path) << "\nFP8:\n" << fp8 << "BF16:\n" << bf16;
+      EXPECT_EQ(kf, kb) << c.what << " on " << bf16_path_name(path) << "\nFP8:\n" << fp8 << "BF16:\n" << bf16;
       EXPECT_NE(fp8.find(" fp8 -> "), std::string::npos) << fp8;
     }
   }

@@ -13,6 +13,7 @@
 
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_im2col.h"
+#include "common/bf16_paths_here.h"
 #include "mixtape/mixtape.h"
 #include "ops/conv_args.h"
 #include "ops/cpu/cpu_features.h"
@@ -23,6 +24,7 @@ using namespace mixtape;
 using namespace mixtape::amp;
 
 namespace {
+using ::mixtape::testing::bf16_paths_here;
 
 struct Geometry {
   int64_t N, C, H, W, O, kH, kW;
@@ -55,13 +57,6 @@ Tensor every_code(IntList sizes, DType dt, uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = i < 256 ? static_cast<uint8_t>(i) : static_cast<uint8_t>(rng());
   return t;
-}
-
-std::vector<cpu::Bf16GemmPath> bf16_paths_here() {
-  std::vector<cpu::Bf16GemmPath> k = {cpu::Bf16GemmPath::Emulated};
-  if (cpu::can_run_bf16_native(cpu::cpu_features())) k.push_back(cpu::Bf16GemmPath::Avx512Bf16);
-  if (cpu::can_run_bf16_amx(cpu::cpu_features_with_amx())) k.push_back(cpu::Bf16GemmPath::Amx);
-  return k;
 }
 
 bool same_bits(const Tensor& a, const Tensor& b) {
