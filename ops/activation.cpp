@@ -117,6 +117,7 @@ const OpSchema& kRelu = [] () -> const OpSchema& {
   OpSchema& op = define_op("relu")  // inputs away from the kink at 0
                      .save({}, {1})
                      .grad(relu_backward)
+                     .backward_ignores_output_grads({1})  // the mask gets none (no zeros made for it)
                      .kernel(DeviceType::CPU, relu_cpu)
                      .sample("no-zero", {values_arg({4}, {-1.5, -0.25, 0.5, 2.0})},
                              [](const TensorList& x) { return TensorList{relu(x[0])}; })
@@ -308,9 +309,9 @@ Tensor clamp_grad(const Tensor& g, const Tensor& x, std::optional<double> min, s
   return dispatch1(kClampGrad, {g, x}, clamp_attrs(min, max));
 }
 Tensor relu(const Tensor& x) {
-  check_defined("relu", {{&x, "input"}});
   // The mask only when the call is recorded (the autograd layer's rule): inference pays nothing.
-  return dispatch(kRelu, {x}, {{"mask", autograd::GradMode::is_enabled() && x.requires_grad()}})[0];
+  const bool recorded = x.defined() && autograd::GradMode::is_enabled() && x.requires_grad();
+  return dispatch(kRelu, {x}, {{"mask", recorded}})[0];
 }
 Tensor relu_mask_grad(const Tensor& g, const Tensor& mask) {
   check_defined("relu_mask_grad", {{&g, "grad"}, {&mask, "mask"}});

@@ -33,6 +33,7 @@
 
 #include "autograd/grad_mode.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/kernel_table.h"
 #include "ops/cpu/max_pool_2x2_avx512.h"
 #include "ops/max_pool_taps.h"
@@ -216,21 +217,97 @@ void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std:
 
 TapWindow tap_window(const PoolGeom& g) { return {g.W, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW}; }
 
-// One plane's tap codes from its flat argmax indices. The 2x2 window without padding: the offset
-// of the index from the window's corner is 0, 1, W or W + 1 (taps 0..3), no division.
+// One plane's tap codes from its flat argmax indices (any window).
 template <typename C>
-void taps_from_indices(const PoolGeom& g, bool two_by_two, const int64_t* idx, C* taps) {
+void taps_from_indices(const PoolGeom& g, const int64_t* idx, C* taps) {
   const TapWindow tw = tap_window(g);
   for (int64_t oh = 0; oh < g.OH; ++oh)
-    for (int64_t ow = 0; ow < g.OW; ++ow) {
-      const int64_t i = oh * g.OW + ow;
-      if (two_by_two) {
-        const int64_t d = idx[i] - (2 * oh * g.W + 2 * ow);
-        taps[i] = static_cast<C>(d >= g.W ? d - g.W + 2 : d);
-      } else {
-        taps[i] = tap_of<C>(tw, oh, ow, idx[i]);
-      }
+    for (int64_t ow = 0; ow < g.OW; ++ow) taps[oh * g.OW + ow] = tap_of<C>(tw, oh, ow, idx[oh * g.OW + ow]);
+}
+
+// One 2x2 plane's tap codes from its input and output, without indices: the scan takes a tap
+// only when greater or NaN, so the winner is the first tap equal to the output, or, for a NaN
+// output, the last NaN tap (each NaN tap is taken).
+#if MIXTAPE_X86_KERNELS
+MT_KERNELS_BEGIN
+// The same rule on 16 windows at a time, taps and output widened to f32 in registers.
+MT_TARGET_AVX512 __m128i taps_2x2_avx512(__m512 t0, __m512 t1, __m512 t2, __m512 t3, __m512 o) {
+  const __mmask16 n0 = _mm512_cmp_ps_mask(t0, o, _CMP_NEQ_UQ);  // C's != (true for NaN)
+  const __mmask16 n1 = n0 & _mm512_cmp_ps_mask(t1, o, _CMP_NEQ_UQ);
+  const __mmask16 n2 = n1 & _mm512_cmp_ps_mask(t2, o, _CMP_NEQ_UQ);
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i eq = _mm512_add_epi32(_mm512_add_epi32(_mm512_maskz_mov_epi32(n0, one), _mm512_maskz_mov_epi32(n1, one)),
+                                      _mm512_maskz_mov_epi32(n2, one));
+  const __mmask16 a3 = _mm512_cmp_ps_mask(t3, t3, _CMP_UNORD_Q);
+  const __mmask16 a2 = ~a3 & _mm512_cmp_ps_mask(t2, t2, _CMP_UNORD_Q);
+  const __mmask16 a1 = ~a3 & ~a2 & _mm512_cmp_ps_mask(t1, t1, _CMP_UNORD_Q);
+  __m512i nan = _mm512_maskz_mov_epi32(a3, _mm512_set1_epi32(3));
+  nan = _mm512_mask_mov_epi32(nan, a2, _mm512_set1_epi32(2));
+  nan = _mm512_mask_mov_epi32(nan, a1, one);
+  return _mm512_cvtepi32_epi8(_mm512_mask_blend_epi32(_mm512_cmp_ps_mask(o, o, _CMP_UNORD_Q), eq, nan));
+}
+// Rows r0, r1 and the output row: windows [0, ow_end) in blocks of 16; returns ow_end.
+MT_TARGET_AVX512 int64_t taps_row_2x2_avx512(const float* r0, const float* r1, const float* o, int64_t OW,
+                                              uint8_t* taps) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  int64_t ow = 0;
+  for (; ow + 16 <= OW; ow += 16) {
+    const __m512 a = _mm512_loadu_ps(r0 + 2 * ow), b = _mm512_loadu_ps(r0 + 2 * ow + 16);
+    const __m512 c = _mm512_loadu_ps(r1 + 2 * ow), d = _mm512_loadu_ps(r1 + 2 * ow + 16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(taps + ow),
+                     taps_2x2_avx512(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b),
+                                     _mm512_permutex2var_ps(c, even, d), _mm512_permutex2var_ps(c, odd, d),
+                                     _mm512_loadu_ps(o + ow)));
+  }
+  return ow;
+}
+MT_TARGET_AVX512 int64_t taps_row_2x2_avx512(const BFloat16* r0, const BFloat16* r1, const BFloat16* o, int64_t OW,
+                                              uint8_t* taps) {
+  // A window's two taps of a row are one 32-bit word: the low half is the even tap.
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  int64_t ow = 0;
+  for (; ow + 16 <= OW; ow += 16) {
+    const __m512i a = _mm512_loadu_si512(r0 + 2 * ow), c = _mm512_loadu_si512(r1 + 2 * ow);
+    const __m512 out = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + ow))), 16));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(taps + ow),
+                     taps_2x2_avx512(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)),
+                                     _mm512_castsi512_ps(_mm512_and_si512(a, high)),
+                                     _mm512_castsi512_ps(_mm512_slli_epi32(c, 16)),
+                                     _mm512_castsi512_ps(_mm512_and_si512(c, high)), out));
+  }
+  return ow;
+}
+MT_KERNELS_END
+#endif
+
+// avx512: the 2x2_avx512 entry was chosen (so this CPU has AVX-512).
+template <typename T>
+void taps_2x2_from_output(const PoolGeom& g, const T* in, const T* out, uint8_t* taps, [[maybe_unused]] bool avx512) {
+  using A = acc_t<T>;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const T* r0 = in + 2 * oh * g.W;
+    const T* r1 = r0 + g.W;
+    int64_t ow = 0;
+#if MIXTAPE_X86_KERNELS
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>)
+      if (avx512) ow = taps_row_2x2_avx512(r0, r1, out + oh * g.OW, g.OW, taps + oh * g.OW);
+#endif
+    for (; ow < g.OW; ++ow) {
+      const A t0 = static_cast<A>(r0[2 * ow]), t1 = static_cast<A>(r0[2 * ow + 1]);
+      const A t2 = static_cast<A>(r1[2 * ow]), t3 = static_cast<A>(r1[2 * ow + 1]);
+      const A o = static_cast<A>(out[oh * g.OW + ow]);
+      // Branch-free (a branch per tap mispredicts on real activations, as in the forward loops):
+      // eq counts the leading taps unequal to o; nan is the position of the last NaN tap.
+      const int n0 = t0 != o, n1 = n0 & (t1 != o), n2 = n1 & (t2 != o);
+      const int eq = n0 + n1 + n2;
+      const int a3 = t3 != t3, a2 = !a3 & (t2 != t2), a1 = !a3 & !a2 & (t1 != t1);
+      const int nan = 3 * a3 + 2 * a2 + a1;
+      const int o_nan = o != o;
+      taps[oh * g.OW + ow] = static_cast<uint8_t>(eq ^ ((eq ^ nan) & -o_nan));
     }
+  }
 }
 
 // What the forward returns besides its output: nothing, PyTorch's Int64 flat indices into each
@@ -262,7 +339,8 @@ TensorList max_pool2d_forward(const OpCall& call, Keep keep) {
     const bool bf16_2x2 = std::is_same_v<T, BFloat16> && k == PoolKernel::TwoByTwoAvx512;
     for_each_plane(g.planes(), g.out_plane() * g.kH * g.kW, [&](int64_t p, int t) {
       int64_t* ixp = ix ? ix + p * g.out_plane() : nullptr;
-      if (keep == Keep::Taps) {
+      const bool two = k != PoolKernel::Generic;  // 2x2 codes come from the output, no indices
+      if (keep == Keep::Taps && !two) {
         std::vector<int64_t>& b = pidx[static_cast<size_t>(t)];
         b.resize(static_cast<size_t>(g.out_plane()));
         ixp = b.data();
@@ -286,11 +364,13 @@ TensorList max_pool2d_forward(const OpCall& call, Keep keep) {
         }
       }
       if (keep == Keep::Taps) {
-        const bool two = k != PoolKernel::Generic;
-        if (tap_dt == DType::UInt8)
-          taps_from_indices(g, two, ixp, taps.data_ptr<uint8_t>() + p * g.out_plane());
+        if (two)
+          taps_2x2_from_output(g, in + p * g.in_plane(), o + p * g.out_plane(),
+                               taps.data_ptr<uint8_t>() + p * g.out_plane(), k == PoolKernel::TwoByTwoAvx512);
+        else if (tap_dt == DType::UInt8)
+          taps_from_indices(g, ixp, taps.data_ptr<uint8_t>() + p * g.out_plane());
         else
-          taps_from_indices(g, two, ixp, taps.data_ptr<int32_t>() + p * g.out_plane());
+          taps_from_indices(g, ixp, taps.data_ptr<int32_t>() + p * g.out_plane());
       }
     });
   });
@@ -545,6 +625,7 @@ const OpSchema& kMaxPool =
     define_op("max_pool2d")
         .save({}, {1})
         .grad(max_pool2d_backward_fn)
+        .backward_ignores_output_grads({1})  // the codes get none (no zeros made for them)
         .kernel(DeviceType::CPU, max_pool2d_cpu)
         .sample("2x2", {arg({2, 3, 6, 6})}, [](const TensorList& x) { return TensorList{max_pool2d(x[0], {2, 2})}; })
         // stride 1 < kernel 3: one input can win several windows, its gradient accumulates

@@ -6,6 +6,7 @@
 
 #include "ops/activation_functors.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/isa.h"
 #include "ops/pool_planes.h"
 
 namespace mixtape {
@@ -19,11 +20,86 @@ void check_relu_mask_grad(const char* op, const Tensor& g, const Tensor& mask) {
            mask.describe());
 }
 
+namespace {
+
+// Lane masks of a mask byte: kLanes<U>[b][k] is all ones where bit k of b is set (U = uint16_t for
+// BF16, uint32_t for f32), so applying a byte is 8 ANDs the compiler vectorises.
+template <typename U>
+struct LaneMasks {
+  U m[256][8];
+  constexpr LaneMasks() : m{} {
+    for (int b = 0; b < 256; ++b)
+      for (int k = 0; k < 8; ++k) m[b][k] = (b >> k) & 1 ? U(~U(0)) : U(0);
+  }
+};
+template <typename U>
+inline constexpr LaneMasks<U> kLanes{};
+
+// out > 0 on the storage bits, as fn::ReluGrad decides it after widening: sign clear, not zero,
+// not NaN, i.e. 1 <= bits <= +inf's bits (an unsigned bits - 1 below +inf's bits).
+inline bool positive_bits(uint16_t b) { return uint16_t(b - 1u) < 0x7F80u; }
+inline bool positive_bits(uint32_t b) { return b - 1u < 0x7F800000u; }
+
+#if MIXTAPE_X86_KERNELS
+MT_KERNELS_BEGIN
+// 32 BF16 (16 f32) bits per compare: the mask register is the mask bytes, in element order.
+MT_TARGET_AVX512 void pack_bits_avx512(const uint16_t* p, int64_t blocks, uint8_t* m) {
+  const __m512i one = _mm512_set1_epi16(1), inf = _mm512_set1_epi16(0x7F80);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __mmask32 k = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(_mm512_loadu_si512(p + 32 * b), one), inf);
+    std::memcpy(m + 4 * b, &k, 4);
+  }
+}
+MT_TARGET_AVX512 void pack_bits_avx512(const uint32_t* p, int64_t blocks, uint8_t* m) {
+  const __m512i one = _mm512_set1_epi32(1), inf = _mm512_set1_epi32(0x7F800000);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __mmask16 k = _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_loadu_si512(p + 16 * b), one), inf);
+    std::memcpy(m + 2 * b, &k, 2);
+  }
+}
+MT_KERNELS_END
+#endif
+
+template <typename T, typename U>
+void pack_bits(const T* p, int64_t n, uint8_t* m) {
+  const int64_t nb = relu_mask_bytes(n);
+  int64_t done = 0;  // whole bytes the AVX-512 loop wrote
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512()) {
+    constexpr int64_t kBlock = 512 / (8 * sizeof(U));  // elements per compare
+    const int64_t blocks = n / kBlock, chunk = 256;    // blocks per task
+    const U* u = reinterpret_cast<const U*>(p);
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t c = 0; c < (blocks + chunk - 1) / chunk; ++c)
+      pack_bits_avx512(u + c * chunk * kBlock, std::min(chunk, blocks - c * chunk), m + c * chunk * kBlock / 8);
+    done = blocks * kBlock / 8;
+  }
+#endif
+#pragma omp parallel for if (n - 8 * done >= cpu::kParallelGrain) schedule(static)
+  for (int64_t j = done; j < nb; ++j) {
+    U v[8] = {};
+    std::memcpy(v, p + 8 * j, static_cast<size_t>(std::min<int64_t>(8, n - 8 * j)) * sizeof(U));
+    unsigned b = 0;
+    for (int k = 0; k < 8; ++k) b |= unsigned(positive_bits(v[k])) << k;
+    m[j] = static_cast<uint8_t>(b);
+  }
+}
+
+}  // namespace
+
 Tensor relu_mask_cpu(const Tensor& out) {
   const Tensor oc = pool_impl::dense(out);
   const int64_t n = oc.numel(), nb = relu_mask_bytes(n);
   Tensor mask = Tensor::empty({nb}, TensorOptions(DType::UInt8));
   uint8_t* m = mask.data_ptr<uint8_t>();
+  if (oc.dtype() == DType::BFloat16) {  // the bits decide it: no widening
+    pack_bits<BFloat16, uint16_t>(static_cast<const BFloat16*>(oc.data_ptr()), n, m);
+    return mask;
+  }
+  if (oc.dtype() == DType::Float32) {
+    pack_bits<float, uint32_t>(static_cast<const float*>(oc.data_ptr()), n, m);
+    return mask;
+  }
   visit_floating(oc.dtype(), "relu", [&]<typename T>() {
     using A = acc_t<T>;
     const T* p = static_cast<const T*>(oc.data_ptr());
@@ -50,24 +126,57 @@ TensorList relu_mask_grad_cpu(const OpCall& call) {
   Tensor out = Tensor::empty(g.sizes(), TensorOptions(g.dtype()));
   const int64_t n = g.numel(), nb = relu_mask_bytes(n);
   const uint8_t* m = mc.data_ptr<uint8_t>();
+  const char* gp = static_cast<const char*>(gc.data_ptr());
+  char* op = static_cast<char*>(out.data_ptr());
+  if (g.dtype() == DType::BFloat16 || g.dtype() == DType::Float32) {
+    // g AND the byte's lane masks; BF16 NaNs made quiet first (fn::ReluGrad stores a BF16 NaN
+    // quiet: the widening and rounding do); an f32 g passes as it is.
+    const bool bf16 = g.dtype() == DType::BFloat16;
+    const int64_t full = n / 8;
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
+    for (int64_t j = 0; j < full; ++j) {
+      if (bf16) {
+        uint16_t v[8];
+        std::memcpy(v, gp + 16 * j, 16);
+        const uint16_t* lane = kLanes<uint16_t>.m[m[j]];
+        for (int k = 0; k < 8; ++k) {
+          const uint16_t quiet = uint16_t(((v[k] & 0x7FFFu) + 0x007Fu) & 0x8000u) >> 9;  // 0x40 for a NaN
+          v[k] = uint16_t((v[k] | quiet) & lane[k]);
+        }
+        std::memcpy(op + 16 * j, v, 16);
+      } else {
+        uint32_t v[8];
+        std::memcpy(v, gp + 32 * j, 32);
+        const uint32_t* lane = kLanes<uint32_t>.m[m[j]];
+        for (int k = 0; k < 8; ++k) v[k] &= lane[k];
+        std::memcpy(op + 32 * j, v, 32);
+      }
+    }
+    for (int64_t i = 8 * full; i < n; ++i) {  // the last, partial byte
+      const bool keep = (m[full] >> (i - 8 * full)) & 1u;
+      if (bf16) {
+        uint16_t v;
+        std::memcpy(&v, gp + 2 * i, 2);
+        v = keep ? fn::ReluGrad::bf16_bits(v, 0x3F80u) : uint16_t(0);  // out = 1: kept
+        std::memcpy(op + 2 * i, &v, 2);
+      } else {
+        uint32_t v;
+        std::memcpy(&v, gp + 4 * i, 4);
+        v = keep ? v : 0u;
+        std::memcpy(op + 4 * i, &v, 4);
+      }
+    }
+    return {out};
+  }
   visit_floating(g.dtype(), call.name(), [&]<typename T>() {
     using A = acc_t<T>;
-    const T* gp = static_cast<const T*>(gc.data_ptr());
-    T* o = static_cast<T*>(out.data_ptr());
+    const T* gt = reinterpret_cast<const T*>(gp);
+    T* o = reinterpret_cast<T*>(op);
 #pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
     for (int64_t j = 0; j < nb; ++j) {
       const unsigned b = m[j];
-      for (int64_t i = 8 * j, e = std::min(n, 8 * j + 8); i < e; ++i) {
-        const bool keep = (b >> (i - 8 * j)) & 1u;
-        if constexpr (std::is_same_v<T, BFloat16>) {  // fn::ReluGrad's bits (out = 1: kept), no widening
-          uint16_t gb;
-          std::memcpy(&gb, gp + i, 2);
-          const uint16_t ob = keep ? fn::ReluGrad::bf16_bits(gb, 0x3F80u) : uint16_t(0);
-          std::memcpy(o + i, &ob, 2);
-        } else {
-          o[i] = keep ? static_cast<T>(static_cast<A>(gp[i])) : static_cast<T>(A(0));
-        }
-      }
+      for (int64_t i = 8 * j, e = std::min(n, 8 * j + 8); i < e; ++i)
+        o[i] = (b >> (i - 8 * j)) & 1u ? static_cast<T>(static_cast<A>(gt[i])) : static_cast<T>(A(0));
     }
   });
   return {out};
