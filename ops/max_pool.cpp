@@ -246,38 +246,41 @@ MT_TARGET_AVX512 __m128i taps_2x2_avx512(__m512 t0, __m512 t1, __m512 t2, __m512
   nan = _mm512_mask_mov_epi32(nan, a1, one);
   return _mm512_cvtepi32_epi8(_mm512_mask_blend_epi32(_mm512_cmp_ps_mask(o, o, _CMP_UNORD_Q), eq, nan));
 }
-// Rows r0, r1 and the output row: windows [0, ow_end) in blocks of 16; returns ow_end.
+// Rows r0, r1 and the output row, every window: blocks of 16, the last one masked (a 28-wide
+// plane has 14 windows a row). Returns OW.
 MT_TARGET_AVX512 int64_t taps_row_2x2_avx512(const float* r0, const float* r1, const float* o, int64_t OW,
                                               uint8_t* taps) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  int64_t ow = 0;
-  for (; ow + 16 <= OW; ow += 16) {
-    const __m512 a = _mm512_loadu_ps(r0 + 2 * ow), b = _mm512_loadu_ps(r0 + 2 * ow + 16);
-    const __m512 c = _mm512_loadu_ps(r1 + 2 * ow), d = _mm512_loadu_ps(r1 + 2 * ow + 16);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(taps + ow),
-                     taps_2x2_avx512(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b),
-                                     _mm512_permutex2var_ps(c, even, d), _mm512_permutex2var_ps(c, odd, d),
-                                     _mm512_loadu_ps(o + ow)));
+  for (int64_t ow = 0; ow < OW; ow += 16) {
+    const int64_t n = std::min<int64_t>(16, OW - ow);
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);  // windows
+    const __mmask16 lo = static_cast<__mmask16>(n >= 8 ? 0xFFFFu : (1u << (2 * n)) - 1u);  // taps 0..15
+    const __mmask16 hi = static_cast<__mmask16>(n >= 8 ? (1u << (2 * n - 16)) - 1u : 0u);  // taps 16..31
+    const __m512 a = _mm512_maskz_loadu_ps(lo, r0 + 2 * ow), b = _mm512_maskz_loadu_ps(hi, r0 + 2 * ow + 16);
+    const __m512 c = _mm512_maskz_loadu_ps(lo, r1 + 2 * ow), d = _mm512_maskz_loadu_ps(hi, r1 + 2 * ow + 16);
+    _mm_mask_storeu_epi8(taps + ow, m,
+                         taps_2x2_avx512(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b),
+                                         _mm512_permutex2var_ps(c, even, d), _mm512_permutex2var_ps(c, odd, d),
+                                         _mm512_maskz_loadu_ps(m, o + ow)));
   }
-  return ow;
+  return OW;
 }
 MT_TARGET_AVX512 int64_t taps_row_2x2_avx512(const BFloat16* r0, const BFloat16* r1, const BFloat16* o, int64_t OW,
                                               uint8_t* taps) {
   // A window's two taps of a row are one 32-bit word: the low half is the even tap.
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  int64_t ow = 0;
-  for (; ow + 16 <= OW; ow += 16) {
-    const __m512i a = _mm512_loadu_si512(r0 + 2 * ow), c = _mm512_loadu_si512(r1 + 2 * ow);
-    const __m512 out = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + ow))), 16));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(taps + ow),
-                     taps_2x2_avx512(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)),
-                                     _mm512_castsi512_ps(_mm512_and_si512(a, high)),
-                                     _mm512_castsi512_ps(_mm512_slli_epi32(c, 16)),
-                                     _mm512_castsi512_ps(_mm512_and_si512(c, high)), out));
+  for (int64_t ow = 0; ow < OW; ow += 16) {
+    const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, OW - ow)) - 1u);
+    const __m512i a = _mm512_maskz_loadu_epi32(m, r0 + 2 * ow), c = _mm512_maskz_loadu_epi32(m, r1 + 2 * ow);
+    const __m512 out = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, o + ow)), 16));
+    _mm_mask_storeu_epi8(taps + ow, m,
+                         taps_2x2_avx512(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)),
+                                         _mm512_castsi512_ps(_mm512_and_si512(a, high)),
+                                         _mm512_castsi512_ps(_mm512_slli_epi32(c, 16)),
+                                         _mm512_castsi512_ps(_mm512_and_si512(c, high)), out));
   }
-  return ow;
+  return OW;
 }
 MT_KERNELS_END
 #endif
