@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #if defined(__SSE2__)
@@ -236,8 +237,9 @@ MT_TARGET_AVX512 __m128i taps_2x2_avx512(__m512 t0, __m512 t1, __m512 t2, __m512
   const __mmask16 n1 = n0 & _mm512_cmp_ps_mask(t1, o, _CMP_NEQ_UQ);
   const __mmask16 n2 = n1 & _mm512_cmp_ps_mask(t2, o, _CMP_NEQ_UQ);
   const __m512i one = _mm512_set1_epi32(1);
-  const __m512i eq = _mm512_add_epi32(_mm512_add_epi32(_mm512_maskz_mov_epi32(n0, one), _mm512_maskz_mov_epi32(n1, one)),
-                                      _mm512_maskz_mov_epi32(n2, one));
+  const __m512i eq = _mm512_add_epi32(
+      _mm512_add_epi32(_mm512_maskz_mov_epi32(n0, one), _mm512_maskz_mov_epi32(n1, one)),
+      _mm512_maskz_mov_epi32(n2, one));
   const __mmask16 a3 = _mm512_cmp_ps_mask(t3, t3, _CMP_UNORD_Q);
   const __mmask16 a2 = ~a3 & _mm512_cmp_ps_mask(t2, t2, _CMP_UNORD_Q);
   const __mmask16 a1 = ~a3 & ~a2 & _mm512_cmp_ps_mask(t1, t1, _CMP_UNORD_Q);
@@ -273,7 +275,8 @@ MT_TARGET_AVX512 int64_t taps_row_2x2_avx512(const BFloat16* r0, const BFloat16*
   for (int64_t ow = 0; ow < OW; ow += 16) {
     const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, OW - ow)) - 1u);
     const __m512i a = _mm512_maskz_loadu_epi32(m, r0 + 2 * ow), c = _mm512_maskz_loadu_epi32(m, r1 + 2 * ow);
-    const __m512 out = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, o + ow)), 16));
+    const __m512i o16 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, o + ow));
+    const __m512 out = _mm512_castsi512_ps(_mm512_slli_epi32(o16, 16));
     _mm_mask_storeu_epi8(taps + ow, m,
                          taps_2x2_avx512(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)),
                                          _mm512_castsi512_ps(_mm512_and_si512(a, high)),
@@ -504,10 +507,14 @@ TensorList max_pool2d_tap_backward_cpu(const OpCall& call) {
     GradPlanes<T> planes(plane);
     visit_taps(tc, [&]<typename C>(const C* codes) {
       for_each_plane(g.planes(), oplane + plane, [&](int64_t p, int t) {
-        A* acc = planes.begin(o + p * plane, t);
         const T* gpl = gp + p * oplane;
         const C* cpl = codes + p * oplane;
-        if (k != PoolKernel::Generic) {  // 2x2, stride 2, inside the plane: tap c is (c >> 1, c & 1)
+        if (k != PoolKernel::Generic) {
+          // 2x2, stride 2, inside the plane: tap c is (c >> 1, c & 1), and windows do not overlap,
+          // so each pixel gets at most one gradient: written as 0 + g rounded once (the bits of
+          // the accumulation: -0 becomes +0), straight into the output plane, no f32 scratch.
+          T* gx = o + p * plane;
+          std::memset(static_cast<void*>(gx), 0, static_cast<size_t>(plane) * sizeof(T));  // +0 is all zero bits
           for (int64_t oh = 0; oh < g.OH; ++oh)
             for (int64_t ow = 0; ow < g.OW; ++ow) {
               const int64_t i = oh * g.OW + ow, c = static_cast<int64_t>(cpl[i]);
@@ -515,9 +522,12 @@ TensorList max_pool2d_tap_backward_cpu(const OpCall& call) {
                 bad.store(c, std::memory_order_relaxed);
                 continue;
               }
-              acc[(2 * oh + (c >> 1)) * g.W + 2 * ow + (c & 1)] += static_cast<A>(gpl[i]);
+              gx[(2 * oh + (c >> 1)) * g.W + 2 * ow + (c & 1)] = static_cast<T>(A(0) + static_cast<A>(gpl[i]));
             }
-        } else {
+          return;
+        }
+        A* acc = planes.begin(o + p * plane, t);
+        {
           for (int64_t oh = 0; oh < g.OH; ++oh)
             for (int64_t ow = 0; ow < g.OW; ++ow) {
               const int64_t i = oh * g.OW + ow;
@@ -589,7 +599,8 @@ TensorList max_pool2d_tap_backward_backward(BackwardContext& c) {
   return {dispatch1(max_pool2d_tap_gather_op(), {c.grad(), c.input(1)}, window_attrs(c.attrs)), Tensor()};
 }
 TensorList max_pool2d_tap_gather_backward(BackwardContext& c) {
-  return {dispatch1(max_pool2d_tap_backward_op(), {c.grad(), c.input(1)}, window_attrs(c.attrs).set("input_size", c.input_sizes(0))),
+  return {dispatch1(max_pool2d_tap_backward_op(), {c.grad(), c.input(1)},
+                    window_attrs(c.attrs).set("input_size", c.input_sizes(0))),
           Tensor()};
 }
 
@@ -603,25 +614,34 @@ const OpSchema& kMaxPoolTapBackward =
         .kernel(DeviceType::CPU, max_pool2d_tap_backward_cpu)
         // stride 1 < kernel 3: windows overlap, a pixel's gradient accumulates; padding and ceil
         .sample("overlap", {arg({1, 2, 5, 5}), arg({1, 2, 5, 5}).constant()},
-                [](const TensorList& x) { return tap_sample(max_pool2d_tap_backward_op(), x, {3, 3}, {1, 1}, {1, 1}, {1, 1}, false, false); },
+                [](const TensorList& x) {
+                  return tap_sample(max_pool2d_tap_backward_op(), x, {3, 3}, {1, 1}, {1, 1}, {1, 1}, false, false);
+                },
                 sums_of(9))
         .sample("2x2", {arg({2, 3, 3, 3}), arg({2, 3, 6, 7}).constant()},
-                [](const TensorList& x) { return tap_sample(max_pool2d_tap_backward_op(), x, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, false); })
+                [](const TensorList& x) {
+                  return tap_sample(max_pool2d_tap_backward_op(), x, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, false);
+                })
         // 16 x 17 = 272 taps: Int32 codes
         .sample("wide-window", {arg({1, 2, 2, 2}), arg({1, 2, 18, 20}).constant()},
-                [](const TensorList& x) { return tap_sample(max_pool2d_tap_backward_op(), x, {16, 17}, {2, 2}, {0, 0}, {1, 1}, false, false); });
+                [](const TensorList& x) {
+                  return tap_sample(max_pool2d_tap_backward_op(), x, {16, 17}, {2, 2}, {0, 0}, {1, 1}, false, false);
+                });
 const OpSchema& kMaxPoolTapGather =
     define_op("max_pool2d_tap_gather")
         .save({1})
         .grad(max_pool2d_tap_gather_backward)
         .kernel(DeviceType::CPU, max_pool2d_tap_gather_cpu)
         .sample("dilation-ceil", {arg({1, 2, 9, 8}), arg({1, 2, 9, 8}).constant()},
-                [](const TensorList& x) { return tap_sample(max_pool2d_tap_gather_op(), x, {3, 2}, {2, 3}, {1, 1}, {2, 1}, true, true); });
+                [](const TensorList& x) {
+                  return tap_sample(max_pool2d_tap_gather_op(), x, {3, 2}, {2, 3}, {1, 1}, {2, 1}, true, true);
+                });
 const OpSchema& max_pool2d_tap_backward_op() { return kMaxPoolTapBackward; }
 const OpSchema& max_pool2d_tap_gather_op() { return kMaxPoolTapGather; }
 
 TensorList max_pool2d_backward_fn(BackwardContext& c) {
-  return {dispatch1(kMaxPoolTapBackward, {c.grad(0), c.output(1)}, window_attrs(c.attrs).set("input_size", c.input_sizes(0)))};
+  return {dispatch1(kMaxPoolTapBackward, {c.grad(0), c.output(1)},
+                    window_attrs(c.attrs).set("input_size", c.input_sizes(0)))};
 }
 
 const OpSchema& kMaxPool =

@@ -3,8 +3,9 @@
 // A window's taps are numbered over the whole unclipped window, padding included: tap m kW + n
 // (m < kH, n < kW) is the input pixel (oh sH - pH + m dH, ow sW - pW + n dW). The winner is the
 // forward's (ops/max_pool.cpp's rule): row-major scan, a tap replaces the best so far if greater
-// or NaN, so the first of equal maxima wins and NaN propagates; padding is never chosen. A window
-// lying wholly in padding has no winner: the code with every bit set (kNoTap), no gradient.
+// or NaN, so the first of equal maxima wins and NaN propagates (a window with several NaNs: the
+// last of them, each NaN tap being taken); padding is never chosen. A window
+// lying wholly in padding has no winner: the code with every bit set (255, or -1), no gradient.
 // Storage: UInt8 when kH kW <= 255 (codes 0..254, 255 = none: 1 byte per output, 1/8 of
 // PyTorch's Int64 index), Int32 for wider windows (-1 = none).
 // Invariant: tap_of(position_of(t)) == t for every tap of a window; the codes do not depend on

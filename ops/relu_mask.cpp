@@ -57,6 +57,26 @@ MT_TARGET_AVX512 void pack_bits_avx512(const uint32_t* p, int64_t blocks, uint8_
     std::memcpy(m + 2 * b, &k, 2);
   }
 }
+// g kept where the bit is set (BF16 NaNs made quiet, as fn::ReluGrad stores them), +0 elsewhere:
+// 32 BF16 or 16 f32 values per mask word.
+MT_TARGET_AVX512 void apply_bits_avx512(const uint16_t* g, const uint8_t* m, int64_t blocks, uint16_t* out) {
+  const __m512i mag = _mm512_set1_epi16(0x7FFF), inf = _mm512_set1_epi16(0x7F80), quiet = _mm512_set1_epi16(0x0040);
+  for (int64_t b = 0; b < blocks; ++b) {
+    __mmask32 k;
+    std::memcpy(&k, m + 4 * b, 4);
+    __m512i v = _mm512_loadu_si512(g + 32 * b);
+    const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, mag), inf);
+    v = _mm512_or_si512(v, _mm512_maskz_mov_epi16(nan, quiet));
+    _mm512_storeu_si512(out + 32 * b, _mm512_maskz_mov_epi16(k, v));
+  }
+}
+MT_TARGET_AVX512 void apply_bits_avx512(const uint32_t* g, const uint8_t* m, int64_t blocks, uint32_t* out) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    __mmask16 k;
+    std::memcpy(&k, m + 2 * b, 2);
+    _mm512_storeu_si512(out + 16 * b, _mm512_maskz_loadu_epi32(k, g + 16 * b));
+  }
+}
 MT_KERNELS_END
 #endif
 
@@ -133,8 +153,25 @@ TensorList relu_mask_grad_cpu(const OpCall& call) {
     // quiet: the widening and rounding do); an f32 g passes as it is.
     const bool bf16 = g.dtype() == DType::BFloat16;
     const int64_t full = n / 8;
+    int64_t done = 0;  // mask bytes the AVX-512 loop applied
+#if MIXTAPE_X86_KERNELS
+    if (cpu::isa_avx512()) {
+      const int64_t per = bf16 ? 32 : 16, blocks = n / per, chunk = 256;  // values per mask word
 #pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
-    for (int64_t j = 0; j < full; ++j) {
+      for (int64_t c = 0; c < (blocks + chunk - 1) / chunk; ++c) {
+        const int64_t b0 = c * chunk, nbl = std::min(chunk, blocks - b0);
+        if (bf16)
+          apply_bits_avx512(reinterpret_cast<const uint16_t*>(gp) + b0 * per, m + b0 * per / 8, nbl,
+                            reinterpret_cast<uint16_t*>(op) + b0 * per);
+        else
+          apply_bits_avx512(reinterpret_cast<const uint32_t*>(gp) + b0 * per, m + b0 * per / 8, nbl,
+                            reinterpret_cast<uint32_t*>(op) + b0 * per);
+      }
+      done = blocks * per / 8;
+    }
+#endif
+#pragma omp parallel for if (n - 8 * done >= cpu::kParallelGrain) schedule(static)
+    for (int64_t j = done; j < full; ++j) {
       if (bf16) {
         uint16_t v[8];
         std::memcpy(v, gp + 16 * j, 16);

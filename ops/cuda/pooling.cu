@@ -2,7 +2,8 @@
 // end of the file), max_pool2d forward (with indices or tap codes, ops/max_pool_taps.h) and its
 // gradient ops on the device, with ops/max_pool.cpp's and ops/avg_pool.cpp's window rules: taps
 // clipped to the plane, padding never chosen, row-major scan where a value wins if greater or NaN
-// (first of equal maxima, NaN sticks), -1 (no tap) for a window wholly in padding. Gradients are gathers, not scatters: one thread per input
+// (first of equal maxima, NaN sticks), -1 (no tap) for a window wholly in padding.
+// Gradients are gathers, not scatters: one thread per input
 // pixel visits the windows that can contain it in output order and adds the gradient of those
 // whose argmax it is, in acc_t, rounding once — the CPU's accumulation order, so the result is
 // bit-identical and deterministic (no atomics).

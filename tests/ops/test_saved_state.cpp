@@ -131,7 +131,8 @@ TEST(SavedState, MaxPoolGradientFromTapsIsTheIndexScatter) {
       y.backward(g);
       auto [yi, idx] = max_pool2d_with_indices(x0, w.k, w.s, w.p, w.d, w.ceil);
       EXPECT_TRUE(bit_equal(y.detach(), yi)) << dtype_name(dt) << " " << shape_str(w.size);
-      EXPECT_TRUE(bit_equal(x.grad(), max_pool2d_backward(g, idx, w.size))) << dtype_name(dt) << " " << shape_str(w.size);
+      EXPECT_TRUE(bit_equal(x.grad(), max_pool2d_backward(g, idx, w.size)))
+          << dtype_name(dt) << " " << shape_str(w.size);
     }
 }
 
