@@ -2,8 +2,10 @@
 // recipe's scale update at entry. The FP8 GEMM ops themselves: amp/fp8_ops.cpp.
 #include "amp/fp8_autocast.h"
 
+#include "amp/fp8_cuda_route.h"
 #include "autograd/checkpoint.h"
 #include "core/error.h"
+#include "ops/shape_ops.h"
 
 namespace mixtape::amp {
 
@@ -20,9 +22,7 @@ Fp8Autocast::Fp8Autocast(const Fp8Recipe& recipe, Fp8Metas* metas, Fp8AutocastOp
                          DeviceType device_type)
     : prev_(nullptr) {
   check_recipe(recipe, "Fp8Autocast");
-  MT_CHECK(device_type == DeviceType::CPU, "Fp8Autocast(", device_type_name(device_type),
-           "): FP8 GEMMs run on the CPU only for now (cuBLASLt's FP8 matmul is not wired yet); use "
-           "AutocastGuard(CUDA, BFloat16) there");
+  if (device_type == DeviceType::CUDA) detail::fp8_cuda_backend("Fp8Autocast(cuda)");  // refuses without CUDA
   MT_CHECK(options.output_dtype == DType::BFloat16 || options.output_dtype == DType::Float32,
            "Fp8Autocast: output_dtype must be BFloat16 or Float32, got ", dtype_name(options.output_dtype));
   if (const auto* d = std::get_if<DelayedScaling>(&recipe)) {
@@ -31,6 +31,12 @@ Fp8Autocast::Fp8Autocast(const Fp8Recipe& recipe, Fp8Metas* metas, Fp8AutocastOp
              "model.named_parameters()))");
     MT_CHECK(same_recipe(*d, metas->recipe()), "Fp8Autocast: the recipe ", recipe_string(recipe),
              " differs from the one the metas were made with, ", recipe_string(metas->recipe()));
+    // The metas live on their weights' devices (TE's fp8_meta): a region casts with and records
+    // into the metas of its own device type only.
+    for (const Fp8Meta& m : metas->metas())
+      MT_CHECK(m.scale.device().type() == device_type, "Fp8Autocast(", device_type_name(device_type), "): the FP8 metadata '",
+               m.name, "' is on ", m.scale.device(), "; make the Fp8Metas from the model's parameters on the region's "
+               "device (move the model first)");
     if (options.update_scales && !autograd::in_checkpoint_recompute()) metas->update_scales(options.amax_reducer);
   } else {
     MT_CHECK(metas == nullptr, "Fp8Autocast: ", recipe_string(recipe),
@@ -38,7 +44,8 @@ Fp8Autocast::Fp8Autocast(const Fp8Recipe& recipe, Fp8Metas* metas, Fp8AutocastOp
   }
   settings_ = std::make_unique<detail::Fp8RegionSettings>(detail::Fp8RegionSettings{recipe, metas, options.output_dtype});
   settings_->record_amaxes = !autograd::in_checkpoint_recompute();
-  bf16_.emplace(DeviceType::CPU, DType::BFloat16);
+  settings_->device_type = device_type;
+  bf16_.emplace(device_type, DType::BFloat16);
   prev_ = tls_region;
   tls_region = settings_.get();
 }
@@ -53,10 +60,38 @@ bool is_fp8_autocast_enabled() { return tls_region != nullptr; }
 namespace detail {
 const Fp8RegionSettings* fp8_region() { return tls_region; }
 
+namespace {
+Fp8CudaBackend& cuda_backend_slot() {
+  static Fp8CudaBackend b;
+  return b;
+}
+}  // namespace
+bool register_fp8_cuda_backend(Fp8CudaBackend backend) {
+  cuda_backend_slot() = backend;
+  return true;
+}
+const Fp8CudaBackend& fp8_cuda_backend(const char* who) {
+  const Fp8CudaBackend& b = cuda_backend_slot();
+  MT_CHECK(b.gemm != nullptr && b.update != nullptr, who, ": this build has no CUDA backend (configure with "
+           "-DMIXTAPE_CUDA=ON)");
+  return b;
+}
+
 std::shared_ptr<const Fp8RegionSettings> capture_fp8_region() {
   if (tls_region == nullptr) return nullptr;
   auto c = std::make_shared<Fp8RegionSettings>(*tls_region);
-  if (c->metas != nullptr && !c->forward_scales) {
+  if (c->metas != nullptr && c->device_type == DeviceType::CUDA) {
+    if (!c->forward_scales_device.defined() && c->metas->size() > 0) {
+      // Device copies (cat copies), so a later update does not reach the recompute.
+      TensorList s, si;
+      for (const Fp8Meta& m : c->metas->metas()) {
+        s.push_back(m.scale);
+        si.push_back(m.scale_inv);
+      }
+      c->forward_scales_device = cat(s);
+      c->forward_scale_invs_device = cat(si);
+    }
+  } else if (c->metas != nullptr && !c->forward_scales) {
     // Inside a recompute (a checkpoint in a checkpoint) the scales are the outer forward's already.
     auto scales = std::make_shared<std::vector<float>>();
     for (const Fp8Meta& m : c->metas->metas())

@@ -53,13 +53,19 @@ struct Fp8RegionSettings {
   // A checkpoint's recompute only: the scales the forward cast with, 3 per meta (by role, metas
   // in order), so the recompute casts as the forward did even if the metas were updated since.
   std::shared_ptr<const std::vector<float>> forward_scales;
+  // The same for metas on a CUDA device, kept there (no host read): the metas' scale and
+  // scale_inv tensors concatenated, f32 (3 * metas) each.
+  Tensor forward_scales_device, forward_scale_invs_device;
+  // The tensors whose GEMMs run in FP8: CPU or CUDA (the region's device type).
+  DeviceType device_type = DeviceType::CPU;
 };
 }  // namespace detail
 
 class Fp8Autocast {
  public:
-  // DelayedScaling needs the model's metas (made with an equal recipe); the other recipes take
-  // none (nullptr). Only DeviceType::CPU runs FP8 GEMMs for now: CUDA is refused here.
+  // DelayedScaling needs the model's metas (made with an equal recipe, on the device of the
+  // region's tensors); the other recipes take none (nullptr). device_type: CPU or CUDA (a build
+  // with CUDA; MXFP8 is refused on CUDA by the first GEMM, naming it).
   explicit Fp8Autocast(const Fp8Recipe& recipe, Fp8Metas* metas = nullptr, Fp8AutocastOptions options = {},
                        DeviceType device_type = DeviceType::CPU);
   ~Fp8Autocast();

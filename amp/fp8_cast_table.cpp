@@ -2,8 +2,10 @@
 // AVX-512 instructions; it runs only after isa_avx512().
 #include "amp/fp8_cast_table.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "amp/fp8_scaling.h"
 #include "core/error.h"
 #include "ops/cpu/isa.h"
 
@@ -45,11 +47,95 @@ MT_TARGET_AVX512 float cast_scaled_avx512(const uint8_t* table, const float* src
   }
   return _mm512_reduce_max_ps(m);  // all lanes >= 0 and not NaN: order-free
 }
+// The format's constants for the arithmetic cast: mantissa bits, exponent bias, largest finite
+// value, smallest normal, and 2^k with 2^-k the subnormal quantum.
+struct Fp8Format {
+  int mant, bias;
+  float max, min_normal, sub_inv;
+};
+constexpr Fp8Format kE4m3{3, 7, 448.0f, 0x1p-6f, 0x1p9f};
+constexpr Fp8Format kE5m2{2, 15, 57344.0f, 0x1p-14f, 0x1p16f};
+
+// scales, when given, holds one scale per value (MX blocks) in place of `scale`.
+MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* table, const BFloat16* wtable,
+                                         const float* src, float scale, const float* scales, uint8_t* dst,
+                                         uint16_t* wide, int64_t n) {
+  const int shift = 23 - f.mant;
+  const __m512 vs = _mm512_set1_ps(scale), vmax = _mm512_set1_ps(f.max), vmin = _mm512_set1_ps(f.min_normal);
+  const __m512 vsub = _mm512_set1_ps(f.sub_inv), vq = _mm512_set1_ps(1.0f / f.sub_inv);
+  const __m512i half = _mm512_set1_epi32((1 << (shift - 1)) - 1), one = _mm512_set1_epi32(1);
+  const __m512i keep = _mm512_set1_epi32(~((1 << shift) - 1)), rebias = _mm512_set1_epi32((127 - f.bias) << f.mant);
+  const __m512i signbit = _mm512_set1_epi32(static_cast<int>(0x80000000u)), inf = _mm512_set1_epi32(0x7F800000);
+  __m512 m = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(k, src + i);
+    m = _mm512_max_ps(_mm512_abs_ps(x), m);  // NaNs dropped, as in cast_scaled_avx512
+    const __m512 vsi = scales != nullptr ? _mm512_maskz_loadu_ps(k, scales + i) : vs;
+    const __m512i vb = _mm512_castps_si512(_mm512_mul_ps(x, vsi));
+    const __m512i sign = _mm512_and_si512(vb, signbit);
+    const __m512i ab = _mm512_andnot_si512(signbit, vb);
+    if (_mm512_mask_cmpgt_epi32_mask(k, ab, inf)) {  // a NaN: this vector by the tables
+      for (int64_t j = i; j < std::min(n, i + 16); ++j) {
+        const float v = src[j] * (scales != nullptr ? scales[j] : scale);
+        uint32_t b;
+        std::memcpy(&b, &v, sizeof b);
+        const uint8_t c = table[(b >> 16) | ((b & 0xFFFFu) ? 0x10000u : 0u)];
+        if (dst != nullptr) dst[j] = c;
+        wide[j] = wtable[c].bits;
+      }
+      continue;
+    }
+    const __m512 a = _mm512_min_ps(_mm512_castsi512_ps(ab), vmax);  // inf -> max (SATFINITE)
+    // Normals: round to nearest even at `mant` bits on the bits (a carry moves into the exponent).
+    __m512i b = _mm512_castps_si512(a);
+    b = _mm512_add_epi32(b, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(b, shift), one)));
+    b = _mm512_and_si512(b, keep);
+    __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(b, shift), rebias);
+    // Subnormals: |v| in quanta, rounded to the nearest even integer (exact: a power-of-two product).
+    const __mmask16 sub = _mm512_cmp_ps_mask(a, vmin, _CMP_LT_OQ);
+    const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(a, vsub), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    code = _mm512_mask_mov_epi32(code, sub, _mm512_cvttps_epi32(q));
+    b = _mm512_mask_mov_epi32(b, sub, _mm512_castps_si512(_mm512_mul_ps(q, vq)));
+    code = _mm512_or_si512(code, _mm512_srli_epi32(sign, 24));
+    b = _mm512_or_si512(b, sign);
+    if (dst != nullptr) _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, code);
+    _mm512_mask_cvtepi32_storeu_epi16(wide + i, k, _mm512_srli_epi32(b, 16));
+  }
+  return _mm512_reduce_max_ps(m);
+}
+
+MT_TARGET_AVX512 void widen_avx512(const uint16_t* t, const uint8_t* src, uint16_t* dst, int64_t n) {
+  const __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 32);
+  const __m512i t2 = _mm512_loadu_si512(t + 64), t3 = _mm512_loadu_si512(t + 96);
+  const __m512i bit6 = _mm512_set1_epi16(0x40), sign = _mm512_set1_epi16(static_cast<int16_t>(0x8000));
+  for (int64_t i = 0; i < n; i += 32) {
+    const __mmask32 k = n - i >= 32 ? ~__mmask32(0) : static_cast<__mmask32>((1u << (n - i)) - 1);
+    const __m512i c = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, src + i));
+    const __m512i lo = _mm512_permutex2var_epi16(t0, c, t1), hi = _mm512_permutex2var_epi16(t2, c, t3);
+    __m512i r = _mm512_mask_blend_epi16(_mm512_test_epi16_mask(c, bit6), lo, hi);
+    r = _mm512_or_si512(r, _mm512_and_si512(_mm512_slli_epi16(c, 8), sign));  // code bit 7 -> bit 15
+    _mm512_mask_storeu_epi16(dst + i, k, r);
+  }
+}
 #endif
 
 }  // namespace
 
-Fp8CastTable::Fp8CastTable(DType fp8) : table_(2 * (1u << 16) + 3, 0) {
+void widen_fp8_codes(const std::array<BFloat16, 256>& table, const uint8_t* src, BFloat16* dst, int64_t n) {
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512() && n >= 32) {
+    bool signed_pairs = true;
+    for (int c = 0; c < 128; ++c)
+      signed_pairs = signed_pairs && table[static_cast<size_t>(c + 128)].bits == (table[static_cast<size_t>(c)].bits | 0x8000u);
+    if (signed_pairs) return widen_avx512(&table[0].bits, src, &dst->bits, n);
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = table[src[i]];
+}
+
+Fp8CastTable::Fp8CastTable(DType fp8)
+    : e4m3_(fp8 == DType::Float8_e4m3fn), widen_(fp8_to_bf16_table(fp8)), table_(2 * (1u << 16) + 3, 0) {
   const bool e4m3 = fp8 == DType::Float8_e4m3fn;
   for (uint32_t hi = 0; hi < (1u << 16); ++hi)
     for (uint32_t low : {0u, 1u}) {
@@ -67,6 +153,36 @@ float Fp8CastTable::cast_scaled(const float* src, float scale, uint8_t* dst, int
   if (cpu::isa_avx512()) return cast_scaled_avx512(table_.data(), src, scale, dst, n);
 #endif
   return cast_scaled_scalar(table_.data(), src, scale, dst, n);
+}
+
+float Fp8CastTable::cast_scaled_widened(const float* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n) const {
+  if (n <= 0) return 0.0f;
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512())
+    return cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, scale, nullptr, dst,
+                             &wide->bits, n);
+#endif
+  std::vector<uint8_t> own(dst != nullptr ? 0 : static_cast<size_t>(n));
+  uint8_t* codes = dst != nullptr ? dst : own.data();
+  const float m = cast_scaled(src, scale, codes, n);
+  widen_fp8_codes(widen_, codes, wide, n);
+  return m;
+}
+
+void Fp8CastTable::cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide,
+                                      int64_t n) const {
+  if (n <= 0) return;
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512()) {
+    cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, 1.0f, scales, dst, &wide->bits, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t c = (*this)(src[i] * scales[i]);
+    if (dst != nullptr) dst[i] = c;
+    wide[i] = widen_[c];
+  }
 }
 
 const Fp8CastTable& Fp8CastTable::of(DType fp8) {

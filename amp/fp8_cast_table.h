@@ -11,12 +11,21 @@
 // (AVX-512 where the CPU has it): the same entries, so the same bits as the scalar lookup.
 #pragma once
 #include <cstdint>
+#include <array>
 #include <cstring>
 #include <vector>
 
+#include "core/bfloat16.h"
 #include "core/dtype.h"
 
 namespace mixtape::amp {
+
+// The other way, exact: dst[i] = table[src[i]], table the 256 BF16 patterns of an FP8 format
+// (fp8_to_bf16_table). On AVX-512, 32 codes a step from the table's first 128 entries (two 64-entry
+// word permutes) with the code's top bit moved to BF16's sign: every FP8 code c >= 128 is code
+// c - 128 negated. That is checked on the table given (else the scalar loop runs), so the bits are
+// the table's either way.
+void widen_fp8_codes(const std::array<BFloat16, 256>& table, const uint8_t* src, BFloat16* dst, int64_t n);
 
 class Fp8CastTable {
  public:
@@ -32,9 +41,20 @@ class Fp8CastTable {
   // dst[i] = (*this)(src[i] * scale) for i < n (the product an f32 multiply, as written); returns
   // max |src[i]| over the same values (NaNs dropped, 0 for none), read in the same pass.
   float cast_scaled(const float* src, float scale, uint8_t* dst, int64_t n) const;
+  // The same, and wide[i] = the BF16 of dst[i] (exact); dst may be null (only wide is written). With AVX-512 in one pass of arithmetic:
+  // round to nearest even on the float's bits at the format's mantissa width (normals), or of
+  // |v| times the subnormal quantum's inverse to an integer (subnormals), |v| first clamped to the
+  // format's largest finite value (SATFINITE); vectors holding a NaN take the table. Its bits are
+  // the table's: tests/amp/test_fp8_kernels.cpp checks every high half with several low halves.
+  float cast_scaled_widened(const float* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n) const;
+  // The same cast and widening with one scale per value, scales[i] (MX blocks); no amax. Its bits
+  // are the table's: the vector form is cast_scaled_widened's with the scale loaded per lane.
+  void cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide, int64_t n) const;
 
  private:
   explicit Fp8CastTable(DType fp8);
+  bool e4m3_;
+  std::array<BFloat16, 256> widen_;
   // [hi]: low 16 bits zero, [0x10000 + hi]: set; 3 bytes of padding after (a gather reads 4).
   std::vector<uint8_t> table_;
 };

@@ -3,14 +3,18 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/kernel_table.h"
 #include "ops/cpu/loops.h"
 
 namespace mixtape::amp {
 
-Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who, float* post_out) {
+Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who, float* post_out,
+                const char* op_pass) {
   // The matrices the GEMM reads: the operands' data, or their pre-widened BF16 form.
   const Tensor& am = a.widened.defined() ? a.widened : a.data;
   const Tensor& bm = b.widened.defined() ? b.widened : b.data;
@@ -33,8 +37,17 @@ Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, cons
     return c;
   }
   const Tensor aw = widen_to_bf16(a), bw = widen_to_bf16(b);
+  const cpu::KernelPick pick = cpu::gemm_pick(DType::BFloat16, m, n, op_pass);
   cpu::gemm(ta, tb, m, n, k, aw.data_ptr<BFloat16>(), std::max<int64_t>(aw.size(1), 1), bw.data_ptr<BFloat16>(),
-            std::max<int64_t>(bw.size(1), 1), 0.0f, cp, n);
+            std::max<int64_t>(bw.size(1), 1), 0.0f, cp, n, pick.index);
+  cpu::trace_kernel_choice(
+      op_pass,
+      [&] {
+        const bool lin = std::strcmp(op_pass, "linear.fwd") == 0;
+        return std::string("bf16") + (lin ? "" : " B=1") + " M=" + std::to_string(m) + " K=" + std::to_string(k) +
+               " N=" + std::to_string(n) + cpu::steering_tags(true, false) + " fp8";
+      },
+      pick.name, pick.skipped);
   const float post = a.scale_inv * b.scale_inv;  // one f32 factor, as cuBLASLt's scale_a * scale_b
   if (post_out != nullptr) {
     *post_out = post;

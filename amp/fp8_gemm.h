@@ -14,7 +14,11 @@ namespace mixtape::amp {
 // op(X) = X^T when tX. a and b are 2-D FP8 operands (amp/fp8_scaling.h); `who` names the caller
 // in errors. Returns a contiguous f32 (m, n) tensor. With `post` given the result is left
 // unscaled and *post receives the factor, for a caller that applies it in its own pass over C
-// (c * factor, skipped when the factor is 1, as here).
-Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who, float* post = nullptr);
+// (c * factor, skipped when the factor is 1, as here). The BF16 GEMM is the entry of cpu::gemm's
+// list BF16 autocast's op runs (`op_pass`: "linear.fwd" for linear's forward, "matmul.fwd" for
+// matmul and the backward GEMMs, as BF16 autocast's linear backward runs matmuls), traced under
+// MIXTAPE_TRACE=kernel with " fp8" after the problem, and forced by MIXTAPE_CPU_KERNEL likewise.
+Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who, float* post = nullptr,
+                const char* op_pass = "matmul.fwd");
 
 }  // namespace mixtape::amp

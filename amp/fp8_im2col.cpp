@@ -52,6 +52,10 @@ Tensor im2col_f32(const Tensor& x, const ConvGeom& g) {
   return im2col<float, float>(x, g, DType::Float32, [](float v) { return v; });
 }
 
+Tensor im2col_bf16(const Tensor& x, const ConvGeom& g) {
+  return im2col<BFloat16, BFloat16>(x, g, DType::BFloat16, [](BFloat16 v) { return v; });
+}
+
 Tensor im2col_fp8_to_bf16(const Tensor& x, const ConvGeom& g) {
   const std::array<BFloat16, 256> table = fp8_to_bf16_table(x.dtype());
   return im2col<uint8_t, BFloat16>(x, g, DType::BFloat16, [&](uint8_t b) { return table[b]; });

@@ -11,6 +11,9 @@ namespace mixtape::amp {
 
 // x (N, C, H, W) f32 contiguous -> f32 (N OH OW, C kH kW).
 Tensor im2col_f32(const Tensor& x, const ConvGeom& g);
+// x (N, C, H, W) BF16 contiguous -> BF16 (N OH OW, C kH kW) (MXFP8's wgrad: its blocks run along
+// the matrix's rows, so it is cast from the matrix itself, here without an f32 copy).
+Tensor im2col_bf16(const Tensor& x, const ConvGeom& g);
 // An FP8 image (N, C, H, W) contiguous -> BF16 (N OH OW, C kH kW), each value widened exactly.
 Tensor im2col_fp8_to_bf16(const Tensor& x, const ConvGeom& g);
 // The same matrix transposed, BF16 (C kH kW, N OH OW) contiguous, written by the BF16 conv2d's

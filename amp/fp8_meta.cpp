@@ -5,10 +5,12 @@
 #include <cstring>
 #include <sstream>
 
+#include "amp/fp8_cuda_route.h"
 #include "amp/fp8_scaling.h"
 #include "core/error.h"
 #include "ops/cast.h"
 #include "ops/creation.h"
+#include "ops/shape_ops.h"
 
 namespace mixtape::amp {
 
@@ -17,9 +19,23 @@ constexpr const char* kFields[] = {"amax_history", "scale", "scale_inv"};
 std::string key_of(const std::string& name, const char* field) { return name.empty() ? field : name + "." + field; }
 }  // namespace
 
-float Fp8Meta::scale_of(Fp8Role r) const { return scale.data_ptr<float>()[static_cast<int>(r)]; }
-float Fp8Meta::scale_inv_of(Fp8Role r) const { return scale_inv.data_ptr<float>()[static_cast<int>(r)]; }
+namespace {
+void check_host(const Fp8Meta& m, const char* fn) {
+  MT_CHECK(m.scale.device().is_cpu(), "Fp8Meta::", fn, ": '", m.name, "' lives on ", m.scale.device(),
+           "; read its tensors there (a host read of a device scale would wait for the GPU)");
+}
+}  // namespace
+
+float Fp8Meta::scale_of(Fp8Role r) const {
+  check_host(*this, "scale_of");
+  return scale.data_ptr<float>()[static_cast<int>(r)];
+}
+float Fp8Meta::scale_inv_of(Fp8Role r) const {
+  check_host(*this, "scale_inv_of");
+  return scale_inv.data_ptr<float>()[static_cast<int>(r)];
+}
 void Fp8Meta::record_amax(Fp8Role r, float amax) {
+  check_host(*this, "record_amax");
   float& slot = amax_history.data_ptr<float>()[static_cast<int>(r)];
   slot = std::fmax(slot, amax);
 }
@@ -32,8 +48,11 @@ Fp8Metas::Fp8Metas(const DelayedScaling& recipe, const std::vector<std::pair<std
     const bool is_weight = pname == "weight" || (pname.size() > suffix.size() &&
                                                  pname.compare(pname.size() - suffix.size(), suffix.size(), suffix) == 0);
     if (!is_weight || !w.defined() || (w.dim() != 2 && w.dim() != 4)) continue;  // linear, conv2d
-    MT_CHECK(w.device().is_cpu(), "Fp8Metas: the FP8 recipes run on the CPU for now; parameter ", pname, " is on ",
-             w.device());
+    MT_CHECK(w.device().is_cpu() || w.device().is_cuda(), "Fp8Metas: FP8 runs on cpu and cuda; parameter ", pname,
+             " is on ", w.device());
+    MT_CHECK(metas_.empty() || metas_[0].scale.device() == w.device(), "Fp8Metas: every FP8 weight must be on one "
+             "device; '", metas_.empty() ? std::string() : metas_[0].name, "' is on ",
+             metas_.empty() ? Device::CPU() : metas_[0].scale.device(), ", ", pname, " on ", w.device());
     Fp8Meta m;
     m.name = pname == "weight" ? std::string() : pname.substr(0, pname.size() - suffix.size());
     m.amax_history = zeros({recipe.amax_history_len, kFp8Roles}, TensorOptions(DType::Float32).with_device(w.device()));
@@ -60,6 +79,11 @@ const Fp8Meta& Fp8Metas::at(const std::string& name) const {
 
 void Fp8Metas::update_scales(const AmaxReducer& reducer) {
   const int64_t len = recipe_.amax_history_len;
+  const bool on_device = !metas_.empty() && metas_[0].amax_history.device().is_cuda();
+  if (on_device) {
+    update_on_device(reducer);
+    return;
+  }
   if (reducer && !metas_.empty()) {
     const int64_t n = static_cast<int64_t>(metas_.size()) * kFp8Roles;
     Tensor current = Tensor::empty({n}, TensorOptions(DType::Float32));
@@ -96,6 +120,30 @@ void Fp8Metas::update_scales(const AmaxReducer& reducer) {
   }
 }
 
+// The metas on a GPU: the reducer sees one device tensor of every row 0 (gathered by cat, written
+// back by copy_), each meta's update is one kernel (amp/cuda/fp8_delayed_scaling.h); no value
+// is read on the host.
+void Fp8Metas::update_on_device(const AmaxReducer& reducer) {
+  const detail::Fp8CudaBackend& backend = detail::fp8_cuda_backend("Fp8Metas::update_scales");
+  if (reducer) {
+    TensorList rows;
+    for (const Fp8Meta& m : metas_) rows.push_back(m.amax_history.select(0, 0));
+    const Tensor current = cat(rows);
+    const int64_t n = current.numel();
+    Tensor reduced = current;
+    reducer(reduced);
+    MT_CHECK(reduced.defined() && reduced.dtype() == DType::Float32 && reduced.sizes() == current.sizes(),
+             "Fp8Metas::update_scales: the amax reducer must leave an f32[", n, "] tensor, got ",
+             reduced.defined() ? reduced.describe() : std::string("an undefined tensor"));
+    const Tensor r = to_device(reduced, metas_[0].amax_history.device());
+    for (size_t i = 0; i < metas_.size(); ++i) {
+      Tensor row0 = metas_[i].amax_history.select(0, 0);
+      row0.copy_(r.narrow(0, static_cast<int64_t>(i) * kFp8Roles, kFp8Roles));
+    }
+  }
+  for (Fp8Meta& m : metas_) backend.update(m, recipe_);
+}
+
 StateDict Fp8Metas::state_dict() const {
   StateDict sd;
   for (const Fp8Meta& m : metas_) {
@@ -128,7 +176,7 @@ void Fp8Metas::load_state_dict(const StateDict& state) {
       continue;
     }
     if (entry.second > 0) {  // scale or scale_inv
-      for (float v : src.to_vector<float>())
+      for (float v : to_device(src, Device::CPU()).to_vector<float>())
         if (!(std::isfinite(v) && v > 0.0f)) {
           problems.push_back(key + ": every scale must be finite and > 0, the checkpoint holds " + std::to_string(v));
           break;
@@ -146,7 +194,12 @@ void Fp8Metas::load_state_dict(const StateDict& state) {
   for (const auto& [key, entry] : mine) {
     const Tensor* dst = entry.first;
     const Tensor src = contiguous(to_device(state.at(key), dst->device()));
-    std::memcpy(dst->data_ptr(), src.data_ptr(), dst->nbytes());
+    if (dst->device().is_cpu()) {
+      std::memcpy(dst->data_ptr(), src.data_ptr(), dst->nbytes());
+    } else {
+      Tensor d = *dst;  // a handle on the meta's storage: copy_ moves the bits on the device
+      d.copy_(src);
+    }
   }
 }
 

@@ -27,6 +27,8 @@ struct Fp8Meta {
   Tensor scale;         // f32 (3): what each role is multiplied by before the cast to FP8
   Tensor scale_inv;     // f32 (3): 1 / scale, the dequantising factor
 
+  // Host reads and writes: a meta on the CPU only (refused on a GPU, where the casts record
+  // into row 0 and read the scales on the device).
   float scale_of(Fp8Role r) const;
   float scale_inv_of(Fp8Role r) const;
   // Row 0 of the role's column becomes max(row 0, amax) (NaN ignored, inf kept).
@@ -41,8 +43,8 @@ using AmaxReducer = std::function<void(Tensor& amaxes)>;
 class Fp8Metas {
  public:
   // One meta per 2-D or 4-D parameter named "weight" or "<path>.weight" (the weights of linear
-  // and conv2d layers; pass model.named_parameters()), in that order. Histories start at zero,
-  // scales at 1.
+  // and conv2d layers; pass model.named_parameters()), in that order, on that weight's device
+  // (cpu or cuda). Histories start at zero, scales at 1.
   Fp8Metas(const DelayedScaling& recipe, const std::vector<std::pair<std::string, Tensor>>& named_parameters);
 
   const DelayedScaling& recipe() const { return recipe_; }
@@ -56,7 +58,8 @@ class Fp8Metas {
   // all-reduces every row 0 with max; then, per meta and role, amax = max over the whole
   // history (Max) or row 0 (MostRecent), the history rolls (row 0 moves to the end, the oldest
   // row is dropped, row 0 starts again at 0), and scale = fp8_max * 2^-margin / amax, keeping the
-  // previous scale when amax is 0 or not finite (amp/fp8_scaling.h, scale_from_amax).
+  // previous scale when amax is 0 or not finite (amp/fp8_scaling.h, scale_from_amax). Metas on
+  // a GPU update there with the same bits (the reducer then gets a device tensor), no host sync.
   void update_scales(const AmaxReducer& reducer = {});
 
   // "<name>.amax_history", "<name>.scale", "<name>.scale_inv" (copies).
@@ -67,6 +70,7 @@ class Fp8Metas {
   void load_state_dict(const StateDict& state);
 
  private:
+  void update_on_device(const AmaxReducer& reducer);
   DelayedScaling recipe_;
   std::vector<Fp8Meta> metas_;
   struct Key {

@@ -14,28 +14,40 @@
 // (the same values: im2col copies and pads with zeros), and saves that, one byte per pixel.
 // MXFP8 blocks run along each GEMM's reduction dim, so each tensor is cast twice, once per dim,
 // as TE's MXFP8 keeps a rowwise and a columnwise copy: P along K (forward) and M (wgrad), Q along
-// K (forward) and N (dgrad), G along N and M (conv2d keeps its input instead of P's M-cast and
-// redoes the im2col in backward).
+// K (forward) and N (dgrad), G along N and M. MX operands are widened with their block scales
+// applied (mx_widen), so the BF16 GEMM/conv kernels run them with alpha 1. conv2d orders K
+// channels-last: the image is blocked along the 32 channels of each pixel (shared by every window
+// that reads it), the weight along C; its dgrad blocks G and the weight along O; both on BF16
+// autocast's conv kernels (mx_conv_forward / mx_conv_backward). Its wgrad (reduction over
+// N OH OW, whose blocks differ per kernel tap) stays on im2col + GEMM, from the kept input.
+// conv2d's kernel route (BF16 output; GemmSetup::kernel_route), per-tensor recipes: no im2col:
+// the image, weight and G are cast with their BF16 widening and run on BF16 autocast's own conv
+// kernels (ops/conv_scaled.h), the dequantising factor applied once to each FP32 sum. Per-tensor
+// linear/matmul operands are cast the same way, from their own dtype.
 // Bias: added to the f32 result before the one rounding to the output dtype; its gradient is
 // G summed over rows, from the unquantized G (as TE's bgrad). The casts are straight-through:
 // backward treats quantize as the identity, so dP and dQ are the exact gradients of the
 // quantized product, with G quantized too.
 #include <algorithm>
+#include <bit>
 #include <sstream>
 #include <vector>
 
 #include "amp/fp8_autocast.h"
+#include "amp/fp8_cuda_route.h"
 #include "amp/fp8_gemm.h"
 #include "amp/fp8_im2col.h"
 #include "amp/mx_block.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "autograd/saved_tensor.h"
 #include "core/convert.h"
 #include "core/error.h"
 #include "core/numerics_check.h"
 #include "core/trace.h"
 #include "ops/cast.h"
 #include "ops/conv_args.h"
+#include "ops/conv_scaled.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/loops.h"
 #include "ops/creation.h"
@@ -56,37 +68,62 @@ struct MetaUse {
   const float* forward_scales = nullptr;
 };
 
-// Casts one role's tensor (f32) as the recipe says. `axis`: the dim the GEMM reduces over (MX
-// blocks run along it; the tensor is then 2-D). use.meta: the layer's delayed-scaling state, or
-// nullptr (then a delayed recipe scales from the tensor's own amax, as current scaling does: a
-// matmul of two activations belongs to no module whose state could carry scales from step to step).
-Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Recipe& recipe, MetaUse use,
-                     const char* who) {
+// Casts one role's tensor (f32; MX: any CPU float dtype) as the recipe says. `axis`: the dim the
+// GEMM reduces over (MX blocks run along it; the tensor is then 2-D). use.meta: the layer's
+// delayed-scaling state, or nullptr (then a delayed recipe scales from the tensor's own amax, as
+// current scaling does: a matmul of two activations belongs to no module whose state could carry
+// scales from step to step).
+// A per-tensor recipe's cast of t by quantize(t, dtype, scale, amax_out): the scale by the rules above.
+template <typename Quantize>
+Fp8Operand per_tensor_cast(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, MetaUse use, Quantize&& quantize) {
   const DType dt = fp8_dtype_for(recipe_format(recipe), role);
-  if (const auto* mx = std::get_if<MXFP8BlockScaling>(&recipe)) return mx_quantize(t32, axis, dt, *mx, who);
-  if (use.forward_scales != nullptr) return quantize_per_tensor(t32, dt, use.forward_scales[static_cast<int>(role)]);
+  if (use.forward_scales != nullptr) return quantize(t, dt, use.forward_scales[static_cast<int>(role)], nullptr);
   if (use.meta != nullptr) {
     float amax = 0.0f;
-    Fp8Operand q = quantize_per_tensor(t32, dt, use.meta->scale_of(role), &amax);
+    Fp8Operand q = quantize(t, dt, use.meta->scale_of(role), &amax);
     use.meta->record_amax(role, amax);  // read while casting, used from the next update on
     return q;
   }
-  const float amax = amax_of(t32);
+  const float amax = amax_of(t);
   const bool pow2 = std::visit(
       [](const auto& r) {
         if constexpr (std::is_same_v<std::decay_t<decltype(r)>, MXFP8BlockScaling>) return false;
         else return r.power_of_2_scales;
       },
       recipe);
-  return quantize_per_tensor(t32, dt, scale_from_amax(amax, fp8_max(dt), 0.0f, pow2, 1.0f));
+  return quantize(t, dt, scale_from_amax(amax, fp8_max(dt), 0.0f, pow2, 1.0f), nullptr);
+}
+
+Fp8Operand cast_role(const Tensor& t32, Fp8Role role, int64_t axis, const Fp8Recipe& recipe, MetaUse use,
+                     const char* who) {
+  if (const auto* mx = std::get_if<MXFP8BlockScaling>(&recipe))
+    return mx_quantize(t32, axis, fp8_dtype_for(recipe_format(recipe), role), *mx, who);
+  return per_tensor_cast(t32, role, recipe, use, [](const Tensor& t, DType dt, float scale, float* amax) {
+    return quantize_per_tensor(t, dt, scale, amax);
+  });
+}
+
+// conv2d's kernel route: a per-tensor recipe's cast of t (f32, bf16 or f16, any shape), with its
+// BF16 widening written in the same pass (the operand of the BF16 conv kernels).
+// keep_data false: the FP8 tensor itself is not written (an operand backward does not save).
+Fp8Operand cast_role_widened(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, MetaUse use,
+                             bool keep_data = true) {
+  return per_tensor_cast(t, role, recipe, use, [keep_data](const Tensor& x, DType dt, float scale, float* amax) {
+    return quantize_per_tensor_widened(x, dt, scale, amax, keep_data);
+  });
 }
 
 Tensor as_f32(const Tensor& t) { return contiguous(cpu::cast_to(t.detach(), DType::Float32)); }
 Tensor as_f32_2d(const Tensor& t, int64_t rows, int64_t cols) { return as_f32(t).reshape({rows, cols}); }
 
+Fp8Operand without_widening(Fp8Operand op) {
+  op.widened = Tensor();
+  return op;
+}
+
 bool is_mx(const Fp8Recipe& r) { return std::holds_alternative<MXFP8BlockScaling>(r); }
 
-enum class GemmKind { Linear, Matmul, Conv2d };
+enum class GemmKind { Linear, Matmul, Conv2d };  // in detail::Fp8GemmOp's order
 const char* kind_name(GemmKind k) { return k == GemmKind::Linear ? "linear" : k == GemmKind::Matmul ? "matmul" : "conv2d"; }
 
 // The per-tensor operand P of a conv2d whose FP8 input image is `image`: the im2col matrix
@@ -106,6 +143,10 @@ struct GemmSetup {
   std::optional<Fp8Meta> meta;  // handles sharing the layer's state tensors
   int64_t m = 0, k = 0, n = 0;
   ConvGeom geom{};  // conv2d only
+  // conv2d on BF16 autocast's conv kernels (ops/conv_scaled.h) rather than im2col + GEMM: a BF16
+  // output and, where the input needs a gradient, a BF16 input (the kernels write BF16). Per-tensor
+  // saved: the FP8 input image (p_) and weight (q_), 4-D; MXFP8: see mx_conv_forward.
+  bool kernel_route = false;
   bool q_transposed() const { return kind != GemmKind::Matmul; }  // Q stored (N, K)
 };
 
@@ -114,7 +155,12 @@ class Fp8GemmNode final : public Node {
   // p_bwd: P cast for the wgrad (conv2d, per-tensor: the FP8 input image); q_bwd: Q cast for
   // the dgrad; x_keep: conv2d under MXFP8, the input, whose im2col the wgrad casts along M.
   Fp8GemmNode(GemmSetup s, const TensorList& inputs, Fp8Operand p_bwd, Fp8Operand q_bwd, Tensor x_keep)
-      : Node(next_seq_nr()), s_(std::move(s)), p_(std::move(p_bwd)), q_(std::move(q_bwd)), x_keep_(std::move(x_keep)) {
+      : Node(next_seq_nr()),
+        s_(std::move(s)),
+        p_(std::move(p_bwd)),
+        q_(std::move(q_bwd)),
+        x_keep_(std::move(x_keep)),
+        x_keep_version_(x_keep_.defined() ? x_keep_.version() : 0) {
     for (const Tensor& t : inputs) {
       next_edges_.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : Edge{});
       meta_.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
@@ -154,6 +200,106 @@ class Fp8GemmNode final : public Node {
     return kind == GemmKind::Linear ? *linear : kind == GemmKind::Matmul ? *matmul : *conv;
   }
 
+  // conv2d's backward on the BF16 conv kernels: G (N, O, OH, OW) cast once (per tensor) with its
+  // widening, dx = bf16(alpha * sum) on conv2d.dgrad's entry, dW = f32(sums) * alpha on conv2d.wgrad's,
+  // the bias gradient from the unquantized G.
+  TensorList conv_kernel_backward(const Tensor& grad, bool need_p, bool need_q, bool need_b, TensorList out) {
+    const ConvGeom& g = s_.geom;
+    const MetaUse meta{s_.meta ? &*s_.meta : nullptr};
+    const Tensor gy = contiguous(grad.detach());
+    Fp8Operand gq;
+    if (need_p || need_q) gq = cast_role_widened(gy, Fp8Role::GradOutput, s_.recipe, meta, false);
+    if (need_p) {
+      const Tensor dx = conv2d_input_grad_bf16_scaled(gq.widened, widen_fp8(q_.data), g, gq.scale_inv * q_.scale_inv);
+      out[0] = cpu::cast_to(dx.reshape(meta_[0].sizes), meta_[0].dtype);
+    }
+    if (need_q) {
+      Tensor dw = conv2d_weight_grad_bf16_sums(widen_fp8(p_.data), gq.widened, g);
+      const float post = gq.scale_inv * p_.scale_inv;  // the reference's order: G^T @ P
+      if (post != 1.0f) {
+        float* d = dw.data_ptr<float>();
+        for (int64_t i = 0; i < dw.numel(); ++i) d[i] *= post;
+      }
+      out[1] = cpu::cast_to(dw.reshape(meta_[1].sizes), meta_[1].dtype);
+    }
+    if (need_b) out[2] = cpu::cast_to(channel_sums(gy, g), meta_[2].dtype);
+    return out;
+  }
+
+  // conv2d under MXFP8. dgrad: G blocked along its channels O at each pixel (the reduction dim),
+  // the weight along O at each (c, kh, kw) (q_, saved widened as (O, C kH kW)); on the BF16
+  // input-gradient kernels (alpha 1) where the kernel route holds, else G @ W + col2im. wgrad (the
+  // reduction over N OH OW): the im2col route, G and the input's im2col matrix blocked along M.
+  TensorList mx_conv_backward(const Tensor& grad, bool need_p, bool need_q, bool need_b, TensorList out,
+                              const char* who) {
+    const ConvGeom& g = s_.geom;
+    const auto& mx = std::get<MXFP8BlockScaling>(s_.recipe);
+    const DType eg = fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::GradOutput);
+    const Tensor gy = contiguous(grad.detach());
+    Tensor gm2;  // G as (M, N), the channels last, in its own dtype: the im2col route's layout
+    if ((need_p && !s_.kernel_route) || need_q) gm2 = contiguous(gy.permute({0, 2, 3, 1})).reshape({s_.m, s_.n});
+    if (need_p) {
+      Tensor dx;
+      if (s_.kernel_route) {
+        const Tensor gw = mx_quantize_widened(gy, 1, eg, mx, who, false).widened;
+        dx = conv2d_input_grad_bf16_scaled(gw, q_.widened.reshape(meta_[1].sizes), g, 1.0f);
+      } else {
+        dx = col2im(fp8_gemm(cast_role(gm2, Fp8Role::GradOutput, 1, s_.recipe, {}, who), false, q_, false, who), g);
+      }
+      out[0] = cpu::cast_to(dx.reshape(meta_[0].sizes), meta_[0].dtype);
+    }
+    if (need_q) {
+      const Fp8Operand gm = cast_role(gm2, Fp8Role::GradOutput, 0, s_.recipe, {}, who);
+      // x_keep_ shares the caller's input (no copy): an in-place change to it since the forward
+      // would silently change this gradient, so it is refused, as autograd's saved tensors are.
+      if (x_keep_.version() != x_keep_version_) {
+        std::string what = "input 0 of ";
+        what += who;
+        MT_ERROR(autograd::modified_in_place_message(what, x_keep_.describe(), x_keep_.version(), x_keep_version_));
+      }
+      const Tensor xk = contiguous(x_keep_);
+      const Fp8Operand p = cast_role(xk.dtype() == DType::BFloat16 ? im2col_bf16(xk, g) : im2col_f32(as_f32(xk), g),
+                                     Fp8Role::Input, 0, s_.recipe, {}, who);
+      out[1] = cpu::cast_to(fp8_gemm(gm, true, p, false, who).reshape(meta_[1].sizes), meta_[1].dtype);
+    }
+    if (need_b) out[2] = cpu::cast_to(channel_sums(gy, g), meta_[2].dtype);
+    return out;
+  }
+
+  // sum over n, h, w of G (N, O, OH, OW) per channel, in FP32: each channel on one thread, 16
+  // partial sums over the pixels (l mod 16) added in order at the end: the same bits at every
+  // thread count.
+  static Tensor channel_sums(const Tensor& gy, const ConvGeom& g) {
+    Tensor gb = Tensor::empty({g.O}, TensorOptions(DType::Float32));
+    float* o = gb.data_ptr<float>();
+    const int64_t L = g.L(), O = g.O, N = g.N;
+    const Tensor f = gy.dtype() == DType::BFloat16 ? gy : contiguous(cpu::cast_to(gy, DType::Float32));
+    const bool bf16 = f.dtype() == DType::BFloat16;
+#pragma omp parallel for if (N * O * L >= cpu::kParallelGrain) schedule(static)
+    for (int64_t c = 0; c < O; ++c) {
+      float lanes[16] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t base = (n * O + c) * L;
+        int64_t l = 0;
+        if (bf16) {
+          const uint16_t* p = reinterpret_cast<const uint16_t*>(f.data_ptr()) + base;
+          for (; l + 16 <= L; l += 16)
+            for (int j = 0; j < 16; ++j) lanes[j] += std::bit_cast<float>(static_cast<uint32_t>(p[l + j]) << 16);
+          for (; l < L; ++l) lanes[l % 16] += std::bit_cast<float>(static_cast<uint32_t>(p[l]) << 16);
+        } else {
+          const float* p = f.data_ptr<float>() + base;
+          for (; l + 16 <= L; l += 16)
+            for (int j = 0; j < 16; ++j) lanes[j] += p[l + j];
+          for (; l < L; ++l) lanes[l % 16] += p[l];
+        }
+      }
+      float t = 0.0f;
+      for (float v : lanes) t += v;
+      o[c] = t;
+    }
+    return gb;
+  }
+
   TensorList compute(const TensorList& grads) {
     const std::string who_s = std::string(kind_name(s_.kind)) + " (Fp8Autocast backward)";
     const char* who = who_s.c_str();
@@ -165,6 +311,9 @@ class Fp8GemmNode final : public Node {
     if (grads.empty() || !grads[0].defined()) return out;
     const bool need_p = next_edges_[0].valid(), need_q = next_edges_[1].valid();
     const bool need_b = next_edges_.size() > 2 && next_edges_[2].valid();
+    if (s_.kind == GemmKind::Conv2d && is_mx(s_.recipe))
+      return mx_conv_backward(grads[0], need_p, need_q, need_b, std::move(out), who);
+    if (s_.kernel_route) return conv_kernel_backward(grads[0], need_p, need_q, need_b, std::move(out));
     // G as (M, N): conv2d's (N, O, OH, OW) gradient with the channels last.
     const Tensor g32 = s_.kind == GemmKind::Conv2d ? as_f32_2d(grads[0].detach().permute({0, 2, 3, 1}), s_.m, s_.n)
                                                    : as_f32_2d(grads[0], s_.m, s_.n);
@@ -188,14 +337,7 @@ class Fp8GemmNode final : public Node {
       if (s_.kind == GemmKind::Matmul) {
         dq = fp8_gemm(p_, true, g_m, false, who);  // dB (K, N) = A^T @ G
       } else {
-        Fp8Operand p = p_;
-        if (s_.kind == GemmKind::Conv2d) {
-          if (mx) {
-            p = cast_role(im2col_f32(x_keep_, s_.geom), Fp8Role::Input, 0, s_.recipe, {}, who);
-          } else {
-            p = im2col_operand(p_, s_.geom);
-          }
-        }
+        const Fp8Operand p = s_.kind == GemmKind::Conv2d ? im2col_operand(p_, s_.geom) : p_;
         dq = fp8_gemm(g_m, true, p, false, who);  // dW (N, K) = G^T @ P
       }
       out[1] = cpu::cast_to(dq.reshape(meta_[1].sizes), meta_[1].dtype);
@@ -239,12 +381,13 @@ class Fp8GemmNode final : public Node {
   GemmSetup s_;
   Fp8Operand p_, q_;
   Tensor x_keep_;
+  uint32_t x_keep_version_ = 0;  // x_keep_'s version when saved
   std::vector<autograd::TensorMeta> meta_;
   bool released_ = false;
 };
 
-bool cpu_floating(const Tensor& t) {
-  return t.defined() && t.device().is_cpu() &&
+bool floating_on(const Tensor& t, DeviceType device_type) {
+  return t.defined() && t.device().type() == device_type &&
          (t.dtype() == DType::Float32 || t.dtype() == DType::BFloat16 || t.dtype() == DType::Float16);
 }
 
@@ -252,9 +395,12 @@ void trace_fp8(const GemmSetup& s, const Fp8Operand& p, const Fp8Operand& q) {
   if (!trace_enabled(TraceKind::Amp)) return;
   std::ostringstream os;
   os << "fp8 " << kind_name(s.kind) << ' ' << recipe_string(s.recipe) << ": M=" << s.m << " K=" << s.k
-     << " N=" << s.n << ", " << fp8_role_name(Fp8Role::Input) << "->" << dtype_short(p.data.dtype());
+     << " N=" << s.n << ", " << fp8_role_name(Fp8Role::Input) << "->"
+     << dtype_short(fp8_dtype_for(recipe_format(s.recipe), Fp8Role::Input));
   if (p.axis < 0) os << " (scale_inv " << p.scale_inv << ')';
-  os << ", " << fp8_role_name(Fp8Role::Weight) << "->" << dtype_short(q.data.dtype());
+  os << ", " << fp8_role_name(Fp8Role::Weight) << "->"
+     << dtype_short(fp8_dtype_for(recipe_format(s.recipe), Fp8Role::Weight));
+  if (s.kind == GemmKind::Conv2d && p.axis >= 0) os << " (blocks along the channels)";
   if (q.axis < 0) os << " (scale_inv " << q.scale_inv << ')';
   trace_line(TraceKind::Amp, os.str());
 }
@@ -263,7 +409,8 @@ void trace_fp8(const GemmSetup& s, const Fp8Operand& p, const Fp8Operand& q) {
 // dtype, shaped as x with its last dim N.
 Tensor linear_output(const Fp8Operand& p, const Fp8Operand& q, const GemmSetup& s, const Tensor& bias,
                      const Tensor& x, DType out_dtype, const char* who) {
-  Tensor c = fp8_gemm(p, false, q, s.q_transposed(), who);  // (M, N)
+  Tensor c = fp8_gemm(p, false, q, s.q_transposed(), who, nullptr,
+                      s.kind == GemmKind::Linear ? "linear.fwd" : "matmul.fwd");  // (M, N)
   if (bias.defined()) {
     const Tensor b32 = as_f32(bias);
     float* cp = c.data_ptr<float>();
@@ -314,6 +461,44 @@ Tensor conv_output(const Fp8Operand& p, const Fp8Operand& q, const Tensor& bias,
   return out;
 }
 
+// conv2d under MXFP8, forward: the image blocked along its channels at each pixel (32
+// consecutive channels of one input pixel, which every window reading that pixel shares: the
+// image is quantized and widened once), the weight along C at each (o, kh, kw); both widened
+// with their block scales applied, on BF16 autocast's conv kernels with alpha 1 (a BF16 output),
+// or im2col of the widened image + the BF16 GEMM (a Float32 output: the same products, summed
+// in FP32). Saved: the weight blocked along O (the dgrad's reduction dim), widened, and the
+// input itself, whose im2col the wgrad blocks along M.
+TensorList mx_conv_forward(GemmSetup s, const Tensor& x, const Tensor& w, const Tensor& bias, bool grad,
+                           const detail::Fp8RegionSettings& region, const char* who) {
+  const auto& mx = std::get<MXFP8BlockScaling>(s.recipe);
+  const Fp8Format fmt = recipe_format(s.recipe);
+  const ConvGeom& g = s.geom;
+  const Fp8Operand image = mx_quantize_widened(x, 1, fp8_dtype_for(fmt, Fp8Role::Input), mx, who, false);
+  const Fp8Operand wq = mx_quantize_widened(w, 1, fp8_dtype_for(fmt, Fp8Role::Weight), mx, who, false);
+  trace_fp8(s, image, wq);
+  Tensor out;
+  if (region.output_dtype == DType::BFloat16) {
+    out = conv2d_bf16_scaled(image.widened, wq.widened, bias.defined() ? as_f32(bias) : Tensor(), g, 1.0f);
+  } else {
+    Fp8Operand p, q;  // alpha-1 operands: the widened values are the MX values
+    p.widened = cpu::cast_to(im2col_f32(as_f32(image.widened), g), DType::BFloat16);  // exact
+    q.widened = wq.widened.reshape({s.n, s.k});
+    out = conv_output(p, q, bias, g, region.output_dtype, who);
+  }
+  if (!grad) return {out};
+  Fp8Operand q_bwd;
+  if (x.requires_grad()) {
+    q_bwd = mx_quantize_widened(w, 0, fp8_dtype_for(fmt, Fp8Role::Weight), mx, who, true);
+    q_bwd.widened = q_bwd.widened.reshape({s.n, s.k});
+  }
+  const Tensor x_keep = w.requires_grad() ? x.detach() : Tensor();
+  auto node = std::make_shared<Fp8GemmNode>(std::move(s), TensorList{x, w, bias}, Fp8Operand{}, std::move(q_bwd),
+                                            x_keep);
+  out = out.detach();
+  out.set_history(node, 0);
+  return {out};
+}
+
 // linear: x (*, K), w (N, K), b (N) or undefined; matmul: x (M, K), w (K, N); conv2d: x (N, C,
 // H, W), w (O, C, kH, kW), b (O) or undefined, groups 1, geometry `geom`.
 TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeom& geom,
@@ -355,28 +540,52 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
                     (x.requires_grad() || w.requires_grad() || (bias.defined() && bias.requires_grad()));
   // P for the forward GEMM, and what the wgrad will need of it.
   Fp8Operand p_fwd, p_bwd;
-  Tensor x_keep;
-  if (kind == GemmKind::Conv2d) {
-    const Tensor x32 = as_f32(x);
-    if (mx) {
-      p_fwd = cast_role(im2col_f32(x32, geom), Fp8Role::Input, 1, s.recipe, meta, who);
-      if (grad && w.requires_grad()) x_keep = x32;
-    } else {
-      const Fp8Operand image = cast_role(x32, Fp8Role::Input, -1, s.recipe, meta, who);
-      p_fwd = im2col_operand(image, geom);
-      if (grad && w.requires_grad()) p_bwd = image;  // one byte per pixel; im2col again in backward
-    }
-  } else {
-    const Tensor p32 = as_f32_2d(x, s.m, s.k);
-    p_fwd = cast_role(p32, Fp8Role::Input, 1, s.recipe, meta, who);
-    if (grad && w.requires_grad())
-      p_bwd = mx ? cast_role(p32, Fp8Role::Input, 0, s.recipe, {}, who) : p_fwd;
+  s.kernel_route = kind == GemmKind::Conv2d && region.output_dtype == DType::BFloat16 &&
+                   (!(grad && x.requires_grad()) || x.dtype() == DType::BFloat16);
+  if (kind == GemmKind::Conv2d && mx) return mx_conv_forward(std::move(s), x, w, bias, grad, region, who);
+  if (s.kernel_route) {
+    Fp8Operand image = cast_role_widened(x, Fp8Role::Input, s.recipe, meta);
+    Fp8Operand wq = cast_role_widened(w, Fp8Role::Weight, s.recipe, meta);
+    trace_fp8(s, image, wq);
+    const Tensor b32 = bias.defined() ? as_f32(bias) : Tensor();
+    Tensor out = conv2d_bf16_scaled(image.widened, wq.widened, b32, geom, image.scale_inv * wq.scale_inv);
+    if (!grad) return {out};
+    image.widened = wq.widened = Tensor();  // saved in FP8, widened again in backward
+    if (!w.requires_grad()) image = {};
+    if (!x.requires_grad()) wq = {};
+    auto node = std::make_shared<Fp8GemmNode>(std::move(s), TensorList{x, w, bias}, std::move(image), std::move(wq),
+                                              Tensor());
+    out = out.detach();
+    out.set_history(node, 0);
+    return {out};
   }
-  const Tensor q32 = s.q_transposed() ? as_f32_2d(w, s.n, s.k) : as_f32_2d(w, s.k, s.n);
-  Fp8Operand q_fwd = cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
-  Fp8Operand q_bwd;
-  if (grad && x.requires_grad())
-    q_bwd = mx ? cast_role(q32, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who) : q_fwd;
+  if (kind == GemmKind::Conv2d) {
+    const Fp8Operand image = cast_role(as_f32(x), Fp8Role::Input, -1, s.recipe, meta, who);
+    p_fwd = im2col_operand(image, geom);
+    if (grad && w.requires_grad()) p_bwd = image;  // one byte per pixel; im2col again in backward
+  } else if (!mx) {
+    // Per tensor: cast from the operand's own dtype with the BF16 widening the GEMM reads, in one
+    // pass (no f32 copy); what backward saves is the FP8 tensor alone.
+    p_fwd = cast_role_widened(contiguous(x.detach()).reshape({s.m, s.k}), Fp8Role::Input, s.recipe, meta);
+    if (grad && w.requires_grad()) p_bwd = without_widening(p_fwd);
+  } else {
+    // MX: cast from the operand's own dtype with the block-scaled BF16 widening the GEMM reads
+    // (mx_quantize); what backward saves is the FP8 tensor and its codes alone.
+    const Tensor p2 = contiguous(x.detach()).reshape({s.m, s.k});
+    p_fwd = cast_role(p2, Fp8Role::Input, 1, s.recipe, meta, who);
+    if (grad && w.requires_grad()) p_bwd = without_widening(cast_role(p2, Fp8Role::Input, 0, s.recipe, {}, who));
+  }
+  Fp8Operand q_fwd, q_bwd;
+  if (!mx) {
+    q_fwd = cast_role_widened(contiguous(w.detach()).reshape(s.q_transposed() ? IntList{s.n, s.k} : IntList{s.k, s.n}),
+                              Fp8Role::Weight, s.recipe, meta);
+    if (grad && x.requires_grad()) q_bwd = without_widening(q_fwd);
+  } else {
+    const Tensor q2 = contiguous(w.detach()).reshape(s.q_transposed() ? IntList{s.n, s.k} : IntList{s.k, s.n});
+    q_fwd = cast_role(q2, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
+    if (grad && x.requires_grad())
+      q_bwd = without_widening(cast_role(q2, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who));
+  }
   trace_fp8(s, p_fwd, q_fwd);
   Tensor out;
   if (kind == GemmKind::Conv2d) {
@@ -387,7 +596,7 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   if (!grad) return {out};
   TensorList inputs{x, w};
   if (kind != GemmKind::Matmul) inputs.push_back(bias);
-  auto node = std::make_shared<Fp8GemmNode>(std::move(s), inputs, std::move(p_bwd), std::move(q_bwd), std::move(x_keep));
+  auto node = std::make_shared<Fp8GemmNode>(std::move(s), inputs, std::move(p_bwd), std::move(q_bwd), Tensor());
   out = out.detach();
   out.set_history(node, 0);
   return {out};
@@ -408,9 +617,10 @@ std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& w = call.inputs[1];
   const Tensor bias = kind != GemmKind::Matmul && call.inputs.size() > 2 ? call.inputs[2] : Tensor();
-  // Only CPU floating operands (f64 is never autocast) of the shapes the FP8 GEMM takes; the
-  // others follow BF16 autocast (traced).
-  if (!cpu_floating(x) || !cpu_floating(w) || (bias.defined() && !cpu_floating(bias))) return std::nullopt;
+  // Only floating operands (f64 is never autocast) on the region's device type, of the shapes the
+  // FP8 GEMM takes; the others follow BF16 autocast (traced).
+  const DeviceType dt = region->device_type;
+  if (!floating_on(x, dt) || !floating_on(w, dt) || (bias.defined() && !floating_on(bias, dt))) return std::nullopt;
   auto bf16_instead = [&](const std::string& why) -> std::optional<TensorList> {
     if (trace_enabled(TraceKind::Amp))
       trace_line(TraceKind::Amp, std::string("fp8 ") + op.name + ": " + why + "; BF16 autocast runs it");
@@ -436,10 +646,14 @@ std::optional<TensorList> fp8_dispatch(const OpSchema& op, OpCall& call) {
   ExcludeLayerGuard no_autocast(DispatchLayer::Autocast);
   // The FP8 GEMM runs no kernel through run_kernel: the NaN locator checks it here, as one op,
   // reporting the FP8 dtype its input and weight were cast to.
-  const numerics::AutocastScope decided(&op, autocast_state()[DeviceType::CPU].dtype, true,
+  const numerics::AutocastScope decided(&op, autocast_state()[dt].dtype, true,
                                         fp8_dtype_for(recipe_format(region->recipe), Fp8Role::Input));
   const numerics::PreKernel pre = numerics::enabled() ? numerics::before_kernel(op, call) : numerics::PreKernel{};
-  TensorList out = run_fp8(kind, x, w, bias, geom, *region);
+  // CUDA tensors: amp/cuda/fp8_autocast_cuda.cpp (the same operands, K-major, on cuBLASLt).
+  TensorList out = dt == DeviceType::CUDA
+                       ? fp8_cuda_backend("Fp8Autocast(cuda)")
+                             .gemm({static_cast<Fp8GemmOp>(kind), x, w, bias, geom, region})
+                       : run_fp8(kind, x, w, bias, geom, *region);
   if (pre.active) numerics::after_kernel(op, call, out, pre);
   return out;
 }

@@ -3,6 +3,7 @@
 
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_scale_rule.h"
+#include "amp/mx_block.h"
 
 #include <algorithm>
 #include <array>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/convert.h"
 #include "core/error.h"
 #include "ops/cast.h"
 #include "ops/cpu/elementwise.h"
@@ -19,12 +21,37 @@ namespace mixtape::amp {
 
 float amax_of(const Tensor& x) {
   MT_CHECK(x.device().is_cpu(), "amax_of: runs on the CPU for now, got ", x.describe(), " on ", x.device());
+  if (x.dtype() == DType::BFloat16) {
+    // On the bits: |v|'s pattern orders as |v| does; patterns above inf's are NaNs, dropped. No
+    // f32 copy of the tensor.
+    const Tensor c = contiguous(x.detach());
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(c.data_ptr());
+    const int64_t n = c.numel();
+    // Chunks over the threads, each a SIMD max (omp simd: -O2 leaves the plain loop scalar).
+    constexpr int64_t kChunk = 1 << 14;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    // As int16: the patterns are non-negative there, and signed 16-bit max is baseline SSE2.
+    int16_t m = 0;
+#pragma omp parallel for if (n >= cpu::kParallelGrain && chunks > 1) schedule(static) reduction(max : m)
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      int16_t cm = 0;
+      const int64_t end = std::min(n, (ch + 1) * kChunk);
+#pragma omp simd reduction(max : cm)
+      for (int64_t i = ch * kChunk; i < end; ++i) {
+        int16_t a = static_cast<int16_t>(p[i] & 0x7FFF);
+        a = a > 0x7F80 ? int16_t(0) : a;
+        cm = a > cm ? a : cm;
+      }
+      m = cm > m ? cm : m;
+    }
+    return static_cast<float>(BFloat16::from_bits(static_cast<uint16_t>(m)));
+  }
   const Tensor c = contiguous(cpu::cast_to(x.detach(), DType::Float32));
   const float* p = c.data_ptr<float>();
   const int64_t n = c.numel();
   float m = 0.0f;
   // max is exact and order-free: the same answer at every thread count.
-#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static) reduction(max : m)
+#pragma omp parallel for simd if (n >= cpu::kParallelGrain) schedule(static) reduction(max : m)
   for (int64_t i = 0; i < n; ++i) {
     const float a = std::fabs(p[i]);
     m = a > m ? a : m;  // a NaN compares false and is dropped, as fmax drops it
@@ -63,6 +90,63 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float*
   op.scale_inv = 1.0f / scale;
   if (amax != nullptr) *amax = m;
   return op;
+}
+
+Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax, bool keep_data) {
+  MT_CHECK(is_float8(fp8), "quantize_per_tensor_widened: the target must be an FP8 dtype, got ", dtype_name(fp8));
+  MT_CHECK(std::isfinite(scale) && scale > 0.0f, "quantize_per_tensor_widened: scale must be finite and > 0, got ",
+           scale);
+  const DType dt = x.dtype();
+  MT_CHECK(x.device().is_cpu() && (dt == DType::Float32 || dt == DType::BFloat16 || dt == DType::Float16),
+           "quantize_per_tensor_widened: expected a CPU f32, bf16 or f16 tensor, got ", x.describe());
+  const Tensor c = contiguous(x.detach());
+  Fp8Operand op;
+  if (keep_data) op.data = Tensor::empty(c.sizes(), TensorOptions(fp8));
+  op.widened = Tensor::empty(c.sizes(), TensorOptions(DType::BFloat16));
+  uint8_t* dst = keep_data ? static_cast<uint8_t*>(op.data.data_ptr()) : nullptr;
+  BFloat16* wide = op.widened.data_ptr<BFloat16>();
+  const int64_t n = c.numel();
+  const Fp8CastTable& cast = Fp8CastTable::of(fp8);
+  // Chunks small enough that the f32 staging of a 16-bit input stays in L1.
+  constexpr int64_t kChunk = 2048;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  float m = 0.0f;
+#pragma omp parallel if (n >= cpu::kParallelGrain && chunks > 1)
+  {
+    alignas(64) float buf[kChunk];
+#pragma omp for schedule(static) reduction(max : m)
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const int64_t i = ch * kChunk, len = std::min(kChunk, n - i);
+      const float* src = buf;
+      if (dt == DType::Float32)
+        src = c.data_ptr<float>() + i;
+      else if (dt == DType::BFloat16)
+        convert_bfloat16_to_float(c.data_ptr<BFloat16>() + i, buf, static_cast<size_t>(len));
+      else
+        convert_half_to_float(c.data_ptr<Half>() + i, buf, static_cast<size_t>(len));
+      const float a = cast.cast_scaled_widened(src, scale, dst != nullptr ? dst + i : nullptr, wide + i, len);
+      m = a > m ? a : m;
+    }
+  }
+  op.scale_inv = 1.0f / scale;
+  if (amax != nullptr) *amax = m;
+  return op;
+}
+
+Tensor widen_fp8(const Tensor& fp8) {
+  MT_CHECK(fp8.defined() && is_float8(fp8.dtype()) && fp8.is_contiguous() && fp8.device().is_cpu(),
+           "widen_fp8: expected a contiguous CPU FP8 tensor, got ", fp8.defined() ? fp8.describe() : "undefined");
+  Tensor out = Tensor::empty(fp8.sizes(), TensorOptions(DType::BFloat16));
+  const uint8_t* d = static_cast<const uint8_t*>(fp8.data_ptr());
+  BFloat16* o = out.data_ptr<BFloat16>();
+  const std::array<BFloat16, 256> table = fp8_to_bf16_table(fp8.dtype());
+  const int64_t n = fp8.numel();
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (n >= cpu::kParallelGrain && chunks > 1) schedule(static)
+  for (int64_t ch = 0; ch < chunks; ++ch)
+    widen_fp8_codes(table, d + ch * kChunk, o + ch * kChunk, std::min(kChunk, n - ch * kChunk));
+  return out;
 }
 
 namespace {
@@ -111,22 +195,16 @@ Tensor widen_to_bf16(const Fp8Operand& op) {
   if (op.widened.defined()) return op.widened;
   MT_CHECK(op.data.defined() && op.data.dim() == 2 && op.data.is_contiguous(),
            "widen_to_bf16: expected a contiguous 2-D FP8 operand");
+  if (op.axis < 0) return widen_fp8(op.data);
   Tensor out = Tensor::empty(op.data.sizes(), TensorOptions(DType::BFloat16));
   const uint8_t* d = static_cast<const uint8_t*>(op.data.data_ptr());
   BFloat16* o = out.data_ptr<BFloat16>();
   const DType dt = op.data.dtype();
-  if (op.axis < 0) {
-    const std::array<BFloat16, 256> table = fp8_to_bf16_table(dt);
-    const int64_t n = op.data.numel();
-#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
-    for (int64_t i = 0; i < n; ++i) o[i] = table[d[i]];
-    return out;
-  }
-  // value * 2^e: one multiply by an exact power of two, rounded once as ldexp would round it.
+  // value * 2^e, with BF16's range edges as mx_widen (amp/mx_block.h) handles them.
   std::array<float, 256> dec;
   for (int b = 0; b < 256; ++b) dec[b] = fp8_value(dt, static_cast<uint8_t>(b));
   const std::array<float, 256> pow2 = e8m0_values();
-  for_each_block_value(op, [&](int64_t i, uint8_t code) { o[i] = BFloat16(dec[d[i]] * pow2[code]); });
+  for_each_block_value(op, [&](int64_t i, uint8_t code) { o[i] = mx_widen(dec[d[i]], pow2[code]); });
   return out;
 }
 

@@ -45,9 +45,19 @@ struct Fp8Operand {
 // amax, when given, receives amax_of(x32), read in the same pass (delayed scaling records it).
 Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float* amax = nullptr);
 
+// The same cast of a CPU f32/bf16/f16 tensor of any shape (made contiguous), with `widened` set to
+// its FP8 values in BF16 (the same sizes, not transposed), both written in one pass over x: the
+// bits of quantize_per_tensor, and of widen_fp8 on them. For conv2d's kernel route (amp/fp8_ops.cpp).
+// keep_data false: only `widened` is written (`data` stays undefined), for an operand that is not
+// saved (the output gradient).
+Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax = nullptr,
+                                       bool keep_data = true);
+// An FP8 tensor of any shape, contiguous, each value widened exactly to BF16 (the same sizes).
+Tensor widen_fp8(const Tensor& fp8);
+
 // The operand widened to BF16, exactly: per-tensor, the FP8 values themselves (the scale is
-// applied to the GEMM's f32 result); MX, each value times its block's power of two (exact while
-// the product is a normal BF16 number, i.e. |value| >= 2^-126).
+// applied to the GEMM's f32 result); MX, each value times its block's power of two (mx_widen in
+// amp/mx_block.h: exact but at BF16's subnormal and overflow edges).
 // `widened` is returned as it is when set.
 Tensor widen_to_bf16(const Fp8Operand& op);
 // The BF16 pattern of each of the 256 FP8 codes of `fp8` (exact).

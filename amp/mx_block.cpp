@@ -2,7 +2,10 @@
 #include "amp/mx_block.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <vector>
 
 #include "amp/fp8_cast_table.h"
 #include "core/error.h"
@@ -32,57 +35,129 @@ uint8_t mx_scale_code(float amax, DType elem, MxScaleRounding rounding) {
 }
 
 Fp8Operand mx_quantize(const Tensor& x, int64_t axis, DType elem, const MXFP8BlockScaling& recipe, const char* who) {
-  check_recipe(recipe, who);
   MT_CHECK(x.dim() == 2 && (axis == 0 || axis == 1), who, ": MX blocks need a 2-D tensor and axis 0 or 1, got ",
            x.describe(), " and axis ", axis);
+  Fp8Operand op = mx_quantize_widened(x, axis, elem, recipe, who, true);
+  const int64_t nb = op.block_scales.size(1);
+  op.block_scales = op.block_scales.reshape(axis == 1 ? IntList{x.size(0), nb} : IntList{nb, x.size(1)});
+  return op;
+}
+
+Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const MXFP8BlockScaling& recipe,
+                               const char* who, bool keep_data) {
+  check_recipe(recipe, who);
+  MT_CHECK(x.defined() && x.device().is_cpu() && dim >= 0 && dim < x.dim(), who,
+           ": MX blocks need a CPU tensor and a dim of it, got ", x.defined() ? x.describe() : "undefined",
+           " and dim ", dim);
   MT_CHECK(is_float8(elem), who, ": MX elements must be Float8_e4m3fn or Float8_e5m2, got ", dtype_name(elem));
-  const int64_t rows = x.size(0), cols = x.size(1), len = x.size(axis), k = recipe.block_size;
+  const int64_t len = x.size(dim), k = recipe.block_size;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+  for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
   MT_CHECK(recipe.pad_tail || len % k == 0, who, ": MXFP8 block size ", k, " does not divide the reduction dim (",
-           len, " values along dim ", axis, " of ", x.describe(), "); set pad_tail to end it in a block of ", len % k,
+           len, " values along dim ", dim, " of ", x.describe(), "); set pad_tail to end it in a block of ", len % k,
            " values");
-  const Tensor x32 = contiguous(cpu::cast_to(x.detach(), DType::Float32));
-  const float* src = x32.data_ptr<float>();
   const int64_t nb = (len + k - 1) / k;
   Fp8Operand op;
-  op.axis = axis;
+  op.axis = dim;
   op.block_size = k;
-  op.data = Tensor::empty({rows, cols}, TensorOptions(elem));
-  op.block_scales = Tensor::empty(axis == 1 ? IntList{rows, nb} : IntList{nb, cols}, TensorOptions(DType::UInt8));
-  uint8_t* dst = static_cast<uint8_t*>(op.data.data_ptr());
+  op.widened = Tensor::empty(x.sizes(), TensorOptions(DType::BFloat16));
+  if (keep_data) op.data = Tensor::empty(x.sizes(), TensorOptions(elem));
+  op.block_scales = Tensor::empty({outer, nb, inner}, TensorOptions(DType::UInt8));
+  if (x.numel() == 0) return op;  // no block holds a value
+  // The source read as it is when f32 or bf16 (no f32 copy), f16 through f32.
+  const Tensor xc = contiguous(x.detach());
+  const bool as_is = xc.dtype() == DType::Float32 || xc.dtype() == DType::BFloat16;
+  const Tensor x32 = as_is ? xc : cpu::cast_to(xc, DType::Float32);
+  const float* f32 = x32.dtype() == DType::Float32 ? x32.data_ptr<float>() : nullptr;
+  const BFloat16* b16 = f32 == nullptr ? x32.data_ptr<BFloat16>() : nullptr;
+  uint8_t* dst = keep_data ? static_cast<uint8_t*>(op.data.data_ptr()) : nullptr;
+  BFloat16* wide = op.widened.data_ptr<BFloat16>();
   uint8_t* codes = op.block_scales.data_ptr<uint8_t>();
   const Fp8CastTable& cast = Fp8CastTable::of(elem);
-  // One block: `n` values starting at element `start`, `step` apart.
-  auto block = [&](int64_t start, int64_t step, int64_t n, uint8_t* code_out) {
-    float amax = 0.0f;
-    bool nonfinite = false;
-    for (int64_t j = 0; j < n; ++j) {
-      const float v = src[start + j * step];
-      nonfinite = nonfinite || !std::isfinite(v);
-      amax = std::fmax(amax, std::fabs(v));
-    }
-    const uint8_t code = mx_scale_code(nonfinite ? NAN : amax, elem, recipe.scale_rounding);
-    *code_out = code;
-    if (code == 0xFF) {  // the block's scale is NaN: so is every element
-      for (int64_t j = 0; j < n; ++j) dst[start + j * step] = 0x7F;
-      return;
-    }
-    // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is v / 2^e
-    // rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
-    const float inv = std::ldexp(1.0f, 127 - static_cast<int>(code));
-    for (int64_t j = 0; j < n; ++j) dst[start + j * step] = cast(src[start + j * step] * inv);
-  };
-  // Blocks are independent: in parallel, the same bits at every thread count.
-  const bool par = rows * cols >= cpu::kParallelGrain;
-  if (axis == 1) {
-#pragma omp parallel for if (par) schedule(static)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t b = 0; b < nb; ++b)
-        block(r * cols + b * k, 1, std::min(k, cols - b * k), codes + r * nb + b);
-  } else {
-#pragma omp parallel for collapse(2) if (par) schedule(static)
-    for (int64_t b = 0; b < nb; ++b)
-      for (int64_t c = 0; c < cols; ++c)
-        block(b * k * cols + c, cols, std::min(k, rows - b * k), codes + b * cols + c);
+  std::array<float, 256> dec;  // each FP8 code's value (exact)
+  const std::array<BFloat16, 256> table = fp8_to_bf16_table(elem);
+  for (int b = 0; b < 256; ++b) dec[b] = static_cast<float>(table[b]);
+  // Blocks are independent: in parallel, the same bits at every thread count. One block row at a
+  // time over the `inner` positions, so the reads run along memory and the amax loop vectorizes:
+  // it is a max of |v|'s bits (monotonic for non-NaN floats), and any non-finite value (inf or
+  // NaN, exponent all ones) makes it >= 0x7F800000, which marks the block's scale NaN.
+  const bool par = outer * len * inner >= cpu::kParallelGrain && outer * nb > 1;
+#pragma omp parallel if (par)
+  {
+    std::vector<uint32_t> amax(static_cast<size_t>(inner));
+    std::vector<float> inv(static_cast<size_t>(inner)), pow2(static_cast<size_t>(inner));
+    std::vector<uint8_t> exact(static_cast<size_t>(inner));
+    std::vector<float> rowbuf(f32 != nullptr ? 0 : static_cast<size_t>(std::max(inner, k)));  // BF16 values in f32
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t n = std::min(k, len - b * k), base = (o * len + b * k) * inner;
+        uint32_t* am = amax.data();
+        std::fill(amax.begin(), amax.end(), 0u);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t row = base + j * inner;
+          if (f32 != nullptr) {
+            for (int64_t i = 0; i < inner; ++i)
+              am[i] = std::max(am[i], std::bit_cast<uint32_t>(f32[row + i]) & 0x7FFFFFFFu);
+          } else {
+            for (int64_t i = 0; i < inner; ++i)
+              am[i] = std::max(am[i], (static_cast<uint32_t>(b16[row + i].bits) & 0x7FFFu) << 16);
+          }
+        }
+        uint8_t* c = codes + (o * nb + b) * inner;
+        bool all_exact = true;  // no NaN scale, no BF16 edge: the vector cast and a plain product
+        for (int64_t i = 0; i < inner; ++i) {
+          c[i] = mx_scale_code(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), elem, recipe.scale_rounding);
+          // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
+          // v / 2^e rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
+          const int e = static_cast<int>(c[i]) - 127;
+          inv[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, -e);
+          pow2[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, e);
+          // Every element (|q| in [2^-16, 2^16], or 0) times 2^e is a normal BF16 number here: the
+          // widening is the product's top half (mx_widen's edges cannot occur).
+          exact[i] = static_cast<uint8_t>(e >= -110 && e <= 111);
+          all_exact = all_exact && exact[i];
+        }
+        if (all_exact && inner == 1) {  // a contiguous block under one scale
+          const float* src = f32 != nullptr ? f32 + base : rowbuf.data();
+          if (f32 == nullptr)
+            for (int64_t j = 0; j < n; ++j) rowbuf[j] = static_cast<float>(b16[base + j]);
+          BFloat16* w = wide + base;
+          cast.cast_scaled_widened(src, inv[0], dst != nullptr ? dst + base : nullptr, w, n);
+          for (int64_t j = 0; j < n; ++j)
+            w[j].bits = static_cast<uint16_t>(
+                std::bit_cast<uint32_t>(std::bit_cast<float>(static_cast<uint32_t>(w[j].bits) << 16) * pow2[0]) >> 16);
+          continue;
+        }
+        if (all_exact) {
+          // The FP8 cast with its BF16 widening per row (cast_lanes_widened: AVX-512 arithmetic
+          // with one scale per lane), then the widening times 2^e, exact here.
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t row = base + j * inner;
+            const float* src = f32 != nullptr ? f32 + row : rowbuf.data();
+            if (f32 == nullptr)
+              for (int64_t i = 0; i < inner; ++i) rowbuf[i] = static_cast<float>(b16[row + i]);
+            BFloat16* w = wide + row;
+            cast.cast_lanes_widened(src, inv.data(), dst != nullptr ? dst + row : nullptr, w, inner);
+            for (int64_t i = 0; i < inner; ++i) {
+              const float p = std::bit_cast<float>(static_cast<uint32_t>(w[i].bits) << 16) * pow2[i];
+              w[i].bits = static_cast<uint16_t>(std::bit_cast<uint32_t>(p) >> 16);
+            }
+          }
+          continue;
+        }
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t row = base + j * inner;
+          for (int64_t i = 0; i < inner; ++i) {
+            const float v = f32 != nullptr ? f32[row + i] : static_cast<float>(b16[row + i]);
+            // A block whose scale is NaN: every element is NaN (0x7F in both formats).
+            const uint8_t q = c[i] == 0xFF ? uint8_t{0x7F} : cast(v * inv[i]);
+            if (dst != nullptr) dst[row + i] = q;
+            wide[row + i] = mx_widen(dec[q], pow2[i]);
+          }
+        }
+      }
   }
   return op;
 }

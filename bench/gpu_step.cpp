@@ -10,6 +10,12 @@
 //   resnet20_step/{fp32,amp_fp16,amp_bf16}            one SGD training step, batch 128, 32x32x3
 //   resnet20_b1024_step/{fp32,amp_fp16,amp_bf16}      the same at batch 1024: at 128 an H200 step is
 //                                                     bound by launches, not by arithmetic
+//   {smallcnn,resnet20,resnet20_b1024}_step/fp8       the same step under amp::Fp8Autocast(CUDA) with
+//                                                     delayed scaling (HYBRID, history 1024, metas on
+//                                                     the GPU): conv2d and linear on cuBLASLt's FP8
+//                                                     matmul (conv2d by im2col), the rest BF16
+//                                                     autocast; fp8 / amp_bf16 images_per_s is the
+//                                                     FP8 step's speed-up (eager rows only)
 //   <the step rows>_graph (with --graph)              the same step captured once as a CUDA graph
 //                                                     (cuda::GraphedStep: 3 eager warm-up steps, the
 //                                                     capture) and replayed: capturable SGD, a
@@ -37,6 +43,7 @@
 #include <vector>
 
 #include "amp/autocast.h"
+#include "amp/fp8_autocast.h"
 #include "amp/grad_scaler.h"
 #include "core/cuda/graphed_step.h"
 #include "core/cuda_api.h"
@@ -90,7 +97,7 @@ void gemm_fp8(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
-enum class Mode { Fp32, AmpFp16, AmpBf16 };
+enum class Mode { Fp32, AmpFp16, AmpBf16, Fp8 };
 
 // The step rows' timing (flags of this program, read before Google Benchmark's).
 struct Timing {
@@ -116,6 +123,9 @@ void train_step(benchmark::State& state, const std::string& model_name, Mode mod
   // Graphed: nothing in the step may read on the host (docs/CUDA.md, "A step with no host sync").
   if (graphed) opt.set_capturable(true);
   amp::GradScaler scaler({.enabled = mode == Mode::AmpFp16, .sync_free = graphed});
+  const amp::DelayedScaling fp8_recipe;
+  std::optional<amp::Fp8Metas> metas;
+  if (mode == Mode::Fp8) metas.emplace(fp8_recipe, model->named_parameters());
   Generator g(1);
   const Tensor x = randn(in_shape, {}, &g).to(Device::CUDA());
   const Tensor y = (rand({batch}, {}, &g) * 10.0).to(DType::Int64).to(Device::CUDA());
@@ -126,6 +136,8 @@ void train_step(benchmark::State& state, const std::string& model_name, Mode mod
       std::optional<amp::AutocastGuard> ac;
       if (mode == Mode::AmpFp16) ac.emplace(DeviceType::CUDA, DType::Float16);
       if (mode == Mode::AmpBf16) ac.emplace(DeviceType::CUDA, DType::BFloat16);
+      std::optional<amp::Fp8Autocast> fp8;
+      if (mode == Mode::Fp8) fp8.emplace(fp8_recipe, &*metas, amp::Fp8AutocastOptions{}, DeviceType::CUDA);
       loss = cross_entropy(model->forward(x), y);
     }
     scaler.scale(loss).backward();
@@ -177,7 +189,9 @@ void register_all(bool graphs) {
     if (graphed && !graphs) continue;
     for (const Row& r : {Row{"smallcnn", "smallcnn", 128}, Row{"resnet20", "resnet20", 128}, Row{"resnet20_b1024", "resnet20", 1024}}) {
       const std::string name = std::string(r.name) + "_step/";
-      for (auto [suffix, mode] : {std::pair{"fp32", Mode::Fp32}, std::pair{"amp_fp16", Mode::AmpFp16}, std::pair{"amp_bf16", Mode::AmpBf16}}) {
+      for (auto [suffix, mode] : {std::pair{"fp32", Mode::Fp32}, std::pair{"amp_fp16", Mode::AmpFp16},
+                                  std::pair{"amp_bf16", Mode::AmpBf16}, std::pair{"fp8", Mode::Fp8}}) {
+        if (graphed && mode == Mode::Fp8) continue;  // its scale update at region entry is not captured
         // One Google Benchmark iteration holds every timed window; the reported time is their median.
         benchmark::RegisterBenchmark((name + suffix + (graphed ? "_graph" : "")).c_str(), train_step,
                                      std::string(r.model), mode, r.batch, graphed)

@@ -1,5 +1,5 @@
 # examples/amp_accuracy_check.cmake — ctest driver (cmake -P): "no loss of accuracy" for a mixed
-# precision mode (BF16, FP8). Runs the main job (make demo's command: SmallCNN, 3 epochs of
+# precision mode (BF16, FP8, MXFP8). Runs the main job (make demo's command: SmallCNN, 3 epochs of
 # Fashion-MNIST, SGD 0.05 momentum 0.9, cosine schedule, batch 128) in FP32 and with each --amp mode
 # in AMP, for seeds 0 and 1, and requires each seed's test accuracy under each mode to be within
 # 0.5 points of its FP32 one (one FP32 run per seed serves every mode). On a CPU with AVX512_BF16 the BF16 (and FP8, widened to BF16) GEMMs compute on

@@ -83,8 +83,8 @@ function(refused what want)
     message(FATAL_ERROR "${what} should be refused with '${want}'; got (${rc}):\n${out}\n${err}")
   endif()
 endfunction()
-refused("--amp fp8 --device cuda" "--amp fp8 runs its FP8 GEMMs on the CPU only so far: it cannot be combined with --device cuda"
-        --amp fp8 --device cuda)
-refused("--amp fp8-current --cuda-graph" "--amp fp8-current runs its FP8 GEMMs on the CPU only so far: it cannot be combined with --cuda-graph"
+refused("--amp mxfp8 --device cuda" "--amp mxfp8 runs its FP8 GEMMs on the CPU only so far: it cannot be combined with --device cuda"
+        --amp mxfp8 --device cuda)
+refused("--amp fp8-current --cuda-graph" "--amp fp8-current cannot be combined with --cuda-graph: an FP8 step is not captured as a graph yet"
         --amp fp8-current --cuda-graph)
 message(STATUS "FP8 modes train; the unsupported combinations are refused")

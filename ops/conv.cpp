@@ -49,6 +49,7 @@
 
 #include "core/convert.h"
 #include "ops/conv_args.h"
+#include "ops/conv_scaled.h"
 #include "ops/cpu/aligned_buffer.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_direct_avx512.h"
@@ -428,15 +429,17 @@ cpu::KernelPick forward_pick(const ConvGeom& g) {
   else return cpu::choose_kernel("conv2d.fwd", kForwardWidened, g);
 }
 
+// alpha: the BF16 storages' epilogue factor on each FP32 sum before the bias (conv2d_bf16_scaled);
+// 1 skips it, and every other storage takes only 1.
 template <typename S, typename T, typename A>
-cpu::KernelPick conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y) {
+cpu::KernelPick conv_forward(const ConvGeom& g, const S* x, const A* w, const T* b, S* y, float alpha = 1.0f) {
   const cpu::KernelPick k = forward_pick<S, A>(g);
   const std::string_view name = k.name;
   if constexpr (std::is_same_v<S, float> && std::is_same_v<A, float>) {
     if (name == "direct_avx512") return cpu::conv_direct_forward(conv_shape(g), x, w, b, y), k;
   }
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
-    if (name == "pairs_avx512bf16") return cpu::conv_pairs_forward(conv_shape(g), x, w, b, y), k;
+    if (name == "pairs_avx512bf16") return cpu::conv_pairs_forward(conv_shape(g), x, w, b, y, alpha), k;
   }
   if constexpr ((std::is_same_v<S, float> || std::is_same_v<S, BFloat16>) && std::is_same_v<T, float>) {
     if (name.rfind("implicit_gemm", 0) == 0) {
@@ -445,8 +448,11 @@ cpu::KernelPick conv_forward(const ConvGeom& g, const S* x, const A* w, const T*
       if constexpr (std::is_same_v<A, BFloat16>)
         return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y,
                                        name == "implicit_gemm_amx" ? cpu::Bf16Kernel::Amx
-                                                                   : cpu::Bf16Kernel::Avx512Bf16),
+                                                                   : cpu::Bf16Kernel::Avx512Bf16,
+                                       alpha),
                k;
+      else if constexpr (std::is_same_v<S, BFloat16>)
+        return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y, alpha), k;
       else
         return cpu::conv_implicit_gemm(implicit_shape(g), x, w, b, y), k;
     }
@@ -484,14 +490,24 @@ cpu::KernelPick conv_forward(const ConvGeom& g, const S* x, const A* w, const T*
       im2col(src, g, col, L);
       src = col;
     }
-    if (b)
+    // With alpha the sums come first (beta 0), then * alpha + bias, as the kernels' epilogues do.
+    const bool prefill = b && alpha == 1.0f;
+    if (prefill)
       for (int64_t o = 0; o < g.O; ++o) std::fill(yn + o * L, yn + (o + 1) * L, b[o]);
     else if (Kg == 0)
       std::fill(yn, yn + g.O * L, T(0));
     if (Kg != 0 && Og != 0)
       for (int64_t gr = 0; gr < g.G; ++gr)
-        cpu::gemm(false, false, Og, L, Kg, w + gr * Og * Kg, Kg, src + gr * Kg * L, L, b ? T(1) : T(0),
+        cpu::gemm(false, false, Og, L, Kg, w + gr * Og * Kg, Kg, src + gr * Kg * L, L, prefill ? T(1) : T(0),
                   yn + gr * Og * L, L);
+    if (!prefill && (b || alpha != 1.0f))
+      for (int64_t o = 0; o < g.O; ++o)
+        for (int64_t l = 0; l < L; ++l) {
+          T v = yn[o * L + l];
+          if (alpha != 1.0f) v *= static_cast<T>(alpha);
+          if (b) v += b[o];
+          yn[o * L + l] = v;
+        }
     ybuf.store_back(t, y + n * g.O * L, g.O * L);
   }
   return k;
@@ -548,13 +564,16 @@ cpu::KernelPick input_grad_pick(const ConvProblem& p) {
 }
 
 // gy (N, O, L), w (O, K/G) -> gx (N, C, H, W), on kernel k of input_grad_pick (not "as_conv").
+// alpha as conv_forward's (BF16 storage only; 1 skips it).
 template <typename S, typename T, typename A>
-void conv_input_grad(const cpu::KernelPick& k, const ConvGeom& g, const S* gy, const A* w, S* gx) {
+void conv_input_grad(const cpu::KernelPick& k, const ConvGeom& g, const S* gy, const A* w, S* gx, float alpha = 1.0f) {
   const std::string_view name = k.name;
   if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<A, BFloat16> && std::is_same_v<T, float>) {
-    if (name == "pairs_avx512bf16") return cpu::conv_input_grad_pairs(conv_shape(g), gy, w, gx);
+    if (name == "pairs_avx512bf16") return cpu::conv_input_grad_pairs(conv_shape(g), gy, w, gx, alpha);
   }
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<S, BFloat16> && std::is_same_v<T, float>) {
+    if (name == "direct_avx512") return cpu::conv_input_grad_direct(conv_shape(g), gy, w, gx, alpha);
+  } else if constexpr (std::is_same_v<T, float>) {
     if (name == "direct_avx512") return cpu::conv_input_grad_direct(conv_shape(g), gy, w, gx);
   }
   const int nt = batch_threads(g);
@@ -579,6 +598,8 @@ void conv_input_grad(const cpu::KernelPick& k, const ConvGeom& g, const S* gy, c
         std::fill(gxn, gxn + g.image(), T(0));
         col2im(col, g, gxn);
       }
+      if (alpha != 1.0f)
+        for (int64_t i = 0; i < g.image(); ++i) gxn[i] *= static_cast<T>(alpha);
     }
     gxbuf.store_back(t, gx + n * g.image(), g.image());
   }
@@ -750,6 +771,12 @@ std::string conv_problem(DType dt, const ConvGeom& g) {
 }
 
 // ---- conv2d ----
+Tensor forward_cpu(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g, float alpha, const char* tag);
+Tensor input_grad_cpu(const Tensor& gy, const Tensor& w, const IntList& in_size, const ConvGeom& g, float alpha,
+                      const char* tag);
+Tensor weight_grad_cpu(const Tensor& x, const Tensor& gy, const IntList& w_size, const ConvGeom& g, DType out_dtype,
+                       const char* tag);
+
 TensorList conv2d_cpu(const OpCall& call) {
   const Tensor& x = call.inputs[0];
   const Tensor& w = call.inputs[1];
@@ -760,8 +787,15 @@ TensorList conv2d_cpu(const OpCall& call) {
     MT_CHECK(b.dim() == 1 && b.size(0) == g.O, call.name(), ": bias must be 1-D with ", g.O, " elements (weight ",
              w.describe(), "), got ", b.describe());
   check_conv_dtypes(call.name(), "input", x, "weight", w, b);
+  return {forward_cpu(x, w, b, g, 1.0f, "")};
+}
+
+// The three passes' bodies, shared by the ops and conv2d_bf16_scaled & co (ops/conv_scaled.h):
+// `alpha` for the BF16 storages' epilogue (1: none), `tag` appended to the kernel trace's problem.
+Tensor forward_cpu(const Tensor& x, const Tensor& w, const Tensor& b, const ConvGeom& g, float alpha,
+                   const char* tag) {
   Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(x.dtype()));
-  if (out.numel() == 0) return {out};
+  if (out.numel() == 0) return out;
   const DType ct = compute_type(x.dtype());
   const bool native = cpu::bf16_native_gemm();
   Tensor xc = dense(x, x.dtype()), wc = dense(w, operand_type(x.dtype(), native));
@@ -770,10 +804,10 @@ TensorList conv2d_cpu(const OpCall& call) {
   visit_types(x.dtype(), native, [&]<typename S, typename T, typename A>() {
     ran = conv_forward<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const A*>(wc.data_ptr()),
                                 bc.defined() ? static_cast<const T*>(bc.data_ptr()) : nullptr,
-                                static_cast<S*>(out.data_ptr()));
+                                static_cast<S*>(out.data_ptr()), alpha);
   });
-  cpu::trace_kernel_choice("conv2d.fwd", [&] { return conv_problem(x.dtype(), g); }, ran.name, ran.skipped);
-  return {out};
+  cpu::trace_kernel_choice("conv2d.fwd", [&] { return conv_problem(x.dtype(), g) + tag; }, ran.name, ran.skipped);
+  return out;
 }
 
 TensorList conv2d_input_grad_cpu(const OpCall& call) {
@@ -785,8 +819,13 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
                              a.groups);
   check_grad_shape(call.name(), g, gy);
   check_conv_dtypes(call.name(), "grad", gy, "weight", w);
+  return {input_grad_cpu(gy, w, in_size, g, 1.0f, "")};
+}
+
+Tensor input_grad_cpu(const Tensor& gy, const Tensor& w, const IntList& in_size, const ConvGeom& g, float alpha,
+                      const char* tag) {
   Tensor out = Tensor::empty(in_size, TensorOptions(gy.dtype()));
-  if (out.numel() == 0) return {out};
+  if (out.numel() == 0) return out;
   const bool native = cpu::bf16_native_gemm();
   Tensor gc = dense(gy, gy.dtype()), wc = dense(w, operand_type(gy.dtype(), native));
   const bool as_conv = input_grad_is_a_conv(g, gy.dtype());
@@ -802,16 +841,16 @@ TensorList conv2d_input_grad_cpu(const OpCall& call) {
       flip_transpose_weight(g, wp, static_cast<A*>(wt.data_ptr()));
       const cpu::KernelPick f = conv_forward<S, T, A>(input_grad_conv_geometry(g), gp,
                                                       static_cast<const A*>(wt.data_ptr()), nullptr,
-                                                      static_cast<S*>(out.data_ptr()));
+                                                      static_cast<S*>(out.data_ptr()), alpha);
       ran = std::string("as_conv.") + f.name;
       if (!f.skipped.empty()) skipped.append(skipped.empty() ? "" : "; ").append(f.skipped);
     } else {
-      conv_input_grad<S, T, A>(k, g, gp, wp, static_cast<S*>(out.data_ptr()));
+      conv_input_grad<S, T, A>(k, g, gp, wp, static_cast<S*>(out.data_ptr()), alpha);
       ran = k.name;
     }
   });
-  cpu::trace_kernel_choice("conv2d.dgrad", [&] { return conv_problem(gy.dtype(), g); }, ran.c_str(), skipped);
-  return {out};
+  cpu::trace_kernel_choice("conv2d.dgrad", [&] { return conv_problem(gy.dtype(), g) + tag; }, ran.c_str(), skipped);
+  return out;
 }
 
 TensorList conv2d_weight_grad_cpu(const OpCall& call) {
@@ -823,8 +862,14 @@ TensorList conv2d_weight_grad_cpu(const OpCall& call) {
                              a.groups);
   check_grad_shape(call.name(), g, gy);
   check_conv_dtypes(call.name(), "input", x, "grad", gy);
-  Tensor out = Tensor::empty(w_size, TensorOptions(x.dtype()));
-  if (out.numel() == 0) return {out};
+  return {weight_grad_cpu(x, gy, w_size, g, x.dtype(), "")};
+}
+
+// out_dtype: x's (the op), or the compute type itself (the FP32 sums, unrounded).
+Tensor weight_grad_cpu(const Tensor& x, const Tensor& gy, const IntList& w_size, const ConvGeom& g, DType out_dtype,
+                       const char* tag) {
+  Tensor out = Tensor::empty(w_size, TensorOptions(out_dtype));
+  if (out.numel() == 0) return out;
   const DType ct = compute_type(x.dtype());
   Tensor xc = dense(x, x.dtype()), gc = dense(gy, gy.dtype());
   Tensor oc = compute_buffer(out, ct);
@@ -833,9 +878,9 @@ TensorList conv2d_weight_grad_cpu(const OpCall& call) {
     ran = conv_weight_grad<S, T, A>(g, static_cast<const S*>(xc.data_ptr()), static_cast<const S*>(gc.data_ptr()),
                                     static_cast<T*>(oc.data_ptr()));
   });
-  cpu::trace_kernel_choice("conv2d.wgrad", [&] { return conv_problem(x.dtype(), g); }, ran.name, ran.skipped);
+  cpu::trace_kernel_choice("conv2d.wgrad", [&] { return conv_problem(x.dtype(), g) + tag; }, ran.name, ran.skipped);
   if (!oc.is_same(out)) cpu::copy_into(out, oc);  // the one rounding to f16/bf16
-  return {out};
+  return out;
 }
 
 // ---- backward formulas (see the header comment) ----
@@ -989,6 +1034,44 @@ Tensor conv2d_weight_grad(const Tensor& input, const Tensor& grad, const IntList
   Attrs attrs = a.attrs();
   attrs.set("weight_size", weight_size);
   return dispatch1(kConv2dWeightGrad, {input, grad}, std::move(attrs));
+}
+
+// ---- Fp8Autocast's entry points (ops/conv_scaled.h) ----
+namespace {
+constexpr const char* kFp8Tag = " fp8";
+void check_scaled(const char* who, const Tensor& a, const Tensor& b, const ConvGeom& g) {
+  MT_CHECK(a.device().is_cpu() && b.device().is_cpu() && a.dtype() == DType::BFloat16 && b.dtype() == DType::BFloat16,
+           who, ": expected BFloat16 CPU operands, got ", a.describe(), " and ", b.describe());
+  MT_CHECK(g.G == 1, who, ": groups 1 only, got ", g.G);
+  MT_CHECK(g.L() <= INT_MAX && g.K() <= INT_MAX && g.O <= INT_MAX, who, ": BLAS takes int dimensions; got ", g.O,
+           " output channels, ", g.K(), " taps, ", g.L(), " output pixels per image");
+}
+}  // namespace
+
+Tensor conv2d_bf16_scaled(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeom& g, float alpha) {
+  check_scaled("conv2d_bf16_scaled", x, w, g);
+  MT_CHECK(x.sizes() == IntList({g.N, g.C, g.H, g.W}) && w.sizes() == IntList({g.O, g.C, g.kH, g.kW}),
+           "conv2d_bf16_scaled: expected input (", g.N, ", ", g.C, ", ", g.H, ", ", g.W, ") and weight (", g.O, ", ",
+           g.C, ", ", g.kH, ", ", g.kW, "), got ", x.describe(), " and ", w.describe());
+  MT_CHECK(!bias.defined() || (bias.dtype() == DType::Float32 && bias.numel() == g.O),
+           "conv2d_bf16_scaled: expected a Float32 bias of ", g.O, " elements, got ", bias.describe());
+  return forward_cpu(x, w, bias, g, alpha, kFp8Tag);
+}
+
+Tensor conv2d_input_grad_bf16_scaled(const Tensor& gy, const Tensor& w, const ConvGeom& g, float alpha) {
+  check_scaled("conv2d_input_grad_bf16_scaled", gy, w, g);
+  MT_CHECK(gy.sizes() == g.out_sizes() && w.sizes() == IntList({g.O, g.C, g.kH, g.kW}),
+           "conv2d_input_grad_bf16_scaled: expected grad ", shape_str(g.out_sizes()), " and weight (", g.O, ", ", g.C,
+           ", ", g.kH, ", ", g.kW, "), got ", gy.describe(), " and ", w.describe());
+  return input_grad_cpu(gy, w, {g.N, g.C, g.H, g.W}, g, alpha, kFp8Tag);
+}
+
+Tensor conv2d_weight_grad_bf16_sums(const Tensor& x, const Tensor& gy, const ConvGeom& g) {
+  check_scaled("conv2d_weight_grad_bf16_sums", x, gy, g);
+  MT_CHECK(x.sizes() == IntList({g.N, g.C, g.H, g.W}) && gy.sizes() == g.out_sizes(),
+           "conv2d_weight_grad_bf16_sums: expected input (", g.N, ", ", g.C, ", ", g.H, ", ", g.W, ") and grad ",
+           shape_str(g.out_sizes()), ", got ", x.describe(), " and ", gy.describe());
+  return weight_grad_cpu(x, gy, {g.O, g.C, g.kH, g.kW}, g, DType::Float32, kFp8Tag);
 }
 
 }  // namespace mixtape

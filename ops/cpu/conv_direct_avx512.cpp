@@ -214,10 +214,12 @@ BlockFn<E> block_fn(int sW, int V, int P) {
   return sW == 2 ? block_for<E, 2>(V, P) : block_for<E, 1>(V, P);
 }
 
-// yt (L, Opad) -> y (O, L) + bias, 16 x 16 blocks transposed in registers; BF16 y rounded once.
+// yt (L, Opad) -> y (O, L) * alpha (skipped at 1) + bias, 16 x 16 blocks transposed in registers;
+// BF16 y rounded once.
 template <typename S>
-MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* yt, const float* bias, S* y) {
+MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* yt, const float* bias, float alpha, S* y) {
   const int64_t O = p.s.O, L = p.L;
+  const __m512 a = _mm512_set1_ps(alpha);
   for (int64_t o0 = 0; o0 < O; o0 += 16)
     for (int64_t l0 = 0; l0 < L; l0 += 16) {
       const int64_t n = std::min<int64_t>(16, L - l0);
@@ -226,7 +228,10 @@ MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* yt, const floa
       for (int64_t q = 0; q < 16; ++q) r[q] = q < n ? _mm512_load_ps(yt + (l0 + q) * p.Opad + o0) : _mm512_setzero_ps();
       transpose16x16(r);
       for (int64_t q = 0; q < 16 && o0 + q < O; ++q) {
-        const __m512 v = bias ? _mm512_add_ps(r[q], _mm512_set1_ps(bias[o0 + q])) : r[q];
+        // The product rounds on its own (an explicit rounding mode, which GCC never contracts into
+        // an FMA with the bias add below): f32(f32(s alpha) + b), as the other entries compute.
+        const __m512 ra = alpha != 1.0f ? _mm512_mul_round_ps(r[q], a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : r[q];
+        const __m512 v = bias ? _mm512_add_ps(ra, _mm512_set1_ps(bias[o0 + q])) : ra;
         if constexpr (std::is_same_v<S, float>)
           _mm512_mask_storeu_ps(y + (o0 + q) * L + l0, m, v);
         else
@@ -240,8 +245,8 @@ MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* yt, const floa
 // output row, so staging it reads from cache rather than waiting on memory. S is x's and y's
 // storage, E the staged element (float, or uint32_t BF16 pairs).
 template <typename S, typename E>
-void image_rows(const Plan& p, const S* x, const E* wt, const float* bias, S* y, int64_t n, int64_t r0, int64_t r1,
-                E* xp, float* yt, const S* next) {
+void image_rows(const Plan& p, const S* x, const E* wt, const float* bias, float alpha, S* y, int64_t n, int64_t r0,
+                int64_t r1, E* xp, float* yt, const S* next) {
   const ConvShape& s = p.s;
   const int64_t image = s.C * s.H * s.W;
   if constexpr (std::is_same_v<E, float>)
@@ -262,18 +267,19 @@ void image_rows(const Plan& p, const S* x, const E* wt, const float* bias, S* y,
                                                std::min(p.planes, c0 + p.cslice), yt);
         pf.step();
       }
-  if (r0 == 0 && r1 == s.OH) return store_image(p, yt, bias, y + n * s.O * p.L);
+  if (r0 == 0 && r1 == s.OH) return store_image(p, yt, bias, alpha, y + n * s.O * p.L);
   // Part of an image (a batch smaller than the team): its rows only, element by element.
   for (int64_t o = 0; o < s.O; ++o)
     for (int64_t l = r0 * s.OW; l < r1 * s.OW; ++l) {
-      const float v = bias ? yt[l * p.Opad + o] + bias[o] : yt[l * p.Opad + o];
+      const float a = alpha != 1.0f ? yt[l * p.Opad + o] * alpha : yt[l * p.Opad + o];
+      const float v = bias ? a + bias[o] : a;
       y[(n * s.O + o) * p.L + l] = static_cast<S>(v);
     }
 }
 
 // The forward for storage S (float, or BFloat16 on channel pairs) with weights wa of dtype S.
 template <typename S>
-void direct_forward(const ConvShape& s, const S* x, const S* wa, const float* bias, S* y) {
+void direct_forward(const ConvShape& s, const S* x, const S* wa, const float* bias, float alpha, S* y) {
   using E = std::conditional_t<std::is_same_v<S, float>, float, uint32_t>;
   const Plan p = plan_of(s, !std::is_same_v<S, float>);
   AlignedBuffer<E> wt;
@@ -294,7 +300,7 @@ void direct_forward(const ConvShape& s, const S* x, const S* wa, const float* bi
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t n = u / split, part = u % split;
       const S* next = u + 1 < hi ? x + (u + 1) / split * s.C * s.H * s.W : nullptr;
-      image_rows(p, x, wt.data.get(), bias, y, n, s.OH * part / split, s.OH * (part + 1) / split,
+      image_rows(p, x, wt.data.get(), bias, alpha, y, n, s.OH * part / split, s.OH * (part + 1) / split,
                  xs + static_cast<int64_t>(slot) * xsize, ys + static_cast<int64_t>(slot) * ysize, next);
     }
   };
@@ -317,12 +323,13 @@ bool conv_pairs_applies(const ConvShape& s) {
 void conv_direct_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
   MT_CHECK(conv_direct_applies(s), "conv_direct_forward: this CPU or geometry is not one it takes ",
            "(check conv_direct_applies() first)");
-  MT_X86_ONLY(direct_forward(s, x, w, bias, y));
+  MT_X86_ONLY(direct_forward(s, x, w, bias, 1.0f, y));
 }
-void conv_pairs_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y) {
+void conv_pairs_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y,
+                        float alpha) {
   MT_CHECK(conv_pairs_applies(s), "conv_pairs_forward: this CPU or geometry is not one it takes ",
            "(check conv_pairs_applies() first)");
-  MT_X86_ONLY(direct_forward(s, x, w, bias, y));
+  MT_X86_ONLY(direct_forward(s, x, w, bias, alpha, y));
 }
 
 }  // namespace mixtape::cpu

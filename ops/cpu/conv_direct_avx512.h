@@ -44,6 +44,8 @@ bool conv_pairs_applies(const ConvShape& s);
 // (c/2, ki, kj); then + bias and one rounding to BF16. Another order than the implicit GEMM's
 // (which pairs consecutive taps), so the two agree within FP32 summation error, not bit for bit;
 // the same bits at every thread count. Requires conv_pairs_applies(s).
-void conv_pairs_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y);
+// alpha: a factor on each FP32 sum before the bias (Fp8Autocast's dequantising scales), skipped at 1.
+void conv_pairs_forward(const ConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y,
+                        float alpha = 1.0f);
 
 }  // namespace mixtape::cpu

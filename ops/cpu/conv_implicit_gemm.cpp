@@ -281,12 +281,20 @@ MT_TARGET_AVX512BF16 void tile_bf16(int64_t kc2, const uint16_t* __restrict ap, 
   }
 }
 
-// ---- epilogue: + bias, stored (rounded once to BF16: round_to_bf16) into each image the panel covers ----
+// ---- epilogue: * alpha (skipped at 1), + bias, stored (rounded once to BF16: round_to_bf16) into
+// each image the panel covers ----
 template <typename E>
-MT_TARGET_AVX512_FMA void store_panel(const ImplicitConvShape& s, const PanelMap& pm, const float* acc, const float* bias, E* y) {
+MT_TARGET_AVX512_FMA void store_panel(const ImplicitConvShape& s, const PanelMap& pm, const float* acc, const float* bias,
+                                      float alpha, E* y) {
   const int64_t L = s.OH * s.W;
+  const __m512 a = _mm512_set1_ps(alpha);
   for (int64_t o = 0; o < s.O; ++o) {
     __m512 lo = _mm512_load_ps(acc + o * kNr), hi = _mm512_load_ps(acc + o * kNr + 16);
+    // Explicitly rounded products: never contracted with the bias add into an FMA (one rounding).
+    if (alpha != 1.0f) {
+      lo = _mm512_mul_round_ps(lo, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      hi = _mm512_mul_round_ps(hi, a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
     if (bias) {
       const __m512 b = _mm512_set1_ps(bias[o]);
       lo = _mm512_add_ps(lo, b), hi = _mm512_add_ps(hi, b);
@@ -336,8 +344,8 @@ int threads_for(const ImplicitConvShape& s) {
 
 // The column panels [lo, hi) on the calling thread. Native: BF16 pairs and vdpbf16ps.
 template <bool kNative, typename E>
-MT_TARGET_AVX512_FMA void run_panels(const ImplicitConvShape& s, const E* x, const void* apack, const float* bias, E* y,
-                        int64_t lo, int64_t hi) {
+MT_TARGET_AVX512_FMA void run_panels(const ImplicitConvShape& s, const E* x, const void* apack, const float* bias,
+                                    float alpha, E* y, int64_t lo, int64_t hi) {
   const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
   const int64_t kc_max = kNative ? kKcBf16 : kKcF32;
   thread_local AlignedBuffer<float> acc_buf, bf_buf;
@@ -365,7 +373,7 @@ MT_TARGET_AVX512_FMA void run_panels(const ImplicitConvShape& s, const E* x, con
           tile_f32(kc, ap + (ip * K + p0) * kMr, bp, acc + ip * kMr * kNr, p0 == 0);
       }
     }
-    store_panel(s, pm, acc, bias, y);
+    store_panel(s, pm, acc, bias, alpha, y);
   }
 }
 
@@ -390,7 +398,7 @@ void pack_weights_amx(const ImplicitConvShape& s, const uint16_t* w, uint16_t* a
 // stored as the accumulator tile store_panel reads. Each output element is one tdpbf16ps chain
 // over the whole depth (ops/cpu/bgemm_amx.h's rule with a single slice), then + bias, rounded.
 MT_TARGET_AMX void run_panels_amx(const ImplicitConvShape& s, const uint16_t* x, const uint16_t* ap, const float* bias,
-                           uint16_t* y, int64_t lo, int64_t hi) {
+                                  float alpha, uint16_t* y, int64_t lo, int64_t hi) {
   const int64_t K = s.C * s.kH * s.kW, steps = (K + amx::kStep - 1) / amx::kStep;
   const int64_t panels = (s.O + amx::kBlock - 1) / amx::kBlock, K2 = (K + 1) / 2;
   thread_local AlignedBuffer<float> acc_buf;
@@ -411,19 +419,19 @@ MT_TARGET_AMX void run_panels_amx(const ImplicitConvShape& s, const uint16_t* x,
       amx::block_product(steps, ap + ip * steps * amx::kBlock * amx::kStep, bp, top);
       amx::store_block(acc + ip * amx::kBlock * kNr, kNr, top);
     }
-    store_panel(s, pm, acc, bias, y);
+    store_panel(s, pm, acc, bias, alpha, y);
   }
 }
 
 // Kernel: 0 FP32 tiles (E float, or BF16 widened), 1 vdpbf16ps, 2 AMX.
 template <int kKernel, typename E>
-void conv_panels(const ImplicitConvShape& s, const E* x, const void* apack, const float* bias, E* y) {
+void conv_panels(const ImplicitConvShape& s, const E* x, const void* apack, const float* bias, float alpha, E* y) {
   const int64_t columns = s.N * s.OH * s.W, npanels = (columns + kNr - 1) / kNr;
   const auto run = [&](int64_t lo, int64_t hi) {
     if constexpr (kKernel == 2)
-      run_panels_amx(s, x, static_cast<const uint16_t*>(apack), bias, y, lo, hi);
+      run_panels_amx(s, x, static_cast<const uint16_t*>(apack), bias, alpha, y, lo, hi);
     else
-      run_panels<kKernel == 1>(s, x, apack, bias, y, lo, hi);
+      run_panels<kKernel == 1>(s, x, apack, bias, alpha, y, lo, hi);
   };
   const int nt = threads_for(s);
   if (nt <= 1) return run(0, npanels);
@@ -434,28 +442,28 @@ void forward(const ImplicitConvShape& s, const float* x, const float* w, const f
   const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<float> ap;
   pack_weights_f32(s, w, ap.get(panels * K * kMr));
-  conv_panels<0>(s, x, ap.data.get(), bias, y);
+  conv_panels<0>(s, x, ap.data.get(), bias, 1.0f, y);
 }
 
-void forward(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias, BFloat16* y) {
+void forward(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias, float alpha, BFloat16* y) {
   const int64_t K = s.C * s.kH * s.kW, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<float> ap;
   pack_weights_f32(s, w, ap.get(panels * K * kMr));
   // BFloat16 is a standard-layout wrapper of its uint16_t bits (core/bfloat16.h asserts it).
-  conv_panels<0>(s, &x->bits, ap.data.get(), bias, &y->bits);
+  conv_panels<0>(s, &x->bits, ap.data.get(), bias, alpha, &y->bits);
 }
 
-void forward(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, BFloat16* y,
-             Bf16Kernel gemm) {
+void forward(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias, float alpha,
+             BFloat16* y, Bf16Kernel gemm) {
   const int64_t K = s.C * s.kH * s.kW, K2 = (K + 1) / 2, panels = (s.O + kMr - 1) / kMr;
   AlignedBuffer<uint16_t> ap;
   if (gemm == Bf16Kernel::Amx) {
     const int64_t steps = (K + amx::kStep - 1) / amx::kStep, blocks = (s.O + amx::kBlock - 1) / amx::kBlock;
     pack_weights_amx(s, &w->bits, ap.get(blocks * steps * amx::kBlock * amx::kStep));
-    return conv_panels<2>(s, &x->bits, ap.data.get(), bias, &y->bits);
+    return conv_panels<2>(s, &x->bits, ap.data.get(), bias, alpha, &y->bits);
   }
   pack_weights_bf16(s, &w->bits, ap.get(panels * K2 * kMr * 2));
-  conv_panels<1>(s, &x->bits, ap.data.get(), bias, &y->bits);
+  conv_panels<1>(s, &x->bits, ap.data.get(), bias, alpha, &y->bits);
 }
 
 
@@ -476,12 +484,12 @@ void conv_implicit_gemm(const ImplicitConvShape& s, const float* x, const float*
   MT_X86_ONLY(forward(s, x, w, bias, y));
 }
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias,
-                        BFloat16* y) {
+                        BFloat16* y, float alpha) {
   check_shape(s);
-  MT_X86_ONLY(forward(s, x, w, bias, y));
+  MT_X86_ONLY(forward(s, x, w, bias, alpha, y));
 }
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias,
-                        BFloat16* y, Bf16Kernel gemm) {
+                        BFloat16* y, Bf16Kernel gemm, float alpha) {
   check_shape(s);
   MT_CHECK(gemm != Bf16Kernel::Emulated, "conv_implicit_gemm: BF16 weights need a native BF16 GEMM, got emulated");
   if (gemm == Bf16Kernel::Amx)
@@ -489,7 +497,7 @@ void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFl
   else
     MT_CHECK(bgemm_avx512bf16_available(), "conv_implicit_gemm: this CPU lacks ", bf16_native_missing(cpu_features()),
              " (check bf16_native_gemm() first)");
-  MT_X86_ONLY(forward(s, x, w, bias, y, gemm));
+  MT_X86_ONLY(forward(s, x, w, bias, alpha, y, gemm));
 }
 
 }  // namespace mixtape::cpu

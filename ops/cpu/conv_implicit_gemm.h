@@ -28,8 +28,9 @@
 // order — FP32: p = 0, 1, ..., K - 1, one FMA each from +0; avx512bf16: pairs in order, each one
 // vdpbf16ps step (ops/cpu/bgemm_avx512bf16.h's R, odd depth first); amx: ops/cpu/bgemm_amx.h's
 // rule over the whole depth as one slice (so, for K <= 512, the bits of im2col + the AMX GEMM) —
-// then + bias[o] (one FP32
-// add), then the store's rounding. Threads split the column panels, so the bits are the same at
+// then * alpha (the BF16 variants' epilogue factor: Fp8Autocast's dequantising scales; skipped
+// where it is 1, so the bits without it are untouched), then + bias[o] (one FP32 add), then the
+// store's rounding. Threads split the column panels, so the bits are the same at
 // every thread count and in every run. They differ from im2col + GEMM's in the last bits (that
 // sums in slices and adds onto a bias-filled output).
 // Internal: called by ops/conv.cpp only, after conv_kernels_enabled().
@@ -57,10 +58,10 @@ bool conv_kernels_enabled();
 
 void conv_implicit_gemm(const ImplicitConvShape& s, const float* x, const float* w, const float* bias, float* y);
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const float* w, const float* bias,
-                        BFloat16* y);
+                        BFloat16* y, float alpha = 1.0f);
 // `gemm`: Bf16Kernel::Avx512Bf16 (needs bgemm_avx512bf16_available()) or Amx (needs
 // bgemm_amx_available()); an Error names what the CPU lacks otherwise, or a `gemm` of Emulated.
 void conv_implicit_gemm(const ImplicitConvShape& s, const BFloat16* x, const BFloat16* w, const float* bias,
-                        BFloat16* y, Bf16Kernel gemm);
+                        BFloat16* y, Bf16Kernel gemm, float alpha = 1.0f);
 
 }  // namespace mixtape::cpu

@@ -209,8 +209,10 @@ BlockFn<E> block_fn(int sW, int V, int P) {
 
 // gxt (Hp, Wp, Cpad) -> gx (C, H, W): gx[c, h, w] = gxt[h + pH, w + pW, c], 0 where that is past the
 // padded plane (input pixels no tap reads). 16 columns x 16 channels transposed in registers.
-MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* gxt, float* gx) {
+// Each value times alpha (skipped at 1: Fp8Autocast's dequantising scales) before it is stored.
+MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* gxt, float alpha, float* gx) {
   const ConvShape& s = p.s;
+  const __m512 a = _mm512_set1_ps(alpha);
   const int64_t Hp = p.pp.Hp, Wp = p.pp.Wp, HW = s.H * s.W;
   for (int64_t h = 0; h < s.H; ++h) {
     const int64_t r = h + s.pH;
@@ -225,7 +227,7 @@ MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* gxt, float* gx
         }
         transpose16x16(v);
         for (int64_t q = 0; q < 16 && c0 + q < s.C; ++q)
-          _mm512_mask_storeu_ps(gx + (c0 + q) * HW + h * s.W + w0, m, v[q]);
+          _mm512_mask_storeu_ps(gx + (c0 + q) * HW + h * s.W + w0, m, alpha != 1.0f ? _mm512_mul_ps(v[q], a) : v[q]);
       }
     }
   }
@@ -235,7 +237,7 @@ MT_TARGET_AVX512_FMA void store_image(const Plan& p, const float* gxt, float* gx
 // this thread's FP32 scratch (gys: O L floats, gxf: C H W floats). X the staged element: float,
 // or uint32_t BF16 output-channel pairs (gys: (O + 1) / 2 L words).
 template <typename E, typename X>
-void image(const Plan& p, const E* gy_e, const X* wt, E* gx_e, float* gxt, X* gys, float* gxf) {
+void image(const Plan& p, const E* gy_e, const X* wt, float alpha, E* gx_e, float* gxt, X* gys, float* gxf) {
   const ConvShape& s = p.s;
   const X* gy;
   float* gx;
@@ -259,7 +261,7 @@ void image(const Plan& p, const E* gy_e, const X* wt, E* gx_e, float* gxt, X* gy
       for (int64_t b = 0; b < p.row.count; ++b)
         for (int64_t cb = 0; cb < p.cblocks; ++cb)
           (b + 1 < p.row.count ? full : last)(p, gy, wt, oh, ki, b * p.row.size, cb * p.V * 16, gxt);
-  store_image(p, gxt, gx);
+  store_image(p, gxt, alpha, gx);
   if constexpr (std::is_same_v<E, Half>)
     convert_float_to_half(gxf, gx_e, static_cast<size_t>(s.C * s.H * s.W));
   else if constexpr (std::is_same_v<E, BFloat16>)
@@ -283,7 +285,7 @@ bool conv_input_grad_pairs_applies(const ConvShape& s) {
 namespace {
 // Pairs: the BF16 twin on output-channel pairs (E and W BFloat16).
 template <bool Pairs, typename E, typename W>
-void run(const ConvShape& s, const E* gy, const W* w, E* gx) {
+void run(const ConvShape& s, const E* gy, const W* w, E* gx, float alpha = 1.0f) {
   const char* name = Pairs ? "conv_input_grad_pairs" : "conv_input_grad_direct";
   MT_CHECK(Pairs ? conv_input_grad_pairs_applies(s) : conv_input_grad_direct_applies(s), name,
            ": this CPU or geometry is not one it takes (check ", name, "_applies() first)");
@@ -305,7 +307,7 @@ void run(const ConvShape& s, const E* gy, const W* w, E* gx) {
     const int64_t t = nt > 1 ? omp_get_thread_num() : 0;  // (nt == 1: maybe in a team)
     float* mine = buf + t * per;
     for (int64_t n = lo; n < hi; ++n)
-      image(p, gy + n * s.O * p.L, wt.data.get(), gx + n * s.C * s.H * s.W, mine, ybuf + t * yper, mine + gsize);
+      image(p, gy + n * s.O * p.L, wt.data.get(), alpha, gx + n * s.C * s.H * s.W, mine, ybuf + t * yper, mine + gsize);
   };
   if (nt <= 1) return work(0, s.N);
   for_tile_ranges(nt, s.N, 1, work);
@@ -316,17 +318,17 @@ void run(const ConvShape& s, const E* gy, const W* w, E* gx) {
 void conv_input_grad_direct(const ConvShape& s, const float* gy, const float* w, float* gx) {
   MT_X86_ONLY(run<false>(s, gy, w, gx));
 }
-void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx) {
-  MT_X86_ONLY(run<false>(s, gy, w, gx));
+void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx, float alpha) {
+  MT_X86_ONLY(run<false>(s, gy, w, gx, alpha));
 }
-void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const float* w, BFloat16* gx) {
-  MT_X86_ONLY(run<false>(s, gy, w, gx));
+void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const float* w, BFloat16* gx, float alpha) {
+  MT_X86_ONLY(run<false>(s, gy, w, gx, alpha));
 }
 void conv_input_grad_direct(const ConvShape& s, const Half* gy, const float* w, Half* gx) {
   MT_X86_ONLY(run<false>(s, gy, w, gx));
 }
-void conv_input_grad_pairs(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx) {
-  MT_X86_ONLY(run<true>(s, gy, w, gx));
+void conv_input_grad_pairs(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx, float alpha) {
+  MT_X86_ONLY(run<true>(s, gy, w, gx, alpha));
 }
 
 }  // namespace mixtape::cpu

@@ -33,8 +33,11 @@ bool conv_input_grad_direct_applies(const ConvShape& s);
 // widened exactly (per image, and once per call) and gx rounded once per element: BF16 products
 // are exact in FP32, so this is the BF16 GEMM contract (FP32 accumulation) on every BF16 path.
 void conv_input_grad_direct(const ConvShape& s, const float* gy, const float* w, float* gx);
-void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx);
-void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const float* w, BFloat16* gx);
+// BF16: alpha multiplies each FP32 sum before the rounding (Fp8Autocast's dequantising scales),
+// skipped at 1.
+void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx,
+                            float alpha = 1.0f);
+void conv_input_grad_direct(const ConvShape& s, const BFloat16* gy, const float* w, BFloat16* gx, float alpha = 1.0f);
 void conv_input_grad_direct(const ConvShape& s, const Half* gy, const float* w, Half* gx);
 
 // The BF16 twin on vdpbf16ps (native BF16): output channels in pairs, gy staged per image as words
@@ -45,6 +48,6 @@ void conv_input_grad_direct(const ConvShape& s, const Half* gy, const float* w, 
 // conv_input_grad_direct_applies and BF16 GEMMs run on vdpbf16ps (bf16_on_vdpbf16ps: AVX512-BF16,
 // no AMX or MIXTAPE_CPU_BF16=avx512bf16, not emulated): depends on the shape and on that choice.
 bool conv_input_grad_pairs_applies(const ConvShape& s);
-void conv_input_grad_pairs(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx);
+void conv_input_grad_pairs(const ConvShape& s, const BFloat16* gy, const BFloat16* w, BFloat16* gx, float alpha = 1.0f);
 
 }  // namespace mixtape::cpu

@@ -17,8 +17,10 @@
 //   AMX         MT_TARGET_AMX                           that and AMX-TILE, AMX-BF16, XCR0's tile
 //                                                       state and Linux's permission (asked at the
 //                                                       first isa_amx())
-// MT_TARGET_AVX512 leaves FMA out on purpose: GCC's C++ default (-ffp-contract=fast) would fuse a
-// product and a sum written apart into one FMA in such a function, changing its bits.
+// Fusing: GCC's C++ default (-ffp-contract=fast) may contract a product and a sum written apart
+// (_mm512_add_ps(_mm512_mul_ps(a, b), c)) into one FMA under any of these targets, AVX-512F's
+// included; where the two roundings are the contract, use an explicitly rounded product
+// (_mm512_mul_round_ps) or compile the file with -ffp-contract=off (CMakeLists.txt does for batch norm).
 #pragma once
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/steering.h"  // IsaLevel

@@ -13,6 +13,9 @@ namespace mixtape::cuda {
 // max(amax, max |x|) over the unscaled input with NaNs dropped: zero it first for this cast alone.
 Tensor to_float8(const Tensor& x, DType dtype, Float8Cast cast, const Tensor& scale_dev = {},
                  const Tensor& amax = {});
+// amax = max(amax, max |x|) on the device, NaNs dropped (to_float8's amax without the cast):
+// x a CUDA f32/f16/bf16 tensor, amax an f32 tensor of one element on x's device.
+void fold_amax(const Tensor& x, const Tensor& amax);
 // from_float8 on a CUDA tensor: f32(x) * scale.
 Tensor from_float8(const Tensor& x, float scale);
 

@@ -50,6 +50,18 @@ Tensor to_float8(const Tensor& x, DType dtype, Float8Cast cast, const Tensor& sc
   return out;
 }
 
+void fold_amax(const Tensor& x, const Tensor& amax) {
+  MT_CHECK(x.defined() && x.device().is_cuda() && (x.dtype() == DType::Float32 || is_reduced_float(x.dtype())),
+           "fold_amax: expected an f32, f16 or bf16 CUDA tensor, got ", x.defined() ? x.describe() : "undefined");
+  check_scalar_f32(amax, x, "amax");
+  DeviceGuard guard(x.device().index());
+  const Tensor xc = dense(x, "fold_amax");
+  // The cast kernel with no output: the same amax reduction.
+  MT_CUDA_CHECK(launch_to_float8(DType::Float8_e4m3fn, x.dtype(), xc.data_ptr(), nullptr, x.numel(), 1.0f, nullptr,
+                                 Fp8Saturation::Finite, amax.data_ptr<float>(), current_stream()),
+                "fold_amax");
+}
+
 Tensor from_float8(const Tensor& x, float scale) {
   MT_CHECK(x.defined() && x.device().is_cuda() && is_float8(x.dtype()),
            "from_float8: expected a Float8_e4m3fn or Float8_e5m2 CUDA tensor, got ", x.describe());

@@ -69,6 +69,7 @@ struct Constant8 {
 
 constexpr int kAmaxThreads = 256;
 
+// y == nullptr: the amax alone (current scaling reads it before it knows its scale).
 // One block reduces its grid-stride share of |x| in shared memory; thread 0 folds the block's max
 // into *amax with an integer atomicMax on the float's bits (non-negative floats order like their
 // bits, and the running value starts at +0 or a previous non-negative amax).
@@ -80,7 +81,7 @@ __global__ void to_float8_kernel(const From* x, To* y, int64_t n, float scale_ho
   float m = 0.0f;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(blockDim.x) * gridDim.x) {
     const float v = static_cast<float>(x[i]);
-    y[i] = To::from_float(v * scale, sat);  // the product rounds to f32 first, as on the CPU
+    if (y != nullptr) y[i] = To::from_float(v * scale, sat);  // the product rounds to f32 first, as on the CPU
     const float a = fabsf(v);
     m = a > m ? a : m;  // a NaN compares false and is dropped
   }

@@ -20,6 +20,7 @@ cudaError_t launch_fill_float8(DType dt, const Operands& ops, double value, cuda
 //   (a recipe's scale living on the device: read by the kernel, no host sync), else scale_host.
 // amax_dev (may be null): *amax_dev = max(*amax_dev, max_i |x[i]|) over the UNSCALED input with
 // NaNs dropped (amp::amax_of's rule), so the caller zeroes it first for this call's amax alone.
+// y == nullptr writes nothing and only folds the amax (then amax_dev must not be null).
 cudaError_t launch_to_float8(DType dst, DType src, const void* x, void* y, int64_t n, float scale_host,
                              const float* scale_dev, Fp8Saturation saturation, float* amax_dev, cudaStream_t s);
 // y[i] = f32(x[i]) * scale (x: n contiguous FP8 values of dtype src), exact for power-of-two scales.

@@ -378,37 +378,101 @@ TEST(Fp8Autocast, Conv2dRunsItsThreeGemmsOnFp8OperandsThroughIm2col) {
   for (int o = 0; o < 4; ++o) EXPECT_NEAR(gb[o], gs[o], 1e-6 * std::fabs(gs[o]) + 1e-12);
 }
 
-TEST(Fp8Autocast, MxConv2dBlocksEachOutputPixelsWindowAlongTheReductionDim) {
-  // K = C kH kW = 2 * 4 * 4 = 32: each im2col row (one output pixel's window) is one MX block.
-  const Tensor x = rnd({1, 2, 5, 5}, 130, 3.0), w = rnd({3, 2, 4, 4}, 131, 0.2);
-  Tensor y;
-  {
-    Fp8Autocast fp8(MXFP8BlockScaling{}, nullptr, {DType::Float32});
-    y = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
-  }
-  ASSERT_EQ(y.sizes(), (IntList{1, 3, 4, 4}));
-  const auto xs = x.to_vector<float>(), got = y.to_vector<float>();
-  const auto wq = dequantize(mx_quantize(w.reshape({3, 32}), 1, DType::Float8_e4m3fn, MXFP8BlockScaling{}, "t"))
-                      .to_vector<double>();
-  for (int oh = 0; oh < 4; ++oh)
-    for (int ow = 0; ow < 4; ++ow) {
-      std::vector<double> win;  // the window, zero-padded, in (c, i, j) order
-      for (int c = 0; c < 2; ++c)
-        for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < 4; ++j) {
-            const int h = oh - 1 + i, v = ow - 1 + j;
-            win.push_back(h >= 0 && h < 5 && v >= 0 && v < 5 ? xs[(c * 5 + h) * 5 + v] : 0.0);
-          }
-      const auto wd = dequantize(mx_quantize(tensor(win, {1, 32}), 1, DType::Float8_e4m3fn, MXFP8BlockScaling{}, "t"))
-                          .to_vector<double>();
-      for (int o = 0; o < 3; ++o) {
-        double acc = 0, mag = 0;
-        for (int k = 0; k < 32; ++k) {
-          acc += wd[k] * wq[o * 32 + k];
-          mag += std::fabs(wd[k] * wq[o * 32 + k]);
+// An independent scalar MXFP8 reference (scale rounded up, blocks of 32, a short last one): the
+// values of x cast in blocks along dim `dim` (x seen as (outer, len, inner)), in f64. Each
+// block's e is the smallest with amax <= fp8_max * 2^e; each value is v / 2^e (exact: a power of
+// two) converted as c10 converts it, times 2^e.
+Tensor mx_blocks_ref(const Tensor& x, int64_t dim, DType elem) {
+  const Tensor xc = x.detach().to(DType::Float32).contiguous();
+  const auto v = xc.to_vector<float>();
+  const int64_t len = xc.size(dim);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= xc.size(d);
+  for (int64_t d = dim + 1; d < xc.dim(); ++d) inner *= xc.size(d);
+  const double top = elem == DType::Float8_e4m3fn ? 448.0 : 57344.0;
+  std::vector<double> out(v.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t b0 = 0; b0 < len; b0 += 32)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t n = std::min<int64_t>(32, len - b0);
+        auto at = [&](int64_t j) { return (o * len + b0 + j) * inner + i; };
+        double amax = 0.0;
+        for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(static_cast<double>(v[at(j)])));
+        int e = -127;
+        while (top * std::ldexp(1.0, e) < amax) ++e;
+        for (int64_t j = 0; j < n; ++j) {
+          const float s = static_cast<float>(std::ldexp(static_cast<double>(v[at(j)]), -e));
+          const double q = elem == DType::Float8_e4m3fn ? static_cast<float>(Float8_e4m3fn(s))
+                                                        : static_cast<float>(Float8_e5m2(s));
+          out[at(j)] = std::ldexp(q, e);
         }
-        EXPECT_NEAR(got[(o * 4 + oh) * 4 + ow], acc, 35 * std::ldexp(mag, -24) + 1e-30) << o << "," << oh << "," << ow;
       }
+  return tensor(out, xc.sizes(), TensorOptions(DType::Float64));
+}
+
+// MXFP8's conv2d keeps its input (no copy) for the weight gradient's im2col: an in-place change
+// to it after the forward is refused by name at backward, as any saved tensor's is (it silently
+// changed the weight gradient before, for a BF16 or F16 input).
+TEST(Fp8Autocast, MxConv2dRefusesAnInputChangedInPlaceAfterTheForward) {
+  for (DType dt : {DType::BFloat16, DType::Float32}) {
+    Tensor x = randn({2, 3, 6, 6}).to(dt);
+    const Tensor w = randn({4, 3, 3, 3}).requires_grad_();
+    Tensor y;
+    {
+      Fp8Autocast fp8(MXFP8BlockScaling{});
+      y = conv2d(x, w, {}, {1, 1}, {1, 1});
+    }
+    {
+      NoGradGuard no_grad;
+      x.add_(ones_like(x));
+    }
+    const std::string e = ::mixtape::testing::error_of([&] { sum(y).backward(); });
+    EXPECT_NE(e.find("modified by an in-place operation: input 0 of conv2d"), std::string::npos) << dtype_name(dt) << ": " << e;
+  }
+}
+
+TEST(Fp8Autocast, MxConv2dBlocksThe32ChannelsOfEachInputPixel) {
+  // C = 40: at each pixel a block of channels 0-31 and a short one of 8. Pixel (0, 0) of image 0
+  // is tiny; its right neighbour is zero but for one huge value in channel 0, whose weights are
+  // zero: output pixel (0, 1) (kernel 2x2, padding 1) reads those two pixels alone. Blocked along
+  // each window's (c, kh, kw), the huge value would set the scale of the tiny pixel's values and
+  // flush them to zero; blocked per pixel they keep their bits, and so does the output.
+  auto xs = rnd({2, 40, 3, 4}, 160).to_vector<float>();
+  for (int c = 0; c < 40; ++c) {
+    xs[(c * 3 + 0) * 4 + 0] *= 0x1p-20f;
+    xs[(c * 3 + 0) * 4 + 1] = c == 0 ? 0x1p10f : 0.0f;
+  }
+  auto ws = rnd({3, 40, 2, 2}, 161, 0.2).to_vector<float>();
+  for (int o = 0; o < 3; ++o)
+    for (int k = 0; k < 4; ++k) ws[(o * 40 + 0) * 4 + k] = 0.0f;
+  const Tensor x0 = tensor(std::vector<double>(xs.begin(), xs.end()), {2, 40, 3, 4}, TensorOptions(DType::Float32));
+  const Tensor w0 = tensor(std::vector<double>(ws.begin(), ws.end()), {3, 40, 2, 2}, TensorOptions(DType::Float32));
+  const IntList st = {1, 1}, pad = {1, 1}, dil = {1, 1};
+  for (DType out_dt : {DType::BFloat16, DType::Float32})
+    for (DType x_dt : {DType::BFloat16, DType::Float32}) {  // BF16 x: the dgrad on the BF16 kernels
+      SCOPED_TRACE(std::string(dtype_name(out_dt)) + " output, " + std::string(dtype_name(x_dt)) + " input");
+      const Tensor x = x0.to(x_dt).clone().requires_grad_(), w = w0.clone().requires_grad_();
+      Tensor y;
+      {
+        Fp8Autocast fp8(MXFP8BlockScaling{}, nullptr, {out_dt});
+        y = conv2d(x, w, Tensor(), st, pad, dil);
+      }
+      ASSERT_EQ(y.sizes(), (IntList{2, 3, 4, 5}));
+      const Tensor g = rnd(y.sizes(), 162, 0.1).to(out_dt).to(DType::Float32);
+      y.backward(g.to(out_dt));
+      const double rel = out_dt == DType::BFloat16 ? std::ldexp(1.0, -8) : 0.0;
+      const Tensor xq = mx_blocks_ref(x, 1, DType::Float8_e4m3fn), wq = mx_blocks_ref(w, 1, DType::Float8_e4m3fn);
+      EXPECT_TRUE(near_product(y, as_pair(conv2d(xq, wq, Tensor(), st, pad, dil),
+                                          conv2d(abs(xq), abs(wq), Tensor(), st, pad, dil)),
+                               1.0, 160, rel));
+      for (int o = 0; o < 3; ++o) EXPECT_NE(y.to(DType::Float32).to_vector<float>()[(o * 4 + 0) * 5 + 1], 0.0f) << o;
+      // dgrad: G blocked along O at each output pixel, the weight along O at each (c, kh, kw); the
+      // recipe's default format is E4M3 for every role.
+      const Tensor gq = mx_blocks_ref(g, 1, DType::Float8_e4m3fn), wo = mx_blocks_ref(w, 0, DType::Float8_e4m3fn);
+      const double rel_dx = x_dt == DType::BFloat16 ? std::ldexp(1.0, -8) : 0.0;
+      EXPECT_TRUE(near_product(x.grad(), as_pair(conv2d_input_grad(gq, wo, x.sizes(), st, pad, dil),
+                                                 conv2d_input_grad(abs(gq), abs(wo), x.sizes(), st, pad, dil)),
+                               1.0, 3 * 4, rel_dx));
     }
 }
 
@@ -546,8 +610,12 @@ TEST(Fp8Autocast, EmptyShapesGiveEmptyOrZeroResultsUnderEveryRecipe) {
 
 TEST(Fp8Autocast, RefusesWhatItCannotRun) {
   const Layer L = layer(100);
-  std::string e = error_of([] { Fp8Autocast r(CurrentScaling{}, nullptr, {}, DeviceType::CUDA); });
-  EXPECT_TRUE(contains(e, "Fp8Autocast(cuda): FP8 GEMMs run on the CPU only for now")) << e;
+  std::string e;
+#if !defined(MIXTAPE_WITH_CUDA)
+  // A CUDA build runs it (tests/cuda_amp/test_fp8_autocast_cuda.cpp).
+  e = error_of([] { Fp8Autocast r(CurrentScaling{}, nullptr, {}, DeviceType::CUDA); });
+  EXPECT_TRUE(contains(e, "Fp8Autocast(cuda): this build has no CUDA backend")) << e;
+#endif
   e = error_of([] { Fp8Autocast r(DelayedScaling{}); });
   EXPECT_TRUE(contains(e, "keeps per-module state; pass the model's Fp8Metas")) << e;
   Fp8Metas metas(DelayedScaling{}, L.named());

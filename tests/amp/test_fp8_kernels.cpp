@@ -113,10 +113,10 @@ TEST(Fp8Im2col, GemmOnTheTransposedMatrixGivesTheBitsOfTheRowMatrix) {
   }
 }
 
-TEST(Fp8CastTable, BulkScaledCastMatchesTheScalarConversionOnEveryHighHalf) {
-  // Every sign, exponent and top-7 mantissa pattern, with low halves 0, 1, 0x8000 and 0xFFFF
-  // (the table's two cases and both ends of the sticky bits), cast at three scales; the count
-  // is not a multiple of 16, so the masked tail runs too.
+// Every sign, exponent and top-7 mantissa pattern, with low halves 0, 1, 0x8000 and 0xFFFF (the
+// table's two cases and both ends of the sticky bits); the count is not a multiple of 16, so the
+// masked tail runs too.
+std::vector<float> every_high_half() {
   std::vector<float> src;
   for (uint32_t hi = 0; hi < (1u << 16); ++hi)
     for (uint32_t low : {0u, 1u, 0x8000u, 0xFFFFu}) {
@@ -126,6 +126,12 @@ TEST(Fp8CastTable, BulkScaledCastMatchesTheScalarConversionOnEveryHighHalf) {
       src.push_back(v);
     }
   src.resize(src.size() - 5);
+  return src;
+}
+
+TEST(Fp8CastTable, BulkScaledCastMatchesTheScalarConversionOnEveryHighHalf) {
+  // Cast at three scales.
+  const std::vector<float> src = every_high_half();
   for (DType dt : {DType::Float8_e4m3fn, DType::Float8_e5m2})
     for (float scale : {1.0f, 3.0f, std::ldexp(1.0f, -10)}) {
       const Fp8CastTable& cast = Fp8CastTable::of(dt);
@@ -143,6 +149,31 @@ TEST(Fp8CastTable, BulkScaledCastMatchesTheScalarConversionOnEveryHighHalf) {
         want_amax = a > want_amax ? a : want_amax;
       }
       EXPECT_EQ(amax, want_amax);  // the largest finite float here: NaNs dropped, inf kept
+    }
+}
+
+TEST(Fp8CastTable, ArithmeticCastWithWideningGivesTheTablesBitsOnEveryHighHalf) {
+  // cast_scaled_widened (rounding on the bits, AVX-512) against cast_scaled and the BF16 table,
+  // at scales that move values across the subnormal, normal and saturating ranges of both formats.
+  const std::vector<float> src = every_high_half();
+  for (DType dt : {DType::Float8_e4m3fn, DType::Float8_e5m2})
+    for (float scale : {1.0f, 3.0f, std::ldexp(1.0f, -10), std::ldexp(1.0f, 20)}) {
+      const Fp8CastTable& cast = Fp8CastTable::of(dt);
+      const std::array<BFloat16, 256> table = fp8_to_bf16_table(dt);
+      const int64_t n = static_cast<int64_t>(src.size());
+      std::vector<uint8_t> want(src.size()), got(src.size());
+      std::vector<BFloat16> wide(src.size());
+      const float want_amax = cast.cast_scaled(src.data(), scale, want.data(), n);
+      EXPECT_EQ(cast.cast_scaled_widened(src.data(), scale, got.data(), wide.data(), n), want_amax);
+      for (size_t i = 0; i < src.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << dtype_name(dt) << " scale " << scale << " input bits " << std::hex
+                                   << std::bit_cast<uint32_t>(src[i]);
+        ASSERT_EQ(wide[i].bits, table[want[i]].bits) << dtype_name(dt) << " code " << int(want[i]);
+      }
+      // Without the codes (an operand nobody saves): the same widening and amax.
+      std::vector<BFloat16> wide_only(src.size());
+      EXPECT_EQ(cast.cast_scaled_widened(src.data(), scale, nullptr, wide_only.data(), n), want_amax);
+      EXPECT_EQ(std::memcmp(wide_only.data(), wide.data(), wide.size() * sizeof(BFloat16)), 0);
     }
 }
 

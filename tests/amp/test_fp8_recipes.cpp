@@ -412,5 +412,111 @@ TEST(MxBlock, ANonFiniteValueMakesItsBlockNan) {
   EXPECT_EQ(q.block_scales.to_vector<int64_t>()[0], 0xFF);
 }
 
+TEST(MxBlock, WidenedCastMatchesTheScalarConversionForEverySourceAndLayout) {
+  // Each element against the scalar saturating conversion of v * 2^-e, and its widening against
+  // that value times 2^e rounded to BF16, from f32 and BF16 sources, blocks along a contiguous
+  // dim (inner 1) and along strided ones (inner 3: a partial vector; 37: two vectors and a tail).
+  for (DType elem : {DType::Float8_e4m3fn, DType::Float8_e5m2})
+    for (DType src : {DType::Float32, DType::BFloat16})
+      for (const IntList& sizes : {IntList{3, 70, 1}, IntList{2, 40, 3}, IntList{1, 33, 37}}) {
+        const Tensor x = (randn(sizes) * 40.0).to(src);
+        const Fp8Operand q = mx_quantize_widened(x, 1, elem, MXFP8BlockScaling{}, "test");
+        const auto xs = x.to(DType::Float32).to_vector<float>();
+        const auto codes = q.block_scales.to_vector<int64_t>();
+        const uint8_t* d = static_cast<const uint8_t*>(q.data.data_ptr());
+        const uint16_t* w = &q.widened.data_ptr<BFloat16>()->bits;
+        const int64_t len = sizes[1], inner = sizes[2], nb = (len + 31) / 32;
+        for (int64_t o = 0; o < sizes[0]; ++o)
+          for (int64_t c = 0; c < len; ++c)
+            for (int64_t i = 0; i < inner; ++i) {
+              const int64_t at = (o * len + c) * inner + i;
+              const int code = static_cast<int>(codes[(o * nb + c / 32) * inner + i]);
+              const float scaled = std::ldexp(xs[at], 127 - code);
+              const uint8_t want = elem == DType::Float8_e4m3fn ? float_to_e4m3fn_bits(scaled, Fp8Saturation::Finite)
+                                                                : float_to_e5m2_bits(scaled, Fp8Saturation::Finite);
+              ASSERT_EQ(d[at], want) << at;
+              const float value = elem == DType::Float8_e4m3fn ? e4m3fn_bits_to_float(want) : e5m2_bits_to_float(want);
+              ASSERT_EQ(w[at], BFloat16(std::ldexp(value, code - 127)).bits) << at;
+            }
+      }
+}
+
+TEST(MxBlock, WideningSaturatesAboveBf16AndRoundsIntoItsSubnormals) {
+  // The BF16 widening (the operand the BF16 kernels read) of value * 2^e, at both ends of BF16's
+  // range; the GEMM's widen_to_bf16 of the FP8 data and codes gives the same bits.
+  auto bits_of = [](const Tensor& bf16) {
+    std::vector<uint16_t> b(static_cast<size_t>(bf16.numel()));
+    std::memcpy(b.data(), bf16.data_ptr(), b.size() * 2);
+    return b;
+  };
+  auto both = [&](const Fp8Operand& q) {
+    Fp8Operand bare = q;
+    bare.widened = Tensor();
+    EXPECT_EQ(bits_of(widen_to_bf16(bare)), bits_of(q.widened));
+    return bits_of(q.widened);
+  };
+  // Above: amax 0x1.fep127 takes e = 120 (448 * 2^120 >= amax); 0x1.fep127 / 2^120 = 254.98 rounds
+  // up to 256 in E4M3, and 256 * 2^120 = 2^128 is past BF16's (and f32's) largest finite value.
+  {
+    Tensor x = zeros({1, 32});
+    float* p = x.data_ptr<float>();
+    p[0] = 0x1.fep127f;
+    p[1] = -0x1.fep127f;
+    p[2] = 0x1.8p127f;  // 192 * 2^120: exact
+    const Fp8Operand q = mx_quantize(x, 1, DType::Float8_e4m3fn, MXFP8BlockScaling{}, "test");
+    EXPECT_EQ(q.block_scales.to_vector<int64_t>()[0], 127 + 120);
+    const auto b = both(q);
+    EXPECT_EQ(b[0], 0x7F7F);  // +BF16 max, not +inf
+    EXPECT_EQ(b[1], 0xFF7F);
+    EXPECT_EQ(b[2], BFloat16(0x1.8p127f).bits);
+    EXPECT_TRUE(std::isinf(dequantize(q).to_vector<float>()[0]));  // the real value itself overflows f32
+  }
+  // Below: an E5M2 block under the smallest scale, 2^-127 (amax 2^-112 <= 57344 * 2^-127).
+  {
+    Tensor x = zeros({1, 32});
+    float* p = x.data_ptr<float>();
+    p[0] = 0x1p-112f;
+    p[1] = 0x1p-143f;     // E5M2's smallest subnormal 2^-16 times 2^-127: under BF16's 2^-134, flushes
+    p[2] = 0x1p-133f;     // BF16's smallest subnormal: exact
+    p[3] = 0x1.cp-133f;   // 1.75 * 2^-133 (E5M2-exact) rounds to even: 2 * 2^-133
+    p[4] = -0x1.8p-132f;  // 3 * 2^-133: exact
+    const Fp8Operand q = mx_quantize(x, 1, DType::Float8_e5m2, MXFP8BlockScaling{}, "test");
+    EXPECT_EQ(q.block_scales.to_vector<int64_t>()[0], 0);
+    const auto b = both(q);
+    EXPECT_EQ(b[0], BFloat16(0x1p-112f).bits);
+    EXPECT_EQ(b[1], 0x0000);
+    EXPECT_EQ(b[2], 0x0001);
+    EXPECT_EQ(b[3], 0x0002);
+    EXPECT_EQ(b[4], 0x8003);
+    EXPECT_EQ(dequantize(q).to_vector<float>()[1], 0x1p-143f);  // the element itself holds the value
+  }
+}
+
+TEST(MxBlock, QuantizeWidenedBlocksAlongAnyDimOfAnNdTensor) {
+  // (2, 40, 3): blocks along dim 1 at each (outer, inner) position, a short one of 8 at the end;
+  // the same elements and codes as the 2-D cast of each (outer, inner) fibre.
+  const Tensor x = randn({2, 40, 3}) * 5.0;
+  const MXFP8BlockScaling mx;
+  const Fp8Operand q = mx_quantize_widened(x, 1, DType::Float8_e4m3fn, mx, "test");
+  ASSERT_EQ(q.block_scales.sizes(), (IntList{2, 2, 3}));
+  const auto codes = q.block_scales.to_vector<int64_t>();
+  const auto wide = q.widened.to(DType::Float32).to_vector<float>();
+  for (int64_t o = 0; o < 2; ++o)
+    for (int64_t i = 0; i < 3; ++i) {
+      const Tensor fibre = contiguous(x.select(0, o).select(1, i)).reshape({1, 40});
+      const Fp8Operand f = mx_quantize(fibre, 1, DType::Float8_e4m3fn, mx, "test");
+      const auto fc = f.block_scales.to_vector<int64_t>();
+      const auto fv = dequantize(f).to_vector<float>();
+      for (int64_t b = 0; b < 2; ++b) EXPECT_EQ(codes[(o * 2 + b) * 3 + i], fc[b]);
+      for (int64_t c = 0; c < 40; ++c) EXPECT_EQ(wide[(o * 40 + c) * 3 + i], fv[c]) << o << "," << c << "," << i;
+    }
+  MXFP8BlockScaling strict;
+  strict.pad_tail = false;
+  const std::string e =
+      error_of([&] { mx_quantize_widened(x, 1, DType::Float8_e4m3fn, strict, "conv2d (Fp8Autocast)"); });
+  EXPECT_TRUE(contains(e, "conv2d (Fp8Autocast): MXFP8 block size 32 does not divide the reduction dim (40 values "
+                          "along dim 1 of")) << e;
+}
+
 }  // namespace
 }  // namespace mixtape::testing

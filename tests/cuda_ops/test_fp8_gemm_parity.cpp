@@ -15,6 +15,7 @@
 namespace mixtape {
 namespace {
 using namespace cuda_test;
+#if defined(MIXTAPE_WITH_CUDA)  // helpers of the tests below, which need the cuda:: entry points
 
 Tensor small_fp8(std::mt19937_64& rng, int64_t rows, int64_t cols, DType dt) {
   Tensor t = Tensor::empty({rows, cols}, TensorOptions(dt));
@@ -64,10 +65,12 @@ void check_all_shapes(std::mt19937_64& rng, const std::string& path) {
     }
   }
 }
+#endif
 
 TEST(CudaFp8Gemm, EqualsTheCpuContractBitForBit) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "fp8_gemm_nt takes CUDA tensors only";
+#if defined(MIXTAPE_WITH_CUDA)  // the cuda:: entry points exist only in CUDA builds
   std::mt19937_64 rng(fresh_seed());
 #if defined(MIXTAPE_CUDA_EMULATOR)
   cuda_emulator::set_compute_capability(9, 0);
@@ -79,6 +82,7 @@ TEST(CudaFp8Gemm, EqualsTheCpuContractBitForBit) {
 #else
   check_all_shapes(rng, cuda::fp8_gemm_native(0) ? "cuBLASLt FP8" : "BF16 emulation");
 #endif
+#endif
 }
 
 // An operand whose data starts off a 16-byte boundary (a view at an odd offset) cannot go to
@@ -86,6 +90,7 @@ TEST(CudaFp8Gemm, EqualsTheCpuContractBitForBit) {
 TEST(CudaFp8Gemm, MisalignedOperandTakesTheWidenedPath) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "fp8_gemm_nt takes CUDA tensors only";
+#if defined(MIXTAPE_WITH_CUDA)  // the cuda:: entry points exist only in CUDA builds
   std::mt19937_64 rng(fresh_seed());
   const Tensor flat = small_fp8(rng, 1, 1 + 4 * 32, DType::Float8_e4m3fn);
   const Tensor b = small_fp8(rng, 8, 32, DType::Float8_e4m3fn);
@@ -99,11 +104,13 @@ TEST(CudaFp8Gemm, MisalignedOperandTakesTheWidenedPath) {
   cuda_emulator::set_compute_capability(8, 0);
 #endif
   EXPECT_TRUE(same_bits(reference(a.contiguous(), b, 1.0f, 1.0f, DType::Float32), got, "misaligned a"));
+#endif
 }
 
 TEST(CudaFp8Gemm, RefusesWhatNoFp8GemmTakes) {
   MT_REQUIRE_CUDA();
   if (selfcheck()) GTEST_SKIP() << "fp8_gemm_nt takes CUDA tensors only";
+#if defined(MIXTAPE_WITH_CUDA)  // the cuda:: entry points exist only in CUDA builds
   std::mt19937_64 rng(fresh_seed());
   const Tensor s = on_cuda(scalar_f32(1.0f));
   auto message = [&](const Tensor& a, const Tensor& b, DType out) {
@@ -124,6 +131,7 @@ TEST(CudaFp8Gemm, RefusesWhatNoFp8GemmTakes) {
   EXPECT_NE(message(e4, e4, DType::Float16).find("Float16"), std::string::npos);
   EXPECT_NE(message(e4, on_cuda(small_fp8(rng, 4, 16, DType::Float8_e4m3fn)), DType::BFloat16).find("[m, k]"),
             std::string::npos);
+#endif
 }
 
 }  // namespace

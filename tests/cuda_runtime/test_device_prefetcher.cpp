@@ -47,7 +47,8 @@ std::shared_ptr<data::Dataset> numbered(int64_t batches) {
                                                tensor(y, {n}, TensorOptions(DType::Int64)));
 }
 
-bool same(const Tensor& a, const Tensor& b) {
+[[maybe_unused]] bool same(  // unused where the device tests compile out (no CUDA)
+    const Tensor& a, const Tensor& b) {
   const Tensor x = a.to(Device::CPU()), y = b.to(Device::CPU());
   return x.sizes() == y.sizes() && x.dtype() == y.dtype() && x.to_vector<double>() == y.to_vector<double>();
 }

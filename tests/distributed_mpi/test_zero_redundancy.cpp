@@ -215,9 +215,13 @@ TEST(AnyRanksZero, AnExplicitSixteenBitGradDtypeIsTheShardsToo) {
         auto gb = dist_test::global_batch(6 * w, step, dt);
         opt.zero_grad();
         cross_entropy(ddp(gb.x.narrow(0, 6 * r, 6)).to(DType::Float32), gb.y.narrow(0, 6 * r, 6)).backward();
-        if (zero)
-          for (const auto& pc : sharded->pieces())
-            if (pc.shard.grad().defined()) EXPECT_EQ(pc.shard.grad().dtype(), dt) << pc.shard.name();
+        if (zero) {
+          for (const auto& pc : sharded->pieces()) {
+            if (pc.shard.grad().defined()) {
+              EXPECT_EQ(pc.shard.grad().dtype(), dt) << pc.shard.name();
+            }
+          }
+        }
         opt.step();
       }
       Result res;

@@ -2,7 +2,9 @@
 // BF16 GEMM (ops/cpu/blas.h, MIXTAPE_CPU_BF16): the emulated one (BF16 widened to FP32, FP32 GEMM)
 // is bit for bit the f32 op on the widened inputs, rounded (test_reduced_precision.cpp,
 // test_conv_pool_linear.cpp); here each native kernel the CPU has (vdpbf16ps, AMX tiles: the
-// tests are instantiated for both) against it.
+// tests are instantiated for both) against it. (conv2d's numbers on each path, against FP64, are
+// tests/ops/test_kernel_entries.cpp's: every BF16 conv entry at each ISA level, on every geometry
+// of tests/ops/conv_geometries.h.)
 // Bound, per output element: both paths compute an FP32 sum s of the same k exact products (a
 // BF16 product is exact in FP32), in other orders, each within k u sum|a b| of the exact sum
 // (u = 2^-24), so |s_native - s_emulated| <= 2 k u (|A| @ |B|); rounding each to BF16 adds at most
@@ -18,6 +20,7 @@
 
 #include <mixtape/mixtape.h>
 
+#include "ops/conv_geometries.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/conv_implicit_gemm.h"
 #include "ops/cpu/cpu_features.h"
@@ -126,57 +129,6 @@ TEST_P(Bf16GemmOps, LinearForwardAndBackwardNativeWithinTheBound) {
       << "grad w";
 }
 
-// conv2d and its two gradient ops: im2col, packing and GEMM all in BF16 on the native path. Each
-// output is a sum of K = C/G kH kW (forward), O/G kH kW (input grad; the col2im adds are exact
-// FP32 additions of at most kH kW partial sums, within the same bound) or N OH OW (weight grad,
-// slices of one image each) products; the bound is the op on |inputs| in f64. Geometries: the
-// plane-shift im2col (3x3, pad 1), strides, dilation, groups, 1x1 (direct: no col), odd K, a
-// batch big enough for the batch threads; O <= C, where the input gradient is a forward conv.
-TEST_P(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
-  MT_REQUIRE_NATIVE_BF16();
-  struct Cfg {
-    const char* name;
-    IntList x, w;
-    IntList stride, padding, dilation;
-    int64_t groups;
-  };
-  const Cfg cfgs[] = {
-      {"3x3-same", {16, 32, 14, 14}, {64, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
-      // O <= C: the input gradient runs as a forward conv of gy (ResNet's blocks)
-      {"3x3-resnet", {8, 32, 14, 14}, {32, 32, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
-      {"stride-padding", {3, 5, 9, 8}, {7, 5, 3, 2}, {2, 1}, {1, 2}, {1, 1}, 1},
-      {"dilation-groups", {2, 6, 11, 11}, {9, 2, 3, 3}, {1, 1}, {2, 1}, {2, 3}, 3},
-      {"1x1", {4, 40, 6, 6}, {33, 40, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1},
-      {"one-channel", {8, 1, 28, 28}, {32, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},
-  };
-  uint64_t seed = 70;
-  for (const Cfg& c : cfgs) {
-    SCOPED_TRACE(c.name);
-    const Tensor x = bf16_randn(c.x, seed++), w = bf16_randn(c.w, seed++), b = bf16_randn({c.w[0]}, seed++);
-    auto conv = [&](const Tensor& xx, const Tensor& ww, const Tensor& bb) {
-      return conv2d(xx, ww, bb, c.stride, c.padding, c.dilation, c.groups);
-    };
-    const Tensor gy = bf16_randn(conv(x, w, b).sizes(), seed++);
-    auto input_grad = [&](const Tensor& g, const Tensor& ww) {
-      return conv2d_input_grad(g, ww, c.x, c.stride, c.padding, c.dilation, c.groups);
-    };
-    auto weight_grad = [&](const Tensor& xx, const Tensor& g) {
-      return conv2d_weight_grad(xx, g, c.w, c.stride, c.padding, c.dilation, c.groups);
-    };
-    const int64_t khw = c.w[2] * c.w[3];
-    const Tensor yn = with_path(g_native, [&] { return conv(x, w, b); });
-    const Tensor ye = with_path(cpu::Bf16GemmPath::Emulated, [&] { return conv(x, w, b); });
-    EXPECT_EQ(yn.dtype(), DType::BFloat16);
-    EXPECT_TRUE(within_bound(yn, ye, conv(abs64(x), abs64(w), abs64(b)), c.w[1] * khw + 1)) << "y";
-    const Tensor gxn = with_path(g_native, [&] { return input_grad(gy, w); });
-    const Tensor gxe = with_path(cpu::Bf16GemmPath::Emulated, [&] { return input_grad(gy, w); });
-    EXPECT_TRUE(within_bound(gxn, gxe, input_grad(abs64(gy), abs64(w)), c.w[0] / c.groups * khw)) << "grad x";
-    const Tensor gwn = with_path(g_native, [&] { return weight_grad(x, gy); });
-    const Tensor gwe = with_path(cpu::Bf16GemmPath::Emulated, [&] { return weight_grad(x, gy); });
-    EXPECT_TRUE(within_bound(gwn, gwe, weight_grad(abs64(x), abs64(gy)), gy.numel() / gy.size(1))) << "grad w";
-  }
-}
-
 // The BF16 im2col of "same" convolutions (ops/cpu/im2col_avx512.h's plane-shift kernel, 32
 // columns per masked load) against its row kernel: the same conv on an input zero-padded by hand
 // along W (padding 0 there, so OW != W) takes the latter. The weight gradient sees the same col
@@ -189,40 +141,34 @@ TEST_P(Bf16GemmOps, Conv2dForwardAndGradientsNativeWithinTheBound) {
 TEST_P(Bf16GemmOps, Conv2dBf16PlaneShiftIm2colEqualsTheRowKernelBitForBit) {
   MT_REQUIRE_NATIVE_BF16();
   cpu::Override native(g_native);
-  struct Case {
-    IntList x, w, padding, dilation;
-    int64_t groups;
-  };
   uint64_t seed = 90;
-  for (const Case& c : {Case{{1, 2, 4, 5}, {3, 2, 3, 3}, {1, 1}, {1, 1}, 1},  // L = 20: one partial chunk
-                        Case{{2, 3, 6, 7}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1},
-                        Case{{1, 2, 7, 5}, {3, 2, 3, 3}, {2, 1}, {2, 1}, 1},
-                        Case{{2, 4, 5, 9}, {6, 2, 5, 5}, {2, 2}, {1, 1}, 2},
-                        Case{{1, 2, 9, 10}, {3, 2, 3, 3}, {0, 1}, {1, 1}, 1},
-                        Case{{2, 5, 14, 14}, {8, 5, 3, 3}, {1, 1}, {1, 1}, 1},
-                        Case{{1, 3, 28, 28}, {4, 3, 3, 3}, {1, 1}, {1, 1}, 1}}) {
-    SCOPED_TRACE("x " + shape_str(c.x) + " w " + shape_str(c.w));
-    const Tensor x = bf16_randn(c.x, seed++), w = bf16_randn(c.w, seed++);
-    const int64_t P = c.padding[1];
-    const Tensor side = zeros({c.x[0], c.x[1], c.x[2], P}, DType::BFloat16);
-    const Tensor xp = P > 0 ? cat({side, x, side}, 3) : x;
-    const IntList general_pad{c.padding[0], 0};
+  int checked = 0;
+  for (const testing::ConvGeometry& g : testing::kConvGeometries) {
+    // Plane-shift im2col geometry (any groups) with column padding to move into the input.
+    if (g.sH != 1 || g.sW != 1 || g.dW != 1 || g.kW != 2 * g.pW + 1 || g.pW == 0) continue;
+    ++checked;
+    SCOPED_TRACE(g.what);
+    const Tensor x = bf16_randn(g.x_size(), seed++), w = bf16_randn(g.w_size(), seed++);
+    const Tensor side = zeros({g.N, g.C, g.H, g.pW}, DType::BFloat16);
+    const Tensor xp = cat({side, x, side}, 3);
+    const IntList general_pad{g.pH, 0};
     Tensor y1, y2;
     {
       cpu::Override im2col(cpu::ConvAlgo::Im2col);
-      y1 = conv2d(x, w, Tensor(), {1, 1}, c.padding, c.dilation, c.groups);
-      y2 = conv2d(xp, w, Tensor(), {1, 1}, general_pad, c.dilation, c.groups);
+      y1 = conv2d(x, w, Tensor(), {1, 1}, g.padding(), g.dilation(), g.G);
+      y2 = conv2d(xp, w, Tensor(), {1, 1}, general_pad, g.dilation(), g.G);
     }
     const Tensor gy = bf16_randn(y1.sizes(), seed++);
     EXPECT_EQ(std::memcmp(y1.contiguous().data_ptr(), y2.contiguous().data_ptr(), y1.nbytes()), 0) << "forward";
     Tensor gw1, gw2;
     {
       cpu::Override im2col(cpu::ConvAlgo::Im2col);
-      gw1 = conv2d_weight_grad(x, gy, c.w, {1, 1}, c.padding, c.dilation, c.groups);
-      gw2 = conv2d_weight_grad(xp, gy, c.w, {1, 1}, general_pad, c.dilation, c.groups);
+      gw1 = conv2d_weight_grad(x, gy, g.w_size(), {1, 1}, g.padding(), g.dilation(), g.G);
+      gw2 = conv2d_weight_grad(xp, gy, g.w_size(), {1, 1}, general_pad, g.dilation(), g.G);
     }
     EXPECT_EQ(std::memcmp(gw1.data_ptr(), gw2.data_ptr(), gw1.nbytes()), 0) << "weight gradient";
   }
+  EXPECT_GE(checked, 30);
 }
 
 // Small integers through every conv op: all products and partial sums are exact in FP32, so both

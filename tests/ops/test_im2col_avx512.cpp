@@ -1,5 +1,6 @@
 // tests/ops/test_im2col_avx512.cpp — the AVX-512 im2col kernels (ops/cpu/im2col_avx512.h)
-// against a scalar im2col written from the definition, f32 and BF16:
+// against a scalar im2col written from the definition, f32 and BF16, on the planes of every
+// geometry of tests/ops/conv_geometries.h each takes (one image: N and O play no part):
 //   - plane-shift: every value in place, zero where the tap falls into the padding or the
 //     neighbouring row, and with a row stride ld > L the elements between rows left exactly as
 //     they were (conv2d's weight gradient pads col's rows to cache lines). Planes of one partial
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "core/bfloat16.h"
+#include "ops/conv_geometries.h"
 #include "ops/cpu/im2col_avx512.h"
 
 namespace mixtape {
@@ -55,96 +57,61 @@ void check_kernel(const cpu::Im2colRows& g, int64_t extra, uint32_t seed, Kernel
   EXPECT_EQ(bad, 0);
 }
 
-struct Geo {
-  int64_t C, H, W, kH, kW, pH, pW, dH;
-};
-// Plane-shift geometry: kW = 2 pW + 1 (so OW = W), unit strides and column dilation.
-const Geo kGeos[] = {
-    {2, 4, 5, 3, 3, 1, 1, 1},    // L = 20: one partial chunk
-    {3, 7, 7, 3, 3, 1, 1, 1},    // 49: ResNet's 7x7
-    {2, 14, 14, 3, 3, 1, 1, 1},  // 196
-    {1, 28, 28, 3, 3, 1, 1, 1},  // 784 = 49 x 16 = 24.5 x 32
-    {2, 4, 8, 3, 3, 1, 1, 1},    // 32: exactly one BF16 chunk, two f32 ones
-    {2, 1, 9, 3, 3, 1, 1, 1},    // one row: only the middle kernel row reads the image
-    {2, 9, 6, 3, 3, 3, 1, 3},    // row dilation 3, padding 3
-    {2, 8, 7, 3, 1, 1, 0, 2},    // 3x1, row dilation 2
-    {2, 6, 11, 1, 3, 0, 1, 1},   // 1x3
-    {2, 9, 8, 5, 5, 2, 2, 1},    // 5x5
-};
+using testing::ConvGeometry;
+using testing::kConvGeometries;
 
-std::string name_of(const Geo& g) {
-  return "C" + std::to_string(g.C) + " " + std::to_string(g.H) + "x" + std::to_string(g.W) + " k" +
-         std::to_string(g.kH) + "x" + std::to_string(g.kW) + " p" + std::to_string(g.pH) + "," + std::to_string(g.pW) +
-         " dH" + std::to_string(g.dH);
+// The plane of one image of g, as the im2col kernels see it.
+cpu::Im2colRows rows_of(const ConvGeometry& g) {
+  return {g.C, g.H, g.W, g.OH(), g.OW(), g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH};
+}
+// Plane-shift geometry: kW = 2 pW + 1 (so OW = W), unit strides and column dilation (any groups:
+// im2col sees the channels of one image).
+bool plane_shift(const ConvGeometry& g) {
+  return g.sH == 1 && g.sW == 1 && g.dW == 1 && g.kW == 2 * g.pW + 1;
 }
 
 template <typename E>
-void check(const Geo& g, int64_t extra) {
-  const int64_t OH = g.H + 2 * g.pH - g.dH * (g.kH - 1);
-  const cpu::Im2colRows rows{g.C, g.H, g.W, OH, g.W, g.kH, g.kW, 1, 1, g.pH, g.pW, g.dH};
-  check_kernel<E>(rows, extra, 7, [&](const E* x, E* col, int64_t ld) {
-    cpu::im2col_plane_shift_avx512(x, g.C, g.H, g.W, OH, g.kH, g.kW, g.pH, g.pW, g.dH, col, ld);
+void check(const ConvGeometry& geo, int64_t extra) {
+  const cpu::Im2colRows g = rows_of(geo);
+  check_kernel<E>(g, extra, 7, [&](const E* x, E* col, int64_t ld) {
+    cpu::im2col_plane_shift_avx512(x, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH, col, ld);
   });
 }
 
 TEST(Im2colAvx512, EqualsTheDefinitionAndLeavesTheRowGapsAlone) {
   if (!cpu::im2col_avx512_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW";
-  for (const Geo& g : kGeos)
+  int checked = 0;
+  for (const ConvGeometry& g : kConvGeometries) {
+    if (!plane_shift(g)) continue;
+    ++checked;
     for (int64_t extra : {0, 1, 13, 32}) {
-      SCOPED_TRACE(name_of(g) + " ld = L + " + std::to_string(extra));
+      SCOPED_TRACE(std::string(g.what) + " ld = L + " + std::to_string(extra));
       check<float>(g, extra);
       check<BFloat16>(g, extra);
     }
-}
-
-struct RowsGeo {
-  int64_t C, H, W, kH, kW, sH, sW, pH, pW, dH;
-};
-const RowsGeo kRowsGeos[] = {
-    {2, 28, 28, 3, 3, 2, 2, 1, 1, 1},  // ResNet's 16 -> 32 downsampling conv: OW = 14
-    {3, 14, 14, 3, 3, 2, 2, 1, 1, 1},  // 32 -> 64: OW = 7
-    {2, 14, 14, 1, 1, 2, 2, 0, 0, 1},  // the 1x1 stride-2 shortcut
-    {2, 9, 7, 3, 3, 2, 2, 1, 1, 1},    // odd sizes
-    {2, 8, 9, 3, 3, 1, 2, 2, 2, 2},    // row dilation 2, padding 2, row stride 1
-    {1, 5, 70, 3, 3, 3, 2, 1, 1, 1},   // OW = 35: rows of several chunks (f32) / two (BF16)
-    {2, 7, 8, 3, 3, 1, 1, 0, 0, 1},    // "valid" padding: stride 1, OW != W
-    {2, 6, 40, 2, 5, 1, 1, 1, 0, 1},   // stride 1, OW = 36
-    {2, 5, 6, 3, 3, 1, 1, 2, 2, 1},    // stride 1, padding 2 on a 3-wide kernel: OW = W + 2
-    {1, 3, 3, 3, 3, 2, 2, 2, 2, 1},    // padding as large as the image
-    {2, 16, 16, 3, 3, 2, 2, 1, 1, 1},  // OW = 8: f32's paired rows exactly fill a vector
-    {2, 32, 32, 3, 3, 2, 2, 1, 1, 1},  // OW = 16: BF16's paired rows fill one; f32 col2im W = 2 x 16
-    {1, 6, 40, 3, 3, 2, 2, 1, 1, 1},   // OW = 20: BF16 stride 2 in one chunk, f32 in two
-    {2, 1, 9, 3, 3, 1, 2, 1, 1, 1},    // H = 1
-    {2, 7, 1, 3, 3, 2, 2, 1, 1, 1},    // W = 1
-    {2, 5, 6, 1, 1, 2, 2, 1, 1, 1},    // a 1x1 kernel with padding beyond its reach
-};
-std::string name_of(const RowsGeo& g) {
-  return "C" + std::to_string(g.C) + " " + std::to_string(g.H) + "x" + std::to_string(g.W) + " k" +
-         std::to_string(g.kH) + "x" + std::to_string(g.kW) + " s" + std::to_string(g.sH) + "," + std::to_string(g.sW) +
-         " p" + std::to_string(g.pH) + "," + std::to_string(g.pW) + " dH" + std::to_string(g.dH);
-}
-cpu::Im2colRows rows_of(const RowsGeo& g) {
-  const int64_t OH = (g.H + 2 * g.pH - g.dH * (g.kH - 1) - 1) / g.sH + 1;
-  const int64_t OW = (g.W + 2 * g.pW - (g.kW - 1) - 1) / g.sW + 1;
-  return {g.C, g.H, g.W, OH, OW, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH};
+  }
+  EXPECT_GE(checked, 30);
 }
 
 template <typename E>
-void check_rows(const RowsGeo& geo, int64_t extra) {
+void check_rows(const ConvGeometry& geo, int64_t extra) {
   const cpu::Im2colRows g = rows_of(geo);
   check_kernel<E>(g, extra, 8, [&](const E* x, E* col, int64_t ld) { cpu::im2col_rows_avx512(x, g, col, ld); });
 }
 
 TEST(Im2colAvx512, RowKernelEqualsTheDefinition) {
   if (!cpu::im2col_avx512_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW";
-  for (const RowsGeo& g : kRowsGeos) {
-    ASSERT_TRUE(cpu::im2col_rows_applies(g.sW, 1));
+  int checked = 0;
+  for (const ConvGeometry& g : kConvGeometries) {
+    if (!cpu::im2col_rows_applies(g.sW, g.dW)) continue;
+    ++checked;
     for (int64_t extra : {0, 5}) {
-      SCOPED_TRACE(name_of(g) + " ld = L + " + std::to_string(extra));
+      SCOPED_TRACE(std::string(g.what) + " ld = L + " + std::to_string(extra));
       check_rows<float>(g, extra);
       check_rows<BFloat16>(g, extra);
     }
   }
+  EXPECT_GE(checked, 50);
   EXPECT_FALSE(cpu::im2col_rows_applies(3, 1));
   EXPECT_FALSE(cpu::im2col_rows_applies(1, 2));
 }
@@ -154,8 +121,9 @@ TEST(Im2colAvx512, RowKernelEqualsTheDefinition) {
 // an extra +0 (turning -0.0 into +0.0) or a reordered sum shows in the bits.
 TEST(Im2colAvx512, RowCol2imEqualsTheGenericSumsBitForBit) {
   if (!cpu::im2col_avx512_available()) GTEST_SKIP() << "this CPU lacks AVX-512 F/BW";
-  for (const RowsGeo& geo : kRowsGeos) {
-    SCOPED_TRACE(name_of(geo));
+  for (const ConvGeometry& geo : kConvGeometries) {
+    if (!cpu::im2col_rows_applies(geo.sW, geo.dW)) continue;
+    SCOPED_TRACE(geo.what);
     const cpu::Im2colRows g = rows_of(geo);
     const int64_t L = g.OH * g.OW, K = g.C * g.kH * g.kW;
     std::mt19937 rng(9);
