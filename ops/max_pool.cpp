@@ -94,9 +94,11 @@ bool is_2x2_fast(const PoolGeom& g) {
 // f16 runs on planes widened to f32; bf16 too, but on 2x2_avx512, which reads and writes BF16 in
 // registers. 2x2_sse2 is the SSE2 loop with a scalar tail (scalar alone where there is no SSE2).
 // Every entry picks the generic loop's tap (the invariant above), so the choice changes speed only;
-// no measured threshold: the 2x2 kernels win wherever the window allows them. The backward is a
-// scatter from the codes with no vector work in it: both 2x2 entries run one 2x2 loop (taps
-// decoded by shifts), generic decodes any window; the list stays so forcing and tracing still apply.
+// no measured threshold: the 2x2 kernels win wherever the window allows them. The forward's
+// 2x2_avx512 writes the tap codes in its pass; the other entries derive them afterwards. The
+// backward: 2x2_avx512 writes each window's four taps from the codes in one pass (f32, bf16),
+// the other 2x2 entries scatter into a zeroed plane (taps decoded by shifts), generic decodes any
+// window.
 enum class PoolKernel { TwoByTwoAvx512, TwoByTwo, Generic };
 struct PoolProblem {
   const PoolGeom& g;
@@ -142,11 +144,11 @@ PoolKernel pool_kernel(const char* op_pass, const PoolGeom& g, DType dt, bool ce
 }
 
 template <typename A>
-void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx, PoolKernel k) {
+void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx, uint8_t* taps, PoolKernel k) {
   static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
   if constexpr (std::is_same_v<A, float>)
-    if (k == PoolKernel::TwoByTwoAvx512) {
-      return cpu::max_pool_plane_2x2_avx512(in, g.OH, g.OW, g.W, out, idx);  // 16 windows at a time, same bits
+    if (k == PoolKernel::TwoByTwoAvx512) {  // 16 windows at a time, same bits, the codes in the same pass
+      return cpu::max_pool_plane_2x2_avx512(in, g.OH, g.OW, g.W, out, idx, taps);
     }
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const int64_t row0_index = 2 * oh * g.W;
@@ -190,10 +192,10 @@ void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx, Po
 
 template <typename T>
 void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std::vector<Taps>& cols, const T* in,
-                    T* out, int64_t* idx, PoolKernel k) {
+                    T* out, int64_t* idx, uint8_t* taps, PoolKernel k) {
   using A = acc_t<T>;
   if (k != PoolKernel::Generic) {
-    if constexpr (std::is_same_v<T, A>) return max_pool_plane_2x2<A>(g, in, out, idx, k);
+    if constexpr (std::is_same_v<T, A>) return max_pool_plane_2x2<A>(g, in, out, idx, taps, k);
   }
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const Taps r = rows[static_cast<size_t>(oh)];
@@ -226,81 +228,17 @@ void taps_from_indices(const PoolGeom& g, const int64_t* idx, C* taps) {
     for (int64_t ow = 0; ow < g.OW; ++ow) taps[oh * g.OW + ow] = tap_of<C>(tw, oh, ow, idx[oh * g.OW + ow]);
 }
 
-// One 2x2 plane's tap codes from its input and output, without indices: the scan takes a tap
-// only when greater or NaN, so the winner is the first tap equal to the output, or, for a NaN
-// output, the last NaN tap (each NaN tap is taken).
-#if MIXTAPE_X86_KERNELS
-MT_KERNELS_BEGIN
-// The same rule on 16 windows at a time, taps and output widened to f32 in registers.
-MT_TARGET_AVX512 __m128i taps_2x2_avx512(__m512 t0, __m512 t1, __m512 t2, __m512 t3, __m512 o) {
-  const __mmask16 n0 = _mm512_cmp_ps_mask(t0, o, _CMP_NEQ_UQ);  // C's != (true for NaN)
-  const __mmask16 n1 = n0 & _mm512_cmp_ps_mask(t1, o, _CMP_NEQ_UQ);
-  const __mmask16 n2 = n1 & _mm512_cmp_ps_mask(t2, o, _CMP_NEQ_UQ);
-  const __m512i one = _mm512_set1_epi32(1);
-  const __m512i eq = _mm512_add_epi32(
-      _mm512_add_epi32(_mm512_maskz_mov_epi32(n0, one), _mm512_maskz_mov_epi32(n1, one)),
-      _mm512_maskz_mov_epi32(n2, one));
-  const __mmask16 a3 = _mm512_cmp_ps_mask(t3, t3, _CMP_UNORD_Q);
-  const __mmask16 a2 = ~a3 & _mm512_cmp_ps_mask(t2, t2, _CMP_UNORD_Q);
-  const __mmask16 a1 = ~a3 & ~a2 & _mm512_cmp_ps_mask(t1, t1, _CMP_UNORD_Q);
-  __m512i nan = _mm512_maskz_mov_epi32(a3, _mm512_set1_epi32(3));
-  nan = _mm512_mask_mov_epi32(nan, a2, _mm512_set1_epi32(2));
-  nan = _mm512_mask_mov_epi32(nan, a1, one);
-  return _mm512_cvtepi32_epi8(_mm512_mask_blend_epi32(_mm512_cmp_ps_mask(o, o, _CMP_UNORD_Q), eq, nan));
-}
-// Rows r0, r1 and the output row, every window: blocks of 16, the last one masked (a 28-wide
-// plane has 14 windows a row). Returns OW.
-MT_TARGET_AVX512 int64_t taps_row_2x2_avx512(const float* r0, const float* r1, const float* o, int64_t OW,
-                                              uint8_t* taps) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  for (int64_t ow = 0; ow < OW; ow += 16) {
-    const int64_t n = std::min<int64_t>(16, OW - ow);
-    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);  // windows
-    const __mmask16 lo = static_cast<__mmask16>(n >= 8 ? 0xFFFFu : (1u << (2 * n)) - 1u);  // taps 0..15
-    const __mmask16 hi = static_cast<__mmask16>(n >= 8 ? (1u << (2 * n - 16)) - 1u : 0u);  // taps 16..31
-    const __m512 a = _mm512_maskz_loadu_ps(lo, r0 + 2 * ow), b = _mm512_maskz_loadu_ps(hi, r0 + 2 * ow + 16);
-    const __m512 c = _mm512_maskz_loadu_ps(lo, r1 + 2 * ow), d = _mm512_maskz_loadu_ps(hi, r1 + 2 * ow + 16);
-    _mm_mask_storeu_epi8(taps + ow, m,
-                         taps_2x2_avx512(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b),
-                                         _mm512_permutex2var_ps(c, even, d), _mm512_permutex2var_ps(c, odd, d),
-                                         _mm512_maskz_loadu_ps(m, o + ow)));
-  }
-  return OW;
-}
-MT_TARGET_AVX512 int64_t taps_row_2x2_avx512(const BFloat16* r0, const BFloat16* r1, const BFloat16* o, int64_t OW,
-                                              uint8_t* taps) {
-  // A window's two taps of a row are one 32-bit word: the low half is the even tap.
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  for (int64_t ow = 0; ow < OW; ow += 16) {
-    const __mmask16 m = static_cast<__mmask16>((1u << std::min<int64_t>(16, OW - ow)) - 1u);
-    const __m512i a = _mm512_maskz_loadu_epi32(m, r0 + 2 * ow), c = _mm512_maskz_loadu_epi32(m, r1 + 2 * ow);
-    const __m512i o16 = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, o + ow));
-    const __m512 out = _mm512_castsi512_ps(_mm512_slli_epi32(o16, 16));
-    _mm_mask_storeu_epi8(taps + ow, m,
-                         taps_2x2_avx512(_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)),
-                                         _mm512_castsi512_ps(_mm512_and_si512(a, high)),
-                                         _mm512_castsi512_ps(_mm512_slli_epi32(c, 16)),
-                                         _mm512_castsi512_ps(_mm512_and_si512(c, high)), out));
-  }
-  return OW;
-}
-MT_KERNELS_END
-#endif
-
-// avx512: the 2x2_avx512 entry was chosen (so this CPU has AVX-512).
+// One 2x2 plane's tap codes from its input and output, without indices (the 2x2_sse2 and
+// 2x2_scalar entries; 2x2_avx512 writes them in its pass): the scan takes a tap only when greater
+// or NaN, so the winner is the first tap equal to the output, or, for a NaN output, the last NaN
+// tap (each NaN tap is taken).
 template <typename T>
-void taps_2x2_from_output(const PoolGeom& g, const T* in, const T* out, uint8_t* taps, [[maybe_unused]] bool avx512) {
+void taps_2x2_from_output(const PoolGeom& g, const T* in, const T* out, uint8_t* taps) {
   using A = acc_t<T>;
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const T* r0 = in + 2 * oh * g.W;
     const T* r1 = r0 + g.W;
-    int64_t ow = 0;
-#if MIXTAPE_X86_KERNELS
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>)
-      if (avx512) ow = taps_row_2x2_avx512(r0, r1, out + oh * g.OW, g.OW, taps + oh * g.OW);
-#endif
-    for (; ow < g.OW; ++ow) {
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
       const A t0 = static_cast<A>(r0[2 * ow]), t1 = static_cast<A>(r0[2 * ow + 1]);
       const A t2 = static_cast<A>(r1[2 * ow]), t3 = static_cast<A>(r1[2 * ow + 1]);
       const A o = static_cast<A>(out[oh * g.OW + ow]);
@@ -345,34 +283,37 @@ TensorList max_pool2d_forward(const OpCall& call, Keep keep) {
     const bool bf16_2x2 = std::is_same_v<T, BFloat16> && k == PoolKernel::TwoByTwoAvx512;
     for_each_plane(g.planes(), g.out_plane() * g.kH * g.kW, [&](int64_t p, int t) {
       int64_t* ixp = ix ? ix + p * g.out_plane() : nullptr;
-      const bool two = k != PoolKernel::Generic;  // 2x2 codes come from the output, no indices
+      const bool two = k != PoolKernel::Generic;  // 2x2 codes come from the kernel or the output, no indices
       if (keep == Keep::Taps && !two) {
         std::vector<int64_t>& b = pidx[static_cast<size_t>(t)];
         b.resize(static_cast<size_t>(g.out_plane()));
         ixp = b.data();
       }
+      // 2x2_avx512 writes the codes in its pass (UInt8: a 2x2 window has 4 taps).
+      uint8_t* kt = keep == Keep::Taps && k == PoolKernel::TwoByTwoAvx512 ? taps.data_ptr<uint8_t>() + p * g.out_plane()
+                                                                          : nullptr;
       bool done = false;
       if constexpr (std::is_same_v<T, BFloat16>) {
         if (bf16_2x2) {  // widened in registers, the same bits as the widened plane's
-          cpu::max_pool_plane_2x2_avx512(in + p * g.in_plane(), g.OH, g.OW, g.W, o + p * g.out_plane(), ixp);
+          cpu::max_pool_plane_2x2_avx512(in + p * g.in_plane(), g.OH, g.OW, g.W, o + p * g.out_plane(), ixp, kt);
           done = true;
         }
       }
       if (!done) {
         const A* src = widen(in + p * g.in_plane(), g.in_plane(), win[static_cast<size_t>(t)]);
         if constexpr (std::is_same_v<T, A>) {
-          max_pool_plane<A>(g, rows, cols, src, o + p * g.out_plane(), ixp, k);
+          max_pool_plane<A>(g, rows, cols, src, o + p * g.out_plane(), ixp, kt, k);
         } else {
           std::vector<A>& ob = wout[static_cast<size_t>(t)];
           ob.resize(static_cast<size_t>(g.out_plane()));
-          max_pool_plane<A>(g, rows, cols, src, ob.data(), ixp, k);
+          max_pool_plane<A>(g, rows, cols, src, ob.data(), ixp, kt, k);
           narrow_into(ob.data(), o + p * g.out_plane(), g.out_plane());  // exact: values came from T
         }
       }
-      if (keep == Keep::Taps) {
+      if (keep == Keep::Taps && !kt) {
         if (two)
           taps_2x2_from_output(g, in + p * g.in_plane(), o + p * g.out_plane(),
-                               taps.data_ptr<uint8_t>() + p * g.out_plane(), k == PoolKernel::TwoByTwoAvx512);
+                               taps.data_ptr<uint8_t>() + p * g.out_plane());
         else if (tap_dt == DType::UInt8)
           taps_from_indices(g, ixp, taps.data_ptr<uint8_t>() + p * g.out_plane());
         else
@@ -514,6 +455,20 @@ TensorList max_pool2d_tap_backward_cpu(const OpCall& call) {
           // so each pixel gets at most one gradient: written as 0 + g rounded once (the bits of
           // the accumulation: -0 becomes +0), straight into the output plane, no f32 scratch.
           T* gx = o + p * plane;
+          if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) && std::is_same_v<C, uint8_t>) {
+            if (k == PoolKernel::TwoByTwoAvx512) {  // the windows' taps in one pass, 16 windows at a time
+              const bool ok = cpu::max_pool_plane_2x2_tap_grad_avx512(cpl, g.OH, g.OW, g.W, gpl, gx);
+              // What the windows do not cover (an odd last row or column) gets +0 (all zero bits).
+              if (g.W > 2 * g.OW)
+                for (int64_t h = 0; h < 2 * g.OH; ++h)
+                  std::memset(static_cast<void*>(gx + h * g.W + 2 * g.OW), 0,
+                              static_cast<size_t>(g.W - 2 * g.OW) * sizeof(T));
+              std::memset(static_cast<void*>(gx + 2 * g.OH * g.W), 0,
+                          static_cast<size_t>((g.H - 2 * g.OH) * g.W) * sizeof(T));
+              if (ok) return;
+              // A code above 3: the scalar loop below finds and reports it.
+            }
+          }
           std::memset(static_cast<void*>(gx), 0, static_cast<size_t>(plane) * sizeof(T));  // +0 is all zero bits
           for (int64_t oh = 0; oh < g.OH; ++oh)
             for (int64_t ow = 0; ow < g.OW; ++ow) {

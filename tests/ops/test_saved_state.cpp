@@ -11,6 +11,8 @@
 #include "common/bit_equal.h"
 #include "common/error_of.h"
 #include "mixtape/mixtape.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/steering.h"
 #include "ops/relu_mask.h"
 
 namespace mixtape::testing {
@@ -133,6 +135,40 @@ TEST(SavedState, MaxPoolGradientFromTapsIsTheIndexScatter) {
       EXPECT_TRUE(bit_equal(y.detach(), yi)) << dtype_name(dt) << " " << shape_str(w.size);
       EXPECT_TRUE(bit_equal(x.grad(), max_pool2d_backward(g, idx, w.size)))
           << dtype_name(dt) << " " << shape_str(w.size);
+    }
+}
+
+// The tap codes max_pool2d keeps, from each 2x2 entry (2x2_avx512 writes them in its pass, 2x2_sse2
+// derives them from the output) against the generic loop's (from its indices), with ties, NaN,
+// signed zeros and infinities, on plane widths that end in a partial AVX-512 block and in an odd
+// column, and the gradient from them.
+TEST(SavedState, MaxPoolTapCodesOfEveryEntryAreTheGenericOnes) {
+  const IntList sizes[] = {{2, 3, 28, 28}, {1, 2, 14, 14}, {1, 3, 9, 67}, {2, 2, 6, 33}, {1, 1, 2, 2}};
+  for (const IntList& size : sizes)
+    for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16}) {
+      int64_t n = 1;
+      for (int64_t v : size) n *= v;
+      const Tensor x = specials(n, 11 + n).to(dt).reshape(size);
+      const Attrs window = {{"kernel_size", IntList{2, 2}}, {"stride", IntList{2, 2}}, {"padding", IntList{0, 0}},
+                            {"dilation", IntList{1, 1}}, {"ceil_mode", false}};
+      auto run = [&](const std::string& entry) {
+        cpu::Override fwd(cpu::KernelSpec{"max_pool2d.fwd:" + entry + ",max_pool2d.bwd:" + entry});
+        TensorList r = dispatch(*find_op("max_pool2d"), {x}, window);
+        const Tensor g = abs(specials(r[0].numel(), 5)).to(dt).reshape(r[0].sizes());
+        Attrs battrs = window;
+        battrs.set("input_size", size);
+        r.push_back(dispatch1(*find_op("max_pool2d_tap_backward"), {g, r[1]}, battrs));
+        return r;
+      };
+      const TensorList generic = run("generic");
+      for (const std::string entry : {"2x2_avx512", "2x2_sse2"}) {
+        if (entry == "2x2_avx512" && !cpu::isa_avx512()) continue;
+        const TensorList r = run(entry);
+        for (size_t i = 0; i < r.size(); ++i)
+          EXPECT_TRUE(bit_equal(r[i], generic[i]))
+              << entry << " output " << i << " (0 values, 1 codes, 2 gradient) " << dtype_name(dt) << " "
+              << shape_str(size);
+      }
     }
 }
 
