@@ -109,6 +109,8 @@ const OpSchema& kReluMaskGrad =
                 [](const TensorList& x) { return TensorList{relu_mask_grad(x[0], relu_mask_of(x[1]))}; });
 
 TensorList relu_cpu(const OpCall& call) {
+  if (relu_wants_mask(call.attrs))
+    if (TensorList r = relu_and_mask_cpu(call.inputs[0]); !r.empty()) return r;  // one pass where it applies
   TensorList r = pointwise_detail::unary_cpu<fn::Relu, FunctorParams<fn::Relu>{nullptr}>(call);
   return {r[0], relu_wants_mask(call.attrs) ? relu_mask_cpu(r[0]) : Tensor()};
 }

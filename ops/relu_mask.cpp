@@ -77,6 +77,30 @@ MT_TARGET_AVX512 void apply_bits_avx512(const uint32_t* g, const uint8_t* m, int
     _mm512_storeu_si512(out + 16 * b, _mm512_maskz_loadu_epi32(k, g + 16 * b));
   }
 }
+// relu's output and mask from x in one pass, 32 BF16 or 16 f32 values per compare: the output
+// bits of fn::Relu (BF16: Relu::bf16_bits; f32: x < 0 ? +0 : x) and the mask of that output.
+MT_TARGET_AVX512 void relu_bits_avx512(const uint16_t* x, int64_t blocks, uint16_t* out, uint8_t* m) {
+  const __m512i one = _mm512_set1_epi16(1), neg1 = _mm512_set1_epi16(static_cast<short>(0x8001)),
+                inf = _mm512_set1_epi16(0x7F80), mag = _mm512_set1_epi16(0x7FFF), quiet = _mm512_set1_epi16(0x0040);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m512i v = _mm512_loadu_si512(x + 32 * b);
+    const __mmask32 pos = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(v, one), inf);    // +0 < v <= +inf
+    const __mmask32 neg = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(v, neg1), inf);   // -inf <= v < -0
+    const __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(v, mag), inf);
+    _mm512_storeu_si512(out + 32 * b, _mm512_maskz_mov_epi16(~neg, _mm512_or_si512(v, _mm512_maskz_mov_epi16(nan, quiet))));
+    std::memcpy(m + 4 * b, &pos, 4);
+  }
+}
+MT_TARGET_AVX512 void relu_bits_avx512(const uint32_t* x, int64_t blocks, uint32_t* out, uint8_t* m) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m512 v = _mm512_castsi512_ps(_mm512_loadu_si512(x + 16 * b));
+    const __mmask16 lt = _mm512_cmp_ps_mask(v, zero, _CMP_LT_OQ);
+    const __mmask16 pos = _mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ);
+    _mm512_storeu_ps(reinterpret_cast<float*>(out) + 16 * b, _mm512_maskz_mov_ps(static_cast<__mmask16>(~lt), v));
+    std::memcpy(m + 2 * b, &pos, 2);
+  }
+}
 MT_KERNELS_END
 #endif
 
@@ -106,6 +130,61 @@ void pack_bits(const T* p, int64_t n, uint8_t* m) {
 }
 
 }  // namespace
+
+TensorList relu_and_mask_cpu(const Tensor& x) {
+#if MIXTAPE_X86_KERNELS
+  const bool bf16 = x.dtype() == DType::BFloat16;
+  if (!cpu::isa_avx512() || !x.is_contiguous() || (!bf16 && x.dtype() != DType::Float32)) return {};
+  if (bf16) {  // BF16 relu has a kernel list: run this pass only where it picks bits_avx512
+    const int64_t strides[2] = {2, 2};
+    if (cpu::choose_bf16_rows("relu", false, strides, 2, false) != cpu::Bf16RowKernel::BitsAvx512) return {};
+  }
+  const int64_t n = x.numel(), nb = relu_mask_bytes(n);
+  Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
+  Tensor mask = Tensor::empty({nb}, TensorOptions(DType::UInt8));
+  uint8_t* m = mask.data_ptr<uint8_t>();
+  const int64_t per = bf16 ? 32 : 16, blocks = n / per, chunk = 256;  // values per compare; blocks per task
+  const char* xp = static_cast<const char*>(x.data_ptr());
+  char* op = static_cast<char*>(out.data_ptr());
+  const int64_t esz = bf16 ? 2 : 4;
+#pragma omp parallel for if (n >= cpu::kParallelGrain) schedule(static)
+  for (int64_t c = 0; c < (blocks + chunk - 1) / chunk; ++c) {
+    const int64_t b0 = c * chunk, nbl = std::min(chunk, blocks - b0);
+    if (bf16)
+      relu_bits_avx512(reinterpret_cast<const uint16_t*>(xp) + b0 * per, nbl, reinterpret_cast<uint16_t*>(op) + b0 * per,
+                       m + b0 * per / 8);
+    else
+      relu_bits_avx512(reinterpret_cast<const uint32_t*>(xp) + b0 * per, nbl, reinterpret_cast<uint32_t*>(op) + b0 * per,
+                       m + b0 * per / 8);
+  }
+  // The tail (fewer than one compare's values; it starts on a mask byte): the scalar rule.
+  for (int64_t j = blocks * per / 8; j < nb; ++j) {
+    unsigned byte = 0;
+    for (int64_t i = 8 * j, e = std::min(n, 8 * j + 8); i < e; ++i) {
+      bool pos;
+      if (bf16) {
+        uint16_t v;
+        std::memcpy(&v, xp + esz * i, 2);
+        v = fn::Relu::bf16_bits(v);
+        pos = positive_bits(v);
+        std::memcpy(op + esz * i, &v, 2);
+      } else {
+        float v;
+        std::memcpy(&v, xp + esz * i, 4);
+        v = fn::Relu{}(v);
+        pos = v > 0.0f;
+        std::memcpy(op + esz * i, &v, 4);
+      }
+      byte |= unsigned(pos) << (i - 8 * j);
+    }
+    m[j] = static_cast<uint8_t>(byte);
+  }
+  return {out, mask};
+#else
+  (void)x;
+  return {};
+#endif
+}
 
 Tensor relu_mask_cpu(const Tensor& out) {
   const Tensor oc = pool_impl::dense(out);

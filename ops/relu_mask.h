@@ -25,6 +25,10 @@ Tensor relu_mask_grad(const Tensor& g, const Tensor& mask);
 
 // The CPU kernels: the mask of relu's output `out` (any layout), and relu_mask_grad(g, mask).
 Tensor relu_mask_cpu(const Tensor& out);
+// relu's output and its mask in one pass, for contiguous BF16 (where its row list picks
+// bits_avx512) and f32 input on an AVX-512 CPU: the bits of the pointwise relu and relu_mask_cpu.
+// Empty where it does not apply (the caller runs those two).
+TensorList relu_and_mask_cpu(const Tensor& x);
 TensorList relu_mask_grad_cpu(const OpCall& call);
 
 // The mask relu keeps for x (tests and samples).

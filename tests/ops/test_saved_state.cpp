@@ -73,6 +73,21 @@ TEST(SavedState, ReluMaskGradIsReluGradBitForBit) {
   }
 }
 
+// relu with its mask (one AVX-512 pass for contiguous f32 and BF16, a scalar tail) gives the
+// output of relu without it (the pointwise loop), and the mask of that output; lengths around
+// the 16- and 32-value blocks.
+TEST(SavedState, ReluWithItsMaskGivesThePlainReluOutput) {
+  for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    for (int64_t n : {1, 7, 15, 16, 17, 31, 32, 33, 100, 4099}) {
+      const Tensor x = specials(n, 21 + n).to(dt), g = specials(n, 22 + n).to(dt);
+      const TensorList with = dispatch(*find_op("relu"), {x}, {{"mask", true}});
+      const Tensor plain = dispatch(*find_op("relu"), {x}, {{"mask", false}})[0];
+      EXPECT_TRUE(bit_equal(with[0], plain)) << dtype_name(dt) << " n=" << n;
+      EXPECT_TRUE(bit_equal(relu_mask_grad(g, with[1]), relu_grad(g, plain))) << dtype_name(dt) << " n=" << n;
+    }
+  }
+}
+
 TEST(SavedState, ReluBackwardAndDoubleBackwardMatchTheOutputRule) {
   for (DType dt : {DType::Float32, DType::BFloat16}) {
     const Tensor x0 = specials(1000, 5).to(dt), g0 = specials(1000, 6).to(dt);
