@@ -187,5 +187,23 @@ TEST(SavedState, MaxPoolTapCodesOfEveryEntryAreTheGenericOnes) {
     }
 }
 
+// A code that is no tap of a 2x2 window (above 3) is refused by name, on the AVX-512 pass and the
+// scalar loop alike (BF16 and f32 take the first, f16 the second).
+TEST(SavedState, MaxPoolTapBackwardRefusesACodeOutsideTheWindow) {
+  for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    Tensor taps = zeros({32}, DType::UInt8);
+    set_element(taps, 21, 4.0);
+    Attrs attrs = {{"kernel_size", IntList{2, 2}}, {"stride", IntList{2, 2}}, {"padding", IntList{0, 0}},
+                   {"dilation", IntList{1, 1}}, {"ceil_mode", false}, {"input_size", IntList{1, 1, 4, 32}}};
+    const std::string e = error_of([&] {
+      (void)dispatch1(*find_op("max_pool2d_tap_backward"), {ones({1, 1, 2, 16}).to(dt), taps.reshape({1, 1, 2, 16})},
+                      attrs);
+    });
+    EXPECT_NE(e.find("max_pool2d_tap_backward: tap code 4 is not a tap inside the plane of its 2x2 window"),
+              std::string::npos)
+        << dtype_name(dt) << ": " << e;
+  }
+}
+
 }  // namespace
 }  // namespace mixtape::testing
