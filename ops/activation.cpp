@@ -31,6 +31,7 @@
 #include "ops/cpu/elementwise.h"
 #include "ops/op_def.h"
 #include "ops/pointwise_op.h"
+#include "ops/relu_mask.h"
 
 namespace mixtape {
 namespace {
@@ -85,19 +86,47 @@ Attrs clamp_attrs(std::optional<double> min, std::optional<double> max) {
           {"max", max.value_or(0.0)}};
 }
 
-// ---- relu: out = max(x, 0); backward g * (out > 0) via relu_grad, itself differentiable in g ----
+// ---- relu: out = max(x, 0); the backward keeps only the mask out > 0 (ops/relu_mask.h) ----
+// relu_grad(g, out) stays the public op from the output (PyTorch's threshold_backward); relu's own
+// backward is relu_mask_grad(g, mask), the same bits from 1 bit per element instead of the output.
 TensorList relu_grad_backward(BackwardContext& c) { return {relu_grad(c.grad(), c.input(1)), Tensor()}; }
 const OpSchema& kReluGrad =
     define_binary<fn::ReluGrad>("relu_grad")
         .save({1})
         .grad(relu_grad_backward)
         .sample("double-backward", {arg({4}), values_arg({4}, {-1.0, 0.5, 2.0, -3.0}).constant()});
-TensorList relu_backward(BackwardContext& c) { return {relu_grad(c.grad(), c.output(0))}; }
-const OpSchema& kRelu = define_unary<fn::Relu>("relu")  // inputs away from the kink at 0
-                            .save({}, {0})
-                            .grad(relu_backward)
-                            .sample("no-zero", {values_arg({4}, {-1.5, -0.25, 0.5, 2.0})})
-                            .sample("strided", {arg({7, 5})}, [](const TensorList& x) { return TensorList{relu(x[0].t())}; });
+
+// relu_mask_grad(g, mask) = g where the mask bit is set, +0 elsewhere: linear in g, so its
+// gradient in g is itself (double backward); the mask gets none.
+TensorList relu_mask_grad_backward(BackwardContext& c) { return {relu_mask_grad(c.grad(), c.input(1)), Tensor()}; }
+const OpSchema& kReluMaskGrad =
+    define_op("relu_mask_grad")
+        .save({1})
+        .grad(relu_mask_grad_backward)
+        .kernel(DeviceType::CPU, relu_mask_grad_cpu)
+        // The mask of relu on a second, constant input (an odd count: the last byte is partial).
+        .sample("double-backward", {arg({3, 7}), arg({3, 7}, -1, 1).constant()},
+                [](const TensorList& x) { return TensorList{relu_mask_grad(x[0], relu_mask_of(x[1]))}; });
+
+TensorList relu_cpu(const OpCall& call) {
+  if (relu_wants_mask(call.attrs))
+    if (TensorList r = relu_and_mask_cpu(call.inputs[0]); !r.empty()) return r;  // one pass where it applies
+  TensorList r = pointwise_detail::unary_cpu<fn::Relu, FunctorParams<fn::Relu>{nullptr}>(call);
+  return {r[0], relu_wants_mask(call.attrs) ? relu_mask_cpu(r[0]) : Tensor()};
+}
+TensorList relu_backward(BackwardContext& c) { return {relu_mask_grad(c.grad(), c.output(1))}; }
+const OpSchema& kRelu = [] () -> const OpSchema& {
+  OpSchema& op = define_op("relu")  // inputs away from the kink at 0
+                     .save({}, {1})
+                     .grad(relu_backward)
+                     .backward_ignores_output_grads({1})  // the mask gets none (no zeros made for it)
+                     .kernel(DeviceType::CPU, relu_cpu)
+                     .sample("no-zero", {values_arg({4}, {-1.5, -0.25, 0.5, 2.0})},
+                             [](const TensorList& x) { return TensorList{relu(x[0])}; })
+                     .sample("strided", {arg({7, 5})}, [](const TensorList& x) { return TensorList{relu(x[0].t())}; });
+  op.pointwise = true;  // one rounding per element, as a define_unary op (the samples' 16-bit check)
+  return op;
+}();
 
 // ---- sigmoid: out = 1 / (1 + e^-x); d/dx = out (1 - out) ----
 TensorList sigmoid_backward(BackwardContext& c) {
@@ -281,7 +310,16 @@ Tensor clamp_grad(const Tensor& g, const Tensor& x, std::optional<double> min, s
   MT_CHECK(min.has_value() || max.has_value(), "clamp_grad: at least one of min or max must be given, got neither");
   return dispatch1(kClampGrad, {g, x}, clamp_attrs(min, max));
 }
-Tensor relu(const Tensor& x) { return dispatch1(kRelu, {x}); }
+Tensor relu(const Tensor& x) {
+  // The mask only when the call is recorded (the autograd layer's rule): inference pays nothing.
+  const bool recorded = x.defined() && autograd::GradMode::is_enabled() && x.requires_grad();
+  return dispatch(kRelu, {x}, {{"mask", recorded}})[0];
+}
+Tensor relu_mask_grad(const Tensor& g, const Tensor& mask) {
+  check_defined("relu_mask_grad", {{&g, "grad"}, {&mask, "mask"}});
+  return dispatch1(kReluMaskGrad, {g, mask});
+}
+Tensor relu_mask_of(const Tensor& x) { return dispatch(kRelu, {x.detach()}, {{"mask", true}})[1]; }
 Tensor relu_grad(const Tensor& g, const Tensor& out) { return dispatch1(kReluGrad, {g, out}); }
 Tensor sigmoid(const Tensor& x) { return dispatch1(kSigmoid, {x}); }
 Tensor tanh(const Tensor& x) { return dispatch1(kTanh, {x}); }

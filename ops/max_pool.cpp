@@ -1,27 +1,30 @@
-// ops/max_pool.cpp — max_pool2d, max_pool2d_with_indices and their gradient ops
-// max_pool2d_backward (from saved indices) and max_pool2d_input_backward (from the saved input).
+// ops/max_pool.cpp — max_pool2d, max_pool2d_with_indices and their gradient ops:
+// max_pool2d_backward (from PyTorch's Int64 indices) and max_pool2d_tap_backward /
+// max_pool2d_tap_gather (from the tap codes max_pool2d keeps, ops/max_pool_taps.h).
 //
 // Windows: rows i sH - pH + m dH, m < kH, clipped to [0, H); padding is -inf (never chosen); the
-// output size is ops/pool_geometry.cpp's. The index saved for backward is h W + w within the
+// output size is ops/pool_geometry.cpp's. max_pool2d_with_indices returns h W + w within the
 // plane (PyTorch's return_indices). Scan is row-major and a value replaces the running max if
 // greater or NaN: the first of equal maxima wins, NaN propagates. A window lying wholly in padding
-// (possible only with a dilation larger than the input) gives -inf and index -1 (no gradient).
-// Invariant: every path (the general loop, the 2x2 SSE2 and AVX-512 fast paths, f32 and BF16, the
-// fused argmax-and-gradient pass) picks the same tap for every window, so the forward value, the saved
-// index and the recomputed argmax of max_pool2d_input_backward always agree.
+// (possible only with a dilation larger than the input) gives -inf, index -1 and no tap (no gradient).
+// Saved for backward: max_pool2d keeps its winning tap per output (UInt8 for windows of up to 255
+// taps: for a 2x2 window 1 byte per 4 input values, 1/16 of their f32 bytes), never its input.
+// Invariant: every path (the general loop, the 2x2 SSE2 and AVX-512 fast paths, f32 and BF16) picks
+// the same tap for every window, so the forward value, the index and the tap code always agree.
 // Numerics: 16-bit values are compared in f32 (f64 for f64 inputs) and stored exactly (a max is
 // one of the inputs); 16-bit gradients accumulate in an f32 plane and are rounded once.
 //
 // Gradient ops, each the adjoint of its forward (so every backward is differentiable again):
 //   max_pool2d_backward(g, idx):  zeros (N, C, H, W), plane[idx] += g   (scatter, accumulates
 //                                 where windows overlap);  its backward: gather G at idx
-//   max_pool2d_input_backward(g, x): the same scatter at the argmax recomputed from x; its
-//                                 backward: the same gather
+//   max_pool2d_tap_backward(g, taps): the same scatter at the taps' pixels; its backward:
+//                                 max_pool2d_tap_gather(G, taps), G at the taps' pixels
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #if defined(__SSE2__)
@@ -31,8 +34,10 @@
 
 #include "autograd/grad_mode.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/kernel_table.h"
 #include "ops/cpu/max_pool_2x2_avx512.h"
+#include "ops/max_pool_taps.h"
 #include "ops/op_def.h"
 #include "ops/pool_geometry.h"
 #include "ops/pool_planes.h"
@@ -83,13 +88,17 @@ bool is_2x2_fast(const PoolGeom& g) {
 }
 
 // ---- the kernel lists: op.pass max_pool2d.fwd (max_pool2d, max_pool2d_with_indices) and
-// max_pool2d.bwd (max_pool2d_input_backward), first entry that applies runs ----
+// max_pool2d.bwd (max_pool2d_tap_backward), first entry that applies runs ----
 //   f32, f16, bf16  2x2_avx512 (ops/cpu/max_pool_2x2_avx512.h) · 2x2_sse2 · generic
 //   f64             2x2_scalar · generic
 // f16 runs on planes widened to f32; bf16 too, but on 2x2_avx512, which reads and writes BF16 in
 // registers. 2x2_sse2 is the SSE2 loop with a scalar tail (scalar alone where there is no SSE2).
 // Every entry picks the generic loop's tap (the invariant above), so the choice changes speed only;
-// no measured threshold: the 2x2 kernels win wherever the window allows them.
+// no measured threshold: the 2x2 kernels win wherever the window allows them. The forward's
+// 2x2_avx512 writes the tap codes in its pass; the other entries derive them afterwards. The
+// backward: 2x2_avx512 writes each window's four taps from the codes in one pass (f32, bf16),
+// the other 2x2 entries scatter into a zeroed plane (taps decoded by shifts), generic decodes any
+// window.
 enum class PoolKernel { TwoByTwoAvx512, TwoByTwo, Generic };
 struct PoolProblem {
   const PoolGeom& g;
@@ -135,11 +144,11 @@ PoolKernel pool_kernel(const char* op_pass, const PoolGeom& g, DType dt, bool ce
 }
 
 template <typename A>
-void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx, PoolKernel k) {
+void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx, uint8_t* taps, PoolKernel k) {
   static_assert(std::is_same_v<A, float> || std::is_same_v<A, double>);
   if constexpr (std::is_same_v<A, float>)
-    if (k == PoolKernel::TwoByTwoAvx512) {
-      return cpu::max_pool_plane_2x2_avx512(in, g.OH, g.OW, g.W, out, idx);  // 16 windows at a time, same bits
+    if (k == PoolKernel::TwoByTwoAvx512) {  // 16 windows at a time, same bits, the codes in the same pass
+      return cpu::max_pool_plane_2x2_avx512(in, g.OH, g.OW, g.W, out, idx, taps);
     }
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const int64_t row0_index = 2 * oh * g.W;
@@ -183,10 +192,10 @@ void max_pool_plane_2x2(const PoolGeom& g, const A* in, A* out, int64_t* idx, Po
 
 template <typename T>
 void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std::vector<Taps>& cols, const T* in,
-                    T* out, int64_t* idx, PoolKernel k) {
+                    T* out, int64_t* idx, uint8_t* taps, PoolKernel k) {
   using A = acc_t<T>;
   if (k != PoolKernel::Generic) {
-    if constexpr (std::is_same_v<T, A>) return max_pool_plane_2x2<A>(g, in, out, idx, k);
+    if constexpr (std::is_same_v<T, A>) return max_pool_plane_2x2<A>(g, in, out, idx, taps, k);
   }
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const Taps r = rows[static_cast<size_t>(oh)];
@@ -209,48 +218,119 @@ void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std:
   }
 }
 
-// with_indices: (out, Int64 flat indices into each H*W plane); otherwise out only.
-TensorList max_pool2d_forward(const OpCall& call, bool with_indices) {
+TapWindow tap_window(const PoolGeom& g) { return {g.W, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW}; }
+
+// One plane's tap codes from its flat argmax indices (any window).
+template <typename C>
+void taps_from_indices(const PoolGeom& g, const int64_t* idx, C* taps) {
+  const TapWindow tw = tap_window(g);
+  for (int64_t oh = 0; oh < g.OH; ++oh)
+    for (int64_t ow = 0; ow < g.OW; ++ow) taps[oh * g.OW + ow] = tap_of<C>(tw, oh, ow, idx[oh * g.OW + ow]);
+}
+
+// One 2x2 plane's tap codes from its input and output, without indices (the 2x2_sse2 and
+// 2x2_scalar entries; 2x2_avx512 writes them in its pass): the scan takes a tap only when greater
+// or NaN, so the winner is the first tap equal to the output, or, for a NaN output, the last NaN
+// tap (each NaN tap is taken).
+template <typename T>
+void taps_2x2_from_output(const PoolGeom& g, const T* in, const T* out, uint8_t* taps) {
+  using A = acc_t<T>;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const T* r0 = in + 2 * oh * g.W;
+    const T* r1 = r0 + g.W;
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      const A t0 = static_cast<A>(r0[2 * ow]), t1 = static_cast<A>(r0[2 * ow + 1]);
+      const A t2 = static_cast<A>(r1[2 * ow]), t3 = static_cast<A>(r1[2 * ow + 1]);
+      const A o = static_cast<A>(out[oh * g.OW + ow]);
+      // Branch-free (a branch per tap mispredicts on real activations, as in the forward loops):
+      // eq counts the leading taps unequal to o; nan is the position of the last NaN tap.
+      const int n0 = t0 != o, n1 = n0 & (t1 != o), n2 = n1 & (t2 != o);
+      const int eq = n0 + n1 + n2;
+      const int a3 = t3 != t3, a2 = !a3 & (t2 != t2), a1 = !a3 & !a2 & (t1 != t1);
+      const int nan = 3 * a3 + 2 * a2 + a1;
+      const int o_nan = o != o;
+      taps[oh * g.OW + ow] = static_cast<uint8_t>(eq ^ ((eq ^ nan) & -o_nan));
+    }
+  }
+}
+
+// What the forward returns besides its output: nothing, PyTorch's Int64 flat indices into each
+// H*W plane (max_pool2d_with_indices), or the tap codes max_pool2d keeps for backward.
+enum class Keep { Output, Indices, Taps };
+
+TensorList max_pool2d_forward(const OpCall& call, Keep keep) {
   const Tensor& x = call.inputs[0];
   const WindowArgs a = WindowArgs::from(call.attrs);
   const PoolGeom g = window_geometry(call.name(), Shown::of(x), a);
   check_floating(call.name(), "input", x);
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(x.dtype()));
-  Tensor idx = with_indices ? Tensor::empty(g.out_sizes(), TensorOptions(DType::Int64)) : Tensor();
+  Tensor idx = keep == Keep::Indices ? Tensor::empty(g.out_sizes(), TensorOptions(DType::Int64)) : Tensor();
+  const DType tap_dt = max_pool_tap_dtype(g.kH, g.kW);
+  Tensor taps = keep == Keep::Taps ? Tensor::empty(g.out_sizes(), TensorOptions(tap_dt)) : Tensor();
   visit_floating(x.dtype(), call.name(), [&]<typename T>() {
     const T* in = static_cast<const T*>(xc.data_ptr());
     T* o = static_cast<T*>(out.data_ptr());
-    int64_t* ix = with_indices ? idx.data_ptr<int64_t>() : nullptr;
+    int64_t* ix = keep == Keep::Indices ? idx.data_ptr<int64_t>() : nullptr;
     const std::vector<Taps> rows = max_taps(g.OH, g.H, g.kH, g.sH, g.pH, g.dH);
     const std::vector<Taps> cols = max_taps(g.OW, g.W, g.kW, g.sW, g.pW, g.dW);
     using A = acc_t<T>;
-    // Per-thread widened planes (16-bit only): input, output.
+    // Per-thread widened planes (16-bit only): input, output; and the plane's indices when only
+    // its tap codes are kept (every kernel finds the flat index; the codes follow from it).
     std::vector<std::vector<A>> win(static_cast<size_t>(omp_get_max_threads())), wout(win.size());
+    std::vector<std::vector<int64_t>> pidx(win.size());
     const PoolKernel k = pool_kernel("max_pool2d.fwd", g, x.dtype(), a.ceil_mode);
     const bool bf16_2x2 = std::is_same_v<T, BFloat16> && k == PoolKernel::TwoByTwoAvx512;
     for_each_plane(g.planes(), g.out_plane() * g.kH * g.kW, [&](int64_t p, int t) {
       int64_t* ixp = ix ? ix + p * g.out_plane() : nullptr;
-      if constexpr (std::is_same_v<T, BFloat16>) {
-        if (bf16_2x2)  // widened in registers, the same bits as the widened plane's
-          return cpu::max_pool_plane_2x2_avx512(in + p * g.in_plane(), g.OH, g.OW, g.W, o + p * g.out_plane(), ixp);
+      const bool two = k != PoolKernel::Generic;  // 2x2 codes come from the kernel or the output, no indices
+      if (keep == Keep::Taps && !two) {
+        std::vector<int64_t>& b = pidx[static_cast<size_t>(t)];
+        b.resize(static_cast<size_t>(g.out_plane()));
+        ixp = b.data();
       }
-      const A* src = widen(in + p * g.in_plane(), g.in_plane(), win[static_cast<size_t>(t)]);
-      if constexpr (std::is_same_v<T, A>) {
-        max_pool_plane<A>(g, rows, cols, src, o + p * g.out_plane(), ixp, k);
-      } else {
-        std::vector<A>& ob = wout[static_cast<size_t>(t)];
-        ob.resize(static_cast<size_t>(g.out_plane()));
-        max_pool_plane<A>(g, rows, cols, src, ob.data(), ixp, k);
-        narrow_into(ob.data(), o + p * g.out_plane(), g.out_plane());  // exact: values came from T
+      // 2x2_avx512 writes the codes in its pass (UInt8: a 2x2 window has 4 taps).
+      uint8_t* kt = keep == Keep::Taps && k == PoolKernel::TwoByTwoAvx512 ? taps.data_ptr<uint8_t>() + p * g.out_plane()
+                                                                          : nullptr;
+      bool done = false;
+      if constexpr (std::is_same_v<T, BFloat16>) {
+        if (bf16_2x2) {  // widened in registers, the same bits as the widened plane's
+          cpu::max_pool_plane_2x2_avx512(in + p * g.in_plane(), g.OH, g.OW, g.W, o + p * g.out_plane(), ixp, kt);
+          done = true;
+        }
+      }
+      if (!done) {
+        const A* src = widen(in + p * g.in_plane(), g.in_plane(), win[static_cast<size_t>(t)]);
+        if constexpr (std::is_same_v<T, A>) {
+          max_pool_plane<A>(g, rows, cols, src, o + p * g.out_plane(), ixp, kt, k);
+        } else {
+          std::vector<A>& ob = wout[static_cast<size_t>(t)];
+          ob.resize(static_cast<size_t>(g.out_plane()));
+          max_pool_plane<A>(g, rows, cols, src, ob.data(), ixp, kt, k);
+          narrow_into(ob.data(), o + p * g.out_plane(), g.out_plane());  // exact: values came from T
+        }
+      }
+      if (keep == Keep::Taps && !kt) {
+        if (two)
+          taps_2x2_from_output(g, in + p * g.in_plane(), o + p * g.out_plane(),
+                               taps.data_ptr<uint8_t>() + p * g.out_plane());
+        else if (tap_dt == DType::UInt8)
+          taps_from_indices(g, ixp, taps.data_ptr<uint8_t>() + p * g.out_plane());
+        else
+          taps_from_indices(g, ixp, taps.data_ptr<int32_t>() + p * g.out_plane());
       }
     });
   });
-  if (with_indices) return {out, idx};
-  return {out};
+  if (keep == Keep::Indices) return {out, idx};
+  return {out, taps};
 }
-TensorList max_pool2d_cpu(const OpCall& call) { return max_pool2d_forward(call, false); }
-TensorList max_pool2d_with_indices_cpu(const OpCall& call) { return max_pool2d_forward(call, true); }
+// max_pool2d: the tap codes unless the call says "taps": false (max_pool2d() asks for them only
+// when the call is recorded for backward, the autograd layer's rule).
+TensorList max_pool2d_cpu(const OpCall& call) {
+  const bool taps = !call.attrs.has("taps") || call.attrs.get<bool>("taps");
+  return max_pool2d_forward(call, taps ? Keep::Taps : Keep::Output);
+}
+TensorList max_pool2d_with_indices_cpu(const OpCall& call) { return max_pool2d_forward(call, Keep::Indices); }
 
 // attrs: input_size (N, C, H, W)
 TensorList max_pool2d_backward_cpu(const OpCall& call) {
@@ -328,103 +408,202 @@ const OpSchema& kMaxPoolWithIndices =
           return TensorList{y, idx};
         });
 
-// max_pool2d keeps no indices: its backward op finds each window's argmax again in the saved
-// input, one plane at a time, and scatters the gradient there. In a CNN that input is a ReLU's
-// output, which the ReLU saves anyway, so nothing is kept for the pooling at all, where Int64
-// indices would cost twice an f32 output (four times an f16 one), and no index tensor is ever
-// materialised. attrs: the window arguments.
-TensorList max_pool2d_input_backward_cpu(const OpCall& call) {
+// ---- max_pool2d's own backward: the scatter from its tap codes (ops/max_pool_taps.h) ----
+// max_pool2d keeps 1 byte per output (UInt8 codes of windows up to 255 taps) instead of its input
+// or PyTorch's 8-byte indices; the gradient ops read the window arguments from their attrs.
+//   max_pool2d_tap_backward(g, taps; window, input_size): zeros (N, C, H, W), pixel += g
+//   max_pool2d_tap_gather(G, taps; window): (N, C, OH, OW), G at each winner (0 for none)
+// Each is the other's adjoint in its first input (so every backward is differentiable again);
+// the codes get no gradient.
+// Calls fn(codes) with the codes as their storage type (uint8_t or int32_t).
+template <typename Fn>
+void visit_taps(const Tensor& taps, Fn&& fn) {
+  if (taps.dtype() == DType::UInt8)
+    fn(static_cast<const uint8_t*>(taps.data_ptr()));
+  else
+    fn(static_cast<const int32_t*>(taps.data_ptr()));
+}
+
+// attrs: the window arguments and input_size (N, C, H, W)
+TensorList max_pool2d_tap_backward_cpu(const OpCall& call) {
   const Tensor& grad = call.inputs[0];
-  const Tensor& x = call.inputs[1];
+  const Tensor& taps = call.inputs[1];
   const WindowArgs a = WindowArgs::from(call.attrs);
-  const PoolGeom g = window_geometry(call.name(), Shown::of(x), a);
+  const IntList& in_size = call.attrs.get<IntList>("input_size");
+  check_planes(call.name(), Shown::shape(in_size));
+  const PoolGeom g = window_geometry(call.name(), Shown::shape(in_size), a);
   check_floating(call.name(), "grad", grad);
-  MT_CHECK(grad.dtype() == x.dtype() && grad.sizes() == g.out_sizes(), call.name(), ": expected grad ",
-           dtype_name(x.dtype()), shape_str(g.out_sizes()), " for input ", x.describe(), ", got ", grad.describe());
-  Tensor gc = dense(grad), xc = dense(x);
-  Tensor out = Tensor::empty(x.sizes(), TensorOptions(x.dtype()));
-  const int64_t plane = g.in_plane(), oplane = g.out_plane();
-  visit_floating(x.dtype(), call.name(), [&]<typename T>() {
+  check_grad_shape(call.name(), g, grad);
+  check_max_pool_taps(call.name(), g, taps);
+  const Tensor gc = dense(grad), tc = dense(taps);
+  Tensor out = Tensor::empty(in_size, TensorOptions(grad.dtype()));
+  const int64_t plane = g.in_plane(), oplane = g.out_plane(), ntaps = g.kH * g.kW;
+  const TapWindow tw = tap_window(g);
+  const PoolKernel k = pool_kernel("max_pool2d.bwd", g, grad.dtype(), a.ceil_mode);
+  std::atomic<int64_t> bad{-1};
+  visit_floating(grad.dtype(), call.name(), [&]<typename T>() {
     using A = acc_t<T>;
     const T* gp = static_cast<const T*>(gc.data_ptr());
-    const T* in = static_cast<const T*>(xc.data_ptr());
     T* o = static_cast<T*>(out.data_ptr());
-    const std::vector<Taps> rows = max_taps(g.OH, g.H, g.kH, g.sH, g.pH, g.dH);
-    const std::vector<Taps> cols = max_taps(g.OW, g.W, g.kW, g.sW, g.pW, g.dW);
     GradPlanes<T> planes(plane);
-    std::vector<std::vector<int64_t>> idx(static_cast<size_t>(omp_get_max_threads()));
-    std::vector<std::vector<A>> win(idx.size()), wgrad(idx.size());  // 16-bit only
-    // The 2x2 window on f32 values with AVX-512: argmax and gradient in one pass per row, no zero
-    // fill (but for the rows/columns no window covers) and no scatter; the same values.
-    const PoolKernel k = pool_kernel("max_pool2d.bwd", g, x.dtype(), a.ceil_mode);
-    const bool fused = std::is_same_v<A, float> && k == PoolKernel::TwoByTwoAvx512;
-    const bool uncovered = 2 * g.OH < g.H || 2 * g.OW < g.W;
-    for_each_plane(g.planes(), oplane * g.kH * g.kW + plane, [&](int64_t p, int t) {
-      const size_t ts = static_cast<size_t>(t);
-      if constexpr (std::is_same_v<T, BFloat16>) {
-        if (fused) {  // BF16 read and written directly: the taps are 0 + g, exact in BF16
+    visit_taps(tc, [&]<typename C>(const C* codes) {
+      for_each_plane(g.planes(), oplane + plane, [&](int64_t p, int t) {
+        const T* gpl = gp + p * oplane;
+        const C* cpl = codes + p * oplane;
+        if (k != PoolKernel::Generic) {
+          // 2x2, stride 2, inside the plane: tap c is (c >> 1, c & 1), and windows do not overlap,
+          // so each pixel gets at most one gradient: written as 0 + g rounded once (the bits of
+          // the accumulation: -0 becomes +0), straight into the output plane, no f32 scratch.
           T* gx = o + p * plane;
-          if (uncovered) std::fill(gx, gx + plane, T(0.0f));
-          return cpu::max_pool_plane_2x2_grad_avx512(in + p * plane, g.OH, g.OW, g.W, gp + p * oplane, gx);
-        }
-      }
-      const A* xpl = widen(in + p * plane, plane, win[ts]);
-      const A* gpl = widen(gp + p * oplane, oplane, wgrad[ts]);
-      if constexpr (std::is_same_v<A, float>) {
-        if (fused) {
-          A* acc = planes.begin(o + p * plane, t, uncovered);
-          cpu::max_pool_plane_2x2_grad_avx512(xpl, g.OH, g.OW, g.W, gpl, acc);
-          planes.finish(acc, o + p * plane);
+          if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) && std::is_same_v<C, uint8_t>) {
+            if (k == PoolKernel::TwoByTwoAvx512) {  // the windows' taps in one pass, 16 windows at a time
+              const bool ok = cpu::max_pool_plane_2x2_tap_grad_avx512(cpl, g.OH, g.OW, g.W, gpl, gx);
+              // What the windows do not cover (an odd last row or column) gets +0 (all zero bits).
+              if (g.W > 2 * g.OW)
+                for (int64_t h = 0; h < 2 * g.OH; ++h)
+                  std::memset(static_cast<void*>(gx + h * g.W + 2 * g.OW), 0,
+                              static_cast<size_t>(g.W - 2 * g.OW) * sizeof(T));
+              std::memset(static_cast<void*>(gx + 2 * g.OH * g.W), 0,
+                          static_cast<size_t>((g.H - 2 * g.OH) * g.W) * sizeof(T));
+              if (ok) return;
+              // A code above 3: the scalar loop below finds and reports it.
+            }
+          }
+          std::memset(static_cast<void*>(gx), 0, static_cast<size_t>(plane) * sizeof(T));  // +0 is all zero bits
+          for (int64_t oh = 0; oh < g.OH; ++oh)
+            for (int64_t ow = 0; ow < g.OW; ++ow) {
+              const int64_t i = oh * g.OW + ow, c = static_cast<int64_t>(cpl[i]);
+              if (c > 3) {
+                bad.store(c, std::memory_order_relaxed);
+                continue;
+              }
+              gx[(2 * oh + (c >> 1)) * g.W + 2 * ow + (c & 1)] = static_cast<T>(A(0) + static_cast<A>(gpl[i]));
+            }
           return;
         }
-      }
-      std::vector<int64_t>& ix = idx[ts];
-      ix.resize(static_cast<size_t>(oplane));
-      max_pool_plane<A>(g, rows, cols, xpl, nullptr, ix.data(), k);
-      A* acc = planes.begin(o + p * plane, t);
-      for (int64_t i = 0; i < oplane; ++i)
-        if (ix[static_cast<size_t>(i)] >= 0) acc[ix[static_cast<size_t>(i)]] += gpl[i];
-      planes.finish(acc, o + p * plane);
+        A* acc = planes.begin(o + p * plane, t);
+        {
+          for (int64_t oh = 0; oh < g.OH; ++oh)
+            for (int64_t ow = 0; ow < g.OW; ++ow) {
+              const int64_t i = oh * g.OW + ow;
+              const int64_t pos = position_of(tw, oh, ow, cpl[i]);
+              if (pos < 0) continue;  // a window wholly in padding
+              const int64_t c = static_cast<int64_t>(cpl[i]);
+              const int64_t h = oh * g.sH - g.pH + c / g.kW * g.dH, w = ow * g.sW - g.pW + c % g.kW * g.dW;
+              if (c < 0 || c >= ntaps || h < 0 || h >= g.H || w < 0 || w >= g.W) {
+                bad.store(c, std::memory_order_relaxed);
+                continue;
+              }
+              acc[pos] += static_cast<A>(gpl[i]);
+            }
+        }
+        planes.finish(acc, o + p * plane);
+      });
     });
   });
+  MT_CHECK(bad.load() == -1, call.name(), ": tap code ", bad.load(), " is not a tap inside the plane of its ", g.kH,
+           "x", g.kW, " window (codes must come from max_pool2d on input_size ", shape_str(in_size), ")");
   return {out};
 }
 
-// Its adjoint in grad: gather G at the argmax positions (recomputed; the input gets no gradient:
-// the argmax is piecewise constant).
-TensorList max_pool2d_input_backward_backward(BackwardContext& c) {
-  const IntList& gs = c.input_sizes(0);
-  const IntList& in = c.input_sizes(1);
-  Tensor idx;
-  {
-    NoGradGuard no_grad;
-    idx = dispatch(kMaxPoolWithIndices, {c.input(1).detach()}, c.attrs)[1];
-  }
-  Tensor G = c.grad().reshape({in[0], in[1], in[2] * in[3]});
-  return {gather(G, 2, idx.reshape({gs[0], gs[1], gs[2] * gs[3]})).reshape(gs), Tensor()};
+// attrs: the window arguments
+TensorList max_pool2d_tap_gather_cpu(const OpCall& call) {
+  const Tensor& G = call.inputs[0];
+  const Tensor& taps = call.inputs[1];
+  const WindowArgs a = WindowArgs::from(call.attrs);
+  const PoolGeom g = window_geometry(call.name(), Shown::of(G), a);
+  check_floating(call.name(), "input", G);
+  check_max_pool_taps(call.name(), g, taps);
+  const Tensor Gc = dense(G), tc = dense(taps);
+  Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(G.dtype()));
+  const int64_t plane = g.in_plane(), oplane = g.out_plane();
+  const TapWindow tw = tap_window(g);
+  std::atomic<int64_t> bad{-1};
+  visit_floating(G.dtype(), call.name(), [&]<typename T>() {
+    const T* src = static_cast<const T*>(Gc.data_ptr());
+    T* o = static_cast<T*>(out.data_ptr());
+    visit_taps(tc, [&]<typename C>(const C* codes) {
+      for_each_plane(g.planes(), oplane, [&](int64_t p, int) {
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            const int64_t i = p * oplane + oh * g.OW + ow;
+            const int64_t pos = position_of(tw, oh, ow, codes[i]);
+            if (pos >= plane) bad.store(static_cast<int64_t>(codes[i]), std::memory_order_relaxed);
+            o[i] = pos >= 0 && pos < plane ? src[p * plane + pos] : static_cast<T>(acc_t<T>(0));
+          }
+      });
+    });
+  });
+  MT_CHECK(bad.load() == -1, call.name(), ": tap code ", bad.load(), " is not a tap inside the plane of its ", g.kH,
+           "x", g.kW, " window (codes must come from max_pool2d on input ", G.describe(), ")");
+  return {out};
 }
 
-// max_pool2d's own backward op (argmax found again in the input), differentiable in its grad.
-const OpSchema& kMaxPoolInputBackward =
-    define_op("max_pool2d_input_backward")
-        .grad(max_pool2d_input_backward_backward)
-        .kernel(DeviceType::CPU, max_pool2d_input_backward_cpu)
+// The window arguments of a call's attrs (without max_pool2d's "taps" or a gradient's input_size).
+Attrs window_attrs(const Attrs& a) {
+  return {{"kernel_size", a.get<IntList>("kernel_size")},
+          {"stride", a.get<IntList>("stride")},
+          {"padding", a.get<IntList>("padding")},
+          {"dilation", a.get<IntList>("dilation")},
+          {"ceil_mode", a.get<bool>("ceil_mode")}};
+}
+const OpSchema& max_pool2d_tap_backward_op();
+const OpSchema& max_pool2d_tap_gather_op();
+
+TensorList max_pool2d_tap_backward_backward(BackwardContext& c) {
+  return {dispatch1(max_pool2d_tap_gather_op(), {c.grad(), c.input(1)}, window_attrs(c.attrs)), Tensor()};
+}
+TensorList max_pool2d_tap_gather_backward(BackwardContext& c) {
+  return {dispatch1(max_pool2d_tap_backward_op(), {c.grad(), c.input(1)},
+                    window_attrs(c.attrs).set("input_size", c.input_sizes(0))),
+          Tensor()};
+}
+
+// The codes of max_pool2d on a second, constant input (its window in the sample's attrs).
+TensorList tap_sample(const OpSchema& op, const TensorList& x, const IntList& k, const IntList& s, const IntList& p,
+                      const IntList& d, bool ceil, bool gather);
+const OpSchema& kMaxPoolTapBackward =
+    define_op("max_pool2d_tap_backward")
+        .save({1})
+        .grad(max_pool2d_tap_backward_backward)
+        .kernel(DeviceType::CPU, max_pool2d_tap_backward_cpu)
+        // stride 1 < kernel 3: windows overlap, a pixel's gradient accumulates; padding and ceil
         .sample("overlap", {arg({1, 2, 5, 5}), arg({1, 2, 5, 5}).constant()},
-                {{"kernel_size", IntList{3, 3}},
-                 {"stride", IntList{1, 1}},
-                 {"padding", IntList{1, 1}},
-                 {"dilation", IntList{1, 1}},
-                 {"ceil_mode", false}},
-                sums_of(9));
+                [](const TensorList& x) {
+                  return tap_sample(max_pool2d_tap_backward_op(), x, {3, 3}, {1, 1}, {1, 1}, {1, 1}, false, false);
+                },
+                sums_of(9))
+        .sample("2x2", {arg({2, 3, 3, 3}), arg({2, 3, 6, 7}).constant()},
+                [](const TensorList& x) {
+                  return tap_sample(max_pool2d_tap_backward_op(), x, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, false);
+                })
+        // 16 x 17 = 272 taps: Int32 codes
+        .sample("wide-window", {arg({1, 2, 2, 2}), arg({1, 2, 18, 20}).constant()},
+                [](const TensorList& x) {
+                  return tap_sample(max_pool2d_tap_backward_op(), x, {16, 17}, {2, 2}, {0, 0}, {1, 1}, false, false);
+                });
+const OpSchema& kMaxPoolTapGather =
+    define_op("max_pool2d_tap_gather")
+        .save({1})
+        .grad(max_pool2d_tap_gather_backward)
+        .kernel(DeviceType::CPU, max_pool2d_tap_gather_cpu)
+        .sample("dilation-ceil", {arg({1, 2, 9, 8}), arg({1, 2, 9, 8}).constant()},
+                [](const TensorList& x) {
+                  return tap_sample(max_pool2d_tap_gather_op(), x, {3, 2}, {2, 3}, {1, 1}, {2, 1}, true, true);
+                });
+const OpSchema& max_pool2d_tap_backward_op() { return kMaxPoolTapBackward; }
+const OpSchema& max_pool2d_tap_gather_op() { return kMaxPoolTapGather; }
 
 TensorList max_pool2d_backward_fn(BackwardContext& c) {
-  return {dispatch1(kMaxPoolInputBackward, {c.grad(0), c.input(0)}, c.attrs)};
+  return {dispatch1(kMaxPoolTapBackward, {c.grad(0), c.output(1)},
+                    window_attrs(c.attrs).set("input_size", c.input_sizes(0)))};
 }
 
 const OpSchema& kMaxPool =
     define_op("max_pool2d")
-        .save({0})
+        .save({}, {1})
         .grad(max_pool2d_backward_fn)
+        .backward_ignores_output_grads({1})  // the codes get none (no zeros made for them)
         .kernel(DeviceType::CPU, max_pool2d_cpu)
         .sample("2x2", {arg({2, 3, 6, 6})}, [](const TensorList& x) { return TensorList{max_pool2d(x[0], {2, 2})}; })
         // stride 1 < kernel 3: one input can win several windows, its gradient accumulates
@@ -437,21 +616,37 @@ const OpSchema& kMaxPool =
         .sample("unbatched-non-contiguous", {arg({5, 2, 5})},
                 [](const TensorList& x) { return TensorList{max_pool2d(x[0].transpose(0, 1), {3}, {2})}; });
 
+// The codes max_pool2d keeps for x (a sample's constant input) with the window of `attrs`.
+Tensor taps_of(const Tensor& x, const Attrs& attrs) {
+  return dispatch(kMaxPool, {x.detach()}, window_attrs(attrs).set("taps", true))[1];
+}
+TensorList tap_sample(const OpSchema& op, const TensorList& x, const IntList& k, const IntList& s, const IntList& p,
+                      const IntList& d, bool ceil, bool gather) {
+  Attrs a{{"kernel_size", k}, {"stride", s}, {"padding", p}, {"dilation", d}, {"ceil_mode", ceil}};
+  const Tensor taps = taps_of(x[1], a);
+  if (!gather) a.set("input_size", x[1].sizes());
+  return {dispatch1(op, {x[0], taps}, a)};
+}
+
 // Checks x and the window, then calls `op` on x with a batch dimension (added when x is 3-D).
+// max_pool2d's call says whether to keep its tap codes: only when the call is recorded for
+// backward (the autograd layer's rule), so inference writes none.
 TensorList call_max_pool(const OpSchema& op, const Tensor& x, const IntList& kernel_size, const IntList& stride,
                          const IntList& padding, const IntList& dilation, bool ceil_mode) {
   check_rank("max_pool2d", x);
   WindowArgs a = WindowArgs::normalise("max_pool2d", kernel_size, stride, padding, dilation, ceil_mode);
   Tensor xb = batched(x);
   window_geometry("max_pool2d", Shown{&x, xb.sizes()}, a);  // shape errors name the caller's tensor
-  TensorList r = dispatch(op, {xb},
-                          {{"kernel_size", a.kernel},
-                           {"stride", a.stride},
-                           {"padding", a.padding},
-                           {"dilation", a.dilation},
-                           {"ceil_mode", a.ceil_mode}});
+  Attrs attrs{{"kernel_size", a.kernel},
+              {"stride", a.stride},
+              {"padding", a.padding},
+              {"dilation", a.dilation},
+              {"ceil_mode", a.ceil_mode}};
+  if (&op == &kMaxPool) attrs.set("taps", autograd::GradMode::is_enabled() && x.requires_grad());
+  TensorList r = dispatch(op, {xb}, attrs);
   if (x.dim() == 3)
-    for (Tensor& t : r) t = t.squeeze(0);
+    for (Tensor& t : r)
+      if (t.defined()) t = t.squeeze(0);
   return r;
 }
 }  // namespace

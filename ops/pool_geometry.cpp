@@ -10,6 +10,8 @@
 // so they accept the same windows and fail with the same messages.
 #include "ops/pool_geometry.h"
 
+#include "ops/max_pool_taps.h"
+
 namespace mixtape {
 namespace {
 
@@ -60,6 +62,15 @@ PoolGeom window_geometry(const char* op, const Shown& x, const WindowArgs& a) {
            shape_str(k), ", stride ", shape_str(s), ", padding ", shape_str(p), ", dilation ", shape_str(d),
            " gives ", g.OH, "x", g.OW);
   return g;
+}
+
+void check_max_pool_taps(const char* op, const PoolGeom& g, const Tensor& taps) {
+  MT_CHECK(g.kH * g.kW < (int64_t(1) << 31), op, ": a ", g.kH, "x", g.kW, " window has ", g.kH * g.kW,
+           " taps, more than its Int32 tap codes hold");
+  const DType want = max_pool_tap_dtype(g.kH, g.kW);
+  MT_CHECK(taps.defined() && taps.dtype() == want && taps.sizes() == g.out_sizes(), op, ": expected ", dtype_name(want),
+           " tap codes of shape ", shape_str(g.out_sizes()), " (a ", g.kH, "x", g.kW, " window), got ",
+           taps.defined() ? taps.describe() : "undefined");
 }
 
 PoolGeom adaptive_geometry(const char* op, const Shown& x, const IntList& out) {

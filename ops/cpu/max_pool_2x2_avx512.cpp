@@ -73,7 +73,8 @@ MT_TARGET_AVX512 inline Chunk window_max(const E* r0, const E* r1, const ChunkSh
 
 namespace {
 template <typename E>
-MT_TARGET_AVX512 void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W, E* out, int64_t* idx) {
+MT_TARGET_AVX512 void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W, E* out, int64_t* idx,
+                                 uint8_t* taps) {
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -85,6 +86,7 @@ MT_TARGET_AVX512 void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W,
       const E* r0 = in + 2 * oh * W + 2 * ow;
       const Chunk c = window_max(r0, r0 + W, cs, even, odd);
       if (out) store_lanes(out + oh * OW + ow, cs.m, c.best);
+      if (taps) _mm_mask_storeu_epi8(taps + oh * OW + ow, cs.m, _mm512_cvtepi32_epi8(c.code));
       if (idx) {  // flat index in the plane, in 32 bits (the plane is < 2^31), stored as 64
         const __m512i at = _mm512_add_epi32(
             _mm512_add_epi32(_mm512_set1_epi32(int(2 * oh * W)), _mm512_mullo_epi32(_mm512_srli_epi32(c.code, 1),
@@ -99,23 +101,23 @@ MT_TARGET_AVX512 void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W,
 }
 
 template <typename E>
-MT_TARGET_AVX512 void pool_grad_plane(const E* in, int64_t OH, int64_t OW, int64_t W, const E* g, E* gx) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+MT_TARGET_AVX512 bool tap_grad_plane(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const E* g, E* gx) {
   // Lane j of an interleaved row takes window j / 2 (low half) or 8 + j / 2 (high half).
   const __m512i lo_half = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi_half = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i three = _mm512_set1_epi32(3);
   const __m512 zero = _mm512_setzero_ps();
+  __mmask16 bad = 0;
   for (int64_t ow = 0; ow < OW; ow += 16) {
     const ChunkShape cs = chunk_shape(std::min<int64_t>(16, OW - ow));
     for (int64_t oh = 0; oh < OH; ++oh) {
       const int64_t at = 2 * oh * W + 2 * ow;
-      const Chunk c = window_max(in + at, in + at + W, cs, even, odd);
+      const __m512i code = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(cs.m, taps + oh * OW + ow));
+      bad |= _mm512_cmpgt_epu32_mask(code, three);
       const RowPair gr = load_row(g + oh * OW + ow, ChunkShape{cs.m, 0, cs.m});  // n gradients, one a window
       const __m512 gv = _mm512_add_ps(zero, gr.lo);  // 0 + g
       __m512 tap[4];
-      for (int k = 0; k < 4; ++k)
-        tap[k] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(c.code, _mm512_set1_epi32(k)), gv);
+      for (int k = 0; k < 4; ++k) tap[k] = _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(code, _mm512_set1_epi32(k)), gv);
       // Interleave even/odd columns back: row 0 = tap 0, tap 1 alternating; row 1 = tap 2, tap 3.
       store_lanes(gx + at, cs.lo, _mm512_permutex2var_ps(tap[0], lo_half, tap[1]));
       store_lanes(gx + at + 16, cs.hi, _mm512_permutex2var_ps(tap[0], hi_half, tap[1]));
@@ -123,22 +125,28 @@ MT_TARGET_AVX512 void pool_grad_plane(const E* in, int64_t OH, int64_t OW, int64
       store_lanes(gx + at + W + 16, cs.hi, _mm512_permutex2var_ps(tap[2], hi_half, tap[3]));
     }
   }
+  return bad == 0;
 }
 }  // namespace
 #endif  // MIXTAPE_X86_KERNELS
 
-void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, float* out, int64_t* idx) {
-  MT_X86_ONLY(pool_plane(in, OH, OW, W, out, idx));
+void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, float* out, int64_t* idx,
+                               uint8_t* taps) {
+  MT_X86_ONLY(pool_plane(in, OH, OW, W, out, idx, taps));
 }
-void max_pool_plane_2x2_grad_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, const float* g, float* gx) {
-  MT_X86_ONLY(pool_grad_plane(in, OH, OW, W, g, gx));
+bool max_pool_plane_2x2_tap_grad_avx512(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const float* g,
+                                        float* gx) {
+  MT_X86_ONLY(return tap_grad_plane(taps, OH, OW, W, g, gx));
+  return false;
 }
-void max_pool_plane_2x2_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, BFloat16* out, int64_t* idx) {
-  MT_X86_ONLY(pool_plane(in, OH, OW, W, out, idx));
+void max_pool_plane_2x2_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, BFloat16* out, int64_t* idx,
+                               uint8_t* taps) {
+  MT_X86_ONLY(pool_plane(in, OH, OW, W, out, idx, taps));
 }
-void max_pool_plane_2x2_grad_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, const BFloat16* g,
-                                    BFloat16* gx) {
-  MT_X86_ONLY(pool_grad_plane(in, OH, OW, W, g, gx));
+bool max_pool_plane_2x2_tap_grad_avx512(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const BFloat16* g,
+                                        BFloat16* gx) {
+  MT_X86_ONLY(return tap_grad_plane(taps, OH, OW, W, g, gx));
+  return false;
 }
 
 }  // namespace mixtape::cpu

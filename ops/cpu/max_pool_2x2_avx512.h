@@ -3,7 +3,7 @@
 // in f32 and stored exactly: no widened plane, no rounding pass; the bits of the f32 kernel on
 // the widened plane, rounded). The same scan order and comparison as ops/max_pool.cpp's
 // SSE2 and scalar loops (taps in row-major order; take a tap when it is greater than the best so
-// far, or NaN), so values and indices are bit-identical to theirs. Measured: the SSE2 loops were
+// far, or NaN), so values, indices and tap codes are bit-identical to theirs. Measured: the SSE2 loops were
 // 13% of a SmallCNN fp32 training step (forward, and the backward's recomputed argmax).
 #pragma once
 #include <cstdint>
@@ -16,18 +16,23 @@ namespace mixtape::cpu {
 bool max_pool_2x2_avx512_available();
 
 // One plane: in (H, W) with 2 OH <= H, 2 OW <= W and H W < 2^31 -> out (OH, OW) the maxima (when
-// out is given) and idx (OH, OW) their flat indices in the plane (when idx is given).
-void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, float* out, int64_t* idx);
+// out is given), idx (OH, OW) their flat indices in the plane (when idx is given) and taps (OH, OW)
+// the winning tap codes of ops/max_pool_taps.h, 0..3 = 2 row + column in the window (when taps is
+// given): all from the one pass over the input.
+void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, float* out, int64_t* idx,
+                               uint8_t* taps);
 
-// The gradient plane in one pass (no zero fill, no scatter): the argmax tap of window (oh, ow)
-// gets 0 + g[oh, ow], the value the generic loop's scatter into zeros gives (-0 becomes +0), the
-// window's other taps +0. Writes rows [0, 2 OH), columns [0, 2 OW) of gx (H, W); the rest is the
-// caller's.
-void max_pool_plane_2x2_grad_avx512(const float* in, int64_t OH, int64_t OW, int64_t W, const float* g, float* gx);
+// The gradient plane from the tap codes in one pass (no zero fill, no scatter): tap taps[oh, ow]
+// of window (oh, ow) gets 0 + g[oh, ow], the value the generic loop's scatter into zeros gives
+// (-0 becomes +0), the window's other taps +0. Writes rows [0, 2 OH), columns [0, 2 OW) of gx
+// (H, W); the rest is the caller's. Returns false when a code is above 3 (gx is then unspecified).
+bool max_pool_plane_2x2_tap_grad_avx512(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const float* g,
+                                        float* gx);
 
 // The same on BF16 planes; the gradient plane's taps are BF16(0 + g) (exactly g, -0 as +0) and +0.
-void max_pool_plane_2x2_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, BFloat16* out, int64_t* idx);
-void max_pool_plane_2x2_grad_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, const BFloat16* g,
-                                    BFloat16* gx);
+void max_pool_plane_2x2_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, BFloat16* out, int64_t* idx,
+                               uint8_t* taps);
+bool max_pool_plane_2x2_tap_grad_avx512(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const BFloat16* g,
+                                        BFloat16* gx);
 
 }  // namespace mixtape::cpu

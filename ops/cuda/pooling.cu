@@ -1,13 +1,15 @@
 // ops/cuda/pooling.cu — avg_pool2d / adaptive_avg_pool2d and their gradients (mean pooling, at the
-// end of the file), max_pool2d forward (with or without indices) and its two gradient ops on
-// the device, with ops/max_pool.cpp's and ops/avg_pool.cpp's window rules: taps clipped to the plane, padding never
-// chosen, row-major scan where a value wins if greater or NaN (first of equal maxima, NaN sticks),
-// -1 for a window wholly in padding. Gradients are gathers, not scatters: one thread per input
+// end of the file), max_pool2d forward (with indices or tap codes, ops/max_pool_taps.h) and its
+// gradient ops on the device, with ops/max_pool.cpp's and ops/avg_pool.cpp's window rules: taps
+// clipped to the plane, padding never chosen, row-major scan where a value wins if greater or NaN
+// (first of equal maxima, NaN sticks), -1 (no tap) for a window wholly in padding.
+// Gradients are gathers, not scatters: one thread per input
 // pixel visits the windows that can contain it in output order and adds the gradient of those
 // whose argmax it is, in acc_t, rounding once — the CPU's accumulation order, so the result is
 // bit-identical and deterministic (no atomics).
 #include "ops/cuda/loops.cuh"
 #include "ops/cuda/pooling_kernels.h"
+#include "ops/max_pool_taps.h"
 
 namespace mixtape::cuda {
 namespace {
@@ -41,8 +43,12 @@ __device__ __forceinline__ int64_t window_argmax(const PoolGeom& g, const T* pla
   return best;
 }
 
-template <typename T>
-__global__ void max_pool_forward_kernel(PoolGeom g, const T* x, T* out, int64_t* idx) {
+__device__ __forceinline__ TapWindow tap_window(const PoolGeom& g) {
+  return TapWindow{g.W, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW};
+}
+
+template <typename T, typename C>
+__global__ void max_pool_forward_kernel(PoolGeom g, const T* x, T* out, int64_t* idx, C* taps) {
   const int64_t total = g.planes * g.OH * g.OW;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
     const int64_t p = i / (g.OH * g.OW), r = i % (g.OH * g.OW);
@@ -50,6 +56,17 @@ __global__ void max_pool_forward_kernel(PoolGeom g, const T* x, T* out, int64_t*
     const int64_t best = window_argmax(g, x + p * g.H * g.W, r / g.OW, r % g.OW, bv);
     if (out) out[i] = static_cast<T>(bv);
     if (idx) idx[i] = best;
+    if (taps) taps[i] = tap_of<C>(tap_window(g), r / g.OW, r % g.OW, best);
+  }
+}
+
+template <typename T, typename C>
+__global__ void max_pool_tap_gather_kernel(PoolGeom g, const T* G, const C* taps, T* out) {
+  const int64_t total = g.planes * g.OH * g.OW;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t p = i / (g.OH * g.OW), r = i % (g.OH * g.OW);
+    const int64_t pos = position_of(tap_window(g), r / g.OW, r % g.OW, taps[i]);
+    out[i] = pos >= 0 && pos < g.H * g.W ? G[p * g.H * g.W + pos] : static_cast<T>(acc_t<T>(0));
   }
 }
 
@@ -63,8 +80,9 @@ __device__ __forceinline__ void covering(int64_t c, int64_t out, int64_t k, int6
   if (last > out - 1) last = out - 1;
 }
 
-template <typename T>
-__global__ void max_pool_backward_kernel(PoolGeom g, const T* grad_out, const int64_t* idx, const T* x, T* grad_in) {
+// idx != null: flat indices (C = int64_t, unused taps); else tap codes of type C.
+template <typename T, typename C>
+__global__ void max_pool_backward_kernel(PoolGeom g, const T* grad_out, const int64_t* idx, const C* taps, T* grad_in) {
   using A = acc_t<T>;
   const int64_t total = g.planes * g.H * g.W;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
@@ -76,14 +94,9 @@ __global__ void max_pool_backward_kernel(PoolGeom g, const T* grad_out, const in
     A acc = 0;
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
-        int64_t best;
-        if (idx) {
-          best = idx[obase + oh * g.OW + ow];
-        } else {
-          A unused;
-          best = window_argmax(g, x + p * g.H * g.W, oh, ow, unused);
-        }
-        if (best == k) acc += static_cast<A>(grad_out[obase + oh * g.OW + ow]);
+        const int64_t o = obase + oh * g.OW + ow;
+        const int64_t best = idx ? idx[o] : position_of(tap_window(g), oh, ow, taps[o]);
+        if (best == k) acc += static_cast<A>(grad_out[o]);
       }
     grad_in[i] = static_cast<T>(acc);
   }
@@ -180,25 +193,58 @@ cudaError_t launch_mean_unpool(DType dt, const PoolGeom& g, bool adaptive, bool 
   });
 }
 
-cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, void* out, int64_t* idx,
-                                    cudaStream_t s) {
+namespace {
+// Calls fn(TypeTag<C>{}) for a tap code dtype (ops/max_pool_taps.h).
+template <typename Fn>
+cudaError_t visit_taps_cuda(DType tap_dt, Fn&& fn) {
+  switch (tap_dt) {
+    case DType::UInt8: return fn(TypeTag<uint8_t>{});
+    case DType::Int32: return fn(TypeTag<int32_t>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+}  // namespace
+
+cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, void* out, int64_t* idx, void* taps,
+                                    DType tap_dt, cudaStream_t s) {
   const int64_t total = g.planes * g.OH * g.OW;
   if (total == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return launch_kernel(max_pool_forward_kernel<T>, grid_for(total, kThreads), kThreads, 0, s, g,
-                         static_cast<const T*>(x), static_cast<T*>(out), idx);
+    return visit_taps_cuda(taps ? tap_dt : DType::UInt8, [&](auto ctag) {
+      using C = typename decltype(ctag)::type;
+      return launch_kernel(max_pool_forward_kernel<T, C>, grid_for(total, kThreads), kThreads, 0, s, g,
+                           static_cast<const T*>(x), static_cast<T*>(out), idx, static_cast<C*>(taps));
+    });
   });
 }
 
 cudaError_t launch_max_pool_backward(DType dt, const PoolGeom& g, const void* grad_out, const int64_t* idx,
-                                     const void* x, void* grad_in, cudaStream_t s) {
+                                     const void* taps, DType tap_dt, void* grad_in, cudaStream_t s) {
   const int64_t total = g.planes * g.H * g.W;
   if (total == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return launch_kernel(max_pool_backward_kernel<T>, grid_for(total, kThreads), kThreads, 0, s, g,
-                         static_cast<const T*>(grad_out), idx, static_cast<const T*>(x), static_cast<T*>(grad_in));
+    return visit_taps_cuda(idx ? DType::UInt8 : tap_dt, [&](auto ctag) {
+      using C = typename decltype(ctag)::type;
+      return launch_kernel(max_pool_backward_kernel<T, C>, grid_for(total, kThreads), kThreads, 0, s, g,
+                           static_cast<const T*>(grad_out), idx, static_cast<const C*>(taps),
+                           static_cast<T*>(grad_in));
+    });
+  });
+}
+
+cudaError_t launch_max_pool_tap_gather(DType dt, const PoolGeom& g, const void* G, const void* taps, DType tap_dt,
+                                       void* out, cudaStream_t s) {
+  const int64_t total = g.planes * g.OH * g.OW;
+  if (total == 0) return cudaSuccess;
+  return visit_floating_cuda(dt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return visit_taps_cuda(tap_dt, [&](auto ctag) {
+      using C = typename decltype(ctag)::type;
+      return launch_kernel(max_pool_tap_gather_kernel<T, C>, grid_for(total, kThreads), kThreads, 0, s, g,
+                           static_cast<const T*>(G), static_cast<const C*>(taps), static_cast<T*>(out));
+    });
   });
 }
 

@@ -15,13 +15,17 @@ struct PoolGeom {
   int64_t kH, kW, sH, sW, pH, pW, dH, dW;
 };
 
-// out (planes, OH, OW) of dtype dt (may be null), idx (planes, OH, OW) flat h*W+w (may be null).
-cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, void* out, int64_t* idx,
-                                    cudaStream_t s);
+// out (planes, OH, OW) of dtype dt, idx (planes, OH, OW) flat h*W+w (may be null), taps (planes,
+// OH, OW) the winning tap codes of ops/max_pool_taps.h in tap_dt (UInt8 or Int32; may be null).
+cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, void* out, int64_t* idx, void* taps,
+                                    DType tap_dt, cudaStream_t s);
 // grad_in (planes, H, W) = sum over windows, in output order, of grad_out where the window's
-// argmax is this pixel: from saved indices (idx != null) or recomputed from x (x != null).
+// winner is this pixel: from flat indices (idx != null) or from tap codes (taps, tap_dt).
 cudaError_t launch_max_pool_backward(DType dt, const PoolGeom& g, const void* grad_out, const int64_t* idx,
-                                     const void* x, void* grad_in, cudaStream_t s);
+                                     const void* taps, DType tap_dt, void* grad_in, cudaStream_t s);
+// out (planes, OH, OW) = G (planes, H, W) at each window's winning tap, 0 where it has none.
+cudaError_t launch_max_pool_tap_gather(DType dt, const PoolGeom& g, const void* G, const void* taps, DType tap_dt,
+                                       void* out, cudaStream_t s);
 
 // Mean pooling (avg_pool2d with count_include_pad, or adaptive_avg_pool2d when adaptive: windows
 // [floor(o size / out), ceil((o + 1) size / out))): out = window sums / divisor in acc_t, rounded once.

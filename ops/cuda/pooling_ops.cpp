@@ -1,10 +1,11 @@
 // ops/cuda/pooling_ops.cpp — CUDA kernels of max_pool2d, max_pool2d_with_indices,
-// max_pool2d_backward, max_pool2d_input_backward, avg_pool2d, adaptive_avg_pool2d and their
+// max_pool2d_backward, max_pool2d_tap_backward, max_pool2d_tap_gather, avg_pool2d, adaptive_avg_pool2d and their
 // backward ops: attributes and checks as ops/max_pool.cpp and ops/avg_pool.cpp, whose window geometry they call
 // (ops/pool_geometry.h, same messages), kernels in pooling.cu. Inputs are (N, C, H, W) (the public
 // functions reshape 3-D inputs before dispatch), made dense on the device.
 #include "ops/cuda/pooling_kernels.h"
 #include "ops/cuda/tensor_iter.h"
+#include "ops/max_pool_taps.h"
 #include "ops/pool_geometry.h"
 
 namespace mixtape::cuda {
@@ -29,6 +30,7 @@ void check_floating(const char* op, const char* what, const Tensor& t) {
            t.defined() ? t.describe() : "undefined");
 }
 
+// with_indices: (out, Int64 indices); otherwise (out, tap codes) unless the call says "taps": false.
 TensorList max_pool_forward(const OpCall& c, bool with_indices) {
   const Tensor& x = c.inputs[0];
   const PoolGeom g = geometry(c.name(), Shown::of(x), c.attrs);
@@ -38,12 +40,15 @@ TensorList max_pool_forward(const OpCall& c, bool with_indices) {
   const IntList osz{x.size(0), x.size(1), g.OH, g.OW};
   Tensor out = empty_on(osz, x.dtype(), x.device());
   Tensor idx = with_indices ? empty_on(osz, DType::Int64, x.device()) : Tensor();
+  const bool keep_taps = !with_indices && (!c.attrs.has("taps") || c.attrs.get<bool>("taps"));
+  const DType tap_dt = max_pool_tap_dtype(g.kH, g.kW);
+  Tensor taps = keep_taps ? empty_on(osz, tap_dt, x.device()) : Tensor();
   MT_CUDA_CHECK(launch_max_pool_forward(x.dtype(), g, xc.data_ptr(), out.data_ptr(),
                                         with_indices ? static_cast<int64_t*>(idx.data_ptr()) : nullptr,
-                                        current_stream()),
+                                        keep_taps ? taps.data_ptr() : nullptr, tap_dt, current_stream()),
                 c.name());
   if (with_indices) return {out, idx};
-  return {out};
+  return {out, taps};
 }
 TensorList max_pool2d_cuda(const OpCall& c) { return max_pool_forward(c, false); }
 TensorList max_pool2d_with_indices_cuda(const OpCall& c) { return max_pool_forward(c, true); }
@@ -78,25 +83,43 @@ TensorList max_pool2d_backward_cuda(const OpCall& c) {
   const Tensor gc = dense(grad, c.name()), ic = dense(indices, c.name());
   Tensor out = empty_on(in_size, grad.dtype(), grad.device());
   MT_CUDA_CHECK(launch_max_pool_backward(grad.dtype(), g, gc.data_ptr(), static_cast<const int64_t*>(ic.data_ptr()),
-                                         nullptr, out.data_ptr(), current_stream()),
+                                         nullptr, DType::UInt8, out.data_ptr(), current_stream()),
                 c.name());
   return {out};
 }
 
-// max_pool2d_input_backward(grad, x; window attrs): the argmax of each window found again in x.
-TensorList max_pool2d_input_backward_cuda(const OpCall& c) {
+// max_pool2d_tap_backward(grad, taps; window attrs, input_size): the scatter from max_pool2d's
+// tap codes, as a gather per input pixel (pooling.cu).
+TensorList max_pool2d_tap_backward_cuda(const OpCall& c) {
   const Tensor& grad = c.inputs[0];
-  const Tensor& x = c.inputs[1];
-  const PoolGeom g = geometry(c.name(), Shown::of(x), c.attrs);
+  const Tensor& taps = c.inputs[1];
+  const IntList& in_size = c.attrs.get<IntList>("input_size");
+  const mixtape::PoolGeom hg = window_geometry(c.name(), Shown::shape(in_size), WindowArgs::from(c.attrs));
   check_floating(c.name(), "grad", grad);
-  const IntList osz{x.size(0), x.size(1), g.OH, g.OW};
-  MT_CHECK(grad.dtype() == x.dtype() && grad.sizes() == osz, c.name(), ": expected grad ", dtype_name(x.dtype()),
-           shape_str(osz), " for input ", x.describe(), ", got ", grad.describe());
-  DeviceGuard guard(x.device().index());
-  const Tensor gc = dense(grad, c.name()), xc = dense(x, c.name());
-  Tensor out = empty_on(x.sizes(), x.dtype(), x.device());
-  MT_CUDA_CHECK(launch_max_pool_backward(x.dtype(), g, gc.data_ptr(), nullptr, xc.data_ptr(), out.data_ptr(),
-                                         current_stream()),
+  MT_CHECK(grad.sizes() == hg.out_sizes(), c.name(), ": expected grad of shape ", shape_str(hg.out_sizes()),
+           " (the pooled shape of input_size), got ", grad.describe());
+  check_max_pool_taps(c.name(), hg, taps);
+  DeviceGuard guard(grad.device().index());
+  const Tensor gc = dense(grad, c.name()), tc = dense(taps, c.name());
+  Tensor out = empty_on(in_size, grad.dtype(), grad.device());
+  MT_CUDA_CHECK(launch_max_pool_backward(grad.dtype(), kernel_geom(hg), gc.data_ptr(), nullptr, tc.data_ptr(),
+                                         taps.dtype(), out.data_ptr(), current_stream()),
+                c.name());
+  return {out};
+}
+
+// max_pool2d_tap_gather(G, taps; window attrs): G at each window's winning tap.
+TensorList max_pool2d_tap_gather_cuda(const OpCall& c) {
+  const Tensor& G = c.inputs[0];
+  const Tensor& taps = c.inputs[1];
+  const mixtape::PoolGeom hg = window_geometry(c.name(), Shown::of(G), WindowArgs::from(c.attrs));
+  check_floating(c.name(), "input", G);
+  check_max_pool_taps(c.name(), hg, taps);
+  DeviceGuard guard(G.device().index());
+  const Tensor Gc = dense(G, c.name()), tc = dense(taps, c.name());
+  Tensor out = empty_on(hg.out_sizes(), G.dtype(), G.device());
+  MT_CUDA_CHECK(launch_max_pool_tap_gather(G.dtype(), kernel_geom(hg), Gc.data_ptr(), tc.data_ptr(), taps.dtype(),
+                                           out.data_ptr(), current_stream()),
                 c.name());
   return {out};
 }
@@ -160,7 +183,8 @@ const bool kRegistered = [] {
   register_kernel("max_pool2d", DeviceType::CUDA, max_pool2d_cuda);
   register_kernel("max_pool2d_with_indices", DeviceType::CUDA, max_pool2d_with_indices_cuda);
   register_kernel("max_pool2d_backward", DeviceType::CUDA, max_pool2d_backward_cuda);
-  register_kernel("max_pool2d_input_backward", DeviceType::CUDA, max_pool2d_input_backward_cuda);
+  register_kernel("max_pool2d_tap_backward", DeviceType::CUDA, max_pool2d_tap_backward_cuda);
+  register_kernel("max_pool2d_tap_gather", DeviceType::CUDA, max_pool2d_tap_gather_cuda);
   return true;
 }();
 

@@ -259,6 +259,11 @@ TEST(KernelEntries, NormPoolAndElementwiseEntriesGiveTheGenericBits) {
             auto [y, idx] = max_pool2d_with_indices(x, win.k, win.s, win.p, win.d, win.ceil);
             return TensorList{y, idx};
           });
+          entries_match_generic("max_pool2d.fwd", g.what, ran, [&] {  // the tap codes it keeps for backward
+            return dispatch(*find_op("max_pool2d"), {x},
+                            {{"kernel_size", win.k}, {"stride", win.s}, {"padding", win.p}, {"dilation", win.d},
+                             {"ceil_mode", win.ceil}});
+          });
           entries_match_generic("max_pool2d.bwd", g.what, ran, [&] {
             Tensor xl = x.detach().requires_grad_(true);
             const Tensor y = max_pool2d(xl, win.k, win.s, win.p, win.d, win.ceil);
