@@ -122,7 +122,7 @@ TEST(Profiler, ProfilesTheBackwardPassToo) {
   y.backward();
   const profiler::Report r = profiler::report();
   // The backward pass runs relu's gradient (its own op) and matmul's two gradient products.
-  const auto* rg = find_row(r, "relu_grad", "f32");
+  const auto* rg = find_row(r, "relu_mask_grad", "f32");
   const auto* mm = find_row(r, "matmul", "f32");
   ASSERT_NE(rg, nullptr) << r.table();
   ASSERT_NE(mm, nullptr) << r.table();
