@@ -79,7 +79,7 @@ void BM_add_1_grad_forward_backward(benchmark::State& state) {
 }
 BENCHMARK(BM_add_1_grad_forward_backward);
 
-// (d) other ops forward with grad: mul saves both inputs, relu saves its output.
+// (d) other ops forward with grad: mul saves both inputs, relu computes and saves a 1-bit mask.
 void BM_mul_1_grad_forward(benchmark::State& state) {
   Tensor a = one_element(1.f, true), b = one_element(2.f, true);
   for (auto _ : state) {
