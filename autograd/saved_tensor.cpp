@@ -99,7 +99,10 @@ Tensor SavedTensor::unpack(const std::shared_ptr<Node>& owner, const std::string
   }
   if (!is_output_) return t;
   t = t.detach();
-  if (owner) t.set_history(owner, output_nr_);
+  // A saved integer output (ReLU's mask, a pooling's tap codes) is not differentiable: it gets no
+  // history, as the autograd layer gives it none (a grad_fn on it would also tie a create_graph
+  // backward's saved copy to this node: a reference cycle through a leaf's .grad).
+  if (owner && is_floating(t.dtype())) t.set_history(owner, output_nr_);
   return t;
 }
 
