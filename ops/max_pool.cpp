@@ -7,8 +7,9 @@
 // plane (PyTorch's return_indices). Scan is row-major and a value replaces the running max if
 // greater or NaN: the first of equal maxima wins, NaN propagates. A window lying wholly in padding
 // (possible only with a dilation larger than the input) gives -inf, index -1 and no tap (no gradient).
-// Saved for backward: max_pool2d keeps its winning tap per output (UInt8 for windows of up to 255
-// taps: for a 2x2 window 1 byte per 4 input values, 1/16 of their f32 bytes), never its input.
+// Saved for backward: max_pool2d keeps its winning tap per output, never its input: 2 bits for
+// windows of up to 4 taps that are never empty (a 2x2 window: 1 byte per 16 input values, 1/64 of
+// their f32 bytes), else 1 byte (up to 255 taps) or 4 (ops/max_pool_taps.h's formats).
 // Invariant: every path (the general loop, the 2x2 SSE2 and AVX-512 fast paths, f32 and BF16) picks
 // the same tap for every window, so the forward value, the index and the tap code always agree.
 // Numerics: 16-bit values are compared in f32 (f64 for f64 inputs) and stored exactly (a max is
@@ -95,10 +96,10 @@ bool is_2x2_fast(const PoolGeom& g) {
 // registers. 2x2_sse2 is the SSE2 loop with a scalar tail (scalar alone where there is no SSE2).
 // Every entry picks the generic loop's tap (the invariant above), so the choice changes speed only;
 // no measured threshold: the 2x2 kernels win wherever the window allows them. The forward's
-// 2x2_avx512 writes the tap codes in its pass; the other entries derive them afterwards. The
-// backward: 2x2_avx512 writes each window's four taps from the codes in one pass (f32, bf16),
-// the other 2x2 entries scatter into a zeroed plane (taps decoded by shifts), generic decodes any
-// window.
+// 2x2_avx512 writes the 2-bit tap codes in its pass (16 codes, 4 bytes); the other entries derive
+// them afterwards. The backward: 2x2_avx512 writes each window's four taps from the codes in one
+// pass (f32, bf16), the other 2x2 entries scatter into a zeroed plane (taps decoded by shifts),
+// generic decodes any window.
 enum class PoolKernel { TwoByTwoAvx512, TwoByTwo, Generic };
 struct PoolProblem {
   const PoolGeom& g;
@@ -218,8 +219,6 @@ void max_pool_plane(const PoolGeom& g, const std::vector<Taps>& rows, const std:
   }
 }
 
-TapWindow tap_window(const PoolGeom& g) { return {g.W, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW}; }
-
 // One plane's tap codes from its flat argmax indices (any window).
 template <typename C>
 void taps_from_indices(const PoolGeom& g, const int64_t* idx, C* taps) {
@@ -227,17 +226,32 @@ void taps_from_indices(const PoolGeom& g, const int64_t* idx, C* taps) {
   for (int64_t oh = 0; oh < g.OH; ++oh)
     for (int64_t ow = 0; ow < g.OW; ++ow) taps[oh * g.OW + ow] = tap_of<C>(tw, oh, ow, idx[oh * g.OW + ow]);
 }
+// The same as 2-bit codes (TapFormat::Packed2: every window has a winner, codes 0..3).
+void packed_taps_from_indices(const PoolGeom& g, const int64_t* idx, uint8_t* taps) {
+  const TapWindow tw = tap_window(g);
+  const int64_t row = packed_tap_bytes(g.OW);
+  for (int64_t oh = 0; oh < g.OH; ++oh)
+    for (int64_t ow0 = 0; ow0 < g.OW; ow0 += 4) {
+      unsigned byte = 0;
+      for (int64_t ow = ow0; ow < std::min(ow0 + 4, g.OW); ++ow)
+        byte |= (tap_of<unsigned>(tw, oh, ow, idx[oh * g.OW + ow]) & 3u) << (2 * (ow - ow0));
+      taps[oh * row + ow0 / 4] = static_cast<uint8_t>(byte);
+    }
+}
 
-// One 2x2 plane's tap codes from its input and output, without indices (the 2x2_sse2 and
-// 2x2_scalar entries; 2x2_avx512 writes them in its pass): the scan takes a tap only when greater
-// or NaN, so the winner is the first tap equal to the output, or, for a NaN output, the last NaN
-// tap (each NaN tap is taken).
+// One 2x2 plane's tap codes (2-bit, packed) from its input and output, without indices (the
+// 2x2_sse2 and 2x2_scalar entries; 2x2_avx512 writes them in its pass): the scan takes a tap only
+// when greater or NaN, so the winner is the first tap equal to the output, or, for a NaN output,
+// the last NaN tap (each NaN tap is taken).
 template <typename T>
 void taps_2x2_from_output(const PoolGeom& g, const T* in, const T* out, uint8_t* taps) {
   using A = acc_t<T>;
+  const int64_t row = packed_tap_bytes(g.OW);
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     const T* r0 = in + 2 * oh * g.W;
     const T* r1 = r0 + g.W;
+    uint8_t* trow = taps + oh * row;
+    std::memset(trow, 0, static_cast<size_t>(row));  // the pad bits of a last partial byte
     for (int64_t ow = 0; ow < g.OW; ++ow) {
       const A t0 = static_cast<A>(r0[2 * ow]), t1 = static_cast<A>(r0[2 * ow + 1]);
       const A t2 = static_cast<A>(r1[2 * ow]), t3 = static_cast<A>(r1[2 * ow + 1]);
@@ -249,7 +263,7 @@ void taps_2x2_from_output(const PoolGeom& g, const T* in, const T* out, uint8_t*
       const int a3 = t3 != t3, a2 = !a3 & (t2 != t2), a1 = !a3 & !a2 & (t1 != t1);
       const int nan = 3 * a3 + 2 * a2 + a1;
       const int o_nan = o != o;
-      taps[oh * g.OW + ow] = static_cast<uint8_t>(eq ^ ((eq ^ nan) & -o_nan));
+      trow[ow >> 2] |= static_cast<uint8_t>((eq ^ ((eq ^ nan) & -o_nan)) << (2 * (ow & 3)));
     }
   }
 }
@@ -266,8 +280,11 @@ TensorList max_pool2d_forward(const OpCall& call, Keep keep) {
   Tensor xc = dense(x);
   Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(x.dtype()));
   Tensor idx = keep == Keep::Indices ? Tensor::empty(g.out_sizes(), TensorOptions(DType::Int64)) : Tensor();
-  const DType tap_dt = max_pool_tap_dtype(g.kH, g.kW);
-  Tensor taps = keep == Keep::Taps ? Tensor::empty(g.out_sizes(), TensorOptions(tap_dt)) : Tensor();
+  const TapFormat tap_fmt = max_pool_tap_format(g);
+  const int64_t tap_plane = g.OH * tap_row_length(tap_fmt, g.OW);  // code elements per plane
+  Tensor taps = keep == Keep::Taps ? Tensor::empty({g.N, g.C, g.OH, tap_row_length(tap_fmt, g.OW)},
+                                                   TensorOptions(tap_format_dtype(tap_fmt)))
+                                   : Tensor();
   visit_floating(x.dtype(), call.name(), [&]<typename T>() {
     const T* in = static_cast<const T*>(xc.data_ptr());
     T* o = static_cast<T*>(out.data_ptr());
@@ -289,9 +306,9 @@ TensorList max_pool2d_forward(const OpCall& call, Keep keep) {
         b.resize(static_cast<size_t>(g.out_plane()));
         ixp = b.data();
       }
-      // 2x2_avx512 writes the codes in its pass (UInt8: a 2x2 window has 4 taps).
-      uint8_t* kt = keep == Keep::Taps && k == PoolKernel::TwoByTwoAvx512 ? taps.data_ptr<uint8_t>() + p * g.out_plane()
-                                                                          : nullptr;
+      // 2x2_avx512 writes the codes in its pass (Packed2: a 2x2 window inside the plane).
+      uint8_t* kt =
+          keep == Keep::Taps && k == PoolKernel::TwoByTwoAvx512 ? taps.data_ptr<uint8_t>() + p * tap_plane : nullptr;
       bool done = false;
       if constexpr (std::is_same_v<T, BFloat16>) {
         if (bf16_2x2) {  // widened in registers, the same bits as the widened plane's
@@ -311,13 +328,14 @@ TensorList max_pool2d_forward(const OpCall& call, Keep keep) {
         }
       }
       if (keep == Keep::Taps && !kt) {
-        if (two)
-          taps_2x2_from_output(g, in + p * g.in_plane(), o + p * g.out_plane(),
-                               taps.data_ptr<uint8_t>() + p * g.out_plane());
-        else if (tap_dt == DType::UInt8)
-          taps_from_indices(g, ixp, taps.data_ptr<uint8_t>() + p * g.out_plane());
+        if (two)  // a 2x2 window inside the plane: Packed2
+          taps_2x2_from_output(g, in + p * g.in_plane(), o + p * g.out_plane(), taps.data_ptr<uint8_t>() + p * tap_plane);
+        else if (tap_fmt == TapFormat::Packed2)
+          packed_taps_from_indices(g, ixp, taps.data_ptr<uint8_t>() + p * tap_plane);
+        else if (tap_fmt == TapFormat::Byte)
+          taps_from_indices(g, ixp, taps.data_ptr<uint8_t>() + p * tap_plane);
         else
-          taps_from_indices(g, ixp, taps.data_ptr<int32_t>() + p * g.out_plane());
+          taps_from_indices(g, ixp, taps.data_ptr<int32_t>() + p * tap_plane);
       }
     });
   });
@@ -409,19 +427,35 @@ const OpSchema& kMaxPoolWithIndices =
         });
 
 // ---- max_pool2d's own backward: the scatter from its tap codes (ops/max_pool_taps.h) ----
-// max_pool2d keeps 1 byte per output (UInt8 codes of windows up to 255 taps) instead of its input
-// or PyTorch's 8-byte indices; the gradient ops read the window arguments from their attrs.
+// max_pool2d keeps 2 bits per output (windows of up to 4 taps, never empty) or a UInt8 code
+// (up to 255 taps) instead of its input or PyTorch's 8-byte indices; the gradient ops read the
+// window arguments from their attrs and the input size from theirs (input_size, G's shape), which
+// fix the codes' format (max_pool_tap_format).
 //   max_pool2d_tap_backward(g, taps; window, input_size): zeros (N, C, H, W), pixel += g
 //   max_pool2d_tap_gather(G, taps; window): (N, C, OH, OW), G at each winner (0 for none)
 // Each is the other's adjoint in its first input (so every backward is differentiable again);
-// the codes get no gradient.
-// Calls fn(codes) with the codes as their storage type (uint8_t or int32_t).
+// the codes get no gradient. A code that is no tap of its window inside the plane (codes made by
+// hand) is refused by name; the pad bits of a packed row are never read.
+// Calls fn(codes) with a reader of the codes (ops/max_pool_taps.h's TapCodes, PackedTapCodes).
 template <typename Fn>
-void visit_taps(const Tensor& taps, Fn&& fn) {
-  if (taps.dtype() == DType::UInt8)
-    fn(static_cast<const uint8_t*>(taps.data_ptr()));
-  else
-    fn(static_cast<const int32_t*>(taps.data_ptr()));
+void visit_taps(const PoolGeom& g, const Tensor& taps, Fn&& fn) {
+  switch (max_pool_tap_format(g)) {
+    case TapFormat::Packed2:
+      return fn(PackedTapCodes{static_cast<const uint8_t*>(taps.data_ptr()), g.OH, packed_tap_bytes(g.OW)});
+    case TapFormat::Byte: return fn(TapCodes<uint8_t>{static_cast<const uint8_t*>(taps.data_ptr()), g.OH, g.OW});
+    case TapFormat::Int32: return fn(TapCodes<int32_t>{static_cast<const int32_t*>(taps.data_ptr()), g.OH, g.OW});
+  }
+}
+
+// The flat plane position of code t of window (oh, ow): -1 for "none", -2 for a code that is no
+// tap of the window inside the plane.
+template <typename C>
+int64_t checked_position(const PoolGeom& g, int64_t oh, int64_t ow, C t) {
+  if (t == static_cast<C>(~C(0))) return -1;
+  const int64_t c = static_cast<int64_t>(t);
+  if (c < 0 || c >= g.kH * g.kW) return -2;
+  const int64_t h = oh * g.sH - g.pH + c / g.kW * g.dH, w = ow * g.sW - g.pW + c % g.kW * g.dW;
+  return h < 0 || h >= g.H || w < 0 || w >= g.W ? -2 : h * g.W + w;
 }
 
 // attrs: the window arguments and input_size (N, C, H, W)
@@ -437,8 +471,7 @@ TensorList max_pool2d_tap_backward_cpu(const OpCall& call) {
   check_max_pool_taps(call.name(), g, taps);
   const Tensor gc = dense(grad), tc = dense(taps);
   Tensor out = Tensor::empty(in_size, TensorOptions(grad.dtype()));
-  const int64_t plane = g.in_plane(), oplane = g.out_plane(), ntaps = g.kH * g.kW;
-  const TapWindow tw = tap_window(g);
+  const int64_t plane = g.in_plane(), oplane = g.out_plane();
   const PoolKernel k = pool_kernel("max_pool2d.bwd", g, grad.dtype(), a.ceil_mode);
   std::atomic<int64_t> bad{-1};
   visit_floating(grad.dtype(), call.name(), [&]<typename T>() {
@@ -446,57 +479,47 @@ TensorList max_pool2d_tap_backward_cpu(const OpCall& call) {
     const T* gp = static_cast<const T*>(gc.data_ptr());
     T* o = static_cast<T*>(out.data_ptr());
     GradPlanes<T> planes(plane);
-    visit_taps(tc, [&]<typename C>(const C* codes) {
+    visit_taps(g, tc, [&]<typename R>(const R& codes) {
       for_each_plane(g.planes(), oplane + plane, [&](int64_t p, int t) {
         const T* gpl = gp + p * oplane;
-        const C* cpl = codes + p * oplane;
-        if (k != PoolKernel::Generic) {
-          // 2x2, stride 2, inside the plane: tap c is (c >> 1, c & 1), and windows do not overlap,
-          // so each pixel gets at most one gradient: written as 0 + g rounded once (the bits of
-          // the accumulation: -0 becomes +0), straight into the output plane, no f32 scratch.
-          T* gx = o + p * plane;
-          if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) && std::is_same_v<C, uint8_t>) {
-            if (k == PoolKernel::TwoByTwoAvx512) {  // the windows' taps in one pass, 16 windows at a time
-              const bool ok = cpu::max_pool_plane_2x2_tap_grad_avx512(cpl, g.OH, g.OW, g.W, gpl, gx);
-              // What the windows do not cover (an odd last row or column) gets +0 (all zero bits).
-              if (g.W > 2 * g.OW)
-                for (int64_t h = 0; h < 2 * g.OH; ++h)
-                  std::memset(static_cast<void*>(gx + h * g.W + 2 * g.OW), 0,
-                              static_cast<size_t>(g.W - 2 * g.OW) * sizeof(T));
-              std::memset(static_cast<void*>(gx + 2 * g.OH * g.W), 0,
-                          static_cast<size_t>((g.H - 2 * g.OH) * g.W) * sizeof(T));
-              if (ok) return;
-              // A code above 3: the scalar loop below finds and reports it.
-            }
-          }
-          std::memset(static_cast<void*>(gx), 0, static_cast<size_t>(plane) * sizeof(T));  // +0 is all zero bits
-          for (int64_t oh = 0; oh < g.OH; ++oh)
-            for (int64_t ow = 0; ow < g.OW; ++ow) {
-              const int64_t i = oh * g.OW + ow, c = static_cast<int64_t>(cpl[i]);
-              if (c > 3) {
-                bad.store(c, std::memory_order_relaxed);
-                continue;
+        if constexpr (std::is_same_v<R, PackedTapCodes>) {
+          if (k != PoolKernel::Generic) {
+            // 2x2, stride 2, inside the plane (always Packed2): tap c is (c >> 1, c & 1), every
+            // 2-bit code is one, and windows do not overlap, so each pixel gets at most one
+            // gradient: written as 0 + g rounded once (the bits of the accumulation: -0 becomes
+            // +0), straight into the output plane, no f32 scratch.
+            T* gx = o + p * plane;
+            if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BFloat16>) {
+              if (k == PoolKernel::TwoByTwoAvx512) {  // the windows' taps in one pass, 16 windows at a time
+                cpu::max_pool_plane_2x2_tap_grad_avx512(codes.p + p * g.OH * codes.row, g.OH, g.OW, g.W, gpl, gx);
+                // What the windows do not cover (an odd last row or column) gets +0 (all zero bits).
+                if (g.W > 2 * g.OW)
+                  for (int64_t h = 0; h < 2 * g.OH; ++h)
+                    std::memset(static_cast<void*>(gx + h * g.W + 2 * g.OW), 0,
+                                static_cast<size_t>(g.W - 2 * g.OW) * sizeof(T));
+                std::memset(static_cast<void*>(gx + 2 * g.OH * g.W), 0,
+                            static_cast<size_t>((g.H - 2 * g.OH) * g.W) * sizeof(T));
+                return;
               }
-              gx[(2 * oh + (c >> 1)) * g.W + 2 * ow + (c & 1)] = static_cast<T>(A(0) + static_cast<A>(gpl[i]));
             }
-          return;
+            std::memset(static_cast<void*>(gx), 0, static_cast<size_t>(plane) * sizeof(T));  // +0 is all zero bits
+            for (int64_t oh = 0; oh < g.OH; ++oh)
+              for (int64_t ow = 0; ow < g.OW; ++ow) {
+                const int c = codes(p, oh, ow);
+                gx[(2 * oh + (c >> 1)) * g.W + 2 * ow + (c & 1)] =
+                    static_cast<T>(A(0) + static_cast<A>(gpl[oh * g.OW + ow]));
+              }
+            return;
+          }
         }
         A* acc = planes.begin(o + p * plane, t);
-        {
-          for (int64_t oh = 0; oh < g.OH; ++oh)
-            for (int64_t ow = 0; ow < g.OW; ++ow) {
-              const int64_t i = oh * g.OW + ow;
-              const int64_t pos = position_of(tw, oh, ow, cpl[i]);
-              if (pos < 0) continue;  // a window wholly in padding
-              const int64_t c = static_cast<int64_t>(cpl[i]);
-              const int64_t h = oh * g.sH - g.pH + c / g.kW * g.dH, w = ow * g.sW - g.pW + c % g.kW * g.dW;
-              if (c < 0 || c >= ntaps || h < 0 || h >= g.H || w < 0 || w >= g.W) {
-                bad.store(c, std::memory_order_relaxed);
-                continue;
-              }
-              acc[pos] += static_cast<A>(gpl[i]);
-            }
-        }
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            const auto c = codes(p, oh, ow);
+            const int64_t pos = checked_position(g, oh, ow, c);
+            if (pos == -2) bad.store(static_cast<int64_t>(c), std::memory_order_relaxed);
+            if (pos >= 0) acc[pos] += static_cast<A>(gpl[oh * g.OW + ow]);  // -1: a window wholly in padding
+          }
         planes.finish(acc, o + p * plane);
       });
     });
@@ -517,19 +540,18 @@ TensorList max_pool2d_tap_gather_cpu(const OpCall& call) {
   const Tensor Gc = dense(G), tc = dense(taps);
   Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(G.dtype()));
   const int64_t plane = g.in_plane(), oplane = g.out_plane();
-  const TapWindow tw = tap_window(g);
   std::atomic<int64_t> bad{-1};
   visit_floating(G.dtype(), call.name(), [&]<typename T>() {
     const T* src = static_cast<const T*>(Gc.data_ptr());
     T* o = static_cast<T*>(out.data_ptr());
-    visit_taps(tc, [&]<typename C>(const C* codes) {
+    visit_taps(g, tc, [&]<typename R>(const R& codes) {
       for_each_plane(g.planes(), oplane, [&](int64_t p, int) {
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
-            const int64_t i = p * oplane + oh * g.OW + ow;
-            const int64_t pos = position_of(tw, oh, ow, codes[i]);
-            if (pos >= plane) bad.store(static_cast<int64_t>(codes[i]), std::memory_order_relaxed);
-            o[i] = pos >= 0 && pos < plane ? src[p * plane + pos] : static_cast<T>(acc_t<T>(0));
+            const auto c = codes(p, oh, ow);
+            const int64_t pos = checked_position(g, oh, ow, c);
+            if (pos == -2) bad.store(static_cast<int64_t>(c), std::memory_order_relaxed);
+            o[p * oplane + oh * g.OW + ow] = pos >= 0 ? src[p * plane + pos] : static_cast<T>(acc_t<T>(0));
           }
       });
     });
@@ -577,6 +599,11 @@ const OpSchema& kMaxPoolTapBackward =
                 [](const TensorList& x) {
                   return tap_sample(max_pool2d_tap_backward_op(), x, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false, false);
                 })
+        // 3 taps, padding: 2-bit codes through the generic loop
+        .sample("1x3-padding", {arg({1, 2, 3, 4}), arg({1, 2, 3, 7}).constant()},
+                [](const TensorList& x) {
+                  return tap_sample(max_pool2d_tap_backward_op(), x, {1, 3}, {1, 2}, {0, 1}, {1, 1}, false, false);
+                })
         // 16 x 17 = 272 taps: Int32 codes
         .sample("wide-window", {arg({1, 2, 2, 2}), arg({1, 2, 18, 20}).constant()},
                 [](const TensorList& x) {
@@ -590,7 +617,11 @@ const OpSchema& kMaxPoolTapGather =
         .sample("dilation-ceil", {arg({1, 2, 9, 8}), arg({1, 2, 9, 8}).constant()},
                 [](const TensorList& x) {
                   return tap_sample(max_pool2d_tap_gather_op(), x, {3, 2}, {2, 3}, {1, 1}, {2, 1}, true, true);
-                });
+                })
+        // 2x2, stride 1, padding: overlapping windows, 2-bit codes in 2 bytes a row
+        .sample("2x2-padding", {arg({1, 2, 5, 7}), arg({1, 2, 5, 7}).constant()}, [](const TensorList& x) {
+          return tap_sample(max_pool2d_tap_gather_op(), x, {2, 2}, {1, 1}, {1, 1}, {1, 1}, false, true);
+        });
 const OpSchema& max_pool2d_tap_backward_op() { return kMaxPoolTapBackward; }
 const OpSchema& max_pool2d_tap_gather_op() { return kMaxPoolTapGather; }
 

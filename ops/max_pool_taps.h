@@ -4,12 +4,21 @@
 // (m < kH, n < kW) is the input pixel (oh sH - pH + m dH, ow sW - pW + n dW). The winner is the
 // forward's (ops/max_pool.cpp's rule): row-major scan, a tap replaces the best so far if greater
 // or NaN, so the first of equal maxima wins and NaN propagates (a window with several NaNs: the
-// last of them, each NaN tap being taken); padding is never chosen. A window
-// lying wholly in padding has no winner: the code with every bit set (255, or -1), no gradient.
-// Storage: UInt8 when kH kW <= 255 (codes 0..254, 255 = none: 1 byte per output, 1/8 of
-// PyTorch's Int64 index), Int32 for wider windows (-1 = none).
-// Invariant: tap_of(position_of(t)) == t for every tap of a window; the codes do not depend on
-// the input's size, only on the window arguments. C++17 and host/device clean.
+// last of them, each NaN tap being taken); padding is never chosen. A window lying wholly in
+// padding (only with a dilation that jumps over the input) has no winner: code "none".
+// Storage, the TapFormat of the window arguments and the input size (max_pool_tap_format), never
+// of the code tensor's shape: the forward and both gradient ops receive all of them, so they agree
+// on the format, and a code tensor of another shape or dtype is refused, not reinterpreted.
+//   Packed2: windows of at most 4 taps none of which can be empty: 2-bit codes, 4 per byte, packed
+//            per output row: UInt8 (N, C, OH, ceil(OW / 4)), column ow's code at byte ow / 4, bits
+//            2 (ow % 4) (low bits first), pad bits 0 (never read). A 2x2 pool keeps 1/4 byte per
+//            output, 1/64 of its f32 input's bytes. Rows never share a byte, so one thread (or
+//            AVX-512 chunk of 16 windows) writes whole bytes.
+//   Byte:    other windows of up to 255 taps: UInt8 (N, C, OH, OW), codes 0..254, 255 = none.
+//   Int32:   wider windows: Int32 (N, C, OH, OW), -1 = none.
+// Invariant: tap_of(position_of(t)) == t for every tap of a window, in every format; the code of
+// a window depends only on the window arguments, its storage also on the input's size.
+// C++17 and host/device clean.
 #pragma once
 #include <cstdint>
 
@@ -21,9 +30,39 @@ namespace mixtape {
 struct TapWindow {
   int64_t W, kW, sH, sW, pH, pW, dH, dW;
 };
+// The code window of a pooling geometry G (ops/pool_geometry.h's PoolGeom or the CUDA kernels').
+template <typename G>
+MIXTAPE_HD inline TapWindow tap_window(const G& g) {
+  return TapWindow{g.W, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW};
+}
 
-// The code dtype of a window of kH x kW taps.
-inline DType max_pool_tap_dtype(int64_t kH, int64_t kW) { return kH * kW <= 255 ? DType::UInt8 : DType::Int32; }
+// Whether one of the `out` windows along a dim of `size` (k taps, stride s, padding p, dilation
+// d) has no tap inside [0, size): ops/max_pool.cpp's max_taps with first >= end.
+MIXTAPE_HD inline bool max_pool_window_may_be_empty(int64_t out, int64_t size, int64_t k, int64_t s, int64_t p,
+                                                    int64_t d) {
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t lo = o * s - p;
+    const int64_t end = lo + (k - 1) * d + 1;
+    if (lo < 0) lo += (-lo + d - 1) / d * d;  // first tap inside the input
+    if (lo >= end || lo >= size) return true;
+  }
+  return false;
+}
+
+enum class TapFormat { Packed2, Byte, Int32 };
+
+template <typename G>
+inline TapFormat max_pool_tap_format(const G& g) {
+  if (g.kH * g.kW <= 4 && !max_pool_window_may_be_empty(g.OH, g.H, g.kH, g.sH, g.pH, g.dH) &&
+      !max_pool_window_may_be_empty(g.OW, g.W, g.kW, g.sW, g.pW, g.dW))
+    return TapFormat::Packed2;
+  return g.kH * g.kW <= 255 ? TapFormat::Byte : TapFormat::Int32;
+}
+inline DType tap_format_dtype(TapFormat f) { return f == TapFormat::Int32 ? DType::Int32 : DType::UInt8; }
+// Bytes of one output row of 2-bit codes.
+MIXTAPE_HD inline int64_t packed_tap_bytes(int64_t OW) { return (OW + 3) / 4; }
+// The last dim of the code tensor (N, C, OH, row).
+inline int64_t tap_row_length(TapFormat f, int64_t OW) { return f == TapFormat::Packed2 ? packed_tap_bytes(OW) : OW; }
 
 // The tap code of flat plane position `best` (h W + w) in window (oh, ow); best < 0: no winner.
 template <typename C>
@@ -39,5 +78,21 @@ MIXTAPE_HD inline int64_t position_of(const TapWindow& g, int64_t oh, int64_t ow
   const int64_t code = static_cast<int64_t>(t), m = code / g.kW, n = code - m * g.kW;
   return (oh * g.sH - g.pH + m * g.dH) * g.W + (ow * g.sW - g.pW + n * g.dW);
 }
+
+// Readers of a code tensor (planes, OH, row): code(plane, oh, ow) in the storage's own type, so
+// position_of sees "none" as the storage's all-ones value (a 2-bit code, as int, is never -1).
+template <typename C>
+struct TapCodes {
+  const C* p;
+  int64_t OH, OW;
+  MIXTAPE_HD C operator()(int64_t plane, int64_t oh, int64_t ow) const { return p[(plane * OH + oh) * OW + ow]; }
+};
+struct PackedTapCodes {
+  const uint8_t* p;
+  int64_t OH, row;  // row = packed_tap_bytes(OW)
+  MIXTAPE_HD int operator()(int64_t plane, int64_t oh, int64_t ow) const {
+    return (p[(plane * OH + oh) * row + (ow >> 2)] >> (2 * (ow & 3))) & 3;
+  }
+};
 
 }  // namespace mixtape

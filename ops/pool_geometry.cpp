@@ -67,10 +67,13 @@ PoolGeom window_geometry(const char* op, const Shown& x, const WindowArgs& a) {
 void check_max_pool_taps(const char* op, const PoolGeom& g, const Tensor& taps) {
   MT_CHECK(g.kH * g.kW < (int64_t(1) << 31), op, ": a ", g.kH, "x", g.kW, " window has ", g.kH * g.kW,
            " taps, more than its Int32 tap codes hold");
-  const DType want = max_pool_tap_dtype(g.kH, g.kW);
-  MT_CHECK(taps.defined() && taps.dtype() == want && taps.sizes() == g.out_sizes(), op, ": expected ", dtype_name(want),
-           " tap codes of shape ", shape_str(g.out_sizes()), " (a ", g.kH, "x", g.kW, " window), got ",
-           taps.defined() ? taps.describe() : "undefined");
+  const TapFormat f = max_pool_tap_format(g);
+  const DType want = tap_format_dtype(f);
+  const IntList shape{g.N, g.C, g.OH, tap_row_length(f, g.OW)};
+  MT_CHECK(taps.defined() && taps.dtype() == want && taps.sizes() == shape, op, ": expected ", dtype_name(want),
+           " tap codes of shape ", shape_str(shape), " (a ", g.kH, "x", g.kW, " window",
+           f == TapFormat::Packed2 ? ": 2-bit codes, 4 per byte of each output row of " : " over a pooled width of ",
+           g.OW, "), got ", taps.defined() ? taps.describe() : "undefined");
 }
 
 PoolGeom adaptive_geometry(const char* op, const Shown& x, const IntList& out) {

@@ -46,7 +46,7 @@ void check_planes(const char* op, const Shown& x);
 // The geometry of window pooling: checks x's planes, a positive kernel, stride and dilation, a
 // padding of at most half the kernel, and an output of at least 1x1 (PyTorch's ceil_mode rule).
 PoolGeom window_geometry(const char* op, const Shown& x, const WindowArgs& a);
-// max_pool2d's tap codes for window g (ops/max_pool_taps.h): its code dtype, the output's shape.
+// max_pool2d's tap codes for window g (ops/max_pool_taps.h): the dtype and shape of its format.
 void check_max_pool_taps(const char* op, const PoolGeom& g, const Tensor& taps);
 
 // The geometry of adaptive pooling to `out` (2 non-negative values): checks x's planes.

@@ -8,6 +8,7 @@
 
 #include "ops/cpu/bf16_round_avx512.h"
 #include "ops/cpu/isa.h"
+#include "ops/max_pool_taps.h"
 MT_KERNELS_BEGIN
 
 namespace mixtape::cpu {
@@ -78,15 +79,25 @@ MT_TARGET_AVX512 void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W,
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i code_shift = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
+  const int64_t row_bytes = packed_tap_bytes(OW);
   for (int64_t ow = 0; ow < OW; ow += 16) {
-    const ChunkShape cs = chunk_shape(std::min<int64_t>(16, OW - ow));
+    const int64_t n = std::min<int64_t>(16, OW - ow);
+    const ChunkShape cs = chunk_shape(n);
+    const __mmask16 bytes = first_lanes(packed_tap_bytes(n));  // the chunk's 4 code bytes (fewer at the end)
     // 2 (ow + lane): the window's first input column; the tap adds (code >> 1) W + (code & 1).
     const __m512i col0 = _mm512_slli_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(int(ow))), 1);
     for (int64_t oh = 0; oh < OH; ++oh) {
       const E* r0 = in + 2 * oh * W + 2 * ow;
       const Chunk c = window_max(r0, r0 + W, cs, even, odd);
       if (out) store_lanes(out + oh * OW + ow, cs.m, c.best);
-      if (taps) _mm_mask_storeu_epi8(taps + oh * OW + ow, cs.m, _mm512_cvtepi32_epi8(c.code));
+      if (taps) {
+        // Code j at bits 2 (j % 4) of byte j / 4: shifted in its lane (lanes past n hold 0), narrowed
+        // to a byte, then each dword's 4 bytes (disjoint bits) ORed into its low byte.
+        __m128i b = _mm512_cvtepi32_epi8(_mm512_sllv_epi32(_mm512_maskz_mov_epi32(cs.m, c.code), code_shift));
+        b = _mm_or_si128(_mm_or_si128(b, _mm_srli_epi32(b, 8)), _mm_or_si128(_mm_srli_epi32(b, 16), _mm_srli_epi32(b, 24)));
+        _mm_mask_storeu_epi8(taps + oh * row_bytes + ow / 4, bytes, _mm_cvtepi32_epi8(b));
+      }
       if (idx) {  // flat index in the plane, in 32 bits (the plane is < 2^31), stored as 64
         const __m512i at = _mm512_add_epi32(
             _mm512_add_epi32(_mm512_set1_epi32(int(2 * oh * W)), _mm512_mullo_epi32(_mm512_srli_epi32(c.code, 1),
@@ -101,19 +112,23 @@ MT_TARGET_AVX512 void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W,
 }
 
 template <typename E>
-MT_TARGET_AVX512 bool tap_grad_plane(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const E* g, E* gx) {
+MT_TARGET_AVX512 void tap_grad_plane(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const E* g, E* gx) {
   // Lane j of an interleaved row takes window j / 2 (low half) or 8 + j / 2 (high half).
   const __m512i lo_half = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i hi_half = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  // Window j's code: bits 2j of the chunk's 4 code bytes read as one little-endian dword.
+  const __m512i code_shift = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i three = _mm512_set1_epi32(3);
   const __m512 zero = _mm512_setzero_ps();
-  __mmask16 bad = 0;
+  const int64_t row_bytes = packed_tap_bytes(OW);
   for (int64_t ow = 0; ow < OW; ow += 16) {
-    const ChunkShape cs = chunk_shape(std::min<int64_t>(16, OW - ow));
+    const int64_t n = std::min<int64_t>(16, OW - ow);
+    const ChunkShape cs = chunk_shape(n);
+    const __mmask16 bytes = first_lanes(packed_tap_bytes(n));
     for (int64_t oh = 0; oh < OH; ++oh) {
       const int64_t at = 2 * oh * W + 2 * ow;
-      const __m512i code = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(cs.m, taps + oh * OW + ow));
-      bad |= _mm512_cmpgt_epu32_mask(code, three);
+      const int packed = _mm_cvtsi128_si32(_mm_maskz_loadu_epi8(bytes, taps + oh * row_bytes + ow / 4));
+      const __m512i code = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(packed), code_shift), three);
       const RowPair gr = load_row(g + oh * OW + ow, ChunkShape{cs.m, 0, cs.m});  // n gradients, one a window
       const __m512 gv = _mm512_add_ps(zero, gr.lo);  // 0 + g
       __m512 tap[4];
@@ -125,7 +140,6 @@ MT_TARGET_AVX512 bool tap_grad_plane(const uint8_t* taps, int64_t OH, int64_t OW
       store_lanes(gx + at + W + 16, cs.hi, _mm512_permutex2var_ps(tap[2], hi_half, tap[3]));
     }
   }
-  return bad == 0;
 }
 }  // namespace
 #endif  // MIXTAPE_X86_KERNELS
@@ -134,19 +148,17 @@ void max_pool_plane_2x2_avx512(const float* in, int64_t OH, int64_t OW, int64_t 
                                uint8_t* taps) {
   MT_X86_ONLY(pool_plane(in, OH, OW, W, out, idx, taps));
 }
-bool max_pool_plane_2x2_tap_grad_avx512(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const float* g,
+void max_pool_plane_2x2_tap_grad_avx512(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const float* g,
                                         float* gx) {
-  MT_X86_ONLY(return tap_grad_plane(taps, OH, OW, W, g, gx));
-  return false;
+  MT_X86_ONLY(tap_grad_plane(taps, OH, OW, W, g, gx));
 }
 void max_pool_plane_2x2_avx512(const BFloat16* in, int64_t OH, int64_t OW, int64_t W, BFloat16* out, int64_t* idx,
                                uint8_t* taps) {
   MT_X86_ONLY(pool_plane(in, OH, OW, W, out, idx, taps));
 }
-bool max_pool_plane_2x2_tap_grad_avx512(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const BFloat16* g,
+void max_pool_plane_2x2_tap_grad_avx512(const uint8_t* taps, int64_t OH, int64_t OW, int64_t W, const BFloat16* g,
                                         BFloat16* gx) {
-  MT_X86_ONLY(return tap_grad_plane(taps, OH, OW, W, g, gx));
-  return false;
+  MT_X86_ONLY(tap_grad_plane(taps, OH, OW, W, g, gx));
 }
 
 }  // namespace mixtape::cpu
