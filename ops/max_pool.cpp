@@ -447,17 +447,6 @@ void visit_taps(const PoolGeom& g, const Tensor& taps, Fn&& fn) {
   }
 }
 
-// The flat plane position of code t of window (oh, ow): -1 for "none", -2 for a code that is no
-// tap of the window inside the plane.
-template <typename C>
-int64_t checked_position(const PoolGeom& g, int64_t oh, int64_t ow, C t) {
-  if (t == static_cast<C>(~C(0))) return -1;
-  const int64_t c = static_cast<int64_t>(t);
-  if (c < 0 || c >= g.kH * g.kW) return -2;
-  const int64_t h = oh * g.sH - g.pH + c / g.kW * g.dH, w = ow * g.sW - g.pW + c % g.kW * g.dW;
-  return h < 0 || h >= g.H || w < 0 || w >= g.W ? -2 : h * g.W + w;
-}
-
 // attrs: the window arguments and input_size (N, C, H, W)
 TensorList max_pool2d_tap_backward_cpu(const OpCall& call) {
   const Tensor& grad = call.inputs[0];
@@ -472,6 +461,7 @@ TensorList max_pool2d_tap_backward_cpu(const OpCall& call) {
   const Tensor gc = dense(grad), tc = dense(taps);
   Tensor out = Tensor::empty(in_size, TensorOptions(grad.dtype()));
   const int64_t plane = g.in_plane(), oplane = g.out_plane();
+  const TapWindow tw = tap_window(g);
   const PoolKernel k = pool_kernel("max_pool2d.bwd", g, grad.dtype(), a.ceil_mode);
   std::atomic<int64_t> bad{-1};
   visit_floating(grad.dtype(), call.name(), [&]<typename T>() {
@@ -516,7 +506,7 @@ TensorList max_pool2d_tap_backward_cpu(const OpCall& call) {
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             const auto c = codes(p, oh, ow);
-            const int64_t pos = checked_position(g, oh, ow, c);
+            const int64_t pos = checked_position_of(tw, oh, ow, c);
             if (pos == -2) bad.store(static_cast<int64_t>(c), std::memory_order_relaxed);
             if (pos >= 0) acc[pos] += static_cast<A>(gpl[oh * g.OW + ow]);  // -1: a window wholly in padding
           }
@@ -540,6 +530,7 @@ TensorList max_pool2d_tap_gather_cpu(const OpCall& call) {
   const Tensor Gc = dense(G), tc = dense(taps);
   Tensor out = Tensor::empty(g.out_sizes(), TensorOptions(G.dtype()));
   const int64_t plane = g.in_plane(), oplane = g.out_plane();
+  const TapWindow tw = tap_window(g);
   std::atomic<int64_t> bad{-1};
   visit_floating(G.dtype(), call.name(), [&]<typename T>() {
     const T* src = static_cast<const T*>(Gc.data_ptr());
@@ -549,7 +540,7 @@ TensorList max_pool2d_tap_gather_cpu(const OpCall& call) {
         for (int64_t oh = 0; oh < g.OH; ++oh)
           for (int64_t ow = 0; ow < g.OW; ++ow) {
             const auto c = codes(p, oh, ow);
-            const int64_t pos = checked_position(g, oh, ow, c);
+            const int64_t pos = checked_position_of(tw, oh, ow, c);
             if (pos == -2) bad.store(static_cast<int64_t>(c), std::memory_order_relaxed);
             o[p * oplane + oh * g.OW + ow] = pos >= 0 ? src[p * plane + pos] : static_cast<T>(acc_t<T>(0));
           }

@@ -28,12 +28,12 @@
 namespace mixtape {
 
 struct TapWindow {
-  int64_t W, kW, sH, sW, pH, pW, dH, dW;
+  int64_t H, W, kH, kW, sH, sW, pH, pW, dH, dW;
 };
 // The code window of a pooling geometry G (ops/pool_geometry.h's PoolGeom or the CUDA kernels').
 template <typename G>
 MIXTAPE_HD inline TapWindow tap_window(const G& g) {
-  return TapWindow{g.W, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW};
+  return TapWindow{g.H, g.W, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW};
 }
 
 // Whether one of the `out` windows along a dim of `size` (k taps, stride s, padding p, dilation
@@ -77,6 +77,18 @@ MIXTAPE_HD inline int64_t position_of(const TapWindow& g, int64_t oh, int64_t ow
   if (t == static_cast<C>(~C(0))) return -1;
   const int64_t code = static_cast<int64_t>(t), m = code / g.kW, n = code - m * g.kW;
   return (oh * g.sH - g.pH + m * g.dH) * g.W + (ow * g.sW - g.pW + n * g.dW);
+}
+
+// position_of for codes not known to come from max_pool2d (the gradient ops' input): -1 for no
+// winner, -2 for a code that is no tap of the window inside the plane.
+template <typename C>
+MIXTAPE_HD inline int64_t checked_position_of(const TapWindow& g, int64_t oh, int64_t ow, C t) {
+  if (t == static_cast<C>(~C(0))) return -1;
+  const int64_t code = static_cast<int64_t>(t);
+  if (code < 0 || code >= g.kH * g.kW) return -2;
+  const int64_t m = code / g.kW, n = code - m * g.kW;
+  const int64_t h = oh * g.sH - g.pH + m * g.dH, w = ow * g.sW - g.pW + n * g.dW;
+  return h < 0 || h >= g.H || w < 0 || w >= g.W ? -2 : h * g.W + w;
 }
 
 // Readers of a code tensor (planes, OH, row): code(plane, oh, ow) in the storage's own type, so

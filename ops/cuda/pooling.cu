@@ -2,7 +2,8 @@
 // end of the file), max_pool2d forward (with indices or tap codes, ops/max_pool_taps.h) and its
 // gradient ops on the device, with ops/max_pool.cpp's and ops/avg_pool.cpp's window rules: taps
 // clipped to the plane, padding never chosen, row-major scan where a value wins if greater or NaN
-// (first of equal maxima, NaN sticks), -1 (no tap) for a window wholly in padding.
+// (first of equal maxima, NaN sticks), -1 (no tap) for a window wholly in padding. Tap codes in
+// ops/max_pool_taps.h's formats; the 2-bit ones are written by one thread per code byte.
 // Gradients are gathers, not scatters: one thread per input
 // pixel visits the windows that can contain it in output order and adds the gradient of those
 // whose argmax it is, in acc_t, rounding once — the CPU's accumulation order, so the result is
@@ -43,10 +44,7 @@ __device__ __forceinline__ int64_t window_argmax(const PoolGeom& g, const T* pla
   return best;
 }
 
-__device__ __forceinline__ TapWindow tap_window(const PoolGeom& g) {
-  return TapWindow{g.W, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH, g.dW};
-}
-
+// One thread per output; taps: codes of type C a value (TapFormat Byte, Int32), or null.
 template <typename T, typename C>
 __global__ void max_pool_forward_kernel(PoolGeom g, const T* x, T* out, int64_t* idx, C* taps) {
   const int64_t total = g.planes * g.OH * g.OW;
@@ -60,13 +58,33 @@ __global__ void max_pool_forward_kernel(PoolGeom g, const T* x, T* out, int64_t*
   }
 }
 
-template <typename T, typename C>
-__global__ void max_pool_tap_gather_kernel(PoolGeom g, const T* G, const C* taps, T* out) {
+// TapFormat Packed2: one thread per code byte, i.e. the (up to) 4 outputs of a row that share it,
+// so no two threads write one byte; it writes their values and the byte, pad bits 0.
+template <typename T>
+__global__ void max_pool_forward_packed_kernel(PoolGeom g, const T* x, T* out, uint8_t* taps) {
+  const int64_t row = packed_tap_bytes(g.OW), total = g.planes * g.OH * row;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
+    const int64_t p = i / (g.OH * row), r = i % (g.OH * row), oh = r / row, ow0 = 4 * (r % row);
+    const int64_t ow1 = ow0 + 4 < g.OW ? ow0 + 4 : g.OW;
+    unsigned byte = 0;
+    for (int64_t ow = ow0; ow < ow1; ++ow) {
+      acc_t<T> bv;
+      const int64_t best = window_argmax(g, x + p * g.H * g.W, oh, ow, bv);
+      out[(p * g.OH + oh) * g.OW + ow] = static_cast<T>(bv);
+      byte |= (tap_of<unsigned>(tap_window(g), oh, ow, best) & 3u) << (2 * (ow - ow0));
+    }
+    taps[i] = static_cast<uint8_t>(byte);
+  }
+}
+
+// codes: a reader of ops/max_pool_taps.h (TapCodes<C>, PackedTapCodes).
+template <typename T, typename R>
+__global__ void max_pool_tap_gather_kernel(PoolGeom g, const T* G, R codes, T* out) {
   const int64_t total = g.planes * g.OH * g.OW;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
-    const int64_t p = i / (g.OH * g.OW), r = i % (g.OH * g.OW);
-    const int64_t pos = position_of(tap_window(g), r / g.OW, r % g.OW, taps[i]);
-    out[i] = pos >= 0 && pos < g.H * g.W ? G[p * g.H * g.W + pos] : static_cast<T>(acc_t<T>(0));
+    const int64_t p = i / (g.OH * g.OW), r = i % (g.OH * g.OW), oh = r / g.OW, ow = r % g.OW;
+    const int64_t pos = checked_position_of(tap_window(g), oh, ow, codes(p, oh, ow));
+    out[i] = pos >= 0 ? G[p * g.H * g.W + pos] : static_cast<T>(acc_t<T>(0));
   }
 }
 
@@ -80,9 +98,9 @@ __device__ __forceinline__ void covering(int64_t c, int64_t out, int64_t k, int6
   if (last > out - 1) last = out - 1;
 }
 
-// idx != null: flat indices (C = int64_t, unused taps); else tap codes of type C.
-template <typename T, typename C>
-__global__ void max_pool_backward_kernel(PoolGeom g, const T* grad_out, const int64_t* idx, const C* taps, T* grad_in) {
+// idx != null: flat indices (codes unused); else the codes' reader R (ops/max_pool_taps.h).
+template <typename T, typename R>
+__global__ void max_pool_backward_kernel(PoolGeom g, const T* grad_out, const int64_t* idx, R codes, T* grad_in) {
   using A = acc_t<T>;
   const int64_t total = g.planes * g.H * g.W;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(blockDim.x) * gridDim.x) {
@@ -95,7 +113,7 @@ __global__ void max_pool_backward_kernel(PoolGeom g, const T* grad_out, const in
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
         const int64_t o = obase + oh * g.OW + ow;
-        const int64_t best = idx ? idx[o] : position_of(tap_window(g), oh, ow, taps[o]);
+        const int64_t best = idx ? idx[o] : checked_position_of(tap_window(g), oh, ow, codes(p, oh, ow));
         if (best == k) acc += static_cast<A>(grad_out[o]);
       }
     grad_in[i] = static_cast<T>(acc);
@@ -194,56 +212,61 @@ cudaError_t launch_mean_unpool(DType dt, const PoolGeom& g, bool adaptive, bool 
 }
 
 namespace {
-// Calls fn(TypeTag<C>{}) for a tap code dtype (ops/max_pool_taps.h).
+// Calls fn(codes) with the reader of codes `taps` in format tf (ops/max_pool_taps.h).
 template <typename Fn>
-cudaError_t visit_taps_cuda(DType tap_dt, Fn&& fn) {
-  switch (tap_dt) {
-    case DType::UInt8: return fn(TypeTag<uint8_t>{});
-    case DType::Int32: return fn(TypeTag<int32_t>{});
-    default: return cudaErrorInvalidValue;
+cudaError_t visit_taps_cuda(const PoolGeom& g, const void* taps, TapFormat tf, Fn&& fn) {
+  switch (tf) {
+    case TapFormat::Packed2:
+      return fn(PackedTapCodes{static_cast<const uint8_t*>(taps), g.OH, packed_tap_bytes(g.OW)});
+    case TapFormat::Byte: return fn(TapCodes<uint8_t>{static_cast<const uint8_t*>(taps), g.OH, g.OW});
+    case TapFormat::Int32: return fn(TapCodes<int32_t>{static_cast<const int32_t*>(taps), g.OH, g.OW});
   }
+  return cudaErrorInvalidValue;
 }
 }  // namespace
 
 cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, void* out, int64_t* idx, void* taps,
-                                    DType tap_dt, cudaStream_t s) {
+                                    TapFormat tf, cudaStream_t s) {
   const int64_t total = g.planes * g.OH * g.OW;
   if (total == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return visit_taps_cuda(taps ? tap_dt : DType::UInt8, [&](auto ctag) {
-      using C = typename decltype(ctag)::type;
+    if (taps && tf == TapFormat::Packed2) {
+      const int64_t bytes = g.planes * g.OH * packed_tap_bytes(g.OW);
+      return launch_kernel(max_pool_forward_packed_kernel<T>, grid_for(bytes, kThreads), kThreads, 0, s, g,
+                           static_cast<const T*>(x), static_cast<T*>(out), static_cast<uint8_t*>(taps));
+    }
+    auto run = [&](auto* codes) {
+      using C = std::remove_pointer_t<decltype(codes)>;
       return launch_kernel(max_pool_forward_kernel<T, C>, grid_for(total, kThreads), kThreads, 0, s, g,
-                           static_cast<const T*>(x), static_cast<T*>(out), idx, static_cast<C*>(taps));
-    });
+                           static_cast<const T*>(x), static_cast<T*>(out), idx, codes);
+    };
+    return taps && tf == TapFormat::Int32 ? run(static_cast<int32_t*>(taps)) : run(static_cast<uint8_t*>(taps));
   });
 }
 
 cudaError_t launch_max_pool_backward(DType dt, const PoolGeom& g, const void* grad_out, const int64_t* idx,
-                                     const void* taps, DType tap_dt, void* grad_in, cudaStream_t s) {
+                                     const void* taps, TapFormat tf, void* grad_in, cudaStream_t s) {
   const int64_t total = g.planes * g.H * g.W;
   if (total == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return visit_taps_cuda(idx ? DType::UInt8 : tap_dt, [&](auto ctag) {
-      using C = typename decltype(ctag)::type;
-      return launch_kernel(max_pool_backward_kernel<T, C>, grid_for(total, kThreads), kThreads, 0, s, g,
-                           static_cast<const T*>(grad_out), idx, static_cast<const C*>(taps),
-                           static_cast<T*>(grad_in));
+    return visit_taps_cuda(g, taps, idx ? TapFormat::Byte : tf, [&](auto codes) {
+      return launch_kernel(max_pool_backward_kernel<T, decltype(codes)>, grid_for(total, kThreads), kThreads, 0, s,
+                           g, static_cast<const T*>(grad_out), idx, codes, static_cast<T*>(grad_in));
     });
   });
 }
 
-cudaError_t launch_max_pool_tap_gather(DType dt, const PoolGeom& g, const void* G, const void* taps, DType tap_dt,
+cudaError_t launch_max_pool_tap_gather(DType dt, const PoolGeom& g, const void* G, const void* taps, TapFormat tf,
                                        void* out, cudaStream_t s) {
   const int64_t total = g.planes * g.OH * g.OW;
   if (total == 0) return cudaSuccess;
   return visit_floating_cuda(dt, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return visit_taps_cuda(tap_dt, [&](auto ctag) {
-      using C = typename decltype(ctag)::type;
-      return launch_kernel(max_pool_tap_gather_kernel<T, C>, grid_for(total, kThreads), kThreads, 0, s, g,
-                           static_cast<const T*>(G), static_cast<const C*>(taps), static_cast<T*>(out));
+    return visit_taps_cuda(g, taps, tf, [&](auto codes) {
+      return launch_kernel(max_pool_tap_gather_kernel<T, decltype(codes)>, grid_for(total, kThreads), kThreads, 0, s,
+                           g, static_cast<const T*>(G), codes, static_cast<T*>(out));
     });
   });
 }

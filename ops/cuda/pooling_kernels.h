@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "ops/max_pool_taps.h"
 
 namespace mixtape::cuda {
 
@@ -15,16 +16,18 @@ struct PoolGeom {
   int64_t kH, kW, sH, sW, pH, pW, dH, dW;
 };
 
-// out (planes, OH, OW) of dtype dt, idx (planes, OH, OW) flat h*W+w (may be null), taps (planes,
-// OH, OW) the winning tap codes of ops/max_pool_taps.h in tap_dt (UInt8 or Int32; may be null).
+// out (planes, OH, OW) of dtype dt, idx (planes, OH, OW) flat h*W+w (may be null), taps the
+// winning tap codes of ops/max_pool_taps.h in format tf (may be null; not with idx).
 cudaError_t launch_max_pool_forward(DType dt, const PoolGeom& g, const void* x, void* out, int64_t* idx, void* taps,
-                                    DType tap_dt, cudaStream_t s);
+                                    TapFormat tf, cudaStream_t s);
 // grad_in (planes, H, W) = sum over windows, in output order, of grad_out where the window's
-// winner is this pixel: from flat indices (idx != null) or from tap codes (taps, tap_dt).
+// winner is this pixel: from flat indices (idx != null) or from tap codes (taps in format tf; a
+// code that is no tap of its window inside the plane gives nothing).
 cudaError_t launch_max_pool_backward(DType dt, const PoolGeom& g, const void* grad_out, const int64_t* idx,
-                                     const void* taps, DType tap_dt, void* grad_in, cudaStream_t s);
-// out (planes, OH, OW) = G (planes, H, W) at each window's winning tap, 0 where it has none.
-cudaError_t launch_max_pool_tap_gather(DType dt, const PoolGeom& g, const void* G, const void* taps, DType tap_dt,
+                                     const void* taps, TapFormat tf, void* grad_in, cudaStream_t s);
+// out (planes, OH, OW) = G (planes, H, W) at each window's winning tap, 0 where it has none (or
+// its code is no tap of the window inside the plane).
+cudaError_t launch_max_pool_tap_gather(DType dt, const PoolGeom& g, const void* G, const void* taps, TapFormat tf,
                                        void* out, cudaStream_t s);
 
 // Mean pooling (avg_pool2d with count_include_pad, or adaptive_avg_pool2d when adaptive: windows

@@ -41,11 +41,13 @@ TensorList max_pool_forward(const OpCall& c, bool with_indices) {
   Tensor out = empty_on(osz, x.dtype(), x.device());
   Tensor idx = with_indices ? empty_on(osz, DType::Int64, x.device()) : Tensor();
   const bool keep_taps = !with_indices && (!c.attrs.has("taps") || c.attrs.get<bool>("taps"));
-  const DType tap_dt = max_pool_tap_dtype(g.kH, g.kW);
-  Tensor taps = keep_taps ? empty_on(osz, tap_dt, x.device()) : Tensor();
+  const TapFormat tf = max_pool_tap_format(g);
+  Tensor taps = keep_taps ? empty_on({x.size(0), x.size(1), g.OH, tap_row_length(tf, g.OW)}, tap_format_dtype(tf),
+                                     x.device())
+                          : Tensor();
   MT_CUDA_CHECK(launch_max_pool_forward(x.dtype(), g, xc.data_ptr(), out.data_ptr(),
                                         with_indices ? static_cast<int64_t*>(idx.data_ptr()) : nullptr,
-                                        keep_taps ? taps.data_ptr() : nullptr, tap_dt, current_stream()),
+                                        keep_taps ? taps.data_ptr() : nullptr, tf, current_stream()),
                 c.name());
   if (with_indices) return {out, idx};
   return {out, taps};
@@ -83,13 +85,15 @@ TensorList max_pool2d_backward_cuda(const OpCall& c) {
   const Tensor gc = dense(grad, c.name()), ic = dense(indices, c.name());
   Tensor out = empty_on(in_size, grad.dtype(), grad.device());
   MT_CUDA_CHECK(launch_max_pool_backward(grad.dtype(), g, gc.data_ptr(), static_cast<const int64_t*>(ic.data_ptr()),
-                                         nullptr, DType::UInt8, out.data_ptr(), current_stream()),
+                                         nullptr, TapFormat::Byte, out.data_ptr(), current_stream()),
                 c.name());
   return {out};
 }
 
 // max_pool2d_tap_backward(grad, taps; window attrs, input_size): the scatter from max_pool2d's
-// tap codes, as a gather per input pixel (pooling.cu).
+// tap codes, as a gather per input pixel (pooling.cu). The window and input_size fix the codes'
+// format (ops/max_pool_taps.h), checked as on the CPU; a code that is no tap of its window inside
+// the plane gives no gradient here (the CPU refuses it: the device reports no per-element errors).
 TensorList max_pool2d_tap_backward_cuda(const OpCall& c) {
   const Tensor& grad = c.inputs[0];
   const Tensor& taps = c.inputs[1];
@@ -103,7 +107,7 @@ TensorList max_pool2d_tap_backward_cuda(const OpCall& c) {
   const Tensor gc = dense(grad, c.name()), tc = dense(taps, c.name());
   Tensor out = empty_on(in_size, grad.dtype(), grad.device());
   MT_CUDA_CHECK(launch_max_pool_backward(grad.dtype(), kernel_geom(hg), gc.data_ptr(), nullptr, tc.data_ptr(),
-                                         taps.dtype(), out.data_ptr(), current_stream()),
+                                         max_pool_tap_format(hg), out.data_ptr(), current_stream()),
                 c.name());
   return {out};
 }
@@ -118,8 +122,8 @@ TensorList max_pool2d_tap_gather_cuda(const OpCall& c) {
   DeviceGuard guard(G.device().index());
   const Tensor Gc = dense(G, c.name()), tc = dense(taps, c.name());
   Tensor out = empty_on(hg.out_sizes(), G.dtype(), G.device());
-  MT_CUDA_CHECK(launch_max_pool_tap_gather(G.dtype(), kernel_geom(hg), Gc.data_ptr(), tc.data_ptr(), taps.dtype(),
-                                           out.data_ptr(), current_stream()),
+  MT_CUDA_CHECK(launch_max_pool_tap_gather(G.dtype(), kernel_geom(hg), Gc.data_ptr(), tc.data_ptr(),
+                                           max_pool_tap_format(hg), out.data_ptr(), current_stream()),
                 c.name());
   return {out};
 }
