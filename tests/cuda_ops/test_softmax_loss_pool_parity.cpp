@@ -205,6 +205,69 @@ TEST(CudaPoolParity, MaxPoolForwardIndicesAndBothBackwardsAreExact) {
   }
 }
 
+// The tap codes max_pool2d keeps (ops/max_pool_taps.h's formats: 2-bit codes packed per output
+// row where a window has at most 4 taps and none is empty, else a byte or Int32 per output) are
+// the CPU's, byte for byte, and both gradient ops read them as the CPU does: ties, NaN, padding,
+// widths whose last code byte is partial (OW % 4 != 0) and under 4, windows of 1, 2, 3, 4, 6 and
+// 272 taps, a window that can lie wholly in padding.
+TEST(CudaPoolParity, MaxPoolTapCodesAndTheirGradientOpsAreTheCpus) {
+  MT_REQUIRE_CUDA();
+  std::mt19937_64 rng(fresh_seed());
+  struct Win {
+    IntList size, k, s, p, d;
+    bool ceil;
+  };
+  const Win wins[] = {{{2, 3, 8, 14}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false},  // OW 7
+                      {{1, 2, 5, 7}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, true},    // OW 4, clipped last window
+                      {{1, 2, 4, 4}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false},   // OW 2
+                      {{1, 2, 5, 9}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, false},   // padding, overlap: OW 10
+                      {{1, 2, 3, 5}, {1, 1}, {1, 1}, {0, 0}, {1, 1}, false},
+                      {{1, 2, 4, 9}, {1, 2}, {1, 2}, {0, 1}, {1, 1}, false},
+                      {{1, 2, 6, 3}, {2, 1}, {2, 1}, {0, 0}, {1, 1}, true},
+                      {{1, 2, 3, 8}, {1, 3}, {1, 2}, {0, 1}, {1, 1}, false},
+                      {{1, 2, 1, 3}, {2, 2}, {1, 1}, {1, 1}, {2, 2}, false},   // empty windows: a byte each
+                      {{1, 2, 9, 8}, {3, 2}, {2, 3}, {1, 1}, {2, 1}, true},
+                      {{1, 1, 20, 21}, {16, 17}, {2, 3}, {0, 0}, {1, 1}, false}};  // Int32
+  for (DType dt : kFloatTypes)
+    for (const Win& w : wins) {
+      Tensor x = to_dtype(to_dtype(random_input(rng, w.size, DType::Float32, 0, 4), DType::Int32), dt);
+      set_element(x, 1, std::nan(""));
+      const Attrs window{{"kernel_size", w.k}, {"stride", w.s}, {"padding", w.p}, {"dilation", w.d},
+                         {"ceil_mode", w.ceil}};
+      const std::string what = std::string(short_name(dt)) + " " + shape_str(w.size) + " k" + shape_str(w.k);
+      const TensorList cpu = dispatch(*find_op("max_pool2d"), {x}, window);
+      const TensorList dev = dispatch(*find_op("max_pool2d"), {on_cuda(x)}, window);
+      EXPECT_TRUE(exact(cpu[0], dev[0], "max_pool2d values " + what));
+      EXPECT_TRUE(exact(cpu[1], dev[1], "max_pool2d tap codes " + what));
+      Attrs battrs = window;
+      battrs.set("input_size", w.size);
+      const Tensor g = random_input(rng, cpu[0].sizes(), dt);
+      EXPECT_TRUE(exact(dispatch1(*find_op("max_pool2d_tap_backward"), {g, cpu[1]}, battrs),
+                        dispatch1(*find_op("max_pool2d_tap_backward"), {on_cuda(g), dev[1]}, battrs),
+                        "max_pool2d_tap_backward " + what));
+      const Tensor G = random_input(rng, w.size, dt);
+      EXPECT_TRUE(exact(dispatch1(*find_op("max_pool2d_tap_gather"), {G, cpu[1]}, window),
+                        dispatch1(*find_op("max_pool2d_tap_gather"), {on_cuda(G), dev[1]}, window),
+                        "max_pool2d_tap_gather " + what));
+    }
+}
+
+// Codes made by hand that are no tap of their window (code 3 of a 1x3 window: the CPU refuses
+// them) give nothing on the device: no gradient, a gathered 0, never another pixel's value.
+TEST(CudaPoolParity, MaxPoolTapCodesOutsideTheWindowGiveNothingOnTheDevice) {
+  MT_REQUIRE_CUDA();
+  if (selfcheck()) GTEST_SKIP() << "the CPU refuses these codes (SavedState.MaxPoolTapOpsRefuseACodeOutsideTheWindow)";
+  const Attrs window{{"kernel_size", IntList{1, 3}}, {"stride", IntList{1, 2}}, {"padding", IntList{0, 1}},
+                     {"dilation", IntList{1, 1}}, {"ceil_mode", false}};
+  Attrs battrs = window;
+  battrs.set("input_size", IntList{1, 1, 2, 8});
+  const Tensor taps = on_cuda(full({1, 1, 2, 1}, 0xFF, TensorOptions(DType::UInt8)));  // code 3 for all (2, 4)
+  const Tensor gx = dispatch1(*find_op("max_pool2d_tap_backward"), {on_cuda(ones({1, 1, 2, 4})), taps}, battrs);
+  EXPECT_TRUE(exact(zeros({1, 1, 2, 8}), gx, "max_pool2d_tap_backward of codes outside the window"));
+  const Tensor y = dispatch1(*find_op("max_pool2d_tap_gather"), {on_cuda(ones({1, 1, 2, 8})), taps}, window);
+  EXPECT_TRUE(exact(zeros({1, 1, 2, 4}), y, "max_pool2d_tap_gather of codes outside the window"));
+}
+
 // Mean pooling: window sums in acc_t in the CPU's order, one division, one rounding: exact; the
 // backward gathers in the CPU's accumulation order: exact too.
 TEST(CudaPoolParity, AvgAndAdaptiveAvgPoolAndTheirBackwardsAreExact) {
