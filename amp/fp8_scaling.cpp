@@ -87,6 +87,7 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float*
     const float a = cast.cast_scaled(src + i, scale, dst + i, std::min(kChunk, n - i));
     m = a > m ? a : m;
   }
+  op.scale = scale;
   op.scale_inv = 1.0f / scale;
   if (amax != nullptr) *amax = m;
   return op;
@@ -128,6 +129,7 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
       m = a > m ? a : m;
     }
   }
+  op.scale = scale;
   op.scale_inv = 1.0f / scale;
   if (amax != nullptr) *amax = m;
   return op;

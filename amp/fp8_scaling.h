@@ -29,6 +29,7 @@ float scale_from_amax(float amax, float fp8_max, float margin, bool power_of_2, 
 struct Fp8Operand {
   Tensor data;          // Float8_e4m3fn or Float8_e5m2, (rows, cols)
   float scale_inv = 1;  // per-tensor dequantising factor (1 for MX)
+  float scale = 1;      // per-tensor: the scale the cast multiplied by (scale_inv is its f32 reciprocal)
   Tensor block_scales;  // UInt8 E8M0 codes (MX only): axis 1: (rows, nb), axis 0: (nb, cols)
   int64_t axis = -1;    // the dim the MX blocks run along (the GEMM's reduction dim); -1: per-tensor
   int64_t block_size = 0;
