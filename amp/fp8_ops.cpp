@@ -252,7 +252,14 @@ class Fp8GemmNode final : public Node {
     const MetaUse meta{s_.meta ? &*s_.meta : nullptr};
     const Tensor gy = contiguous(grad.detach());
     Fp8Operand gq;
-    if (need_p || need_q) gq = cast_role_widened(gy, Fp8Role::GradOutput, s_.recipe, meta, false);
+    Tensor gb;  // the bias gradient, summed in the cast's pass where both are wanted
+    if ((need_p || need_q) && need_b && gy.dtype() != DType::Float16) {
+      gq = per_tensor_cast(gy, Fp8Role::GradOutput, s_.recipe, meta, [&gb](const Tensor& x, DType dt, float scale, float* amax) {
+        return quantize_per_tensor_widened_channel_sums(x, dt, scale, amax, &gb);
+      });
+    } else if (need_p || need_q) {
+      gq = cast_role_widened(gy, Fp8Role::GradOutput, s_.recipe, meta, false);
+    }
     if (need_p) {
       const Fp8Operand q = dgrad_weight(who);
       const Tensor qw = q.widened.defined() ? q.widened : widen_fp8(q.data);
@@ -268,7 +275,7 @@ class Fp8GemmNode final : public Node {
       }
       out[1] = cpu::cast_to(dw.reshape(meta_[1].sizes), meta_[1].dtype);
     }
-    if (need_b) out[2] = cpu::cast_to(channel_sums(gy, g), meta_[2].dtype);
+    if (need_b) out[2] = cpu::cast_to(gb.defined() ? gb : channel_sums(gy, g), meta_[2].dtype);
     return out;
   }
 
@@ -309,7 +316,8 @@ class Fp8GemmNode final : public Node {
 
   // sum over n, h, w of G (N, O, OH, OW) per channel, in FP32: each channel on one thread, 16
   // partial sums over the pixels (l mod 16) added in order at the end: the same bits at every
-  // thread count.
+  // thread count, and those of quantize_per_tensor_widened_channel_sums, which sums G in its cast's
+  // pass where the kernel route casts it (every case but a bias-only backward and f16's).
   static Tensor channel_sums(const Tensor& gy, const ConvGeom& g) {
     Tensor gb = Tensor::empty({g.O}, TensorOptions(DType::Float32));
     float* o = gb.data_ptr<float>();

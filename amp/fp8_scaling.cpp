@@ -108,7 +108,7 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
   BFloat16* wide = op.widened.data_ptr<BFloat16>();
   const int64_t n = c.numel();
   const Fp8CastTable& cast = Fp8CastTable::of(fp8);
-  // Chunks small enough that the f32 staging of a 16-bit input stays in L1.
+  // Chunks small enough that the f32 staging of an f16 input stays in L1 (BF16 is read as it is).
   constexpr int64_t kChunk = 2048;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   float m = 0.0f;
@@ -118,16 +118,60 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
 #pragma omp for schedule(static) reduction(max : m)
     for (int64_t ch = 0; ch < chunks; ++ch) {
       const int64_t i = ch * kChunk, len = std::min(kChunk, n - i);
-      const float* src = buf;
-      if (dt == DType::Float32)
-        src = c.data_ptr<float>() + i;
-      else if (dt == DType::BFloat16)
-        convert_bfloat16_to_float(c.data_ptr<BFloat16>() + i, buf, static_cast<size_t>(len));
-      else
-        convert_half_to_float(c.data_ptr<Half>() + i, buf, static_cast<size_t>(len));
-      const float a = cast.cast_scaled_widened(src, scale, dst != nullptr ? dst + i : nullptr, wide + i, len);
+      uint8_t* d = dst != nullptr ? dst + i : nullptr;
+      float a;
+      if (dt == DType::BFloat16) {  // read as it is
+        a = cast.cast_scaled_widened(c.data_ptr<BFloat16>() + i, scale, d, wide + i, len);
+      } else {
+        const float* src = buf;
+        if (dt == DType::Float32)
+          src = c.data_ptr<float>() + i;
+        else
+          convert_half_to_float(c.data_ptr<Half>() + i, buf, static_cast<size_t>(len));
+        a = cast.cast_scaled_widened(src, scale, d, wide + i, len);
+      }
       m = a > m ? a : m;
     }
+  }
+  op.scale = scale;
+  op.scale_inv = 1.0f / scale;
+  if (amax != nullptr) *amax = m;
+  return op;
+}
+
+Fp8Operand quantize_per_tensor_widened_channel_sums(const Tensor& x, DType fp8, float scale, float* amax,
+                                                    Tensor* sums) {
+  MT_CHECK(is_float8(fp8), "quantize_per_tensor_widened_channel_sums: the target must be an FP8 dtype, got ",
+           dtype_name(fp8));
+  MT_CHECK(std::isfinite(scale) && scale > 0.0f,
+           "quantize_per_tensor_widened_channel_sums: scale must be finite and > 0, got ", scale);
+  const DType dt = x.dtype();
+  MT_CHECK(x.device().is_cpu() && x.dim() >= 2 && (dt == DType::Float32 || dt == DType::BFloat16),
+           "quantize_per_tensor_widened_channel_sums: expected a CPU f32 or bf16 tensor (N, C, ...), got ",
+           x.describe());
+  const Tensor c = contiguous(x.detach());
+  const int64_t N = c.size(0), C = c.size(1), L = C == 0 || N == 0 ? 0 : c.numel() / (N * C);
+  Fp8Operand op;
+  op.widened = Tensor::empty(c.sizes(), TensorOptions(DType::BFloat16));
+  *sums = Tensor::empty({C}, TensorOptions(DType::Float32));
+  float* o = sums->data_ptr<float>();
+  BFloat16* wide = op.widened.data_ptr<BFloat16>();
+  const Fp8CastTable& cast = Fp8CastTable::of(fp8);
+  float m = 0.0f;
+  // A channel per thread, its rows n by n: each lane's adds in one order at every thread count.
+#pragma omp parallel for if (c.numel() >= cpu::kParallelGrain && C > 1) schedule(static) reduction(max : m)
+  for (int64_t ch = 0; ch < C; ++ch) {
+    float lanes[16] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t base = (n * C + ch) * L;
+      const float a = dt == DType::BFloat16
+                          ? cast.cast_scaled_widened(c.data_ptr<BFloat16>() + base, scale, nullptr, wide + base, L, lanes)
+                          : cast.cast_scaled_widened(c.data_ptr<float>() + base, scale, nullptr, wide + base, L, lanes);
+      m = a > m ? a : m;
+    }
+    float t = 0.0f;
+    for (float v : lanes) t += v;
+    o[ch] = t;
   }
   op.scale = scale;
   op.scale_inv = 1.0f / scale;

@@ -53,6 +53,12 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float*
 // saved (the output gradient).
 Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax = nullptr,
                                        bool keep_data = true);
+// quantize_per_tensor_widened(x, fp8, scale, amax, false) of an f32 or bf16 (N, C, ...) tensor,
+// with *sums set to each channel's FP32 sum, read in the same pass (conv2d's bias gradient from
+// its output gradient): the values of each (n, c) row go to 16 lanes, value l to lane l mod 16, row
+// after row in n's order, and the lanes are then added in order; the same bits at every thread count.
+Fp8Operand quantize_per_tensor_widened_channel_sums(const Tensor& x, DType fp8, float scale, float* amax,
+                                                    Tensor* sums);
 // An FP8 tensor of any shape, contiguous, each value widened exactly to BF16 (the same sizes).
 Tensor widen_fp8(const Tensor& fp8);
 

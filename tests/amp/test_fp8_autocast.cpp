@@ -551,6 +551,28 @@ TEST(Fp8Autocast, TheDgradCastsTheWeightWithTheForwardsScaleAfterAnUpdate) {
     }
 }
 
+TEST(Fp8Autocast, Conv2dBiasGradientHasTheSameBitsWhetherTheGradientCastSumsItOrNot) {
+  // With the weight needing a gradient, the bias gradient is summed in G's cast pass (the kernel
+  // route); a bias-only backward sums G apart. The same G gives the same bits either way.
+  for (int64_t hw : {int64_t{6}, int64_t{28}}) {
+    const Tensor x = rnd({3, 4, hw, hw}, 180);
+    const Tensor gy = rnd({3, 5, hw, hw}, 181);
+    auto bias_grad = [&](bool weight_grad) {
+      const Tensor w = rnd({5, 4, 3, 3}, 182, 0.3).requires_grad_(weight_grad);
+      const Tensor b = rnd({5}, 183).requires_grad_();
+      Tensor y;
+      {
+        Fp8Autocast fp8(CurrentScaling{});
+        y = conv2d(x, w, b, {1, 1}, {1, 1});
+      }
+      EXPECT_EQ(y.dtype(), DType::BFloat16);
+      (y.to(DType::Float32) * gy).sum().backward();
+      return b.grad();
+    };
+    EXPECT_TRUE(bit_equal(bias_grad(true), bias_grad(false))) << hw;
+  }
+}
+
 TEST(Fp8Autocast, AWeightChangedInPlaceBetweenForwardAndBackwardIsRefused) {
   for (bool conv : {true, false})
     for (const Fp8Recipe& recipe : {Fp8Recipe{CurrentScaling{}}, Fp8Recipe{MXFP8BlockScaling{}}}) {
