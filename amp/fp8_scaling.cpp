@@ -1,6 +1,7 @@
 // amp/fp8_scaling.cpp — see amp/fp8_scaling.h.
 #include "amp/fp8_scaling.h"
 
+#include "amp/amax_kernels.h"
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_scale_rule.h"
 #include "amp/mx_block.h"
@@ -21,40 +22,20 @@ namespace mixtape::amp {
 
 float amax_of(const Tensor& x) {
   MT_CHECK(x.device().is_cpu(), "amax_of: runs on the CPU for now, got ", x.describe(), " on ", x.device());
-  if (x.dtype() == DType::BFloat16) {
-    // On the bits: |v|'s pattern orders as |v| does; patterns above inf's are NaNs, dropped. No
-    // f32 copy of the tensor.
-    const Tensor c = contiguous(x.detach());
-    const uint16_t* p = reinterpret_cast<const uint16_t*>(c.data_ptr());
-    const int64_t n = c.numel();
-    // Chunks over the threads, each a SIMD max (omp simd: -O2 leaves the plain loop scalar).
-    constexpr int64_t kChunk = 1 << 14;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    // As int16: the patterns are non-negative there, and signed 16-bit max is baseline SSE2.
-    int16_t m = 0;
-#pragma omp parallel for if (n >= cpu::kParallelGrain && chunks > 1) schedule(static) reduction(max : m)
-    for (int64_t ch = 0; ch < chunks; ++ch) {
-      int16_t cm = 0;
-      const int64_t end = std::min(n, (ch + 1) * kChunk);
-#pragma omp simd reduction(max : cm)
-      for (int64_t i = ch * kChunk; i < end; ++i) {
-        int16_t a = static_cast<int16_t>(p[i] & 0x7FFF);
-        a = a > 0x7F80 ? int16_t(0) : a;
-        cm = a > cm ? a : cm;
-      }
-      m = cm > m ? cm : m;
-    }
-    return static_cast<float>(BFloat16::from_bits(static_cast<uint16_t>(m)));
-  }
-  const Tensor c = contiguous(cpu::cast_to(x.detach(), DType::Float32));
-  const float* p = c.data_ptr<float>();
+  const bool bf16 = x.dtype() == DType::BFloat16;
+  // BF16 on its own bits (no f32 copy); other dtypes through f32.
+  const Tensor c = bf16 ? contiguous(x.detach()) : contiguous(cpu::cast_to(x.detach(), DType::Float32));
   const int64_t n = c.numel();
+  // Chunks over the threads, each a vector max; max is exact and order-free: the same answer at
+  // every thread count.
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
   float m = 0.0f;
-  // max is exact and order-free: the same answer at every thread count.
-#pragma omp parallel for simd if (n >= cpu::kParallelGrain) schedule(static) reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(p[i]);
-    m = a > m ? a : m;  // a NaN compares false and is dropped, as fmax drops it
+#pragma omp parallel for if (n >= cpu::kParallelGrain && chunks > 1) schedule(static) reduction(max : m)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t i = ch * kChunk, len = std::min(kChunk, n - i);
+    const float a = bf16 ? amax_bf16(c.data_ptr<BFloat16>() + i, len) : amax_f32(c.data_ptr<float>() + i, len);
+    m = a > m ? a : m;
   }
   return m;
 }

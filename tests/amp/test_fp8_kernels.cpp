@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 
+#include "amp/amax_kernels.h"
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_im2col.h"
 #include "common/bf16_paths_here.h"
@@ -240,6 +241,40 @@ TEST(Fp8CastTable, ChannelSumsReadInTheCastsPassAreTheLaneOrderSumsAtEveryThread
           EXPECT_EQ(std::bit_cast<uint32_t>(sums.data_ptr<float>()[c]), std::bit_cast<uint32_t>(want[static_cast<size_t>(c)]))
               << "L " << L << ' ' << dtype_name(dt) << " channel " << c;
     }
+}
+
+TEST(Fp8Amax, VectorAndPlainLoopsGiveTheLargestMagnitudeWithNaNsDroppedOnEveryBf16Pattern) {
+  // Every BF16 pattern once (NaNs, infs, subnormals, both zeros), then the same values without
+  // the infs and NaNs, then a prefix with a tail; f32 as the BF16 values widened. Both ISA levels.
+  std::vector<BFloat16> all(1 << 16);
+  for (uint32_t b = 0; b < (1u << 16); ++b) all[b] = BFloat16::from_bits(static_cast<uint16_t>(b));
+  std::vector<BFloat16> finite;
+  for (const BFloat16& v : all)
+    if (std::isfinite(static_cast<float>(v))) finite.push_back(v);
+  for (const std::vector<BFloat16>* src : {&all, &finite})
+    for (int64_t n : {static_cast<int64_t>(src->size()), int64_t{40001}, int64_t{7}, int64_t{0}}) {
+      float want = 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        const float a = std::fabs(static_cast<float>((*src)[static_cast<size_t>(i)]));
+        want = a > want ? a : want;  // NaN compares false
+      }
+      std::vector<float> f(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) f[static_cast<size_t>(i)] = static_cast<float>((*src)[static_cast<size_t>(i)]);
+      for (bool baseline : {false, true}) {
+        std::optional<cpu::Override> cap;
+        if (baseline) cap.emplace(cpu::IsaLevel::Baseline);
+        EXPECT_EQ(amax_bf16(src->data(), n), want) << "n " << n << " baseline " << baseline;
+        EXPECT_EQ(amax_f32(f.data(), n), want) << "n " << n << " baseline " << baseline;
+      }
+    }
+  // amax_of over threads and dtypes: a tensor bigger than one chunk, its largest value last.
+  Generator g(6);
+  Tensor x = randn({3, 50001}, {}, &g);
+  x.data_ptr<float>()[x.numel() - 1] = -1000.0f;
+  x.data_ptr<float>()[17] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(amax_of(x), 1000.0f);
+  EXPECT_EQ(amax_of(x.to(DType::BFloat16)), 1000.0f);
+  EXPECT_EQ(amax_of(x.to(DType::Float16)), 1000.0f);
 }
 
 TEST(Fp8CastTable, BulkCastTailsAndAmaxDropNaN) {
