@@ -32,6 +32,15 @@ struct Chunk {
   __m512 best;   // each window's max tap
   __m512i code;  // its tap: 0, 1 (row 0, even/odd column), 2, 3 (row 1)
 };
+// A chunk's 16 codes (0..3, one a lane) as 4 bytes of 2-bit codes (ops/max_pool_taps.h: code j at
+// bits 2 (j % 4) of byte j / 4) in the low dword: narrowed to bytes (as the byte codes were),
+// then c0 + 4 c1 per word and w0 + 16 w1 per dword by the multiply-add ports, one byte shuffle.
+// Lanes past the chunk's n hold code 0 (their inputs load as 0: no tap is taken).
+MT_TARGET_AVX512 inline __m128i packed_codes(__m512i code) {
+  const __m128i pairs = _mm_maddubs_epi16(_mm512_cvtepi32_epi8(code), _mm_set1_epi16(0x0401));
+  const __m128i quads = _mm_madd_epi16(pairs, _mm_set1_epi32(0x00100001));
+  return _mm_shuffle_epi8(quads, _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+}
 // The 2n inputs of a chunk's row (n <= 16 windows) as two vectors of 16 floats: inputs [0, 16) and
 // [16, 32), zero past 2n. BF16 is widened exactly (its bits are a float's upper half).
 struct RowPair {
@@ -79,25 +88,18 @@ MT_TARGET_AVX512 void pool_plane(const E* in, int64_t OH, int64_t OW, int64_t W,
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i code_shift = _mm512_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6, 0, 2, 4, 6);
   const int64_t row_bytes = packed_tap_bytes(OW);
   for (int64_t ow = 0; ow < OW; ow += 16) {
     const int64_t n = std::min<int64_t>(16, OW - ow);
     const ChunkShape cs = chunk_shape(n);
-    const __mmask16 bytes = first_lanes(packed_tap_bytes(n));  // the chunk's 4 code bytes (fewer at the end)
+    const __mmask16 bytes = first_lanes(packed_tap_bytes(n));  // the chunk's code bytes: 4, fewer at the end
     // 2 (ow + lane): the window's first input column; the tap adds (code >> 1) W + (code & 1).
     const __m512i col0 = _mm512_slli_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32(int(ow))), 1);
     for (int64_t oh = 0; oh < OH; ++oh) {
       const E* r0 = in + 2 * oh * W + 2 * ow;
       const Chunk c = window_max(r0, r0 + W, cs, even, odd);
       if (out) store_lanes(out + oh * OW + ow, cs.m, c.best);
-      if (taps) {
-        // Code j at bits 2 (j % 4) of byte j / 4: shifted in its lane (lanes past n hold 0), narrowed
-        // to a byte, then each dword's 4 bytes (disjoint bits) ORed into its low byte.
-        __m128i b = _mm512_cvtepi32_epi8(_mm512_sllv_epi32(_mm512_maskz_mov_epi32(cs.m, c.code), code_shift));
-        b = _mm_or_si128(_mm_or_si128(b, _mm_srli_epi32(b, 8)), _mm_or_si128(_mm_srli_epi32(b, 16), _mm_srli_epi32(b, 24)));
-        _mm_mask_storeu_epi8(taps + oh * row_bytes + ow / 4, bytes, _mm_cvtepi32_epi8(b));
-      }
+      if (taps) _mm_mask_storeu_epi8(taps + oh * row_bytes + ow / 4, bytes, packed_codes(c.code));
       if (idx) {  // flat index in the plane, in 32 bits (the plane is < 2^31), stored as 64
         const __m512i at = _mm512_add_epi32(
             _mm512_add_epi32(_mm512_set1_epi32(int(2 * oh * W)), _mm512_mullo_epi32(_mm512_srli_epi32(c.code, 1),
