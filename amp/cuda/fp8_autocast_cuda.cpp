@@ -14,12 +14,14 @@
 // - conv2d casts its image, saves it (one byte per pixel) and builds the im2col matrix from the
 //   FP8 bytes on the device, K-major for the forward and transposed for the wgrad
 //   (amp/cuda/fp8_im2col.cu); the dgrad's columns go back to the image by col2im.
-// MXFP8 is refused here: cuBLASLt's block-scaled FP8 matmul exists on Blackwell only.
+// MXFP8 goes to amp/cuda/mx_autocast_cuda.cpp (block casts widened to BF16 on any GPU; cuBLASLt's
+// block-scaled FP8 matmul exists on Blackwell only and is not used).
 #include <sstream>
 
 #include "amp/cuda/fp8_delayed_scaling.h"
 #include "amp/cuda/fp8_delayed_scaling_kernels.h"
 #include "amp/cuda/fp8_im2col_kernels.h"
+#include "amp/cuda/mx_autocast_cuda.h"
 #include "amp/fp8_cuda_route.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
@@ -247,13 +249,11 @@ TensorList run(const detail::Fp8CudaCall& c) {
   const char* who = who_s.c_str();
   const detail::Fp8RegionSettings& region = *c.region;
   const Device dev = c.x.device();
-  MT_CHECK(!std::holds_alternative<MXFP8BlockScaling>(region.recipe), op_name(c.op), " (Fp8Autocast): ",
-           recipe_string(region.recipe), " does not run on ", dev, " yet (cuBLASLt's block-scaled FP8 matmul is "
-           "Blackwell-only and the device MX casts are not built); use DelayedScaling or CurrentScaling on CUDA, "
-           "or MXFP8 on the CPU");
   MT_CHECK(c.w.device() == dev && (!c.bias.defined() || c.bias.device() == dev), who,
            ": every operand must be on one device, got ", c.x.describe(), " on ", dev, ", ", c.w.describe(), " on ",
            c.w.device(), c.bias.defined() ? ", bias on " : "", c.bias.defined() ? c.bias.device() : dev);
+  // MXFP8: the device block casts, widened to BF16 (amp/cuda/mx_autocast_cuda.cpp).
+  if (std::holds_alternative<MXFP8BlockScaling>(region.recipe)) return run_mx(c, who);
   ::mixtape::cuda::DeviceGuard guard(dev.index());
   Setup s{c.op, region.recipe};
   const bool conv = c.op == Fp8GemmOp::Conv2d;
