@@ -565,6 +565,19 @@ Tensor mx_abs(const Tensor& t, int64_t dim, DType elem) {
   return mx_quantize_widened(on_cpu(t).detach(), dim, elem, MXFP8BlockScaling{}, "ref").widened.to(DType::Float64).abs();
 }
 
+// Random values over 2^-14 .. 2^1 (random signs), in dtype dt: a block's small values fall among
+// E4M3's subnormals or flush, by how far below its amax they lie, so a block along another dim
+// than the CPU's gives other values (far outside the summation-order bound), where values of one
+// binade would not show it (a power-of-two scale changes no normal element's rounding).
+Tensor spread(std::mt19937_64& rng, const IntList& shape, DType dt) {
+  Tensor t = Tensor::empty(shape, TensorOptions(DType::Float32));
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> e(-14, 0), sign(0, 1);
+  float* p = t.data_ptr<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = (sign(rng) ? -1.0f : 1.0f) * std::ldexp(mant(rng), e(rng));
+  return t.to(dt);
+}
+
 TEST(CudaMxAutocast, RandomLinearMatmulConvWithinTheSummationOrderBound) {
   MT_REQUIRE_CUDA();
   std::mt19937_64 rng(fresh_seed());
@@ -574,15 +587,15 @@ TEST(CudaMxAutocast, RandomLinearMatmulConvWithinTheSummationOrderBound) {
     for (int op = 0; op < 4; ++op) {
       // linear x (3, 5, 40) w (24, 40); matmul a (12, 40) b (40, 24); conv x (2, 3, 6, 5) w (8, 3, 3, 3)
       // stride (2, 1) (blocks of 3 channels); conv x (2, 40, 4, 3) w (6, 40, 3, 3) (32 + 8 channels).
-      const Tensor x = op == 0 ? random_input(rng, {3, 5, 40}, DType::BFloat16)
-                     : op == 1 ? random_input(rng, {12, 40}, DType::Float32)
-                     : op == 2 ? random_input(rng, {2, 3, 6, 5}, DType::Float32)
-                               : random_input(rng, {2, 40, 4, 3}, DType::BFloat16);
-      const Tensor w = op == 0 ? random_input(rng, {24, 40}, DType::Float32, 0.01, 0.5)
-                     : op == 1 ? random_input(rng, {40, 24}, DType::Float32, 0.01, 0.5)
-                     : op == 2 ? random_input(rng, {8, 3, 3, 3}, DType::Float32, 0.01, 0.5)
-                               : random_input(rng, {6, 40, 3, 3}, DType::Float32, 0.01, 0.5);
-      const Tensor b = op == 1 ? Tensor() : random_input(rng, {w.size(0)}, DType::Float32);
+      const Tensor x = op == 0 ? spread(rng, {3, 5, 40}, DType::BFloat16)
+                     : op == 1 ? spread(rng, {12, 40}, DType::Float32)
+                     : op == 2 ? spread(rng, {2, 3, 6, 5}, DType::Float32)
+                               : spread(rng, {2, 40, 4, 3}, DType::BFloat16);
+      const Tensor w = op == 0 ? spread(rng, {24, 40}, DType::Float32)
+                     : op == 1 ? spread(rng, {40, 24}, DType::Float32)
+                     : op == 2 ? spread(rng, {8, 3, 3, 3}, DType::Float32)
+                               : spread(rng, {6, 40, 3, 3}, DType::Float32);
+      const Tensor b = op == 1 ? Tensor() : spread(rng, {w.size(0)}, DType::Float32);
       const IntList stride = op == 2 ? IntList{2, 1} : IntList{1, 1};
       auto run = [&](Device d, DeviceType dt, Tensor& gx, Tensor& gw, Tensor& r) {
         Tensor xl = leaf(x, d), wl = leaf(w, d), bl = b.defined() ? leaf(b, d) : Tensor();
@@ -591,7 +604,7 @@ TEST(CudaMxAutocast, RandomLinearMatmulConvWithinTheSummationOrderBound) {
           Fp8Autocast fp8(recipe, nullptr, {out}, dt);
           y = op == 0 ? linear(xl, wl, bl) : op == 1 ? matmul(xl, wl) : conv2d(xl, wl, bl, stride, {1, 1});
         }
-        if (!r.defined()) r = random_input(rng, y.sizes(), DType::BFloat16);
+        if (!r.defined()) r = spread(rng, y.sizes(), DType::BFloat16);
         sum(y.to(DType::Float32) * r.to(d)).backward();
         gx = xl.grad();
         gw = wl.grad();
