@@ -3,6 +3,7 @@
 #include "amp/fp8_cast_table.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "amp/fp8_scaling.h"
@@ -56,28 +57,48 @@ struct Fp8Format {
 constexpr Fp8Format kE4m3{3, 7, 448.0f, 0x1p-6f, 0x1p9f};
 constexpr Fp8Format kE5m2{2, 15, 57344.0f, 0x1p-14f, 0x1p16f};
 
-// scales, when given, holds one scale per value (MX blocks) in place of `scale`.
-MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* table, const BFloat16* wtable,
-                                         const float* src, float scale, const float* scales, uint8_t* dst,
-                                         uint16_t* wide, int64_t n) {
+// 16 source values as floats (masked lanes 0): f32 as they are, BF16 widened in the register
+// (exact), so a BF16 tensor needs no f32 copy.
+MT_TARGET_AVX512 inline __m512 load16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
+MT_TARGET_AVX512 inline __m512 load16(const uint16_t* p, __mmask16 k) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+}
+inline float as_float(float v) { return v; }
+inline float as_float(uint16_t bf16) { return std::bit_cast<float>(static_cast<uint32_t>(bf16) << 16); }
+
+// scales, when given, holds one scale per value (MX blocks) in place of `scale`. kCodes: the FP8
+// codes are written to dst as well; without them only the rounded value is needed, and one FP add
+// and subtract round it (below). lanes, when given: lanes[i % 16] += src[i], in order.
+template <bool kCodes, typename S>
+MT_TARGET_AVX512 float cast_widen_avx512_as(const Fp8Format& f, const uint8_t* table, const BFloat16* wtable,
+                                            const S* src, float scale, const float* scales, uint8_t* dst,
+                                            uint16_t* wide, int64_t n, float* lanes) {
   const int shift = 23 - f.mant;
   const __m512 vs = _mm512_set1_ps(scale), vmax = _mm512_set1_ps(f.max), vmin = _mm512_set1_ps(f.min_normal);
   const __m512 vsub = _mm512_set1_ps(f.sub_inv), vq = _mm512_set1_ps(1.0f / f.sub_inv);
   const __m512i half = _mm512_set1_epi32((1 << (shift - 1)) - 1), one = _mm512_set1_epi32(1);
   const __m512i keep = _mm512_set1_epi32(~((1 << shift) - 1)), rebias = _mm512_set1_epi32((127 - f.bias) << f.mant);
   const __m512i signbit = _mm512_set1_epi32(static_cast<int>(0x80000000u)), inf = _mm512_set1_epi32(0x7F800000);
+  // The rounding constant's exponent: a's own, at least the smallest normal's (subnormals share its
+  // quantum), plus 23 - mant.
+  const __m512i emin = _mm512_set1_epi32(static_cast<int>(std::bit_cast<uint32_t>(f.min_normal) & 0x7F800000u));
+  const __m512i lift = _mm512_set1_epi32(shift << 23);
   __m512 m = _mm512_setzero_ps();
+  // A masked tail adds +0 to its idle lanes, which leaves every lane's value as it is (a lane
+  // starting at +0 never holds -0).
+  __m512 acc = lanes != nullptr ? _mm512_loadu_ps(lanes) : _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
-    const __m512 x = _mm512_maskz_loadu_ps(k, src + i);
+    const __m512 x = load16(src + i, k);
     m = _mm512_max_ps(_mm512_abs_ps(x), m);  // NaNs dropped, as in cast_scaled_avx512
+    if (lanes != nullptr) acc = _mm512_add_ps(acc, x);
     const __m512 vsi = scales != nullptr ? _mm512_maskz_loadu_ps(k, scales + i) : vs;
     const __m512i vb = _mm512_castps_si512(_mm512_mul_ps(x, vsi));
     const __m512i sign = _mm512_and_si512(vb, signbit);
     const __m512i ab = _mm512_andnot_si512(signbit, vb);
     if (_mm512_mask_cmpgt_epi32_mask(k, ab, inf)) {  // a NaN: this vector by the tables
       for (int64_t j = i; j < std::min(n, i + 16); ++j) {
-        const float v = src[j] * (scales != nullptr ? scales[j] : scale);
+        const float v = as_float(src[j]) * (scales != nullptr ? scales[j] : scale);
         uint32_t b;
         std::memcpy(&b, &v, sizeof b);
         const uint8_t c = table[(b >> 16) | ((b & 0xFFFFu) ? 0x10000u : 0u)];
@@ -87,22 +108,42 @@ MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* tabl
       continue;
     }
     const __m512 a = _mm512_min_ps(_mm512_castsi512_ps(ab), vmax);  // inf -> max (SATFINITE)
-    // Normals: round to nearest even at `mant` bits on the bits (a carry moves into the exponent).
-    __m512i b = _mm512_castps_si512(a);
-    b = _mm512_add_epi32(b, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(b, shift), one)));
-    b = _mm512_and_si512(b, keep);
-    __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(b, shift), rebias);
-    // Subnormals: |v| in quanta, rounded to the nearest even integer (exact: a power-of-two product).
-    const __mmask16 sub = _mm512_cmp_ps_mask(a, vmin, _CMP_LT_OQ);
-    const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(a, vsub), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    code = _mm512_mask_mov_epi32(code, sub, _mm512_cvttps_epi32(q));
-    b = _mm512_mask_mov_epi32(b, sub, _mm512_castps_si512(_mm512_mul_ps(q, vq)));
-    code = _mm512_or_si512(code, _mm512_srli_epi32(sign, 24));
+    __m512i b;
+    if constexpr (kCodes) {
+      // Normals: round to nearest even at `mant` bits on the bits (a carry moves into the exponent).
+      b = _mm512_castps_si512(a);
+      b = _mm512_add_epi32(b, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(b, shift), one)));
+      b = _mm512_and_si512(b, keep);
+      __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(b, shift), rebias);
+      // Subnormals: |v| in quanta, rounded to the nearest even integer (exact: a power-of-two product).
+      const __mmask16 sub = _mm512_cmp_ps_mask(a, vmin, _CMP_LT_OQ);
+      const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(a, vsub), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      code = _mm512_mask_mov_epi32(code, sub, _mm512_cvttps_epi32(q));
+      b = _mm512_mask_mov_epi32(b, sub, _mm512_castps_si512(_mm512_mul_ps(q, vq)));
+      code = _mm512_or_si512(code, _mm512_srli_epi32(sign, 24));
+      _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, code);
+    } else {
+      // The value alone: c = 2^(max(E, Emin) - mant + 23) for a in binade E. c + a lies in [c, 2c),
+      // whose ulp is 2^(max(E, Emin) - mant), the format's quantum at a (normal or subnormal), so
+      // the add rounds a to nearest even on the format's grid and the subtract is exact. a <= max,
+      // a grid point, so nothing rounds past it.
+      const __m512i e = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), inf), emin);
+      const __m512 c = _mm512_castsi512_ps(_mm512_add_epi32(e, lift));
+      b = _mm512_castps_si512(_mm512_sub_ps(_mm512_add_ps(a, c), c));
+    }
     b = _mm512_or_si512(b, sign);
-    if (dst != nullptr) _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, code);
     _mm512_mask_cvtepi32_storeu_epi16(wide + i, k, _mm512_srli_epi32(b, 16));
   }
+  if (lanes != nullptr) _mm512_storeu_ps(lanes, acc);
   return _mm512_reduce_max_ps(m);
+}
+
+template <typename S>
+MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* table, const BFloat16* wtable,
+                                         const S* src, float scale, const float* scales, uint8_t* dst,
+                                         uint16_t* wide, int64_t n, float* lanes = nullptr) {
+  return dst != nullptr ? cast_widen_avx512_as<true>(f, table, wtable, src, scale, scales, dst, wide, n, lanes)
+                        : cast_widen_avx512_as<false>(f, table, wtable, src, scale, scales, dst, wide, n, lanes);
 }
 
 MT_TARGET_AVX512 void widen_avx512(const uint16_t* t, const uint8_t* src, uint16_t* dst, int64_t n) {
@@ -155,17 +196,42 @@ float Fp8CastTable::cast_scaled(const float* src, float scale, uint8_t* dst, int
   return cast_scaled_scalar(table_.data(), src, scale, dst, n);
 }
 
-float Fp8CastTable::cast_scaled_widened(const float* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n) const {
+float Fp8CastTable::cast_scaled_widened(const float* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n,
+                                        float* lanes) const {
   if (n <= 0) return 0.0f;
 #if MIXTAPE_X86_KERNELS
   if (cpu::isa_avx512())
     return cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, scale, nullptr, dst,
-                             &wide->bits, n);
+                             &wide->bits, n, lanes);
 #endif
+  if (lanes != nullptr)
+    for (int64_t i = 0; i < n; ++i) lanes[i % 16] += src[i];
   std::vector<uint8_t> own(dst != nullptr ? 0 : static_cast<size_t>(n));
   uint8_t* codes = dst != nullptr ? dst : own.data();
   const float m = cast_scaled(src, scale, codes, n);
   widen_fp8_codes(widen_, codes, wide, n);
+  return m;
+}
+
+float Fp8CastTable::cast_scaled_widened(const BFloat16* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n,
+                                        float* lanes) const {
+  if (n <= 0) return 0.0f;
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512())
+    return cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), &src->bits, scale, nullptr, dst,
+                             &wide->bits, n, lanes);
+#endif
+  // In chunks of 16-value multiples small enough for an f32 copy on the stack (exact: every BF16
+  // value is a float), so each chunk's lanes line up with the whole row's.
+  constexpr int64_t kChunk = 1024;
+  float buf[kChunk];
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t len = std::min(kChunk, n - i);
+    for (int64_t j = 0; j < len; ++j) buf[j] = static_cast<float>(src[i + j]);
+    const float a = cast_scaled_widened(buf, scale, dst != nullptr ? dst + i : nullptr, wide + i, len, lanes);
+    m = a > m ? a : m;
+  }
   return m;
 }
 

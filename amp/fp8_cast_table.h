@@ -41,12 +41,20 @@ class Fp8CastTable {
   // dst[i] = (*this)(src[i] * scale) for i < n (the product an f32 multiply, as written); returns
   // max |src[i]| over the same values (NaNs dropped, 0 for none), read in the same pass.
   float cast_scaled(const float* src, float scale, uint8_t* dst, int64_t n) const;
-  // The same, and wide[i] = the BF16 of dst[i] (exact); dst may be null (only wide is written). With AVX-512 in one pass of arithmetic:
-  // round to nearest even on the float's bits at the format's mantissa width (normals), or of
-  // |v| times the subnormal quantum's inverse to an integer (subnormals), |v| first clamped to the
-  // format's largest finite value (SATFINITE); vectors holding a NaN take the table. Its bits are
-  // the table's: tests/amp/test_fp8_kernels.cpp checks every high half with several low halves.
-  float cast_scaled_widened(const float* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n) const;
+  // The same, and wide[i] = the BF16 of dst[i] (exact); dst may be null (only wide is written).
+  // With AVX-512 in one pass of arithmetic, |v| first clamped to the format's largest finite value
+  // (SATFINITE): with codes, round to nearest even on the float's bits at the format's mantissa
+  // width (normals) or |v| times the subnormal quantum's inverse to an integer (subnormals);
+  // without, one FP add and subtract of a power of two whose ulp is the format's quantum at |v|.
+  // Vectors holding a NaN take the table. Its bits are the table's:
+  // tests/amp/test_fp8_kernels.cpp checks every high half with several low halves, both ways.
+  // lanes, when given (16 floats): lanes[i % 16] += src[i] for i < n in order (a row of a channel's
+  // FP32 sum, read in the same pass; conv2d's bias gradient).
+  float cast_scaled_widened(const float* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n,
+                            float* lanes = nullptr) const;
+  // The same from BF16 values, read as they are (each is a float; no f32 copy). Bits: the f32 form's.
+  float cast_scaled_widened(const BFloat16* src, float scale, uint8_t* dst, BFloat16* wide, int64_t n,
+                            float* lanes = nullptr) const;
   // The same cast and widening with one scale per value, scales[i] (MX blocks); no amax. Its bits
   // are the table's: the vector form is cast_scaled_widened's with the scale loaded per lane.
   void cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide, int64_t n) const;

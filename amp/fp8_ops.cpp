@@ -9,7 +9,7 @@
 //   dgrad     dP = G @ op(Q)^T                reduction over N   (G: the output gradient, (M, N))
 //   wgrad     dQ = G^T @ P (linear, conv2d) or P^T @ G (matmul)  reduction over M
 // conv2d's dP goes back to the image by col2im (the sum over the windows each pixel is in).
-// Per-tensor recipes cast P, Q once in forward (saved in FP8 for backward: the transposes are
+// Per-tensor recipes cast P, Q once in forward (P saved in FP8 for backward: the transposes are
 // layout flags) and G once in backward; conv2d casts its input image, not the im2col matrix
 // (the same values: im2col copies and pads with zeros), and saves that, one byte per pixel.
 // MXFP8 blocks run along each GEMM's reduction dim, so each tensor is cast twice, once per dim,
@@ -24,6 +24,13 @@
 // the image, weight and G are cast with their BF16 widening and run on BF16 autocast's own conv
 // kernels (ops/conv_scaled.h), the dequantising factor applied once to each FP32 sum. Per-tensor
 // linear/matmul operands are cast the same way, from their own dtype.
+// The weight for the dgrad: a leaf weight (a parameter, which its module keeps alive anyway) is
+// not saved in FP8. The node keeps a reference to it, its version and the scale of its forward
+// cast, and the backward casts it again: the same bytes, since a cast depends only on the values
+// and the scale (no amax is recorded twice). This is what PyTorch's linear does with its weight,
+// and it spares one byte per parameter (two for MX's widened copy) between forward and backward.
+// An in-place change to the weight in between is refused, as for any saved tensor. A non-leaf Q
+// (matmul's b, a computed weight) keeps its FP8 copy, which is smaller than the tensor.
 // Bias: added to the f32 result before the one rounding to the output dtype; its gradient is
 // G summed over rows, from the unquantized G (as TE's bgrad). The casts are straight-through:
 // backward treats quantize as the identity, so dP and dQ are the exact gradients of the
@@ -153,14 +160,20 @@ struct GemmSetup {
 class Fp8GemmNode final : public Node {
  public:
   // p_bwd: P cast for the wgrad (conv2d, per-tensor: the FP8 input image); q_bwd: Q cast for
-  // the dgrad; x_keep: conv2d under MXFP8, the input, whose im2col the wgrad casts along M.
-  Fp8GemmNode(GemmSetup s, const TensorList& inputs, Fp8Operand p_bwd, Fp8Operand q_bwd, Tensor x_keep)
+  // the dgrad, or w_ref: Q itself, cast again in backward with w_scale (per-tensor recipes: its
+  // forward cast's scale); x_keep: conv2d under MXFP8, the input, whose im2col the wgrad casts
+  // along M.
+  Fp8GemmNode(GemmSetup s, const TensorList& inputs, Fp8Operand p_bwd, Fp8Operand q_bwd, Tensor x_keep,
+              Tensor w_ref = Tensor(), float w_scale = 1.0f)
       : Node(next_seq_nr()),
         s_(std::move(s)),
         p_(std::move(p_bwd)),
         q_(std::move(q_bwd)),
         x_keep_(std::move(x_keep)),
-        x_keep_version_(x_keep_.defined() ? x_keep_.version() : 0) {
+        x_keep_version_(x_keep_.defined() ? x_keep_.version() : 0),
+        w_ref_(std::move(w_ref)),
+        w_ref_version_(w_ref_.defined() ? w_ref_.version() : 0),
+        w_scale_(w_scale) {
     for (const Tensor& t : inputs) {
       next_edges_.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : Edge{});
       meta_.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
@@ -174,7 +187,7 @@ class Fp8GemmNode final : public Node {
     const OpSchema& op = backward_schema(s_.kind);
     OpCall call;
     call.op = &op;
-    call.inputs = {grads.empty() ? Tensor() : grads[0], p_.data, q_.data, x_keep_};
+    call.inputs = {grads.empty() ? Tensor() : grads[0], p_.data, q_.data.defined() ? q_.data : w_ref_, x_keep_};
     const numerics::PreKernel pre = numerics::before_kernel(op, call);
     TensorList out = compute(grads);
     if (pre.active) numerics::after_kernel(op, call, out, pre);
@@ -191,7 +204,7 @@ class Fp8GemmNode final : public Node {
     static const auto make = [](const char* name) {
       auto* s = new OpSchema;  // leaked on purpose: lives as long as the process, like registered schemas
       s->name = name;
-      s->arg_names = {"grad_output", "saved input (FP8)", "saved weight (FP8)", "saved input"};
+      s->arg_names = {"grad_output", "saved input (FP8)", "weight (its saved FP8 copy, or itself)", "saved input"};
       return s;
     };
     static const OpSchema* linear = make("linear_fp8_backward");
@@ -200,17 +213,57 @@ class Fp8GemmNode final : public Node {
     return kind == GemmKind::Linear ? *linear : kind == GemmKind::Matmul ? *matmul : *conv;
   }
 
+  // A tensor kept by reference (x_keep_, w_ref_) shares the caller's storage: an in-place change
+  // to it since the forward would silently change the gradients, so it is refused, as autograd's
+  // saved tensors are.
+  static void check_unchanged(const Tensor& t, uint32_t saved_version, const char* which, const char* who) {
+    if (t.version() == saved_version) return;
+    std::string what = std::string(which) + " of " + who;
+    MT_ERROR(autograd::modified_in_place_message(what, t.describe(), t.version(), saved_version));
+  }
+
+  // Q for the dgrad: the saved FP8 copy, or the weight cast again exactly as the forward cast it
+  // (the same function on the same values with the same scale), in the layout the dgrad reads:
+  // widened (the BF16 kernels' operand), 4-D on the conv kernel route, else 2-D as stored.
+  Fp8Operand dgrad_weight(const char* who) const {
+    if (!w_ref_.defined()) return q_;
+    check_unchanged(w_ref_, w_ref_version_, "input 1 (the weight)", who);
+    const DType dt = fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::Weight);
+    const Tensor w = w_ref_.detach();
+    const IntList q2 = s_.q_transposed() ? IntList{s_.n, s_.k} : IntList{s_.k, s_.n};
+    if (const auto* mx = std::get_if<MXFP8BlockScaling>(&s_.recipe)) {
+      if (s_.kind == GemmKind::Conv2d) {  // blocked along O at each (c, kh, kw), as (O, C kH kW)
+        Fp8Operand q = mx_quantize_widened(w, 0, dt, *mx, who, false);
+        q.widened = q.widened.reshape({s_.n, s_.k});
+        return q;
+      }
+      return cast_role(contiguous(w).reshape(q2), Fp8Role::Weight, s_.q_transposed() ? 0 : 1, s_.recipe, {}, who);
+    }
+    if (s_.kernel_route) return quantize_per_tensor_widened(w, dt, w_scale_, nullptr, false);
+    return quantize_per_tensor_widened(contiguous(w).reshape(q2), dt, w_scale_, nullptr, false);
+  }
+
   // conv2d's backward on the BF16 conv kernels: G (N, O, OH, OW) cast once (per tensor) with its
   // widening, dx = bf16(alpha * sum) on conv2d.dgrad's entry, dW = f32(sums) * alpha on conv2d.wgrad's,
   // the bias gradient from the unquantized G.
-  TensorList conv_kernel_backward(const Tensor& grad, bool need_p, bool need_q, bool need_b, TensorList out) {
+  TensorList conv_kernel_backward(const Tensor& grad, bool need_p, bool need_q, bool need_b, TensorList out,
+                                  const char* who) {
     const ConvGeom& g = s_.geom;
     const MetaUse meta{s_.meta ? &*s_.meta : nullptr};
     const Tensor gy = contiguous(grad.detach());
     Fp8Operand gq;
-    if (need_p || need_q) gq = cast_role_widened(gy, Fp8Role::GradOutput, s_.recipe, meta, false);
+    Tensor gb;  // the bias gradient, summed in the cast's pass where both are wanted
+    if ((need_p || need_q) && need_b && gy.dtype() != DType::Float16) {
+      gq = per_tensor_cast(gy, Fp8Role::GradOutput, s_.recipe, meta, [&gb](const Tensor& x, DType dt, float scale, float* amax) {
+        return quantize_per_tensor_widened_channel_sums(x, dt, scale, amax, &gb);
+      });
+    } else if (need_p || need_q) {
+      gq = cast_role_widened(gy, Fp8Role::GradOutput, s_.recipe, meta, false);
+    }
     if (need_p) {
-      const Tensor dx = conv2d_input_grad_bf16_scaled(gq.widened, widen_fp8(q_.data), g, gq.scale_inv * q_.scale_inv);
+      const Fp8Operand q = dgrad_weight(who);
+      const Tensor qw = q.widened.defined() ? q.widened : widen_fp8(q.data);
+      const Tensor dx = conv2d_input_grad_bf16_scaled(gq.widened, qw, g, gq.scale_inv * q.scale_inv);
       out[0] = cpu::cast_to(dx.reshape(meta_[0].sizes), meta_[0].dtype);
     }
     if (need_q) {
@@ -222,7 +275,7 @@ class Fp8GemmNode final : public Node {
       }
       out[1] = cpu::cast_to(dw.reshape(meta_[1].sizes), meta_[1].dtype);
     }
-    if (need_b) out[2] = cpu::cast_to(channel_sums(gy, g), meta_[2].dtype);
+    if (need_b) out[2] = cpu::cast_to(gb.defined() ? gb : channel_sums(gy, g), meta_[2].dtype);
     return out;
   }
 
@@ -239,24 +292,19 @@ class Fp8GemmNode final : public Node {
     Tensor gm2;  // G as (M, N), the channels last, in its own dtype: the im2col route's layout
     if ((need_p && !s_.kernel_route) || need_q) gm2 = contiguous(gy.permute({0, 2, 3, 1})).reshape({s_.m, s_.n});
     if (need_p) {
+      const Fp8Operand q = dgrad_weight(who);
       Tensor dx;
       if (s_.kernel_route) {
         const Tensor gw = mx_quantize_widened(gy, 1, eg, mx, who, false).widened;
-        dx = conv2d_input_grad_bf16_scaled(gw, q_.widened.reshape(meta_[1].sizes), g, 1.0f);
+        dx = conv2d_input_grad_bf16_scaled(gw, q.widened.reshape(meta_[1].sizes), g, 1.0f);
       } else {
-        dx = col2im(fp8_gemm(cast_role(gm2, Fp8Role::GradOutput, 1, s_.recipe, {}, who), false, q_, false, who), g);
+        dx = col2im(fp8_gemm(cast_role(gm2, Fp8Role::GradOutput, 1, s_.recipe, {}, who), false, q, false, who), g);
       }
       out[0] = cpu::cast_to(dx.reshape(meta_[0].sizes), meta_[0].dtype);
     }
     if (need_q) {
       const Fp8Operand gm = cast_role(gm2, Fp8Role::GradOutput, 0, s_.recipe, {}, who);
-      // x_keep_ shares the caller's input (no copy): an in-place change to it since the forward
-      // would silently change this gradient, so it is refused, as autograd's saved tensors are.
-      if (x_keep_.version() != x_keep_version_) {
-        std::string what = "input 0 of ";
-        what += who;
-        MT_ERROR(autograd::modified_in_place_message(what, x_keep_.describe(), x_keep_.version(), x_keep_version_));
-      }
+      check_unchanged(x_keep_, x_keep_version_, "input 0", who);  // x_keep_ shares the caller's input
       const Tensor xk = contiguous(x_keep_);
       const Fp8Operand p = cast_role(xk.dtype() == DType::BFloat16 ? im2col_bf16(xk, g) : im2col_f32(as_f32(xk), g),
                                      Fp8Role::Input, 0, s_.recipe, {}, who);
@@ -268,7 +316,8 @@ class Fp8GemmNode final : public Node {
 
   // sum over n, h, w of G (N, O, OH, OW) per channel, in FP32: each channel on one thread, 16
   // partial sums over the pixels (l mod 16) added in order at the end: the same bits at every
-  // thread count.
+  // thread count, and those of quantize_per_tensor_widened_channel_sums, which sums G in its cast's
+  // pass where the kernel route casts it (every case but a bias-only backward and f16's).
   static Tensor channel_sums(const Tensor& gy, const ConvGeom& g) {
     Tensor gb = Tensor::empty({g.O}, TensorOptions(DType::Float32));
     float* o = gb.data_ptr<float>();
@@ -310,7 +359,7 @@ class Fp8GemmNode final : public Node {
     const bool need_b = next_edges_.size() > 2 && next_edges_[2].valid();
     if (s_.kind == GemmKind::Conv2d && is_mx(s_.recipe))
       return mx_conv_backward(grads[0], need_p, need_q, need_b, std::move(out), who);
-    if (s_.kernel_route) return conv_kernel_backward(grads[0], need_p, need_q, need_b, std::move(out));
+    if (s_.kernel_route) return conv_kernel_backward(grads[0], need_p, need_q, need_b, std::move(out), who);
     // G as (M, N): conv2d's (N, O, OH, OW) gradient with the channels last.
     const Tensor g32 = s_.kind == GemmKind::Conv2d ? as_f32_2d(grads[0].detach().permute({0, 2, 3, 1}), s_.m, s_.n)
                                                    : as_f32_2d(grads[0], s_.m, s_.n);
@@ -325,7 +374,7 @@ class Fp8GemmNode final : public Node {
     }
     if (need_p) {
       // dP (M, K) = G (M, N) @ op(Q)^T: a transposed Q is stored (N, K) already.
-      Tensor dp = fp8_gemm(g_n, false, q_, !s_.q_transposed(), who);
+      Tensor dp = fp8_gemm(g_n, false, dgrad_weight(who), !s_.q_transposed(), who);
       if (s_.kind == GemmKind::Conv2d) dp = col2im(dp, s_.geom);
       out[0] = cpu::cast_to(dp.reshape(meta_[0].sizes), meta_[0].dtype);
     }
@@ -364,6 +413,7 @@ class Fp8GemmNode final : public Node {
     os << name() << "  (" << recipe_string(s_.recipe) << "; saved: " << (p_.data.defined() ? p_.data.describe() : "-")
        << ", " << (q_.data.defined() ? q_.data.describe() : "-");
     if (x_keep_.defined()) os << ", " << x_keep_.describe();
+    if (w_ref_.defined()) os << "; the weight cast again from " << w_ref_.describe();
     os << ')';
     return os.str();
   }
@@ -371,6 +421,7 @@ class Fp8GemmNode final : public Node {
     p_ = {};
     q_ = {};
     x_keep_ = {};
+    w_ref_ = {};
     released_ = true;
   }
 
@@ -379,6 +430,9 @@ class Fp8GemmNode final : public Node {
   Fp8Operand p_, q_;
   Tensor x_keep_;
   uint32_t x_keep_version_ = 0;  // x_keep_'s version when saved
+  Tensor w_ref_;                  // Q by reference, cast again for the dgrad (dgrad_weight)
+  uint32_t w_ref_version_ = 0;
+  float w_scale_ = 1.0f;          // per-tensor: the scale the forward cast Q with
   std::vector<autograd::TensorMeta> meta_;
   bool released_ = false;
 };
@@ -458,6 +512,19 @@ Tensor conv_output(const Fp8Operand& p, const Fp8Operand& q, const Tensor& bias,
   return out;
 }
 
+// What a per-tensor node keeps of Q for the dgrad (see the file header): a leaf by reference with
+// its forward cast's scale, anything else as its FP8 copy `q` (undefined when x needs no gradient).
+struct WeightForDgrad {
+  Fp8Operand copy;
+  Tensor ref;
+  float scale = 1.0f;
+};
+WeightForDgrad weight_for_dgrad(const Tensor& x, const Tensor& w, Fp8Operand q) {
+  if (!x.requires_grad()) return {};
+  if (!w.is_leaf()) return {std::move(q), Tensor(), 1.0f};
+  return {Fp8Operand{}, w.detach(), q.scale};
+}
+
 // conv2d under MXFP8, forward: the image blocked along its channels at each pixel (32
 // consecutive channels of one input pixel, which every window reading that pixel shares: the
 // image is quantized and widened once), the weight along C at each (o, kh, kw); both widened
@@ -484,13 +551,14 @@ TensorList mx_conv_forward(GemmSetup s, const Tensor& x, const Tensor& w, const 
   }
   if (!grad) return {out};
   Fp8Operand q_bwd;
-  if (x.requires_grad()) {
+  if (x.requires_grad() && !w.is_leaf()) {  // a leaf is cast again in backward (Fp8GemmNode::dgrad_weight)
     q_bwd = mx_quantize_widened(w, 0, fp8_dtype_for(fmt, Fp8Role::Weight), mx, who, true);
     q_bwd.widened = q_bwd.widened.reshape({s.n, s.k});
   }
   const Tensor x_keep = w.requires_grad() ? x.detach() : Tensor();
+  const Tensor w_ref = x.requires_grad() && w.is_leaf() ? w.detach() : Tensor();
   auto node = std::make_shared<Fp8GemmNode>(std::move(s), TensorList{x, w, bias}, Fp8Operand{}, std::move(q_bwd),
-                                            x_keep);
+                                            x_keep, w_ref);
   out = out.detach();
   out.set_history(node, 0);
   return {out};
@@ -549,9 +617,9 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
     if (!grad) return {out};
     image.widened = wq.widened = Tensor();  // saved in FP8, widened again in backward
     if (!w.requires_grad()) image = {};
-    if (!x.requires_grad()) wq = {};
-    auto node = std::make_shared<Fp8GemmNode>(std::move(s), TensorList{x, w, bias}, std::move(image), std::move(wq),
-                                              Tensor());
+    const WeightForDgrad wd = weight_for_dgrad(x, w, std::move(wq));
+    auto node = std::make_shared<Fp8GemmNode>(std::move(s), TensorList{x, w, bias}, std::move(image), wd.copy,
+                                              Tensor(), wd.ref, wd.scale);
     out = out.detach();
     out.set_history(node, 0);
     return {out};
@@ -580,7 +648,7 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   } else {
     const Tensor q2 = contiguous(w.detach()).reshape(s.q_transposed() ? IntList{s.n, s.k} : IntList{s.k, s.n});
     q_fwd = cast_role(q2, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
-    if (grad && x.requires_grad())
+    if (grad && x.requires_grad() && !w.is_leaf())  // a leaf is cast again in backward
       q_bwd = without_widening(cast_role(q2, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who));
   }
   trace_fp8(s, p_fwd, q_fwd);
@@ -593,7 +661,8 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   if (!grad) return {out};
   TensorList inputs{x, w};
   if (kind != GemmKind::Matmul) inputs.push_back(bias);
-  auto node = std::make_shared<Fp8GemmNode>(std::move(s), inputs, std::move(p_bwd), std::move(q_bwd), Tensor());
+  const WeightForDgrad wd = weight_for_dgrad(x, w, std::move(q_bwd));
+  auto node = std::make_shared<Fp8GemmNode>(std::move(s), inputs, std::move(p_bwd), wd.copy, Tensor(), wd.ref, wd.scale);
   out = out.detach();
   out.set_history(node, 0);
   return {out};

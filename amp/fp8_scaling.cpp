@@ -1,6 +1,7 @@
 // amp/fp8_scaling.cpp — see amp/fp8_scaling.h.
 #include "amp/fp8_scaling.h"
 
+#include "amp/amax_kernels.h"
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_scale_rule.h"
 #include "amp/mx_block.h"
@@ -21,40 +22,20 @@ namespace mixtape::amp {
 
 float amax_of(const Tensor& x) {
   MT_CHECK(x.device().is_cpu(), "amax_of: runs on the CPU for now, got ", x.describe(), " on ", x.device());
-  if (x.dtype() == DType::BFloat16) {
-    // On the bits: |v|'s pattern orders as |v| does; patterns above inf's are NaNs, dropped. No
-    // f32 copy of the tensor.
-    const Tensor c = contiguous(x.detach());
-    const uint16_t* p = reinterpret_cast<const uint16_t*>(c.data_ptr());
-    const int64_t n = c.numel();
-    // Chunks over the threads, each a SIMD max (omp simd: -O2 leaves the plain loop scalar).
-    constexpr int64_t kChunk = 1 << 14;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    // As int16: the patterns are non-negative there, and signed 16-bit max is baseline SSE2.
-    int16_t m = 0;
-#pragma omp parallel for if (n >= cpu::kParallelGrain && chunks > 1) schedule(static) reduction(max : m)
-    for (int64_t ch = 0; ch < chunks; ++ch) {
-      int16_t cm = 0;
-      const int64_t end = std::min(n, (ch + 1) * kChunk);
-#pragma omp simd reduction(max : cm)
-      for (int64_t i = ch * kChunk; i < end; ++i) {
-        int16_t a = static_cast<int16_t>(p[i] & 0x7FFF);
-        a = a > 0x7F80 ? int16_t(0) : a;
-        cm = a > cm ? a : cm;
-      }
-      m = cm > m ? cm : m;
-    }
-    return static_cast<float>(BFloat16::from_bits(static_cast<uint16_t>(m)));
-  }
-  const Tensor c = contiguous(cpu::cast_to(x.detach(), DType::Float32));
-  const float* p = c.data_ptr<float>();
+  const bool bf16 = x.dtype() == DType::BFloat16;
+  // BF16 on its own bits (no f32 copy); other dtypes through f32.
+  const Tensor c = bf16 ? contiguous(x.detach()) : contiguous(cpu::cast_to(x.detach(), DType::Float32));
   const int64_t n = c.numel();
+  // Chunks over the threads, each a vector max; max is exact and order-free: the same answer at
+  // every thread count.
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
   float m = 0.0f;
-  // max is exact and order-free: the same answer at every thread count.
-#pragma omp parallel for simd if (n >= cpu::kParallelGrain) schedule(static) reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(p[i]);
-    m = a > m ? a : m;  // a NaN compares false and is dropped, as fmax drops it
+#pragma omp parallel for if (n >= cpu::kParallelGrain && chunks > 1) schedule(static) reduction(max : m)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t i = ch * kChunk, len = std::min(kChunk, n - i);
+    const float a = bf16 ? amax_bf16(c.data_ptr<BFloat16>() + i, len) : amax_f32(c.data_ptr<float>() + i, len);
+    m = a > m ? a : m;
   }
   return m;
 }
@@ -87,6 +68,7 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float*
     const float a = cast.cast_scaled(src + i, scale, dst + i, std::min(kChunk, n - i));
     m = a > m ? a : m;
   }
+  op.scale = scale;
   op.scale_inv = 1.0f / scale;
   if (amax != nullptr) *amax = m;
   return op;
@@ -107,7 +89,7 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
   BFloat16* wide = op.widened.data_ptr<BFloat16>();
   const int64_t n = c.numel();
   const Fp8CastTable& cast = Fp8CastTable::of(fp8);
-  // Chunks small enough that the f32 staging of a 16-bit input stays in L1.
+  // Chunks small enough that the f32 staging of an f16 input stays in L1 (BF16 is read as it is).
   constexpr int64_t kChunk = 2048;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   float m = 0.0f;
@@ -117,17 +99,62 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
 #pragma omp for schedule(static) reduction(max : m)
     for (int64_t ch = 0; ch < chunks; ++ch) {
       const int64_t i = ch * kChunk, len = std::min(kChunk, n - i);
-      const float* src = buf;
-      if (dt == DType::Float32)
-        src = c.data_ptr<float>() + i;
-      else if (dt == DType::BFloat16)
-        convert_bfloat16_to_float(c.data_ptr<BFloat16>() + i, buf, static_cast<size_t>(len));
-      else
-        convert_half_to_float(c.data_ptr<Half>() + i, buf, static_cast<size_t>(len));
-      const float a = cast.cast_scaled_widened(src, scale, dst != nullptr ? dst + i : nullptr, wide + i, len);
+      uint8_t* d = dst != nullptr ? dst + i : nullptr;
+      float a;
+      if (dt == DType::BFloat16) {  // read as it is
+        a = cast.cast_scaled_widened(c.data_ptr<BFloat16>() + i, scale, d, wide + i, len);
+      } else {
+        const float* src = buf;
+        if (dt == DType::Float32)
+          src = c.data_ptr<float>() + i;
+        else
+          convert_half_to_float(c.data_ptr<Half>() + i, buf, static_cast<size_t>(len));
+        a = cast.cast_scaled_widened(src, scale, d, wide + i, len);
+      }
       m = a > m ? a : m;
     }
   }
+  op.scale = scale;
+  op.scale_inv = 1.0f / scale;
+  if (amax != nullptr) *amax = m;
+  return op;
+}
+
+Fp8Operand quantize_per_tensor_widened_channel_sums(const Tensor& x, DType fp8, float scale, float* amax,
+                                                    Tensor* sums) {
+  MT_CHECK(is_float8(fp8), "quantize_per_tensor_widened_channel_sums: the target must be an FP8 dtype, got ",
+           dtype_name(fp8));
+  MT_CHECK(std::isfinite(scale) && scale > 0.0f,
+           "quantize_per_tensor_widened_channel_sums: scale must be finite and > 0, got ", scale);
+  const DType dt = x.dtype();
+  MT_CHECK(x.device().is_cpu() && x.dim() >= 2 && (dt == DType::Float32 || dt == DType::BFloat16),
+           "quantize_per_tensor_widened_channel_sums: expected a CPU f32 or bf16 tensor (N, C, ...), got ",
+           x.describe());
+  const Tensor c = contiguous(x.detach());
+  const int64_t N = c.size(0), C = c.size(1), L = C == 0 || N == 0 ? 0 : c.numel() / (N * C);
+  Fp8Operand op;
+  op.widened = Tensor::empty(c.sizes(), TensorOptions(DType::BFloat16));
+  *sums = Tensor::empty({C}, TensorOptions(DType::Float32));
+  float* o = sums->data_ptr<float>();
+  BFloat16* wide = op.widened.data_ptr<BFloat16>();
+  const Fp8CastTable& cast = Fp8CastTable::of(fp8);
+  float m = 0.0f;
+  // A channel per thread, its rows n by n: each lane's adds in one order at every thread count.
+#pragma omp parallel for if (c.numel() >= cpu::kParallelGrain && C > 1) schedule(static) reduction(max : m)
+  for (int64_t ch = 0; ch < C; ++ch) {
+    float lanes[16] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t base = (n * C + ch) * L;
+      const float a = dt == DType::BFloat16
+                          ? cast.cast_scaled_widened(c.data_ptr<BFloat16>() + base, scale, nullptr, wide + base, L, lanes)
+                          : cast.cast_scaled_widened(c.data_ptr<float>() + base, scale, nullptr, wide + base, L, lanes);
+      m = a > m ? a : m;
+    }
+    float t = 0.0f;
+    for (float v : lanes) t += v;
+    o[ch] = t;
+  }
+  op.scale = scale;
   op.scale_inv = 1.0f / scale;
   if (amax != nullptr) *amax = m;
   return op;

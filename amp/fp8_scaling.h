@@ -29,6 +29,7 @@ float scale_from_amax(float amax, float fp8_max, float margin, bool power_of_2, 
 struct Fp8Operand {
   Tensor data;          // Float8_e4m3fn or Float8_e5m2, (rows, cols)
   float scale_inv = 1;  // per-tensor dequantising factor (1 for MX)
+  float scale = 1;      // per-tensor: the scale the cast multiplied by (scale_inv is its f32 reciprocal)
   Tensor block_scales;  // UInt8 E8M0 codes (MX only): axis 1: (rows, nb), axis 0: (nb, cols)
   int64_t axis = -1;    // the dim the MX blocks run along (the GEMM's reduction dim); -1: per-tensor
   int64_t block_size = 0;
@@ -52,6 +53,12 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float*
 // saved (the output gradient).
 Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax = nullptr,
                                        bool keep_data = true);
+// quantize_per_tensor_widened(x, fp8, scale, amax, false) of an f32 or bf16 (N, C, ...) tensor,
+// with *sums set to each channel's FP32 sum, read in the same pass (conv2d's bias gradient from
+// its output gradient): the values of each (n, c) row go to 16 lanes, value l to lane l mod 16, row
+// after row in n's order, and the lanes are then added in order; the same bits at every thread count.
+Fp8Operand quantize_per_tensor_widened_channel_sums(const Tensor& x, DType fp8, float scale, float* amax,
+                                                    Tensor* sums);
 // An FP8 tensor of any shape, contiguous, each value widened exactly to BF16 (the same sizes).
 Tensor widen_fp8(const Tensor& fp8);
 

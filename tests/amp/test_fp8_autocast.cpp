@@ -8,9 +8,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "common/error_of.h"
 #include "common/bf16_paths_here.h"
+#include "common/bit_equal.h"
 #include "mixtape/mixtape.h"
 #include "ops/cpu/cpu_features.h"
 #include "ops/cpu/steering.h"
@@ -470,9 +472,10 @@ TEST(Fp8Autocast, MxConv2dBlocksThe32ChannelsOfEachInputPixel) {
     }
 }
 
-TEST(Fp8Autocast, PerTensorRecipesSaveHalfTheBytesBf16AutocastSaves) {
+TEST(Fp8Autocast, PerTensorRecipesKeepTheFp8InputAndTheWeightByReference) {
   // What the graph keeps for backward, besides the output: BF16 autocast keeps the BF16 input
-  // and weight (2 bytes a value), the FP8 node the FP8 input image and weight (1 byte a value).
+  // and weight (2 bytes a value); the FP8 node keeps the FP8 input image (1 byte a value) and no
+  // copy of the weight, a leaf it casts again in backward (8 bytes of scales, alignment aside).
   const Tensor x = rnd({8, 16, 14, 14}, 150).requires_grad_(), w = rnd({32, 16, 3, 3}, 151, 0.1).requires_grad_();
   const Tensor xl = rnd({64, 256}, 152).requires_grad_(), wl = rnd({128, 256}, 153, 0.1).requires_grad_();
   Fp8Metas metas(DelayedScaling{}, {{"conv.weight", w}, {"fc.weight", wl}});
@@ -492,14 +495,98 @@ TEST(Fp8Autocast, PerTensorRecipesSaveHalfTheBytesBf16AutocastSaves) {
   };
   for (bool conv : {true, false}) {
     const int64_t bf16 = kept(0, conv);
-    const int64_t values = conv ? x.numel() + w.numel() : xl.numel() + wl.numel();
-    EXPECT_GE(bf16, 2 * values);
+    const int64_t inputs = conv ? x.numel() : xl.numel(), weights = conv ? w.numel() : wl.numel();
+    EXPECT_GE(bf16, 2 * (inputs + weights));
     for (int mode : {1, 2}) {
       const int64_t fp8 = kept(mode, conv);
-      EXPECT_GE(fp8, values) << mode;
+      EXPECT_GE(fp8, inputs) << mode;
+      EXPECT_LT(fp8, inputs + weights) << (conv ? "conv2d" : "linear") << " mode " << mode;
       EXPECT_LE(fp8, 0.6 * bf16) << (conv ? "conv2d" : "linear") << " mode " << mode;
     }
   }
+}
+
+// dx of conv2d (BF16 output: the conv kernel route; f32: im2col + GEMM) or linear under `recipe`,
+// for the weight `w` as given.
+Tensor fp8_dx(const Fp8Recipe& recipe, bool conv, DType out, const Tensor& w, Fp8Metas* metas = nullptr,
+              const std::function<void()>& between = {}) {
+  const Tensor x = conv ? rnd({2, 5, 6, 6}, 170).requires_grad_() : rnd({6, 40}, 171).requires_grad_();
+  Tensor y;
+  {
+    Fp8Autocast fp8(recipe, metas, Fp8AutocastOptions{.output_dtype = out});
+    y = conv ? conv2d(x, w, Tensor(), {1, 1}, {1, 1}) : linear(x, w);
+  }
+  if (between) between();
+  (y.to(DType::Float32) * rnd(y.sizes(), 172)).sum().backward();
+  return x.grad();
+}
+
+TEST(Fp8Autocast, TheDgradCastsALeafWeightAgainToTheBytesACopyWouldHold) {
+  // A non-leaf weight (w * 1) keeps its FP8 copy; the leaf is cast again in backward. Same dx, bit
+  // for bit, on every route and recipe.
+  for (bool conv : {true, false})
+    for (DType out : {DType::BFloat16, DType::Float32})
+      for (const Fp8Recipe& recipe : {Fp8Recipe{CurrentScaling{}}, Fp8Recipe{MXFP8BlockScaling{}}}) {
+        const Tensor w = (conv ? rnd({4, 5, 3, 3}, 173, 0.3) : rnd({7, 40}, 174, 0.3)).requires_grad_();
+        const Tensor leaf = fp8_dx(recipe, conv, out, w);
+        const Tensor copy = fp8_dx(recipe, conv, out, w * 1.0);
+        EXPECT_TRUE(bit_equal(leaf, copy)) << (conv ? "conv2d " : "linear ") << dtype_name(out) << ' '
+                                           << recipe_string(recipe);
+      }
+}
+
+TEST(Fp8Autocast, TheDgradCastsTheWeightWithTheForwardsScaleAfterAnUpdate) {
+  // Delayed scaling: the scales are updated between forward and backward (a second update makes
+  // the amax history count); the weight's recast must still use the scale its forward cast used.
+  for (bool conv : {true, false})
+    for (DType out : {DType::BFloat16, DType::Float32}) {
+      const Tensor w = (conv ? rnd({4, 5, 3, 3}, 175, 0.3) : rnd({7, 40}, 176, 0.3)).requires_grad_();
+      DelayedScaling recipe;
+      recipe.amax_history_len = 1;
+      Fp8Metas plain(recipe, {{"l.weight", w}}), updated(recipe, {{"l.weight", w}});
+      const Tensor want = fp8_dx(recipe, conv, out, w, &plain);
+      const Tensor got = fp8_dx(recipe, conv, out, w, &updated, [&] { updated.update_scales(); });
+      EXPECT_NE(updated.metas()[0].scale_of(Fp8Role::Weight), plain.metas()[0].scale_of(Fp8Role::Weight));
+      EXPECT_TRUE(bit_equal(want, got)) << (conv ? "conv2d " : "linear ") << dtype_name(out);
+    }
+}
+
+TEST(Fp8Autocast, Conv2dBiasGradientHasTheSameBitsWhetherTheGradientCastSumsItOrNot) {
+  // With the weight needing a gradient, the bias gradient is summed in G's cast pass (the kernel
+  // route); a bias-only backward sums G apart. The same G gives the same bits either way.
+  for (int64_t hw : {int64_t{6}, int64_t{28}}) {
+    const Tensor x = rnd({3, 4, hw, hw}, 180);
+    const Tensor gy = rnd({3, 5, hw, hw}, 181);
+    auto bias_grad = [&](bool weight_grad) {
+      const Tensor w = rnd({5, 4, 3, 3}, 182, 0.3).requires_grad_(weight_grad);
+      const Tensor b = rnd({5}, 183).requires_grad_();
+      Tensor y;
+      {
+        Fp8Autocast fp8(CurrentScaling{});
+        y = conv2d(x, w, b, {1, 1}, {1, 1});
+      }
+      EXPECT_EQ(y.dtype(), DType::BFloat16);
+      (y.to(DType::Float32) * gy).sum().backward();
+      return b.grad();
+    };
+    EXPECT_TRUE(bit_equal(bias_grad(true), bias_grad(false))) << hw;
+  }
+}
+
+TEST(Fp8Autocast, AWeightChangedInPlaceBetweenForwardAndBackwardIsRefused) {
+  for (bool conv : {true, false})
+    for (const Fp8Recipe& recipe : {Fp8Recipe{CurrentScaling{}}, Fp8Recipe{MXFP8BlockScaling{}}}) {
+      Tensor w = (conv ? rnd({4, 5, 3, 3}, 177, 0.3) : rnd({7, 40}, 178, 0.3)).requires_grad_();
+      const std::string e = error_of([&] {
+        fp8_dx(recipe, conv, DType::BFloat16, w, nullptr, [&] {
+          NoGradGuard no_grad;
+          w.mul_(2.0);
+        });
+      });
+      EXPECT_TRUE(contains(e, std::string("modified by an in-place operation: input 1 (the weight) of ") +
+                                  (conv ? "conv2d" : "linear")))
+          << recipe_string(recipe) << ": " << e;
+    }
 }
 
 TEST(Fp8Autocast, MxSpecRoundingSaturatesWhereRoundingUpDoesNot) {

@@ -9,11 +9,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 
+#include "amp/amax_kernels.h"
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_im2col.h"
 #include "common/bf16_paths_here.h"
+#include "common/on_thread_counts.h"
 #include "mixtape/mixtape.h"
 #include "ops/conv_args.h"
 #include "ops/cpu/cpu_features.h"
@@ -170,6 +173,108 @@ TEST(Fp8CastTable, ArithmeticCastWithWideningGivesTheTablesBitsOnEveryHighHalf) 
       EXPECT_EQ(cast.cast_scaled_widened(src.data(), scale, nullptr, wide_only.data(), n), want_amax);
       EXPECT_EQ(std::memcmp(wide_only.data(), wide.data(), wide.size() * sizeof(BFloat16)), 0);
     }
+}
+
+TEST(Fp8CastTable, Bf16SourceGivesTheBitsOfItsFloatValuesOnEveryPattern) {
+  // The BF16 overload reads the 16-bit values in the register: every pattern (NaNs, infs,
+  // subnormals), at scales across both formats' ranges, against the f32 form on the same values;
+  // lengths that leave masked tails.
+  std::vector<BFloat16> src(1 << 16);
+  for (uint32_t b = 0; b < (1u << 16); ++b) src[b] = BFloat16::from_bits(static_cast<uint16_t>(b));
+  std::vector<float> f(src.size());
+  for (size_t i = 0; i < src.size(); ++i) f[i] = static_cast<float>(src[i]);
+  for (DType dt : {DType::Float8_e4m3fn, DType::Float8_e5m2})
+    for (float scale : {1.0f, 3.0f, std::ldexp(1.0f, -10), std::ldexp(1.0f, 20)})
+      for (int64_t n : {int64_t{1 << 16}, int64_t{(1 << 16) - 5}, int64_t{13}}) {
+        const Fp8CastTable& cast = Fp8CastTable::of(dt);
+        std::vector<uint8_t> want(src.size()), got(src.size());
+        std::vector<BFloat16> want_w(src.size()), got_w(src.size()), only_w(src.size());
+        const float want_amax = cast.cast_scaled_widened(f.data(), scale, want.data(), want_w.data(), n);
+        for (bool baseline : {false, true}) {  // the AVX-512 kernel where the CPU has it, and the f32 staging
+          std::optional<cpu::Override> cap;
+          if (baseline) cap.emplace(cpu::IsaLevel::Baseline);
+          EXPECT_EQ(cast.cast_scaled_widened(src.data(), scale, got.data(), got_w.data(), n), want_amax);
+          EXPECT_EQ(cast.cast_scaled_widened(src.data(), scale, nullptr, only_w.data(), n), want_amax);
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(got[i], want[i]) << dtype_name(dt) << " scale " << scale << " bf16 bits " << std::hex << i;
+            ASSERT_EQ(got_w[i].bits, want_w[i].bits) << dtype_name(dt) << " scale " << scale << " bits " << std::hex << i;
+            ASSERT_EQ(only_w[i].bits, want_w[i].bits) << dtype_name(dt) << " scale " << scale << " bits " << std::hex << i;
+          }
+        }
+      }
+}
+
+TEST(Fp8CastTable, ChannelSumsReadInTheCastsPassAreTheLaneOrderSumsAtEveryThreadCount) {
+  // (N, C, L) rows of lengths with and without a 16-value tail; f32 and bf16 (where a tail's idle
+  // lanes add +0); a NaN in one channel. The widening is quantize_per_tensor_widened's, the sums
+  // the lane order written out here.
+  for (int64_t L : {int64_t{13}, int64_t{16}, int64_t{49}, int64_t{784}})
+    for (DType dt : {DType::Float32, DType::BFloat16}) {
+      Generator gen(static_cast<uint64_t>(L));
+      Tensor x = randn({40, 3, L}, {}, &gen);
+      x.data_ptr<float>()[(1 * 3 + 2) * L + L / 2] = std::numeric_limits<float>::quiet_NaN();
+      x = x.to(dt);
+      const Tensor xf = x.to(DType::Float32);
+      std::vector<float> want(3);
+      for (int64_t c = 0; c < 3; ++c) {
+        float lanes[16] = {};
+        for (int64_t n = 0; n < 40; ++n)
+          for (int64_t l = 0; l < L; ++l) lanes[l % 16] += xf.data_ptr<float>()[(n * 3 + c) * L + l];
+        float t = 0.0f;
+        for (float v : lanes) t += v;
+        want[static_cast<size_t>(c)] = t;
+      }
+      float want_amax = 0.0f;
+      const Fp8Operand plain = quantize_per_tensor_widened(x, DType::Float8_e5m2, 0.25f, &want_amax, false);
+      const std::vector<Tensor> runs = ::mixtape::testing::on_thread_counts({1, 2}, [&] {
+        Tensor sums;
+        float amax = -1.0f;
+        const Fp8Operand q = quantize_per_tensor_widened_channel_sums(x, DType::Float8_e5m2, 0.25f, &amax, &sums);
+        EXPECT_EQ(amax, want_amax);
+        EXPECT_FALSE(q.data.defined());
+        EXPECT_EQ(q.scale_inv, plain.scale_inv);
+        EXPECT_TRUE(same_bits(q.widened, plain.widened)) << "L " << L << ' ' << dtype_name(dt);
+        return sums;
+      });
+      for (const Tensor& sums : runs)
+        for (int64_t c = 0; c < 3; ++c)
+          EXPECT_EQ(std::bit_cast<uint32_t>(sums.data_ptr<float>()[c]), std::bit_cast<uint32_t>(want[static_cast<size_t>(c)]))
+              << "L " << L << ' ' << dtype_name(dt) << " channel " << c;
+    }
+}
+
+TEST(Fp8Amax, VectorAndPlainLoopsGiveTheLargestMagnitudeWithNaNsDroppedOnEveryBf16Pattern) {
+  // Every BF16 pattern once (NaNs, infs, subnormals, both zeros), then the same values without
+  // the infs and NaNs, then a prefix with a tail; f32 as the BF16 values widened. Both ISA levels.
+  std::vector<BFloat16> all(1 << 16);
+  for (uint32_t b = 0; b < (1u << 16); ++b) all[b] = BFloat16::from_bits(static_cast<uint16_t>(b));
+  std::vector<BFloat16> finite;
+  for (const BFloat16& v : all)
+    if (std::isfinite(static_cast<float>(v))) finite.push_back(v);
+  for (const std::vector<BFloat16>* src : {&all, &finite})
+    for (int64_t n : {static_cast<int64_t>(src->size()), int64_t{40001}, int64_t{7}, int64_t{0}}) {
+      float want = 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        const float a = std::fabs(static_cast<float>((*src)[static_cast<size_t>(i)]));
+        want = a > want ? a : want;  // NaN compares false
+      }
+      std::vector<float> f(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) f[static_cast<size_t>(i)] = static_cast<float>((*src)[static_cast<size_t>(i)]);
+      for (bool baseline : {false, true}) {
+        std::optional<cpu::Override> cap;
+        if (baseline) cap.emplace(cpu::IsaLevel::Baseline);
+        EXPECT_EQ(amax_bf16(src->data(), n), want) << "n " << n << " baseline " << baseline;
+        EXPECT_EQ(amax_f32(f.data(), n), want) << "n " << n << " baseline " << baseline;
+      }
+    }
+  // amax_of over threads and dtypes: a tensor bigger than one chunk, its largest value last.
+  Generator g(6);
+  Tensor x = randn({3, 50001}, {}, &g);
+  x.data_ptr<float>()[x.numel() - 1] = -1000.0f;
+  x.data_ptr<float>()[17] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(amax_of(x), 1000.0f);
+  EXPECT_EQ(amax_of(x.to(DType::BFloat16)), 1000.0f);
+  EXPECT_EQ(amax_of(x.to(DType::Float16)), 1000.0f);
 }
 
 TEST(Fp8CastTable, BulkCastTailsAndAmaxDropNaN) {
