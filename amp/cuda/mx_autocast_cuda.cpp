@@ -12,7 +12,8 @@
 //           refuses it changed in place since the forward, as the CPU does).
 // So the FP8 values and scales are the CPU's bits and only the FP32 summation order differs. The
 // backward's saved operands are FP8 bytes and E8M0 codes (widened again in backward), or, for
-// conv2d's wgrad, the input itself. Nothing is read on the host: no scale leaves the device.
+// conv2d's wgrad, the input itself; a leaf weight is kept by reference and cast again for the
+// dgrad (amp/fp8_ops.cpp's rule), a non-leaf one as its bytes. Nothing is read on the host: no scale leaves the device.
 #include "amp/cuda/mx_autocast_cuda.h"
 
 #include <sstream>
@@ -72,14 +73,17 @@ Tensor with_bias(const Tensor& acc, const Tensor& bias, DType out) {
 class MxCudaGemmNode final : public autograd::Node {
  public:
   // p: linear's / matmul's P cast along M (FP8 + codes); q: Q cast along the dgrad's reduction dim
-  // (linear, conv2d: N = O; matmul: N); x_keep: conv2d's input, whose im2col the wgrad casts.
-  MxCudaGemmNode(MxSetup s, const TensorList& inputs, Fp8Operand p, Fp8Operand q, Tensor x_keep)
+  // (linear, conv2d: N = O; matmul: N), or w_ref: a leaf weight by reference, cast so again in
+  // backward; x_keep: conv2d's input, whose im2col the wgrad casts.
+  MxCudaGemmNode(MxSetup s, const TensorList& inputs, Fp8Operand p, Fp8Operand q, Tensor x_keep, Tensor w_ref)
       : Node(next_seq_nr()),
         s_(std::move(s)),
         p_(std::move(p)),
         q_(std::move(q)),
         x_keep_(std::move(x_keep)),
-        x_keep_version_(x_keep_.defined() ? x_keep_.version() : 0) {
+        x_keep_version_(x_keep_.defined() ? x_keep_.version() : 0),
+        w_ref_(std::move(w_ref)),
+        w_ref_version_(w_ref_.defined() ? w_ref_.version() : 0) {
     for (const Tensor& t : inputs) {
       next_edges_.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : Edge{});
       meta_.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
@@ -95,6 +99,7 @@ class MxCudaGemmNode final : public autograd::Node {
     os << name() << "  (" << recipe_string(Fp8Recipe(s_.recipe)) << ", cuda; saved: "
        << (p_.data.defined() ? p_.data.describe() : "-") << ", " << (q_.data.defined() ? q_.data.describe() : "-");
     if (x_keep_.defined()) os << ", " << x_keep_.describe();
+    if (w_ref_.defined()) os << "; the weight cast again from " << w_ref_.describe();
     os << ')';
     return os.str();
   }
@@ -102,6 +107,7 @@ class MxCudaGemmNode final : public autograd::Node {
     p_ = {};
     q_ = {};
     x_keep_ = {};
+    w_ref_ = {};
     released_ = true;
   }
 
@@ -123,7 +129,7 @@ class MxCudaGemmNode final : public autograd::Node {
                          .reshape({s_.m, s_.n});
     if (need_p) {
       const Tensor gn = mx_quantize_cuda(g, 1, eg, s_.recipe, who, false).widened;  // along N
-      const Tensor qw = mx_widen_cuda(q_);
+      const Tensor qw = dgrad_weight(who);
       Tensor dp;
       if (s_.op == Fp8GemmOp::Matmul) {
         dp = bf16_gemm_f32(gn, false, qw, true);  // dA (M, K) = G @ B^T, B (K, N) blocked along N
@@ -150,10 +156,7 @@ class MxCudaGemmNode final : public autograd::Node {
         if (conv) {
           // x_keep_ shares the caller's input (no copy): an in-place change since the forward
           // would silently change this gradient, so it is refused, as autograd's saved tensors are.
-          if (x_keep_.version() != x_keep_version_) {
-            MT_ERROR(autograd::modified_in_place_message(std::string("input 0 of ") + who, x_keep_.describe(),
-                                                         x_keep_.version(), x_keep_version_));
-          }
+          check_unchanged(x_keep_, x_keep_version_, "input 0", who);
           pw = mx_quantize_cuda(im2col(x_keep_, s_.geom, who), 0, s_.elem(Fp8Role::Input), s_.recipe, who, false)
                    .widened;
         } else {
@@ -168,10 +171,30 @@ class MxCudaGemmNode final : public autograd::Node {
   }
 
  private:
+  // A tensor kept by reference shares the caller's storage: an in-place change since the forward
+  // would silently change a gradient, so it is refused, as autograd's saved tensors are.
+  static void check_unchanged(const Tensor& t, uint32_t saved_version, const char* which, const char* who) {
+    if (t.version() == saved_version) return;
+    MT_ERROR(autograd::modified_in_place_message(std::string(which) + " of " + who, t.describe(), t.version(),
+                                                 saved_version));
+  }
+
+  // Q blocked along the dgrad's reduction dim, widened: from the saved bytes, or the leaf weight
+  // cast again (the same function on the same values: the same bits).
+  Tensor dgrad_weight(const char* who) const {
+    if (!w_ref_.defined()) return mx_widen_cuda(q_);
+    check_unchanged(w_ref_, w_ref_version_, "input 1 (the weight)", who);
+    return mx_quantize_cuda(contiguous(w_ref_), s_.op == Fp8GemmOp::Matmul ? 1 : 0, s_.elem(Fp8Role::Weight),
+                            s_.recipe, who, false)
+        .widened;
+  }
+
   MxSetup s_;
   Fp8Operand p_, q_;
   Tensor x_keep_;
   uint32_t x_keep_version_ = 0;  // x_keep_'s version when saved
+  Tensor w_ref_;                  // a leaf weight, cast again for the dgrad (q_ undefined then)
+  uint32_t w_ref_version_ = 0;
   std::vector<autograd::TensorMeta> meta_;
   bool released_ = false;
 };
@@ -216,7 +239,8 @@ TensorList run_mx(const detail::Fp8CudaCall& c, const char* who) {
     y = contiguous(with_bias(acc, c.bias, region.output_dtype)
                        .reshape({s.geom.N, s.geom.OH, s.geom.OW, s.n})
                        .permute({0, 3, 1, 2}));
-    if (grad && c.x.requires_grad()) q_keep = mx_quantize_cuda(w, 0, ew, s.recipe, who, true, false);  // along O
+    if (grad && c.x.requires_grad() && !c.w.is_leaf())
+      q_keep = mx_quantize_cuda(w, 0, ew, s.recipe, who, true, false);  // along O
     if (grad && c.w.requires_grad()) x_keep = c.x.detach();
   } else {
     const bool linear = c.op == Fp8GemmOp::Linear;
@@ -227,13 +251,16 @@ TensorList run_mx(const detail::Fp8CudaCall& c, const char* who) {
     shape.back() = s.n;
     y = with_bias(bf16_gemm_f32(pw, false, qw, linear), c.bias, region.output_dtype).reshape(shape);
     if (grad && c.w.requires_grad()) p_keep = mx_quantize_cuda(p2, 0, ein, s.recipe, who, true, false);  // along M
-    if (grad && c.x.requires_grad())
+    if (grad && c.x.requires_grad() && !c.w.is_leaf())
       q_keep = mx_quantize_cuda(w, linear ? 0 : 1, ew, s.recipe, who, true, false);  // along N
   }
   if (!grad) return {y};
   TensorList inputs{c.x, c.w};
   if (c.op != Fp8GemmOp::Matmul) inputs.push_back(c.bias);
-  auto node = std::make_shared<MxCudaGemmNode>(std::move(s), inputs, std::move(p_keep), std::move(q_keep), x_keep);
+  // A leaf weight (a parameter, kept alive by its module) is not saved: the dgrad casts it again.
+  const Tensor w_ref = grad && c.x.requires_grad() && c.w.is_leaf() ? c.w.detach() : Tensor();
+  auto node = std::make_shared<MxCudaGemmNode>(std::move(s), inputs, std::move(p_keep), std::move(q_keep), x_keep,
+                                               w_ref);
   y = y.detach();
   y.set_history(node, 0);
   return {y};

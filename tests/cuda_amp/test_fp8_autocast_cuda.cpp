@@ -754,5 +754,105 @@ TEST(CudaMxAutocast, AStepWaitsForNothingOnTheHost) {
 #endif
 }
 
+// ---- The weight for the dgrad: a leaf is cast again, not saved (amp/fp8_ops.cpp's rule) ----
+
+// dx on the device of conv2d (x (2, 5, 6, 6)) or linear (x (6, 40)) under `recipe`, for the weight
+// `w` as given (a leaf, or a computed w * 1, which keeps its FP8 copy); `between` runs between the
+// forward and the backward.
+Tensor device_dx(const Fp8Recipe& recipe, bool conv, DType out, const Tensor& w, Fp8Metas* metas = nullptr,
+                 const std::function<void()>& between = {}) {
+  std::mt19937_64 rng(7);  // the same x and output gradient on every call
+  const Tensor x = leaf(random_input(rng, conv ? IntList{2, 5, 6, 6} : IntList{6, 40}, DType::Float32), gpu());
+  Tensor y;
+  {
+    Fp8Autocast fp8(recipe, metas, {out}, gpu_type());
+    y = conv ? conv2d(x, w, {}, {1, 1}, {1, 1}) : linear(x, w);
+  }
+  if (between) between();
+  sum(y.to(DType::Float32) * random_input(rng, y.sizes(), DType::Float32).to(gpu())).backward();
+  return x.grad();
+}
+
+Tensor device_weight(bool conv, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  return leaf(random_input(rng, conv ? IntList{4, 5, 3, 3} : IntList{7, 40}, DType::Float32, 0.01, 0.5), gpu());
+}
+
+TEST(CudaFp8Autocast, TheDgradCastsALeafWeightAgainToTheBytesACopyWouldHold) {
+  MT_REQUIRE_CUDA();
+  for (bool conv : {true, false})
+    for (DType out : {DType::BFloat16, DType::Float32})
+      for (const Fp8Recipe& recipe : {Fp8Recipe{CurrentScaling{}}, Fp8Recipe{MXFP8BlockScaling{}}}) {
+        const Tensor w = device_weight(conv, 11);
+        EXPECT_TRUE(same_bits(device_dx(recipe, conv, out, w), device_dx(recipe, conv, out, w * 1.0)))
+            << (conv ? "conv2d " : "linear ") << dtype_name(out) << ' ' << recipe_string(recipe);
+      }
+}
+
+TEST(CudaFp8Autocast, TheDgradCastsTheWeightWithTheForwardsScaleAfterAnUpdate) {
+  MT_REQUIRE_CUDA();
+  // Delayed scaling, history 1: an update between forward and backward moves the input's and the
+  // weight's scales (the output gradient's has no amax yet and keeps 1); the recast must use the
+  // scale the forward cast with (a device copy), not the meta's new one.
+  for (bool conv : {true, false})
+    for (DType out : {DType::BFloat16, DType::Float32}) {
+      const Tensor w = device_weight(conv, 12);
+      DelayedScaling recipe;
+      recipe.amax_history_len = 1;
+      Fp8Metas plain(recipe, {{"l.weight", w}}), updated(recipe, {{"l.weight", w}});
+      const Tensor want = device_dx(recipe, conv, out, w, &plain);
+      const Tensor got = device_dx(recipe, conv, out, w, &updated, [&] { updated.update_scales(); });
+      EXPECT_FALSE(same_bits(plain.metas()[0].scale, updated.metas()[0].scale)) << "the update moved the scales";
+      EXPECT_TRUE(same_bits(want, got)) << (conv ? "conv2d " : "linear ") << dtype_name(out);
+    }
+}
+
+TEST(CudaFp8Autocast, AWeightChangedInPlaceBetweenForwardAndBackwardIsRefused) {
+  MT_REQUIRE_CUDA();
+  for (bool conv : {true, false})
+    for (const Fp8Recipe& recipe : {Fp8Recipe{CurrentScaling{}}, Fp8Recipe{MXFP8BlockScaling{}}}) {
+      Tensor w = device_weight(conv, 13);
+      const std::string e = error_of([&] {
+        device_dx(recipe, conv, DType::BFloat16, w, nullptr, [&] {
+          NoGradGuard no_grad;
+          w.mul_(2.0);
+        });
+      });
+      EXPECT_NE(e.find(std::string("modified by an in-place operation: input 1 (the weight) of ") +
+                       (conv ? "conv2d" : "linear")),
+                std::string::npos)
+          << recipe_string(recipe) << ": " << e;
+    }
+}
+
+TEST(CudaFp8Autocast, ALeafWeightIsNotSavedForTheBackward) {
+  MT_REQUIRE_CUDA();
+  // What the graph keeps on the device besides the output: the input cast for the wgrad (one byte a
+  // value; MX: plus its codes) and no copy of the leaf weight (a few one-element scale copies).
+  std::mt19937_64 rng(fresh_seed());
+  const Tensor xl = leaf(random_input(rng, {64, 256}, DType::Float32), gpu());
+  const Tensor wl = leaf(random_input(rng, {128, 256}, DType::Float32, 0.01, 0.5), gpu());
+  const Tensor xc = leaf(random_input(rng, {8, 16, 14, 14}, DType::Float32), gpu());
+  const Tensor wc = leaf(random_input(rng, {128, 16, 3, 3}, DType::Float32, 0.01, 0.5), gpu());
+  Fp8Metas metas(DelayedScaling{}, {{"conv.weight", wc}, {"fc.weight", wl}});
+  for (bool conv : {true, false})
+    for (int mode = 0; mode < 3; ++mode) {
+      const int64_t before = memory_stats(gpu()).current_bytes;
+      Tensor y;
+      {
+        std::optional<Fp8Autocast> fp8;
+        if (mode == 0) fp8.emplace(CurrentScaling{}, nullptr, Fp8AutocastOptions{}, gpu_type());
+        if (mode == 1) fp8.emplace(DelayedScaling{}, &metas, Fp8AutocastOptions{}, gpu_type());
+        if (mode == 2) fp8.emplace(MXFP8BlockScaling{}, nullptr, Fp8AutocastOptions{}, gpu_type());
+        y = conv ? conv2d(xc, wc, {}, {1, 1}, {1, 1}) : linear(xl, wl);
+      }
+      const int64_t kept = memory_stats(gpu()).current_bytes - before - static_cast<int64_t>(y.nbytes());
+      const int64_t inputs = conv ? xc.numel() : xl.numel(), weights = conv ? wc.numel() : wl.numel();
+      const std::string what = std::string(conv ? "conv2d" : "linear") + " mode " + std::to_string(mode);
+      if (mode != 2 || !conv) EXPECT_GE(kept, inputs) << what;  // (MX conv2d keeps the input itself)
+      EXPECT_LT(kept, inputs + weights) << what;
+    }
+}
+
 }  // namespace
 }  // namespace mixtape
