@@ -26,16 +26,6 @@ void check_mx_blocks(const Tensor& x, int64_t dim, const MXFP8BlockScaling& reci
            " values");
 }
 
-namespace {
-
-// 2^e for e in [-127, 127], built from its bits (std::ldexp is a library call per block lane):
-// a normal float down to 2^-126, 2^-127 the subnormal with the top mantissa bit.
-float exp2i(int e) {
-  return e >= -126 ? std::bit_cast<float>(static_cast<uint32_t>(e + 127) << 23) : std::bit_cast<float>(uint32_t{1} << 22);
-}
-
-}  // namespace
-
 Fp8Operand mx_quantize(const Tensor& x, int64_t axis, DType elem, const MXFP8BlockScaling& recipe, const char* who) {
   MT_CHECK(x.dim() == 2 && (axis == 0 || axis == 1), who, ": MX blocks need a 2-D tensor and axis 0 or 1, got ",
            x.describe(), " and axis ", axis);
@@ -111,9 +101,10 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
           c[i] = mx_scale_code(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), elem, recipe.scale_rounding);
           // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
           // v / 2^e rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
+          // (2^e and 2^-e built from their bits: amp/mx_scale_rule.h, NaN for the NaN code.)
           const int e = static_cast<int>(c[i]) - 127;
-          inv[i] = c[i] == 0xFF ? NAN : exp2i(-e);
-          pow2[i] = c[i] == 0xFF ? NAN : exp2i(e);
+          inv[i] = mx_inv_scale_of(c[i]);
+          pow2[i] = mx_scale_of(c[i]);
           // Every element (|q| in [2^-16, 2^16], or 0) times 2^e is a normal BF16 number here: the
           // widening is the product's top half (mx_widen's edges cannot occur).
           exact[i] = static_cast<uint8_t>(e >= -110 && e <= 111);
