@@ -16,22 +16,14 @@
 namespace mixtape::amp {
 
 uint8_t mx_scale_code(float amax, DType elem, MxScaleRounding rounding) {
-  if (!std::isfinite(amax)) return 0xFF;
-  if (amax == 0.0f) return 127;
-  int E = 0;
-  const double m = std::frexp(static_cast<double>(std::fabs(amax)), &E);  // amax = m * 2^E, m in [0.5, 1)
-  int e;
-  if (rounding == MxScaleRounding::Spec) {
-    const int emax_elem = elem == DType::Float8_e4m3fn ? 8 : 15;
-    e = (E - 1) - emax_elem;
-  } else {
-    int Ef = 0;
-    const double mf = std::frexp(static_cast<double>(fp8_max(elem)), &Ef);  // 448 = 0.875 * 2^9
-    // amax <= mf * 2^(Ef + e)  <=>  m * 2^(E - Ef - e) <= mf; m >= 0.5 > mf / 2 rules out e = E - Ef - 1.
-    e = m <= mf ? E - Ef : E - Ef + 1;
-  }
-  e = std::clamp(e, -127, 127);
-  return static_cast<uint8_t>(e + 127);
+  return mx_code_of(amax, elem == DType::Float8_e5m2, rounding == MxScaleRounding::Spec);
+}
+
+void check_mx_blocks(const Tensor& x, int64_t dim, const MXFP8BlockScaling& recipe, const char* who) {
+  const int64_t len = x.size(dim), k = recipe.block_size;
+  MT_CHECK(recipe.pad_tail || len % k == 0, who, ": MXFP8 block size ", k, " does not divide the reduction dim (",
+           len, " values along dim ", dim, " of ", x.describe(), "); set pad_tail to end it in a block of ", len % k,
+           " values");
 }
 
 Fp8Operand mx_quantize(const Tensor& x, int64_t axis, DType elem, const MXFP8BlockScaling& recipe, const char* who) {
@@ -54,9 +46,7 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
   for (int64_t d = dim + 1; d < x.dim(); ++d) inner *= x.size(d);
-  MT_CHECK(recipe.pad_tail || len % k == 0, who, ": MXFP8 block size ", k, " does not divide the reduction dim (",
-           len, " values along dim ", dim, " of ", x.describe(), "); set pad_tail to end it in a block of ", len % k,
-           " values");
+  check_mx_blocks(x, dim, recipe, who);
   const int64_t nb = (len + k - 1) / k;
   Fp8Operand op;
   op.axis = dim;
@@ -111,9 +101,10 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
           c[i] = mx_scale_code(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), elem, recipe.scale_rounding);
           // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
           // v / 2^e rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
+          // (2^e and 2^-e built from their bits: amp/mx_scale_rule.h, NaN for the NaN code.)
           const int e = static_cast<int>(c[i]) - 127;
-          inv[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, -e);
-          pow2[i] = c[i] == 0xFF ? NAN : std::ldexp(1.0f, e);
+          inv[i] = mx_inv_scale_of(c[i]);
+          pow2[i] = mx_scale_of(c[i]);
           // Every element (|q| in [2^-16, 2^16], or 0) times 2^e is a normal BF16 number here: the
           // widening is the product's top half (mx_widen's edges cannot occur).
           exact[i] = static_cast<uint8_t>(e >= -110 && e <= 111);

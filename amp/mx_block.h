@@ -11,6 +11,7 @@
 
 #include "amp/fp8_recipe.h"
 #include "amp/fp8_scaling.h"
+#include "amp/mx_scale_rule.h"
 
 namespace mixtape::amp {
 
@@ -19,8 +20,13 @@ namespace mixtape::amp {
 //         exponent and significand),
 //   Spec: e = floor(log2 amax) - emax_elem (E4M3: 8, E5M2: 15; OCP MX v1.0, 6.3),
 // clamped to E8M0's [-127, 127]; code = e + 127. amax 0 gives code 127 (scale 1); a non-finite
-// amax gives 0xFF (NaN: the whole block dequantizes to NaN, as the spec says).
+// amax gives 0xFF (NaN: the whole block dequantizes to NaN, as the spec says). The rule itself is
+// amp/mx_scale_rule.h's mx_code_of, which the device's block casts share.
 uint8_t mx_scale_code(float amax, DType elem, MxScaleRounding rounding);
+
+// Refuses, naming `who` and the numbers, a dim of x that recipe.block_size does not divide when
+// !recipe.pad_tail (the CPU's and the device's block casts both ask here).
+void check_mx_blocks(const Tensor& x, int64_t dim, const MXFP8BlockScaling& recipe, const char* who);
 
 // Quantizes a 2-D tensor (f32, f16 or bf16, CPU) in blocks of recipe.block_size along `axis`
 // (0 or 1). A dim that block_size does not divide ends in a shorter block when recipe.pad_tail,
@@ -38,13 +44,9 @@ Fp8Operand mx_quantize(const Tensor& x, int64_t axis, DType elem, const MXFP8Blo
 //   - at or above 2^128 (f32 overflows: an element rounded up to 2^(8 or 15) under a scale near
 //     2^127) the result saturates to +-BF16's largest finite value, as the scaled casts do: a
 //     finite input never widens to an infinity.
-// NaN (a NaN element or scale) stays NaN.
-inline BFloat16 mx_widen(float value, float pow2) {
-  const float p = value * pow2;
-  if (std::isinf(p) && std::isfinite(value) && std::isfinite(pow2))
-    return BFloat16::from_bits(p > 0.0f ? uint16_t{0x7F7F} : uint16_t{0xFF7F});
-  return BFloat16(p);
-}
+// NaN (a NaN element or scale) gives BF16's quiet NaN 0x7FC0.
+// (amp/mx_scale_rule.h's mx_widen_bits, shared with the device.)
+inline BFloat16 mx_widen(float value, float pow2) { return BFloat16::from_bits(mx_widen_bits(value, pow2)); }
 
 // Quantizes a CPU tensor of any shape (f32, bf16 or f16) in blocks of recipe.block_size along
 // dim `dim`: the tensor seen as (outer, len, inner), each block is k consecutive indices along

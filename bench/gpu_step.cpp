@@ -16,6 +16,9 @@
 //                                                     matmul (conv2d by im2col), the rest BF16
 //                                                     autocast; fp8 / amp_bf16 images_per_s is the
 //                                                     FP8 step's speed-up (eager rows only)
+//   resnet20_b1024_step/mxfp8                         the same under MXFP8BlockScaling (E4M3, blocks
+//                                                     of 32): device block casts widened to BF16 on
+//                                                     cuBLAS's BF16 GEMM, conv2d by im2col
 //   <the step rows>_graph (with --graph)              the same step captured once as a CUDA graph
 //                                                     (cuda::GraphedStep: 3 eager warm-up steps, the
 //                                                     capture) and replayed: capturable SGD, a
@@ -97,7 +100,7 @@ void gemm_fp8(benchmark::State& state) {
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
-enum class Mode { Fp32, AmpFp16, AmpBf16, Fp8 };
+enum class Mode { Fp32, AmpFp16, AmpBf16, Fp8, Mxfp8 };
 
 // The step rows' timing (flags of this program, read before Google Benchmark's).
 struct Timing {
@@ -138,6 +141,7 @@ void train_step(benchmark::State& state, const std::string& model_name, Mode mod
       if (mode == Mode::AmpBf16) ac.emplace(DeviceType::CUDA, DType::BFloat16);
       std::optional<amp::Fp8Autocast> fp8;
       if (mode == Mode::Fp8) fp8.emplace(fp8_recipe, &*metas, amp::Fp8AutocastOptions{}, DeviceType::CUDA);
+      if (mode == Mode::Mxfp8) fp8.emplace(amp::MXFP8BlockScaling{}, nullptr, amp::Fp8AutocastOptions{}, DeviceType::CUDA);
       loss = cross_entropy(model->forward(x), y);
     }
     scaler.scale(loss).backward();
@@ -190,8 +194,11 @@ void register_all(bool graphs) {
     for (const Row& r : {Row{"smallcnn", "smallcnn", 128}, Row{"resnet20", "resnet20", 128}, Row{"resnet20_b1024", "resnet20", 1024}}) {
       const std::string name = std::string(r.name) + "_step/";
       for (auto [suffix, mode] : {std::pair{"fp32", Mode::Fp32}, std::pair{"amp_fp16", Mode::AmpFp16},
-                                  std::pair{"amp_bf16", Mode::AmpBf16}, std::pair{"fp8", Mode::Fp8}}) {
+                                  std::pair{"amp_bf16", Mode::AmpBf16}, std::pair{"fp8", Mode::Fp8},
+                                  std::pair{"mxfp8", Mode::Mxfp8}}) {
         if (graphed && mode == Mode::Fp8) continue;  // its scale update at region entry is not captured
+        // MXFP8 (emulated through BF16 on every GPU) at the one batch the ratio is printed for.
+        if (mode == Mode::Mxfp8 && (graphed || r.batch != 1024)) continue;
         // One Google Benchmark iteration holds every timed window; the reported time is their median.
         benchmark::RegisterBenchmark((name + suffix + (graphed ? "_graph" : "")).c_str(), train_step,
                                      std::string(r.model), mode, r.batch, graphed)

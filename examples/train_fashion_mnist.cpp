@@ -473,13 +473,10 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   const int64_t local_batch = c.batch_size / world;
   const std::optional<amp::Fp8Recipe> fp8 = fp8_recipe(c);
   if (fp8) {
-    // Fp8Autocast runs delayed and current scaling on CUDA too, MXFP8 on the CPU only
-    // (amp/fp8_autocast.h); a graph would capture the delayed update at the region's entry.
+    // Fp8Autocast runs every recipe on the CPU and on CUDA (MXFP8 there emulated through BF16,
+    // docs/FP8.md); a graph would capture the delayed update at the region's entry.
     MT_CHECK(!c.cuda_graph, "--amp ", c.amp, " cannot be combined with --cuda-graph: an FP8 step is not captured "
              "as a graph yet (run it eagerly)");
-    MT_CHECK(!std::holds_alternative<amp::MXFP8BlockScaling>(*fp8) || c.device.rfind("cuda", 0) != 0, "--amp ", c.amp,
-             " runs its FP8 GEMMs on the CPU only so far: it cannot be combined with --device ", c.device,
-             " (use --device cpu, or --amp fp8 / fp8-current on a GPU)");
   }
   if (world == 1 && (c.shard_optimizer || c.reduce_dtype != "f32" || c.gradient_as_bucket_view))
     std::cout << "note: --shard-optimizer, --reduce-dtype and --gradient-as-bucket-view change how several ranks "
@@ -560,9 +557,6 @@ int run(const Config& c, const nlohmann::json& computation_options) {
              cuda::device_count(), " device(s) (run fewer ranks, or MIXTAPE_DIST_CUDA=host to reduce through host memory)");
   }
   if (c.cuda_graph) check_cuda_graph(c, device, world);
-  MT_CHECK(!fp8 || !std::holds_alternative<amp::MXFP8BlockScaling>(*fp8) || device.is_cpu(), "--amp ", c.amp,
-           " runs its FP8 GEMMs on the CPU only so far; --device ", c.device, " chose ", device.str(),
-           " (use --device cpu)");
   model->to(device);  // before the optimizer, which keeps its state (and FP32 masters) beside the parameters
   // Delayed scaling's metadata: one meta per linear/conv weight, on the weights' device (so made
   // after the to() calls). Under mpirun every rank's amaxes are all-reduced with max before each
@@ -1083,8 +1077,8 @@ int main(int argc, char** argv) {
            "mixed precision: off | fp16 (autocast to FP16 + dynamic loss scaling) | bf16 (autocast to BF16, "
            "no scaling needed) | fp8 (linear/conv GEMMs in FP8, delayed scaling, E4M3 forward and E5M2 gradients; "
            "BF16 elsewhere) | fp8-current (FP8 with per-tensor scales from the current amax) | mxfp8 (FP8 with a "
-           "power-of-two scale per 32 values); the FP8 modes need no loss scaler, fp8 and fp8-current run on the CPU "
-           "or CUDA, mxfp8 on the CPU (docs/FP8.md)")
+           "power-of-two scale per 32 values); the FP8 modes need no loss scaler and run on the CPU or CUDA (mxfp8 "
+           "there through BF16; docs/FP8.md)")
       ->capture_default_str();
   o.flag("--allow-nonfinite-loss", c.allow_nonfinite_loss, all,
          "keep training after a NaN/inf loss that no loss scaler handles (default: stop with an error)");

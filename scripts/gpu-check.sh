@@ -6,7 +6,8 @@
 # AMP step (MIXTAPE_PROFILE=1: per-op device time and kernel launches), PyTorch eager and graphed
 # on the same GPU when it is there, and last the rest of the build and the CPU tests (capped by
 # the remaining budget). The benchmark includes the 4096^3 BF16 and FP8 GEMM rows and their ratio,
-# and the ResNet-20 step at batch 1024 in FP8 (Fp8Autocast on CUDA) against BF16, with its ratio.
+# and the ResNet-20 step at batch 1024 in FP8 (Fp8Autocast on CUDA: delayed scaling, and MXFP8
+# emulated through BF16) against BF16, with their ratios.
 # Prints a final table and an honest verdict (scripts/gpu_verdict.py): PASS only if a GPU was
 # visible, the gpu-labelled tests ran on it (a skip counts only for an expected reason) and the
 # benchmark produced figures. Every log stays under LOGDIR; a stage that times out leaves its log.
@@ -153,6 +154,10 @@ ips = {"/".join(b["name"].split("/")[:2]): b.get("images_per_s") for b in data.g
 if ips.get("resnet20_b1024_step/fp8") and ips.get("resnet20_b1024_step/amp_bf16"):
     print(f"{'resnet20_b1024_step fp8 / amp_bf16 (images/s)':<48} "
           f"{ips['resnet20_b1024_step/fp8'] / ips['resnet20_b1024_step/amp_bf16']:>10.2f} x")
+# The same step under MXFP8 (block casts on the device, widened to BF16: docs/FP8.md, "Fp8Autocast on CUDA").
+if ips.get("resnet20_b1024_step/mxfp8") and ips.get("resnet20_b1024_step/amp_bf16"):
+    print(f"{'resnet20_b1024_step mxfp8 / amp_bf16 (images/s)':<48} "
+          f"{ips['resnet20_b1024_step/mxfp8'] / ips['resnet20_b1024_step/amp_bf16']:>10.2f} x")
 PY
 )
   else

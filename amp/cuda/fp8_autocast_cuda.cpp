@@ -11,18 +11,25 @@
 //   on Ada and Hopper) and K zero-padded to a multiple of 16 (cuBLASLt's FP8 rows). A per-tensor
 //   cast does not depend on the layout, so each tensor is cast once and the transposed operands
 //   are byte transposes of that cast (Transformer Engine fuses the two as cast_transpose).
+// - A leaf weight is not saved in FP8: the node keeps it by reference with device copies of its
+//   forward cast's scale and scale_inv, and the dgrad casts it again (the same bytes; no amax
+//   recorded twice; an in-place change in between refused), as amp/fp8_ops.cpp does. A non-leaf
+//   weight keeps its FP8 copy.
 // - conv2d casts its image, saves it (one byte per pixel) and builds the im2col matrix from the
 //   FP8 bytes on the device, K-major for the forward and transposed for the wgrad
 //   (amp/cuda/fp8_im2col.cu); the dgrad's columns go back to the image by col2im.
-// MXFP8 is refused here: cuBLASLt's block-scaled FP8 matmul exists on Blackwell only.
+// MXFP8 goes to amp/cuda/mx_autocast_cuda.cpp (block casts widened to BF16 on any GPU; cuBLASLt's
+// block-scaled FP8 matmul exists on Blackwell only and is not used).
 #include <sstream>
 
 #include "amp/cuda/fp8_delayed_scaling.h"
 #include "amp/cuda/fp8_delayed_scaling_kernels.h"
 #include "amp/cuda/fp8_im2col_kernels.h"
+#include "amp/cuda/mx_autocast_cuda.h"
 #include "amp/fp8_cuda_route.h"
 #include "autograd/grad_mode.h"
 #include "autograd/node.h"
+#include "autograd/saved_tensor.h"
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
 #include "core/dispatcher.h"
@@ -48,11 +55,12 @@ int64_t padded(int64_t k) { return (k + 15) / 16 * 16; }
 
 Tensor scalar_f32(Device d) { return zeros({1}, TensorOptions(DType::Float32).with_device(d)); }
 
-// A tensor cast to FP8: (rows, cols) contiguous, and its dequantising factor (f32, one element,
-// on the device).
+// A tensor cast to FP8: (rows, cols) contiguous, its dequantising factor and the scale the cast
+// multiplied by (f32, one element each, on the device; scale_inv = 1 / scale).
 struct DevOperand {
   Tensor data;
   Tensor scale_inv;
+  Tensor scale;
 };
 
 // Where a layer's casts take their scales (delayed scaling) — the meta's tensors, or in a
@@ -69,7 +77,8 @@ DevOperand cast_role(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, con
   const Float8Cast unit{1.0f, Fp8Saturation::Finite};  // the scale comes from the device tensor
   if (use.scale.defined()) {
     const Tensor amax = use.amax_row.defined() ? use.amax_row.narrow(0, r, 1) : Tensor();
-    return {::mixtape::cuda::to_float8(t, dt, unit, use.scale.narrow(0, r, 1), amax), use.scale_inv.narrow(0, r, 1)};
+    const Tensor scale = use.scale.narrow(0, r, 1);
+    return {::mixtape::cuda::to_float8(t, dt, unit, scale, amax), use.scale_inv.narrow(0, r, 1), scale};
   }
   // Current scaling (and a delayed recipe's matmul, which has no meta): this tensor's amax, its
   // scale with margin 0 and fallback 1, then the cast, all on the device.
@@ -84,7 +93,7 @@ DevOperand cast_role(const Tensor& t, Fp8Role role, const Fp8Recipe& recipe, con
   MT_CUDA_CHECK(launch_fp8_current_scale(amax.data_ptr<float>(), fp8_max(dt), pow2, scale.data_ptr<float>(),
                                          scale_inv.data_ptr<float>(), ::mixtape::cuda::current_stream()),
                 "Fp8Autocast(cuda): current scale");
-  return {::mixtape::cuda::to_float8(t, dt, unit, scale, {}), scale_inv};
+  return {::mixtape::cuda::to_float8(t, dt, unit, scale, {}), scale_inv, scale};
 }
 
 // An FP8 (rows, cols) matrix as a K-major GEMM operand with K padded to 16: itself (K = cols),
@@ -131,8 +140,15 @@ struct Setup {
 
 class Fp8CudaGemmNode final : public autograd::Node {
  public:
-  Fp8CudaGemmNode(Setup s, const TensorList& inputs, DevOperand p, DevOperand q)
-      : Node(next_seq_nr()), s_(std::move(s)), p_(std::move(p)), q_(std::move(q)) {
+  // q: Q as cast in forward (its FP8 copy), or, for a leaf weight, w_ref: the weight itself with
+  // q.scale / q.scale_inv the forward cast's (device copies), cast again for the dgrad.
+  Fp8CudaGemmNode(Setup s, const TensorList& inputs, DevOperand p, DevOperand q, Tensor w_ref)
+      : Node(next_seq_nr()),
+        s_(std::move(s)),
+        p_(std::move(p)),
+        q_(std::move(q)),
+        w_ref_(std::move(w_ref)),
+        w_ref_version_(w_ref_.defined() ? w_ref_.version() : 0) {
     for (const Tensor& t : inputs) {
       next_edges_.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : Edge{});
       meta_.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
@@ -146,12 +162,15 @@ class Fp8CudaGemmNode final : public autograd::Node {
   std::string describe() const override {
     std::ostringstream os;
     os << name() << "  (" << recipe_string(s_.recipe) << ", cuda; saved: "
-       << (p_.data.defined() ? p_.data.describe() : "-") << ", " << (q_.data.defined() ? q_.data.describe() : "-") << ')';
+       << (p_.data.defined() ? p_.data.describe() : "-") << ", " << (q_.data.defined() ? q_.data.describe() : "-");
+    if (w_ref_.defined()) os << "; the weight cast again from " << w_ref_.describe();
+    os << ')';
     return os.str();
   }
   void release_saved() override {
     p_ = {};
     q_ = {};
+    w_ref_ = {};
     released_ = true;
   }
 
@@ -176,7 +195,7 @@ class Fp8CudaGemmNode final : public autograd::Node {
     if (need_p) {
       // dP (M, K) = G (M, N) @ op(Q)^T: b is op(Q)^T K-major over N, i.e. (K, N): linear's and
       // conv2d's W (N, K) transposed, matmul's B (K, N) as it is.
-      const Tensor b = kmajor(q_.data, s_.op != Fp8GemmOp::Matmul);
+      const Tensor b = kmajor(dgrad_weight(who), s_.op != Fp8GemmOp::Matmul);
       Tensor dp = gemm(kmajor(gq.data, false), gq.scale_inv, b, q_.scale_inv);
       if (conv) {
         const ConvGeom& gm = s_.geom;
@@ -207,8 +226,23 @@ class Fp8CudaGemmNode final : public autograd::Node {
   }
 
  private:
+  // Q's FP8 bytes for the dgrad: the saved copy, or the leaf weight cast again with the forward's
+  // scale (the same function on the same values and scale: the same bytes; no amax recorded), its
+  // in-place changes since the forward refused as a saved tensor's are.
+  Tensor dgrad_weight(const char* who) const {
+    if (!w_ref_.defined()) return q_.data;
+    if (w_ref_.version() != w_ref_version_)
+      MT_ERROR(autograd::modified_in_place_message(std::string("input 1 (the weight) of ") + who, w_ref_.describe(),
+                                                   w_ref_.version(), w_ref_version_));
+    const DType dt = fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::Weight);
+    const Tensor w = s_.op != Fp8GemmOp::Matmul ? w_ref_.reshape({s_.n, s_.k}) : w_ref_;
+    return ::mixtape::cuda::to_float8(w, dt, {1.0f, Fp8Saturation::Finite}, q_.scale, {});
+  }
+
   Setup s_;
-  DevOperand p_, q_;  // P (conv2d: the FP8 image) and Q as cast in forward
+  DevOperand p_, q_;  // P (conv2d: the FP8 image) and Q as cast in forward (q_.data undefined: w_ref_)
+  Tensor w_ref_;      // a leaf weight, kept by reference and cast again for the dgrad
+  uint32_t w_ref_version_ = 0;
   std::vector<autograd::TensorMeta> meta_;
   bool released_ = false;
 };
@@ -247,13 +281,11 @@ TensorList run(const detail::Fp8CudaCall& c) {
   const char* who = who_s.c_str();
   const detail::Fp8RegionSettings& region = *c.region;
   const Device dev = c.x.device();
-  MT_CHECK(!std::holds_alternative<MXFP8BlockScaling>(region.recipe), op_name(c.op), " (Fp8Autocast): ",
-           recipe_string(region.recipe), " does not run on ", dev, " yet (cuBLASLt's block-scaled FP8 matmul is "
-           "Blackwell-only and the device MX casts are not built); use DelayedScaling or CurrentScaling on CUDA, "
-           "or MXFP8 on the CPU");
   MT_CHECK(c.w.device() == dev && (!c.bias.defined() || c.bias.device() == dev), who,
            ": every operand must be on one device, got ", c.x.describe(), " on ", dev, ", ", c.w.describe(), " on ",
            c.w.device(), c.bias.defined() ? ", bias on " : "", c.bias.defined() ? c.bias.device() : dev);
+  // MXFP8: the device block casts, widened to BF16 (amp/cuda/mx_autocast_cuda.cpp).
+  if (std::holds_alternative<MXFP8BlockScaling>(region.recipe)) return run_mx(c, who);
   ::mixtape::cuda::DeviceGuard guard(dev.index());
   Setup s{c.op, region.recipe};
   const bool conv = c.op == Fp8GemmOp::Conv2d;
@@ -298,14 +330,25 @@ TensorList run(const detail::Fp8CudaCall& c) {
   // The backward keeps what it needs, each with a copy of the factor it was cast with (the
   // meta's scale_inv may be updated before the backward runs).
   DevOperand p_keep, q_keep;
-  if (c.w.requires_grad()) p_keep = {p.data, clone(p.scale_inv)};
-  if (c.x.requires_grad()) q_keep = {q.data, clone(q.scale_inv)};
+  Tensor w_ref;
+  if (c.w.requires_grad()) p_keep = {p.data, clone(p.scale_inv), Tensor()};
+  if (c.x.requires_grad()) {
+    // A leaf weight (a parameter, which its module keeps alive anyway) is not saved in FP8: the
+    // dgrad casts it again with a copy of this cast's scale (amp/fp8_ops.cpp's rule). A non-leaf
+    // Q (matmul's b, a computed weight) keeps its FP8 copy.
+    if (c.w.is_leaf()) {
+      q_keep = {Tensor(), clone(q.scale_inv), clone(q.scale)};
+      w_ref = c.w.detach();
+    } else {
+      q_keep = {q.data, clone(q.scale_inv), Tensor()};
+    }
+  }
   // The output gradient is cast in backward with the meta's scale then, recording its amax (in
   // a recompute's backward too: the one backward through this GEMM), as on the CPU.
   if (meta != nullptr) s.meta = {meta->scale, meta->scale_inv, meta->amax_history.select(0, 0)};
   TensorList inputs{c.x, c.w};
   if (c.op != Fp8GemmOp::Matmul) inputs.push_back(c.bias);
-  auto node = std::make_shared<Fp8CudaGemmNode>(std::move(s), inputs, std::move(p_keep), std::move(q_keep));
+  auto node = std::make_shared<Fp8CudaGemmNode>(std::move(s), inputs, std::move(p_keep), std::move(q_keep), w_ref);
   y = y.detach();
   y.set_history(node, 0);
   return {y};

@@ -7,15 +7,16 @@
 namespace mixtape::amp::cuda {
 namespace {
 
-__global__ void im2col_kernel(const uint8_t* x, uint8_t* out, Im2colGeom g, bool transposed, int64_t ld,
-                              int64_t rows) {
+// T: an unsigned integer of the element's width; values are copied as bits, 0 is +0 in every format.
+template <typename T>
+__global__ void im2col_kernel(const T* x, T* out, Im2colGeom g, bool transposed, int64_t ld, int64_t rows) {
   const int64_t M = g.N * g.OH * g.OW, K = g.C * g.kH * g.kW;
   const int64_t total = rows * ld;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += int64_t(blockDim.x) * gridDim.x) {
     const int64_t r = idx / ld, c = idx % ld;
     const int64_t m = transposed ? c : r, k = transposed ? r : c;
-    uint8_t v = 0;  // +0 in both FP8 formats
+    T v = 0;  // +0
     if (m < M && k < K) {
       const int64_t ow = m % g.OW, oh = (m / g.OW) % g.OH, n = m / (g.OW * g.OH);
       const int64_t j = k % g.kW, i = (k / g.kW) % g.kH, ch = k / (g.kW * g.kH);
@@ -51,14 +52,33 @@ __global__ void col2im_kernel(const float* cols, float* image, Im2colGeom g) {
 
 }  // namespace
 
-cudaError_t launch_fp8_im2col(const uint8_t* x, uint8_t* out, Im2colGeom g, bool transposed, int64_t ld,
-                              cudaStream_t s) {
+cudaError_t launch_im2col(int elem_bytes, const void* x, void* out, Im2colGeom g, bool transposed, int64_t ld,
+                          cudaStream_t s) {
   const int64_t rows = transposed ? g.C * g.kH * g.kW : g.N * g.OH * g.OW;
   if (rows * ld == 0) return cudaSuccess;
   using ::mixtape::cuda::grid_for;
   using ::mixtape::cuda::kThreads;
-  return ::mixtape::cuda::launch_kernel(im2col_kernel, grid_for(rows * ld, kThreads), kThreads, 0, s, x, out, g,
-                                        transposed, ld, rows);
+  const unsigned grid = grid_for(rows * ld, kThreads);
+  switch (elem_bytes) {
+    case 1:
+      return ::mixtape::cuda::launch_kernel(im2col_kernel<uint8_t>, grid, kThreads, 0, s,
+                                            static_cast<const uint8_t*>(x), static_cast<uint8_t*>(out), g, transposed,
+                                            ld, rows);
+    case 2:
+      return ::mixtape::cuda::launch_kernel(im2col_kernel<uint16_t>, grid, kThreads, 0, s,
+                                            static_cast<const uint16_t*>(x), static_cast<uint16_t*>(out), g,
+                                            transposed, ld, rows);
+    case 4:
+      return ::mixtape::cuda::launch_kernel(im2col_kernel<uint32_t>, grid, kThreads, 0, s,
+                                            static_cast<const uint32_t*>(x), static_cast<uint32_t*>(out), g,
+                                            transposed, ld, rows);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t launch_fp8_im2col(const uint8_t* x, uint8_t* out, Im2colGeom g, bool transposed, int64_t ld,
+                              cudaStream_t s) {
+  return launch_im2col(1, x, out, g, transposed, ld, s);
 }
 
 cudaError_t launch_col2im_f32(const float* cols, float* image, Im2colGeom g, cudaStream_t s) {

@@ -56,10 +56,11 @@ void bf16_rows_avx512(const F& f, int64_t n, char* out, In*... in) {  // never r
 enum class Bf16RowKernel { RowsAvx512, BitsAvx512, Bits, Generic };
 // `row_strides`: the byte strides of the rows strided_loop will hand over (row_strides()), one
 // per operand, output first; `scalar_operand`: one input is a wrapped number (no row kernel reads
-// it). Traces the choice (MIXTAPE_TRACE=kernel) and throws where MIXTAPE_CPU_KERNEL forces an
-// entry that declines: call it before the loop, never inside a parallel region.
+// it). Traces the choice (MIXTAPE_TRACE=kernel; trace false: a caller asking ahead, whose op then
+// makes the traced call, so that one call prints one line) and throws where MIXTAPE_CPU_KERNEL
+// forces an entry that declines: call it before the loop, never inside a parallel region.
 Bf16RowKernel choose_bf16_rows(const char* op, bool arithmetic, const int64_t* row_strides, int operands,
-                               bool scalar_operand);
+                               bool scalar_operand, bool trace = true);
 template <typename F, int Arity>
 constexpr bool has_bf16_row_kernel = has_bf16_bits<F, BFloat16, Arity> || row_op_v<F> != RowOp::Generic;
 

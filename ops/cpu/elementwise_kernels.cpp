@@ -38,11 +38,11 @@ const bool kRowsRegistered =
 }  // namespace
 
 Bf16RowKernel choose_bf16_rows(const char* op, bool arithmetic, const int64_t* row_strides, int operands,
-                               bool scalar_operand) {
+                               bool scalar_operand, bool trace) {
   const RowProblem p{row_strides, operands, scalar_operand};
   const KernelPick k = arithmetic ? choose_kernel("elementwise.fwd", kArithmeticRows, p)
                                   : choose_kernel("elementwise.fwd", kBitsRows, p);
-  trace_kernel_choice(
+  if (trace) trace_kernel_choice(
       "elementwise.fwd",
       [&] {
         std::string s = std::string("bf16 op=") + op + " strides=";

@@ -9,6 +9,7 @@
 #include "core/cuda/handles.h"
 #include "core/profiler.h"
 #include "ops/cast.h"
+#include "ops/creation.h"
 #include "ops/cuda/tensor_iter.h"
 #include "ops/pointwise.h"
 
@@ -82,6 +83,37 @@ void lt_fp8_gemm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
 
 }  // namespace
 
+Tensor bf16_gemm_f32(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b) {
+  constexpr const char* who = "bf16_gemm_f32";
+  MT_CHECK(a.defined() && b.defined() && a.dim() == 2 && b.dim() == 2 && a.dtype() == DType::BFloat16 &&
+               b.dtype() == DType::BFloat16 && a.device().is_cuda() && b.device() == a.device(),
+           who, ": expected two 2-D BFloat16 tensors on one CUDA device, got ", a.describe(), " and ", b.describe());
+  const int64_t m = trans_a ? a.size(1) : a.size(0), k = trans_a ? a.size(0) : a.size(1);
+  const int64_t n = trans_b ? b.size(0) : b.size(1), kb = trans_b ? b.size(1) : b.size(0);
+  MT_CHECK(k == kb, who, ": inner dimensions differ: ", a.describe(), trans_a ? "^T" : "", " @ ", b.describe(),
+           trans_b ? "^T" : "");
+  MT_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, who, ": sizes beyond int: m=", m, " n=", n, " k=", k);
+  DeviceGuard guard(a.device().index());
+  const Tensor ac = dense(a, who), bc = dense(b, who);
+  if (k == 0) return zeros({m, n}, TensorOptions(DType::Float32).with_device(a.device()));
+  Tensor acc = empty_on({m, n}, DType::Float32, a.device());
+  if (m == 0 || n == 0) return acc;
+  // Row-major out (m, n) is column-major out^T = op(b)^T op(a)^T: cuBLAS's A is b's buffer (read
+  // as it is when b is not transposed), its B is a's.
+  cublasHandle_t h = cublas_handle();
+  MT_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                                 CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+                  who);
+  const float alpha = 1.0f, beta = 0.0f;
+  profiler::count_library_call();
+  MT_CUBLAS_CHECK(cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, int(n),
+                               int(m), int(k), &alpha, bc.data_ptr(), CUDA_R_16BF, int(b.size(1)), ac.data_ptr(),
+                               CUDA_R_16BF, int(a.size(1)), &beta, acc.data_ptr(), CUDA_R_32F, int(n),
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  who);
+  return acc;
+}
+
 bool fp8_gemm_native(int device) {
   int major = 0, minor = 0;
   MT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), kOp);
@@ -126,20 +158,7 @@ Tensor fp8_gemm_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, cons
   }
   // Emulated FP8 (pre-Ada GPUs): exact widening to BF16, an FP32-accumulated GEMM to F32, then
   // s = f32(scale_a * scale_b) applied once, and one rounding to out_dtype.
-  const Tensor a16 = to_dtype(ac, DType::BFloat16), b16 = to_dtype(bc, DType::BFloat16);
-  Tensor acc = empty_on({m, n}, DType::Float32, a.device());
-  if (m > 0 && n > 0) {
-    cublasHandle_t h = cublas_handle();
-    MT_CUBLAS_CHECK(cublasSetMathMode(h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                                   CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
-                    kOp);
-    const float alpha = 1.0f, beta = 0.0f;
-    profiler::count_library_call();
-    MT_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, b16.data_ptr(),
-                                 CUDA_R_16BF, int(k), a16.data_ptr(), CUDA_R_16BF, int(k), &beta, acc.data_ptr(),
-                                 CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                    kOp);
-  }
+  const Tensor acc = bf16_gemm_f32(to_dtype(ac, DType::BFloat16), false, to_dtype(bc, DType::BFloat16), true);
   const Tensor out = mul(acc, mul(scale_a, scale_b));
   return out_dtype == DType::Float32 ? out : to_dtype(out, out_dtype);
 }

@@ -26,6 +26,10 @@ namespace mixtape::cuda {
 // one CUDA device; scale_a, scale_b: contiguous one-element f32 tensors there (the dequantising
 // factors, 1 / the cast's scale). out_dtype: BFloat16 or Float32. Returns a contiguous [m, n].
 Tensor fp8_gemm_nt(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, DType out_dtype);
+// op(a) @ op(b) in FP32 from two BF16 matrices (op: transposed when trans_*), a cublasGemmEx with
+// FP32 compute and an F32 result, (m, n) contiguous: the widened FP8 GEMM above and MXFP8's GEMMs
+// on the block-scaled BF16 operands (amp/cuda/mx_autocast_cuda.cpp), which any GPU runs.
+Tensor bf16_gemm_f32(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b);
 // True when `device` has FP8 tensor cores (compute capability >= 8.9), i.e. fp8_gemm_nt runs on
 // cuBLASLt's FP8 matmul rather than the BF16 emulation.
 bool fp8_gemm_native(int device);

@@ -356,6 +356,33 @@ TEST(MxBlock, ScaleRoundsUpOrAsTheSpecSays) {
   }
 }
 
+TEST(MxBlock, WideningAtTheExtremeScalesIsTheElementTimesItsPowerOfTwo) {
+  // Blocks whose amax sets E8M0's extreme codes and the BF16 edges: 2^-140 (code 0: 2^-127, the
+  // elements scaled up by 2^127), 2^-120, 1, 2^120, FLT_MAX; both formats, rows along either axis.
+  // The widening is mx_widen of the decoded element and 2^(code - 127) taken by std::ldexp.
+  for (DType elem : {DType::Float8_e4m3fn, DType::Float8_e5m2})
+    for (int64_t axis : {0, 1}) {
+      std::vector<double> v;  // each value an exact float
+      for (float amax : {0x1p-140f, 0x1p-120f, 1.0f, 0x1p120f, FLT_MAX})
+        for (int i = 0; i < 32; ++i) v.push_back(i == 7 ? -amax : i == 31 ? amax : amax * ((i + 1) / 64.0f));
+      Tensor x = tensor(v, {5, 32}, TensorOptions(DType::Float32));
+      if (axis == 0) x = contiguous(x.t());
+      const Fp8Operand q = mx_quantize(x, axis, elem, MXFP8BlockScaling{}, "test");
+      const auto table = fp8_to_bf16_table(elem);
+      const uint8_t* d = static_cast<const uint8_t*>(q.data.data_ptr());
+      const uint8_t* codes = q.block_scales.data_ptr<uint8_t>();
+      for (int64_t r = 0; r < x.size(0); ++r)
+        for (int64_t c = 0; c < x.size(1); ++c) {
+          const int64_t block = axis == 1 ? r * (x.size(1) / 32) + c / 32 : (r / 32) * x.size(1) + c;
+          const float pow2 = std::ldexp(1.0f, static_cast<int>(codes[block]) - 127);
+          const BFloat16 want = mx_widen(static_cast<float>(table[d[r * x.size(1) + c]]), pow2);
+          ASSERT_EQ(q.widened.data_ptr<BFloat16>()[r * x.size(1) + c].bits, want.bits)
+              << dtype_name(elem) << " axis " << axis << " at " << r << ", " << c << " code " << int(codes[block]);
+        }
+      EXPECT_EQ(codes[0], 0) << "the 2^-140 block's scale is E8M0's smallest";
+    }
+}
+
 TEST(MxBlock, QuantizeIsBitExactAndOnlyTheSpecRoundingSaturates) {
   // Row 0: one block of 32 with amax 480 and small values; row 1: amax 3 and a tail block of 8
   // (40 values: blocks of 32 and 8, the tail as if zero-padded).

@@ -589,6 +589,20 @@ TEST(KernelChoices, NormPoolAndElementwiseListsAreTracedAndForceable) {
               std::string::npos)
         << e;
   }
+  // A BF16 relu recorded for backward (it keeps a bit mask) traces one line whichever entry runs.
+  for (const char* spec : {"", "elementwise.fwd:bits", "elementwise.fwd:generic"}) {
+    std::optional<cpu::Override> force;
+    if (*spec != '\0') force.emplace(cpu::KernelSpec{spec});
+    const Tensor leaf = zeros_of({4, 16}, DType::BFloat16).requires_grad_();
+    std::string captured;
+    {
+      ScopedTrace trace(static_cast<uint32_t>(TraceKind::Kernel), &captured);
+      (void)relu(leaf);
+    }
+    size_t lines = 0;
+    for (size_t at = captured.find("op=relu"); at != std::string::npos; at = captured.find("op=relu", at + 1)) ++lines;
+    EXPECT_EQ(lines, 1u) << spec << ":\n" << captured;
+  }
   {
     cpu::Override force(cpu::KernelSpec{"elementwise.fwd:bits"});
     const std::string e = error_of([&] { (void)relu(b.transpose(0, 1)); });
