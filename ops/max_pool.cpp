@@ -329,7 +329,8 @@ TensorList max_pool2d_forward(const OpCall& call, Keep keep) {
       }
       if (keep == Keep::Taps && !kt) {
         if (two)  // a 2x2 window inside the plane: Packed2
-          taps_2x2_from_output(g, in + p * g.in_plane(), o + p * g.out_plane(), taps.data_ptr<uint8_t>() + p * tap_plane);
+          taps_2x2_from_output(g, in + p * g.in_plane(), o + p * g.out_plane(),
+                               taps.data_ptr<uint8_t>() + p * tap_plane);
         else if (tap_fmt == TapFormat::Packed2)
           packed_taps_from_indices(g, ixp, taps.data_ptr<uint8_t>() + p * tap_plane);
         else if (tap_fmt == TapFormat::Byte)

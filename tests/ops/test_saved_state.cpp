@@ -251,7 +251,8 @@ TEST(SavedState, MaxPoolPacked2BitCodesAreTheTapsOfTheIndices) {
               continue;
             }
           }
-          const std::string what = entry + " " + std::string(dtype_name(dt)) + " " + shape_str(size) + " k" + shape_str(w.k) +
+          const std::string what = entry + " " + std::string(dtype_name(dt)) + " " + shape_str(size) + " k" +
+                                   shape_str(w.k) +
                                    " s" + shape_str(w.s) + " p" + shape_str(w.p) + " d" + shape_str(w.d);
           ASSERT_EQ(taps.dtype(), DType::UInt8) << what;
           ASSERT_EQ(taps.sizes(), (IntList{size[0], size[1], OH, (OW + 3) / 4})) << what;
@@ -260,8 +261,10 @@ TEST(SavedState, MaxPoolPacked2BitCodesAreTheTapsOfTheIndices) {
               for (int64_t ow = 0; ow < OW; ++ow) {
                 const auto i = static_cast<int64_t>(get_element(idx, (p * OH + oh) * OW + ow));
                 ASSERT_GE(i, 0) << what;  // never an empty window
-                const int64_t m = (i / W - (oh * w.s[0] - w.p[0])) / w.d[0], c = (i % W - (ow * w.s[1] - w.p[1])) / w.d[1];
-                EXPECT_EQ(packed_code(taps, p, oh, ow), m * w.k[1] + c) << what << " at " << p << "," << oh << "," << ow;
+                const int64_t m = (i / W - (oh * w.s[0] - w.p[0])) / w.d[0];
+                const int64_t c = (i % W - (ow * w.s[1] - w.p[1])) / w.d[1];
+                EXPECT_EQ(packed_code(taps, p, oh, ow), m * w.k[1] + c)
+                    << what << " at " << p << "," << oh << "," << ow;
               }
               if (OW % 4 != 0) {
                 const auto last = static_cast<int64_t>(get_element(taps, (p * OH + oh) * taps.size(3) + OW / 4));
@@ -278,11 +281,13 @@ TEST(SavedState, MaxPoolPacked2BitCodesAreTheTapsOfTheIndices) {
 // over the input), keep a byte per output (255 = none).
 TEST(SavedState, MaxPoolKeepsByteCodesWhereAWindowCanBeEmptyOrHasMoreThan4Taps) {
   const Tensor x = randn({1, 2, 1, 3});  // 2x2, dilation 2, padding 1: row windows wholly in padding
-  const Tensor taps = dispatch(*find_op("max_pool2d"), {x}, PoolWindow{{2, 2}, {1, 1}, {1, 1}, {2, 2}, false}.attrs())[1];
+  const Tensor taps =
+      dispatch(*find_op("max_pool2d"), {x}, PoolWindow{{2, 2}, {1, 1}, {1, 1}, {2, 2}, false}.attrs())[1];
   EXPECT_EQ(taps.dtype(), DType::UInt8);
   EXPECT_EQ(taps.sizes(), (IntList{1, 2, 1, 3}));
   EXPECT_EQ(get_element(taps, 0), 255.0);  // row 0's window: taps at rows -1 and 1, both outside
-  const Tensor t3 = dispatch(*find_op("max_pool2d"), {randn({1, 1, 6, 6})}, PoolWindow{{3, 2}, {2, 2}, {0, 0}, {1, 1}, false}.attrs())[1];
+  const Tensor t3 = dispatch(*find_op("max_pool2d"), {randn({1, 1, 6, 6})},
+                             PoolWindow{{3, 2}, {2, 2}, {0, 0}, {1, 1}, false}.attrs())[1];  // 6 taps
   EXPECT_EQ(t3.sizes(), (IntList{1, 1, 2, 3}));
 }
 
@@ -304,7 +309,8 @@ TEST(SavedState, MaxPoolDoubleBackwardFromTapsIsTheIndexGather) {
       const Tensor G = specials(252, 43).to(dt).reshape(size);
       autograd::backward({x.grad()}, {G});
       const Tensor idx = max_pool2d_with_indices(x0, w.k, w.s, w.p, w.d, w.ceil).second;
-      const Tensor want = gather(G.reshape({2, 2, 63}), 2, idx.reshape({2, 2, idx.size(2) * idx.size(3)})).reshape(idx.sizes());
+      const Tensor want =
+          gather(G.reshape({2, 2, 63}), 2, idx.reshape({2, 2, idx.size(2) * idx.size(3)})).reshape(idx.sizes());
       EXPECT_TRUE(bit_equal(g.grad(), want)) << dtype_name(dt) << " k" << shape_str(w.k);
     }
 }
