@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <type_traits>
 
 #include "amp/fp8_scaling.h"
 #include "core/error.h"
@@ -28,6 +29,17 @@ float cast_scaled_scalar(const uint8_t* table, const float* src, float scale, ui
   }
   return m;
 }
+
+// A widened element (BF16 bits) times its block's power of two, kept as the product's top half
+// (exact for the blocks the MX casts pass here: mx_block.cpp's `exact`).
+inline uint16_t pow2_times(uint16_t wide, float pow2) {
+  return static_cast<uint16_t>(std::bit_cast<uint32_t>(std::bit_cast<float>(static_cast<uint32_t>(wide) << 16) * pow2) >>
+                               16);
+}
+
+// The kernels read BF16 sources as their bits.
+template <typename S>
+using source_t = std::conditional_t<std::is_same_v<S, BFloat16>, uint16_t, S>;
 
 #if MIXTAPE_X86_KERNELS
 MT_TARGET_AVX512 float cast_scaled_avx512(const uint8_t* table, const float* src, float scale, uint8_t* dst,
@@ -69,10 +81,15 @@ inline float as_float(uint16_t bf16) { return std::bit_cast<float>(static_cast<u
 // scales, when given, holds one scale per value (MX blocks) in place of `scale`. kCodes: the FP8
 // codes are written to dst as well; without them only the rounded value is needed, and one FP add
 // and subtract round it (below). lanes, when given: lanes[i % 16] += src[i], in order.
+// pow2s, when given (MX blocks): the widening is the rounded value times pow2s[i], stored as
+// BF16's top half: exact only for blocks whose products are normal BF16 numbers (the caller's
+// `exact` blocks), where it is what multiplying the stored widening by pow2s[i] gives.
 template <bool kCodes, typename S>
 MT_TARGET_AVX512 float cast_widen_avx512_as(const Fp8Format& f, const uint8_t* table, const BFloat16* wtable,
-                                            const S* src, float scale, const float* scales, uint8_t* dst,
-                                            uint16_t* wide, int64_t n, float* lanes) {
+                                            const S* src, float scale, const float* scales, const float* pow2s,
+                                            float pow2, uint8_t* dst, uint16_t* wide, int64_t n, float* lanes) {
+  const bool times_pow2 = pow2s != nullptr || pow2 != 1.0f;
+  const __m512 vpow2 = _mm512_set1_ps(pow2);
   const int shift = 23 - f.mant;
   const __m512 vs = _mm512_set1_ps(scale), vmax = _mm512_set1_ps(f.max), vmin = _mm512_set1_ps(f.min_normal);
   const __m512 vsub = _mm512_set1_ps(f.sub_inv), vq = _mm512_set1_ps(1.0f / f.sub_inv);
@@ -103,7 +120,7 @@ MT_TARGET_AVX512 float cast_widen_avx512_as(const Fp8Format& f, const uint8_t* t
         std::memcpy(&b, &v, sizeof b);
         const uint8_t c = table[(b >> 16) | ((b & 0xFFFFu) ? 0x10000u : 0u)];
         if (dst != nullptr) dst[j] = c;
-        wide[j] = wtable[c].bits;
+        wide[j] = times_pow2 ? pow2_times(wtable[c].bits, pow2s != nullptr ? pow2s[j] : pow2) : wtable[c].bits;
       }
       continue;
     }
@@ -132,6 +149,9 @@ MT_TARGET_AVX512 float cast_widen_avx512_as(const Fp8Format& f, const uint8_t* t
       b = _mm512_castps_si512(_mm512_sub_ps(_mm512_add_ps(a, c), c));
     }
     b = _mm512_or_si512(b, sign);
+    if (times_pow2)
+      b = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(b),
+                                            pow2s != nullptr ? _mm512_maskz_loadu_ps(k, pow2s + i) : vpow2));
     _mm512_mask_cvtepi32_storeu_epi16(wide + i, k, _mm512_srli_epi32(b, 16));
   }
   if (lanes != nullptr) _mm512_storeu_ps(lanes, acc);
@@ -141,9 +161,11 @@ MT_TARGET_AVX512 float cast_widen_avx512_as(const Fp8Format& f, const uint8_t* t
 template <typename S>
 MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* table, const BFloat16* wtable,
                                          const S* src, float scale, const float* scales, uint8_t* dst,
-                                         uint16_t* wide, int64_t n, float* lanes = nullptr) {
-  return dst != nullptr ? cast_widen_avx512_as<true>(f, table, wtable, src, scale, scales, dst, wide, n, lanes)
-                        : cast_widen_avx512_as<false>(f, table, wtable, src, scale, scales, dst, wide, n, lanes);
+                                         uint16_t* wide, int64_t n, float* lanes = nullptr,
+                                         const float* pow2s = nullptr, float pow2 = 1.0f) {
+  return dst != nullptr
+             ? cast_widen_avx512_as<true>(f, table, wtable, src, scale, scales, pow2s, pow2, dst, wide, n, lanes)
+             : cast_widen_avx512_as<false>(f, table, wtable, src, scale, scales, pow2s, pow2, dst, wide, n, lanes);
 }
 
 MT_TARGET_AVX512 void widen_avx512(const uint16_t* t, const uint8_t* src, uint16_t* dst, int64_t n) {
@@ -235,20 +257,60 @@ float Fp8CastTable::cast_scaled_widened(const BFloat16* src, float scale, uint8_
   return m;
 }
 
-void Fp8CastTable::cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide,
-                                      int64_t n) const {
+template <typename S>
+void Fp8CastTable::cast_lanes_widened_as(const S* src, const float* scales, const float* pow2s, uint8_t* dst,
+                                         BFloat16* wide, int64_t n) const {
   if (n <= 0) return;
 #if MIXTAPE_X86_KERNELS
   if (cpu::isa_avx512()) {
-    cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, 1.0f, scales, dst, &wide->bits, n);
+    cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), reinterpret_cast<const source_t<S>*>(src),
+                      1.0f, scales, dst, &wide->bits, n, nullptr, pow2s);
     return;
   }
 #endif
   for (int64_t i = 0; i < n; ++i) {
-    const uint8_t c = (*this)(src[i] * scales[i]);
+    const uint8_t c = (*this)(static_cast<float>(src[i]) * scales[i]);
     if (dst != nullptr) dst[i] = c;
-    wide[i] = widen_[c];
+    wide[i] = pow2s != nullptr ? BFloat16::from_bits(pow2_times(widen_[c].bits, pow2s[i])) : widen_[c];
   }
+}
+
+template <typename S>
+void Fp8CastTable::cast_block_widened_as(const S* src, float scale, float pow2, uint8_t* dst, BFloat16* wide,
+                                         int64_t n) const {
+  if (n <= 0) return;
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512()) {
+    cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), reinterpret_cast<const source_t<S>*>(src),
+                      scale, nullptr, dst, &wide->bits, n, nullptr, nullptr, pow2);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t c = (*this)(static_cast<float>(src[i]) * scale);
+    if (dst != nullptr) dst[i] = c;
+    wide[i] = BFloat16::from_bits(pow2_times(widen_[c].bits, pow2));
+  }
+}
+
+void Fp8CastTable::cast_block_widened(const float* src, float scale, float pow2, uint8_t* dst, BFloat16* wide,
+                                      int64_t n) const {
+  cast_block_widened_as(src, scale, pow2, dst, wide, n);
+}
+
+void Fp8CastTable::cast_block_widened(const BFloat16* src, float scale, float pow2, uint8_t* dst, BFloat16* wide,
+                                      int64_t n) const {
+  cast_block_widened_as(src, scale, pow2, dst, wide, n);
+}
+
+void Fp8CastTable::cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide,
+                                      int64_t n, const float* pow2s) const {
+  cast_lanes_widened_as(src, scales, pow2s, dst, wide, n);
+}
+
+void Fp8CastTable::cast_lanes_widened(const BFloat16* src, const float* scales, uint8_t* dst, BFloat16* wide,
+                                      int64_t n, const float* pow2s) const {
+  cast_lanes_widened_as(src, scales, pow2s, dst, wide, n);
 }
 
 const Fp8CastTable& Fp8CastTable::of(DType fp8) {

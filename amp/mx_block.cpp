@@ -77,8 +77,6 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
   {
     std::vector<uint32_t> amax(static_cast<size_t>(inner));
     std::vector<float> inv(static_cast<size_t>(inner)), pow2(static_cast<size_t>(inner));
-    std::vector<uint8_t> exact(static_cast<size_t>(inner));
-    std::vector<float> rowbuf(f32 != nullptr ? 0 : static_cast<size_t>(std::max(inner, k)));  // BF16 values in f32
 #pragma omp for collapse(2) schedule(static)
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t b = 0; b < nb; ++b) {
@@ -96,7 +94,7 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
           }
         }
         uint8_t* c = codes + (o * nb + b) * inner;
-        bool all_exact = true;  // no NaN scale, no BF16 edge: the vector cast and a plain product
+        bool all_exact = true;  // no NaN scale, no BF16 edge: the vector cast, times 2^e in its pass
         for (int64_t i = 0; i < inner; ++i) {
           c[i] = mx_scale_code(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), elem, recipe.scale_rounding);
           // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
@@ -106,35 +104,27 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
           inv[i] = mx_inv_scale_of(c[i]);
           pow2[i] = mx_scale_of(c[i]);
           // Every element (|q| in [2^-16, 2^16], or 0) times 2^e is a normal BF16 number here: the
-          // widening is the product's top half (mx_widen's edges cannot occur).
-          exact[i] = static_cast<uint8_t>(e >= -110 && e <= 111);
-          all_exact = all_exact && exact[i];
-        }
-        if (all_exact && inner == 1) {  // a contiguous block under one scale
-          const float* src = f32 != nullptr ? f32 + base : rowbuf.data();
-          if (f32 == nullptr)
-            for (int64_t j = 0; j < n; ++j) rowbuf[j] = static_cast<float>(b16[base + j]);
-          BFloat16* w = wide + base;
-          cast.cast_scaled_widened(src, inv[0], dst != nullptr ? dst + base : nullptr, w, n);
-          for (int64_t j = 0; j < n; ++j)
-            w[j].bits = static_cast<uint16_t>(
-                std::bit_cast<uint32_t>(std::bit_cast<float>(static_cast<uint32_t>(w[j].bits) << 16) * pow2[0]) >> 16);
-          continue;
+          // widening is the product's top half (mx_widen's edges cannot occur), so the cast
+          // multiplies its rounded value by 2^e before storing it.
+          all_exact = all_exact && e >= -110 && e <= 111;
         }
         if (all_exact) {
-          // The FP8 cast with its BF16 widening per row (cast_lanes_widened: AVX-512 arithmetic
-          // with one scale per lane), then the widening times 2^e, exact here.
+          // A contiguous block under one scale (inner 1), or one row of the block at a time with
+          // one scale per lane: the AVX-512 cast (cast_*_widened), BF16 read in the register.
+          uint8_t* d = dst != nullptr ? dst + base : nullptr;
+          if (inner == 1) {
+            if (f32 != nullptr) cast.cast_block_widened(f32 + base, inv[0], pow2[0], d, wide + base, n);
+            else cast.cast_block_widened(b16 + base, inv[0], pow2[0], d, wide + base, n);
+            continue;
+          }
           for (int64_t j = 0; j < n; ++j) {
-            const int64_t row = base + j * inner;
-            const float* src = f32 != nullptr ? f32 + row : rowbuf.data();
-            if (f32 == nullptr)
-              for (int64_t i = 0; i < inner; ++i) rowbuf[i] = static_cast<float>(b16[row + i]);
-            BFloat16* w = wide + row;
-            cast.cast_lanes_widened(src, inv.data(), dst != nullptr ? dst + row : nullptr, w, inner);
-            for (int64_t i = 0; i < inner; ++i) {
-              const float p = std::bit_cast<float>(static_cast<uint32_t>(w[i].bits) << 16) * pow2[i];
-              w[i].bits = static_cast<uint16_t>(std::bit_cast<uint32_t>(p) >> 16);
-            }
+            const int64_t off = j * inner;
+            if (f32 != nullptr)
+              cast.cast_lanes_widened(f32 + base + off, inv.data(), d != nullptr ? d + off : nullptr, wide + base + off,
+                                      inner, pow2.data());
+            else
+              cast.cast_lanes_widened(b16 + base + off, inv.data(), d != nullptr ? d + off : nullptr, wide + base + off,
+                                      inner, pow2.data());
           }
           continue;
         }

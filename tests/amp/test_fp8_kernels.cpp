@@ -15,6 +15,7 @@
 #include "amp/amax_kernels.h"
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_im2col.h"
+#include "amp/mx_block.h"
 #include "common/bf16_paths_here.h"
 #include "common/on_thread_counts.h"
 #include "mixtape/mixtape.h"
@@ -202,6 +203,131 @@ TEST(Fp8CastTable, Bf16SourceGivesTheBitsOfItsFloatValuesOnEveryPattern) {
           }
         }
       }
+}
+
+TEST(Fp8CastTable, MxCastsApplyTheBlocksPowerOfTwoInTheirPassWithTheBitsOfTwoPasses) {
+  // cast_lanes_widened with pow2s and cast_block_widened (MX blocks: the widening times 2^e in
+  // the cast's pass) against the two passes they replace, written out here: the table's code of
+  // v * 2^-e, and its BF16 widening times 2^e, truncated to BF16. Every BF16 pattern (NaNs, infs,
+  // subnormals), f32 and BF16 sources, with and without codes, scales across the exact range of
+  // block exponents [-110, 111], lengths with masked tails; both ISA levels.
+  std::vector<BFloat16> src(1 << 16);
+  for (uint32_t b = 0; b < (1u << 16); ++b) src[b] = BFloat16::from_bits(static_cast<uint16_t>(b));
+  std::vector<float> f(src.size());
+  for (size_t i = 0; i < src.size(); ++i) f[i] = static_cast<float>(src[i]);
+  const int exps[] = {-110, -41, -3, 0, 7, 60, 111};
+  std::vector<float> scales(src.size()), pow2s(src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    const int e = exps[(i / 3) % std::size(exps)];
+    scales[i] = std::ldexp(1.0f, -e);
+    pow2s[i] = std::ldexp(1.0f, e);
+  }
+  const auto times = [](BFloat16 w, float p) {
+    return static_cast<uint16_t>(std::bit_cast<uint32_t>(static_cast<float>(w) * p) >> 16);
+  };
+  for (DType dt : {DType::Float8_e4m3fn, DType::Float8_e5m2}) {
+    const Fp8CastTable& cast = Fp8CastTable::of(dt);
+    const std::array<BFloat16, 256> table = fp8_to_bf16_table(dt);
+    for (int64_t n : {int64_t{1 << 16}, int64_t{(1 << 16) - 5}, int64_t{13}, int64_t{32}}) {
+      std::vector<uint8_t> want(src.size()), got(src.size());
+      std::vector<uint16_t> want_w(src.size());
+      for (int64_t i = 0; i < n; ++i) {
+        want[i] = cast(f[i] * scales[i]);
+        want_w[i] = times(table[want[i]], pow2s[i]);
+      }
+      for (bool baseline : {false, true}) {
+        std::optional<cpu::Override> cap;
+        if (baseline) cap.emplace(cpu::IsaLevel::Baseline);
+        for (bool codes : {true, false})
+          for (bool bf16 : {false, true}) {
+            std::vector<BFloat16> w(src.size());
+            uint8_t* d = codes ? got.data() : nullptr;
+            if (bf16) cast.cast_lanes_widened(src.data(), scales.data(), d, w.data(), n, pow2s.data());
+            else cast.cast_lanes_widened(f.data(), scales.data(), d, w.data(), n, pow2s.data());
+            for (int64_t i = 0; i < n; ++i) {
+              if (codes) {
+                ASSERT_EQ(got[i], want[i]) << dtype_name(dt) << " bits " << std::hex << i << " baseline " << baseline;
+              }
+              ASSERT_EQ(w[i].bits, want_w[i]) << dtype_name(dt) << " bits " << std::hex << i << " baseline " << baseline;
+            }
+            // One block's scale for the whole run (the contiguous-block form).
+            for (int e : exps) {
+              const float scale = std::ldexp(1.0f, -e), pow2 = std::ldexp(1.0f, e);
+              if (bf16) cast.cast_block_widened(src.data(), scale, pow2, d, w.data(), n);
+              else cast.cast_block_widened(f.data(), scale, pow2, d, w.data(), n);
+              for (int64_t i = 0; i < n; ++i) {
+                const uint8_t c = cast(f[i] * scale);
+                if (codes) {
+                  ASSERT_EQ(got[i], c) << dtype_name(dt) << " e " << e << " bits " << std::hex << i;
+                }
+                ASSERT_EQ(w[i].bits, times(table[c], pow2)) << dtype_name(dt) << " e " << e << " bits " << std::hex << i;
+              }
+            }
+          }
+      }
+    }
+  }
+}
+
+TEST(MxBlock, QuantizeWidenedGivesTheScalarBlocksAtBothIsaLevels) {
+  // mx_quantize_widened against the blocks written out here (the amax of each block, its code,
+  // the scalar saturating conversion of v * 2^-e, mx_widen of its value): f32 and BF16 sources,
+  // contiguous blocks (inner 1) and strided ones (inner 3, 37, 288: the wgrad's K), a short tail
+  // block; blocks whose scales reach BF16's edges (values near 2^-130 and 2^120, where the widening
+  // is not the plain product) and NaN / inf blocks; codes kept and not.
+  Generator gen(11);
+  for (const IntList& sizes : {IntList{3, 70, 1}, IntList{2, 40, 3}, IntList{1, 33, 37}, IntList{1, 64, 288}})
+    for (DType src : {DType::Float32, DType::BFloat16}) {
+      Tensor x32 = randn(sizes, {}, &gen) * 40.0;
+      float* p = x32.data_ptr<float>();
+      const int64_t numel = x32.numel();
+      for (int64_t i = 0; i < numel; i += 97) p[i] *= 0x1p-130f;  // tiny blocks' scales near 2^-127
+      for (int64_t i = 5; i < numel; i += 211) p[i] = 0x1p120f * (i % 2 ? 1.5f : -1.0f);
+      p[numel / 2] = std::numeric_limits<float>::quiet_NaN();
+      p[numel / 3] = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < std::min<int64_t>(numel, 64); ++i) p[i] = 0x1p-133f * static_cast<float>(i % 5);
+      const Tensor x = x32.to(src);
+      const auto xs = x.to(DType::Float32).to_vector<float>();
+      const int64_t len = sizes[1], inner = sizes[2], nb = (len + 31) / 32;
+      for (DType elem : {DType::Float8_e4m3fn, DType::Float8_e5m2}) {
+        for (bool baseline : {false, true})
+          for (bool keep : {true, false}) {
+            std::optional<cpu::Override> cap;
+            if (baseline) cap.emplace(cpu::IsaLevel::Baseline);
+            const Fp8Operand q = mx_quantize_widened(x, 1, elem, MXFP8BlockScaling{}, "test", keep);
+            const uint8_t* codes = q.block_scales.data_ptr<uint8_t>();
+            const uint8_t* d = keep ? static_cast<const uint8_t*>(q.data.data_ptr()) : nullptr;
+            const uint16_t* w = &q.widened.data_ptr<BFloat16>()->bits;
+            for (int64_t o = 0; o < sizes[0]; ++o)
+              for (int64_t b = 0; b < nb; ++b)
+                for (int64_t i = 0; i < inner; ++i) {
+                  float amax = 0.0f;
+                  bool finite = true;
+                  for (int64_t c = b * 32; c < std::min(len, b * 32 + 32); ++c) {
+                    const float v = xs[static_cast<size_t>((o * len + c) * inner + i)];
+                    finite = finite && std::isfinite(v);
+                    amax = std::max(amax, std::fabs(v));
+                  }
+                  const uint8_t code = mx_scale_code(finite ? amax : NAN, elem, MxScaleRounding::Up);
+                  ASSERT_EQ(codes[(o * nb + b) * inner + i], code) << "block " << b << " lane " << i;
+                  for (int64_t c = b * 32; c < std::min(len, b * 32 + 32); ++c) {
+                    const int64_t at = (o * len + c) * inner + i;
+                    const float scaled = std::ldexp(xs[static_cast<size_t>(at)], 127 - code);
+                    const uint8_t want = code == 0xFF                     ? uint8_t{0x7F}
+                                         : elem == DType::Float8_e4m3fn ? float_to_e4m3fn_bits(scaled, Fp8Saturation::Finite)
+                                                                         : float_to_e5m2_bits(scaled, Fp8Saturation::Finite);
+                    if (keep) {
+                      ASSERT_EQ(d[at], want) << dtype_name(elem) << ' ' << dtype_name(src) << " at " << at;
+                    }
+                    const float value = elem == DType::Float8_e4m3fn ? e4m3fn_bits_to_float(want) : e5m2_bits_to_float(want);
+                    ASSERT_EQ(w[at], mx_widen(value, code == 0xFF ? NAN : std::ldexp(1.0f, code - 127)).bits)
+                        << dtype_name(elem) << ' ' << dtype_name(src) << " at " << at << " code " << int(code)
+                        << " baseline " << baseline;
+                  }
+                }
+          }
+      }
+    }
 }
 
 TEST(Fp8CastTable, ChannelSumsReadInTheCastsPassAreTheLaneOrderSumsAtEveryThreadCount) {
