@@ -84,6 +84,35 @@ Tensor im2col_fp8_to_bf16_transposed(const Tensor& x, const ConvGeom& g) {
   return out;
 }
 
+namespace {
+template <typename T>
+void im2col_transposed_into(const T* src, const ConvGeom& g, bool plane_shift, T* dst) {
+  const int64_t m = g.N * g.L(), plane = g.C * g.H * g.W;
+  const cpu::Im2colRows rows{g.C, g.H, g.W, g.OH, g.OW, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH};
+  // Image n fills columns [n L, (n + 1) L) of every row: rows m apart.
+#pragma omp parallel for if (m * g.K() >= cpu::kParallelGrain) schedule(static)
+  for (int64_t n = 0; n < g.N; ++n) {
+    if (plane_shift)
+      cpu::im2col_plane_shift_avx512(src + n * plane, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH,
+                                     dst + n * g.L(), m);
+    else
+      cpu::im2col_rows_avx512(src + n * plane, rows, dst + n * g.L(), m);
+  }
+}
+}  // namespace
+
+Tensor im2col_transposed(const Tensor& x, const ConvGeom& g) {
+  const bool plane_shift = g.sH == 1 && g.sW == 1 && g.dW == 1 && g.OW == g.W && g.pH >= 0 && g.pW >= 0;
+  if (!cpu::im2col_avx512_available() || !(plane_shift || cpu::im2col_rows_applies(g.sW, g.dW)) || g.pH < 0 ||
+      g.pW < 0 || !(x.dtype() == DType::Float32 || x.dtype() == DType::BFloat16) || !x.is_contiguous())
+    return {};
+  Tensor out = Tensor::empty({g.K(), g.N * g.L()}, TensorOptions(x.dtype()));
+  if (out.numel() == 0) return out;
+  if (x.dtype() == DType::Float32) im2col_transposed_into(x.data_ptr<float>(), g, plane_shift, out.data_ptr<float>());
+  else im2col_transposed_into(x.data_ptr<BFloat16>(), g, plane_shift, out.data_ptr<BFloat16>());
+  return out;
+}
+
 // Each (image, channel) plane is summed by one thread in a fixed order.
 Tensor col2im(const Tensor& cols, const ConvGeom& g) {
   Tensor out = zeros({g.N, g.C, g.H, g.W});

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "amp/fp8_cast_table.h"
+#include "amp/mx_block_kernels.h"
 #include "core/error.h"
 #include "ops/cast.h"
 #include "ops/cpu/elementwise.h"
@@ -73,6 +74,34 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
   // it is a max of |v|'s bits (monotonic for non-NaN floats), and any non-finite value (inf or
   // NaN, exponent all ones) makes it >= 0x7F800000, which marks the block's scale NaN.
   const bool par = outer * len * inner >= cpu::kParallelGrain && outer * nb > 1;
+  const bool e5m2 = elem == DType::Float8_e5m2, spec = recipe.scale_rounding == MxScaleRounding::Spec;
+  if (inner == 1 && mx_contiguous_blocks_available()) {
+    // Contiguous blocks (inner 1): each one in a single AVX-512 pass (amp/mx_block_kernels.h), in
+    // runs of up to kRun blocks; the blocks it leaves (a NaN scale or one near BF16's edges) then
+    // take the scalar rule below, element by element.
+    constexpr int64_t kRun = 256;
+    const int64_t runs = (nb + kRun - 1) / kRun;
+#pragma omp parallel for collapse(2) if (par) schedule(static)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t r = 0; r < runs; ++r) {
+        const int64_t b0 = r * kRun, lo = o * len + b0 * k, n = std::min(len - b0 * k, kRun * k);
+        uint8_t* c = codes + o * nb + b0;
+        uint8_t* d = dst != nullptr ? dst + lo : nullptr;
+        if (f32 != nullptr) mx_contiguous_blocks(f32 + lo, n, k, e5m2, spec, c, d, wide + lo);
+        else mx_contiguous_blocks(b16 + lo, n, k, e5m2, spec, c, d, wide + lo);
+        for (int64_t b = 0; b * k < n; ++b) {
+          if (mx_widening_is_product(c[b])) continue;
+          const float inv = mx_inv_scale_of(c[b]), pow2 = mx_scale_of(c[b]);
+          for (int64_t j = lo + b * k; j < lo + std::min(n, (b + 1) * k); ++j) {
+            const float v = f32 != nullptr ? f32[j] : static_cast<float>(b16[j]);
+            const uint8_t q = c[b] == 0xFF ? uint8_t{0x7F} : cast(v * inv);  // a NaN block: every element NaN
+            if (dst != nullptr) dst[j] = q;
+            wide[j] = mx_widen(dec[q], pow2);
+          }
+        }
+      }
+    return op;
+  }
 #pragma omp parallel if (par)
   {
     std::vector<uint32_t> amax(static_cast<size_t>(inner));
@@ -96,17 +125,15 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
         uint8_t* c = codes + (o * nb + b) * inner;
         bool all_exact = true;  // no NaN scale, no BF16 edge: the vector cast, times 2^e in its pass
         for (int64_t i = 0; i < inner; ++i) {
-          c[i] = mx_scale_code(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), elem, recipe.scale_rounding);
+          c[i] = mx_code_of(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), e5m2, spec);
           // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
           // v / 2^e rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
           // (2^e and 2^-e built from their bits: amp/mx_scale_rule.h, NaN for the NaN code.)
-          const int e = static_cast<int>(c[i]) - 127;
           inv[i] = mx_inv_scale_of(c[i]);
           pow2[i] = mx_scale_of(c[i]);
-          // Every element (|q| in [2^-16, 2^16], or 0) times 2^e is a normal BF16 number here: the
-          // widening is the product's top half (mx_widen's edges cannot occur), so the cast
-          // multiplies its rounded value by 2^e before storing it.
-          all_exact = all_exact && e >= -110 && e <= 111;
+          // The widening is then the product's top half (mx_widen's edges cannot occur), so the
+          // cast multiplies its rounded value by 2^e before storing it.
+          all_exact = all_exact && mx_widening_is_product(c[i]);
         }
         if (all_exact) {
           // A contiguous block under one scale (inner 1), or one row of the block at a time with

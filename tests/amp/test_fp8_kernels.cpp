@@ -29,6 +29,8 @@ using namespace mixtape::amp;
 
 namespace {
 using ::mixtape::testing::bf16_paths_here;
+using ::mixtape::testing::bf16_path_name;
+using ::mixtape::testing::on_thread_counts;
 
 struct Geometry {
   int64_t N, C, H, W, O, kH, kW;
@@ -282,7 +284,7 @@ TEST(MxBlock, QuantizeWidenedGivesTheScalarBlocksAtBothIsaLevels) {
       float* p = x32.data_ptr<float>();
       const int64_t numel = x32.numel();
       for (int64_t i = 0; i < numel; i += 97) p[i] *= 0x1p-130f;  // tiny blocks' scales near 2^-127
-      for (int64_t i = 5; i < numel; i += 211) p[i] = 0x1p120f * (i % 2 ? 1.5f : -1.0f);
+      for (int64_t i = 70; i < numel; i += 211) p[i] = 0x1p120f * (i % 2 ? 1.5f : -1.0f);  // scales near 2^112
       p[numel / 2] = std::numeric_limits<float>::quiet_NaN();
       p[numel / 3] = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < std::min<int64_t>(numel, 64); ++i) p[i] = 0x1p-133f * static_cast<float>(i % 5);
@@ -291,10 +293,13 @@ TEST(MxBlock, QuantizeWidenedGivesTheScalarBlocksAtBothIsaLevels) {
       const int64_t len = sizes[1], inner = sizes[2], nb = (len + 31) / 32;
       for (DType elem : {DType::Float8_e4m3fn, DType::Float8_e5m2}) {
         for (bool baseline : {false, true})
-          for (bool keep : {true, false}) {
+          for (int variant = 0; variant < 3; ++variant) {  // codes kept, not kept; the spec's scales
+            const bool keep = variant != 1;
+            MXFP8BlockScaling mx;
+            if (variant == 2) mx.scale_rounding = MxScaleRounding::Spec;
             std::optional<cpu::Override> cap;
             if (baseline) cap.emplace(cpu::IsaLevel::Baseline);
-            const Fp8Operand q = mx_quantize_widened(x, 1, elem, MXFP8BlockScaling{}, "test", keep);
+            const Fp8Operand q = mx_quantize_widened(x, 1, elem, mx, "test", keep);
             const uint8_t* codes = q.block_scales.data_ptr<uint8_t>();
             const uint8_t* d = keep ? static_cast<const uint8_t*>(q.data.data_ptr()) : nullptr;
             const uint16_t* w = &q.widened.data_ptr<BFloat16>()->bits;
@@ -308,7 +313,7 @@ TEST(MxBlock, QuantizeWidenedGivesTheScalarBlocksAtBothIsaLevels) {
                     finite = finite && std::isfinite(v);
                     amax = std::max(amax, std::fabs(v));
                   }
-                  const uint8_t code = mx_scale_code(finite ? amax : NAN, elem, MxScaleRounding::Up);
+                  const uint8_t code = mx_scale_code(finite ? amax : NAN, elem, mx.scale_rounding);
                   ASSERT_EQ(codes[(o * nb + b) * inner + i], code) << "block " << b << " lane " << i;
                   for (int64_t c = b * 32; c < std::min(len, b * 32 + 32); ++c) {
                     const int64_t at = (o * len + c) * inner + i;
@@ -328,6 +333,57 @@ TEST(MxBlock, QuantizeWidenedGivesTheScalarBlocksAtBothIsaLevels) {
           }
       }
     }
+}
+
+TEST(MxBlock, Conv2dWeightGradientHasTheBitsOfTheRowMatrixRoute) {
+  // MXFP8's conv2d wgrad on the transposed operands (G as (O, N OH OW), the input's im2col as
+  // (C kH kW, N OH OW), blocks contiguous along N OH OW) against the route it replaced, written
+  // out here: the row im2col matrix and G with its channels last, both blocked along dim 0, and
+  // fp8_gemm(G, transposed, P). Every geometry (the plane-shift and row kernels' and the fallback's),
+  // f32 and BF16 inputs, BF16 and f32 outputs, G with magnitudes spread over 2^-60 .. 2^40, every
+  // BF16 GEMM path here, 1 and 2 threads.
+  Generator gen(12);
+  for (const Geometry& geo : kGeometries) {
+    const ConvGeom g = geometry_of(geo);
+    for (DType x_dt : {DType::Float32, DType::BFloat16})
+      for (DType out_dt : {DType::BFloat16, DType::Float32}) {
+        const Tensor x = randn({g.N, g.C, g.H, g.W}, {}, &gen).to(x_dt);
+        const Tensor w0 = randn({g.O, g.C, g.kH, g.kW}, {}, &gen) * 0.2;
+        Tensor gy = randn({g.N, g.O, g.OH, g.OW}, {}, &gen);
+        float* gp = gy.data_ptr<float>();
+        for (int64_t i = 0; i < gy.numel(); ++i) gp[i] = std::ldexp(gp[i], static_cast<int>((i / 40) % 101) - 60);
+        gy = gy.to(out_dt);
+        // The reference: the row matrices blocked along M.
+        const Tensor xk = x_dt == DType::BFloat16 ? x : x.contiguous();
+        const Tensor rows = x_dt == DType::BFloat16 ? im2col_bf16(xk, g) : im2col_f32(xk, g);
+        const Tensor gm = gy.permute({0, 2, 3, 1}).contiguous().reshape({g.N * g.L(), g.O});
+        for (cpu::Bf16GemmPath path : bf16_paths_here()) {
+          cpu::Override on(path);
+          // At each thread count (OpenBLAS, which runs the widened path's small GEMMs, does not
+          // promise the same sums at every thread count; the native kernels do).
+          const auto want = on_thread_counts({1, 2}, [&] {
+            return fp8_gemm(mx_quantize(gm, 0, DType::Float8_e4m3fn, MXFP8BlockScaling{}, "t"), true,
+                            mx_quantize(rows, 0, DType::Float8_e4m3fn, MXFP8BlockScaling{}, "t"), false, "t")
+                .reshape({g.O, g.C, g.kH, g.kW});
+          });
+          const auto got = on_thread_counts({1, 2}, [&] {
+            const Tensor w = w0.clone().requires_grad_();
+            Tensor y;
+            {
+              Fp8Autocast fp8(MXFP8BlockScaling{}, nullptr, {out_dt});
+              y = conv2d(x, w, Tensor(), geo.stride, geo.padding, geo.dilation);
+            }
+            y.backward(gy);
+            return w.grad();
+          });
+          for (size_t t = 0; t < got.size(); ++t)
+            EXPECT_TRUE(same_bits(got[t], want[t]))
+                << "C=" << g.C << " H=" << g.H << " W=" << g.W << " stride " << geo.stride[1] << ' ' << dtype_name(x_dt)
+                << " input, " << dtype_name(out_dt) << " output, path " << bf16_path_name(path) << ", thread count "
+                << (t + 1);
+        }
+      }
+  }
 }
 
 TEST(Fp8CastTable, ChannelSumsReadInTheCastsPassAreTheLaneOrderSumsAtEveryThreadCount) {

@@ -1,0 +1,81 @@
+// amp/mx_block_kernels.cpp — see amp/mx_block_kernels.h. Only MT_TARGET_AVX512 functions hold
+// AVX-512 instructions; they run only after isa_avx512().
+#include "amp/mx_block_kernels.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "amp/fp8_cast_avx512.h"
+#include "amp/mx_scale_rule.h"
+#include "core/error.h"
+
+MT_KERNELS_BEGIN
+
+namespace mixtape::amp {
+
+namespace {
+
+#if MIXTAPE_X86_KERNELS
+template <bool kCodes, typename S>
+MT_TARGET_AVX512 void blocks_avx512(const S* src, int64_t n, int64_t k, bool e5m2, bool spec, uint8_t* codes,
+                                    uint8_t* dst, uint16_t* wide) {
+  const fp8_avx512::Consts cc = fp8_avx512::consts_of(e5m2 ? fp8_avx512::kE5m2 : fp8_avx512::kE4m3);
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  for (int64_t lo = 0, b = 0; lo < n; lo += k, ++b) {
+    const int64_t len = std::min(k, n - lo);
+    // The amax as a max of |v|'s bits (monotonic for non-NaN floats; an inf or NaN, exponent all
+    // ones, makes it >= 0x7F800000, which mx_code_of turns into the NaN code). Masked lanes read 0.
+    __m512i am = _mm512_setzero_si512();
+    for (int64_t i = 0; i < len; i += 16) {
+      const __mmask16 m = len - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (len - i)) - 1);
+      am = _mm512_max_epu32(am, _mm512_and_si512(_mm512_castps_si512(fp8_avx512::load16(src + lo + i, m)), magnitude));
+    }
+    const uint8_t code = mx_code_of(std::bit_cast<float>(_mm512_reduce_max_epu32(am)), e5m2, spec);
+    codes[b] = code;
+    if (!mx_widening_is_product(code)) continue;
+    // v * 2^-e rounded once in f32 (the scalar rule's product), cast, and its value times 2^e
+    // (exact here) stored as BF16's top half.
+    const __m512 inv = _mm512_set1_ps(mx_inv_scale_of(code)), pow2 = _mm512_set1_ps(mx_scale_of(code));
+    for (int64_t i = 0; i < len; i += 16) {
+      const __mmask16 m = len - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (len - i)) - 1);
+      __m512i q = _mm512_setzero_si512();
+      const __m512i r = fp8_avx512::cast16<kCodes>(cc, _mm512_mul_ps(fp8_avx512::load16(src + lo + i, m), inv), &q);
+      if constexpr (kCodes) _mm512_mask_cvtepi32_storeu_epi8(dst + lo + i, m, q);
+      const __m512i w = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(r), pow2));
+      _mm512_mask_cvtepi32_storeu_epi16(wide + lo + i, m, _mm512_srli_epi32(w, 16));
+    }
+  }
+}
+
+template <typename S>
+void blocks(const S* src, int64_t n, int64_t k, bool e5m2, bool spec, uint8_t* codes, uint8_t* dst, uint16_t* wide) {
+  if (dst != nullptr) blocks_avx512<true>(src, n, k, e5m2, spec, codes, dst, wide);
+  else blocks_avx512<false>(src, n, k, e5m2, spec, codes, dst, wide);
+}
+#endif
+
+}  // namespace
+
+bool mx_contiguous_blocks_available() {
+#if MIXTAPE_X86_KERNELS
+  return cpu::isa_avx512();
+#else
+  return false;
+#endif
+}
+
+void mx_contiguous_blocks(const float* src, int64_t n, int64_t k, bool e5m2, bool spec, uint8_t* codes, uint8_t* dst,
+                          BFloat16* wide) {
+  MT_CHECK(mx_contiguous_blocks_available() && k >= 1, "mx_contiguous_blocks: needs AVX-512 and k >= 1, got k ", k);
+  MT_X86_ONLY(blocks(src, n, k, e5m2, spec, codes, dst, &wide->bits));
+}
+
+void mx_contiguous_blocks(const BFloat16* src, int64_t n, int64_t k, bool e5m2, bool spec, uint8_t* codes,
+                          uint8_t* dst, BFloat16* wide) {
+  MT_CHECK(mx_contiguous_blocks_available() && k >= 1, "mx_contiguous_blocks: needs AVX-512 and k >= 1, got k ", k);
+  MT_X86_ONLY(blocks(&src->bits, n, k, e5m2, spec, codes, dst, &wide->bits));
+}
+
+}  // namespace mixtape::amp
+
+MT_KERNELS_END

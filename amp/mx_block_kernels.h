@@ -1,0 +1,33 @@
+// amp/mx_block_kernels.h — MX blocks of contiguous values (a tensor blocked along a dim with
+// nothing after it: inner 1, as MXFP8's conv2d wgrad lays out its operands) in one AVX-512 pass
+// per block: its amax, its E8M0 code, the FP8 cast and the widening times 2^e, 16 values a vector.
+// Invariant: the codes, FP8 elements and widened values are mx_quantize_widened's scalar rule's
+// (amp/mx_scale_rule.h) bit for bit; tests/amp/test_fp8_kernels.cpp checks them against it.
+#pragma once
+#include <cstdint>
+
+#include "core/bfloat16.h"
+
+namespace mixtape::amp {
+
+// True where a block with this code widens to the product of its elements and 2^e truncated to
+// BF16, exactly (e in [-110, 111]: every element, |q| in [2^-16, 2^16] or 0, times 2^e is a normal
+// BF16 number); false for the NaN code and for blocks near BF16's range edges (mx_widen's cases).
+inline bool mx_widening_is_product(uint8_t code) {
+  const int e = static_cast<int>(code) - 127;
+  return e >= -110 && e <= 111;
+}
+
+// True where mx_contiguous_blocks runs (cpu::isa_avx512()).
+bool mx_contiguous_blocks_available();
+
+// src[0, n) in blocks of k (the last one n - (nb - 1) k values, nb = ceil(n / k)): codes[b] is
+// block b's E8M0 code (mx_code_of of its amax; 0xFF where it holds an inf or NaN); for each block
+// with mx_widening_is_product(code), its FP8 elements (dst, when not null) and widened values
+// (wide). Other blocks' elements are left for the caller's scalar path. Call only where available.
+void mx_contiguous_blocks(const float* src, int64_t n, int64_t k, bool e5m2, bool spec, uint8_t* codes, uint8_t* dst,
+                          BFloat16* wide);
+void mx_contiguous_blocks(const BFloat16* src, int64_t n, int64_t k, bool e5m2, bool spec, uint8_t* codes,
+                          uint8_t* dst, BFloat16* wide);
+
+}  // namespace mixtape::amp
