@@ -90,6 +90,26 @@ TEST(Fp8Im2col, TransposedAvx512MatrixHoldsTheRowMatrixBitForBit) {
     }
 }
 
+TEST(Fp8Im2col, TransposedF32AndBf16MatricesHoldTheRowMatrixBitForBit) {
+  // im2col_transposed (MXFP8's wgrad) against im2col_f32 / im2col_bf16, on every geometry the
+  // AVX-512 im2col takes (plane shift, or column strides 1 and 2); undefined for an f16 image.
+  Generator gen(8);
+  for (const Geometry& geo : kGeometries) {
+    const ConvGeom g = geometry_of(geo);
+    const Tensor x32 = randn({g.N, g.C, g.H, g.W}, {}, &gen);
+    EXPECT_FALSE(im2col_transposed(x32.to(DType::Float16), g).defined());
+    for (DType dt : {DType::Float32, DType::BFloat16}) {
+      const Tensor x = x32.to(dt);
+      const Tensor t = im2col_transposed(x, g);
+      ASSERT_EQ(t.defined(), cpu::im2col_avx512_available()) << "geometry C=" << g.C << " H=" << g.H << " sH=" << g.sH;
+      if (!t.defined()) continue;
+      const Tensor r = dt == DType::Float32 ? im2col_f32(x, g) : im2col_bf16(x, g);  // (M, K)
+      ASSERT_EQ(t.sizes(), (IntList{g.K(), g.N * g.L()}));
+      EXPECT_TRUE(same_bits(t, r.t().contiguous())) << dtype_name(dt) << " C=" << g.C << " H=" << g.H << " W=" << g.W;
+    }
+  }
+}
+
 TEST(Fp8Im2col, GemmOnTheTransposedMatrixGivesTheBitsOfTheRowMatrix) {
   // conv2d's forward P @ W^T and weight gradient G^T @ P, P as im2col_operand writes it either way.
   Generator gen(3);
