@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "amp/fp8_scaling.h"
+#include "core/error.h"
 #include "ops/cpu/im2col_avx512.h"
 #include "ops/cpu/loops.h"
 #include "ops/creation.h"
@@ -110,6 +112,20 @@ Tensor im2col_transposed(const Tensor& x, const ConvGeom& g) {
   if (out.numel() == 0) return out;
   if (x.dtype() == DType::Float32) im2col_transposed_into(x.data_ptr<float>(), g, plane_shift, out.data_ptr<float>());
   else im2col_transposed_into(x.data_ptr<BFloat16>(), g, plane_shift, out.data_ptr<BFloat16>());
+  return out;
+}
+
+Tensor channels_major(const Tensor& y) {
+  MT_CHECK(y.dim() == 4 && y.is_contiguous(), "channels_major: expected a contiguous 4-D tensor, got ", y.describe());
+  const int64_t N = y.size(0), O = y.size(1), L = y.size(2) * y.size(3);
+  Tensor out = Tensor::empty({O, N * L}, TensorOptions(y.dtype()));
+  const size_t es = element_size(y.dtype()), row = static_cast<size_t>(L) * es;
+  const char* src = static_cast<const char*>(y.data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+#pragma omp parallel for collapse(2) if (y.numel() >= cpu::kParallelGrain) schedule(static)
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t n = 0; n < N; ++n)
+      if (row != 0) std::memcpy(dst + static_cast<size_t>(o * N + n) * row, src + static_cast<size_t>(n * O + o) * row, row);
   return out;
 }
 

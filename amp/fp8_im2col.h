@@ -27,6 +27,10 @@ Tensor im2col_fp8_to_bf16_transposed(const Tensor& x, const ConvGeom& g);
 // transposed (MXFP8's wgrad: blocks along N OH OW are then contiguous). Undefined where neither
 // kernel applies (no AVX-512, another geometry, another dtype); then use the row matrix.
 Tensor im2col_transposed(const Tensor& x, const ConvGeom& g);
+// y (N, O, OH, OW) contiguous, any dtype -> (O, N OH OW), its dtype: the output gradient as the
+// transposed wgrad reads it (one copy of OH OW values per (n, o); a permute's element-wise copy
+// cost more).
+Tensor channels_major(const Tensor& y);
 // cols f32 (N OH OW, C kH kW) summed back into an f32 (N, C, H, W) image.
 Tensor col2im(const Tensor& cols, const ConvGeom& g);
 

@@ -318,7 +318,7 @@ class Fp8GemmNode final : public Node {
     if (need_q && xt.defined()) {
       // dW = G^T P as (G^T)(P^T)^T: both operands blocked along their rows' M values, contiguous;
       // their codes are not kept (the GEMM reads the widened values alone).
-      const Tensor gt = contiguous(gy.permute({1, 0, 2, 3})).reshape({s_.n, s_.m});  // (O, N OH OW)
+      const Tensor gt = channels_major(gy);  // (O, N OH OW)
       const Fp8Operand gq = mx_quantize_widened(gt, 1, eg, mx, who, false);
       const Fp8Operand pq = mx_quantize_widened(xt, 1, fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::Input), mx,
                                                 who, false);

@@ -102,6 +102,7 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
       }
     return op;
   }
+  const bool vector_amax = mx_contiguous_blocks_available();  // the amax loops below, 16 lanes a vector
 #pragma omp parallel if (par)
   {
     std::vector<uint32_t> amax(static_cast<size_t>(inner));
@@ -112,7 +113,11 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
         const int64_t n = std::min(k, len - b * k), base = (o * len + b * k) * inner;
         uint32_t* am = amax.data();
         std::fill(amax.begin(), amax.end(), 0u);
-        for (int64_t j = 0; j < n; ++j) {
+        if (vector_amax) {
+          if (f32 != nullptr) mx_amax_rows(f32 + base, n, inner, am);
+          else mx_amax_rows(b16 + base, n, inner, am);
+        }
+        for (int64_t j = 0; j < n && !vector_amax; ++j) {
           const int64_t row = base + j * inner;
           if (f32 != nullptr) {
             for (int64_t i = 0; i < inner; ++i)

@@ -48,6 +48,19 @@ MT_TARGET_AVX512 void blocks_avx512(const S* src, int64_t n, int64_t k, bool e5m
 }
 
 template <typename S>
+MT_TARGET_AVX512 void amax_rows_avx512(const S* src, int64_t rows, int64_t inner, uint32_t* am) {
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  for (int64_t i = 0; i < inner; i += 16) {
+    const __mmask16 m = inner - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (inner - i)) - 1);
+    __m512i acc = _mm512_maskz_loadu_epi32(m, am + i);
+    for (int64_t j = 0; j < rows; ++j)
+      acc = _mm512_max_epu32(
+          acc, _mm512_and_si512(_mm512_castps_si512(fp8_avx512::load16(src + j * inner + i, m)), magnitude));
+    _mm512_mask_storeu_epi32(am + i, m, acc);
+  }
+}
+
+template <typename S>
 void blocks(const S* src, int64_t n, int64_t k, bool e5m2, bool spec, uint8_t* codes, uint8_t* dst, uint16_t* wide) {
   if (dst != nullptr) blocks_avx512<true>(src, n, k, e5m2, spec, codes, dst, wide);
   else blocks_avx512<false>(src, n, k, e5m2, spec, codes, dst, wide);
@@ -74,6 +87,16 @@ void mx_contiguous_blocks(const BFloat16* src, int64_t n, int64_t k, bool e5m2, 
                           uint8_t* dst, BFloat16* wide) {
   MT_CHECK(mx_contiguous_blocks_available() && k >= 1, "mx_contiguous_blocks: needs AVX-512 and k >= 1, got k ", k);
   MT_X86_ONLY(blocks(&src->bits, n, k, e5m2, spec, codes, dst, &wide->bits));
+}
+
+void mx_amax_rows(const float* src, int64_t rows, int64_t inner, uint32_t* am) {
+  MT_CHECK(mx_contiguous_blocks_available(), "mx_amax_rows: needs AVX-512");
+  MT_X86_ONLY(amax_rows_avx512(src, rows, inner, am));
+}
+
+void mx_amax_rows(const BFloat16* src, int64_t rows, int64_t inner, uint32_t* am) {
+  MT_CHECK(mx_contiguous_blocks_available(), "mx_amax_rows: needs AVX-512");
+  MT_X86_ONLY(amax_rows_avx512(&src->bits, rows, inner, am));
 }
 
 }  // namespace mixtape::amp

@@ -1,6 +1,7 @@
 // amp/mx_block_kernels.h — MX blocks of contiguous values (a tensor blocked along a dim with
 // nothing after it: inner 1, as MXFP8's conv2d wgrad lays out its operands) in one AVX-512 pass
-// per block: its amax, its E8M0 code, the FP8 cast and the widening times 2^e, 16 values a vector.
+// per block: its amax, its E8M0 code, the FP8 cast and the widening times 2^e, 16 values a vector;
+// and the amax pass of blocks along a strided dim, 16 lanes a vector.
 // Invariant: the codes, FP8 elements and widened values are mx_quantize_widened's scalar rule's
 // (amp/mx_scale_rule.h) bit for bit; tests/amp/test_fp8_kernels.cpp checks them against it.
 #pragma once
@@ -29,5 +30,12 @@ void mx_contiguous_blocks(const float* src, int64_t n, int64_t k, bool e5m2, boo
                           BFloat16* wide);
 void mx_contiguous_blocks(const BFloat16* src, int64_t n, int64_t k, bool e5m2, bool spec, uint8_t* codes,
                           uint8_t* dst, BFloat16* wide);
+
+// Blocks along a strided dim (inner > 1): am[i] = max(am[i], |src[j inner + i]|'s bits) for
+// j < rows, i < inner (the amax of each lane's block as a max of |v|'s bits: monotonic for non-NaN
+// floats, >= 0x7F800000 where an inf or NaN is among them; BF16 read as its f32 bits). Call only
+// where mx_contiguous_blocks_available().
+void mx_amax_rows(const float* src, int64_t rows, int64_t inner, uint32_t* am);
+void mx_amax_rows(const BFloat16* src, int64_t rows, int64_t inner, uint32_t* am);
 
 }  // namespace mixtape::amp
