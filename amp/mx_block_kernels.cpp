@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <type_traits>
 
 #include "amp/fp8_cast_avx512.h"
 #include "amp/mx_scale_rule.h"
@@ -16,6 +17,42 @@ namespace mixtape::amp {
 namespace {
 
 #if MIXTAPE_X86_KERNELS
+// One whole BF16 block of len values, len a multiple of 32: 32 values a 512-bit load, seen as 16
+// lanes of two BF16 values each; the even elements' floats are the lanes shifted up 16 bits, the
+// odd ones' the lanes with their low halves cleared. So nothing is widened on load or narrowed on
+// store: the two halves' widenings are merged back into one 512-bit store, in order, and their
+// codes into one 32-byte store. Returns the block's code.
+template <bool kCodes>
+MT_TARGET_AVX512 uint8_t bf16_block_avx512(const fp8_avx512::Consts& cc, const uint16_t* src, int64_t len,
+                                           bool e5m2, bool spec, uint8_t* dst, uint16_t* wide) {
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i high_magnitude = _mm512_set1_epi32(0x7FFF0000);
+  __m512i am = _mm512_setzero_si512();
+  for (int64_t i = 0; i < len; i += 32) {
+    const __m512i v = _mm512_loadu_si512(src + i);
+    am = _mm512_max_epu32(am, _mm512_max_epu32(_mm512_and_si512(_mm512_slli_epi32(v, 16), magnitude),
+                                                _mm512_and_si512(v, high_magnitude)));
+  }
+  const uint8_t code = mx_code_of(std::bit_cast<float>(_mm512_reduce_max_epu32(am)), e5m2, spec);
+  if (!mx_widening_is_product(code)) return code;
+  const __m512 inv = _mm512_set1_ps(mx_inv_scale_of(code)), pow2 = _mm512_set1_ps(mx_scale_of(code));
+  for (int64_t i = 0; i < len; i += 32) {
+    const __m512i v = _mm512_loadu_si512(src + i);
+    __m512i qe = _mm512_setzero_si512(), qo = _mm512_setzero_si512();
+    const __m512i re = fp8_avx512::cast16<kCodes>(cc, _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), inv), &qe);
+    const __m512i ro = fp8_avx512::cast16<kCodes>(cc, _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(v, high)), inv), &qo);
+    const __m512i we = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(re), pow2));
+    const __m512i wo = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(ro), pow2));
+    _mm512_storeu_si512(wide + i, _mm512_or_si512(_mm512_srli_epi32(we, 16), _mm512_and_si512(wo, high)));
+    // Each code is one byte (sign | magnitude), the rest of its lane zero: lane j's 16 low bits hold
+    // codes 2j and 2j + 1 in order.
+    if constexpr (kCodes)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                          _mm512_cvtepi32_epi16(_mm512_or_si512(qe, _mm512_slli_epi32(qo, 8))));
+  }
+  return code;
+}
+
 template <bool kCodes, typename S>
 MT_TARGET_AVX512 void blocks_avx512(const S* src, int64_t n, int64_t k, bool e5m2, bool spec, uint8_t* codes,
                                     uint8_t* dst, uint16_t* wide) {
@@ -23,6 +60,12 @@ MT_TARGET_AVX512 void blocks_avx512(const S* src, int64_t n, int64_t k, bool e5m
   const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
   for (int64_t lo = 0, b = 0; lo < n; lo += k, ++b) {
     const int64_t len = std::min(k, n - lo);
+    if constexpr (std::is_same_v<S, uint16_t>) {
+      if (len % 32 == 0) {
+        codes[b] = bf16_block_avx512<kCodes>(cc, src + lo, len, e5m2, spec, kCodes ? dst + lo : nullptr, wide + lo);
+        continue;
+      }
+    }
     // The amax as a max of |v|'s bits (monotonic for non-NaN floats; an inf or NaN, exponent all
     // ones, makes it >= 0x7F800000, which mx_code_of turns into the NaN code). Masked lanes read 0.
     __m512i am = _mm512_setzero_si512();
