@@ -9,6 +9,7 @@
 // bits set", hold every answer; they are built once from the scalar function itself. They are
 // stored as one array, "low bits set" second, so the bulk cast gathers from it 16 values at a time
 // (AVX-512 where the CPU has it): the same entries, so the same bits as the scalar lookup.
+// The arithmetic cast of the widening forms is amp/fp8_cast_avx512.h's, shared with the MX kernels.
 #pragma once
 #include <cstdint>
 #include <array>
