@@ -296,11 +296,13 @@ TEST(Fp8CastTable, MxCastsApplyTheBlocksPowerOfTwoInTheirPassWithTheBitsOfTwoPas
 TEST(MxBlock, QuantizeWidenedGivesTheScalarBlocksAtBothIsaLevels) {
   // mx_quantize_widened against the blocks written out here (the amax of each block, its code,
   // the scalar saturating conversion of v * 2^-e, mx_widen of its value): f32 and BF16 sources,
-  // contiguous blocks (inner 1) and strided ones (inner 3, 37, 288: the wgrad's K), a short tail
-  // block; blocks whose scales reach BF16's edges (values near 2^-130 and 2^120, where the widening
-  // is not the plain product) and NaN / inf blocks; codes kept and not.
+  // contiguous blocks (inner 1; 1100: 16 blocks at a time, then one by one) and strided ones
+  // (inner 3, 37, 288), a short tail block; zero blocks; amaxes at a rounding-up boundary; blocks
+  // whose scales reach BF16's edges (values near 2^-130 and 2^120, where the widening is not the
+  // plain product) and NaN / inf blocks; codes kept and not.
   Generator gen(11);
-  for (const IntList& sizes : {IntList{3, 70, 1}, IntList{2, 40, 3}, IntList{1, 33, 37}, IntList{1, 64, 288}})
+  for (const IntList& sizes :
+       {IntList{3, 70, 1}, IntList{2, 1100, 1}, IntList{2, 40, 3}, IntList{1, 33, 37}, IntList{1, 64, 288}})
     for (DType src : {DType::Float32, DType::BFloat16}) {
       Tensor x32 = randn(sizes, {}, &gen) * 40.0;
       float* p = x32.data_ptr<float>();
@@ -310,6 +312,15 @@ TEST(MxBlock, QuantizeWidenedGivesTheScalarBlocksAtBothIsaLevels) {
       p[numel / 2] = std::numeric_limits<float>::quiet_NaN();
       p[numel / 3] = -std::numeric_limits<float>::infinity();
       for (int64_t i = 0; i < std::min<int64_t>(numel, 64); ++i) p[i] = 0x1p-133f * static_cast<float>(i % 5);
+      for (int64_t i = 64; i < std::min<int64_t>(numel, 96); ++i) p[i] = i % 3 ? 0.0f : -0.0f;  // amax 0 (inner 1)
+      for (int64_t i = 96; i < std::min<int64_t>(numel, 128); ++i) p[i] *= 0x1p-118f;  // scales near 2^-110
+      // Blocks whose amax is 448 2^-3 (E4M3's largest times a power of two: rounding up keeps the
+      // exponent) and the next BF16 value above it.
+      for (int64_t i = 320; i < std::min<int64_t>(numel, 384); ++i) p[i] *= 0.01f;
+      if (numel > 384) {
+        p[330] = 56.0f;
+        p[360] = -56.25f;
+      }
       const Tensor x = x32.to(src);
       const auto xs = x.to(DType::Float32).to_vector<float>();
       const int64_t len = sizes[1], inner = sizes[2], nb = (len + 31) / 32;
