@@ -1,6 +1,6 @@
 // amp/fp8_cast_avx512.h — the arithmetic saturating float -> FP8 cast of 16 lanes (AVX-512),
 // shared by the cast table's bulk casts (amp/fp8_cast_table.cpp) and the MX block kernels
-// (amp/mx_block_kernels.cpp). Include only from a kernel file (MT_KERNELS_BEGIN), call only after
+// (amp/mx_block_avx512.cpp). Include only from a kernel file (MT_KERNELS_BEGIN), call only after
 // cpu::isa_avx512().
 // Invariant: for lanes that are not NaN, the code and the rounded value are the cast table's
 // (core/float8.h, Fp8Saturation::Finite); tests/amp/test_fp8_kernels.cpp checks every high half.

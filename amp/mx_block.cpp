@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "amp/fp8_cast_table.h"
-#include "amp/mx_block_kernels.h"
+#include "amp/mx_block_avx512.h"
 #include "core/error.h"
 #include "ops/cast.h"
 #include "ops/cpu/elementwise.h"
@@ -76,7 +76,7 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
   const bool par = outer * len * inner >= cpu::kParallelGrain && outer * nb > 1;
   const bool e5m2 = elem == DType::Float8_e5m2, spec = recipe.scale_rounding == MxScaleRounding::Spec;
   if (inner == 1 && mx_contiguous_blocks_available()) {
-    // Contiguous blocks (inner 1): each one in a single AVX-512 pass (amp/mx_block_kernels.h), in
+    // Contiguous blocks (inner 1): each one in a single AVX-512 pass (amp/mx_block_avx512.h), in
     // runs of up to kRun blocks; the blocks it leaves (a NaN scale or one near BF16's edges) then
     // take the scalar rule below, element by element.
     constexpr int64_t kRun = 256;

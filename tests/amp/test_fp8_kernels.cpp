@@ -3,7 +3,7 @@
 // saturating conversion on every high half of a float, and its amax; conv2d's transposed AVX-512 im2col of an FP8 image (amp/fp8_im2col.h)
 // against the row-by-row one, and the FP8 GEMM on either layout of that operand; conv2d's one-pass
 // output (scale, bias, NCHW, one rounding) against those steps apart; col2im against its plain loop;
-// the MX block casts (amp/mx_block.h, amp/mx_block_kernels.h) against a scalar reference of the
+// the MX block casts (amp/mx_block.h, amp/mx_block_avx512.h) against a scalar reference of the
 // blocks at both ISA levels, and MXFP8's transposed conv2d wgrad against the row-matrix route.
 #include <gtest/gtest.h>
 

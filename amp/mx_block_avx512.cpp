@@ -1,6 +1,6 @@
-// amp/mx_block_kernels.cpp — see amp/mx_block_kernels.h. Only MT_TARGET_AVX512 functions hold
+// amp/mx_block_avx512.cpp — see amp/mx_block_avx512.h. Only MT_TARGET_AVX512 functions hold
 // AVX-512 instructions; they run only after isa_avx512().
-#include "amp/mx_block_kernels.h"
+#include "amp/mx_block_avx512.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,7 +1,8 @@
-// amp/mx_block_kernels.h — MX blocks of contiguous values (a tensor blocked along a dim with
+// amp/mx_block_avx512.h — MX blocks of contiguous values (a tensor blocked along a dim with
 // nothing after it: inner 1, as MXFP8's conv2d wgrad lays out its operands) in one AVX-512 pass
-// per block: its amax, its E8M0 code, the FP8 cast and the widening times 2^e, 16 values a vector;
-// and the amax pass of blocks along a strided dim, 16 lanes a vector.
+// per block: its amax, its E8M0 code, the FP8 cast and the widening times 2^e, 16 values a vector
+// (BF16 blocks of 32: 16 blocks at a time, their codes computed 16 lanes at once); and the amax
+// pass of blocks along a strided dim, 16 lanes a vector.
 // Invariant: the codes, FP8 elements and widened values are mx_quantize_widened's scalar rule's
 // (amp/mx_scale_rule.h) bit for bit; tests/amp/test_fp8_kernels.cpp checks them against it.
 #pragma once
