@@ -156,6 +156,30 @@ MT_TARGET_AVX512 void blocks_avx512(const S* src, int64_t n, int64_t k, bool e5m
   }
 }
 
+MT_TARGET_AVX512 bool codes_avx512(const uint32_t* am, int64_t n, bool e5m2, bool spec, uint8_t* codes, float* inv,
+                                   float* pow2) {
+  bool all_exact = true;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+    const __m512i code = codes16(_mm512_maskz_loadu_epi32(m, am + i), e5m2, spec);
+    _mm512_mask_cvtepi32_storeu_epi8(codes + i, m, code);
+    // Exact scales (code in [17, 238]) are normal floats both ways: 2^e = code << 23,
+    // 2^-e = (254 - code) << 23; the others (and the NaN code) from mx_scale_rule.h.
+    const __mmask16 exact = _mm512_mask_cmpge_epi32_mask(m, code, _mm512_set1_epi32(17)) &
+                            _mm512_cmple_epi32_mask(code, _mm512_set1_epi32(238));
+    _mm512_mask_storeu_epi32(pow2 + i, m, _mm512_slli_epi32(code, 23));
+    _mm512_mask_storeu_epi32(inv + i, m, _mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(254), code), 23));
+    if (exact == m) continue;
+    all_exact = false;
+    for (int64_t j = i; j < std::min(n, i + 16); ++j)
+      if (((exact >> (j - i)) & 1) == 0) {
+        inv[j] = mx_inv_scale_of(codes[j]);
+        pow2[j] = mx_scale_of(codes[j]);
+      }
+  }
+  return all_exact;
+}
+
 template <typename S>
 MT_TARGET_AVX512 void amax_rows_avx512(const S* src, int64_t rows, int64_t inner, uint32_t* am) {
   const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
@@ -196,6 +220,11 @@ void mx_contiguous_blocks(const BFloat16* src, int64_t n, int64_t k, bool e5m2, 
                           uint8_t* dst, BFloat16* wide) {
   MT_CHECK(mx_contiguous_blocks_available() && k >= 1, "mx_contiguous_blocks: needs AVX-512 and k >= 1, got k ", k);
   MT_X86_ONLY(blocks(&src->bits, n, k, e5m2, spec, codes, dst, &wide->bits));
+}
+
+bool mx_codes_of(const uint32_t* am, int64_t n, bool e5m2, bool spec, uint8_t* codes, float* inv, float* pow2) {
+  MT_CHECK(mx_contiguous_blocks_available(), "mx_codes_of: needs AVX-512");
+  return MT_X86_ONLY(codes_avx512(am, n, e5m2, spec, codes, inv, pow2));
 }
 
 void mx_amax_rows(const float* src, int64_t rows, int64_t inner, uint32_t* am) {

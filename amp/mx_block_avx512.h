@@ -39,4 +39,9 @@ void mx_contiguous_blocks(const BFloat16* src, int64_t n, int64_t k, bool e5m2, 
 void mx_amax_rows(const float* src, int64_t rows, int64_t inner, uint32_t* am);
 void mx_amax_rows(const BFloat16* src, int64_t rows, int64_t inner, uint32_t* am);
 
+// The codes of n blocks from their amaxes as mx_amax_rows leaves them, 16 at once (mx_code_of's
+// rule): codes[i], inv[i] = mx_inv_scale_of(codes[i]), pow2[i] = mx_scale_of(codes[i]). Returns
+// whether every code has mx_widening_is_product. Call only where mx_contiguous_blocks_available().
+bool mx_codes_of(const uint32_t* am, int64_t n, bool e5m2, bool spec, uint8_t* codes, float* inv, float* pow2);
+
 }  // namespace mixtape::amp
