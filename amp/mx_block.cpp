@@ -103,7 +103,7 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
     return op;
   }
   // The amax and code loops below, 16 lanes a vector (amp/mx_block_avx512.h).
-  const bool vector_amax = mx_contiguous_blocks_available();
+  const bool avx512_rows = mx_contiguous_blocks_available();
 #pragma omp parallel if (par)
   {
     std::vector<uint32_t> amax(static_cast<size_t>(inner));
@@ -114,11 +114,11 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
         const int64_t n = std::min(k, len - b * k), base = (o * len + b * k) * inner;
         uint32_t* am = amax.data();
         std::fill(amax.begin(), amax.end(), 0u);
-        if (vector_amax) {
+        if (avx512_rows) {
           if (f32 != nullptr) mx_amax_rows(f32 + base, n, inner, am);
           else mx_amax_rows(b16 + base, n, inner, am);
         }
-        for (int64_t j = 0; j < n && !vector_amax; ++j) {
+        for (int64_t j = 0; j < n && !avx512_rows; ++j) {
           const int64_t row = base + j * inner;
           if (f32 != nullptr) {
             for (int64_t i = 0; i < inner; ++i)
@@ -130,8 +130,8 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
         }
         uint8_t* c = codes + (o * nb + b) * inner;
         bool all_exact = true;  // no NaN scale, no BF16 edge: the vector cast, times 2^e in its pass
-        if (vector_amax) all_exact = mx_codes_of(am, inner, e5m2, spec, c, inv.data(), pow2.data());  // 16 at once
-        for (int64_t i = 0; i < inner && !vector_amax; ++i) {
+        if (avx512_rows) all_exact = mx_codes_of(am, inner, e5m2, spec, c, inv.data(), pow2.data());  // 16 at once
+        for (int64_t i = 0; i < inner && !avx512_rows; ++i) {
           c[i] = mx_code_of(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), e5m2, spec);
           // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
           // v / 2^e rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
