@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <type_traits>
 
+#include "amp/fp8_cast_avx512.h"
 #include "amp/fp8_scaling.h"
 #include "core/error.h"
 #include "ops/cpu/isa.h"
@@ -29,6 +31,17 @@ float cast_scaled_scalar(const uint8_t* table, const float* src, float scale, ui
   return m;
 }
 
+// A widened element (BF16 bits) times its block's power of two, kept as the product's top half
+// (exact for the blocks the MX casts pass here: mx_block.cpp's `exact`).
+inline uint16_t pow2_times(uint16_t wide, float pow2) {
+  return static_cast<uint16_t>(std::bit_cast<uint32_t>(std::bit_cast<float>(static_cast<uint32_t>(wide) << 16) * pow2) >>
+                               16);
+}
+
+// The kernels read BF16 sources as their bits.
+template <typename S>
+using source_t = std::conditional_t<std::is_same_v<S, BFloat16>, uint16_t, S>;
+
 #if MIXTAPE_X86_KERNELS
 MT_TARGET_AVX512 float cast_scaled_avx512(const uint8_t* table, const float* src, float scale, uint8_t* dst,
                                           int64_t n) {
@@ -48,90 +61,53 @@ MT_TARGET_AVX512 float cast_scaled_avx512(const uint8_t* table, const float* src
   }
   return _mm512_reduce_max_ps(m);  // all lanes >= 0 and not NaN: order-free
 }
-// The format's constants for the arithmetic cast: mantissa bits, exponent bias, largest finite
-// value, smallest normal, and 2^k with 2^-k the subnormal quantum.
-struct Fp8Format {
-  int mant, bias;
-  float max, min_normal, sub_inv;
-};
-constexpr Fp8Format kE4m3{3, 7, 448.0f, 0x1p-6f, 0x1p9f};
-constexpr Fp8Format kE5m2{2, 15, 57344.0f, 0x1p-14f, 0x1p16f};
-
-// 16 source values as floats (masked lanes 0): f32 as they are, BF16 widened in the register
-// (exact), so a BF16 tensor needs no f32 copy.
-MT_TARGET_AVX512 inline __m512 load16(const float* p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
-MT_TARGET_AVX512 inline __m512 load16(const uint16_t* p, __mmask16 k) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
-}
 inline float as_float(float v) { return v; }
 inline float as_float(uint16_t bf16) { return std::bit_cast<float>(static_cast<uint32_t>(bf16) << 16); }
 
 // scales, when given, holds one scale per value (MX blocks) in place of `scale`. kCodes: the FP8
 // codes are written to dst as well; without them only the rounded value is needed, and one FP add
 // and subtract round it (below). lanes, when given: lanes[i % 16] += src[i], in order.
+// pow2s, when given (MX blocks): the widening is the rounded value times pow2s[i], stored as
+// BF16's top half: exact only for blocks whose products are normal BF16 numbers (the caller's
+// `exact` blocks), where it is what multiplying the stored widening by pow2s[i] gives.
 template <bool kCodes, typename S>
-MT_TARGET_AVX512 float cast_widen_avx512_as(const Fp8Format& f, const uint8_t* table, const BFloat16* wtable,
-                                            const S* src, float scale, const float* scales, uint8_t* dst,
-                                            uint16_t* wide, int64_t n, float* lanes) {
-  const int shift = 23 - f.mant;
-  const __m512 vs = _mm512_set1_ps(scale), vmax = _mm512_set1_ps(f.max), vmin = _mm512_set1_ps(f.min_normal);
-  const __m512 vsub = _mm512_set1_ps(f.sub_inv), vq = _mm512_set1_ps(1.0f / f.sub_inv);
-  const __m512i half = _mm512_set1_epi32((1 << (shift - 1)) - 1), one = _mm512_set1_epi32(1);
-  const __m512i keep = _mm512_set1_epi32(~((1 << shift) - 1)), rebias = _mm512_set1_epi32((127 - f.bias) << f.mant);
-  const __m512i signbit = _mm512_set1_epi32(static_cast<int>(0x80000000u)), inf = _mm512_set1_epi32(0x7F800000);
-  // The rounding constant's exponent: a's own, at least the smallest normal's (subnormals share its
-  // quantum), plus 23 - mant.
-  const __m512i emin = _mm512_set1_epi32(static_cast<int>(std::bit_cast<uint32_t>(f.min_normal) & 0x7F800000u));
-  const __m512i lift = _mm512_set1_epi32(shift << 23);
+MT_TARGET_AVX512 float cast_widen_avx512_as(const fp8_avx512::Format& f, const uint8_t* table, const BFloat16* wtable,
+                                            const S* src, float scale, const float* scales, const float* pow2s,
+                                            float pow2, uint8_t* dst, uint16_t* wide, int64_t n, float* lanes) {
+  const bool times_pow2 = pow2s != nullptr || pow2 != 1.0f;
+  const __m512 vpow2 = _mm512_set1_ps(pow2);
+  const fp8_avx512::Consts cc = fp8_avx512::consts_of(f);
+  const __m512 vs = _mm512_set1_ps(scale);
+  const __m512i signbit = cc.signbit, inf = cc.inf;
   __m512 m = _mm512_setzero_ps();
   // A masked tail adds +0 to its idle lanes, which leaves every lane's value as it is (a lane
   // starting at +0 never holds -0).
   __m512 acc = lanes != nullptr ? _mm512_loadu_ps(lanes) : _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
-    const __m512 x = load16(src + i, k);
+    const __m512 x = fp8_avx512::load16(src + i, k);
     m = _mm512_max_ps(_mm512_abs_ps(x), m);  // NaNs dropped, as in cast_scaled_avx512
     if (lanes != nullptr) acc = _mm512_add_ps(acc, x);
     const __m512 vsi = scales != nullptr ? _mm512_maskz_loadu_ps(k, scales + i) : vs;
-    const __m512i vb = _mm512_castps_si512(_mm512_mul_ps(x, vsi));
-    const __m512i sign = _mm512_and_si512(vb, signbit);
-    const __m512i ab = _mm512_andnot_si512(signbit, vb);
+    const __m512 v = _mm512_mul_ps(x, vsi);
+    const __m512i ab = _mm512_andnot_si512(signbit, _mm512_castps_si512(v));
     if (_mm512_mask_cmpgt_epi32_mask(k, ab, inf)) {  // a NaN: this vector by the tables
       for (int64_t j = i; j < std::min(n, i + 16); ++j) {
-        const float v = as_float(src[j]) * (scales != nullptr ? scales[j] : scale);
+        const float p = as_float(src[j]) * (scales != nullptr ? scales[j] : scale);
         uint32_t b;
-        std::memcpy(&b, &v, sizeof b);
+        std::memcpy(&b, &p, sizeof b);
         const uint8_t c = table[(b >> 16) | ((b & 0xFFFFu) ? 0x10000u : 0u)];
         if (dst != nullptr) dst[j] = c;
-        wide[j] = wtable[c].bits;
+        wide[j] = times_pow2 ? pow2_times(wtable[c].bits, pow2s != nullptr ? pow2s[j] : pow2) : wtable[c].bits;
       }
       continue;
     }
-    const __m512 a = _mm512_min_ps(_mm512_castsi512_ps(ab), vmax);  // inf -> max (SATFINITE)
-    __m512i b;
-    if constexpr (kCodes) {
-      // Normals: round to nearest even at `mant` bits on the bits (a carry moves into the exponent).
-      b = _mm512_castps_si512(a);
-      b = _mm512_add_epi32(b, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(b, shift), one)));
-      b = _mm512_and_si512(b, keep);
-      __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(b, shift), rebias);
-      // Subnormals: |v| in quanta, rounded to the nearest even integer (exact: a power-of-two product).
-      const __mmask16 sub = _mm512_cmp_ps_mask(a, vmin, _CMP_LT_OQ);
-      const __m512 q = _mm512_roundscale_ps(_mm512_mul_ps(a, vsub), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      code = _mm512_mask_mov_epi32(code, sub, _mm512_cvttps_epi32(q));
-      b = _mm512_mask_mov_epi32(b, sub, _mm512_castps_si512(_mm512_mul_ps(q, vq)));
-      code = _mm512_or_si512(code, _mm512_srli_epi32(sign, 24));
-      _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, code);
-    } else {
-      // The value alone: c = 2^(max(E, Emin) - mant + 23) for a in binade E. c + a lies in [c, 2c),
-      // whose ulp is 2^(max(E, Emin) - mant), the format's quantum at a (normal or subnormal), so
-      // the add rounds a to nearest even on the format's grid and the subtract is exact. a <= max,
-      // a grid point, so nothing rounds past it.
-      const __m512i e = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), inf), emin);
-      const __m512 c = _mm512_castsi512_ps(_mm512_add_epi32(e, lift));
-      b = _mm512_castps_si512(_mm512_sub_ps(_mm512_add_ps(a, c), c));
-    }
-    b = _mm512_or_si512(b, sign);
+    __m512i code = _mm512_setzero_si512();
+    __m512i b = fp8_avx512::cast16<kCodes>(cc, v, &code);
+    if constexpr (kCodes) _mm512_mask_cvtepi32_storeu_epi8(dst + i, k, code);
+    if (times_pow2)
+      b = _mm512_castps_si512(_mm512_mul_ps(_mm512_castsi512_ps(b),
+                                            pow2s != nullptr ? _mm512_maskz_loadu_ps(k, pow2s + i) : vpow2));
     _mm512_mask_cvtepi32_storeu_epi16(wide + i, k, _mm512_srli_epi32(b, 16));
   }
   if (lanes != nullptr) _mm512_storeu_ps(lanes, acc);
@@ -139,11 +115,13 @@ MT_TARGET_AVX512 float cast_widen_avx512_as(const Fp8Format& f, const uint8_t* t
 }
 
 template <typename S>
-MT_TARGET_AVX512 float cast_widen_avx512(const Fp8Format& f, const uint8_t* table, const BFloat16* wtable,
+MT_TARGET_AVX512 float cast_widen_avx512(const fp8_avx512::Format& f, const uint8_t* table, const BFloat16* wtable,
                                          const S* src, float scale, const float* scales, uint8_t* dst,
-                                         uint16_t* wide, int64_t n, float* lanes = nullptr) {
-  return dst != nullptr ? cast_widen_avx512_as<true>(f, table, wtable, src, scale, scales, dst, wide, n, lanes)
-                        : cast_widen_avx512_as<false>(f, table, wtable, src, scale, scales, dst, wide, n, lanes);
+                                         uint16_t* wide, int64_t n, float* lanes = nullptr,
+                                         const float* pow2s = nullptr, float pow2 = 1.0f) {
+  return dst != nullptr
+             ? cast_widen_avx512_as<true>(f, table, wtable, src, scale, scales, pow2s, pow2, dst, wide, n, lanes)
+             : cast_widen_avx512_as<false>(f, table, wtable, src, scale, scales, pow2s, pow2, dst, wide, n, lanes);
 }
 
 MT_TARGET_AVX512 void widen_avx512(const uint16_t* t, const uint8_t* src, uint16_t* dst, int64_t n) {
@@ -201,7 +179,7 @@ float Fp8CastTable::cast_scaled_widened(const float* src, float scale, uint8_t* 
   if (n <= 0) return 0.0f;
 #if MIXTAPE_X86_KERNELS
   if (cpu::isa_avx512())
-    return cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, scale, nullptr, dst,
+    return cast_widen_avx512(e4m3_ ? fp8_avx512::kE4m3 : fp8_avx512::kE5m2, table_.data(), widen_.data(), src, scale, nullptr, dst,
                              &wide->bits, n, lanes);
 #endif
   if (lanes != nullptr)
@@ -218,7 +196,7 @@ float Fp8CastTable::cast_scaled_widened(const BFloat16* src, float scale, uint8_
   if (n <= 0) return 0.0f;
 #if MIXTAPE_X86_KERNELS
   if (cpu::isa_avx512())
-    return cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), &src->bits, scale, nullptr, dst,
+    return cast_widen_avx512(e4m3_ ? fp8_avx512::kE4m3 : fp8_avx512::kE5m2, table_.data(), widen_.data(), &src->bits, scale, nullptr, dst,
                              &wide->bits, n, lanes);
 #endif
   // In chunks of 16-value multiples small enough for an f32 copy on the stack (exact: every BF16
@@ -235,20 +213,60 @@ float Fp8CastTable::cast_scaled_widened(const BFloat16* src, float scale, uint8_
   return m;
 }
 
-void Fp8CastTable::cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide,
-                                      int64_t n) const {
+template <typename S>
+void Fp8CastTable::cast_lanes_widened_as(const S* src, const float* scales, const float* pow2s, uint8_t* dst,
+                                         BFloat16* wide, int64_t n) const {
   if (n <= 0) return;
 #if MIXTAPE_X86_KERNELS
   if (cpu::isa_avx512()) {
-    cast_widen_avx512(e4m3_ ? kE4m3 : kE5m2, table_.data(), widen_.data(), src, 1.0f, scales, dst, &wide->bits, n);
+    cast_widen_avx512(e4m3_ ? fp8_avx512::kE4m3 : fp8_avx512::kE5m2, table_.data(), widen_.data(), reinterpret_cast<const source_t<S>*>(src),
+                      1.0f, scales, dst, &wide->bits, n, nullptr, pow2s);
     return;
   }
 #endif
   for (int64_t i = 0; i < n; ++i) {
-    const uint8_t c = (*this)(src[i] * scales[i]);
+    const uint8_t c = (*this)(static_cast<float>(src[i]) * scales[i]);
     if (dst != nullptr) dst[i] = c;
-    wide[i] = widen_[c];
+    wide[i] = pow2s != nullptr ? BFloat16::from_bits(pow2_times(widen_[c].bits, pow2s[i])) : widen_[c];
   }
+}
+
+template <typename S>
+void Fp8CastTable::cast_block_widened_as(const S* src, float scale, float pow2, uint8_t* dst, BFloat16* wide,
+                                         int64_t n) const {
+  if (n <= 0) return;
+#if MIXTAPE_X86_KERNELS
+  if (cpu::isa_avx512()) {
+    cast_widen_avx512(e4m3_ ? fp8_avx512::kE4m3 : fp8_avx512::kE5m2, table_.data(), widen_.data(), reinterpret_cast<const source_t<S>*>(src),
+                      scale, nullptr, dst, &wide->bits, n, nullptr, nullptr, pow2);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t c = (*this)(static_cast<float>(src[i]) * scale);
+    if (dst != nullptr) dst[i] = c;
+    wide[i] = BFloat16::from_bits(pow2_times(widen_[c].bits, pow2));
+  }
+}
+
+void Fp8CastTable::cast_block_widened(const float* src, float scale, float pow2, uint8_t* dst, BFloat16* wide,
+                                      int64_t n) const {
+  cast_block_widened_as(src, scale, pow2, dst, wide, n);
+}
+
+void Fp8CastTable::cast_block_widened(const BFloat16* src, float scale, float pow2, uint8_t* dst, BFloat16* wide,
+                                      int64_t n) const {
+  cast_block_widened_as(src, scale, pow2, dst, wide, n);
+}
+
+void Fp8CastTable::cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide,
+                                      int64_t n, const float* pow2s) const {
+  cast_lanes_widened_as(src, scales, pow2s, dst, wide, n);
+}
+
+void Fp8CastTable::cast_lanes_widened(const BFloat16* src, const float* scales, uint8_t* dst, BFloat16* wide,
+                                      int64_t n, const float* pow2s) const {
+  cast_lanes_widened_as(src, scales, pow2s, dst, wide, n);
 }
 
 const Fp8CastTable& Fp8CastTable::of(DType fp8) {

@@ -9,6 +9,7 @@
 // bits set", hold every answer; they are built once from the scalar function itself. They are
 // stored as one array, "low bits set" second, so the bulk cast gathers from it 16 values at a time
 // (AVX-512 where the CPU has it): the same entries, so the same bits as the scalar lookup.
+// The arithmetic cast of the widening forms is amp/fp8_cast_avx512.h's, shared with the MX kernels.
 #pragma once
 #include <cstdint>
 #include <array>
@@ -57,10 +58,27 @@ class Fp8CastTable {
                             float* lanes = nullptr) const;
   // The same cast and widening with one scale per value, scales[i] (MX blocks); no amax. Its bits
   // are the table's: the vector form is cast_scaled_widened's with the scale loaded per lane.
-  void cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide, int64_t n) const;
+  // pow2s, when given: wide[i] is the widening times pow2s[i] (the block's 2^e, applied in the same
+  // pass), rounded by truncation to BF16: exact, and so mx_widen's value, only where every product
+  // is a normal BF16 number (mx_block.cpp's `exact` blocks; the caller's to ensure).
+  // BF16 sources are read as they are (no f32 copy); the bits are the f32 form's.
+  void cast_lanes_widened(const float* src, const float* scales, uint8_t* dst, BFloat16* wide, int64_t n,
+                          const float* pow2s = nullptr) const;
+  void cast_lanes_widened(const BFloat16* src, const float* scales, uint8_t* dst, BFloat16* wide, int64_t n,
+                          const float* pow2s = nullptr) const;
+  // One MX block (contiguous values under one scale): cast_lanes_widened with every scales[i] ==
+  // scale and every pow2s[i] == pow2, the same bits, without the per-value arrays.
+  void cast_block_widened(const float* src, float scale, float pow2, uint8_t* dst, BFloat16* wide, int64_t n) const;
+  void cast_block_widened(const BFloat16* src, float scale, float pow2, uint8_t* dst, BFloat16* wide,
+                          int64_t n) const;
 
  private:
   explicit Fp8CastTable(DType fp8);
+  template <typename S>
+  void cast_lanes_widened_as(const S* src, const float* scales, const float* pow2s, uint8_t* dst, BFloat16* wide,
+                             int64_t n) const;
+  template <typename S>
+  void cast_block_widened_as(const S* src, float scale, float pow2, uint8_t* dst, BFloat16* wide, int64_t n) const;
   bool e4m3_;
   std::array<BFloat16, 256> widen_;
   // [hi]: low 16 bits zero, [0x10000 + hi]: set; 3 bytes of padding after (a gather reads 4).

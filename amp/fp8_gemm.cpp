@@ -60,4 +60,9 @@ Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, cons
   return c;
 }
 
+bool fp8_gemm_layout_free(int64_t m, int64_t n, const char* op_pass) {
+  const cpu::KernelPick pick = cpu::gemm_pick(DType::BFloat16, m, n, op_pass);
+  return pick.name != nullptr && std::strcmp(pick.name, "blas_sgemm") != 0;
+}
+
 }  // namespace mixtape::amp

@@ -21,4 +21,11 @@ namespace mixtape::amp {
 Tensor fp8_gemm(const Fp8Operand& a, bool ta, const Fp8Operand& b, bool tb, const char* who, float* post = nullptr,
                 const char* op_pass = "matmul.fwd");
 
+// True where fp8_gemm's (m, n) result, under op_pass, has the same bits whichever layouts its
+// operands come in (ta, tb, widened_transposed): the BF16 kernels (AMX, vdpbf16ps) and mixtape's
+// SGEMM pack either layout into the same panels and sum in the panels' order; OpenBLAS, which runs
+// widened operands where C has fewer than 16 rows or columns (or without AVX-512), promises no
+// such thing. A caller that may lay its operands out either way asks here first.
+bool fp8_gemm_layout_free(int64_t m, int64_t n, const char* op_pass = "matmul.fwd");
+
 }  // namespace mixtape::amp

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "amp/fp8_scaling.h"
+#include "core/error.h"
 #include "ops/cpu/im2col_avx512.h"
 #include "ops/cpu/loops.h"
 #include "ops/creation.h"
@@ -81,6 +83,49 @@ Tensor im2col_fp8_to_bf16_transposed(const Tensor& x, const ConvGeom& g) {
   for (int64_t n = 0; n < g.N; ++n)
     cpu::im2col_plane_shift_avx512(wide + n * plane, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH,
                                    dst + n * g.L(), m);
+  return out;
+}
+
+namespace {
+template <typename T>
+void im2col_transposed_into(const T* src, const ConvGeom& g, bool plane_shift, T* dst) {
+  const int64_t m = g.N * g.L(), plane = g.C * g.H * g.W;
+  const cpu::Im2colRows rows{g.C, g.H, g.W, g.OH, g.OW, g.kH, g.kW, g.sH, g.sW, g.pH, g.pW, g.dH};
+  // Image n fills columns [n L, (n + 1) L) of every row: rows m apart.
+#pragma omp parallel for if (m * g.K() >= cpu::kParallelGrain) schedule(static)
+  for (int64_t n = 0; n < g.N; ++n) {
+    if (plane_shift)
+      cpu::im2col_plane_shift_avx512(src + n * plane, g.C, g.H, g.W, g.OH, g.kH, g.kW, g.pH, g.pW, g.dH,
+                                     dst + n * g.L(), m);
+    else
+      cpu::im2col_rows_avx512(src + n * plane, rows, dst + n * g.L(), m);
+  }
+}
+}  // namespace
+
+Tensor im2col_transposed(const Tensor& x, const ConvGeom& g) {
+  const bool plane_shift = g.sH == 1 && g.sW == 1 && g.dW == 1 && g.OW == g.W && g.pH >= 0 && g.pW >= 0;
+  if (!cpu::im2col_avx512_available() || !(plane_shift || cpu::im2col_rows_applies(g.sW, g.dW)) || g.pH < 0 ||
+      g.pW < 0 || !(x.dtype() == DType::Float32 || x.dtype() == DType::BFloat16) || !x.is_contiguous())
+    return {};
+  Tensor out = Tensor::empty({g.K(), g.N * g.L()}, TensorOptions(x.dtype()));
+  if (out.numel() == 0) return out;
+  if (x.dtype() == DType::Float32) im2col_transposed_into(x.data_ptr<float>(), g, plane_shift, out.data_ptr<float>());
+  else im2col_transposed_into(x.data_ptr<BFloat16>(), g, plane_shift, out.data_ptr<BFloat16>());
+  return out;
+}
+
+Tensor channels_major(const Tensor& y) {
+  MT_CHECK(y.dim() == 4 && y.is_contiguous(), "channels_major: expected a contiguous 4-D tensor, got ", y.describe());
+  const int64_t N = y.size(0), O = y.size(1), L = y.size(2) * y.size(3);
+  Tensor out = Tensor::empty({O, N * L}, TensorOptions(y.dtype()));
+  const size_t es = element_size(y.dtype()), row = static_cast<size_t>(L) * es;
+  const char* src = static_cast<const char*>(y.data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+#pragma omp parallel for collapse(2) if (y.numel() >= cpu::kParallelGrain) schedule(static)
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t n = 0; n < N; ++n)
+      if (row != 0) std::memcpy(dst + static_cast<size_t>(o * N + n) * row, src + static_cast<size_t>(n * O + o) * row, row);
   return out;
 }
 

@@ -289,8 +289,21 @@ class Fp8GemmNode final : public Node {
     const auto& mx = std::get<MXFP8BlockScaling>(s_.recipe);
     const DType eg = fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::GradOutput);
     const Tensor gy = contiguous(grad.detach());
+    // The wgrad's input matrix transposed, (K, M), where the AVX-512 im2col takes the geometry and
+    // the GEMM's sums do not depend on its operands' layouts: blocks along M are then contiguous
+    // runs (the same blocks, values and codes as the row matrix's blocks along dim 0), and so are
+    // G's, seen as (O, M); the GEMM reads both transposed, the same bits.
+    Tensor xt;
+    Tensor xk;
+    if (need_q) {
+      check_unchanged(x_keep_, x_keep_version_, "input 0", who);  // x_keep_ shares the caller's input
+      xk = contiguous(x_keep_);
+      if (xk.dtype() != DType::BFloat16) xk = as_f32(xk);
+      if (fp8_gemm_layout_free(s_.n, s_.k)) xt = im2col_transposed(xk, g);
+    }
     Tensor gm2;  // G as (M, N), the channels last, in its own dtype: the im2col route's layout
-    if ((need_p && !s_.kernel_route) || need_q) gm2 = contiguous(gy.permute({0, 2, 3, 1})).reshape({s_.m, s_.n});
+    if ((need_p && !s_.kernel_route) || (need_q && !xt.defined()))
+      gm2 = contiguous(gy.permute({0, 2, 3, 1})).reshape({s_.m, s_.n});
     if (need_p) {
       const Fp8Operand q = dgrad_weight(who);
       Tensor dx;
@@ -302,11 +315,17 @@ class Fp8GemmNode final : public Node {
       }
       out[0] = cpu::cast_to(dx.reshape(meta_[0].sizes), meta_[0].dtype);
     }
-    if (need_q) {
+    if (need_q && xt.defined()) {
+      // dW = G^T P as (G^T)(P^T)^T: both operands blocked along their rows' M values, contiguous;
+      // their codes are not kept (the GEMM reads the widened values alone).
+      const Tensor gt = channels_major(gy);  // (O, N OH OW)
+      const Fp8Operand gq = mx_quantize_widened(gt, 1, eg, mx, who, false);
+      const Fp8Operand pq = mx_quantize_widened(xt, 1, fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::Input), mx,
+                                                who, false);
+      out[1] = cpu::cast_to(fp8_gemm(gq, false, pq, true, who).reshape(meta_[1].sizes), meta_[1].dtype);
+    } else if (need_q) {
       const Fp8Operand gm = cast_role(gm2, Fp8Role::GradOutput, 0, s_.recipe, {}, who);
-      check_unchanged(x_keep_, x_keep_version_, "input 0", who);  // x_keep_ shares the caller's input
-      const Tensor xk = contiguous(x_keep_);
-      const Fp8Operand p = cast_role(xk.dtype() == DType::BFloat16 ? im2col_bf16(xk, g) : im2col_f32(as_f32(xk), g),
+      const Fp8Operand p = cast_role(xk.dtype() == DType::BFloat16 ? im2col_bf16(xk, g) : im2col_f32(xk, g),
                                      Fp8Role::Input, 0, s_.recipe, {}, who);
       out[1] = cpu::cast_to(fp8_gemm(gm, true, p, false, who).reshape(meta_[1].sizes), meta_[1].dtype);
     }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "amp/fp8_cast_table.h"
+#include "amp/mx_block_avx512.h"
 #include "core/error.h"
 #include "ops/cast.h"
 #include "ops/cpu/elementwise.h"
@@ -73,19 +74,51 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
   // it is a max of |v|'s bits (monotonic for non-NaN floats), and any non-finite value (inf or
   // NaN, exponent all ones) makes it >= 0x7F800000, which marks the block's scale NaN.
   const bool par = outer * len * inner >= cpu::kParallelGrain && outer * nb > 1;
+  const bool e5m2 = elem == DType::Float8_e5m2, spec = recipe.scale_rounding == MxScaleRounding::Spec;
+  if (inner == 1 && mx_contiguous_blocks_available()) {
+    // Contiguous blocks (inner 1): each one in a single AVX-512 pass (amp/mx_block_avx512.h), in
+    // runs of up to kRun blocks; the blocks it leaves (a NaN scale or one near BF16's edges) then
+    // take the scalar rule below, element by element.
+    constexpr int64_t kRun = 256;
+    const int64_t runs = (nb + kRun - 1) / kRun;
+#pragma omp parallel for collapse(2) if (par) schedule(static)
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t r = 0; r < runs; ++r) {
+        const int64_t b0 = r * kRun, lo = o * len + b0 * k, n = std::min(len - b0 * k, kRun * k);
+        uint8_t* c = codes + o * nb + b0;
+        uint8_t* d = dst != nullptr ? dst + lo : nullptr;
+        if (f32 != nullptr) mx_contiguous_blocks(f32 + lo, n, k, e5m2, spec, c, d, wide + lo);
+        else mx_contiguous_blocks(b16 + lo, n, k, e5m2, spec, c, d, wide + lo);
+        for (int64_t b = 0; b * k < n; ++b) {
+          if (mx_widening_is_product(c[b])) continue;
+          const float inv = mx_inv_scale_of(c[b]), pow2 = mx_scale_of(c[b]);
+          for (int64_t j = lo + b * k; j < lo + std::min(n, (b + 1) * k); ++j) {
+            const float v = f32 != nullptr ? f32[j] : static_cast<float>(b16[j]);
+            const uint8_t q = c[b] == 0xFF ? uint8_t{0x7F} : cast(v * inv);  // a NaN block: every element NaN
+            if (dst != nullptr) dst[j] = q;
+            wide[j] = mx_widen(dec[q], pow2);
+          }
+        }
+      }
+    return op;
+  }
+  // The amax and code loops below, 16 lanes a vector (amp/mx_block_avx512.h).
+  const bool avx512_rows = mx_contiguous_blocks_available();
 #pragma omp parallel if (par)
   {
     std::vector<uint32_t> amax(static_cast<size_t>(inner));
     std::vector<float> inv(static_cast<size_t>(inner)), pow2(static_cast<size_t>(inner));
-    std::vector<uint8_t> exact(static_cast<size_t>(inner));
-    std::vector<float> rowbuf(f32 != nullptr ? 0 : static_cast<size_t>(std::max(inner, k)));  // BF16 values in f32
 #pragma omp for collapse(2) schedule(static)
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t b = 0; b < nb; ++b) {
         const int64_t n = std::min(k, len - b * k), base = (o * len + b * k) * inner;
         uint32_t* am = amax.data();
         std::fill(amax.begin(), amax.end(), 0u);
-        for (int64_t j = 0; j < n; ++j) {
+        if (avx512_rows) {
+          if (f32 != nullptr) mx_amax_rows(f32 + base, n, inner, am);
+          else mx_amax_rows(b16 + base, n, inner, am);
+        }
+        for (int64_t j = 0; j < n && !avx512_rows; ++j) {
           const int64_t row = base + j * inner;
           if (f32 != nullptr) {
             for (int64_t i = 0; i < inner; ++i)
@@ -96,45 +129,36 @@ Fp8Operand mx_quantize_widened(const Tensor& x, int64_t dim, DType elem, const M
           }
         }
         uint8_t* c = codes + (o * nb + b) * inner;
-        bool all_exact = true;  // no NaN scale, no BF16 edge: the vector cast and a plain product
-        for (int64_t i = 0; i < inner; ++i) {
-          c[i] = mx_scale_code(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), elem, recipe.scale_rounding);
+        bool all_exact = true;  // no NaN scale, no BF16 edge: the vector cast, times 2^e in its pass
+        if (avx512_rows) all_exact = mx_codes_of(am, inner, e5m2, spec, c, inv.data(), pow2.data());  // 16 at once
+        for (int64_t i = 0; i < inner && !avx512_rows; ++i) {
+          c[i] = mx_code_of(am[i] >= 0x7F800000u ? NAN : std::bit_cast<float>(am[i]), e5m2, spec);
           // v / 2^e as v * 2^-e: 2^-e (e in [-127, 127]) is an exact float, so the product is
           // v / 2^e rounded once, as ldexp rounds it (exact unless it lands among the subnormals).
           // (2^e and 2^-e built from their bits: amp/mx_scale_rule.h, NaN for the NaN code.)
-          const int e = static_cast<int>(c[i]) - 127;
           inv[i] = mx_inv_scale_of(c[i]);
           pow2[i] = mx_scale_of(c[i]);
-          // Every element (|q| in [2^-16, 2^16], or 0) times 2^e is a normal BF16 number here: the
-          // widening is the product's top half (mx_widen's edges cannot occur).
-          exact[i] = static_cast<uint8_t>(e >= -110 && e <= 111);
-          all_exact = all_exact && exact[i];
-        }
-        if (all_exact && inner == 1) {  // a contiguous block under one scale
-          const float* src = f32 != nullptr ? f32 + base : rowbuf.data();
-          if (f32 == nullptr)
-            for (int64_t j = 0; j < n; ++j) rowbuf[j] = static_cast<float>(b16[base + j]);
-          BFloat16* w = wide + base;
-          cast.cast_scaled_widened(src, inv[0], dst != nullptr ? dst + base : nullptr, w, n);
-          for (int64_t j = 0; j < n; ++j)
-            w[j].bits = static_cast<uint16_t>(
-                std::bit_cast<uint32_t>(std::bit_cast<float>(static_cast<uint32_t>(w[j].bits) << 16) * pow2[0]) >> 16);
-          continue;
+          // The widening is then the product's top half (mx_widen's edges cannot occur), so the
+          // cast multiplies its rounded value by 2^e before storing it.
+          all_exact = all_exact && mx_widening_is_product(c[i]);
         }
         if (all_exact) {
-          // The FP8 cast with its BF16 widening per row (cast_lanes_widened: AVX-512 arithmetic
-          // with one scale per lane), then the widening times 2^e, exact here.
+          // A contiguous block under one scale (inner 1), or one row of the block at a time with
+          // one scale per lane: the AVX-512 cast (cast_*_widened), BF16 read in the register.
+          uint8_t* d = dst != nullptr ? dst + base : nullptr;
+          if (inner == 1) {
+            if (f32 != nullptr) cast.cast_block_widened(f32 + base, inv[0], pow2[0], d, wide + base, n);
+            else cast.cast_block_widened(b16 + base, inv[0], pow2[0], d, wide + base, n);
+            continue;
+          }
           for (int64_t j = 0; j < n; ++j) {
-            const int64_t row = base + j * inner;
-            const float* src = f32 != nullptr ? f32 + row : rowbuf.data();
-            if (f32 == nullptr)
-              for (int64_t i = 0; i < inner; ++i) rowbuf[i] = static_cast<float>(b16[row + i]);
-            BFloat16* w = wide + row;
-            cast.cast_lanes_widened(src, inv.data(), dst != nullptr ? dst + row : nullptr, w, inner);
-            for (int64_t i = 0; i < inner; ++i) {
-              const float p = std::bit_cast<float>(static_cast<uint32_t>(w[i].bits) << 16) * pow2[i];
-              w[i].bits = static_cast<uint16_t>(std::bit_cast<uint32_t>(p) >> 16);
-            }
+            const int64_t off = j * inner;
+            if (f32 != nullptr)
+              cast.cast_lanes_widened(f32 + base + off, inv.data(), d != nullptr ? d + off : nullptr, wide + base + off,
+                                      inner, pow2.data());
+            else
+              cast.cast_lanes_widened(b16 + base + off, inv.data(), d != nullptr ? d + off : nullptr, wide + base + off,
+                                      inner, pow2.data());
           }
           continue;
         }

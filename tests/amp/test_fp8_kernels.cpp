@@ -2,7 +2,9 @@
 // paths they replace: the bulk scaled cast (amp/fp8_cast_table.h) against core/float8.h's
 // saturating conversion on every high half of a float, and its amax; conv2d's transposed AVX-512 im2col of an FP8 image (amp/fp8_im2col.h)
 // against the row-by-row one, and the FP8 GEMM on either layout of that operand; conv2d's one-pass
-// output (scale, bias, NCHW, one rounding) against those steps apart; col2im against its plain loop.
+// output (scale, bias, NCHW, one rounding) against those steps apart; col2im against its plain loop;
+// the MX block casts (amp/mx_block.h, amp/mx_block_avx512.h) against a scalar reference of the
+// blocks at both ISA levels, and MXFP8's transposed conv2d wgrad against the row-matrix route.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -15,6 +17,7 @@
 #include "amp/amax_kernels.h"
 #include "amp/fp8_cast_table.h"
 #include "amp/fp8_im2col.h"
+#include "amp/mx_block.h"
 #include "common/bf16_paths_here.h"
 #include "common/on_thread_counts.h"
 #include "mixtape/mixtape.h"
@@ -28,6 +31,8 @@ using namespace mixtape::amp;
 
 namespace {
 using ::mixtape::testing::bf16_paths_here;
+using ::mixtape::testing::bf16_path_name;
+using ::mixtape::testing::on_thread_counts;
 
 struct Geometry {
   int64_t N, C, H, W, O, kH, kW;
@@ -85,6 +90,26 @@ TEST(Fp8Im2col, TransposedAvx512MatrixHoldsTheRowMatrixBitForBit) {
           ASSERT_EQ(tb[k * g.N * g.L() + i].bits, rb[i * g.K() + k].bits)
               << dtype_name(dt) << " C=" << g.C << " H=" << g.H << " row " << i << " col " << k;
     }
+}
+
+TEST(Fp8Im2col, TransposedF32AndBf16MatricesHoldTheRowMatrixBitForBit) {
+  // im2col_transposed (MXFP8's wgrad) against im2col_f32 / im2col_bf16, on every geometry the
+  // AVX-512 im2col takes (plane shift, or column strides 1 and 2); undefined for an f16 image.
+  Generator gen(8);
+  for (const Geometry& geo : kGeometries) {
+    const ConvGeom g = geometry_of(geo);
+    const Tensor x32 = randn({g.N, g.C, g.H, g.W}, {}, &gen);
+    EXPECT_FALSE(im2col_transposed(x32.to(DType::Float16), g).defined());
+    for (DType dt : {DType::Float32, DType::BFloat16}) {
+      const Tensor x = x32.to(dt);
+      const Tensor t = im2col_transposed(x, g);
+      ASSERT_EQ(t.defined(), cpu::im2col_avx512_available()) << "geometry C=" << g.C << " H=" << g.H << " sH=" << g.sH;
+      if (!t.defined()) continue;
+      const Tensor r = dt == DType::Float32 ? im2col_f32(x, g) : im2col_bf16(x, g);  // (M, K)
+      ASSERT_EQ(t.sizes(), (IntList{g.K(), g.N * g.L()}));
+      EXPECT_TRUE(same_bits(t, r.t().contiguous())) << dtype_name(dt) << " C=" << g.C << " H=" << g.H << " W=" << g.W;
+    }
+  }
 }
 
 TEST(Fp8Im2col, GemmOnTheTransposedMatrixGivesTheBitsOfTheRowMatrix) {
@@ -202,6 +227,196 @@ TEST(Fp8CastTable, Bf16SourceGivesTheBitsOfItsFloatValuesOnEveryPattern) {
           }
         }
       }
+}
+
+TEST(Fp8CastTable, MxCastsApplyTheBlocksPowerOfTwoInTheirPassWithTheBitsOfTwoPasses) {
+  // cast_lanes_widened with pow2s and cast_block_widened (MX blocks: the widening times 2^e in
+  // the cast's pass) against the two passes they replace, written out here: the table's code of
+  // v * 2^-e, and its BF16 widening times 2^e, truncated to BF16. Every BF16 pattern (NaNs, infs,
+  // subnormals), f32 and BF16 sources, with and without codes, scales across the exact range of
+  // block exponents [-110, 111], lengths with masked tails; both ISA levels.
+  std::vector<BFloat16> src(1 << 16);
+  for (uint32_t b = 0; b < (1u << 16); ++b) src[b] = BFloat16::from_bits(static_cast<uint16_t>(b));
+  std::vector<float> f(src.size());
+  for (size_t i = 0; i < src.size(); ++i) f[i] = static_cast<float>(src[i]);
+  const int exps[] = {-110, -41, -3, 0, 7, 60, 111};
+  std::vector<float> scales(src.size()), pow2s(src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    const int e = exps[(i / 3) % std::size(exps)];
+    scales[i] = std::ldexp(1.0f, -e);
+    pow2s[i] = std::ldexp(1.0f, e);
+  }
+  const auto times = [](BFloat16 w, float p) {
+    return static_cast<uint16_t>(std::bit_cast<uint32_t>(static_cast<float>(w) * p) >> 16);
+  };
+  for (DType dt : {DType::Float8_e4m3fn, DType::Float8_e5m2}) {
+    const Fp8CastTable& cast = Fp8CastTable::of(dt);
+    const std::array<BFloat16, 256> table = fp8_to_bf16_table(dt);
+    for (int64_t n : {int64_t{1 << 16}, int64_t{(1 << 16) - 5}, int64_t{13}, int64_t{32}}) {
+      std::vector<uint8_t> want(src.size()), got(src.size());
+      std::vector<uint16_t> want_w(src.size());
+      for (int64_t i = 0; i < n; ++i) {
+        want[i] = cast(f[i] * scales[i]);
+        want_w[i] = times(table[want[i]], pow2s[i]);
+      }
+      for (bool baseline : {false, true}) {
+        std::optional<cpu::Override> cap;
+        if (baseline) cap.emplace(cpu::IsaLevel::Baseline);
+        for (bool codes : {true, false})
+          for (bool bf16 : {false, true}) {
+            std::vector<BFloat16> w(src.size());
+            uint8_t* d = codes ? got.data() : nullptr;
+            if (bf16) cast.cast_lanes_widened(src.data(), scales.data(), d, w.data(), n, pow2s.data());
+            else cast.cast_lanes_widened(f.data(), scales.data(), d, w.data(), n, pow2s.data());
+            for (int64_t i = 0; i < n; ++i) {
+              if (codes) {
+                ASSERT_EQ(got[i], want[i]) << dtype_name(dt) << " bits " << std::hex << i << " baseline " << baseline;
+              }
+              ASSERT_EQ(w[i].bits, want_w[i]) << dtype_name(dt) << " bits " << std::hex << i << " baseline " << baseline;
+            }
+            // One block's scale for the whole run (the contiguous-block form).
+            for (int e : exps) {
+              const float scale = std::ldexp(1.0f, -e), pow2 = std::ldexp(1.0f, e);
+              if (bf16) cast.cast_block_widened(src.data(), scale, pow2, d, w.data(), n);
+              else cast.cast_block_widened(f.data(), scale, pow2, d, w.data(), n);
+              for (int64_t i = 0; i < n; ++i) {
+                const uint8_t c = cast(f[i] * scale);
+                if (codes) {
+                  ASSERT_EQ(got[i], c) << dtype_name(dt) << " e " << e << " bits " << std::hex << i;
+                }
+                ASSERT_EQ(w[i].bits, times(table[c], pow2)) << dtype_name(dt) << " e " << e << " bits " << std::hex << i;
+              }
+            }
+          }
+      }
+    }
+  }
+}
+
+TEST(MxBlock, QuantizeWidenedGivesTheScalarBlocksAtBothIsaLevels) {
+  // mx_quantize_widened against the blocks written out here (the amax of each block, its code,
+  // the scalar saturating conversion of v * 2^-e, mx_widen of its value): f32 and BF16 sources,
+  // contiguous blocks (inner 1; 1100: 16 blocks at a time, then one by one) and strided ones
+  // (inner 3, 37, 288), a short tail block; zero blocks; amaxes at a rounding-up boundary; blocks
+  // whose scales reach BF16's edges (values near 2^-130 and 2^120, where the widening is not the
+  // plain product) and NaN / inf blocks; codes kept and not.
+  Generator gen(11);
+  for (const IntList& sizes :
+       {IntList{3, 70, 1}, IntList{2, 1100, 1}, IntList{2, 40, 3}, IntList{1, 33, 37}, IntList{1, 64, 288}})
+    for (DType src : {DType::Float32, DType::BFloat16}) {
+      Tensor x32 = randn(sizes, {}, &gen) * 40.0;
+      float* p = x32.data_ptr<float>();
+      const int64_t numel = x32.numel();
+      for (int64_t i = 0; i < numel; i += 97) p[i] *= 0x1p-130f;  // tiny blocks' scales near 2^-127
+      for (int64_t i = 70; i < numel; i += 211) p[i] = 0x1p120f * (i % 2 ? 1.5f : -1.0f);  // scales near 2^112
+      p[numel / 2] = std::numeric_limits<float>::quiet_NaN();
+      p[numel / 3] = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < std::min<int64_t>(numel, 64); ++i) p[i] = 0x1p-133f * static_cast<float>(i % 5);
+      for (int64_t i = 64; i < std::min<int64_t>(numel, 96); ++i) p[i] = i % 3 ? 0.0f : -0.0f;  // amax 0 (inner 1)
+      for (int64_t i = 96; i < std::min<int64_t>(numel, 128); ++i) p[i] *= 0x1p-118f;  // scales near 2^-110
+      // Blocks whose amax is 448 2^-3 (E4M3's largest times a power of two: rounding up keeps the
+      // exponent) and the next BF16 value above it.
+      for (int64_t i = 320; i < std::min<int64_t>(numel, 384); ++i) p[i] *= 0.01f;
+      if (numel > 384) {
+        p[330] = 56.0f;
+        p[360] = -56.25f;
+      }
+      const Tensor x = x32.to(src);
+      const auto xs = x.to(DType::Float32).to_vector<float>();
+      const int64_t len = sizes[1], inner = sizes[2], nb = (len + 31) / 32;
+      for (DType elem : {DType::Float8_e4m3fn, DType::Float8_e5m2}) {
+        for (bool baseline : {false, true})
+          for (int variant = 0; variant < 3; ++variant) {  // codes kept, not kept; the spec's scales
+            const bool keep = variant != 1;
+            MXFP8BlockScaling mx;
+            if (variant == 2) mx.scale_rounding = MxScaleRounding::Spec;
+            std::optional<cpu::Override> cap;
+            if (baseline) cap.emplace(cpu::IsaLevel::Baseline);
+            const Fp8Operand q = mx_quantize_widened(x, 1, elem, mx, "test", keep);
+            const uint8_t* codes = q.block_scales.data_ptr<uint8_t>();
+            const uint8_t* d = keep ? static_cast<const uint8_t*>(q.data.data_ptr()) : nullptr;
+            const uint16_t* w = &q.widened.data_ptr<BFloat16>()->bits;
+            for (int64_t o = 0; o < sizes[0]; ++o)
+              for (int64_t b = 0; b < nb; ++b)
+                for (int64_t i = 0; i < inner; ++i) {
+                  float amax = 0.0f;
+                  bool finite = true;
+                  for (int64_t c = b * 32; c < std::min(len, b * 32 + 32); ++c) {
+                    const float v = xs[static_cast<size_t>((o * len + c) * inner + i)];
+                    finite = finite && std::isfinite(v);
+                    amax = std::max(amax, std::fabs(v));
+                  }
+                  const uint8_t code = mx_scale_code(finite ? amax : NAN, elem, mx.scale_rounding);
+                  ASSERT_EQ(codes[(o * nb + b) * inner + i], code) << "block " << b << " lane " << i;
+                  for (int64_t c = b * 32; c < std::min(len, b * 32 + 32); ++c) {
+                    const int64_t at = (o * len + c) * inner + i;
+                    const float scaled = std::ldexp(xs[static_cast<size_t>(at)], 127 - code);
+                    const uint8_t want = code == 0xFF                     ? uint8_t{0x7F}
+                                         : elem == DType::Float8_e4m3fn ? float_to_e4m3fn_bits(scaled, Fp8Saturation::Finite)
+                                                                         : float_to_e5m2_bits(scaled, Fp8Saturation::Finite);
+                    if (keep) {
+                      ASSERT_EQ(d[at], want) << dtype_name(elem) << ' ' << dtype_name(src) << " at " << at;
+                    }
+                    const float value = elem == DType::Float8_e4m3fn ? e4m3fn_bits_to_float(want) : e5m2_bits_to_float(want);
+                    ASSERT_EQ(w[at], mx_widen(value, code == 0xFF ? NAN : std::ldexp(1.0f, code - 127)).bits)
+                        << dtype_name(elem) << ' ' << dtype_name(src) << " at " << at << " code " << int(code)
+                        << " baseline " << baseline;
+                  }
+                }
+          }
+      }
+    }
+}
+
+TEST(MxBlock, Conv2dWeightGradientHasTheBitsOfTheRowMatrixRoute) {
+  // MXFP8's conv2d wgrad on the transposed operands (G as (O, N OH OW), the input's im2col as
+  // (C kH kW, N OH OW), blocks contiguous along N OH OW) against the route it replaced, written
+  // out here: the row im2col matrix and G with its channels last, both blocked along dim 0, and
+  // fp8_gemm(G, transposed, P). Every geometry (the plane-shift and row kernels' and the fallback's),
+  // f32 and BF16 inputs, BF16 and f32 outputs, G with magnitudes spread over 2^-60 .. 2^40, every
+  // BF16 GEMM path here, 1 and 2 threads.
+  Generator gen(12);
+  for (const Geometry& geo : kGeometries) {
+    const ConvGeom g = geometry_of(geo);
+    for (DType x_dt : {DType::Float32, DType::BFloat16})
+      for (DType out_dt : {DType::BFloat16, DType::Float32}) {
+        const Tensor x = randn({g.N, g.C, g.H, g.W}, {}, &gen).to(x_dt);
+        const Tensor w0 = randn({g.O, g.C, g.kH, g.kW}, {}, &gen) * 0.2;
+        Tensor gy = randn({g.N, g.O, g.OH, g.OW}, {}, &gen);
+        float* gp = gy.data_ptr<float>();
+        for (int64_t i = 0; i < gy.numel(); ++i) gp[i] = std::ldexp(gp[i], static_cast<int>((i / 40) % 101) - 60);
+        gy = gy.to(out_dt);
+        // The reference: the row matrices blocked along M.
+        const Tensor xk = x_dt == DType::BFloat16 ? x : x.contiguous();
+        const Tensor rows = x_dt == DType::BFloat16 ? im2col_bf16(xk, g) : im2col_f32(xk, g);
+        const Tensor gm = gy.permute({0, 2, 3, 1}).contiguous().reshape({g.N * g.L(), g.O});
+        for (cpu::Bf16GemmPath path : bf16_paths_here()) {
+          cpu::Override on(path);
+          // At each thread count (OpenBLAS, which runs the widened path's small GEMMs, does not
+          // promise the same sums at every thread count; the native kernels do).
+          const auto want = on_thread_counts({1, 2}, [&] {
+            return fp8_gemm(mx_quantize(gm, 0, DType::Float8_e4m3fn, MXFP8BlockScaling{}, "t"), true,
+                            mx_quantize(rows, 0, DType::Float8_e4m3fn, MXFP8BlockScaling{}, "t"), false, "t")
+                .reshape({g.O, g.C, g.kH, g.kW});
+          });
+          const auto got = on_thread_counts({1, 2}, [&] {
+            const Tensor w = w0.clone().requires_grad_();
+            Tensor y;
+            {
+              Fp8Autocast fp8(MXFP8BlockScaling{}, nullptr, {out_dt});
+              y = conv2d(x, w, Tensor(), geo.stride, geo.padding, geo.dilation);
+            }
+            y.backward(gy);
+            return w.grad();
+          });
+          for (size_t t = 0; t < got.size(); ++t)
+            EXPECT_TRUE(same_bits(got[t], want[t]))
+                << "C=" << g.C << " H=" << g.H << " W=" << g.W << " stride " << geo.stride[1] << ' ' << dtype_name(x_dt)
+                << " input, " << dtype_name(out_dt) << " output, path " << bf16_path_name(path) << ", thread count "
+                << (t + 1);
+        }
+      }
+  }
 }
 
 TEST(Fp8CastTable, ChannelSumsReadInTheCastsPassAreTheLaneOrderSumsAtEveryThreadCount) {
