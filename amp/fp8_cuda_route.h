@@ -1,7 +1,9 @@
 // amp/fp8_cuda_route.h — how Fp8Autocast and Fp8Metas reach the CUDA backend (amp/cuda/
 // fp8_autocast_cuda.cpp) without the amp layer's CPU files depending on CUDA: the backend
 // registers its functions when libmixtape_amp loads in a CUDA build; a CPU-only build has none,
-// and every entry point here then refuses with the caller's name.
+// and every entry point here then refuses with the caller's name. Also what the FP8 GEMM nodes
+// share at backward: the refusals (both devices) and the NaN locator's check (the CUDA nodes;
+// amp/fp8_ops.cpp's CPU node checks itself the same way, under the same op names).
 // Invariant: the hooks are set once, at load time, before any region can open.
 #pragma once
 #include "amp/fp8_autocast.h"
@@ -39,9 +41,7 @@ void check_fp8_backward(const char* who, bool released);
 // input; undefined where it kept none). So an inf or NaN it makes from finite inputs is reported
 // at the node, with its tape entry (the engine's scope), the inputs' dtypes and shapes; ops it
 // runs through the dispatcher are checked as well, inside it. Switched off: one flag load.
-template <class Compute>
-TensorList fp8_backward_checked(Fp8GemmOp op, const TensorList& kept, Compute&& compute) {
-  if (!numerics::enabled()) return compute();
+inline const OpSchema& fp8_backward_schema(Fp8GemmOp op) {
   static const auto make = [](const char* name) {
     auto* s = new OpSchema;  // leaked on purpose: lives as long as the process, like registered schemas
     s->name = name;
@@ -51,7 +51,12 @@ TensorList fp8_backward_checked(Fp8GemmOp op, const TensorList& kept, Compute&& 
   static const OpSchema* linear = make("linear_fp8_backward");
   static const OpSchema* matmul = make("matmul_fp8_backward");
   static const OpSchema* conv = make("conv2d_fp8_backward");
-  const OpSchema& schema = op == Fp8GemmOp::Linear ? *linear : op == Fp8GemmOp::Matmul ? *matmul : *conv;
+  return op == Fp8GemmOp::Linear ? *linear : op == Fp8GemmOp::Matmul ? *matmul : *conv;
+}
+template <class Compute>
+TensorList fp8_backward_checked(Fp8GemmOp op, const TensorList& kept, Compute&& compute) {
+  if (!numerics::enabled()) return compute();
+  const OpSchema& schema = fp8_backward_schema(op);
   OpCall call;
   call.op = &schema;
   call.inputs = kept;
