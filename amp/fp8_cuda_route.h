@@ -1,10 +1,14 @@
 // amp/fp8_cuda_route.h — how Fp8Autocast and Fp8Metas reach the CUDA backend (amp/cuda/
 // fp8_autocast_cuda.cpp) without the amp layer's CPU files depending on CUDA: the backend
 // registers its functions when libmixtape_amp loads in a CUDA build; a CPU-only build has none,
-// and every entry point here then refuses with the caller's name.
+// and every entry point here then refuses with the caller's name. Also what the FP8 GEMM nodes
+// share at backward: the refusals (both devices) and the NaN locator's check (the CUDA nodes;
+// amp/fp8_ops.cpp's CPU node checks itself the same way, under the same op names).
 // Invariant: the hooks are set once, at load time, before any region can open.
 #pragma once
 #include "amp/fp8_autocast.h"
+#include "core/dispatcher.h"
+#include "core/numerics_check.h"
 #include "ops/conv_args.h"
 
 namespace mixtape::amp::detail {
@@ -30,6 +34,37 @@ bool register_fp8_cuda_backend(Fp8CudaBackend backend);
 // What both devices' FP8 GEMM nodes refuse at backward, naming `who`: a second backward through a
 // released node, and a differentiable (create_graph) backward.
 void check_fp8_backward(const char* who, bool released);
+// The NaN locator (core/numerics_check.h) around an FP8 GEMM node's backward, whose GEMMs and
+// casts launch outside run_kernel: `compute()` is checked as one op, linear_fp8_backward /
+// matmul_fp8_backward / conv2d_fp8_backward, whose inputs are the output gradient and what the
+// node kept (the FP8 input, the weight's FP8 copy or the leaf weight itself, a high-precision
+// input; undefined where it kept none). So an inf or NaN it makes from finite inputs is reported
+// at the node, with its tape entry (the engine's scope), the inputs' dtypes and shapes; ops it
+// runs through the dispatcher are checked as well, inside it. Switched off: one flag load.
+inline const OpSchema& fp8_backward_schema(Fp8GemmOp op) {
+  static const auto make = [](const char* name) {
+    auto* s = new OpSchema;  // leaked on purpose: lives as long as the process, like registered schemas
+    s->name = name;
+    s->arg_names = {"grad_output", "saved input (FP8)", "weight (its saved FP8 copy, or itself)", "saved input"};
+    return s;
+  };
+  static const OpSchema* linear = make("linear_fp8_backward");
+  static const OpSchema* matmul = make("matmul_fp8_backward");
+  static const OpSchema* conv = make("conv2d_fp8_backward");
+  return op == Fp8GemmOp::Linear ? *linear : op == Fp8GemmOp::Matmul ? *matmul : *conv;
+}
+template <class Compute>
+TensorList fp8_backward_checked(Fp8GemmOp op, const TensorList& kept, Compute&& compute) {
+  if (!numerics::enabled()) return compute();
+  const OpSchema& schema = fp8_backward_schema(op);
+  OpCall call;
+  call.op = &schema;
+  call.inputs = kept;
+  const numerics::PreKernel pre = numerics::before_kernel(schema, call);
+  TensorList out = compute();
+  if (pre.active) numerics::after_kernel(schema, call, out, pre);
+  return out;
+}
 // The registered backend; throws, naming `who`, in a build without CUDA.
 const Fp8CudaBackend& fp8_cuda_backend(const char* who);
 

@@ -2,6 +2,9 @@
 // step replayed as CUDA graphs (core/cuda/graphed_step.h), and what the host learns of each step,
 // one step late. Owns the static input/target buffers, the graphs, the per-step figures on the
 // device and the LR schedule's one-step-late bookkeeping.
+// The forward runs under the program's precision (autocast, or an FP8 region); delayed FP8 scaling
+// updates its scales at a step's first micro-batch only, so with --accumulate that micro-batch
+// has a graph of its own (the update captured in it), the later ones another (without).
 // Invariant: a step's figures (loss and correct predictions per micro-batch, the loss scale it
 // used and after its update, whether it was skipped) reach the host only once the next step is
 // queued; every step runs with the lr the eager loop gives it (a skipped step does not advance the
@@ -10,6 +13,7 @@
 #pragma once
 #include <array>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -32,17 +36,25 @@ struct GraphedStepResult {
   bool skipped = false;          // inf/NaN in the gradients: the optimizer did not step
 };
 
+// Runs `body` (the model's forward and the loss) under the training's precision: autocast, or an
+// FP8 region whose delayed scales are updated at entry when `update_scales` (the first micro-batch
+// of an optimizer step).
+using PrecisionScope = std::function<void(bool update_scales, const std::function<void()>& body)>;
+
 class GraphedTraining {
  public:
   // `opt` capturable, `scaler` sync_free (or disabled); the model on `device`, in train mode. Under
   // mpirun `model` is the DistributedDataParallel wrapper, accumulate 1: its NCCL all-reduces are
   // captured with the step (docs/DISTRIBUTED.md, "DDP in a CUDA graph").
   // accumulate == 1: the whole step is one graph; > 1: the micro-step and the optimizer step are
-  // two (nn::backward_into_grads; the optimizer step zeroes the gradients in place).
+  // two (nn::backward_into_grads; the optimizer step zeroes the gradients in place), and three when
+  // `first_micro_differs` (the precision does something else at the first micro-batch: delayed FP8
+  // scaling's update): the first micro-step, the later micro-steps and the optimizer step.
   GraphedTraining(nn::Module& model, optim::Optimizer& opt, amp::GradScaler& scaler,
-                  optim::LRScheduler* sched, std::optional<DType> autocast, int accumulate, Device device)
-      : device_(device.index()), model_(model), opt_(opt), scaler_(scaler), sched_(sched), autocast_(autocast),
-        accumulate_(accumulate), params_(model.parameters()) {
+                  optim::LRScheduler* sched, PrecisionScope precision, bool first_micro_differs, int accumulate,
+                  Device device)
+      : device_(device.index()), model_(model), opt_(opt), scaler_(scaler), sched_(sched),
+        precision_(std::move(precision)), accumulate_(accumulate), params_(model.parameters()) {
     NoGradGuard no_grad;
     const TensorOptions f64 = TensorOptions(DType::Float64).with_device(device);
     micro_stats_ = zeros({2}, f64);
@@ -51,13 +63,17 @@ class GraphedTraining {
     if (accumulate_ == 1) {
       whole_ = std::make_unique<cuda::GraphedStep>([this] {
         opt_.zero_grad();
-        scaler_.scale(forward()).backward();
+        scaler_.scale(forward(true)).backward();
         optimizer_step();
       }, kWarmupSteps);
     } else {
-      micro_ = std::make_unique<cuda::GraphedStep>(
-          [this] { nn::backward_into_grads(scaler_.scale(forward() / static_cast<double>(accumulate_)), params_); },
-          kWarmupSteps);
+      auto micro_step = [this](bool first) {
+        return [this, first] {
+          nn::backward_into_grads(scaler_.scale(forward(first) / static_cast<double>(accumulate_)), params_);
+        };
+      };
+      micro_ = std::make_unique<cuda::GraphedStep>(micro_step(!first_micro_differs), kWarmupSteps);
+      if (first_micro_differs) first_micro_ = std::make_unique<cuda::GraphedStep>(micro_step(true), kWarmupSteps);
       opt_step_ = std::make_unique<cuda::GraphedStep>([this] {
         optimizer_step();
         opt_.zero_grad(false);  // in place: the captured micro-step adds into these buffers
@@ -90,6 +106,7 @@ class GraphedTraining {
     static_x_.copy_(b.data);
     static_y_.copy_(b.target);
     if (whole_) (*whole_)();
+    else if (micro == 0 && first_micro_) (*first_micro_)();
     else (*micro_)();
     NoGradGuard no_grad;
     Tensor dst = ring_[slot_].narrow(0, 2 * micro, 2);
@@ -109,7 +126,10 @@ class GraphedTraining {
   }
 
   size_t unread() const { return pending_.size(); }
-  bool captured() const { return whole_ ? whole_->captured() : micro_->captured() && opt_step_->captured(); }
+  bool captured() const {
+    return whole_ ? whole_->captured()
+                  : micro_->captured() && opt_step_->captured() && (!first_micro_ || first_micro_->captured());
+  }
   static constexpr int kWarmupSteps = 3;  // cuda::GraphedStep's default
   // Optimizer steps replayed from the captured graph(s) so far.
   int64_t replayed_steps() const {
@@ -189,14 +209,13 @@ class GraphedTraining {
     }
   }
 
-  Tensor forward() {
+  // first: the step's first micro-batch (FP8's delayed scales update there).
+  Tensor forward(bool first) {
     Tensor logits, loss;
-    {
-      std::optional<amp::AutocastGuard> ac;
-      if (autocast_) ac.emplace(DeviceType::CUDA, *autocast_);
+    precision_(first, [&] {
       logits = model_(static_x_);
       loss = cross_entropy(logits, static_y_);
-    }
+    });
     NoGradGuard no_grad;
     Tensor l = micro_stats_.select(0, 0), correct = micro_stats_.select(0, 1);
     l.copy_(loss.detach());
@@ -238,7 +257,7 @@ class GraphedTraining {
   optim::Optimizer& opt_;
   amp::GradScaler& scaler_;
   optim::LRScheduler* sched_;
-  std::optional<DType> autocast_;
+  PrecisionScope precision_;
   int accumulate_;
   std::vector<Tensor> params_;
   Tensor static_x_, static_y_;
@@ -250,7 +269,8 @@ class GraphedTraining {
   size_t slot_ = 0;
   std::deque<Pending> pending_;
   cuda::OwnedStream reader_;  // the reads' stream: waits for one step's event, not for later steps
-  std::unique_ptr<cuda::GraphedStep> whole_, micro_, opt_step_;
+  // whole_ (accumulate 1), or micro_ and opt_step_, with first_micro_ when the first micro-batch differs.
+  std::unique_ptr<cuda::GraphedStep> whole_, first_micro_, micro_, opt_step_;
 };
 
 }  // namespace mixtape::examples

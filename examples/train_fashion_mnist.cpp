@@ -472,12 +472,6 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   }
   const int64_t local_batch = c.batch_size / world;
   const std::optional<amp::Fp8Recipe> fp8 = fp8_recipe(c);
-  if (fp8) {
-    // Fp8Autocast runs every recipe on the CPU and on CUDA (MXFP8 there emulated through BF16,
-    // docs/FP8.md); a graph would capture the delayed update at the region's entry.
-    MT_CHECK(!c.cuda_graph, "--amp ", c.amp, " cannot be combined with --cuda-graph: an FP8 step is not captured "
-             "as a graph yet (run it eagerly)");
-  }
   if (world == 1 && (c.shard_optimizer || c.reduce_dtype != "f32" || c.gradient_as_bucket_view))
     std::cout << "note: --shard-optimizer, --reduce-dtype and --gradient-as-bucket-view change how several ranks "
                  "share the gradients and the optimizer state; one process has nothing to share, so they do "
@@ -671,8 +665,14 @@ int run(const Config& c, const nlohmann::json& computation_options) {
   std::unique_ptr<examples::GraphedTraining> graphed;
   if (c.cuda_graph) {
     opt->set_capturable(true);
-    graphed = std::make_unique<examples::GraphedTraining>(net, *opt, scaler, sched.get(), autocast, c.accumulate,
-                                                          device);
+    // The forward's region as the eager loop opens it; FP8's delayed scales update at the first
+    // micro-batch only, so with --accumulate that micro-batch gets a graph of its own.
+    auto precision_scope = [&precision](bool update_scales, const std::function<void()>& body) {
+      PrecisionRegion region(precision, DeviceType::CUDA, update_scales);
+      body();
+    };
+    graphed = std::make_unique<examples::GraphedTraining>(net, *opt, scaler, sched.get(), precision_scope,
+                                                          fp8_metas.has_value(), c.accumulate, device);
   }
 #endif
   // The learning rate this run uses: the optimizer's (the schedule's base), restored from the
@@ -1094,7 +1094,8 @@ int main(int argc, char** argv) {
          "recompute each residual block in backward instead of keeping its activations (resnet8/resnet20)");
   o.flag("--cuda-graph", c.cuda_graph, all,
          "--device cuda: capture the training step once as a CUDA graph (after 3 eager warm-up steps) and replay "
-         "it; each step's loss and skip reach the host one step late (docs/CUDA.md, \"CUDA graphs\")");
+         "it; each step's loss and skip reach the host one step late. Every --amp mode: the FP8 modes' casts, amax "
+         "history and delayed scale update run inside the graph (docs/CUDA.md, \"CUDA graphs\")");
   o.flag("--shard-optimizer", c.shard_optimizer, all,
          "under mpirun: ZeRO-1, each rank keeps and updates the optimizer state (and FP32 masters) of 1/N of the "
          "parameters; the gradients are reduce-scattered and the parameters all-gathered. Checkpoints hold the "

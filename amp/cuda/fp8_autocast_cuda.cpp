@@ -175,6 +175,13 @@ class Fp8CudaGemmNode final : public autograd::Node {
   }
 
   TensorList apply(TensorList grads) override {
+    const Tensor g = grads.empty() ? Tensor() : grads[0];
+    return detail::fp8_backward_checked(s_.op, {g, p_.data, q_.data.defined() ? q_.data : w_ref_, Tensor()},
+                                        [&] { return compute(grads); });
+  }
+
+ private:
+  TensorList compute(const TensorList& grads) {
     const std::string who_s = std::string(op_name(s_.op)) + " (Fp8Autocast backward, cuda)";
     const char* who = who_s.c_str();
     detail::check_fp8_backward(who, released_);
@@ -225,7 +232,6 @@ class Fp8CudaGemmNode final : public autograd::Node {
     return out;
   }
 
- private:
   // Q's FP8 bytes for the dgrad: the saved copy, or the leaf weight cast again with the forward's
   // scale (the same function on the same values and scale: the same bytes; no amax recorded), its
   // in-place changes since the forward refused as a saved tensor's are.

@@ -112,6 +112,13 @@ class MxCudaGemmNode final : public autograd::Node {
   }
 
   TensorList apply(TensorList grads) override {
+    const Tensor g = grads.empty() ? Tensor() : grads[0];
+    return detail::fp8_backward_checked(s_.op, {g, p_.data, q_.data.defined() ? q_.data : w_ref_, x_keep_},
+                                        [&] { return compute(grads); });
+  }
+
+ private:
+  TensorList compute(const TensorList& grads) {
     const char* kind = s_.op == Fp8GemmOp::Linear ? "linear" : s_.op == Fp8GemmOp::Matmul ? "matmul" : "conv2d";
     const std::string who_s = std::string(kind) + " (Fp8Autocast backward, cuda)";
     const char* who = who_s.c_str();
@@ -170,7 +177,6 @@ class MxCudaGemmNode final : public autograd::Node {
     return out;
   }
 
- private:
   // A tensor kept by reference shares the caller's storage: an in-place change since the forward
   // would silently change a gradient, so it is refused, as autograd's saved tensors are.
   static void check_unchanged(const Tensor& t, uint32_t saved_version, const char* which, const char* who) {
