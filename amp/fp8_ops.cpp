@@ -181,17 +181,12 @@ class Fp8GemmNode final : public Node {
   }
 
   // The backward's GEMMs run no kernel through run_kernel: the NaN locator checks the node here,
-  // as one op whose inputs are the output gradient and the saved FP8 operands.
+  // as one op whose inputs are the output gradient and what the node kept (detail::fp8_backward_checked).
   TensorList apply(TensorList grads) override {
-    if (!numerics::enabled()) return compute(grads);
-    const OpSchema& op = backward_schema(s_.kind);
-    OpCall call;
-    call.op = &op;
-    call.inputs = {grads.empty() ? Tensor() : grads[0], p_.data, q_.data.defined() ? q_.data : w_ref_, x_keep_};
-    const numerics::PreKernel pre = numerics::before_kernel(op, call);
-    TensorList out = compute(grads);
-    if (pre.active) numerics::after_kernel(op, call, out, pre);
-    return out;
+    const Tensor g = grads.empty() ? Tensor() : grads[0];
+    return detail::fp8_backward_checked(static_cast<detail::Fp8GemmOp>(s_.kind),
+                                        {g, p_.data, q_.data.defined() ? q_.data : w_ref_, x_keep_},
+                                        [&] { return compute(grads); });
   }
 
   std::string name() const override {
@@ -200,19 +195,6 @@ class Fp8GemmNode final : public Node {
   }
 
  private:
-  static const OpSchema& backward_schema(GemmKind kind) {
-    static const auto make = [](const char* name) {
-      auto* s = new OpSchema;  // leaked on purpose: lives as long as the process, like registered schemas
-      s->name = name;
-      s->arg_names = {"grad_output", "saved input (FP8)", "weight (its saved FP8 copy, or itself)", "saved input"};
-      return s;
-    };
-    static const OpSchema* linear = make("linear_fp8_backward");
-    static const OpSchema* matmul = make("matmul_fp8_backward");
-    static const OpSchema* conv = make("conv2d_fp8_backward");
-    return kind == GemmKind::Linear ? *linear : kind == GemmKind::Matmul ? *matmul : *conv;
-  }
-
   // A tensor kept by reference (x_keep_, w_ref_) shares the caller's storage: an in-place change
   // to it since the forward would silently change the gradients, so it is refused, as autograd's
   // saved tensors are.
