@@ -33,6 +33,12 @@ struct Fp8CudaBackend {
 bool register_fp8_cuda_backend(Fp8CudaBackend backend);
 // What both devices' FP8 GEMM nodes refuse at backward, naming `who`: a second backward through a
 // released node, and a differentiable (create_graph) backward.
+// Whether an FP8 node keeps its weight w by reference and casts it again for the dgrad, rather
+// than keeping an FP8 copy: a leaf that requires grad, i.e. a parameter being trained, which its
+// module keeps alive anyway and which only the optimizer changes, after backward. Anything else
+// (matmul's b, a computed weight, a tensor without grad the caller may drop or reuse) keeps the
+// copy, one byte a value. The same rule on every device.
+inline bool dgrad_recasts_weight(const Tensor& w) { return w.is_leaf() && w.requires_grad(); }
 void check_fp8_backward(const char* who, bool released);
 // The NaN locator (core/numerics_check.h) around an FP8 GEMM node's backward, whose GEMMs and
 // casts launch outside run_kernel: `compute()` is checked as one op, linear_fp8_backward /

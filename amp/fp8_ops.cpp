@@ -24,13 +24,14 @@
 // the image, weight and G are cast with their BF16 widening and run on BF16 autocast's own conv
 // kernels (ops/conv_scaled.h), the dequantising factor applied once to each FP32 sum. Per-tensor
 // linear/matmul operands are cast the same way, from their own dtype.
-// The weight for the dgrad: a leaf weight (a parameter, which its module keeps alive anyway) is
-// not saved in FP8. The node keeps a reference to it, its version and the scale of its forward
-// cast, and the backward casts it again: the same bytes, since a cast depends only on the values
-// and the scale (no amax is recorded twice). This is what PyTorch's linear does with its weight,
-// and it spares one byte per parameter (two for MX's widened copy) between forward and backward.
-// An in-place change to the weight in between is refused, as for any saved tensor. A non-leaf Q
-// (matmul's b, a computed weight) keeps its FP8 copy, which is smaller than the tensor.
+// The weight for the dgrad: a parameter being trained (a leaf that requires grad, which its
+// module keeps alive anyway; detail::dgrad_recasts_weight) is not saved in FP8. The node keeps a
+// reference to it, its version and the scale of its forward cast, and the backward casts it
+// again: the same bytes, since a cast depends only on the values and the scale (no amax is
+// recorded twice). This is what PyTorch's linear does with its weight, and it spares one byte per
+// parameter (two for MX's widened copy) between forward and backward. An in-place change to the
+// weight in between is refused, as for any saved tensor. Any other Q (matmul's b, a computed
+// weight, a tensor without grad) keeps its FP8 copy, which is smaller than the tensor.
 // Bias: added to the f32 result before the one rounding to the output dtype; its gradient is
 // G summed over rows, from the unquantized G (as TE's bgrad). The casts are straight-through:
 // backward treats quantize as the identity, so dP and dQ are the exact gradients of the
@@ -513,7 +514,7 @@ Tensor conv_output(const Fp8Operand& p, const Fp8Operand& q, const Tensor& bias,
   return out;
 }
 
-// What a per-tensor node keeps of Q for the dgrad (see the file header): a leaf by reference with
+// What a per-tensor node keeps of Q for the dgrad (see the file header): a parameter by reference with
 // its forward cast's scale, anything else as its FP8 copy `q` (undefined when x needs no gradient).
 struct WeightForDgrad {
   Fp8Operand copy;
@@ -522,7 +523,7 @@ struct WeightForDgrad {
 };
 WeightForDgrad weight_for_dgrad(const Tensor& x, const Tensor& w, Fp8Operand q) {
   if (!x.requires_grad()) return {};
-  if (!w.is_leaf()) return {std::move(q), Tensor(), 1.0f};
+  if (!detail::dgrad_recasts_weight(w)) return {std::move(q), Tensor(), 1.0f};
   return {Fp8Operand{}, w.detach(), q.scale};
 }
 
@@ -552,12 +553,12 @@ TensorList mx_conv_forward(GemmSetup s, const Tensor& x, const Tensor& w, const 
   }
   if (!grad) return {out};
   Fp8Operand q_bwd;
-  if (x.requires_grad() && !w.is_leaf()) {  // a leaf is cast again in backward (Fp8GemmNode::dgrad_weight)
+  if (x.requires_grad() && !detail::dgrad_recasts_weight(w)) {  // else cast again in backward (Fp8GemmNode::dgrad_weight)
     q_bwd = mx_quantize_widened(w, 0, fp8_dtype_for(fmt, Fp8Role::Weight), mx, who, true);
     q_bwd.widened = q_bwd.widened.reshape({s.n, s.k});
   }
   const Tensor x_keep = w.requires_grad() ? x.detach() : Tensor();
-  const Tensor w_ref = x.requires_grad() && w.is_leaf() ? w.detach() : Tensor();
+  const Tensor w_ref = x.requires_grad() && detail::dgrad_recasts_weight(w) ? w.detach() : Tensor();
   auto node = std::make_shared<Fp8GemmNode>(std::move(s), TensorList{x, w, bias}, Fp8Operand{}, std::move(q_bwd),
                                             x_keep, w_ref);
   out = out.detach();
@@ -649,7 +650,7 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   } else {
     const Tensor q2 = contiguous(w.detach()).reshape(s.q_transposed() ? IntList{s.n, s.k} : IntList{s.k, s.n});
     q_fwd = cast_role(q2, Fp8Role::Weight, s.q_transposed() ? 1 : 0, s.recipe, meta, who);
-    if (grad && x.requires_grad() && !w.is_leaf())  // a leaf is cast again in backward
+    if (grad && x.requires_grad() && !detail::dgrad_recasts_weight(w))  // else cast again in backward
       q_bwd = without_widening(cast_role(q2, Fp8Role::Weight, s.q_transposed() ? 0 : 1, s.recipe, {}, who));
   }
   trace_fp8(s, p_fwd, q_fwd);

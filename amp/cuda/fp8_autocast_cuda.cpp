@@ -11,10 +11,10 @@
 //   on Ada and Hopper) and K zero-padded to a multiple of 16 (cuBLASLt's FP8 rows). A per-tensor
 //   cast does not depend on the layout, so each tensor is cast once and the transposed operands
 //   are byte transposes of that cast (Transformer Engine fuses the two as cast_transpose).
-// - A leaf weight is not saved in FP8: the node keeps it by reference with device copies of its
-//   forward cast's scale and scale_inv, and the dgrad casts it again (the same bytes; no amax
-//   recorded twice; an in-place change in between refused), as amp/fp8_ops.cpp does. A non-leaf
-//   weight keeps its FP8 copy.
+// - A parameter being trained (detail::dgrad_recasts_weight) is not saved in FP8: the node keeps
+//   it by reference with device copies of its forward cast's scale and scale_inv, and the dgrad
+//   casts it again (the same bytes; no amax recorded twice; an in-place change in between
+//   refused), as amp/fp8_ops.cpp does. Any other weight keeps its FP8 copy.
 // - conv2d casts its image, saves it (one byte per pixel) and builds the im2col matrix from the
 //   FP8 bytes on the device, K-major for the forward and transposed for the wgrad
 //   (amp/cuda/fp8_im2col.cu); the dgrad's columns go back to the image by col2im.
@@ -339,10 +339,10 @@ TensorList run(const detail::Fp8CudaCall& c) {
   Tensor w_ref;
   if (c.w.requires_grad()) p_keep = {p.data, clone(p.scale_inv), Tensor()};
   if (c.x.requires_grad()) {
-    // A leaf weight (a parameter, which its module keeps alive anyway) is not saved in FP8: the
-    // dgrad casts it again with a copy of this cast's scale (amp/fp8_ops.cpp's rule). A non-leaf
-    // Q (matmul's b, a computed weight) keeps its FP8 copy.
-    if (c.w.is_leaf()) {
+    // A parameter being trained (which its module keeps alive anyway) is not saved in FP8: the
+    // dgrad casts it again with a copy of this cast's scale (amp/fp8_ops.cpp's rule). Any other Q
+    // (matmul's b, a computed weight, a tensor without grad) keeps its FP8 copy.
+    if (detail::dgrad_recasts_weight(c.w)) {
       q_keep = {Tensor(), clone(q.scale_inv), clone(q.scale)};
       w_ref = c.w.detach();
     } else {

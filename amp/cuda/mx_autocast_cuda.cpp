@@ -12,8 +12,8 @@
 //           refuses it changed in place since the forward, as the CPU does).
 // So the FP8 values and scales are the CPU's bits and only the FP32 summation order differs. The
 // backward's saved operands are FP8 bytes and E8M0 codes (widened again in backward), or, for
-// conv2d's wgrad, the input itself; a leaf weight is kept by reference and cast again for the
-// dgrad (amp/fp8_ops.cpp's rule), a non-leaf one as its bytes. Nothing is read on the host: no scale leaves the device.
+// conv2d's wgrad, the input itself; a parameter being trained is kept by reference and cast again
+// for the dgrad (amp/fp8_ops.cpp's rule, detail::dgrad_recasts_weight), any other weight as its bytes. Nothing is read on the host: no scale leaves the device.
 #include "amp/cuda/mx_autocast_cuda.h"
 
 #include <sstream>
@@ -245,7 +245,7 @@ TensorList run_mx(const detail::Fp8CudaCall& c, const char* who) {
     y = contiguous(with_bias(acc, c.bias, region.output_dtype)
                        .reshape({s.geom.N, s.geom.OH, s.geom.OW, s.n})
                        .permute({0, 3, 1, 2}));
-    if (grad && c.x.requires_grad() && !c.w.is_leaf())
+    if (grad && c.x.requires_grad() && !detail::dgrad_recasts_weight(c.w))
       q_keep = mx_quantize_cuda(w, 0, ew, s.recipe, who, true, false);  // along O
     if (grad && c.w.requires_grad()) x_keep = c.x.detach();
   } else {
@@ -257,14 +257,14 @@ TensorList run_mx(const detail::Fp8CudaCall& c, const char* who) {
     shape.back() = s.n;
     y = with_bias(bf16_gemm_f32(pw, false, qw, linear), c.bias, region.output_dtype).reshape(shape);
     if (grad && c.w.requires_grad()) p_keep = mx_quantize_cuda(p2, 0, ein, s.recipe, who, true, false);  // along M
-    if (grad && c.x.requires_grad() && !c.w.is_leaf())
+    if (grad && c.x.requires_grad() && !detail::dgrad_recasts_weight(c.w))
       q_keep = mx_quantize_cuda(w, linear ? 0 : 1, ew, s.recipe, who, true, false);  // along N
   }
   if (!grad) return {y};
   TensorList inputs{c.x, c.w};
   if (c.op != Fp8GemmOp::Matmul) inputs.push_back(c.bias);
   // A leaf weight (a parameter, kept alive by its module) is not saved: the dgrad casts it again.
-  const Tensor w_ref = grad && c.x.requires_grad() && c.w.is_leaf() ? c.w.detach() : Tensor();
+  const Tensor w_ref = grad && c.x.requires_grad() && detail::dgrad_recasts_weight(c.w) ? c.w.detach() : Tensor();
   auto node = std::make_shared<MxCudaGemmNode>(std::move(s), inputs, std::move(p_keep), std::move(q_keep), x_keep,
                                                w_ref);
   y = y.detach();

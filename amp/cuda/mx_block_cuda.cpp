@@ -53,7 +53,10 @@ Fp8Operand mx_quantize_cuda(const Tensor& x, int64_t dim, DType elem, const MXFP
 Tensor mx_widen_cuda(const Fp8Operand& op) {
   MT_CHECK(op.data.defined() && op.data.device().is_cuda() && is_float8(op.data.dtype()) && op.axis >= 0 &&
                op.axis < op.data.dim() && op.block_size >= 1 && op.block_scales.defined(),
-           "mx_widen_cuda: expected a CUDA MX operand with its FP8 data and block codes");
+           "mx_widen_cuda: expected a CUDA MX operand with its FP8 data and block codes, got data ",
+           op.data.defined() ? op.data.describe() : std::string("undefined"), " on ",
+           op.data.defined() ? op.data.device().str() : std::string("-"), ", axis ", op.axis, ", block size ",
+           op.block_size, ", codes ", op.block_scales.defined() ? op.block_scales.describe() : std::string("undefined"));
   ::mixtape::cuda::DeviceGuard guard(op.data.device().index());
   const MxBlocks b = blocks_of(op.data.sizes(), op.axis, op.block_size, op.data.dtype(), MxScaleRounding::Up);
   MT_CHECK(op.block_scales.numel() == b.outer * ((b.len + b.k - 1) / b.k) * b.inner && op.data.is_contiguous() &&

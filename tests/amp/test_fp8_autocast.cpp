@@ -506,11 +506,11 @@ TEST(Fp8Autocast, PerTensorRecipesKeepTheFp8InputAndTheWeightByReference) {
   }
 }
 
-// dx of conv2d (BF16 output: the conv kernel route; f32: im2col + GEMM) or linear under `recipe`,
-// for the weight `w` as given.
+// dx of conv2d or linear under `recipe`, for the weight `w` as given; x in dtype `xdt`. conv2d
+// takes the conv kernel route for a BF16 output and a BF16 x, else im2col + GEMM.
 Tensor fp8_dx(const Fp8Recipe& recipe, bool conv, DType out, const Tensor& w, Fp8Metas* metas = nullptr,
-              const std::function<void()>& between = {}) {
-  const Tensor x = conv ? rnd({2, 5, 6, 6}, 170).requires_grad_() : rnd({6, 40}, 171).requires_grad_();
+              const std::function<void()>& between = {}, DType xdt = DType::Float32) {
+  const Tensor x = (conv ? rnd({2, 5, 6, 6}, 170) : rnd({6, 40}, 171)).to(xdt).requires_grad_();
   Tensor y;
   {
     Fp8Autocast fp8(recipe, metas, Fp8AutocastOptions{.output_dtype = out});
@@ -526,29 +526,32 @@ TEST(Fp8Autocast, TheDgradCastsALeafWeightAgainToTheBytesACopyWouldHold) {
   // for bit, on every route and recipe.
   for (bool conv : {true, false})
     for (DType out : {DType::BFloat16, DType::Float32})
-      for (const Fp8Recipe& recipe : {Fp8Recipe{CurrentScaling{}}, Fp8Recipe{MXFP8BlockScaling{}}}) {
-        const Tensor w = (conv ? rnd({4, 5, 3, 3}, 173, 0.3) : rnd({7, 40}, 174, 0.3)).requires_grad_();
-        const Tensor leaf = fp8_dx(recipe, conv, out, w);
-        const Tensor copy = fp8_dx(recipe, conv, out, w * 1.0);
-        EXPECT_TRUE(bit_equal(leaf, copy)) << (conv ? "conv2d " : "linear ") << dtype_name(out) << ' '
-                                           << recipe_string(recipe);
-      }
+      for (DType xdt : {DType::Float32, DType::BFloat16})  // conv2d: the kernel route for BF16 both
+        for (const Fp8Recipe& recipe : {Fp8Recipe{CurrentScaling{}}, Fp8Recipe{MXFP8BlockScaling{}}}) {
+          const Tensor w = (conv ? rnd({4, 5, 3, 3}, 173, 0.3) : rnd({7, 40}, 174, 0.3)).requires_grad_();
+          const Tensor leaf = fp8_dx(recipe, conv, out, w, nullptr, {}, xdt);
+          const Tensor copy = fp8_dx(recipe, conv, out, w * 1.0, nullptr, {}, xdt);
+          EXPECT_TRUE(bit_equal(leaf, copy)) << (conv ? "conv2d " : "linear ") << dtype_name(out) << " x "
+                                             << dtype_name(xdt) << ' ' << recipe_string(recipe);
+        }
 }
 
 TEST(Fp8Autocast, TheDgradCastsTheWeightWithTheForwardsScaleAfterAnUpdate) {
   // Delayed scaling: the scales are updated between forward and backward (a second update makes
   // the amax history count); the weight's recast must still use the scale its forward cast used.
   for (bool conv : {true, false})
-    for (DType out : {DType::BFloat16, DType::Float32}) {
-      const Tensor w = (conv ? rnd({4, 5, 3, 3}, 175, 0.3) : rnd({7, 40}, 176, 0.3)).requires_grad_();
-      DelayedScaling recipe;
-      recipe.amax_history_len = 1;
-      Fp8Metas plain(recipe, {{"l.weight", w}}), updated(recipe, {{"l.weight", w}});
-      const Tensor want = fp8_dx(recipe, conv, out, w, &plain);
-      const Tensor got = fp8_dx(recipe, conv, out, w, &updated, [&] { updated.update_scales(); });
-      EXPECT_NE(updated.metas()[0].scale_of(Fp8Role::Weight), plain.metas()[0].scale_of(Fp8Role::Weight));
-      EXPECT_TRUE(bit_equal(want, got)) << (conv ? "conv2d " : "linear ") << dtype_name(out);
-    }
+    for (DType out : {DType::BFloat16, DType::Float32})
+      for (DType xdt : {DType::Float32, DType::BFloat16}) {  // conv2d: the kernel route for BF16 both
+        const Tensor w = (conv ? rnd({4, 5, 3, 3}, 175, 0.3) : rnd({7, 40}, 176, 0.3)).requires_grad_();
+        DelayedScaling recipe;
+        recipe.amax_history_len = 1;
+        Fp8Metas plain(recipe, {{"l.weight", w}}), updated(recipe, {{"l.weight", w}});
+        const Tensor want = fp8_dx(recipe, conv, out, w, &plain, {}, xdt);
+        const Tensor got = fp8_dx(recipe, conv, out, w, &updated, [&] { updated.update_scales(); }, xdt);
+        EXPECT_NE(updated.metas()[0].scale_of(Fp8Role::Weight), plain.metas()[0].scale_of(Fp8Role::Weight));
+        EXPECT_TRUE(bit_equal(want, got)) << (conv ? "conv2d " : "linear ") << dtype_name(out) << " x "
+                                          << dtype_name(xdt);
+      }
 }
 
 TEST(Fp8Autocast, Conv2dBiasGradientHasTheSameBitsWhetherTheGradientCastSumsItOrNot) {
@@ -570,6 +573,29 @@ TEST(Fp8Autocast, Conv2dBiasGradientHasTheSameBitsWhetherTheGradientCastSumsItOr
       return b.grad();
     };
     EXPECT_TRUE(bit_equal(bias_grad(true), bias_grad(false))) << hw;
+  }
+}
+
+TEST(Fp8Autocast, AnOperandWithoutGradKeepsItsFp8CopyAndMayChangeAfterTheForward) {
+  // matmul's b without grad is no parameter being trained: the node keeps b's FP8 copy, so the
+  // caller may reuse b's storage before backward, and a's gradient is the unchanged run's.
+  for (const Fp8Recipe& recipe : {Fp8Recipe{CurrentScaling{}}, Fp8Recipe{MXFP8BlockScaling{}}}) {
+    auto grad_a = [&](bool reuse_b) {
+      const Tensor a = rnd({6, 40}, 184).requires_grad_();
+      Tensor b = rnd({40, 7}, 185, 0.3);
+      Tensor y;
+      {
+        Fp8Autocast fp8(recipe);
+        y = matmul(a, b);
+      }
+      if (reuse_b) {
+        NoGradGuard no_grad;
+        b.mul_(2.0);
+      }
+      (y.to(DType::Float32) * rnd(y.sizes(), 186)).sum().backward();
+      return a.grad();
+    };
+    EXPECT_TRUE(bit_equal(grad_a(true), grad_a(false))) << recipe_string(recipe);
   }
 }
 
