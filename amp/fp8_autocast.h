@@ -65,7 +65,7 @@ class Fp8Autocast {
  public:
   // DelayedScaling needs the model's metas (made with an equal recipe, on the device of the
   // region's tensors); the other recipes take none (nullptr). device_type: CPU or CUDA (a build
-  // with CUDA; MXFP8 is refused on CUDA by the first GEMM, naming it).
+  // with CUDA; every recipe runs there, MXFP8 widened to BF16).
   explicit Fp8Autocast(const Fp8Recipe& recipe, Fp8Metas* metas = nullptr, Fp8AutocastOptions options = {},
                        DeviceType device_type = DeviceType::CPU);
   ~Fp8Autocast();
