@@ -1,12 +1,18 @@
 // amp/fp8_cuda_route.h — how Fp8Autocast and Fp8Metas reach the CUDA backend (amp/cuda/
 // fp8_autocast_cuda.cpp) without the amp layer's CPU files depending on CUDA: the backend
 // registers its functions when libmixtape_amp loads in a CUDA build; a CPU-only build has none,
-// and every entry point here then refuses with the caller's name. Also what the FP8 GEMM nodes
-// share at backward: the refusals (both devices) and the NaN locator's check (the CUDA nodes;
-// amp/fp8_ops.cpp's CPU node checks itself the same way, under the same op names).
+// and every entry point here then refuses with the caller's name. Also what the three FP8 GEMM
+// nodes (the CPU's in amp/fp8_ops.cpp, CUDA's per-tensor and MX ones) share: their edges, names
+// and descriptions, the check of what they keep by reference, the refusals at backward and the
+// NaN locator's check.
 // Invariant: the hooks are set once, at load time, before any region can open.
 #pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "amp/fp8_autocast.h"
+#include "autograd/node.h"
 #include "core/dispatcher.h"
 #include "core/numerics_check.h"
 #include "ops/conv_args.h"
@@ -33,6 +39,19 @@ struct Fp8CudaBackend {
 bool register_fp8_cuda_backend(Fp8CudaBackend backend);
 // What both devices' FP8 GEMM nodes refuse at backward, naming `who`: a second backward through a
 // released node, and a differentiable (create_graph) backward.
+// An FP8 node's edges and input metas, one per input (none for an undefined input or one that
+// needs no gradient).
+void fp8_node_edges(const TensorList& inputs, std::vector<autograd::Edge>& edges,
+                    std::vector<autograd::TensorMeta>& metas);
+// Its tape name (Fp8LinearBackward, ...) and describe(): the name, the recipe, the device and what
+// it kept (undefined tensors: none; w_ref: the weight it casts again).
+const char* fp8_node_name(Fp8GemmOp op);
+std::string describe_fp8_node(Fp8GemmOp op, const std::string& recipe, bool cuda, const Tensor& p, const Tensor& q,
+                              const Tensor& x_keep, const Tensor& w_ref);
+// A tensor a node keeps by reference (its input, or its weight) shares the caller's storage: an
+// in-place change since the forward would silently change a gradient, so it is refused, as
+// autograd's saved tensors are, naming `which` of `who`.
+void check_kept_unchanged(const Tensor& t, uint32_t saved_version, const char* which, const char* who);
 // Whether an FP8 node keeps its weight w by reference and casts it again for the dgrad, rather
 // than keeping an FP8 copy: a leaf that requires grad, i.e. a parameter being trained, which its
 // module keeps alive anyway and which only the optimizer changes, after backward. Anything else

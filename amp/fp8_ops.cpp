@@ -175,10 +175,7 @@ class Fp8GemmNode final : public Node {
         w_ref_(std::move(w_ref)),
         w_ref_version_(w_ref_.defined() ? w_ref_.version() : 0),
         w_scale_(w_scale) {
-    for (const Tensor& t : inputs) {
-      next_edges_.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : Edge{});
-      meta_.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
-    }
+    detail::fp8_node_edges(inputs, next_edges_, meta_);
   }
 
   // The backward's GEMMs run no kernel through run_kernel: the NaN locator checks the node here,
@@ -190,27 +187,15 @@ class Fp8GemmNode final : public Node {
                                         [&] { return compute(grads); });
   }
 
-  std::string name() const override {
-    return s_.kind == GemmKind::Linear ? "Fp8LinearBackward"
-           : s_.kind == GemmKind::Matmul ? "Fp8MatmulBackward" : "Fp8Conv2dBackward";
-  }
+  std::string name() const override { return detail::fp8_node_name(static_cast<detail::Fp8GemmOp>(s_.kind)); }
 
  private:
-  // A tensor kept by reference (x_keep_, w_ref_) shares the caller's storage: an in-place change
-  // to it since the forward would silently change the gradients, so it is refused, as autograd's
-  // saved tensors are.
-  static void check_unchanged(const Tensor& t, uint32_t saved_version, const char* which, const char* who) {
-    if (t.version() == saved_version) return;
-    std::string what = std::string(which) + " of " + who;
-    MT_ERROR(autograd::modified_in_place_message(what, t.describe(), t.version(), saved_version));
-  }
-
   // Q for the dgrad: the saved FP8 copy, or the weight cast again exactly as the forward cast it
   // (the same function on the same values with the same scale), in the layout the dgrad reads:
   // widened (the BF16 kernels' operand), 4-D on the conv kernel route, else 2-D as stored.
   Fp8Operand dgrad_weight(const char* who) const {
     if (!w_ref_.defined()) return q_;
-    check_unchanged(w_ref_, w_ref_version_, "input 1 (the weight)", who);
+    detail::check_kept_unchanged(w_ref_, w_ref_version_, "input 1 (the weight)", who);
     const DType dt = fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::Weight);
     const Tensor w = w_ref_.detach();
     const IntList q2 = s_.q_transposed() ? IntList{s_.n, s_.k} : IntList{s_.k, s_.n};
@@ -279,7 +264,7 @@ class Fp8GemmNode final : public Node {
     Tensor xt;
     Tensor xk;
     if (need_q) {
-      check_unchanged(x_keep_, x_keep_version_, "input 0", who);  // x_keep_ shares the caller's input
+      detail::check_kept_unchanged(x_keep_, x_keep_version_, "input 0", who);  // x_keep_ shares the caller's input
       xk = contiguous(x_keep_);
       if (xk.dtype() != DType::BFloat16) xk = as_f32(xk);
       if (fp8_gemm_layout_free(s_.n, s_.k)) xt = im2col_transposed(xk, g);
@@ -411,13 +396,8 @@ class Fp8GemmNode final : public Node {
 
  public:
   std::string describe() const override {
-    std::ostringstream os;
-    os << name() << "  (" << recipe_string(s_.recipe) << "; saved: " << (p_.data.defined() ? p_.data.describe() : "-")
-       << ", " << (q_.data.defined() ? q_.data.describe() : "-");
-    if (x_keep_.defined()) os << ", " << x_keep_.describe();
-    if (w_ref_.defined()) os << "; the weight cast again from " << w_ref_.describe();
-    os << ')';
-    return os.str();
+    return detail::describe_fp8_node(static_cast<detail::Fp8GemmOp>(s_.kind), recipe_string(s_.recipe), false, p_.data,
+                                     q_.data, x_keep_, w_ref_);
   }
   void release_saved() override {
     p_ = {};
@@ -673,6 +653,36 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
 }  // namespace
 
 namespace detail {
+
+void fp8_node_edges(const TensorList& inputs, std::vector<autograd::Edge>& edges,
+                    std::vector<autograd::TensorMeta>& metas) {
+  for (const Tensor& t : inputs) {
+    edges.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : autograd::Edge{});
+    metas.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
+  }
+}
+
+const char* fp8_node_name(Fp8GemmOp op) {
+  return op == Fp8GemmOp::Linear ? "Fp8LinearBackward" : op == Fp8GemmOp::Matmul ? "Fp8MatmulBackward"
+                                                                                  : "Fp8Conv2dBackward";
+}
+
+std::string describe_fp8_node(Fp8GemmOp op, const std::string& recipe, bool cuda, const Tensor& p, const Tensor& q,
+                              const Tensor& x_keep, const Tensor& w_ref) {
+  std::ostringstream os;
+  os << fp8_node_name(op) << "  (" << recipe << (cuda ? ", cuda" : "") << "; saved: "
+     << (p.defined() ? p.describe() : "-") << ", " << (q.defined() ? q.describe() : "-");
+  if (x_keep.defined()) os << ", " << x_keep.describe();
+  if (w_ref.defined()) os << "; the weight cast again from " << w_ref.describe();
+  os << ')';
+  return os.str();
+}
+
+void check_kept_unchanged(const Tensor& t, uint32_t saved_version, const char* which, const char* who) {
+  if (t.version() == saved_version) return;
+  MT_ERROR(autograd::modified_in_place_message(std::string(which) + " of " + who, t.describe(), t.version(),
+                                               saved_version));
+}
 
 void check_fp8_backward(const char* who, bool released) {
   MT_CHECK(!released, who, ": trying to backward through the FP8 GEMM a second time; pass retain_graph=true "

@@ -149,23 +149,12 @@ class Fp8CudaGemmNode final : public autograd::Node {
         q_(std::move(q)),
         w_ref_(std::move(w_ref)),
         w_ref_version_(w_ref_.defined() ? w_ref_.version() : 0) {
-    for (const Tensor& t : inputs) {
-      next_edges_.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : Edge{});
-      meta_.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
-    }
+    detail::fp8_node_edges(inputs, next_edges_, meta_);
   }
 
-  std::string name() const override {
-    return s_.op == Fp8GemmOp::Linear ? "Fp8LinearBackward" : s_.op == Fp8GemmOp::Matmul ? "Fp8MatmulBackward"
-                                                                                          : "Fp8Conv2dBackward";
-  }
+  std::string name() const override { return detail::fp8_node_name(s_.op); }
   std::string describe() const override {
-    std::ostringstream os;
-    os << name() << "  (" << recipe_string(s_.recipe) << ", cuda; saved: "
-       << (p_.data.defined() ? p_.data.describe() : "-") << ", " << (q_.data.defined() ? q_.data.describe() : "-");
-    if (w_ref_.defined()) os << "; the weight cast again from " << w_ref_.describe();
-    os << ')';
-    return os.str();
+    return detail::describe_fp8_node(s_.op, recipe_string(s_.recipe), true, p_.data, q_.data, Tensor(), w_ref_);
   }
   void release_saved() override {
     p_ = {};
@@ -237,9 +226,7 @@ class Fp8CudaGemmNode final : public autograd::Node {
   // in-place changes since the forward refused as a saved tensor's are.
   Tensor dgrad_weight(const char* who) const {
     if (!w_ref_.defined()) return q_.data;
-    if (w_ref_.version() != w_ref_version_)
-      MT_ERROR(autograd::modified_in_place_message(std::string("input 1 (the weight) of ") + who, w_ref_.describe(),
-                                                   w_ref_.version(), w_ref_version_));
+    detail::check_kept_unchanged(w_ref_, w_ref_version_, "input 1 (the weight)", who);
     const DType dt = fp8_dtype_for(recipe_format(s_.recipe), Fp8Role::Weight);
     const Tensor w = s_.op != Fp8GemmOp::Matmul ? w_ref_.reshape({s_.n, s_.k}) : w_ref_;
     return ::mixtape::cuda::to_float8(w, dt, {1.0f, Fp8Saturation::Finite}, q_.scale, {});

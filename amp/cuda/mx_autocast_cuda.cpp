@@ -84,24 +84,13 @@ class MxCudaGemmNode final : public autograd::Node {
         x_keep_version_(x_keep_.defined() ? x_keep_.version() : 0),
         w_ref_(std::move(w_ref)),
         w_ref_version_(w_ref_.defined() ? w_ref_.version() : 0) {
-    for (const Tensor& t : inputs) {
-      next_edges_.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : Edge{});
-      meta_.push_back(t.defined() ? autograd::TensorMeta::of(t) : autograd::TensorMeta{});
-    }
+    detail::fp8_node_edges(inputs, next_edges_, meta_);
   }
 
-  std::string name() const override {
-    return s_.op == Fp8GemmOp::Linear ? "Fp8LinearBackward" : s_.op == Fp8GemmOp::Matmul ? "Fp8MatmulBackward"
-                                                                                          : "Fp8Conv2dBackward";
-  }
+  std::string name() const override { return detail::fp8_node_name(s_.op); }
   std::string describe() const override {
-    std::ostringstream os;
-    os << name() << "  (" << recipe_string(Fp8Recipe(s_.recipe)) << ", cuda; saved: "
-       << (p_.data.defined() ? p_.data.describe() : "-") << ", " << (q_.data.defined() ? q_.data.describe() : "-");
-    if (x_keep_.defined()) os << ", " << x_keep_.describe();
-    if (w_ref_.defined()) os << "; the weight cast again from " << w_ref_.describe();
-    os << ')';
-    return os.str();
+    return detail::describe_fp8_node(s_.op, recipe_string(Fp8Recipe(s_.recipe)), true, p_.data, q_.data, x_keep_,
+                                     w_ref_);
   }
   void release_saved() override {
     p_ = {};
@@ -163,7 +152,7 @@ class MxCudaGemmNode final : public autograd::Node {
         if (conv) {
           // x_keep_ shares the caller's input (no copy): an in-place change since the forward
           // would silently change this gradient, so it is refused, as autograd's saved tensors are.
-          check_unchanged(x_keep_, x_keep_version_, "input 0", who);
+          detail::check_kept_unchanged(x_keep_, x_keep_version_, "input 0", who);
           pw = mx_quantize_cuda(im2col(x_keep_, s_.geom, who), 0, s_.elem(Fp8Role::Input), s_.recipe, who, false)
                    .widened;
         } else {
@@ -177,19 +166,11 @@ class MxCudaGemmNode final : public autograd::Node {
     return out;
   }
 
-  // A tensor kept by reference shares the caller's storage: an in-place change since the forward
-  // would silently change a gradient, so it is refused, as autograd's saved tensors are.
-  static void check_unchanged(const Tensor& t, uint32_t saved_version, const char* which, const char* who) {
-    if (t.version() == saved_version) return;
-    MT_ERROR(autograd::modified_in_place_message(std::string(which) + " of " + who, t.describe(), t.version(),
-                                                 saved_version));
-  }
-
   // Q blocked along the dgrad's reduction dim, widened: from the saved bytes, or the leaf weight
   // cast again (the same function on the same values: the same bits).
   Tensor dgrad_weight(const char* who) const {
     if (!w_ref_.defined()) return mx_widen_cuda(q_);
-    check_unchanged(w_ref_, w_ref_version_, "input 1 (the weight)", who);
+    detail::check_kept_unchanged(w_ref_, w_ref_version_, "input 1 (the weight)", who);
     return mx_quantize_cuda(contiguous(w_ref_), s_.op == Fp8GemmOp::Matmul ? 1 : 0, s_.elem(Fp8Role::Weight),
                             s_.recipe, who, false)
         .widened;
