@@ -39,6 +39,12 @@ struct Fp8CudaBackend {
 bool register_fp8_cuda_backend(Fp8CudaBackend backend);
 // What both devices' FP8 GEMM nodes refuse at backward, naming `who`: a second backward through a
 // released node, and a differentiable (create_graph) backward.
+// The GEMM's M, K, N (amp/fp8_ops.cpp's header): linear's rows of x, K, out features; matmul's
+// (M, K) @ (K, N); conv2d's N·OH·OW pixels, C·kH·kW, O.
+struct Fp8GemmDims {
+  int64_t m = 0, k = 0, n = 0;
+};
+Fp8GemmDims fp8_gemm_dims(Fp8GemmOp op, const Tensor& x, const Tensor& w, const ConvGeom& geom);
 // An FP8 node's edges and input metas, one per input (none for an undefined input or one that
 // needs no gradient).
 void fp8_node_edges(const TensorList& inputs, std::vector<autograd::Edge>& edges,

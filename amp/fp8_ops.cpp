@@ -554,17 +554,11 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
   const char* who = who_s.c_str();
   GemmSetup s{kind, region.recipe, std::nullopt};
   const bool mx = is_mx(s.recipe);
-  if (kind == GemmKind::Conv2d) {
-    s.geom = geom;
-    s.m = geom.N * geom.L();
-    s.k = geom.K();
-    s.n = geom.O;
-  } else {
-    s.k = x.size(-1);
-    s.n = kind == GemmKind::Linear ? w.size(0) : w.size(1);
-    s.m = 1;
-    for (int64_t d = 0; d + 1 < x.dim(); ++d) s.m *= x.size(d);
-  }
+  if (kind == GemmKind::Conv2d) s.geom = geom;
+  const detail::Fp8GemmDims dims = detail::fp8_gemm_dims(static_cast<detail::Fp8GemmOp>(kind), x, w, geom);
+  s.m = dims.m;
+  s.k = dims.k;
+  s.n = dims.n;
   size_t meta_index = 0;  // in region.metas
   if (std::holds_alternative<DelayedScaling>(region.recipe) && kind != GemmKind::Matmul) {
     Fp8Meta* meta = region.metas->find(w);
@@ -653,6 +647,13 @@ TensorList run_fp8(GemmKind kind, const Tensor& x, const Tensor& w, const Tensor
 }  // namespace
 
 namespace detail {
+
+Fp8GemmDims fp8_gemm_dims(Fp8GemmOp op, const Tensor& x, const Tensor& w, const ConvGeom& geom) {
+  if (op == Fp8GemmOp::Conv2d) return {geom.N * geom.L(), geom.K(), geom.O};
+  Fp8GemmDims d{1, x.size(-1), op == Fp8GemmOp::Linear ? w.size(0) : w.size(1)};
+  for (int64_t i = 0; i + 1 < x.dim(); ++i) d.m *= x.size(i);
+  return d;
+}
 
 void fp8_node_edges(const TensorList& inputs, std::vector<autograd::Edge>& edges,
                     std::vector<autograd::TensorMeta>& metas) {

@@ -45,7 +45,6 @@
 namespace mixtape::amp::cuda {
 namespace {
 
-using autograd::Edge;
 using detail::Fp8GemmOp;
 
 const char* op_name(Fp8GemmOp k) { return k == Fp8GemmOp::Linear ? "linear" : k == Fp8GemmOp::Matmul ? "matmul" : "conv2d"; }
@@ -282,17 +281,11 @@ TensorList run(const detail::Fp8CudaCall& c) {
   ::mixtape::cuda::DeviceGuard guard(dev.index());
   Setup s{c.op, region.recipe};
   const bool conv = c.op == Fp8GemmOp::Conv2d;
-  if (conv) {
-    s.geom = c.geom;
-    s.m = c.geom.N * c.geom.L();
-    s.k = c.geom.K();
-    s.n = c.geom.O;
-  } else {
-    s.k = c.x.size(-1);
-    s.n = c.op == Fp8GemmOp::Linear ? c.w.size(0) : c.w.size(1);
-    s.m = 1;
-    for (int64_t d = 0; d + 1 < c.x.dim(); ++d) s.m *= c.x.size(d);
-  }
+  if (conv) s.geom = c.geom;
+  const detail::Fp8GemmDims dims = detail::fp8_gemm_dims(c.op, c.x, c.w, c.geom);
+  s.m = dims.m;
+  s.k = dims.k;
+  s.n = dims.n;
   Fp8Meta* meta = find_meta(c, who);
   const MetaUse use = forward_use(c, meta, who);
   if (trace_enabled(TraceKind::Amp)) {

@@ -38,7 +38,6 @@
 namespace mixtape::amp::cuda {
 namespace {
 
-using autograd::Edge;
 using detail::Fp8GemmOp;
 using ::mixtape::cuda::bf16_gemm_f32;
 
@@ -194,17 +193,11 @@ TensorList run_mx(const detail::Fp8CudaCall& c, const char* who) {
   check_recipe(s.recipe, who);
   ::mixtape::cuda::DeviceGuard guard(c.x.device().index());
   const bool conv = c.op == Fp8GemmOp::Conv2d;
-  if (conv) {
-    s.geom = c.geom;
-    s.m = c.geom.N * c.geom.L();
-    s.k = c.geom.K();
-    s.n = c.geom.O;
-  } else {
-    s.k = c.x.size(-1);
-    s.n = c.op == Fp8GemmOp::Linear ? c.w.size(0) : c.w.size(1);
-    s.m = 1;
-    for (int64_t d = 0; d + 1 < c.x.dim(); ++d) s.m *= c.x.size(d);
-  }
+  if (conv) s.geom = c.geom;
+  const detail::Fp8GemmDims dims = detail::fp8_gemm_dims(c.op, c.x, c.w, c.geom);
+  s.m = dims.m;
+  s.k = dims.k;
+  s.n = dims.n;
   if (trace_enabled(TraceKind::Amp)) {
     std::ostringstream os;
     os << "fp8 " << (c.op == Fp8GemmOp::Linear ? "linear" : c.op == Fp8GemmOp::Matmul ? "matmul" : "conv2d")

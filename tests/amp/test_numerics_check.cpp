@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/numerics_error_of.h"
 #include "mixtape/mixtape.h"
 #include "models/zoo/mlp.h"
 
@@ -16,27 +17,17 @@ namespace {
 
 using numerics::CheckNumerics;
 using numerics::NumericsError;
+using ::mixtape::testing::numerics_error_of;
 using numerics::OnFinding;
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// The error the block throws (fails the test when it throws none).
-template <class F>
-NumericsError error_of(F&& f) {
-  try {
-    f();
-  } catch (const NumericsError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no NumericsError was thrown";
-  return NumericsError("", false, "");
-}
 
 TEST(NumericsCheck, NamesAForwardOpThatOverflowsInFp16UnderAutocast) {
   CheckNumerics check;
   const Tensor a = full({1, 2}, 200.0), b = full({2, 1}, 200.0);  // f32; 200*200*2 = 80000 > 65504
   amp::AutocastGuard autocast(DeviceType::CPU, DType::Float16);
-  const NumericsError e = error_of([&] { matmul(a, b); });
+  const NumericsError e = numerics_error_of([&] { matmul(a, b); });
   EXPECT_EQ(e.op(), "matmul");
   EXPECT_FALSE(e.backward());
   const std::string m = e.what();
@@ -52,7 +43,7 @@ TEST(NumericsCheck, NamesExpOverflowingInTheFp32ItIsCastToUnderAutocast) {
   CheckNumerics check;
   const Tensor x = full({3}, 100.0).to(DType::Float16);  // exp(100) > FLT_MAX
   amp::AutocastGuard autocast(DeviceType::CPU, DType::Float16);
-  const NumericsError e = error_of([&] { exp(x); });
+  const NumericsError e = numerics_error_of([&] { exp(x); });
   EXPECT_EQ(e.op(), "exp");
   const std::string m = e.what();
   EXPECT_TRUE(has(m, "policy fp32 in a Float16 region: floating inputs cast to Float32")) << m;
@@ -79,7 +70,7 @@ TEST(NumericsCheck, NamesABackwardOpWithTheForwardOpWhoseGradientItComputes) {
   CheckNumerics check;
   const Tensor x = tensor({0.0, 1.0}).requires_grad_(true);
   const Tensor loss = sum(mul(sqrt(x), 0.0));  // forward finite; sqrt's backward: 0 / (2 * 0)
-  const NumericsError e = error_of([&] { loss.backward(); });
+  const NumericsError e = numerics_error_of([&] { loss.backward(); });
   EXPECT_EQ(e.op(), "div");
   EXPECT_TRUE(e.backward());
   const std::string m = e.what();
@@ -173,7 +164,7 @@ TEST(NumericsCheck, WithoutAScaledLossABackwardOverflowIsReported) {
     loss = sum(matmul(full({1, 2}, 1.0), w));
   }
   const Tensor scaled_by_hand = mul(loss, std::ldexp(1.0, 100));  // no GradScaler: nothing expects it
-  const NumericsError e = error_of([&] { scaled_by_hand.backward(); });
+  const NumericsError e = numerics_error_of([&] { scaled_by_hand.backward(); });
   EXPECT_TRUE(e.backward());
   EXPECT_TRUE(has(e.what(), "Backward")) << e.what();
 }
@@ -185,7 +176,7 @@ TEST(NumericsCheck, NamesAnFp8LinearThatOverflows) {
   CheckNumerics check;
   const Tensor x = full({1, 4}, 1e30), w = full({2, 4}, 1e30);  // 4e60 > FLT_MAX, from finite inputs
   amp::Fp8Autocast fp8(amp::CurrentScaling{}, nullptr, {DType::Float32});
-  const NumericsError e = error_of([&] { linear(x, w); });
+  const NumericsError e = numerics_error_of([&] { linear(x, w); });
   EXPECT_EQ(e.op(), "linear");
   EXPECT_FALSE(e.backward());
   EXPECT_TRUE(has(e.what(), "in a BFloat16 region: floating inputs cast to Float8_e4m3fn")) << e.what();
@@ -198,7 +189,7 @@ TEST(NumericsCheck, NamesAnFp8LinearsBackwardThatOverflows) {
   const Tensor x = full({1, 4}, 1e-30).requires_grad_(true), w = full({2, 4}, 1e30);  // forward: 4
   amp::Fp8Autocast fp8(amp::CurrentScaling{}, nullptr, {DType::Float32});
   const Tensor y = linear(x, w);
-  const NumericsError e = error_of([&] { y.backward(full({1, 2}, 1e10)); });  // dx = 2e40 > FLT_MAX
+  const NumericsError e = numerics_error_of([&] { y.backward(full({1, 2}, 1e10)); });  // dx = 2e40 > FLT_MAX
   EXPECT_EQ(e.op(), "linear_fp8_backward");
   EXPECT_TRUE(e.backward());
   EXPECT_TRUE(has(e.what(), "Fp8LinearBackward")) << e.what();
@@ -213,7 +204,7 @@ TEST(NumericsCheck, AForwardOverflowDuringGradientAccumulationIsStillReported) {
   amp::GradScaler scaler({.init_scale = 1024.0});
   const Tensor w = full({2}, 1.0).requires_grad_(true);
   scaler.scale(sum(mul(w, 2.0))).backward();  // micro-batch 1: its scaled loss is now in flight
-  const NumericsError e = error_of([&] { exp(mul(w, 100.0)); });  // micro-batch 2's forward: exp(100) = inf
+  const NumericsError e = numerics_error_of([&] { exp(mul(w, 100.0)); });  // micro-batch 2's forward: exp(100) = inf
   EXPECT_EQ(e.op(), "exp");
   EXPECT_FALSE(e.backward());
   EXPECT_EQ(numerics::overflows_left_to_scaler(), 0);

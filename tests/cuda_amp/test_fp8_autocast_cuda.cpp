@@ -18,6 +18,8 @@
 // MIXTAPE_CUDA_TEST_SELFCHECK=1 runs the "GPU" side on the CPU (a CPU region).
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -97,6 +99,18 @@ struct Net {
   Tensor forward(const Tensor& x) const { return linear(relu(conv2d(x, cw, {}, {1, 1}, {1, 1})).flatten(1), fw, fb); }
 };
 
+// Exact data for three steps (few bits, narrow range: every FP32 sum is exact): the model's
+// starting weights on the CPU, the inputs and the loss weights r.
+std::tuple<Net, std::vector<Tensor>, std::vector<Tensor>> exact_steps(std::mt19937_64& rng) {
+  Net net{dyadic(rng, {4, 2, 3, 3}, -4, -3), dyadic(rng, {4, 64}, -5, -4), dyadic(rng, {4}, -3, -2)};
+  std::vector<Tensor> xs, rs;
+  for (int s = 0; s < 3; ++s) {
+    xs.push_back(dyadic(rng, {2, 2, 4, 4}, 0, 1));
+    rs.push_back(dyadic(rng, {2, 4}, -5, -4));
+  }
+  return {net, xs, rs};
+}
+
 // A few SGD steps of the model on one device under one recipe: the loss is sum(y * r), so the
 // output gradient is r itself. Calls `after_step` with the metas (delayed) after each step.
 // `losses` (optional) receives each step's loss.
@@ -126,12 +140,7 @@ void train(const Net& net, Fp8Metas* metas, const Fp8Recipe& recipe, DeviceType 
 TEST(CudaFp8Autocast, TrainingStepsGiveTheCpusMetadataAndWeightsBitForBit) {
   MT_REQUIRE_CUDA();
   std::mt19937_64 rng(fresh_seed());
-  const Net cpu0{dyadic(rng, {4, 2, 3, 3}, -4, -3), dyadic(rng, {4, 64}, -5, -4), dyadic(rng, {4}, -3, -2)};
-  std::vector<Tensor> xs, rs;
-  for (int s = 0; s < 3; ++s) {
-    xs.push_back(dyadic(rng, {2, 2, 4, 4}, 0, 1));
-    rs.push_back(dyadic(rng, {2, 4}, -5, -4));
-  }
+  const auto [cpu0, xs, rs] = exact_steps(rng);
   DelayedScaling delayed;
   delayed.amax_history_len = 4;
   delayed.power_of_2_scales = true;
@@ -651,12 +660,7 @@ TEST(CudaMxAutocast, RandomLinearMatmulConvWithinTheSummationOrderBound) {
 TEST(CudaMxAutocast, TrainingStepsGiveTheCpusLossesAndWeightsBitForBit) {
   MT_REQUIRE_CUDA();
   std::mt19937_64 rng(fresh_seed());
-  const Net cpu0{dyadic(rng, {4, 2, 3, 3}, -4, -3), dyadic(rng, {4, 64}, -5, -4), dyadic(rng, {4}, -3, -2)};
-  std::vector<Tensor> xs, rs;
-  for (int s = 0; s < 3; ++s) {
-    xs.push_back(dyadic(rng, {2, 2, 4, 4}, 0, 1));
-    rs.push_back(dyadic(rng, {2, 4}, -5, -4));
-  }
+  const auto [cpu0, xs, rs] = exact_steps(rng);
   for (MxScaleRounding rounding : {MxScaleRounding::Up, MxScaleRounding::Spec})
     for (DType out : {DType::Float32, DType::BFloat16}) {
       MXFP8BlockScaling recipe;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/numerics_error_of.h"
 #include "amp/fp8_autocast.h"
 #include "core/numerics_check.h"
 #include "cuda_ops/cuda_test_util.h"
@@ -26,19 +27,10 @@ namespace {
 using namespace cuda_test;
 using numerics::CheckNumerics;
 using numerics::NumericsError;
+using ::mixtape::testing::numerics_error_of;
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-template <class F>
-NumericsError error_of(F&& f) {
-  try {
-    f();
-  } catch (const NumericsError& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no NumericsError was thrown";
-  return NumericsError("", false, "");
-}
 
 // Runs `body` on the cuBLASLt path (9.0) and, in the emulator, the widened one (8.0) too; `native`
 // tells the body which.
@@ -79,7 +71,7 @@ TEST(CudaFp8Numerics, NamesAnFp8LinearsBackwardThatOverflows) {
         amp::Fp8Autocast fp8(recipe, nullptr, {DType::Float32}, gpu().type());
         y = linear(x, w);
       }
-      const NumericsError e = error_of([&] { y.backward(full({1, 2}, 1e10).to(gpu())); });
+      const NumericsError e = numerics_error_of([&] { y.backward(full({1, 2}, 1e10).to(gpu())); });
       const std::string m = e.what();
       EXPECT_TRUE(e.backward()) << m;
       EXPECT_TRUE(has(m, "Fp8LinearBackward  (")) << m;
@@ -111,7 +103,7 @@ TEST(CudaFp8Numerics, NamesAnFp8Conv2dsBackwardThatOverflows) {
       amp::Fp8Autocast fp8(amp::CurrentScaling{}, nullptr, {DType::Float32}, gpu().type());
       y = conv2d(x, w);
     }
-    const NumericsError e = error_of([&] { y.backward(full({1, 2, 2, 2}, 1e10).to(gpu())); });
+    const NumericsError e = numerics_error_of([&] { y.backward(full({1, 2, 2, 2}, 1e10).to(gpu())); });
     const std::string m = e.what();
     EXPECT_TRUE(has(m, "Fp8Conv2dBackward  (")) << m;
     if (!native) {
