@@ -74,13 +74,23 @@ Fp8Operand quantize_per_tensor(const Tensor& x32, DType fp8, float scale, float*
   return op;
 }
 
-Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax, bool keep_data) {
-  MT_CHECK(is_float8(fp8), "quantize_per_tensor_widened: the target must be an FP8 dtype, got ", dtype_name(fp8));
-  MT_CHECK(std::isfinite(scale) && scale > 0.0f, "quantize_per_tensor_widened: scale must be finite and > 0, got ",
-           scale);
+namespace {
+
+// The widened casts' arguments: an FP8 target, a finite positive scale, a CPU source of a dtype
+// they read (f16 where `f16` allows it).
+void check_widened_cast(const char* who, const Tensor& x, DType fp8, float scale, bool f16) {
+  MT_CHECK(is_float8(fp8), who, ": the target must be an FP8 dtype, got ", dtype_name(fp8));
+  MT_CHECK(std::isfinite(scale) && scale > 0.0f, who, ": scale must be finite and > 0, got ", scale);
   const DType dt = x.dtype();
-  MT_CHECK(x.device().is_cpu() && (dt == DType::Float32 || dt == DType::BFloat16 || dt == DType::Float16),
-           "quantize_per_tensor_widened: expected a CPU f32, bf16 or f16 tensor, got ", x.describe());
+  MT_CHECK(x.device().is_cpu() && (dt == DType::Float32 || dt == DType::BFloat16 || (f16 && dt == DType::Float16)),
+           who, ": expected a CPU f32, bf16", f16 ? " or f16" : "", " tensor, got ", x.describe());
+}
+
+}  // namespace
+
+Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, float* amax, bool keep_data) {
+  check_widened_cast("quantize_per_tensor_widened", x, fp8, scale, true);
+  const DType dt = x.dtype();
   const Tensor c = contiguous(x.detach());
   Fp8Operand op;
   if (keep_data) op.data = Tensor::empty(c.sizes(), TensorOptions(fp8));
@@ -122,14 +132,10 @@ Fp8Operand quantize_per_tensor_widened(const Tensor& x, DType fp8, float scale, 
 
 Fp8Operand quantize_per_tensor_widened_channel_sums(const Tensor& x, DType fp8, float scale, float* amax,
                                                     Tensor* sums) {
-  MT_CHECK(is_float8(fp8), "quantize_per_tensor_widened_channel_sums: the target must be an FP8 dtype, got ",
-           dtype_name(fp8));
-  MT_CHECK(std::isfinite(scale) && scale > 0.0f,
-           "quantize_per_tensor_widened_channel_sums: scale must be finite and > 0, got ", scale);
-  const DType dt = x.dtype();
-  MT_CHECK(x.device().is_cpu() && x.dim() >= 2 && (dt == DType::Float32 || dt == DType::BFloat16),
-           "quantize_per_tensor_widened_channel_sums: expected a CPU f32 or bf16 tensor (N, C, ...), got ",
+  check_widened_cast("quantize_per_tensor_widened_channel_sums", x, fp8, scale, false);
+  MT_CHECK(x.dim() >= 2, "quantize_per_tensor_widened_channel_sums: expected a tensor (N, C, ...), got ",
            x.describe());
+  const DType dt = x.dtype();
   const Tensor c = contiguous(x.detach());
   const int64_t N = c.size(0), C = c.size(1), L = C == 0 || N == 0 ? 0 : c.numel() / (N * C);
   Fp8Operand op;
